@@ -1,0 +1,25 @@
+// Exposes the nginx build's features (from nginx-sys's `links = "nginx"` metadata) as cfgs, so
+// that code touching optional struct fields (such as `c->ssl`) follows the nginx it is built for.
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(ngx_ssl)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_http_cache)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_table_elt_next)");
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_FEATURES");
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
+    // nginx 1.23.0 chained repeated headers through `ngx_table_elt_t.next`.
+    let version: u64 = std::env::var("DEP_NGINX_VERSION_NUMBER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if version >= 1_023_000 {
+        println!("cargo::rustc-cfg=ngx_table_elt_next");
+    }
+    let features = std::env::var("DEP_NGINX_FEATURES").unwrap_or_default();
+    for f in features.split(',') {
+        match f {
+            "http_ssl" => println!("cargo::rustc-cfg=ngx_ssl"),
+            "http_cache" => println!("cargo::rustc-cfg=ngx_http_cache"),
+            _ => {}
+        }
+    }
+}

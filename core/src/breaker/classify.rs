@@ -1,0 +1,220 @@
+//! Classifying one upstream attempt: does it count, is it a failure, is it slow.
+
+use super::config::{BreakerConfig, FailureClass};
+
+/// How the connection to the upstream ended, before any HTTP status is considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// A response header was received; look at the status.
+    Ok,
+    /// Connect, reset or read error.
+    Error,
+    /// The upstream timed out.
+    Timeout,
+    /// The upstream sent an invalid or incomplete header.
+    InvalidHeader,
+    /// TLS handshake or certificate failure (never an origin failure).
+    Tls,
+    /// The client went away before any response: not counted at all.
+    Aborted,
+}
+
+/// The outcome of one upstream attempt, as the nginx shell saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// How the connection ended.
+    pub transport: Transport,
+    /// HTTP status, 0 when there is none.
+    pub status: u16,
+    /// `Retry-After` of the response in seconds, if it had one.
+    pub retry_after_s: Option<u32>,
+    /// Upstream response time in milliseconds.
+    pub response_ms: u64,
+}
+
+impl Attempt {
+    /// A response with `status`, no `Retry-After`, taking `response_ms`.
+    pub fn http(status: u16, response_ms: u64) -> Attempt {
+        Attempt {
+            transport: Transport::Ok,
+            status,
+            retry_after_s: None,
+            response_ms,
+        }
+    }
+
+    /// An attempt that ended at the transport level, with no status.
+    pub fn transport(transport: Transport, response_ms: u64) -> Attempt {
+        Attempt {
+            transport,
+            status: 0,
+            retry_after_s: None,
+            response_ms,
+        }
+    }
+}
+
+/// What an [`Attempt`] means to the breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Verdict {
+    /// Recorded at all (false for aborted requests).
+    pub counted: bool,
+    /// A failure (its class is in `circuit_breaker_failure`).
+    pub failure: bool,
+    /// Strictly slower than `slow` (only when `slow` is set and the attempt is not TLS).
+    pub slow: bool,
+    /// A TLS failure: counted in `tls_errors` only, never in the window.
+    pub tls: bool,
+    /// A 503 carrying `Retry-After`.
+    pub retry_after_503: bool,
+    /// The `Retry-After` seconds of a 503, which raise the next cooldown.
+    pub retry_after_s: u32,
+    /// The outcome's failure class, whether or not it is configured as a failure.
+    pub class: Option<FailureClass>,
+}
+
+/// The name of a class as written in `circuit_breaker_failure` (`http_500`, `timeout`, ...).
+pub fn class_name(class: FailureClass) -> String {
+    match class {
+        FailureClass::Error => "error".into(),
+        FailureClass::Timeout => "timeout".into(),
+        FailureClass::InvalidHeader => "invalid_header".into(),
+        FailureClass::Http5xx(code) => format!("http_{code}"),
+        FailureClass::Http429 => "http_429".into(),
+        FailureClass::Http503RetryAfter => "http_503_retry_after".into(),
+    }
+}
+
+/// Classifies one attempt under `cfg`.
+///
+/// Aborted attempts are not counted; TLS failures are counted apart and never fail; transport
+/// errors fail when their class is configured; 5xx responses fail by code, except that a 503
+/// with `Retry-After` is its own class; 429 fails only when named; other statuses never fail.
+#[inline]
+pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
+    let class = match a.transport {
+        Transport::Aborted => return Verdict::default(),
+        Transport::Tls => {
+            return Verdict {
+                counted: true,
+                tls: true,
+                ..Verdict::default()
+            }
+        }
+        Transport::Error => Some(FailureClass::Error),
+        Transport::Timeout => Some(FailureClass::Timeout),
+        Transport::InvalidHeader => Some(FailureClass::InvalidHeader),
+        Transport::Ok => match a.status {
+            503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
+            500..=599 => Some(FailureClass::Http5xx(a.status)),
+            429 => Some(FailureClass::Http429),
+            _ => None,
+        },
+    };
+    let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
+    Verdict {
+        counted: true,
+        failure: class.is_some_and(|c| cfg.failures.contains(c)),
+        slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
+        tls: false,
+        retry_after_503,
+        retry_after_s: if retry_after_503 {
+            a.retry_after_s.unwrap_or(0)
+        } else {
+            0
+        },
+        class,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::config::FailureSet;
+
+    fn cfg_with(classes: &[&str]) -> BreakerConfig {
+        let mut failures = FailureSet::EMPTY;
+        for c in classes {
+            failures.insert(FailureClass::parse(c).unwrap());
+        }
+        BreakerConfig {
+            failures,
+            slow_ms: 800,
+            ..BreakerConfig::default()
+        }
+    }
+
+    fn ra(status: u16, secs: u32) -> Attempt {
+        Attempt {
+            retry_after_s: Some(secs),
+            ..Attempt::http(status, 10)
+        }
+    }
+
+    #[test]
+    fn classification_table() {
+        let default = BreakerConfig::default();
+        let with_429 = cfg_with(&["http_429", "http_503_retry_after"]);
+        let none = cfg_with(&[]);
+        // (attempt, config, counted, failure, tls, retry_after_503)
+        #[rustfmt::skip]
+        let table: &[(&str, Attempt, &BreakerConfig, bool, bool, bool, bool)] = &[
+            ("200 never fails", Attempt::http(200, 5), &default, true, false, false, false),
+            ("302 never fails", Attempt::http(302, 5), &default, true, false, false, false),
+            ("404 never fails", Attempt::http(404, 5), &default, true, false, false, false),
+            ("404 even if everything else is named", Attempt::http(404, 5), &with_429, true, false, false, false),
+            ("429 is not a failure by default", Attempt::http(429, 5), &default, true, false, false, false),
+            ("429 fails when named", Attempt::http(429, 5), &with_429, true, true, false, false),
+            ("500 fails by default", Attempt::http(500, 5), &default, true, true, false, false),
+            ("501 is not in the default set", Attempt::http(501, 5), &default, true, false, false, false),
+            ("503 fails by default", Attempt::http(503, 5), &default, true, true, false, false),
+            ("503 + Retry-After is its own class", ra(503, 7), &default, true, false, false, true),
+            ("503 + Retry-After fails when named", ra(503, 7), &with_429, true, true, false, true),
+            ("500 + Retry-After is still http_500", ra(500, 7), &default, true, true, false, false),
+            ("error fails by default", Attempt::transport(Transport::Error, 5), &default, true, true, false, false),
+            ("timeout fails by default", Attempt::transport(Transport::Timeout, 5), &default, true, true, false, false),
+            ("timeout not named", Attempt::transport(Transport::Timeout, 5), &none, true, false, false, false),
+            ("invalid_header not in the default set", Attempt::transport(Transport::InvalidHeader, 5), &default, true, false, false, false),
+            ("TLS is never a failure", Attempt::transport(Transport::Tls, 5), &default, true, false, true, false),
+            ("aborted is not counted", Attempt::transport(Transport::Aborted, 5), &default, false, false, false, false),
+        ];
+        for (name, a, cfg, counted, failure, tls, ra503) in table {
+            let v = classify(a, cfg);
+            assert_eq!(
+                (v.counted, v.failure, v.tls, v.retry_after_503),
+                (*counted, *failure, *tls, *ra503),
+                "{name}"
+            );
+        }
+        assert_eq!(classify(&ra(503, 7), &default).retry_after_s, 7);
+        assert_eq!(
+            classify(&ra(503, 7), &default).class,
+            Some(FailureClass::Http503RetryAfter)
+        );
+        assert_eq!(classify(&ra(429, 7), &with_429).retry_after_s, 0);
+    }
+
+    #[test]
+    fn slow_means_strictly_slower_than_slow() {
+        let cfg = cfg_with(&[]);
+        assert!(!classify(&Attempt::http(200, 800), &cfg).slow);
+        assert!(classify(&Attempt::http(200, 801), &cfg).slow);
+        let off = BreakerConfig::default();
+        assert!(!classify(&Attempt::http(200, u64::MAX), &off).slow);
+    }
+
+    #[test]
+    fn class_names_match_the_directive() {
+        for name in [
+            "error",
+            "timeout",
+            "invalid_header",
+            "http_429",
+            "http_503_retry_after",
+            "http_500",
+            "http_599",
+        ] {
+            assert_eq!(class_name(FailureClass::parse(name).unwrap()), name);
+        }
+    }
+}

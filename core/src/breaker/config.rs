@@ -1,0 +1,144 @@
+//! Typed breaker parameters as they live in shared memory.
+
+/// A set of failure classes (`circuit_breaker_failure`), one bit per class.
+///
+/// Bits 0..=99 are `http_500`..`http_599`; the named classes follow. Two `u64` words rather
+/// than a `u128`, so that structs holding it need only 8-byte alignment (nginx pools give no
+/// more).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FailureSet(pub [u64; 2]);
+
+/// One outcome class of an upstream attempt that `circuit_breaker_failure` can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Connect, reset or read errors (no usable response).
+    Error,
+    /// The upstream timed out.
+    Timeout,
+    /// The upstream sent an invalid or incomplete header.
+    InvalidHeader,
+    /// A 5xx status, 500..=599 (503 with `Retry-After` is [`FailureClass::Http503RetryAfter`]).
+    Http5xx(u16),
+    /// 429 Too Many Requests.
+    Http429,
+    /// A 503 that carried `Retry-After`.
+    Http503RetryAfter,
+}
+
+impl FailureClass {
+    fn bit(self) -> u32 {
+        match self {
+            FailureClass::Http5xx(code) => u32::from(code.clamp(500, 599) - 500),
+            FailureClass::Http429 => 100,
+            FailureClass::Error => 101,
+            FailureClass::Timeout => 102,
+            FailureClass::InvalidHeader => 103,
+            FailureClass::Http503RetryAfter => 104,
+        }
+    }
+
+    /// Parses a class name as written in `circuit_breaker_failure`.
+    pub fn parse(name: &str) -> Option<FailureClass> {
+        Some(match name {
+            "error" => FailureClass::Error,
+            "timeout" => FailureClass::Timeout,
+            "invalid_header" => FailureClass::InvalidHeader,
+            "http_429" => FailureClass::Http429,
+            "http_503_retry_after" => FailureClass::Http503RetryAfter,
+            _ => {
+                let code: u16 = name.strip_prefix("http_")?.parse().ok()?;
+                if !(500..=599).contains(&code) || name.len() != 8 {
+                    return None;
+                }
+                FailureClass::Http5xx(code)
+            }
+        })
+    }
+}
+
+impl FailureSet {
+    /// `error timeout http_500 http_502 http_503 http_504`.
+    pub const DEFAULT: FailureSet =
+        FailureSet::from_bits((1 << 101) | (1 << 102) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4));
+
+    /// The empty set.
+    pub const EMPTY: FailureSet = FailureSet([0, 0]);
+
+    /// The set with these bits (see the type's documentation for the bit order).
+    pub const fn from_bits(bits: u128) -> FailureSet {
+        FailureSet([bits as u64, (bits >> 64) as u64])
+    }
+
+    /// The set's bits.
+    pub const fn bits(self) -> u128 {
+        self.0[0] as u128 | ((self.0[1] as u128) << 64)
+    }
+
+    /// Adds one class.
+    pub fn insert(&mut self, class: FailureClass) {
+        *self = FailureSet::from_bits(self.bits() | 1u128 << class.bit());
+    }
+
+    /// Whether the set holds this class.
+    pub fn contains(self, class: FailureClass) -> bool {
+        self.bits() & (1u128 << class.bit()) != 0
+    }
+}
+
+/// The parameters of one breaker (`circuit_breaker` directive), durations in milliseconds and
+/// rates in hundredths of a percent (`5000` is 50 %), so that they fit shared memory as plain
+/// integers and compare exactly on reload.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Classes that count as failures.
+    pub failures: FailureSet,
+    /// Rolling window length in seconds (1-second buckets), 1..=[`MAX_WINDOW_S`].
+    pub window_s: u32,
+    /// No decision on fewer requests than this in the window (>= 1).
+    pub min_requests: u32,
+    /// Open when failures / requests reach this, 0..=10000.
+    pub failure_rate: u32,
+    /// A call slower than this is slow; 0 disables the slow-call rule.
+    pub slow_ms: u32,
+    /// Open when slow / requests reach this (only when `slow_ms` > 0), 0..=10000.
+    pub slow_rate: u32,
+    /// First cooldown before a probe.
+    pub open_ms: u32,
+    /// Cap for the doubling cooldown (>= `open_ms`).
+    pub max_open_ms: u32,
+    /// Random spread of cooldowns and probe spacing, 0..=10000.
+    pub jitter: u32,
+    /// Consecutive good probes needed to close (>= 1).
+    pub probes: u32,
+    /// At most one probe started per this interval.
+    pub probe_interval_ms: u32,
+    /// A probe slower than this fails; 0 disables.
+    pub probe_latency_ms: u32,
+    /// Evaluate and report, never short-circuit.
+    pub dry_run: bool,
+}
+
+/// The longest window a breaker may keep (one bucket per second).
+pub const MAX_WINDOW_S: u32 = 300;
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failures: FailureSet::DEFAULT,
+            window_s: 10,
+            min_requests: 20,
+            failure_rate: 5000,
+            slow_ms: 0,
+            slow_rate: 10000,
+            open_ms: 30_000,
+            max_open_ms: 300_000,
+            jitter: 2000,
+            probes: 3,
+            probe_interval_ms: 1000,
+            probe_latency_ms: 0,
+            dry_run: false,
+        }
+    }
+}

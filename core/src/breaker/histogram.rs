@@ -1,0 +1,212 @@
+//! A fixed-size latency histogram with log-spaced bins (ratio √2), cheap to update and to sum.
+//!
+//! Bin 0 holds responses under 1 ms. Bins 1..=32 cover [1 ms, 65 536 ms) with bounds
+//! 2^((i-1)/2) .. 2^(i/2) ms, and bin 33 is open-ended (65.5 s and more).
+//!
+//! Error bound: [`Histogram::percentile`] reports, for the bin holding the wanted rank, the
+//! harmonic midpoint of the whole milliseconds the bin can hold, rounded to a whole
+//! millisecond. For any latency `x` below 65 536 ms the reported value `r` satisfies
+//! `|r - x| <= 0.172 * x + 0.5 ms` ((√2 - 1) / (√2 + 1) ≈ 17.2 % relative error, plus the
+//! rounding to whole milliseconds). Latencies in the open-ended bin are reported as 65 536 ms
+//! (a lower bound).
+
+/// Number of bins: one under 1 ms, 32 √2-spaced bins up to 65 536 ms, one open-ended bin.
+pub const BINS: usize = 34;
+
+/// The smallest whole millisecond value in bin `2l + 2`: ⌈2^l · √2⌉, for l = 0..=15.
+const HALF_STEP: [u64; 16] = [
+    2, 3, 6, 12, 23, 46, 91, 182, 363, 725, 1449, 2897, 5793, 11586, 23171, 46341,
+];
+
+/// Lower bound (inclusive) of the whole-millisecond range of each bin below the last.
+const fn lower(bin: usize) -> u64 {
+    if bin == 0 {
+        0
+    } else if bin % 2 == 1 {
+        1 << ((bin - 1) / 2)
+    } else {
+        HALF_STEP[(bin - 2) / 2]
+    }
+}
+
+/// The value reported for each bin, see the module documentation.
+const REPORT: [u64; BINS] = {
+    let mut out = [0u64; BINS];
+    let mut bin = 1;
+    while bin < BINS - 1 {
+        let a = lower(bin);
+        let b = lower(bin + 1).saturating_sub(1);
+        // Harmonic midpoint 2ab/(a+b) minimises the worst relative error over [a, b];
+        // an empty bin (b < a) reports its lower bound, it never holds a sample anyway.
+        out[bin] = if b < a {
+            a
+        } else {
+            (4 * a * b + (a + b)) / (2 * (a + b))
+        };
+        bin += 1;
+    }
+    out[BINS - 1] = 1 << 16;
+    out
+};
+
+/// The bin that a response time of `ms` milliseconds falls into.
+#[inline]
+pub fn bin_of(ms: u64) -> usize {
+    if ms == 0 {
+        return 0;
+    }
+    let log2 = 63 - ms.leading_zeros() as usize;
+    if log2 >= 16 {
+        return BINS - 1;
+    }
+    1 + 2 * log2 + usize::from(ms >= HALF_STEP[log2])
+}
+
+/// The value reported for samples in `bin`, in milliseconds.
+pub fn report_of(bin: usize) -> u64 {
+    REPORT[bin.min(BINS - 1)]
+}
+
+/// Per-bin sample counts (saturating `u32`), stored in each window bucket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    /// Samples per bin.
+    pub counts: [u32; BINS],
+}
+
+impl Histogram {
+    /// A histogram with no samples.
+    pub const EMPTY: Histogram = Histogram { counts: [0; BINS] };
+
+    /// Adds one sample of `ms` milliseconds.
+    #[inline]
+    pub fn add(&mut self, ms: u64) {
+        let c = &mut self.counts[bin_of(ms)];
+        *c = c.saturating_add(1);
+    }
+}
+
+/// A histogram summed over several buckets, wide enough not to saturate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistogramSum {
+    counts: [u64; BINS],
+    total: u64,
+}
+
+impl Default for HistogramSum {
+    fn default() -> Self {
+        HistogramSum {
+            counts: [0; BINS],
+            total: 0,
+        }
+    }
+}
+
+impl HistogramSum {
+    /// Adds every sample of `h`.
+    pub fn merge(&mut self, h: &Histogram) {
+        for (sum, &c) in self.counts.iter_mut().zip(h.counts.iter()) {
+            *sum = sum.saturating_add(u64::from(c));
+            self.total = self.total.saturating_add(u64::from(c));
+        }
+    }
+
+    /// Number of samples.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The `permille`-th per-mille percentile (500 = median) in milliseconds, `None` when empty.
+    /// See the module documentation for the error bound.
+    pub fn percentile(&self, permille: u64) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let rank = (self.total.saturating_mul(permille.min(1000)))
+            .div_ceil(1000)
+            .max(1);
+        let mut seen = 0u64;
+        for (bin, &c) in self.counts.iter().enumerate() {
+            seen = seen.saturating_add(c);
+            if seen >= rank {
+                return Some(report_of(bin));
+            }
+        }
+        Some(report_of(BINS - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_steps_are_the_ceiling_of_powers_of_root_two() {
+        for (l, &h) in HALF_STEP.iter().enumerate() {
+            let exact = 2f64.powf(l as f64 + 0.5);
+            assert_eq!(h, exact.ceil() as u64, "l = {l}");
+        }
+    }
+
+    #[test]
+    fn bins_are_monotonic_and_cover_one_ms_to_sixty_seconds() {
+        let mut prev = 0;
+        for ms in 0..=70_000u64 {
+            let b = bin_of(ms);
+            assert!(b >= prev && b < BINS, "ms = {ms}");
+            prev = b;
+        }
+        assert_eq!(bin_of(0), 0);
+        assert_eq!(bin_of(1), 1);
+        assert!(bin_of(60_000) < BINS - 1, "60 s still has its own bin");
+        assert_eq!(bin_of(65_536), BINS - 1);
+        assert_eq!(bin_of(u64::MAX), BINS - 1);
+    }
+
+    #[test]
+    fn reported_value_is_within_the_documented_bound() {
+        for ms in 1..65_536u64 {
+            let r = report_of(bin_of(ms)) as f64;
+            let x = ms as f64;
+            assert!(
+                (r - x).abs() <= 0.172 * x + 0.5,
+                "ms = {ms} reported as {r}"
+            );
+        }
+    }
+
+    #[test]
+    fn percentiles_walk_the_summed_bins() {
+        let mut h = Histogram::EMPTY;
+        for _ in 0..90 {
+            h.add(40);
+        }
+        for _ in 0..9 {
+            h.add(600);
+        }
+        h.add(900);
+        let mut sum = HistogramSum::default();
+        sum.merge(&h);
+        assert_eq!(sum.total(), 100);
+        let p50 = sum.percentile(500).unwrap();
+        let p95 = sum.percentile(950).unwrap();
+        let p99 = sum.percentile(990).unwrap();
+        assert!((34..=47).contains(&p50), "p50 {p50}");
+        assert!((500..=700).contains(&p95), "p95 {p95}");
+        assert!(
+            (500..=700).contains(&p99),
+            "p99 {p99}: rank 99 is still a 600 ms call"
+        );
+        assert!(sum.percentile(1000).unwrap() >= 760);
+        assert_eq!(HistogramSum::default().percentile(500), None);
+    }
+
+    #[test]
+    fn counts_saturate() {
+        let mut h = Histogram::EMPTY;
+        h.counts[5] = u32::MAX;
+        h.add(5);
+        assert_eq!(h.counts[5], u32::MAX);
+    }
+}

@@ -1,0 +1,20 @@
+//! The breaker proper: classification, rolling window, state machine. Pure and `no unsafe`;
+//! time and randomness are injected.
+#![warn(missing_docs)]
+
+pub mod classify;
+pub mod config;
+pub mod histogram;
+pub mod owned;
+pub mod reason;
+pub mod state;
+pub mod window;
+
+pub use classify::{classify, Attempt, Transport, Verdict};
+pub use config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
+pub use owned::OwnedBreaker;
+pub use state::{
+    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Recorded,
+    Ticket, Transition, PROBE_LEASE_MS,
+};
+pub use window::Bucket;

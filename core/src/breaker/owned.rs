@@ -1,0 +1,29 @@
+//! A breaker with its own heap storage, for tests and benchmarks (the shell uses shared memory).
+
+use super::config::BreakerConfig;
+use super::state::{Breaker, BreakerHeader};
+use super::window::Bucket;
+
+/// A header and its buckets owned on the heap.
+#[derive(Clone, Debug)]
+pub struct OwnedBreaker {
+    /// The header.
+    pub hdr: Box<BreakerHeader>,
+    /// Its `window_s` buckets.
+    pub buckets: Vec<Bucket>,
+}
+
+impl OwnedBreaker {
+    /// A fresh closed breaker created at `now_ms`.
+    pub fn new(cfg: BreakerConfig, now_ms: u64) -> Self {
+        OwnedBreaker {
+            hdr: Box::new(BreakerHeader::new(cfg, now_ms)),
+            buckets: vec![Bucket::EMPTY; cfg.window_s as usize],
+        }
+    }
+
+    /// Borrows it as a [`Breaker`].
+    pub fn breaker(&mut self) -> Breaker<'_> {
+        Breaker::new(&mut self.hdr, &mut self.buckets)
+    }
+}

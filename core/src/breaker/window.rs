@@ -1,0 +1,208 @@
+//! The rolling window: a ring of 1-second buckets plus running sums over the live ones.
+
+use super::histogram::{Histogram, HistogramSum};
+
+/// One second of the rolling window.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// The Unix second this bucket holds.
+    pub second: u64,
+    /// Attempts recorded in that second.
+    pub requests: u32,
+    /// Of which failures.
+    pub failures: u32,
+    /// Of which slow.
+    pub slow: u32,
+    /// The largest `Retry-After` (seconds) of a 503 seen in that second.
+    pub retry_after_s: u32,
+    /// Response times.
+    pub latency: Histogram,
+}
+
+impl Bucket {
+    /// A bucket with nothing in it. The shell fills a new tail with this.
+    pub const EMPTY: Bucket = Bucket {
+        second: 0,
+        requests: 0,
+        failures: 0,
+        slow: 0,
+        retry_after_s: 0,
+        latency: Histogram::EMPTY,
+    };
+
+    /// Whether this bucket's second lies in the window of `len` seconds ending at `now_s`.
+    #[inline]
+    pub fn is_live(&self, now_s: u64, len: u64) -> bool {
+        self.second <= now_s && self.second.saturating_add(len) > now_s
+    }
+}
+
+/// Running sums over the live buckets, kept in the header so that deciding costs O(1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sums {
+    /// The latest second the ring has been advanced to.
+    pub second: u64,
+    /// Attempts in the live buckets.
+    pub requests: u64,
+    /// Failures in the live buckets.
+    pub failures: u64,
+    /// Slow calls in the live buckets.
+    pub slow: u64,
+}
+
+impl Sums {
+    fn evict(&mut self, b: &mut Bucket, second: u64) {
+        self.requests = self.requests.saturating_sub(u64::from(b.requests));
+        self.failures = self.failures.saturating_sub(u64::from(b.failures));
+        self.slow = self.slow.saturating_sub(u64::from(b.slow));
+        *b = Bucket {
+            second,
+            ..Bucket::EMPTY
+        };
+    }
+
+    /// Moves the window forward to `now_s`, evicting the buckets that fall out of it.
+    /// `now_s` never goes backwards (the caller clamps its clock); an earlier value is a no-op.
+    #[inline]
+    pub fn advance(&mut self, ring: &mut [Bucket], now_s: u64) {
+        if now_s <= self.second {
+            return;
+        }
+        let len = ring.len() as u64;
+        if now_s - self.second >= len {
+            self.clear(ring, now_s);
+            return;
+        }
+        for t in self.second + 1..=now_s {
+            let i = (t % len) as usize;
+            if let Some(b) = ring.get_mut(i) {
+                self.evict(b, t);
+            }
+        }
+        self.second = now_s;
+    }
+
+    /// Empties the window (a fresh window starting at `now_s`).
+    pub fn clear(&mut self, ring: &mut [Bucket], now_s: u64) {
+        ring.fill(Bucket::EMPTY);
+        *self = Sums {
+            second: now_s,
+            ..Sums::default()
+        };
+    }
+
+    /// Records one attempt in the current second (after [`Sums::advance`] to `now_s`).
+    #[inline]
+    pub fn record(
+        &mut self,
+        ring: &mut [Bucket],
+        now_s: u64,
+        failure: bool,
+        slow: bool,
+        retry_after_s: u32,
+        response_ms: u64,
+    ) {
+        if ring.is_empty() {
+            return;
+        }
+        let i = (now_s % ring.len() as u64) as usize;
+        let Some(b) = ring.get_mut(i) else { return };
+        if b.second != now_s {
+            self.evict(b, now_s);
+        }
+        b.requests = b.requests.saturating_add(1);
+        self.requests = self.requests.saturating_add(1);
+        if failure {
+            b.failures = b.failures.saturating_add(1);
+            self.failures = self.failures.saturating_add(1);
+        }
+        if slow {
+            b.slow = b.slow.saturating_add(1);
+            self.slow = self.slow.saturating_add(1);
+        }
+        b.retry_after_s = b.retry_after_s.max(retry_after_s);
+        b.latency.add(response_ms);
+    }
+}
+
+/// Sums of the live buckets of a ring at `now_s`, walked bucket by bucket (for views and checks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSums {
+    /// Attempts.
+    pub requests: u64,
+    /// Failures.
+    pub failures: u64,
+    /// Slow calls.
+    pub slow: u64,
+    /// Largest `Retry-After` seconds.
+    pub retry_after_s: u32,
+}
+
+/// Walks the live buckets of `ring` at `now_s`; merges their histograms into `hist` if given.
+pub fn live_sums(ring: &[Bucket], now_s: u64, mut hist: Option<&mut HistogramSum>) -> LiveSums {
+    let len = ring.len() as u64;
+    let mut s = LiveSums::default();
+    for b in ring.iter().filter(|b| b.is_live(now_s, len)) {
+        s.requests += u64::from(b.requests);
+        s.failures += u64::from(b.failures);
+        s.slow += u64::from(b.slow);
+        s.retry_after_s = s.retry_after_s.max(b.retry_after_s);
+        if let Some(h) = hist.as_deref_mut() {
+            h.merge(&b.latency);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(n: usize) -> Vec<Bucket> {
+        vec![Bucket::EMPTY; n]
+    }
+
+    fn check(sums: &Sums, ring: &[Bucket]) {
+        let live = live_sums(ring, sums.second, None);
+        assert_eq!(
+            (live.requests, live.failures, live.slow),
+            (sums.requests, sums.failures, sums.slow)
+        );
+    }
+
+    #[test]
+    fn old_seconds_are_evicted_not_accumulated() {
+        let mut r = ring(3);
+        let mut s = Sums {
+            second: 100,
+            ..Sums::default()
+        };
+        for t in 100..=102 {
+            s.advance(&mut r, t);
+            s.record(&mut r, t, true, false, 0, 5);
+            check(&s, &r);
+        }
+        assert_eq!(s.requests, 3);
+        s.advance(&mut r, 103);
+        assert_eq!(
+            (s.requests, s.failures),
+            (2, 2),
+            "second 100 left the window"
+        );
+        check(&s, &r);
+        s.advance(&mut r, 200);
+        assert_eq!(s.requests, 0);
+        check(&s, &r);
+    }
+
+    #[test]
+    fn an_empty_ring_records_nothing_and_never_panics() {
+        let mut r = ring(0);
+        let mut s = Sums::default();
+        s.advance(&mut r, 5);
+        s.record(&mut r, 5, true, true, 3, 1);
+        assert_eq!(s.requests, 0);
+    }
+}

@@ -1,0 +1,148 @@
+//! Plain-data views of breakers, taken under the zone lock and rendered after it is released.
+
+/// The state a breaker is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Traffic flows; outcomes are recorded.
+    Closed,
+    /// Probes are let through one at a time.
+    HalfOpen,
+    /// Traffic is short-circuited.
+    Open,
+}
+
+impl State {
+    /// `closed`, `half_open` or `open`, as in `$circuit_breaker_state` and the status page.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Closed => "closed",
+            State::HalfOpen => "half_open",
+            State::Open => "open",
+        }
+    }
+
+    /// 0 closed, 1 half-open, 2 open, so that `max_over_time(...) == 2` finds a stuck breaker.
+    pub fn code(self) -> u8 {
+        match self {
+            State::Closed => 0,
+            State::HalfOpen => 1,
+            State::Open => 2,
+        }
+    }
+}
+
+/// A state forced by an operator, held until `reset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forced {
+    /// Forced open: everything short-circuits.
+    Open,
+    /// Forced closed: nothing short-circuits.
+    Closed,
+}
+
+impl Forced {
+    /// `open` or `closed`, as in the status page's `forced` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forced::Open => "open",
+            Forced::Closed => "closed",
+        }
+    }
+}
+
+/// The live window, summed over its buckets.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WindowView {
+    /// Window length in seconds.
+    pub seconds: u32,
+    /// Attempts recorded in the window.
+    pub requests: u64,
+    /// Of which failures.
+    pub failures: u64,
+    /// Of which slow calls.
+    pub slow: u64,
+}
+
+impl WindowView {
+    /// failures / requests, 0 when the window is empty.
+    pub fn failure_rate(&self) -> f64 {
+        ratio(self.failures, self.requests)
+    }
+
+    /// slow / requests, 0 when the window is empty.
+    pub fn slow_rate(&self) -> f64 {
+        ratio(self.slow, self.requests)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// Latency percentiles over the window, in milliseconds (`None` without samples).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyView {
+    /// Median.
+    pub p50: Option<u64>,
+    /// 95th percentile.
+    pub p95: Option<u64>,
+    /// 99th percentile.
+    pub p99: Option<u64>,
+}
+
+/// Running totals since the breaker was created or last reset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Attempts recorded.
+    pub requests: u64,
+    /// Attempts classified as failures.
+    pub failures: u64,
+    /// Slow attempts.
+    pub slow: u64,
+    /// Requests answered without touching the origin (in dry run: that would have been).
+    pub short_circuited: u64,
+    /// Probes started.
+    pub probes: u64,
+    /// TLS handshake/certificate failures (never origin failures).
+    pub tls_errors: u64,
+    /// 503 responses that carried `Retry-After`.
+    pub retry_after_503: u64,
+    /// Transitions to open.
+    pub opened: u64,
+    /// Transitions to half-open.
+    pub half_opened: u64,
+    /// Transitions to closed.
+    pub closed: u64,
+}
+
+/// Everything the status page shows of one breaker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BreakerView {
+    /// Current state.
+    pub state: State,
+    /// Whether `dry_run` is set.
+    pub dry_run: bool,
+    /// Operator-forced state, if any.
+    pub forced: Option<Forced>,
+    /// When the current state began, Unix milliseconds.
+    pub since_ms: u64,
+    /// When the next probe may start, Unix milliseconds (open or half-open only).
+    pub retry_at_ms: Option<u64>,
+    /// The live window.
+    pub window: WindowView,
+    /// Latency percentiles over the window.
+    pub latency: LatencyView,
+    /// The current cooldown (doubles after each failed probe).
+    pub cooldown_ms: u64,
+    /// Good probes in a row in the current half-open period.
+    pub consecutive_probe_successes: u32,
+    /// Running totals.
+    pub totals: Totals,
+    /// Why the last transition happened, with its numbers; empty before the first.
+    pub last_transition: String,
+}

@@ -1,0 +1,591 @@
+//! The status location's output, free of nginx: JSON and Prometheus rendering of breaker
+//! snapshots, and parsing of the location's query string ([`query`]).
+//!
+//! The handler copies every breaker into an [`Entry`] under the zone lock, releases the lock,
+//! then renders with [`render_json`] or [`render_prometheus`]; control requests answer with
+//! [`render_breaker_json`] of the breaker they changed.
+
+use crate::snapshot::BreakerView;
+
+mod prometheus;
+pub mod query;
+
+/// The route name of an upstream's own breaker (the one without a `circuit_breaker_route`).
+pub const DEFAULT_ROUTE: &str = "default";
+
+/// `Content-Type` of [`render_json`] and [`render_breaker_json`] output.
+pub const JSON_CONTENT_TYPE: &str = "application/json";
+
+/// `Content-Type` of [`render_prometheus`] output (text exposition format 0.0.4).
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The shared-memory zone's figures, shown at the top of the status output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZoneView {
+    /// The zone's name (`circuit_breaker_zone name:size`).
+    pub name: String,
+    /// The zone's size in bytes.
+    pub size: u64,
+    /// Bytes allocated from the zone.
+    pub used: u64,
+    /// Breakers that could not be created because the zone was full (they fail open).
+    pub alloc_failures: u64,
+}
+
+/// One breaker as the status location shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The upstream's name.
+    pub upstream: String,
+    /// The route's name; [`DEFAULT_ROUTE`] (`"default"`) for the upstream's own breaker.
+    pub route: String,
+    /// The breaker's figures, taken under the zone lock.
+    pub view: BreakerView,
+}
+
+/// Renders the whole status page as JSON, in the SPEC's field order:
+/// `{"zone","size","used","alloc_failures","breakers":[...]}` with one object per entry, in
+/// the order given (see [`render_breaker_json`] for the breaker object).
+pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
+    let per_entry: usize = entries.iter().map(json_size_hint).sum();
+    let mut out = Vec::with_capacity(96 + zone.name.len() + per_entry);
+    out.extend_from_slice(b"{\"zone\":");
+    json_str(&mut out, &zone.name);
+    out.extend_from_slice(b",\"size\":");
+    write_num(&mut out, Num::Int(zone.size));
+    out.extend_from_slice(b",\"used\":");
+    write_num(&mut out, Num::Int(zone.used));
+    out.extend_from_slice(b",\"alloc_failures\":");
+    write_num(&mut out, Num::Int(zone.alloc_failures));
+    out.extend_from_slice(b",\"breakers\":[");
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_breaker_json(&mut out, entry);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+/// Renders one breaker object, as found in the `breakers` array of [`render_json`]:
+///
+/// `{"upstream","route","state","state_code","dry_run","forced","since","retry_at",
+/// "window":{"seconds","requests","failures","slow","failure_rate","slow_rate"},
+/// "latency_ms":{"p50","p95","p99"},"cooldown_ms","consecutive_probe_successes",
+/// "totals":{"requests","failures","short_circuited","probes","tls_errors","retry_after_503",
+/// "opened","half_opened","closed"},"last_transition"}`.
+///
+/// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
+/// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
+/// 4 decimals; latency percentiles are `null` without samples.
+pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json_size_hint(entry));
+    write_breaker_json(&mut out, entry);
+    out
+}
+
+/// Renders the status page in the Prometheus text exposition format 0.0.4.
+///
+/// Every metric is prefixed `nginx_circuit_breaker_`; zone metrics carry the label `zone`,
+/// breaker metrics `zone`, `upstream` and `route`. Each family's `# HELP` and `# TYPE` come
+/// once, followed by all its samples. Families:
+///
+/// | family | type | value |
+/// |---|---|---|
+/// | `zone_size_bytes`, `zone_used_bytes` | gauge | zone size / bytes allocated |
+/// | `zone_alloc_failures_total` | counter | breakers not created for lack of memory |
+/// | `breakers` | gauge | number of breakers shown |
+/// | `state` | gauge | 0 closed, 1 half-open, 2 open |
+/// | `dry_run` | gauge | 1 when `dry_run` is set |
+/// | `forced{state="open"\|"closed"}` | gauge | 1 for the forced state, else 0 (both always present; both 0 when not forced) |
+/// | `state_since_seconds` | gauge | Unix time the current state began |
+/// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
+/// | `cooldown_milliseconds` | gauge | current cooldown |
+/// | `consecutive_probe_successes` | gauge | good probes in a row |
+/// | `window_seconds`, `window_requests`, `window_failures`, `window_slow` | gauge | the live window |
+/// | `failure_rate`, `slow_rate` | gauge | window ratios, rounded to 4 decimals |
+/// | `latency_milliseconds{quantile="0.5"\|"0.95"\|"0.99"}` | gauge | window percentiles (absent without samples) |
+/// | `requests_total`, `failures_total`, `slow_total`, `short_circuited_total`, `probes_total`, `tls_errors_total`, `retry_after_503_total` | counter | running totals |
+/// | `transitions_total{to="open"\|"half_open"\|"closed"}` | counter | transitions |
+///
+/// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
+/// out entirely.
+pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
+    prometheus::render(zone, entries)
+}
+
+/// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
+fn json_size_hint(entry: &Entry) -> usize {
+    560 + entry.upstream.len() + entry.route.len() + entry.view.last_transition.len()
+}
+
+/// `part / whole` rounded half-up to 4 decimals (0 when `whole` is 0), as a count of
+/// ten-thousandths; computed in integers so that the rounding is exact.
+fn rate_e4(part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return 0;
+    }
+    let (part, whole) = (u128::from(part), u128::from(whole));
+    ((part * 20_000 + whole) / (2 * whole)) as u64
+}
+
+/// A number as both formats print it: an integer, or `n / 10^scale` (Unix milliseconds as
+/// seconds, rates in ten-thousandths) written exactly in decimal.
+#[derive(Clone, Copy, Debug)]
+enum Num {
+    Int(u64),
+    Scaled(u64, u32),
+}
+
+/// Unix milliseconds as seconds.
+fn secs(ms: u64) -> Num {
+    Num::Scaled(ms, 3)
+}
+
+/// A ratio rounded to 4 decimals.
+fn ratio(part: u64, whole: u64) -> Num {
+    Num::Scaled(rate_e4(part, whole), 4)
+}
+
+/// Writes a number: integers as is, scaled values as an exact decimal with trailing zeros
+/// trimmed but at least one decimal (`1764484800.123`, `1764484830.5`, `0.55`, `0.0`), so a
+/// scaled value is always a float to JSON readers.
+fn write_num(out: &mut Vec<u8>, v: Num) {
+    let mut buf = itoa::Buffer::new();
+    match v {
+        Num::Int(n) => out.extend_from_slice(buf.format(n).as_bytes()),
+        Num::Scaled(n, scale) => {
+            let div = 10u64.pow(scale);
+            out.extend_from_slice(buf.format(n / div).as_bytes());
+            out.push(b'.');
+            let mut frac = n % div;
+            let mut digits = scale as usize;
+            while digits > 1 && frac % 10 == 0 {
+                frac /= 10;
+                digits -= 1;
+            }
+            let s = buf.format(frac);
+            out.extend(std::iter::repeat(b'0').take(digits - s.len()));
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+/// Writes `v`, or `null`.
+fn write_opt(out: &mut Vec<u8>, v: Option<Num>) {
+    match v {
+        Some(v) => write_num(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Writes a JSON string, quoted and escaped (by serde_json: `"`, `\` and control characters).
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("writing a string to a Vec cannot fail");
+}
+
+/// Writes one breaker object; keys and punctuation are written as constant runs.
+fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
+    let v = &entry.view;
+    let (w, l, t) = (&v.window, &v.latency, &v.totals);
+    let int = |out: &mut Vec<u8>, key: &[u8], n: u64| {
+        out.extend_from_slice(key);
+        write_num(out, Num::Int(n));
+    };
+    out.extend_from_slice(b"{\"upstream\":");
+    json_str(out, &entry.upstream);
+    out.extend_from_slice(b",\"route\":");
+    json_str(out, &entry.route);
+    out.extend_from_slice(b",\"state\":\"");
+    out.extend_from_slice(v.state.name().as_bytes());
+    out.push(b'"');
+    int(out, b",\"state_code\":", u64::from(v.state.code()));
+    out.extend_from_slice(match v.dry_run {
+        true => b",\"dry_run\":true,\"forced\":",
+        false => b",\"dry_run\":false,\"forced\":",
+    });
+    match v.forced {
+        Some(f) => {
+            out.push(b'"');
+            out.extend_from_slice(f.name().as_bytes());
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"since\":");
+    write_num(out, secs(v.since_ms));
+    out.extend_from_slice(b",\"retry_at\":");
+    write_opt(out, v.retry_at_ms.map(secs));
+    int(out, b",\"window\":{\"seconds\":", u64::from(w.seconds));
+    int(out, b",\"requests\":", w.requests);
+    int(out, b",\"failures\":", w.failures);
+    int(out, b",\"slow\":", w.slow);
+    out.extend_from_slice(b",\"failure_rate\":");
+    write_num(out, ratio(w.failures, w.requests));
+    out.extend_from_slice(b",\"slow_rate\":");
+    write_num(out, ratio(w.slow, w.requests));
+    out.extend_from_slice(b"},\"latency_ms\":{\"p50\":");
+    write_opt(out, l.p50.map(Num::Int));
+    out.extend_from_slice(b",\"p95\":");
+    write_opt(out, l.p95.map(Num::Int));
+    out.extend_from_slice(b",\"p99\":");
+    write_opt(out, l.p99.map(Num::Int));
+    int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
+    int(
+        out,
+        b",\"consecutive_probe_successes\":",
+        u64::from(v.consecutive_probe_successes),
+    );
+    // The SPEC's `totals` has no `slow`: slow calls show in the window and in Prometheus.
+    int(out, b",\"totals\":{\"requests\":", t.requests);
+    int(out, b",\"failures\":", t.failures);
+    int(out, b",\"short_circuited\":", t.short_circuited);
+    int(out, b",\"probes\":", t.probes);
+    int(out, b",\"tls_errors\":", t.tls_errors);
+    int(out, b",\"retry_after_503\":", t.retry_after_503);
+    int(out, b",\"opened\":", t.opened);
+    int(out, b",\"half_opened\":", t.half_opened);
+    int(out, b",\"closed\":", t.closed);
+    out.extend_from_slice(b"},\"last_transition\":");
+    json_str(out, &v.last_transition);
+    out.push(b'}');
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::snapshot::{Forced, LatencyView, State, Totals, WindowView};
+    use serde_json::Value;
+
+    /// The SPEC's example breaker.
+    pub(crate) fn example_entry() -> Entry {
+        Entry {
+            upstream: "api".into(),
+            route: "checkout".into(),
+            view: BreakerView {
+                state: State::Open,
+                dry_run: false,
+                forced: None,
+                since_ms: 1_764_484_800_123,
+                retry_at_ms: Some(1_764_484_830_500),
+                window: WindowView {
+                    seconds: 10,
+                    requests: 40,
+                    failures: 22,
+                    slow: 3,
+                },
+                latency: LatencyView {
+                    p50: Some(41),
+                    p95: Some(612),
+                    p99: Some(900),
+                },
+                cooldown_ms: 30_000,
+                consecutive_probe_successes: 0,
+                totals: Totals {
+                    requests: 123_456,
+                    failures: 812,
+                    slow: 77,
+                    short_circuited: 5120,
+                    probes: 4,
+                    tls_errors: 0,
+                    retry_after_503: 0,
+                    opened: 3,
+                    half_opened: 2,
+                    closed: 1,
+                },
+                last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
+            },
+        }
+    }
+
+    /// A fresh closed breaker: no latency samples, no probe scheduled.
+    pub(crate) fn closed_entry() -> Entry {
+        Entry {
+            upstream: "backend".into(),
+            route: DEFAULT_ROUTE.into(),
+            view: BreakerView {
+                state: State::Closed,
+                dry_run: true,
+                forced: None,
+                since_ms: 1_764_484_000_000,
+                retry_at_ms: None,
+                window: WindowView {
+                    seconds: 30,
+                    ..WindowView::default()
+                },
+                latency: LatencyView::default(),
+                cooldown_ms: 5000,
+                consecutive_probe_successes: 0,
+                totals: Totals::default(),
+                last_transition: String::new(),
+            },
+        }
+    }
+
+    pub(crate) fn example_zone() -> ZoneView {
+        ZoneView {
+            name: "cb".into(),
+            size: 10_485_760,
+            used: 8192,
+            alloc_failures: 0,
+        }
+    }
+
+    /// The SPEC's example, whitespace removed.
+    const SPEC_EXAMPLE: &str = r#"{"zone":"cb","size":10485760,"used":8192,"alloc_failures":0,
+ "breakers":[{"upstream":"api","route":"checkout","state":"open","state_code":2,
+   "dry_run":false,"forced":null,"since":1764484800.123,"retry_at":1764484830.5,
+   "window":{"seconds":10,"requests":40,"failures":22,"slow":3,"failure_rate":0.55,"slow_rate":0.075},
+   "latency_ms":{"p50":41,"p95":612,"p99":900},
+   "cooldown_ms":30000,"consecutive_probe_successes":0,
+   "totals":{"requests":123456,"failures":812,"short_circuited":5120,"probes":4,
+             "tls_errors":0,"retry_after_503":0,"opened":3,"half_opened":2,"closed":1},
+   "last_transition":"failure rate 55% (22/40) >= 50% in 10s"}]}"#;
+
+    fn parse(bytes: &[u8]) -> Value {
+        serde_json::from_slice(bytes).expect("valid JSON")
+    }
+
+    #[test]
+    fn json_matches_spec_example_byte_for_byte() {
+        let out = render_json(&example_zone(), &[example_entry()]);
+        let expected: String = SPEC_EXAMPLE
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .concat();
+        assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
+    }
+
+    #[test]
+    fn json_open_breaker_field_by_field() {
+        let v = parse(&render_json(&example_zone(), &[example_entry()]));
+        assert_eq!(v["zone"], "cb");
+        assert_eq!(v["size"], 10_485_760);
+        assert_eq!(v["used"], 8192);
+        assert_eq!(v["alloc_failures"], 0);
+        let b = &v["breakers"][0];
+        assert_eq!(v["breakers"].as_array().unwrap().len(), 1);
+        assert_eq!(b["upstream"], "api");
+        assert_eq!(b["route"], "checkout");
+        assert_eq!(b["state"], "open");
+        assert_eq!(b["state_code"], 2);
+        assert_eq!(b["dry_run"], false);
+        assert!(b["forced"].is_null());
+        assert_eq!(b["since"].as_f64(), Some(1_764_484_800.123));
+        assert_eq!(b["retry_at"].as_f64(), Some(1_764_484_830.5));
+        let w = &b["window"];
+        assert_eq!(w["seconds"], 10);
+        assert_eq!(w["requests"], 40);
+        assert_eq!(w["failures"], 22);
+        assert_eq!(w["slow"], 3);
+        assert_eq!(w["failure_rate"].as_f64(), Some(0.55));
+        assert_eq!(w["slow_rate"].as_f64(), Some(0.075));
+        assert_eq!(b["latency_ms"]["p50"], 41);
+        assert_eq!(b["latency_ms"]["p95"], 612);
+        assert_eq!(b["latency_ms"]["p99"], 900);
+        assert_eq!(b["cooldown_ms"], 30_000);
+        assert_eq!(b["consecutive_probe_successes"], 0);
+        let t = &b["totals"];
+        assert_eq!(t["requests"], 123_456);
+        assert_eq!(t["failures"], 812);
+        assert_eq!(t["short_circuited"], 5120);
+        assert_eq!(t["probes"], 4);
+        assert_eq!(t["tls_errors"], 0);
+        assert_eq!(t["retry_after_503"], 0);
+        assert_eq!(t["opened"], 3);
+        assert_eq!(t["half_opened"], 2);
+        assert_eq!(t["closed"], 1);
+        assert_eq!(t.as_object().unwrap().len(), 9);
+        assert_eq!(
+            b["last_transition"],
+            "failure rate 55% (22/40) >= 50% in 10s"
+        );
+        assert_eq!(b.as_object().unwrap().len(), 14);
+    }
+
+    #[test]
+    fn json_closed_breaker_field_by_field() {
+        let v = parse(&render_breaker_json(&closed_entry()));
+        assert_eq!(v["upstream"], "backend");
+        assert_eq!(v["route"], "default");
+        assert_eq!(v["state"], "closed");
+        assert_eq!(v["state_code"], 0);
+        assert_eq!(v["dry_run"], true);
+        assert!(v["forced"].is_null());
+        assert_eq!(v["since"].as_f64(), Some(1_764_484_000.0));
+        assert!(v["since"].is_f64(), "since stays a float for whole seconds");
+        assert!(v["retry_at"].is_null());
+        let w = &v["window"];
+        assert_eq!(w["seconds"], 30);
+        assert_eq!(w["requests"], 0);
+        assert_eq!(w["failure_rate"].as_f64(), Some(0.0));
+        assert_eq!(w["slow_rate"].as_f64(), Some(0.0));
+        assert!(v["latency_ms"]["p50"].is_null());
+        assert!(v["latency_ms"]["p95"].is_null());
+        assert!(v["latency_ms"]["p99"].is_null());
+        assert_eq!(v["cooldown_ms"], 5000);
+        assert_eq!(v["totals"]["requests"], 0);
+        assert_eq!(v["totals"]["closed"], 0);
+        assert_eq!(v["last_transition"], "");
+    }
+
+    #[test]
+    fn json_half_open_forced_partial_latency() {
+        let mut e = example_entry();
+        e.view.state = State::HalfOpen;
+        e.view.forced = Some(Forced::Closed);
+        e.view.latency.p99 = None;
+        e.view.consecutive_probe_successes = 2;
+        let v = parse(&render_breaker_json(&e));
+        assert_eq!(v["state"], "half_open");
+        assert_eq!(v["state_code"], 1);
+        assert_eq!(v["forced"], "closed");
+        assert_eq!(v["latency_ms"]["p50"], 41);
+        assert!(v["latency_ms"]["p99"].is_null());
+        assert_eq!(v["consecutive_probe_successes"], 2);
+        e.view.forced = Some(Forced::Open);
+        assert_eq!(parse(&render_breaker_json(&e))["forced"], "open");
+    }
+
+    #[test]
+    fn breaker_json_is_the_array_element() {
+        let entries = [example_entry(), closed_entry()];
+        let page = render_json(&example_zone(), &entries);
+        let v = parse(&page);
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(v["breakers"][i], parse(&render_breaker_json(e)));
+        }
+        let text = std::str::from_utf8(&page).unwrap();
+        let one = String::from_utf8(render_breaker_json(&entries[1])).unwrap();
+        assert!(text.contains(&one));
+    }
+
+    #[test]
+    fn json_empty_breakers() {
+        let zone = ZoneView {
+            name: "z".into(),
+            size: 1,
+            used: 2,
+            alloc_failures: 3,
+        };
+        assert_eq!(
+            render_json(&zone, &[]),
+            br#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"breakers":[]}"#
+        );
+    }
+
+    #[test]
+    fn json_escapes_odd_names() {
+        let odd = "we\"ird\\na\nme\t\u{1}\u{7f}é💥</script>";
+        let mut e = closed_entry();
+        e.upstream = odd.into();
+        e.route = "r\"\r\n".into();
+        e.view.last_transition = "line1\nline2 \"quoted\" \\".into();
+        let zone = ZoneView {
+            name: "z\"one\\".into(),
+            ..example_zone()
+        };
+        let out = render_json(&zone, &[e]);
+        assert!(!out.iter().any(|&b| b < 0x20), "no raw control bytes");
+        let v = parse(&out);
+        assert_eq!(v["zone"], "z\"one\\");
+        assert_eq!(v["breakers"][0]["upstream"], odd);
+        assert_eq!(v["breakers"][0]["route"], "r\"\r\n");
+        assert_eq!(
+            v["breakers"][0]["last_transition"],
+            "line1\nline2 \"quoted\" \\"
+        );
+    }
+
+    fn rate(part: u64, whole: u64) -> f64 {
+        rate_e4(part, whole) as f64 / 10_000.0
+    }
+
+    #[test]
+    fn rates_round_to_four_decimals() {
+        assert_eq!(rate(0, 0), 0.0);
+        assert_eq!(rate(22, 40), 0.55);
+        assert_eq!(rate(3, 40), 0.075);
+        assert_eq!(rate(1, 3), 0.3333);
+        assert_eq!(rate(2, 3), 0.6667);
+        assert_eq!(rate(1, 20_000), 0.0001); // exactly half a unit rounds up
+        assert_eq!(rate(1, 20_001), 0.0);
+        assert_eq!(rate(7, 7), 1.0);
+        assert_eq!(rate(u64::MAX, u64::MAX), 1.0);
+        assert_eq!(rate(u64::MAX / 3, u64::MAX), 0.3333);
+        let mut e = closed_entry();
+        e.view.window.requests = 3;
+        e.view.window.failures = 2;
+        e.view.window.slow = 1;
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(
+            out.contains(r#""failure_rate":0.6667,"slow_rate":0.3333"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn seconds_keep_millisecond_precision() {
+        for (ms, text) in [
+            (0, "0.0"),
+            (1, "0.001"),
+            (1_764_484_800_123, "1764484800.123"),
+            (1_764_484_830_500, "1764484830.5"),
+            (1_764_484_830_050, "1764484830.05"),
+            (1_764_484_830_000, "1764484830.0"),
+            (4_102_444_800_999, "4102444800.999"),
+        ] {
+            let mut e = closed_entry();
+            e.view.since_ms = ms;
+            e.view.retry_at_ms = Some(ms);
+            let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+            assert!(
+                out.contains(&format!(r#""since":{text},"retry_at":{text},"#)),
+                "{ms}: {out}"
+            );
+        }
+    }
+
+    /// Many breakers, as a full zone might hold.
+    pub(crate) fn many_entries(n: usize) -> Vec<Entry> {
+        (0..n)
+            .map(|i| {
+                let mut e = if i % 2 == 0 {
+                    example_entry()
+                } else {
+                    closed_entry()
+                };
+                e.upstream = format!("upstream_{}", i / 10);
+                e.route = if i % 10 == 0 {
+                    DEFAULT_ROUTE.into()
+                } else {
+                    format!("route_{i}")
+                };
+                e.view.totals.requests += i as u64;
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn json_renders_ten_thousand_breakers() {
+        let entries = many_entries(10_000);
+        let zone = example_zone();
+        let start = std::time::Instant::now();
+        let out = render_json(&zone, &entries);
+        let elapsed = start.elapsed();
+        println!(
+            "render_json: 10000 breakers, {} bytes, {:?}",
+            out.len(),
+            elapsed
+        );
+        let v = parse(&out);
+        let breakers = v["breakers"].as_array().unwrap();
+        assert_eq!(breakers.len(), 10_000);
+        assert_eq!(breakers[9_999]["route"], "route_9999");
+        assert_eq!(breakers[10]["route"], "default");
+        assert_eq!(breakers[10]["upstream"], "upstream_1");
+    }
+}

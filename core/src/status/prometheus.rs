@@ -1,0 +1,726 @@
+//! Prometheus text exposition format 0.0.4 (see [`super::render_prometheus`] for the families).
+
+use super::{ratio, secs, write_num, Entry, Num, ZoneView};
+use crate::snapshot::BreakerView;
+
+const PREFIX: &str = "nginx_circuit_breaker_";
+
+fn flag(b: bool) -> Num {
+    Num::Int(u64::from(b))
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Gauge,
+    Counter,
+}
+
+/// An extra label of a family with several samples per breaker: its name, and its values.
+type Split = (&'static str, &'static [&'static str]);
+
+struct Renderer<'a> {
+    out: Vec<u8>,
+    entries: &'a [Entry],
+    /// `zone="…",upstream="…",route="…"` of every entry, escaped, back to back; the zone's
+    /// own `zone="…"` comes first.
+    labels: Vec<u8>,
+    /// End of each entry's label set in `labels`; entry `i` spans `ends[i]..ends[i + 1]`,
+    /// and `ends[0]` ends the zone label.
+    ends: Vec<usize>,
+}
+
+pub(super) fn render(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
+    let mut labels = Vec::with_capacity(
+        32 + zone.name.len()
+            + entries
+                .iter()
+                .map(|e| 32 + zone.name.len() + e.upstream.len() + e.route.len())
+                .sum::<usize>(),
+    );
+    let mut ends = Vec::with_capacity(entries.len() + 1);
+    labels.extend_from_slice(b"zone=\"");
+    escape_label_value(&mut labels, &zone.name);
+    labels.push(b'"');
+    ends.push(labels.len());
+    let zone_label_len = labels.len();
+    for e in entries {
+        labels.extend_from_within(..zone_label_len);
+        labels.extend_from_slice(b",upstream=\"");
+        escape_label_value(&mut labels, &e.upstream);
+        labels.extend_from_slice(b"\",route=\"");
+        escape_label_value(&mut labels, &e.route);
+        labels.push(b'"');
+        ends.push(labels.len());
+    }
+
+    // Each breaker yields up to 27 samples of about 40 bytes plus its labels and value.
+    let per_sample = labels.len() - zone_label_len + entries.len() * 56;
+    let mut r = Renderer {
+        out: Vec::with_capacity(8192 + 27 * per_sample),
+        entries,
+        labels,
+        ends,
+    };
+    r.render(zone);
+    r.out
+}
+
+impl Renderer<'_> {
+    fn render(&mut self, zone: &ZoneView) {
+        use Kind::{Counter, Gauge};
+
+        self.zone_family(
+            "zone_size_bytes",
+            Gauge,
+            "Size of the shared memory zone in bytes.",
+            zone.size,
+        );
+        self.zone_family(
+            "zone_used_bytes",
+            Gauge,
+            "Bytes allocated from the shared memory zone.",
+            zone.used,
+        );
+        self.zone_family(
+            "zone_alloc_failures_total",
+            Counter,
+            "Breakers not created because the zone was full (they fail open).",
+            zone.alloc_failures,
+        );
+        self.zone_family(
+            "breakers",
+            Gauge,
+            "Number of breakers in the zone.",
+            self.entries.len() as u64,
+        );
+
+        self.family(
+            "state",
+            Gauge,
+            "Breaker state: 0 closed, 1 half-open, 2 open.",
+            |v| Some(Num::Int(u64::from(v.state.code()))),
+        );
+        self.family(
+            "dry_run",
+            Gauge,
+            "1 when the breaker only reports what it would do.",
+            |v| Some(flag(v.dry_run)),
+        );
+        self.split_family(
+            "forced",
+            Gauge,
+            "1 for the state an operator forced the breaker into, 0 otherwise.",
+            ("state", &["open", "closed"]),
+            |v, i| {
+                let name = v.forced.map(|f| f.name());
+                Some(flag(name == Some(["open", "closed"][i])))
+            },
+        );
+        self.family(
+            "state_since_seconds",
+            Gauge,
+            "Unix time the current state began.",
+            |v| Some(secs(v.since_ms)),
+        );
+        self.family(
+            "retry_at_seconds",
+            Gauge,
+            "Unix time the next probe may start (open or half-open only).",
+            |v| v.retry_at_ms.map(secs),
+        );
+        self.family(
+            "cooldown_milliseconds",
+            Gauge,
+            "Current cooldown (doubles after each failed probe).",
+            |v| Some(Num::Int(v.cooldown_ms)),
+        );
+        self.family(
+            "consecutive_probe_successes",
+            Gauge,
+            "Good probes in a row in the current half-open period.",
+            |v| Some(Num::Int(u64::from(v.consecutive_probe_successes))),
+        );
+        self.family(
+            "window_seconds",
+            Gauge,
+            "Length of the sliding window in seconds.",
+            |v| Some(Num::Int(u64::from(v.window.seconds))),
+        );
+        self.family(
+            "window_requests",
+            Gauge,
+            "Attempts recorded in the window.",
+            |v| Some(Num::Int(v.window.requests)),
+        );
+        self.family(
+            "window_failures",
+            Gauge,
+            "Failures recorded in the window.",
+            |v| Some(Num::Int(v.window.failures)),
+        );
+        self.family(
+            "window_slow",
+            Gauge,
+            "Slow calls recorded in the window.",
+            |v| Some(Num::Int(v.window.slow)),
+        );
+        self.family(
+            "failure_rate",
+            Gauge,
+            "Failures per attempt in the window (0 when empty).",
+            |v| Some(ratio(v.window.failures, v.window.requests)),
+        );
+        self.family(
+            "slow_rate",
+            Gauge,
+            "Slow calls per attempt in the window (0 when empty).",
+            |v| Some(ratio(v.window.slow, v.window.requests)),
+        );
+        self.split_family(
+            "latency_milliseconds",
+            Gauge,
+            "Latency percentiles over the window in milliseconds.",
+            ("quantile", &["0.5", "0.95", "0.99"]),
+            |v, i| [v.latency.p50, v.latency.p95, v.latency.p99][i].map(Num::Int),
+        );
+        self.family("requests_total", Counter, "Attempts recorded.", |v| {
+            Some(Num::Int(v.totals.requests))
+        });
+        self.family(
+            "failures_total",
+            Counter,
+            "Attempts classified as failures.",
+            |v| Some(Num::Int(v.totals.failures)),
+        );
+        self.family("slow_total", Counter, "Slow attempts.", |v| {
+            Some(Num::Int(v.totals.slow))
+        });
+        self.family(
+            "short_circuited_total",
+            Counter,
+            "Requests answered without touching the origin (in dry run: that would have been).",
+            |v| Some(Num::Int(v.totals.short_circuited)),
+        );
+        self.family("probes_total", Counter, "Probes started.", |v| {
+            Some(Num::Int(v.totals.probes))
+        });
+        self.family(
+            "tls_errors_total",
+            Counter,
+            "TLS handshake or certificate failures (not counted as origin failures).",
+            |v| Some(Num::Int(v.totals.tls_errors)),
+        );
+        self.family(
+            "retry_after_503_total",
+            Counter,
+            "503 responses that carried Retry-After.",
+            |v| Some(Num::Int(v.totals.retry_after_503)),
+        );
+        self.split_family(
+            "transitions_total",
+            Counter,
+            "State transitions, by the state entered.",
+            ("to", &["open", "half_open", "closed"]),
+            |v, i| {
+                let t = &v.totals;
+                Some(Num::Int([t.opened, t.half_opened, t.closed][i]))
+            },
+        );
+    }
+
+    fn header(&mut self, name: &str, kind: Kind, help: &str) {
+        let out = &mut self.out;
+        out.extend_from_slice(b"# HELP ");
+        out.extend_from_slice(PREFIX.as_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
+        // Help texts are constants free of `\` and newlines, which would need escaping.
+        out.extend_from_slice(help.as_bytes());
+        out.extend_from_slice(b"\n# TYPE ");
+        out.extend_from_slice(PREFIX.as_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(match kind {
+            Kind::Gauge => b" gauge\n",
+            Kind::Counter => b" counter\n",
+        });
+    }
+
+    /// One sample: `head` (`nginx_circuit_breaker_NAME{`), the label set, `tail` (`} ` or
+    /// `,split="value"} `), the value.
+    fn sample(&mut self, head: &[u8], labels: (usize, usize), tail: &[u8], v: Num) {
+        let out = &mut self.out;
+        out.extend_from_slice(head);
+        out.extend_from_slice(&self.labels[labels.0..labels.1]);
+        out.extend_from_slice(tail);
+        write_num(out, v);
+        out.push(b'\n');
+    }
+
+    fn zone_family(&mut self, name: &str, kind: Kind, help: &str, value: u64) {
+        self.header(name, kind, help);
+        let head = [PREFIX, name, "{"].concat();
+        self.sample(head.as_bytes(), (0, self.ends[0]), b"} ", Num::Int(value));
+    }
+
+    /// A family with at most one sample per breaker (`None`: no sample for that breaker).
+    fn family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        value: impl Fn(&BreakerView) -> Option<Num>,
+    ) {
+        self.split_family(name, kind, help, ("", &[""]), |v, _| value(v));
+    }
+
+    /// A family with one sample per breaker and value of the `split` label (`None`: no
+    /// sample; split label values are constants needing no escaping). `HELP` and `TYPE` are written before the first sample, so a family without
+    /// samples is left out.
+    fn split_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        split: Split,
+        value: impl Fn(&BreakerView, usize) -> Option<Num>,
+    ) {
+        let head = [PREFIX, name, "{"].concat();
+        let tails: Vec<String> = split
+            .1
+            .iter()
+            .map(|value| match split.0 {
+                "" => "} ".to_string(),
+                label => format!(",{label}=\"{value}\"}} "),
+            })
+            .collect();
+        let mut headed = false;
+        let entries = self.entries;
+        for (i, e) in entries.iter().enumerate() {
+            let labels = (self.ends[i], self.ends[i + 1]);
+            for (j, tail) in tails.iter().enumerate() {
+                let Some(v) = value(&e.view, j) else { continue };
+                if !headed {
+                    self.header(name, kind, help);
+                    headed = true;
+                }
+                self.sample(head.as_bytes(), labels, tail.as_bytes(), v);
+            }
+        }
+    }
+}
+
+/// Escapes a label value as the text format requires: `\` → `\\`, `"` → `\"`, newline → `\n`.
+fn escape_label_value(out: &mut Vec<u8>, value: &str) {
+    let bytes = value.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'"' => b"\\\"",
+            b'\n' => b"\\n",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escaped);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{closed_entry, example_entry, example_zone, many_entries};
+    use super::super::{render_prometheus, Entry, ZoneView};
+    use crate::snapshot::Forced;
+    use std::collections::{HashMap, HashSet};
+
+    fn render(zone: &ZoneView, entries: &[Entry]) -> String {
+        String::from_utf8(render_prometheus(zone, entries)).expect("UTF-8")
+    }
+
+    /// A parsed sample: metric name, labels in order, value.
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    fn is_metric_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+
+    fn is_label_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
+
+    /// Parses `{a="x",b="y"}` at the start of `s`, unescaping values; returns the rest.
+    fn parse_labels(mut s: &str) -> (Vec<(String, String)>, &str) {
+        let mut labels = Vec::new();
+        s = s.strip_prefix('{').expect("{");
+        loop {
+            if let Some(rest) = s.strip_prefix('}') {
+                return (labels, rest);
+            }
+            let eq = s.find('=').expect("=");
+            let name = &s[..eq];
+            assert!(is_label_name(name), "label name {name:?}");
+            s = s[eq + 1..].strip_prefix('"').expect("opening quote");
+            let mut value = String::new();
+            let mut chars = s.char_indices();
+            let end = loop {
+                match chars.next().expect("closing quote") {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next().expect("escape").1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        c => panic!("bad escape \\{c}"),
+                    },
+                    (_, '\n') => panic!("raw newline in label value"),
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((name.to_string(), value));
+            s = &s[end + 1..];
+            s = s.strip_prefix(',').unwrap_or(s);
+        }
+    }
+
+    /// A small validator of the text format: every sample's family has `# HELP` then
+    /// `# TYPE` before it, each family once and contiguous, valid names, values parse as
+    /// f64, no duplicate series. Returns the samples and each family's type.
+    fn validate(text: &str) -> (Vec<Sample>, HashMap<String, String>) {
+        assert!(text.ends_with('\n'), "ends with a newline");
+        let mut samples = Vec::new();
+        let mut types = HashMap::new();
+        let mut helped = HashSet::new();
+        let mut finished = HashSet::new();
+        let mut current: Option<String> = None;
+        let mut series = HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').expect("HELP text");
+                assert!(is_metric_name(name), "{line}");
+                assert!(!help.is_empty());
+                assert!(helped.insert(name.to_string()), "HELP twice: {line}");
+                assert!(!finished.contains(name), "family not contiguous: {line}");
+                if let Some(prev) = current.replace(name.to_string()) {
+                    finished.insert(prev);
+                }
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE kind");
+                assert_eq!(
+                    current.as_deref(),
+                    Some(name),
+                    "TYPE right after HELP: {line}"
+                );
+                assert!(matches!(kind, "gauge" | "counter"), "{line}");
+                assert!(
+                    types.insert(name.to_string(), kind.to_string()).is_none(),
+                    "TYPE twice: {line}"
+                );
+            } else {
+                assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+                let brace = line.find('{').expect("labelled sample");
+                let name = &line[..brace];
+                assert!(is_metric_name(name), "{line}");
+                assert_eq!(current.as_deref(), Some(name), "sample outside its family");
+                assert!(types.contains_key(name), "sample before TYPE: {line}");
+                let (labels, rest) = parse_labels(&line[brace..]);
+                let value = rest.strip_prefix(' ').expect("space before value");
+                let value: f64 = value.parse().unwrap_or_else(|_| panic!("value: {line}"));
+                assert!(value.is_finite());
+                if types[name] == "counter" {
+                    assert!(name.ends_with("_total"), "{line}");
+                }
+                assert!(
+                    series.insert(format!("{name}{labels:?}")),
+                    "duplicate series {line}"
+                );
+                samples.push(Sample {
+                    name: name.to_string(),
+                    labels,
+                    value,
+                });
+            }
+        }
+        (samples, types)
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn example_line_by_line() {
+        let text = render(&example_zone(), &[example_entry()]);
+        let l = r#"{zone="cb",upstream="api",route="checkout"}"#;
+        let p = "nginx_circuit_breaker_";
+        let mut expected = vec![
+            format!("# HELP {p}zone_size_bytes Size of the shared memory zone in bytes."),
+            format!("# TYPE {p}zone_size_bytes gauge"),
+            format!(r#"{p}zone_size_bytes{{zone="cb"}} 10485760"#),
+            format!("# HELP {p}zone_used_bytes Bytes allocated from the shared memory zone."),
+            format!("# TYPE {p}zone_used_bytes gauge"),
+            format!(r#"{p}zone_used_bytes{{zone="cb"}} 8192"#),
+        ];
+        expected.extend([
+            format!("# HELP {p}zone_alloc_failures_total Breakers not created because the zone was full (they fail open)."),
+            format!("# TYPE {p}zone_alloc_failures_total counter"),
+            format!(r#"{p}zone_alloc_failures_total{{zone="cb"}} 0"#),
+            format!("# HELP {p}breakers Number of breakers in the zone."),
+            format!("# TYPE {p}breakers gauge"),
+            format!(r#"{p}breakers{{zone="cb"}} 1"#),
+        ]);
+        let samples = [
+            ("state", "gauge", "2"),
+            ("dry_run", "gauge", "0"),
+            ("forced", "gauge", r#"{state="open"} 0"#),
+            ("", "", r#"{state="closed"} 0"#),
+            ("state_since_seconds", "gauge", "1764484800.123"),
+            ("retry_at_seconds", "gauge", "1764484830.5"),
+            ("cooldown_milliseconds", "gauge", "30000"),
+            ("consecutive_probe_successes", "gauge", "0"),
+            ("window_seconds", "gauge", "10"),
+            ("window_requests", "gauge", "40"),
+            ("window_failures", "gauge", "22"),
+            ("window_slow", "gauge", "3"),
+            ("failure_rate", "gauge", "0.55"),
+            ("slow_rate", "gauge", "0.075"),
+            ("latency_milliseconds", "gauge", r#"{quantile="0.5"} 41"#),
+            ("", "", r#"{quantile="0.95"} 612"#),
+            ("", "", r#"{quantile="0.99"} 900"#),
+            ("requests_total", "counter", "123456"),
+            ("failures_total", "counter", "812"),
+            ("slow_total", "counter", "77"),
+            ("short_circuited_total", "counter", "5120"),
+            ("probes_total", "counter", "4"),
+            ("tls_errors_total", "counter", "0"),
+            ("retry_after_503_total", "counter", "0"),
+            ("transitions_total", "counter", r#"{to="open"} 3"#),
+            ("", "", r#"{to="half_open"} 2"#),
+            ("", "", r#"{to="closed"} 1"#),
+        ];
+        let mut family = "";
+        for (name, kind, value) in samples {
+            if !name.is_empty() {
+                family = name;
+                expected.push(format!("# HELP {p}{name} <help>"));
+                expected.push(format!("# TYPE {p}{name} {kind}"));
+            }
+            if let Some(split) = value.strip_prefix('{') {
+                let inner = &l[..l.len() - 1];
+                expected.push(format!("{p}{family}{inner},{split}"));
+            } else {
+                expected.push(format!("{p}{family}{l} {value}"));
+            }
+        }
+        let got: Vec<&str> = text.lines().collect();
+        assert_eq!(got.len(), expected.len(), "{text}");
+        for (got, want) in got.iter().zip(&expected) {
+            if let Some(prefix) = want.strip_suffix("<help>") {
+                assert!(
+                    got.starts_with(prefix) && got.len() > prefix.len() + 3,
+                    "{got}"
+                );
+            } else {
+                assert_eq!(got, want);
+            }
+        }
+        validate(&text);
+    }
+
+    #[test]
+    fn families_are_valid_and_grouped() {
+        let text = render(&example_zone(), &many_entries(50));
+        let (samples, types) = validate(&text);
+        // Every family is present (the example breakers have latency and retry_at).
+        assert_eq!(types.len(), 4 + 22);
+        let count = |name: &str| {
+            samples
+                .iter()
+                .filter(|s| s.name == format!("nginx_circuit_breaker_{name}"))
+                .count()
+        };
+        assert_eq!(count("breakers"), 1);
+        assert_eq!(count("state"), 50);
+        assert_eq!(count("forced"), 100);
+        assert_eq!(count("transitions_total"), 150);
+        // Only the 25 open example breakers have latency and a probe time.
+        assert_eq!(count("latency_milliseconds"), 75);
+        assert_eq!(count("retry_at_seconds"), 25);
+        for s in &samples {
+            assert_eq!(s.labels[0].0, "zone");
+            if !s.name.contains("zone_") && !s.name.ends_with("_breakers") {
+                assert_eq!(s.labels[1].0, "upstream");
+                assert_eq!(s.labels[2].0, "route");
+            }
+        }
+    }
+
+    #[test]
+    fn none_values_are_omitted_and_empty_families_dropped() {
+        let text = render(&example_zone(), &[closed_entry()]);
+        let (samples, types) = validate(&text);
+        assert!(!text.contains("retry_at_seconds"));
+        assert!(!text.contains("latency_milliseconds"));
+        assert_eq!(types.len(), 4 + 20);
+        let l = labels(&[
+            ("zone", "cb"),
+            ("upstream", "backend"),
+            ("route", "default"),
+        ]);
+        let find = |name: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == format!("nginx_circuit_breaker_{name}"))
+                .unwrap()
+        };
+        assert_eq!(find("state").labels, l);
+        assert_eq!(find("state").value, 0.0);
+        assert_eq!(find("dry_run").value, 1.0);
+        assert_eq!(find("failure_rate").value, 0.0);
+        assert_eq!(find("state_since_seconds").value, 1_764_484_000.0);
+        assert!(text.contains("nginx_circuit_breaker_failure_rate{zone=\"cb\",upstream=\"backend\",route=\"default\"} 0.0\n"));
+
+        // No breakers at all: zone families only.
+        let text = render(&example_zone(), &[]);
+        let (samples, types) = validate(&text);
+        assert_eq!(types.len(), 4);
+        assert_eq!(samples.len(), 4);
+        assert!(text.contains("nginx_circuit_breaker_breakers{zone=\"cb\"} 0\n"));
+    }
+
+    #[test]
+    fn forced_and_partial_latency() {
+        let mut e = example_entry();
+        e.view.forced = Some(Forced::Open);
+        e.view.latency.p95 = None;
+        let text = render(&example_zone(), &[e.clone()]);
+        validate(&text);
+        let l = r#"zone="cb",upstream="api",route="checkout""#;
+        assert!(text.contains(&format!(
+            "nginx_circuit_breaker_forced{{{l},state=\"open\"}} 1\nnginx_circuit_breaker_forced{{{l},state=\"closed\"}} 0\n"
+        )));
+        assert!(text.contains(&format!(
+            "nginx_circuit_breaker_latency_milliseconds{{{l},quantile=\"0.5\"}} 41\nnginx_circuit_breaker_latency_milliseconds{{{l},quantile=\"0.99\"}} 900\n"
+        )));
+        e.view.forced = Some(Forced::Closed);
+        let text = render(&example_zone(), &[e]);
+        assert!(text.contains(&format!(
+            "nginx_circuit_breaker_forced{{{l},state=\"open\"}} 0\nnginx_circuit_breaker_forced{{{l},state=\"closed\"}} 1\n"
+        )));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut e = closed_entry();
+        e.upstream = "a\\b\"c\nd\té💥{}=,".into();
+        e.route = "\"".into();
+        let zone = ZoneView {
+            name: "z\\".into(),
+            ..example_zone()
+        };
+        let text = render(&zone, &[e]);
+        let (samples, _) = validate(&text);
+        assert!(text.contains(r#"{zone="z\\",upstream="a\\b\"c\nd	é💥{}=,",route="\""}"#));
+        for s in &samples {
+            assert_eq!(s.labels[0], ("zone".to_string(), "z\\".to_string()));
+        }
+        let state = samples
+            .iter()
+            .find(|s| s.name == "nginx_circuit_breaker_state")
+            .unwrap();
+        assert_eq!(
+            state.labels,
+            labels(&[
+                ("zone", "z\\"),
+                ("upstream", "a\\b\"c\nd\té💥{}=,"),
+                ("route", "\""),
+            ])
+        );
+    }
+
+    #[test]
+    fn values_agree_with_json() {
+        let mut e = example_entry();
+        e.view.window.requests = 3;
+        e.view.window.failures = 2;
+        e.view.window.slow = 1;
+        e.view.since_ms = 1_764_484_830_050;
+        let json: serde_json::Value =
+            serde_json::from_slice(&super::super::render_breaker_json(&e)).unwrap();
+        let text = render(&example_zone(), &[e]);
+        let (samples, _) = validate(&text);
+        let value = |name: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == format!("nginx_circuit_breaker_{name}"))
+                .unwrap()
+                .value
+        };
+        assert_eq!(
+            value("failure_rate"),
+            json["window"]["failure_rate"].as_f64().unwrap()
+        );
+        assert_eq!(
+            value("slow_rate"),
+            json["window"]["slow_rate"].as_f64().unwrap()
+        );
+        assert_eq!(
+            value("state_since_seconds"),
+            json["since"].as_f64().unwrap()
+        );
+        assert_eq!(
+            value("retry_at_seconds"),
+            json["retry_at"].as_f64().unwrap()
+        );
+        assert!(text.contains("} 0.6667\n") && text.contains("} 0.3333\n"));
+        assert!(text.contains("} 1764484830.05\n"));
+    }
+
+    #[test]
+    fn write_num_forms() {
+        use super::super::{write_num, Num};
+        for (v, s) in [
+            (Num::Int(0), "0"),
+            (Num::Int(u64::MAX), "18446744073709551615"),
+            (Num::Scaled(0, 4), "0.0"),
+            (Num::Scaled(10_000, 4), "1.0"),
+            (Num::Scaled(5_500, 4), "0.55"),
+            (Num::Scaled(1, 4), "0.0001"),
+            (Num::Scaled(750, 4), "0.075"),
+            (Num::Scaled(1_764_484_800_123, 3), "1764484800.123"),
+            (Num::Scaled(1_764_484_800_020, 3), "1764484800.02"),
+            (Num::Scaled(1_764_484_800_000, 3), "1764484800.0"),
+        ] {
+            let mut out = Vec::new();
+            write_num(&mut out, v);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn prometheus_renders_ten_thousand_breakers() {
+        let entries = many_entries(10_000);
+        let zone = example_zone();
+        let start = std::time::Instant::now();
+        let out = render_prometheus(&zone, &entries);
+        let elapsed = start.elapsed();
+        println!(
+            "render_prometheus: 10000 breakers, {} bytes, {:?}",
+            out.len(),
+            elapsed
+        );
+        let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
+        assert_eq!(samples.len(), 4 + 10_000 * 23 + 5_000 * 4);
+    }
+}

@@ -1,0 +1,135 @@
+//! A fake clock and a breaker, so that tests read like a story.
+#![allow(dead_code)]
+
+use circuit_breaker_core::breaker::{
+    Admission, Attempt, BreakerConfig, Control, Decision, OwnedBreaker, Recorded, Ticket,
+    Transition, Transport,
+};
+use circuit_breaker_core::snapshot::{BreakerView, State};
+
+/// 2025-11-30T06:40:00Z, a plausible Unix time in milliseconds.
+pub const T0: u64 = 1_764_484_800_000;
+
+/// Defaults of the spec, without jitter so that cooldowns are exact.
+pub fn cfg() -> BreakerConfig {
+    BreakerConfig {
+        jitter: 0,
+        ..BreakerConfig::default()
+    }
+}
+
+pub fn ok() -> Attempt {
+    Attempt::http(200, 20)
+}
+
+pub fn http(status: u16) -> Attempt {
+    Attempt::http(status, 20)
+}
+
+pub fn slow(ms: u64) -> Attempt {
+    Attempt::http(200, ms)
+}
+
+pub fn timeout() -> Attempt {
+    Attempt::transport(Transport::Timeout, 1000)
+}
+
+pub fn retry_after(status: u16, secs: u32) -> Attempt {
+    Attempt {
+        retry_after_s: Some(secs),
+        ..Attempt::http(status, 20)
+    }
+}
+
+pub struct Story {
+    pub b: OwnedBreaker,
+    pub now: u64,
+    pub rnd: u32,
+}
+
+impl Story {
+    pub fn new(cfg: BreakerConfig) -> Story {
+        Story {
+            b: OwnedBreaker::new(cfg, T0),
+            now: T0,
+            rnd: u32::MAX / 2,
+        }
+    }
+
+    pub fn wait(&mut self, ms: u64) -> &mut Self {
+        self.now += ms;
+        self
+    }
+
+    pub fn admit(&mut self) -> Decision {
+        self.admit_as(1, &|_| true)
+    }
+
+    pub fn admit_as(&mut self, owner: u32, alive: &dyn Fn(u32) -> bool) -> Decision {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().admit(now, rnd, owner, alive)
+    }
+
+    pub fn record(&mut self, ticket: Ticket, a: &Attempt) -> Recorded {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().record(now, rnd, ticket, a)
+    }
+
+    /// A normal request that passes and ends with `a`; returns the transition it caused.
+    pub fn request(&mut self, a: &Attempt) -> Option<Transition> {
+        let d = self.admit();
+        assert!(
+            matches!(d.admission, Admission::Pass { .. }),
+            "expected a pass, got {d:?}"
+        );
+        self.record(Ticket::Normal, a).transition
+    }
+
+    /// `n` normal requests ending with `a`; returns the last transition seen.
+    pub fn requests(&mut self, n: usize, a: &Attempt) -> Option<Transition> {
+        let mut last = None;
+        for _ in 0..n {
+            if let Some(t) = self.request(a) {
+                last = Some(t);
+            }
+        }
+        last
+    }
+
+    /// Admits a request that must be the probe; returns its ticket.
+    pub fn probe(&mut self) -> Ticket {
+        match self.admit().admission {
+            Admission::Probe(t) => t,
+            other => panic!("expected a probe, got {other:?}"),
+        }
+    }
+
+    /// Admits a request that must be rejected; returns its Retry-After in ms.
+    pub fn rejected(&mut self) -> u64 {
+        match self.admit().admission {
+            Admission::Reject { retry_after_ms } => retry_after_ms,
+            other => panic!("expected a reject, got {other:?}"),
+        }
+    }
+
+    pub fn control(&mut self, c: Control) -> Option<Transition> {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().control(now, rnd, c)
+    }
+
+    pub fn state(&mut self) -> State {
+        self.b.breaker().state()
+    }
+
+    pub fn view(&mut self) -> BreakerView {
+        let now = self.now;
+        self.b.breaker().view(now)
+    }
+
+    /// Trips a default-config breaker with 20 failures.
+    pub fn trip(&mut self) -> Transition {
+        let t = self.requests(20, &http(500)).expect("tripped");
+        assert_eq!(self.state(), State::Open);
+        t
+    }
+}

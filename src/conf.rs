@@ -1,0 +1,415 @@
+//! Directives: typed configuration for the http block, upstream blocks and locations, and the
+//! post-configuration step that wraps each breaker-enabled upstream's `peer.init`.
+
+use core::ffi::{c_char, c_void};
+use core::ptr::null_mut;
+
+use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
+use circuit_breaker_core::config::{self, ConfError};
+use nginx_sys::{
+    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_flag_t, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t,
+    NGX_CONF_UNSET, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+};
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::http::{
+    HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge, MergeConfigError,
+    NgxHttpCoreModule, NgxHttpUpstreamModule,
+};
+use ngx::ngx_conf_log_error;
+
+use crate::util::hash_name;
+use crate::Module;
+
+/// The default zone, created when breakers exist but no `circuit_breaker_zone` was given.
+const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
+const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
+/// As `limit_req`: a slab pool needs a few pages to hold anything at all.
+pub const MIN_ZONE_SIZE: u64 = 8 * 4096;
+
+/// `http {}` level: the zone and every breaker-enabled upstream.
+pub struct MainConf {
+    pub zone: *mut ngx_shm_zone_t,
+    pub zone_name: String,
+    /// Breaker-enabled upstreams, filled in by `postconfiguration`.
+    pub upstreams: Vec<*mut SrvConf>,
+    /// Every route name declared anywhere, so a reload can drop breakers of removed routes.
+    pub routes: Vec<String>,
+    /// The zone generation this configuration created; older workers do not add breakers.
+    pub generation: u64,
+}
+
+impl Default for MainConf {
+    fn default() -> Self {
+        MainConf {
+            zone: null_mut(),
+            zone_name: String::new(),
+            upstreams: Vec::new(),
+            routes: Vec::new(),
+            generation: 0,
+        }
+    }
+}
+
+/// `upstream {}` level (nginx also creates one per `server {}`, unused there).
+#[derive(Default)]
+pub struct SrvConf {
+    /// Set by `circuit_breaker`; the failure set is filled in after parsing.
+    pub breaker: Option<BreakerConfig>,
+    pub failures: Option<FailureSet>,
+    /// Where `circuit_breaker_failure` stood, for the error when `circuit_breaker` is missing.
+    failure_at: Option<(String, usize)>,
+    /// The upstream's name and its hash, the first half of every breaker key.
+    pub name: String,
+    pub name_hash: u64,
+    pub original_init: ngx_http_upstream_init_peer_pt,
+    pub main: *mut MainConf,
+}
+
+/// A route, the second half of a breaker key.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub name: String,
+    pub hash: u64,
+}
+
+/// What the status location may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusMode {
+    Off,
+    ReadOnly,
+    Control,
+}
+
+/// `http`, `server` and `location` level.
+#[repr(C)]
+pub struct LocConf {
+    /// `circuit_breaker_header`, set by nginx's own flag slot.
+    pub header: ngx_flag_t,
+    pub route: Option<Route>,
+    pub status: StatusMode,
+    pub main: *mut MainConf,
+}
+
+impl Default for LocConf {
+    fn default() -> Self {
+        LocConf {
+            header: NGX_CONF_UNSET as ngx_flag_t,
+            route: None,
+            status: StatusMode::Off,
+            main: null_mut(),
+        }
+    }
+}
+
+impl Merge for LocConf {
+    fn merge(&mut self, prev: &LocConf) -> Result<(), MergeConfigError> {
+        if self.header == NGX_CONF_UNSET as ngx_flag_t {
+            self.header = if prev.header == NGX_CONF_UNSET as ngx_flag_t {
+                0
+            } else {
+                prev.header
+            };
+        }
+        if self.route.is_none() {
+            self.route = prev.route.clone();
+        }
+        Ok(())
+    }
+}
+
+impl Merge for SrvConf {
+    fn merge(&mut self, _prev: &SrvConf) -> Result<(), MergeConfigError> {
+        Ok(())
+    }
+}
+
+/// The directive's arguments after its name.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed.
+unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
+    // SAFETY: nginx fills cf->args with the directive's words before calling its handler.
+    let all: &[ngx_str_t] = unsafe { (*((*cf).args as *const ngx_array_t)).as_slice() };
+    &all[1..]
+}
+
+/// Words as `&str`; nginx allows any bytes, our parameters are ASCII.
+fn words(args: &[ngx_str_t]) -> Result<Vec<&str>, ConfError> {
+    args.iter()
+        .map(|a| {
+            a.to_str().map_err(|_| {
+                ConfError::InvalidParameter(String::from_utf8_lossy(a.as_bytes()).into_owned())
+            })
+        })
+        .collect()
+}
+
+fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {
+    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", err);
+    NGX_CONF_ERROR
+}
+
+/// `circuit_breaker_zone name:size`
+pub unsafe extern "C" fn set_zone(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
+    let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+    if !mcf.zone.is_null() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let arg = unsafe { args(cf) }[0];
+    let Ok(text) = arg.to_str() else {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_zone",
+                value: String::from_utf8_lossy(arg.as_bytes()).into_owned(),
+                reason: None,
+            },
+        );
+    };
+    let (name, size) = match config::parse_zone(text, MIN_ZONE_SIZE) {
+        Ok(v) => v,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: called while parsing, with our main conf.
+    match unsafe { add_zone(cf, mcf, name, size as usize) } {
+        Ok(()) => NGX_CONF_OK,
+        Err(()) => NGX_CONF_ERROR,
+    }
+}
+
+/// Registers the shared zone with nginx; `zone::init` runs once the configuration is read.
+unsafe fn add_zone(
+    cf: *mut ngx_conf_t,
+    mcf: &mut MainConf,
+    name: &str,
+    size: usize,
+) -> Result<(), ()> {
+    mcf.zone_name = name.to_owned();
+    let mut zname = ngx_str_t {
+        len: mcf.zone_name.len(),
+        data: mcf.zone_name.as_ptr().cast_mut(),
+    };
+    // SAFETY: `cf` is live; the module static outlives every cycle; nginx copies nothing but
+    // keeps `zname.data`, which lives in the main conf for the cycle's lifetime.
+    let zone = unsafe {
+        ngx_shared_memory_add(
+            cf,
+            &mut zname,
+            size,
+            core::ptr::addr_of_mut!(crate::ngx_http_circuit_breaker_module).cast(),
+        )
+    };
+    if zone.is_null() {
+        return Err(());
+    }
+    // SAFETY: non-null zone just returned by nginx.
+    let z = unsafe { &mut *zone };
+    if !z.data.is_null() {
+        ngx_conf_log_error!(NGX_LOG_EMERG, cf, "zone \"{}\" is already used", name);
+        return Err(());
+    }
+    z.init = Some(crate::zone::init);
+    z.data = (mcf as *mut MainConf).cast();
+    mcf.zone = zone;
+    Ok(())
+}
+
+/// `circuit_breaker [param=value ...] [dry_run]`
+pub unsafe extern "C" fn set_breaker(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our upstream-level conf for NGX_HTTP_SRV_CONF_OFFSET.
+    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
+    if scf.breaker.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let parsed = words(unsafe { args(cf) }).and_then(|w| config::parse_breaker_args(w));
+    let cfg = match parsed {
+        Ok(c) => c,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: `cf` is live; in an upstream block the upstream module's srv conf is set.
+    let Some(uscf) = NgxHttpUpstreamModule::server_conf(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    let name = String::from_utf8_lossy(uscf.host.as_bytes()).into_owned();
+    if name.len() > crate::zone::MAX_UPSTREAM_NAME {
+        return fail(
+            cf,
+            ConfError::Conflict(format!(
+                "upstream name \"{name}\" is too long for \"circuit_breaker\""
+            )),
+        );
+    }
+    scf.name_hash = hash_name(name.as_bytes());
+    scf.name = name;
+    scf.breaker = Some(cfg);
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_failure class ...`
+pub unsafe extern "C" fn set_failure(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our upstream-level conf.
+    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
+    if scf.failures.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let parsed = words(unsafe { args(cf) }).and_then(|w| config::parse_failure_classes(w));
+    match parsed {
+        Ok(set) => scf.failures = Some(set),
+        Err(e) => return fail(cf, e),
+    }
+    // SAFETY: `cf` is live and its conf_file is set while parsing a file.
+    scf.failure_at = unsafe { crate::util::conf_position(cf) };
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_route name`
+pub unsafe extern "C" fn set_route(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET.
+    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+    if lcf.route.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let arg = unsafe { args(cf) }[0];
+    let name = String::from_utf8_lossy(arg.as_bytes()).into_owned();
+    if let Err(e) = config::check_route_name(&name) {
+        return fail(cf, e);
+    }
+    if name == "default" {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_route",
+                value: name,
+                reason: Some("\"default\" names the upstream's own breaker"),
+            },
+        );
+    }
+    // SAFETY: `cf` is live inside the http block.
+    if let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) {
+        if !mcf.routes.contains(&name) {
+            mcf.routes.push(name.clone());
+        }
+    }
+    lcf.route = Some(Route {
+        hash: hash_name(name.as_bytes()),
+        name,
+    });
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_status [control=on|off]`
+pub unsafe extern "C" fn set_status(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf.
+    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+    if lcf.status != StatusMode::Off {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let a = unsafe { args(cf) };
+    lcf.status = match a.first().map(|s| s.as_bytes()) {
+        None | Some(b"control=off") => StatusMode::ReadOnly,
+        Some(b"control=on") => StatusMode::Control,
+        Some(other) => {
+            return fail(
+                cf,
+                ConfError::InvalidParameter(String::from_utf8_lossy(other).into_owned()),
+            )
+        }
+    };
+    // SAFETY: `cf` is live inside a location.
+    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    clcf.handler = Some(crate::status::handler);
+    // SAFETY: `cf` is live inside the http block.
+    if let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) {
+        lcf.main = mcf;
+    }
+    NGX_CONF_OK
+}
+
+/// After the http block is parsed and every upstream has its balancer's `peer.init`: wrap it
+/// (as the keepalive module does, but late enough that directive order never matters), and
+/// make sure a zone exists.
+pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: `cf` is live inside the http block.
+    let cfr = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cfr) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(cfr) else {
+        return NGX_OK as ngx_int_t;
+    };
+    // SAFETY: the upstream module's array holds pointers to its srv confs.
+    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
+    for &uscf in upstreams {
+        // SAFETY: entries are valid for the cycle.
+        let uscf = unsafe { &mut *uscf };
+        let Some(scf) = Module::server_conf_mut(uscf) else {
+            continue; // an implicit upstream (proxy_pass to a host) has no srv confs
+        };
+        let Some(cfg) = scf.breaker.as_mut() else {
+            if let Some((file, line)) = &scf.failure_at {
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    cfr.log,
+                    "\"circuit_breaker_failure\" requires \"circuit_breaker\" in upstream \"{}\" in {}:{}",
+                    String::from_utf8_lossy(uscf.host.as_bytes()),
+                    file,
+                    line
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            continue;
+        };
+        cfg.failures = scf.failures.unwrap_or(FailureSet::DEFAULT);
+        if uscf.peer.init.is_none() {
+            continue;
+        }
+        scf.original_init = uscf.peer.init;
+        uscf.peer.init = Some(crate::upstream::init_peer);
+        scf.main = mcf;
+        mcf.upstreams.push(scf);
+    }
+    if !mcf.upstreams.is_empty() && mcf.zone.is_null() {
+        // SAFETY: still inside configuration parsing.
+        if unsafe { add_zone(cf, mcf, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE) }.is_err() {
+            return NGX_ERROR as ngx_int_t;
+        }
+    }
+    // SAFETY: filter registration happens once per http block, as nginx's filters do.
+    unsafe { crate::respond::add_header_filter() };
+    NGX_OK as ngx_int_t
+}
+
+/// The location's conf for a request-less path (`cf`).
+pub fn loc_main(lcf: &LocConf) -> Option<&MainConf> {
+    // SAFETY: set during configuration to the http block's main conf, alive for the cycle.
+    unsafe { lcf.main.as_ref() }
+}

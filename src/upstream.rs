@@ -1,0 +1,510 @@
+//! Upstream hooks: `peer.init` decides per request (pass, probe or short-circuit); `peer.get`
+//! and `peer.free` wrap the balancer's own and record every attempt's outcome.
+
+use core::ffi::c_void;
+
+use circuit_breaker_core::breaker::{Admission, Attempt, Ticket, Transition, Transport};
+use circuit_breaker_core::snapshot::State;
+use nginx_sys::{
+    ngx_current_msec, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_http_upstream_t,
+    ngx_int_t, ngx_list_t, ngx_msec_t, ngx_parse_http_time, ngx_peer_connection_t,
+    ngx_pool_cleanup_add, ngx_table_elt_t, ngx_time, ngx_uint_t, NGX_DECLINED, NGX_ERROR,
+    NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK, NGX_PEER_FAILED,
+};
+use ngx::http::{HttpModuleLocationConf, HttpModuleServerConf};
+
+use crate::conf::{LocConf, MainConf, SrvConf};
+use crate::util::{guard, hash_name, key_hash, now_ms, pid, process_alive, rnd};
+use crate::zone::{Key, Missing, Zone, DEFAULT_ROUTE};
+use crate::Module;
+
+/// Per-request state: the balancer's callbacks we wrap, the breaker key, and what happened.
+/// Also the request's module ctx, read by the header filter and the variables.
+pub struct PeerData {
+    original_get: nginx_sys::ngx_event_get_peer_pt,
+    original_free: nginx_sys::ngx_event_free_peer_pt,
+    original_notify: nginx_sys::ngx_event_notify_peer_pt,
+    #[cfg(ngx_ssl)]
+    original_set_session: nginx_sys::ngx_event_set_peer_session_pt,
+    #[cfg(ngx_ssl)]
+    original_save_session: nginx_sys::ngx_event_save_peer_session_pt,
+    original_data: *mut c_void,
+    request: *mut ngx_http_request_t,
+    scf: *const SrvConf,
+    route: &'static str,
+    hash: u64,
+    ticket: Ticket,
+    attempt_started: ngx_msec_t,
+    /// The breaker's state as this request last saw it; `None` when no breaker applied.
+    pub state: Option<State>,
+    /// The request was answered without touching the origin.
+    pub short_circuited: bool,
+    /// ... by letting nginx serve a stale cache entry.
+    stale: bool,
+    /// `X-Circuit-State` is already in the response headers.
+    pub header_added: bool,
+}
+
+impl PeerData {
+    /// The route name for `$circuit_breaker_route`.
+    pub fn route(&self) -> &str {
+        self.route
+    }
+
+    fn key(&self) -> Key<'_> {
+        Key {
+            hash: self.hash,
+            // SAFETY: the upstream conf lives as long as the cycle the request runs in.
+            upstream: unsafe { (*self.scf).name.as_bytes() },
+            route: self.route.as_bytes(),
+        }
+    }
+
+    fn zone(&self) -> Option<(Zone, &MainConf)> {
+        // SAFETY: set in postconfiguration; lives for the cycle.
+        let mcf = unsafe { (*self.scf).main.as_ref()? };
+        // SAFETY: our own zone.
+        let zone = unsafe { Zone::from_shm(mcf.zone)? };
+        Some((zone, mcf))
+    }
+
+    fn name(&self) -> String {
+        // SAFETY: as in `key`.
+        format!("{}/{}", unsafe { &(*self.scf).name }, self.route)
+    }
+
+    fn log_transition(&self, t: &Transition) {
+        // SAFETY: the request is live while its peer data is.
+        let log = unsafe { (*(*self.request).connection).log };
+        log_transition(log, &self.name(), t);
+    }
+}
+
+/// One `warn` line per transition, with its numbers.
+pub fn log_transition(log: *mut nginx_sys::ngx_log_t, name: &str, t: &Transition) {
+    let verb = match t.to {
+        State::Open => "opened",
+        State::HalfOpen => "half-opened",
+        State::Closed => "closed",
+    };
+    match &t.detail {
+        Some(d) => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" {}: {}, {}",
+                name,
+                verb,
+                t.reason,
+                d
+            );
+        }
+        None => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" {}: {}",
+                name,
+                verb,
+                t.reason
+            );
+        }
+    }
+}
+
+/// Logs a breaker that could not be allocated, once per worker and breaker.
+fn log_full_once(log: *mut nginx_sys::ngx_log_t, hash: u64, name: &str) {
+    thread_local! {
+        static SEEN: core::cell::RefCell<Vec<u64>> = const { core::cell::RefCell::new(Vec::new()) };
+    }
+    let first = SEEN.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.contains(&hash) || s.len() > 4096 {
+            false
+        } else {
+            s.push(hash);
+            true
+        }
+    });
+    if first {
+        ngx::ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "circuit breaker \"{}\" not created: the zone is full, its traffic passes unchecked",
+            name
+        );
+    }
+}
+
+/// The wrapped `peer.init`.
+pub unsafe extern "C" fn init_peer(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls peer.init with a live request and its upstream's conf.
+        unsafe { init_peer_inner(r, us) }
+    })
+}
+
+unsafe fn init_peer_inner(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    // SAFETY: per the caller.
+    let (req, uscf) = unsafe { (&mut *r, &mut *us) };
+    let Some(scf) = Module::server_conf(uscf) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let Some(original_init) = scf.original_init else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    // SAFETY: the balancer's own init, with the arguments nginx gave us.
+    let rc = unsafe { original_init(r, us) };
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
+    }
+    let Some(cfg) = scf.breaker.as_ref() else {
+        return rc;
+    };
+    let u: &mut ngx_http_upstream_t = match unsafe { req.upstream.as_mut() } {
+        Some(u) => u,
+        None => return NGX_ERROR as ngx_int_t,
+    };
+    let route: &'static str =
+        match Module::location_conf(req).and_then(|l: &LocConf| l.route.as_ref()) {
+            // SAFETY: loc confs live for the cycle the request runs in; 'static stands for that.
+            Some(rt) => unsafe { &*(rt.name.as_str() as *const str) },
+            None => DEFAULT_ROUTE,
+        };
+    let route_hash = match Module::location_conf(req).and_then(|l: &LocConf| l.route.as_ref()) {
+        Some(rt) => rt.hash,
+        None => hash_name(DEFAULT_ROUTE.as_bytes()),
+    };
+    let pool = ngx::core::Pool::from_ngx_pool(req.pool);
+    let pd = pool.allocate(PeerData {
+        original_get: u.peer.get,
+        original_free: u.peer.free,
+        original_notify: u.peer.notify,
+        #[cfg(ngx_ssl)]
+        original_set_session: u.peer.set_session,
+        #[cfg(ngx_ssl)]
+        original_save_session: u.peer.save_session,
+        original_data: u.peer.data,
+        request: r,
+        scf,
+        route,
+        hash: key_hash(scf.name_hash, route_hash),
+        ticket: Ticket::Normal,
+        attempt_started: 0,
+        state: None,
+        short_circuited: false,
+        stale: false,
+        header_added: false,
+    });
+    // SAFETY: allocated from the request pool just now.
+    let Some(pd) = (unsafe { pd.as_mut() }) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    u.peer.data = (pd as *mut PeerData).cast();
+    u.peer.get = Some(get_peer);
+    u.peer.free = Some(free_peer);
+    if pd.original_notify.is_some() {
+        u.peer.notify = Some(notify_peer);
+    }
+    #[cfg(ngx_ssl)]
+    {
+        u.peer.set_session = Some(set_session);
+        u.peer.save_session = Some(save_session);
+    }
+    crate::respond::set_ctx(req, pd);
+    // A probe slot must be given back even if the request ends before any attempt.
+    // SAFETY: the request pool is live.
+    let cln = unsafe { ngx_pool_cleanup_add(req.pool, 0) };
+    // SAFETY: non-null cleanup record just added.
+    if let Some(cln) = unsafe { cln.as_mut() } {
+        cln.handler = Some(release_on_cleanup);
+        cln.data = (pd as *mut PeerData).cast();
+    }
+
+    let Some((zone, mcf)) = pd.zone() else {
+        return NGX_OK as ngx_int_t;
+    };
+    let now = now_ms();
+    let log = req.connection_log();
+    let decision = {
+        let mut locked = zone.lock();
+        match locked.find_or_create(&pd.key(), cfg, mcf.generation) {
+            Ok(mut b) => Ok((b.admit(now, rnd(), pid(), &process_alive), b.state())),
+            Err(e) => Err(e),
+        }
+    };
+    let (decision, state) = match decision {
+        Ok(d) => d,
+        Err(Missing::Full) => {
+            log_full_once(log, pd.hash, &pd.name());
+            return NGX_OK as ngx_int_t;
+        }
+        Err(Missing::Stale) => return NGX_OK as ngx_int_t,
+    };
+    if let Some(t) = &decision.transition {
+        pd.log_transition(t);
+    }
+    pd.state = Some(state);
+    match decision.admission {
+        Admission::Pass { would_reject } => {
+            let _ = would_reject; // counted in the breaker's totals
+            NGX_OK as ngx_int_t
+        }
+        Admission::Probe(ticket) => {
+            pd.ticket = ticket;
+            // One probe is one attempt: no proxy_next_upstream retry on its behalf.
+            u.peer.tries = 1;
+            NGX_OK as ngx_int_t
+        }
+        Admission::Reject { retry_after_ms } => {
+            pd.short_circuited = true;
+            u.peer.tries = 0;
+            // SAFETY: request and upstream are live.
+            if unsafe { crate::respond::can_serve_stale(req, u) } {
+                pd.stale = true;
+                return NGX_OK as ngx_int_t;
+            }
+            // SAFETY: as above; see respond::short_circuit for the request accounting.
+            unsafe { crate::respond::short_circuit(req, u, state, retry_after_ms) }
+        }
+    }
+}
+
+trait ConnectionLog {
+    fn connection_log(&self) -> *mut nginx_sys::ngx_log_t;
+}
+
+impl ConnectionLog for ngx_http_request_t {
+    fn connection_log(&self) -> *mut nginx_sys::ngx_log_t {
+        // SAFETY: a live request has a live connection.
+        unsafe { (*self.connection).log }
+    }
+}
+
+/// The wrapped `peer.get`: no connection at all while short-circuited to stale.
+unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: data is our PeerData, set in init_peer; pc is the request's peer.
+        let (pd, pc) = unsafe { (&mut *data.cast::<PeerData>(), &mut *pc) };
+        if pd.stale {
+            // NGX_DECLINED makes nginx take its "error" path without a log line; with
+            // tries at 0 that path serves the stale entry (proxy_cache_use_stale error).
+            pc.tries = 0;
+            return NGX_DECLINED as ngx_int_t;
+        }
+        let Some(get) = pd.original_get else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: the current msec counter is maintained by nginx's event loop.
+        pd.attempt_started = unsafe { ngx_current_msec };
+        // SAFETY: the balancer's own get with its own data.
+        unsafe { get(pc, pd.original_data) }
+    })
+}
+
+/// The wrapped `peer.free`: records the attempt's outcome, then stops retries when the breaker
+/// is no longer closed.
+unsafe extern "C" fn free_peer(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+    state: ngx_uint_t,
+) {
+    guard((), || {
+        // SAFETY: as in get_peer.
+        let (pd, pcr) = unsafe { (&mut *data.cast::<PeerData>(), &mut *pc) };
+        // SAFETY: the request and its upstream are live during free.
+        let attempt = unsafe { attempt_of(pd, pcr, state) };
+        if let Some(free) = pd.original_free {
+            // SAFETY: the balancer's own free with its own data.
+            unsafe { free(pc, pd.original_data, state) };
+        }
+        let Some((zone, _)) = pd.zone() else { return };
+        let ticket = core::mem::replace(&mut pd.ticket, Ticket::Normal);
+        let recorded = {
+            let mut locked = zone.lock();
+            locked
+                .find(&pd.key())
+                .map(|mut b| b.record(now_ms(), rnd(), ticket, &attempt))
+        };
+        let Some(recorded) = recorded else {
+            return;
+        };
+        // SAFETY: the upstream conf lives for the cycle.
+        let dry_run = unsafe { (*pd.scf).breaker.is_some_and(|c| c.dry_run) };
+        if let Some(t) = &recorded.transition {
+            pd.log_transition(t);
+        }
+        pd.state = Some(recorded.state);
+        if recorded.state != State::Closed && !dry_run {
+            // No proxy_next_upstream retries while open or half-open.
+            pcr.tries = 0;
+        }
+    })
+}
+
+/// What one attempt amounted to, read off the upstream state at `free` time: nginx calls
+/// `free` before it closes the upstream connection, so the event flags are still there.
+///
+/// # Safety
+/// `pd.request` must be live with an upstream.
+unsafe fn attempt_of(pd: &PeerData, pc: &ngx_peer_connection_t, state: ngx_uint_t) -> Attempt {
+    // SAFETY: per the contract.
+    let u = unsafe { &*(*pd.request).upstream };
+    // SAFETY: see above; ngx_current_msec is maintained by nginx.
+    let elapsed = unsafe { ngx_current_msec }.saturating_sub(pd.attempt_started) as u64;
+    // SAFETY: u.state is the current attempt's state record.
+    let status = unsafe { u.state.as_ref() }.map_or(0, |s| s.status) as u16;
+    let failed = state & NGX_PEER_FAILED as ngx_uint_t != 0;
+    let transport = if status != 0 {
+        if failed && status < 400 {
+            // A status line, then headers nginx refused.
+            Transport::InvalidHeader
+        } else {
+            Transport::Ok
+        }
+    } else if !failed {
+        // Freed with no response and no failure: the client went away first.
+        Transport::Aborted
+    } else {
+        // SAFETY: the connection, when present, is still open during free.
+        match unsafe { pc.connection.as_ref() } {
+            // SAFETY: events of a live connection.
+            Some(c) if unsafe { (*c.read).timedout() != 0 || (*c.write).timedout() != 0 } => {
+                Transport::Timeout
+            }
+            Some(c) if tls_incomplete(c) => Transport::Tls,
+            _ if u.buffer.start.is_null() || u.buffer.last == u.buffer.start => Transport::Error,
+            // Bytes arrived but made no valid header.
+            _ => Transport::InvalidHeader,
+        }
+    };
+    let retry_after_s = if status == 503 {
+        // SAFETY: the upstream's parsed headers list.
+        unsafe { retry_after(&u.headers_in.headers) }
+    } else {
+        None
+    };
+    Attempt {
+        transport,
+        status: if transport == Transport::Ok {
+            status
+        } else {
+            0
+        },
+        retry_after_s,
+        response_ms: elapsed,
+    }
+}
+
+#[cfg(ngx_ssl)]
+fn tls_incomplete(c: &nginx_sys::ngx_connection_t) -> bool {
+    // SAFETY: c.ssl is null or the connection's live TLS state.
+    unsafe { c.ssl.as_ref() }.is_some_and(|s| s.handshaked() == 0)
+}
+
+#[cfg(not(ngx_ssl))]
+fn tls_incomplete(_c: &nginx_sys::ngx_connection_t) -> bool {
+    false
+}
+
+/// `Retry-After` in seconds: delta-seconds or an HTTP date.
+///
+/// # Safety
+/// `list` must be a live headers list.
+unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
+    let mut part = &list.part;
+    loop {
+        // SAFETY: a list part's elts hold nelts table elements.
+        let elts =
+            unsafe { core::slice::from_raw_parts(part.elts.cast::<ngx_table_elt_t>(), part.nelts) };
+        for h in elts {
+            if h.hash != 0 && h.key.as_bytes().eq_ignore_ascii_case(b"retry-after") {
+                let v = h.value.as_bytes();
+                if let Some(n) = core::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok())
+                {
+                    return Some(n);
+                }
+                // SAFETY: nginx's parser reads exactly len bytes.
+                let t = unsafe { ngx_parse_http_time(h.value.data, h.value.len) };
+                if t > 0 {
+                    return Some((t - ngx_time()).clamp(0, i64::from(u32::MAX)) as u32);
+                }
+                return None;
+            }
+        }
+        // SAFETY: next is null or the next live part.
+        match unsafe { part.next.as_ref() } {
+            Some(p) => part = p,
+            None => return None,
+        }
+    }
+}
+
+unsafe extern "C" fn notify_peer(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+    ty: ngx_uint_t,
+) {
+    // SAFETY: our PeerData; the balancer's own notify with its own data.
+    unsafe {
+        let pd = &*data.cast::<PeerData>();
+        if let Some(f) = pd.original_notify {
+            f(pc, pd.original_data, ty);
+        }
+    }
+}
+
+#[cfg(ngx_ssl)]
+unsafe extern "C" fn set_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    // SAFETY: as in notify_peer.
+    unsafe {
+        let pd = &*data.cast::<PeerData>();
+        match pd.original_set_session {
+            Some(f) => f(pc, pd.original_data),
+            None => NGX_OK as ngx_int_t,
+        }
+    }
+}
+
+#[cfg(ngx_ssl)]
+unsafe extern "C" fn save_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) {
+    // SAFETY: as in notify_peer.
+    unsafe {
+        let pd = &*data.cast::<PeerData>();
+        if let Some(f) = pd.original_save_session {
+            f(pc, pd.original_data);
+        }
+    }
+}
+
+/// Request pool cleanup: a probe slot still held (the request ended before any attempt was
+/// recorded) goes back without a verdict.
+unsafe extern "C" fn release_on_cleanup(data: *mut c_void) {
+    guard((), || {
+        // SAFETY: our PeerData, in the pool being destroyed (cleanups run before the free).
+        let pd = unsafe { &mut *data.cast::<PeerData>() };
+        if let Ticket::Probe(_) = pd.ticket {
+            let ticket = core::mem::replace(&mut pd.ticket, Ticket::Normal);
+            if let Some((zone, _)) = pd.zone() {
+                let mut locked = zone.lock();
+                if let Some(mut b) = locked.find(&pd.key()) {
+                    b.release(now_ms(), ticket);
+                }
+            }
+        }
+    })
+}
+
+/// The cleanup handler's address, to find a request's PeerData after an internal redirect
+/// cleared the module ctx (as the realip module does).
+pub fn cleanup_handler() -> unsafe extern "C" fn(*mut c_void) {
+    release_on_cleanup
+}

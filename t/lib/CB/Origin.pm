@@ -1,0 +1,362 @@
+package CB::Origin;
+
+# A controllable HTTP/1.1 origin server for integration tests.
+#
+#	$t->run_daemon(\&CB::Origin::run, port(8081),
+#		$t->testdir() . '/origin-8081.hits');
+#	$t->waitforsocket('127.0.0.1:' . port(8081));
+#
+# Forks one process per connection (so slow/hanging responses do not block
+# other connections), supports keep-alive (Content-Length framing, chunked
+# request bodies are accepted too), and appends one line per request to the
+# hits file ("$path?$query", or just "$path" without a query string).
+#
+# The response is controlled by the query string (URL-decoded, "+" is a
+# space; unknown parameters are ignored):
+#
+#	status=N	response status (default 200)
+#	delay=MS	wait MS milliseconds before responding
+#	retry_after=S	add "Retry-After: S"
+#	body=TEXT	response body (default "origin $port ok\n")
+#	size=N		response body of N bytes ("x" repeated), overrides body
+#	hdr=Name:Value	extra response header (repeatable)
+#	close=1		close the connection without any response
+#	reset=1		reset the connection (RST) without any response
+#	hang=1		never respond; the process exits when the client
+#			closes the connection, or after 60 seconds
+#	garbage=1	valid status line followed by an invalid header line
+#			(nginx: "upstream sent invalid header", i.e.
+#			invalid_header, 502)
+#	garbage=status	invalid status line (note: nginx proxy treats this
+#			as an HTTP/0.9 response, not as invalid_header)
+#
+# Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
+# on this connection, to check upstream keepalive) and
+# "X-Origin-Body-Length: N" (request body bytes received).
+#
+# Only core Perl modules are used.
+
+use warnings;
+use strict;
+
+use Fcntl qw/ :flock SEEK_END /;
+use IO::Select;
+use IO::Socket::INET;
+use POSIX qw/ WNOHANG /;
+use Socket qw/ SOL_SOCKET SO_LINGER /;
+use Time::HiRes qw/ sleep time /;
+
+my %reason = (
+	100 => 'Continue', 200 => 'OK', 201 => 'Created',
+	202 => 'Accepted', 204 => 'No Content', 206 => 'Partial Content',
+	301 => 'Moved Permanently', 302 => 'Found', 303 => 'See Other',
+	304 => 'Not Modified', 307 => 'Temporary Redirect',
+	308 => 'Permanent Redirect', 400 => 'Bad Request',
+	401 => 'Unauthorized', 403 => 'Forbidden', 404 => 'Not Found',
+	405 => 'Method Not Allowed', 408 => 'Request Timeout',
+	409 => 'Conflict', 410 => 'Gone', 413 => 'Payload Too Large',
+	429 => 'Too Many Requests', 500 => 'Internal Server Error',
+	501 => 'Not Implemented', 502 => 'Bad Gateway',
+	503 => 'Service Unavailable', 504 => 'Gateway Timeout',
+);
+
+our $IDLE_TIMEOUT = 60;
+
+###############################################################################
+
+sub run {
+	my ($port, $hits_file) = @_;
+
+	my $server = IO::Socket::INET->new(
+		Proto => 'tcp',
+		LocalAddr => "127.0.0.1:$port",
+		Listen => 128,
+		ReuseAddr => 1,
+	)
+		or die "CB::Origin: can't listen on 127.0.0.1:$port: $!\n";
+
+	my %kids;
+
+	local $SIG{CHLD} = sub {
+		while ((my $pid = waitpid(-1, WNOHANG)) > 0) {
+			delete $kids{$pid};
+		}
+	};
+
+	# on TERM/INT, take the connection processes down too
+
+	my $quit = sub {
+		kill 'KILL', keys %kids;
+		POSIX::_exit(0);
+	};
+	local $SIG{TERM} = $quit;
+	local $SIG{INT} = $quit;
+
+	local $SIG{PIPE} = 'IGNORE';
+
+	while (1) {
+		my $client = $server->accept();
+
+		if (!defined $client) {
+			next if $!{EINTR} || $!{ECONNABORTED};
+			die "CB::Origin: accept() failed: $!\n";
+		}
+
+		my $pid = fork();
+
+		if (!defined $pid) {
+			close $client;
+			next;
+		}
+
+		if ($pid == 0) {
+			$SIG{CHLD} = 'DEFAULT';
+			$SIG{TERM} = 'DEFAULT';
+			$SIG{INT} = 'DEFAULT';
+			close $server;
+			eval { _connection($client, $port, $hits_file); };
+			POSIX::_exit(0);
+		}
+
+		$kids{$pid} = 1;
+		close $client;
+	}
+}
+
+###############################################################################
+
+sub hits {
+	my ($hits_file, $re) = @_;
+
+	open my $fh, '<', $hits_file or return 0;
+	flock($fh, LOCK_SH);
+	my @lines = <$fh>;
+	close $fh;
+
+	@lines = grep { $_ =~ $re } @lines if defined $re;
+
+	return scalar @lines;
+}
+
+sub clear {
+	my ($hits_file) = @_;
+
+	open my $fh, '>>', $hits_file or die "Can't open $hits_file: $!\n";
+	flock($fh, LOCK_EX);
+	truncate($fh, 0);
+	close $fh;
+
+	return 1;
+}
+
+###############################################################################
+
+sub _log_hit {
+	my ($hits_file, $line) = @_;
+
+	return unless defined $hits_file;
+
+	open my $fh, '>>', $hits_file or return;
+	flock($fh, LOCK_EX);
+	seek($fh, 0, SEEK_END);
+	print $fh "$line\n";
+	close $fh;
+}
+
+# read more data into $$buf; returns bytes read, 0 on EOF, undef on timeout
+# or error; gives up if the parent process (the daemon) has gone
+
+sub _fill {
+	my ($sock, $buf, $timeout) = @_;
+
+	my $sel = IO::Select->new($sock);
+	my $end = time() + $timeout;
+
+	while (1) {
+		my $left = $end - time();
+		return undef if $left <= 0;
+		return undef if getppid() == 1;
+
+		next unless $sel->can_read($left > 1 ? 1 : $left);
+
+		my $n = sysread($sock, $$buf, 65536, length $$buf);
+		next if !defined $n && $!{EINTR};
+		return $n;
+	}
+}
+
+sub _connection {
+	my ($sock, $port, $hits_file) = @_;
+
+	binmode $sock;
+	my $buf = '';
+	my $seq = 0;
+
+	while (1) {
+
+		# request line and headers
+
+		while ($buf !~ /\r?\n\r?\n/) {
+			return unless _fill($sock, \$buf, $IDLE_TIMEOUT);
+		}
+
+		$buf =~ s/^(.*?)\r?\n\r?\n//s;
+		my ($line, @headers) = split /\r?\n/, $1;
+
+		my ($method, $uri, $version) = split / +/, $line // '';
+		return unless defined $uri;
+		$version //= 'HTTP/0.9';
+
+		my %h;
+		for (@headers) {
+			next unless /^([^:\s]+)\s*:\s*(.*?)\s*$/;
+			$h{lc $1} = defined $h{lc $1} ? "$h{lc $1}, $2" : $2;
+		}
+
+		# request body
+
+		my $body_len = 0;
+
+		if (($h{'transfer-encoding'} // '') =~ /chunked/i) {
+			while (1) {
+				while ($buf !~ /^([0-9a-fA-F]+)[^\n]*\n/) {
+					return unless _fill($sock, \$buf, 30);
+				}
+				$buf =~ /^([0-9a-fA-F]+)[^\n]*\n/;
+				my ($len, $hl) = (hex $1, length $&);
+				if ($len == 0) {
+					# trailers up to an empty line
+					while ($buf !~ /^[0-9a-fA-F]+[^\n]*\n(?:[^\r\n][^\n]*\n)*\r?\n/) {
+						return unless _fill($sock, \$buf, 30);
+					}
+					$buf =~ s/^[0-9a-fA-F]+[^\n]*\n(?:[^\r\n][^\n]*\n)*\r?\n//;
+					last;
+				}
+				while (length $buf < $hl + $len + 2) {
+					return unless _fill($sock, \$buf, 30);
+				}
+				substr($buf, 0, $hl + $len) = '';
+				$buf =~ s/^\r?\n//;
+				$body_len += $len;
+			}
+
+		} elsif (my $cl = $h{'content-length'}) {
+			while (length $buf < $cl) {
+				return unless _fill($sock, \$buf, 30);
+			}
+			substr($buf, 0, $cl) = '';
+			$body_len = $cl;
+		}
+
+		$seq++;
+
+		my ($path, $query) = split /\?/, $uri, 2;
+		_log_hit($hits_file, defined $query ? "$path?$query" : $path);
+
+		my %q;
+		my @hdr;
+		for my $pair (split /&/, $query // '') {
+			my ($k, $v) = split /=/, $pair, 2;
+			next unless defined $k && length $k;
+			$v = _unescape($v // '');
+			$k = _unescape($k);
+			if ($k eq 'hdr') {
+				push @hdr, $v;
+			} else {
+				$q{$k} = $v;
+			}
+		}
+
+		sleep($q{delay} / 1000) if $q{delay};
+
+		if ($q{close}) {
+			close $sock;
+			return;
+		}
+
+		if ($q{reset}) {
+			setsockopt($sock, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
+			close $sock;
+			return;
+		}
+
+		if ($q{hang}) {
+			# wait for the client to go away, discarding input
+			my $end = time() + $IDLE_TIMEOUT;
+			while (time() < $end) {
+				my $n = _fill($sock, \$buf, $end - time());
+				return if defined $n && $n == 0;
+				$buf = '';
+				return if getppid() == 1;
+			}
+			return;
+		}
+
+		my $status = $q{status} || 200;
+		my $body = defined $q{body} ? $q{body} : "origin $port ok\n";
+		$body = 'x' x $q{size} if defined $q{size};
+
+		my $keepalive = $version eq 'HTTP/1.1'
+			? ($h{connection} // '') !~ /\bclose\b/i
+			: ($h{connection} // '') =~ /\bkeep-alive\b/i;
+
+		my $reason = $reason{$status} // 'Status';
+		my $r = '';
+
+		if (($q{garbage} // '') eq 'status') {
+			$r .= "HTTP/1.1 abc\r\nX-Origin: $port\r\n\r\n";
+			$keepalive = 0;
+
+		} else {
+			$r .= "HTTP/1.1 $status $reason\r\n";
+			$r .= "X-Bad\0Header: garbage\r\n" if $q{garbage};
+			$r .= "X-Origin: $port\r\n";
+			$r .= "X-Origin-Seq: $seq\r\n";
+			$r .= "X-Origin-Body-Length: $body_len\r\n";
+			$r .= "Retry-After: $q{retry_after}\r\n"
+				if defined $q{retry_after};
+			for (@hdr) {
+				my ($n, $v) = split /:/, $_, 2;
+				$r .= "$n: " . ($v // '') . "\r\n";
+			}
+
+			my $no_body = $status =~ /^(1\d\d|204|304)$/;
+			$body = '' if $no_body;
+
+			$r .= "Content-Length: " . length($body) . "\r\n"
+				unless $no_body;
+			$r .= "Connection: " . ($keepalive ? 'keep-alive' : 'close')
+				. "\r\n";
+			$r .= "\r\n";
+			$r .= $body unless $method eq 'HEAD';
+		}
+
+		_write($sock, $r) or return;
+
+		return unless $keepalive;
+	}
+}
+
+sub _write {
+	my ($sock, $data) = @_;
+
+	while (length $data) {
+		my $n = syswrite($sock, $data);
+		if (!defined $n) {
+			next if $!{EINTR};
+			return 0;
+		}
+		substr($data, 0, $n) = '';
+	}
+
+	return 1;
+}
+
+sub _unescape {
+	my ($s) = @_;
+	$s =~ tr/+/ /;
+	$s =~ s/%([0-9a-fA-F]{2})/chr(hex($1))/ge;
+	return $s;
+}
+
+1;
