@@ -407,9 +407,3 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     unsafe { crate::respond::add_header_filter() };
     NGX_OK as ngx_int_t
 }
-
-/// The location's conf for a request-less path (`cf`).
-pub fn loc_main(lcf: &LocConf) -> Option<&MainConf> {
-    // SAFETY: set during configuration to the http block's main conf, alive for the cycle.
-    unsafe { lcf.main.as_ref() }
-}

@@ -50,7 +50,10 @@ pub fn get_ctx(r: &ngx_http_request_t) -> Option<&mut PeerData> {
     // SAFETY: the pool's cleanup list is a live singly linked list.
     let mut c = unsafe { (*r.pool).cleanup };
     while let Some(cl) = unsafe { c.as_ref() } {
-        if cl.handler.is_some_and(|h| core::ptr::fn_addr_eq(h, handler)) {
+        if cl
+            .handler
+            .is_some_and(|h| core::ptr::fn_addr_eq(h, handler))
+        {
             // SAFETY: our handler's data is always a PeerData.
             return Some(unsafe { &mut *cl.data.cast::<PeerData>() });
         }

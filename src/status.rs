@@ -1,7 +1,241 @@
-//! The status location (filled in below).
-use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_HTTP_NOT_FOUND};
+//! The status location: JSON or Prometheus text of every breaker, and with `control=on` the
+//! operator's force_open / force_close / reset. The snapshot is taken under the zone lock and
+//! rendered after it is released, so a large page never holds the lock while formatting.
 
-/// Placeholder handler until the status page lands.
-pub unsafe extern "C" fn handler(_r: *mut ngx_http_request_t) -> ngx_int_t {
-    NGX_HTTP_NOT_FOUND as ngx_int_t
+use circuit_breaker_core::breaker::Control;
+use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
+use circuit_breaker_core::status::{self, Entry, ZoneView, PROMETHEUS_CONTENT_TYPE};
+use nginx_sys::{
+    ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
+    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_uint_t,
+    NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_NOT_ALLOWED, NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_LOG_WARN, NGX_OK,
+};
+use ngx::http::HttpModuleLocationConf;
+
+use crate::conf::{LocConf, MainConf, StatusMode};
+use crate::util::{guard, hash_name, key_hash, now_ms, rnd, static_str};
+use crate::zone::{Key, Zone, DEFAULT_ROUTE};
+use crate::Module;
+
+/// The content handler of `circuit_breaker_status`.
+pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    guard(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls content handlers with a live request.
+        unsafe { handle(&mut *r) }
+    })
+}
+
+unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
+    let Some(lcf) = Module::location_conf(r) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    let lcf: &LocConf = lcf;
+    let method = r.method as u32;
+    let control = method == NGX_HTTP_POST && lcf.status == StatusMode::Control;
+    if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 && !control {
+        return NGX_HTTP_NOT_ALLOWED as ngx_int_t;
+    }
+    // SAFETY: live request.
+    let rc = unsafe { ngx_http_discard_request_body(r) };
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
+    }
+    // SAFETY: set in set_status; the main conf lives for the cycle.
+    let Some(mcf) = (unsafe { lcf.main.as_ref() }) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    let query = match parse_query(r.args.as_bytes()) {
+        Ok(q) => q,
+        Err(reason) => return send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
+    };
+    // SAFETY: our own zone (or none).
+    let zone = unsafe { Zone::from_shm(mcf.zone) };
+    if control {
+        return control_breaker(r, mcf, zone, &query);
+    }
+    if query.action.is_some() {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "\"action\" needs a POST request to a location with \"control=on\"",
+        );
+    }
+
+    let now = now_ms();
+    let mut zview = ZoneView {
+        name: mcf.zone_name.clone(),
+        ..ZoneView::default()
+    };
+    let mut entries = Vec::new();
+    if let Some(zone) = zone {
+        let mut locked = zone.lock();
+        (zview.used, zview.size, zview.alloc_failures) = locked.usage();
+        locked.for_each(|e| {
+            let (u, rt) = (
+                String::from_utf8_lossy(e.upstream),
+                String::from_utf8_lossy(e.route),
+            );
+            if query::matches(&query, &u, &rt) {
+                entries.push(Entry {
+                    upstream: u.into_owned(),
+                    route: rt.into_owned(),
+                    view: e.breaker.view(now),
+                });
+            }
+        });
+    }
+    // Oldest first: nodes are pushed at the head, so reverse for configuration order.
+    entries.reverse();
+    let accept = accept_header(r);
+    if query::wants_prometheus(&query, accept) {
+        let body = status::render_prometheus(&zview, &entries);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body)
+    } else {
+        let body = status::render_json(&zview, &entries);
+        send(r, NGX_HTTP_OK, "application/json", &body)
+    }
+}
+
+fn accept_header(r: &ngx_http_request_t) -> Option<&[u8]> {
+    // SAFETY: headers_in is the request's parsed headers list.
+    let mut it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    it.find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
+        .map(|(_, v)| v.as_bytes())
+}
+
+/// `POST ?upstream=…&route=…&action=…`: changes one breaker and answers with its new JSON.
+fn control_breaker(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    zone: Option<Zone>,
+    q: &Query,
+) -> ngx_int_t {
+    let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
+        let missing = if q.upstream.is_none() {
+            "upstream"
+        } else {
+            "action"
+        };
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            &format!("missing parameter \"{missing}\""),
+        );
+    };
+    let route = q.route.as_deref().unwrap_or(DEFAULT_ROUTE);
+    let not_found = |r: &mut ngx_http_request_t| {
+        send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no circuit breaker for upstream \"{upstream}\" route \"{route}\""),
+        )
+    };
+    // A known route of a breaker-enabled upstream may be controlled before it saw traffic.
+    let scf = mcf.upstreams.iter().find_map(|&s| {
+        // SAFETY: upstream confs live for the cycle.
+        let s = unsafe { &*s };
+        (s.name == upstream).then_some(s)
+    });
+    let (Some(scf), Some(zone)) = (scf, zone) else {
+        return not_found(r);
+    };
+    let Some(cfg) = scf.breaker.as_ref() else {
+        return not_found(r);
+    };
+    if route != DEFAULT_ROUTE && !mcf.routes.iter().any(|x| x == route) {
+        return not_found(r);
+    }
+    let key = Key {
+        hash: key_hash(scf.name_hash, hash_name(route.as_bytes())),
+        upstream: upstream.as_bytes(),
+        route: route.as_bytes(),
+    };
+    let ctl = match action {
+        Action::ForceOpen => Control::ForceOpen,
+        Action::ForceClose => Control::ForceClose,
+        Action::Reset => Control::Reset,
+    };
+    let now = now_ms();
+    let outcome = {
+        let mut locked = zone.lock();
+        match locked.find_or_create(&key, cfg, mcf.generation) {
+            Ok(mut b) => {
+                let t = b.control(now, rnd(), ctl);
+                Some((t, b.view(now)))
+            }
+            Err(_) => None,
+        }
+    };
+    let Some((transition, view)) = outcome else {
+        return send_text(
+            r,
+            NGX_HTTP_INTERNAL_SERVER_ERROR,
+            "the circuit breaker zone is full",
+        );
+    };
+    // SAFETY: a live request's connection.
+    let c = unsafe { &*r.connection };
+    let client = String::from_utf8_lossy(c.addr_text.as_bytes());
+    let verb = match action {
+        Action::ForceOpen => "forced open",
+        Action::ForceClose => "forced closed",
+        Action::Reset => "reset",
+    };
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        c.log,
+        "circuit breaker \"{}/{}\" {} by {}",
+        upstream,
+        route,
+        verb,
+        client
+    );
+    let _ = transition; // the operator's line above says what happened
+    let body = status::render_breaker_json(&Entry {
+        upstream: upstream.to_owned(),
+        route: route.to_owned(),
+        view,
+    });
+    send(r, NGX_HTTP_OK, "application/json", &body)
+}
+
+fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {
+    let mut body = line.as_bytes().to_vec();
+    body.push(b'\n');
+    send(r, status, "text/plain", &body)
+}
+
+/// Sends a whole response from one buffer, as the stub_status module does.
+fn send(
+    r: &mut ngx_http_request_t,
+    status: u32,
+    content_type: &'static str,
+    body: &[u8],
+) -> ngx_int_t {
+    r.headers_out.status = status as ngx_uint_t;
+    r.headers_out.content_type = static_str(content_type);
+    r.headers_out.content_type_len = content_type.len();
+    r.headers_out.content_length_n = body.len() as i64;
+    // SAFETY: live request.
+    let rc = unsafe { ngx_http_send_header(r) };
+    if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || r.header_only() != 0 {
+        return rc;
+    }
+    // SAFETY: the request pool is live; the buffer gets exactly body.len() bytes.
+    unsafe {
+        let b: *mut ngx_buf_t = ngx_create_temp_buf(r.pool, body.len().max(1));
+        if b.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        core::ptr::copy_nonoverlapping(body.as_ptr(), (*b).last, body.len());
+        (*b).last = (*b).last.add(body.len());
+        (*b).set_last_buf(if r.main == r as *mut _ { 1 } else { 0 });
+        (*b).set_last_in_chain(1);
+        let mut out = ngx_chain_t {
+            buf: b,
+            next: core::ptr::null_mut(),
+        };
+        ngx_http_output_filter(r, &mut out)
+    }
 }

@@ -152,11 +152,6 @@ impl Locked {
         )
     }
 
-    /// The zone's generation (see [`MainConf::generation`]).
-    pub fn generation(&self) -> u64 {
-        self.header().generation
-    }
-
     fn find_node(&self, key: &Key) -> *mut Node {
         let h = self.header();
         // SAFETY: the table has mask + 1 slots; chains hold live nodes.

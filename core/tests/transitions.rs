@@ -9,6 +9,15 @@ use circuit_breaker_core::breaker::{
 use circuit_breaker_core::snapshot::{Forced, State};
 use common::*;
 
+/// (story, config, batches of (count, outcome), expected state, reason of the last transition)
+type TripCase = (
+    &'static str,
+    BreakerConfig,
+    Vec<(usize, Attempt)>,
+    State,
+    Option<&'static str>,
+);
+
 #[test]
 fn trip_rules_table() {
     let slow_cfg = BreakerConfig {
@@ -16,9 +25,8 @@ fn trip_rules_table() {
         slow_rate: 5000,
         ..cfg()
     };
-    // (story, config, batches of (count, outcome), expected state, reason of the last transition)
     #[rustfmt::skip]
-    let table: Vec<(&str, BreakerConfig, Vec<(usize, Attempt)>, State, Option<&str>)> = vec![
+    let table: Vec<TripCase> = vec![
         ("failure rate exactly at the threshold trips", cfg(),
             vec![(10, ok()), (10, http(500))], State::Open,
             Some("failure rate 50% (10/20) >= 50% in 10s")),

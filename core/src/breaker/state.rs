@@ -251,7 +251,7 @@ impl<'a> Breaker<'a> {
             State::Open if now < self.hdr.retry_at_ms => {
                 return self.reject(self.hdr.retry_at_ms - now, None)
             }
-            State::Open => Some(self.to_half_open(now)),
+            State::Open => Some(self.half_open_now(now)),
             State::HalfOpen => None,
         };
         let h = &mut *self.hdr;
@@ -397,7 +397,7 @@ impl<'a> Breaker<'a> {
             reason::rate(rate),
             cfg.window_s
         );
-        Some(self.to_open(now, rnd, text, 0))
+        Some(self.open_now(now, rnd, text, 0))
     }
 
     fn probe_outcome(
@@ -422,7 +422,7 @@ impl<'a> Breaker<'a> {
             } else {
                 format!("{needed} good probes")
             };
-            return Some(self.to_closed(now, text, None));
+            return Some(self.close_now(now, text, None));
         }
         let max = u64::from(h.cfg.max_open_ms);
         h.base_cooldown_ms = h.base_cooldown_ms.saturating_mul(2).min(max);
@@ -430,7 +430,7 @@ impl<'a> Breaker<'a> {
             Some(class) if v.failure => format!("probe failed: {}", class_name(class)),
             _ => format!("probe too slow: {}ms > {}ms", a.response_ms, limit),
         };
-        Some(self.to_open(now, rnd, text, v.retry_after_s))
+        Some(self.open_now(now, rnd, text, v.retry_after_s))
     }
 
     fn set_state(&mut self, now: u64, to: u8, reason: &str) -> State {
@@ -455,7 +455,7 @@ impl<'a> Breaker<'a> {
 
     /// Opens with the current base cooldown, jittered, raised to the largest `Retry-After` in
     /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open`.
-    fn to_open(&mut self, now: u64, rnd: u32, reason: String, retry_after_s: u32) -> Transition {
+    fn open_now(&mut self, now: u64, rnd: u32, reason: String, retry_after_s: u32) -> Transition {
         let live = live_sums(self.ring, now / 1000, None);
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
@@ -473,7 +473,7 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    fn to_half_open(&mut self, now: u64) -> Transition {
+    fn half_open_now(&mut self, now: u64) -> Transition {
         let reason = format!(
             "cooldown {}s elapsed",
             reason::secs_ceil(self.hdr.cooldown_ms)
@@ -489,7 +489,7 @@ impl<'a> Breaker<'a> {
     }
 
     /// Closes with a fresh window and the base cooldown back at `open`.
-    fn to_closed(&mut self, now: u64, reason: String, detail: Option<String>) -> Transition {
+    fn close_now(&mut self, now: u64, reason: String, detail: Option<String>) -> Transition {
         let h = &mut *self.hdr;
         h.sums.clear(self.ring, now / 1000);
         h.base_cooldown_ms = u64::from(h.cfg.open_ms);
@@ -539,7 +539,7 @@ impl<'a> Breaker<'a> {
                 }
             }
             Control::Reset => {
-                let t = self.to_closed(now, reason.into(), None);
+                let t = self.close_now(now, reason.into(), None);
                 self.hdr.since_ms = now;
                 t
             }

@@ -129,10 +129,10 @@ impl Renderer<'_> {
             |v| v.retry_at_ms.map(secs),
         );
         self.family(
-            "cooldown_milliseconds",
+            "cooldown_seconds",
             Gauge,
-            "Current cooldown (doubles after each failed probe).",
-            |v| Some(Num::Int(v.cooldown_ms)),
+            "Current cooldown in seconds (doubles after each failed probe).",
+            |v| Some(secs(v.cooldown_ms)),
         );
         self.family(
             "consecutive_probe_successes",
@@ -177,11 +177,12 @@ impl Renderer<'_> {
             |v| Some(ratio(v.window.slow, v.window.requests)),
         );
         self.split_family(
-            "latency_milliseconds",
+            "latency_seconds",
             Gauge,
-            "Latency percentiles over the window in milliseconds.",
-            ("quantile", &["0.5", "0.95", "0.99"]),
-            |v, i| [v.latency.p50, v.latency.p95, v.latency.p99][i].map(Num::Int),
+            "Upstream response time percentiles over the window in seconds (a gauge per \
+             percentile: the window's histogram has no sum, so it is not a summary).",
+            ("percentile", &["50", "95", "99"]),
+            |v, i| [v.latency.p50, v.latency.p95, v.latency.p99][i].map(secs),
         );
         self.family("requests_total", Counter, "Attempts recorded.", |v| {
             Some(Num::Int(v.totals.requests))
@@ -487,7 +488,7 @@ mod tests {
             ("", "", r#"{state="closed"} 0"#),
             ("state_since_seconds", "gauge", "1764484800.123"),
             ("retry_at_seconds", "gauge", "1764484830.5"),
-            ("cooldown_milliseconds", "gauge", "30000"),
+            ("cooldown_seconds", "gauge", "30.0"),
             ("consecutive_probe_successes", "gauge", "0"),
             ("window_seconds", "gauge", "10"),
             ("window_requests", "gauge", "40"),
@@ -495,9 +496,9 @@ mod tests {
             ("window_slow", "gauge", "3"),
             ("failure_rate", "gauge", "0.55"),
             ("slow_rate", "gauge", "0.075"),
-            ("latency_milliseconds", "gauge", r#"{quantile="0.5"} 41"#),
-            ("", "", r#"{quantile="0.95"} 612"#),
-            ("", "", r#"{quantile="0.99"} 900"#),
+            ("latency_seconds", "gauge", r#"{percentile="50"} 0.041"#),
+            ("", "", r#"{percentile="95"} 0.612"#),
+            ("", "", r#"{percentile="99"} 0.9"#),
             ("requests_total", "counter", "123456"),
             ("failures_total", "counter", "812"),
             ("slow_total", "counter", "77"),
@@ -555,7 +556,7 @@ mod tests {
         assert_eq!(count("forced"), 100);
         assert_eq!(count("transitions_total"), 150);
         // Only the 25 open example breakers have latency and a probe time.
-        assert_eq!(count("latency_milliseconds"), 75);
+        assert_eq!(count("latency_seconds"), 75);
         assert_eq!(count("retry_at_seconds"), 25);
         for s in &samples {
             assert_eq!(s.labels[0].0, "zone");
@@ -571,7 +572,7 @@ mod tests {
         let text = render(&example_zone(), &[closed_entry()]);
         let (samples, types) = validate(&text);
         assert!(!text.contains("retry_at_seconds"));
-        assert!(!text.contains("latency_milliseconds"));
+        assert!(!text.contains("latency_seconds"));
         assert_eq!(types.len(), 4 + 20);
         let l = labels(&[
             ("zone", "cb"),
@@ -611,7 +612,7 @@ mod tests {
             "nginx_circuit_breaker_forced{{{l},state=\"open\"}} 1\nnginx_circuit_breaker_forced{{{l},state=\"closed\"}} 0\n"
         )));
         assert!(text.contains(&format!(
-            "nginx_circuit_breaker_latency_milliseconds{{{l},quantile=\"0.5\"}} 41\nnginx_circuit_breaker_latency_milliseconds{{{l},quantile=\"0.99\"}} 900\n"
+            "nginx_circuit_breaker_latency_seconds{{{l},percentile=\"50\"}} 0.041\nnginx_circuit_breaker_latency_seconds{{{l},percentile=\"99\"}} 0.9\n"
         )));
         e.view.forced = Some(Forced::Closed);
         let text = render(&example_zone(), &[e]);
@@ -712,13 +713,20 @@ mod tests {
     fn prometheus_renders_ten_thousand_breakers() {
         let entries = many_entries(10_000);
         let zone = example_zone();
-        let start = std::time::Instant::now();
-        let out = render_prometheus(&zone, &entries);
-        let elapsed = start.elapsed();
+        // A timing printout only (`--release -- --nocapture`): the first run pays for page
+        // faults on a fresh buffer, the best of the rest shows the rendering itself.
+        let mut times = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            let start = std::time::Instant::now();
+            out = render_prometheus(&zone, &entries);
+            times.push(start.elapsed());
+        }
         println!(
-            "render_prometheus: 10000 breakers, {} bytes, {:?}",
+            "render_prometheus: 10000 breakers, {} bytes, first {:?}, best {:?}",
             out.len(),
-            elapsed
+            times[0],
+            times.iter().min().unwrap()
         );
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
         assert_eq!(samples.len(), 4 + 10_000 * 23 + 5_000 * 4);

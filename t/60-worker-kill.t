@@ -1,0 +1,452 @@
+#!/usr/bin/perl
+
+# Workers killed with SIGKILL (worker_processes 4).
+#
+# SPEC: all workers share the breakers; "a worker that dies mid-update must
+# not wedge the zone"; a half-open probe slot "whose owner vanished is
+# reclaimed".
+#
+# 1. A probe in flight (the origin hangs) whose worker is killed: the slot
+#    must be reclaimed, so the next request after probe_interval probes
+#    and closes the breaker.
+# 2. Four forked clients fire requests (half of them failing at the
+#    origin) for about 3 seconds while the test kills a worker every half
+#    second, 5 times.  The master must replace every worker; every request
+#    must get a 200/500/503 quickly (a wedged zone lock would hang every
+#    request), except those in flight on a killed worker (at most one per
+#    client and kill).
+# 3. Afterwards, with only replacement workers left, a full cycle works:
+#    the breaker trips on exactly the min_requests-th failure (counts
+#    shared by workers), rejects without origin hits, half-opens, and a
+#    good probe closes it.
+#
+# Only processes of this test's nginx are signalled: children of the master
+# whose pid is in nginx.pid and whose title is "nginx: worker process".
+#
+# nginx logs "[alert] ... worker process N exited on signal 9" for every
+# kill: expected here.  As nginx-tests does for expected alerts, the
+# harness's "no alerts" check is marked TODO (todo_alerts), and this test
+# checks itself that those are the only [alert]/[crit] lines, one per kill.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use IO::Select;
+use IO::Socket::INET;
+use POSIX qw/ WNOHANG /;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Origin;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
+
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(26)
+	->todo_alerts();
+
+# reuseport: the kernel spreads connections over the four workers, so
+# consecutive requests are served by different workers
+
+$t->write_file_expand('nginx.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+daemon off;
+worker_processes 4;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    circuit_breaker_zone cb:1m;
+    circuit_breaker_header on;
+
+    upstream up {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=5s min_requests=6 failure_rate=50%
+                        open=1s max_open=1s jitter=0%
+                        probes=1 probe_interval=100ms;
+    }
+
+    server {
+        listen       127.0.0.1:8080 reuseport;
+        server_name  localhost;
+
+        proxy_connect_timeout 2s;
+        proxy_read_timeout 20s;
+
+        add_header X-Pid $pid always;
+
+        location /load/ {
+            proxy_pass http://up;
+            circuit_breaker_route load;
+        }
+
+        location /probe/ {
+            proxy_pass http://up;
+            circuit_breaker_route probe;
+        }
+    }
+}
+
+EOF
+
+my $hits = $t->testdir() . '/hits';
+$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
+$t->run();
+$t->waitforsocket('127.0.0.1:' . port(8081))
+	or die "origin did not start\n";
+
+###############################################################################
+
+my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : die "no pid\n";
+
+sub cmdline {
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/cmdline" or return '';
+	local $/;
+	my $c = <$fh> // '';
+	$c =~ s/\0+/ /g;
+	$c =~ s/\s+\z//;
+	return $c;
+}
+
+# live worker processes of this test's nginx
+
+sub workers {
+	my @w;
+	opendir my $dh, '/proc' or return ();
+	for my $p (grep { /^\d+$/ } readdir $dh) {
+		open my $fh, '<', "/proc/$p/stat" or next;
+		my $stat = <$fh> // '';
+		close $fh;
+		next unless $stat =~ /\)\s+(\S+)\s+(\d+)/;
+		next unless $2 == $master && $1 ne 'Z';
+		push @w, $p if cmdline($p) eq 'nginx: worker process';
+	}
+	closedir $dh;
+	return sort { $a <=> $b } @w;
+}
+
+my @killed;
+
+# SIGKILL one worker; true once the master runs 4 workers again, one new
+
+sub kill_worker {
+	my ($pid) = @_;
+	my %before = map { $_ => 1 } workers();
+
+	return 0 unless $before{$pid} && cmdline($pid) eq 'nginx: worker process';
+
+	kill 'KILL', $pid or return 0;
+	push @killed, $pid;
+
+	my $end = time() + 3;
+	while (time() < $end) {
+		my @w = workers();
+		return 1 if @w == 4 && !grep { $_ == $pid } @w;
+		sleep 0.02;
+	}
+
+	return 0;
+}
+
+# the worker holding the server side of a client connection:
+# /proc/net/tcp gives the socket inode, a worker's fd links to it
+
+sub owner_of {
+	my ($client_port) = @_;
+	my $np = port(8080);
+	my $inode;
+
+	open my $fh, '<', '/proc/net/tcp' or return;
+	while (<$fh>) {
+		my @f = split;
+		next unless @f > 9 && $f[1] =~ /:([0-9A-F]{4})$/;
+		next unless hex($1) == $np;
+		next unless $f[2] =~ /:([0-9A-F]{4})$/ && hex($1) == $client_port;
+		$inode = $f[9];
+		last;
+	}
+	close $fh;
+	return unless $inode;
+
+	for my $w (workers()) {
+		opendir my $dh, "/proc/$w/fd" or next;
+		for my $fd (grep { /^\d+$/ } readdir $dh) {
+			my $l = readlink("/proc/$w/fd/$fd") // next;
+			return $w if $l eq "socket:[$inode]";
+		}
+	}
+
+	return;
+}
+
+# one request on its own connection, with a deadline: (status or failure
+# reason, seconds, worker pid)
+
+sub request {
+	my ($uri, $timeout) = @_;
+	my $start = time();
+	my $deadline = $start + ($timeout // 5);
+
+	my $s = IO::Socket::INET->new(
+		Proto => 'tcp',
+		PeerAddr => '127.0.0.1:' . port(8080),
+		Timeout => 2,
+	) or return ("connect:$!", time() - $start, 0);
+
+	local $SIG{PIPE} = 'IGNORE';
+	syswrite($s, "GET $uri HTTP/1.0\r\nHost: localhost\r\n\r\n")
+		or return ("write:$!", time() - $start, 0);
+
+	my $sel = IO::Select->new($s);
+	my $buf = '';
+
+	while (1) {
+		my $left = $deadline - time();
+		return ('timeout', time() - $start, 0) if $left <= 0;
+		next unless $sel->can_read($left);
+		my $n = sysread($s, $buf, 65536, length $buf);
+		next if !defined $n && $!{EINTR};
+		return ("read:$!", time() - $start, 0) unless defined $n;
+		last if $n == 0;
+	}
+
+	close $s;
+
+	my $took = time() - $start;
+	return ('empty', $took, 0) unless $buf =~ m!^HTTP/1\.1 (\d{3}) !;
+
+	my $status = $1;
+	my $pid = $buf =~ /^X-Pid: (\d+)\x0d?$/m ? $1 : 0;
+	my $state = $buf =~ /^X-Circuit-State: (\w+)\x0d?$/m ? $1 : '';
+	my $origin = $buf =~ /^X-Origin: /m ? 1 : 0;
+
+	return ($status, $took, $pid, $state, $origin);
+}
+
+my @original = workers();
+is(scalar @original, 4, 'four workers');
+
+###############################################################################
+
+# 1. a probe in flight, its worker killed: the slot is reclaimed
+
+my (@st, %pids);
+for my $i (1 .. 7) {
+	my ($s, undef, $pid) = request("/probe/?status=500&trip=$i");
+	push @st, $s;
+	$pids{$pid} = 1;
+}
+is("@st", '500 500 500 500 500 500 503', 'probe route: trips at min_requests');
+
+sleep 1.1;
+
+my $hang = http_get('/probe/?hang=1', start => 1);
+my $hung = 0;
+for (1 .. 100) {
+	last if $hung = CB::Origin::hits($hits, qr/hang=1/);
+	sleep 0.02;
+}
+is($hung, 1, 'probe in flight');
+
+my ($s, undef, undef, $state) = request('/probe/?status=200&busy=1');
+is("$s $state", '503 half_open', 'probe slot taken');
+
+my $owner = $hang && owner_of($hang->sockport());
+ok($owner && kill_worker($owner), 'probe worker killed and replaced')
+	or diag('owner: ' . ($owner // 'none'));
+
+my $dead = $hang && http_end($hang);
+ok(!defined $dead || $dead !~ m!^HTTP/!, 'probe connection lost');
+
+sleep 0.3;
+
+CB::Origin::clear($hits);
+($s, undef, undef, undef, my $origin) = request('/probe/?status=200&after=1');
+is("$s $origin", '200 1', 'probe slot reclaimed: new probe passes');
+($s, undef, undef, $state) = request('/probe/?status=200&after=2');
+is("$s $state", '200 closed', 'probe route closed');
+
+###############################################################################
+
+# 2. kill workers under traffic
+
+my $clients = 4;
+my $duration = 3;
+my $until = time() + $duration;
+my @kids;
+
+for my $c (1 .. $clients) {
+	my $pid = fork();
+	die "fork: $!\n" unless defined $pid;
+
+	if ($pid == 0) {
+		my $out = '';
+		my $i = 0;
+		while (time() < $until) {
+			$i++;
+			my $st = $i % 2 ? 500 : 200;
+			my $t0 = time();
+			my ($s, $took, $w) =
+				request("/load/?status=$st&delay=10&c=$c&i=$i", 5);
+			$out .= sprintf("%.3f %s %.3f %d\n", $t0, $s, $took, $w);
+		}
+		$t->write_file("client-$c.log", $out);
+		POSIX::_exit(0);
+	}
+
+	push @kids, $pid;
+}
+
+# one kill every half second, originals first, then any worker
+
+my @replaced;
+my %original = map { $_ => 1 } @original;
+my $next = time() + 0.4;
+my $last_kill = 0;
+
+for my $k (1 .. 5) {
+	sleep($next - time()) if $next > time();
+
+	my @w = workers();
+	my ($victim) = grep { $original{$_} } @w;
+	$victim //= $w[int rand @w];
+
+	push @replaced, kill_worker($victim) ? 1 : 0;
+	$last_kill = time();
+	$next += 0.5;
+}
+
+for my $pid (@kids) {
+	my $end = time() + 15;
+	while (waitpid($pid, WNOHANG) == 0) {
+		if (time() > $end) {
+			kill 'KILL', $pid;
+			waitpid($pid, 0);
+			last;
+		}
+		sleep 0.05;
+	}
+}
+
+is(join('', @replaced), '11111', 'master replaced every killed worker');
+ok(!grep({ $original{$_} } workers()),
+	'no original worker left');
+
+my (%status, @fail, $n, $max, %after_last);
+for my $c (1 .. $clients) {
+	my $log = eval { $t->read_file("client-$c.log") } // '';
+	for (split /\n/, $log) {
+		my ($t0, $s, $took, $w) = split / /;
+		$n++;
+		if ($s =~ /^\d{3}$/) {
+			$status{$s}++;
+			$max = $took if !defined $max || $took > $max;
+			$after_last{$c}++ if $t0 > $last_kill;
+		} else {
+			push @fail, "$s after ${took}s";
+		}
+	}
+}
+
+my $summary = join ', ', (map { "$_: $status{$_}" } sort keys %status),
+	'failed: ' . @fail;
+diag("$n requests; $summary; slowest " . sprintf('%.3f', $max // 0));
+
+cmp_ok($n // 0, '>=', 40, 'clients sent requests');
+is(join(',', grep { !/^(200|500|503)$/ } sort keys %status), '',
+	'only 200, 500 and 503 responses');
+ok($status{200} && $status{500} && $status{503},
+	'responses of every kind: passed, failed, short-circuited');
+cmp_ok(scalar @fail, '<=', 5 * $clients,
+	'failures: at most the connections of killed workers')
+	or diag(join "\n", @fail);
+ok(!grep({ /timeout/ } @fail), 'no request timed out');
+cmp_ok($max // 99, '<', 2, 'every response came quickly');
+is(scalar keys %after_last, $clients, 'every client served after the last kill');
+
+###############################################################################
+
+# 3. a full cycle with replacement workers only
+
+my @seen;
+
+my $tripped = 0;
+for my $i (1 .. 30) {
+	my ($s, undef, $w) = request("/load/?status=500&force=$i");
+	push @seen, $w;
+	if ($s eq '503') {
+		$tripped = 1;
+		last;
+	}
+}
+ok($tripped, 'load route open');
+
+sleep 1.1;
+
+($s) = request('/load/?status=200&probe=1');
+($s, undef, undef, $state) = request('/load/?status=200&probe=2');
+is("$s $state", '200 closed', 'load route closed after a good probe');
+
+# fresh window after closing: exactly min_requests failures open it
+
+CB::Origin::clear($hits);
+
+@st = ();
+for my $i (1 .. 8) {
+	my ($s, undef, $w) = request("/load/?status=500&final=$i");
+	push @st, $s;
+	push @seen, $w;
+}
+is("@st", '500 500 500 500 500 500 503 503', 'final: trips at min_requests');
+is(CB::Origin::hits($hits), 6, 'final: no origin hits while open');
+
+sleep 1.1;
+
+CB::Origin::clear($hits);
+@st = ();
+for my $i (1 .. 4) {
+	my ($s, undef, $w) = request("/load/?status=200&final_ok=$i");
+	push @st, $s;
+	push @seen, $w;
+}
+is("@st", '200 200 200 200', 'final: probe closes, traffic flows');
+is(CB::Origin::hits($hits), 4, 'final: origin hits after close');
+
+my %final = map { $_ => 1 } grep { $_ } @seen;
+ok(keys %final >= 2 && !grep({ $original{$_} } keys %final),
+	'final cycle served by several replacement workers')
+	or diag('pids: ' . join ' ', sort keys %final);
+
+###############################################################################
+
+# error.log: the only alerts are the kills, one each
+
+$t->stop();
+
+my $log = $t->read_file('error.log');
+my @alerts = $log =~ /^.*\[(?:alert|crit|emerg)\].*$/gm;
+my @expected = map { qr/\[alert\] \d+#\d+: worker process $_ exited on signal 9/ }
+	@killed;
+
+my @unexpected = grep { my $l = $_; !grep { $l =~ $_ } @expected } @alerts;
+is(join("\n", @unexpected), '', 'no alerts but the kills');
+is(scalar @alerts, scalar @killed, 'one alert per kill');
+
+###############################################################################
