@@ -233,7 +233,7 @@ pub unsafe extern "C" fn set_breaker(
         return c"is duplicate".as_ptr().cast_mut();
     }
     // SAFETY: called while parsing.
-    let parsed = words(unsafe { args(cf) }).and_then(|w| config::parse_breaker_args(w));
+    let parsed = words(unsafe { args(cf) }).and_then(config::parse_breaker_args);
     let cfg = match parsed {
         Ok(c) => c,
         Err(e) => return fail(cf, e),
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn set_failure(
         return c"is duplicate".as_ptr().cast_mut();
     }
     // SAFETY: called while parsing.
-    let parsed = words(unsafe { args(cf) }).and_then(|w| config::parse_failure_classes(w));
+    let parsed = words(unsafe { args(cf) }).and_then(config::parse_failure_classes);
     match parsed {
         Ok(set) => scf.failures = Some(set),
         Err(e) => return fail(cf, e),

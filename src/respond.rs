@@ -33,6 +33,7 @@ pub fn set_ctx(r: &mut ngx_http_request_t, pd: &mut PeerData) {
 
 /// The request's PeerData: the module ctx, or, after an internal redirect cleared it (such as
 /// `error_page 503`), the data of our pool cleanup, which outlives redirects.
+#[allow(clippy::mut_from_ref)] // the ctx lives in the request pool, not in `r`
 pub fn get_ctx(r: &ngx_http_request_t) -> Option<&mut PeerData> {
     // SAFETY: r->ctx has a slot per module.
     let ctx = unsafe {
@@ -43,17 +44,14 @@ pub fn get_ctx(r: &ngx_http_request_t) -> Option<&mut PeerData> {
         // SAFETY: only set_ctx writes our slot.
         return Some(unsafe { &mut *ctx.cast::<PeerData>() });
     }
-    if r.main != r as *const _ as *mut _ {
+    if !core::ptr::eq(r.main, r) {
         return None; // subrequests share the main request's pool
     }
     let handler = cleanup_handler();
     // SAFETY: the pool's cleanup list is a live singly linked list.
     let mut c = unsafe { (*r.pool).cleanup };
     while let Some(cl) = unsafe { c.as_ref() } {
-        if cl
-            .handler
-            .is_some_and(|h| core::ptr::fn_addr_eq(h, handler))
-        {
+        if cl.handler.is_some_and(|h| h as usize == handler as usize) {
             // SAFETY: our handler's data is always a PeerData.
             return Some(unsafe { &mut *cl.data.cast::<PeerData>() });
         }

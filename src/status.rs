@@ -230,7 +230,7 @@ fn send(
         }
         core::ptr::copy_nonoverlapping(body.as_ptr(), (*b).last, body.len());
         (*b).last = (*b).last.add(body.len());
-        (*b).set_last_buf(if r.main == r as *mut _ { 1 } else { 0 });
+        (*b).set_last_buf(u32::from(core::ptr::eq(r.main, r)));
         (*b).set_last_in_chain(1);
         let mut out = ngx_chain_t {
             buf: b,

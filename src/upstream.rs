@@ -335,6 +335,16 @@ unsafe extern "C" fn free_peer(
         let Some(recorded) = recorded else {
             return;
         };
+        if attempt.transport == Transport::Tls {
+            // SAFETY: the request is live during free.
+            let log = unsafe { (*pd.request).connection_log() };
+            ngx::ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
+                pd.name()
+            );
+        }
         // SAFETY: the upstream conf lives for the cycle.
         let dry_run = unsafe { (*pd.scf).breaker.is_some_and(|c| c.dry_run) };
         if let Some(t) = &recorded.transition {
@@ -378,7 +388,7 @@ unsafe fn attempt_of(pd: &PeerData, pc: &ngx_peer_connection_t, state: ngx_uint_
             Some(c) if unsafe { (*c.read).timedout() != 0 || (*c.write).timedout() != 0 } => {
                 Transport::Timeout
             }
-            Some(c) if tls_incomplete(c) => Transport::Tls,
+            Some(c) if tls_failed(c, u) => Transport::Tls,
             _ if u.buffer.start.is_null() || u.buffer.last == u.buffer.start => Transport::Error,
             // Bytes arrived but made no valid header.
             _ => Transport::InvalidHeader,
@@ -402,14 +412,16 @@ unsafe fn attempt_of(pd: &PeerData, pc: &ngx_peer_connection_t, state: ngx_uint_
     }
 }
 
+/// A TLS connection that failed before the request could be sent: the handshake did not
+/// complete, or it did and the certificate check refused the peer (nginx verifies after the
+/// handshake and sets `request_sent` only past both). A handshake that timed out is a timeout.
 #[cfg(ngx_ssl)]
-fn tls_incomplete(c: &nginx_sys::ngx_connection_t) -> bool {
-    // SAFETY: c.ssl is null or the connection's live TLS state.
-    unsafe { c.ssl.as_ref() }.is_some_and(|s| s.handshaked() == 0)
+fn tls_failed(c: &nginx_sys::ngx_connection_t, u: &ngx_http_upstream_t) -> bool {
+    !c.ssl.is_null() && u.request_sent() == 0
 }
 
 #[cfg(not(ngx_ssl))]
-fn tls_incomplete(_c: &nginx_sys::ngx_connection_t) -> bool {
+fn tls_failed(_c: &nginx_sys::ngx_connection_t, _u: &ngx_http_upstream_t) -> bool {
     false
 }
 

@@ -48,18 +48,25 @@ struct Node {
     chain: *mut Node,
     next: *mut Node,
     prev: *mut Node,
+    /// Both names, in their own small allocation: kept apart so that a breaker with the
+    /// default 10 s window stays within the slab's 2 KiB size class whatever the names.
+    names: *mut u8,
     window_s: u32,
     upstream_len: u16,
     route_len: u16,
-    // BreakerHeader at `breaker_offset()`, then `window_s` buckets, then the two names.
+    // BreakerHeader at `breaker_offset()`, then `window_s` buckets.
 }
+
+// A default breaker (10 s window) must fit the slab's 2 KiB class: 10 000 in a 32 MiB zone.
+const _: () =
+    assert!(size_of::<Node>() + size_of::<BreakerHeader>() + 10 * size_of::<Bucket>() + 16 <= 2048);
 
 fn breaker_offset() -> usize {
     size_of::<Node>().next_multiple_of(align_of::<BreakerHeader>().max(align_of::<Bucket>()))
 }
 
-fn node_size(window_s: u32, names: usize) -> usize {
-    breaker_offset() + layout(window_s).0 + names
+fn node_size(window_s: u32) -> usize {
+    breaker_offset() + layout(window_s).0
 }
 
 /// The key of one breaker.
@@ -133,6 +140,7 @@ pub struct Entry<'a> {
 }
 
 impl Locked {
+    #[allow(clippy::mut_from_ref)] // shared memory, exclusive while the mutex is held
     fn header(&self) -> &mut ZoneHeader {
         // SAFETY: data points at our header (set in init), and the mutex is held.
         unsafe { &mut *(*self.zone.pool).data.cast::<ZoneHeader>() }
@@ -202,13 +210,24 @@ impl Locked {
     }
 
     fn create(&mut self, key: &Key, cfg: &BreakerConfig, now: u64) -> *mut Node {
-        let names = key.upstream.len() + key.route.len();
-        let size = node_size(cfg.window_s, names);
-        // SAFETY: the mutex is held, as the _locked variant requires.
-        let n = unsafe { ngx_slab_alloc_locked(self.zone.pool, size) }.cast::<Node>();
-        if n.is_null() {
-            return n;
-        }
+        let size = node_size(cfg.window_s);
+        // SAFETY: the mutex is held, as the _locked variants require.
+        let (n, names) = unsafe {
+            let names = ngx_slab_alloc_locked(
+                self.zone.pool,
+                (key.upstream.len() + key.route.len()).max(1),
+            );
+            let n = ngx_slab_alloc_locked(self.zone.pool, size).cast::<Node>();
+            if n.is_null() || names.is_null() {
+                for p in [n.cast::<c_void>(), names] {
+                    if !p.is_null() {
+                        ngx_slab_free_locked(self.zone.pool, p);
+                    }
+                }
+                return null_mut();
+            }
+            (n, names.cast::<u8>())
+        };
         let h = self.header();
         // SAFETY: n is a fresh allocation of `size` bytes, aligned by the slab allocator to at
         // least its size class (>= 8) — and BreakerHeader's alignment is checked in init.
@@ -219,6 +238,7 @@ impl Locked {
                 chain: *slot,
                 next: h.head,
                 prev: null_mut(),
+                names,
                 window_s: cfg.window_s,
                 upstream_len: key.upstream.len() as u16,
                 route_len: key.route.len() as u16,
@@ -229,11 +249,10 @@ impl Locked {
             }
             h.head = n;
             reset_breaker(n, *cfg, now);
-            let np = n.cast::<u8>().add(size - names);
-            ptr::copy_nonoverlapping(key.upstream.as_ptr(), np, key.upstream.len());
+            ptr::copy_nonoverlapping(key.upstream.as_ptr(), names, key.upstream.len());
             ptr::copy_nonoverlapping(
                 key.route.as_ptr(),
-                np.add(key.upstream.len()),
+                names.add(key.upstream.len()),
                 key.route.len(),
             );
         }
@@ -261,6 +280,7 @@ impl Locked {
             if !(*n).next.is_null() {
                 (*(*n).next).prev = (*n).prev;
             }
+            ngx_slab_free_locked(self.zone.pool, (*n).names.cast());
             ngx_slab_free_locked(self.zone.pool, n.cast());
         }
         h.count -= 1;
@@ -390,11 +410,11 @@ unsafe fn breaker<'a>(n: *mut Node) -> Breaker<'a> {
 /// # Safety
 /// `n` must be a live node.
 unsafe fn names<'a>(n: *mut Node) -> (&'a [u8], &'a [u8]) {
-    // SAFETY: `create` stored both names at the end of the node.
+    // SAFETY: `create` stored both names in the node's names allocation.
     unsafe {
         let ul = (*n).upstream_len as usize;
         let rl = (*n).route_len as usize;
-        let start = n.cast::<u8>().add(node_size((*n).window_s, 0));
+        let start = (*n).names;
         (
             core::slice::from_raw_parts(start, ul),
             core::slice::from_raw_parts(start.add(ul), rl),

@@ -110,7 +110,9 @@ http {
                         jitter=0% dry_run;
     }
 
-    # a plain HTTP listener: every TLS handshake to it fails at once
+    # a plain HTTP listener: every TLS handshake to it fails at once (nginx
+    # answers the ClientHello with 400: "wrong version number"); CB::Origin
+    # would not answer at all, a handshake timeout instead of a failure
     upstream tls {
         server 127.0.0.1:8082;
         circuit_breaker window=5s min_requests=2 failure_rate=50% open=2s
@@ -294,7 +296,7 @@ ok(short_circuited($r, 1, 2), 'error_page: 503 with breaker headers')
 is(http_content($r), "sorry, try later\n", 'error_page: body');
 is(hits('/ep/'), 0, 'error_page: no origin hit');
 
-cmp_ok(time() - $opened, '<', 1.5, 'checks above ran before half-open');
+cmp_ok(time() - $opened, '<', 2, 'checks above ran before half-open');
 
 # below min_requests nothing is decided: 4 failures of min_requests=5 pass,
 # the 5th request too (and opens it)
