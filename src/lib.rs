@@ -138,5 +138,6 @@ pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     // SAFETY: only the address is taken; nginx reads the table while loading.
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
+    init_module: Some(zone::init_module),
     ..ngx_module_t::default()
 };

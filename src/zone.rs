@@ -10,10 +10,12 @@ use circuit_breaker_core::breaker::state::{layout, tail_offset};
 use circuit_breaker_core::breaker::{Breaker, BreakerConfig, BreakerHeader, Bucket, Control};
 use circuit_breaker_core::snapshot::Forced;
 use nginx_sys::{
-    ngx_int_t, ngx_pagesize, ngx_shm_zone_t, ngx_shmtx_lock, ngx_shmtx_unlock, ngx_slab_alloc,
-    ngx_slab_alloc_locked, ngx_slab_free_locked, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG,
-    NGX_LOG_NOTICE, NGX_OK,
+    ngx_cycle_t, ngx_int_t, ngx_pagesize, ngx_shm_zone_t, ngx_shmtx_lock, ngx_shmtx_unlock,
+    ngx_slab_alloc, ngx_slab_alloc_locked, ngx_slab_free_locked, ngx_slab_pool_t, NGX_ERROR,
+    NGX_LOG_EMERG, NGX_LOG_NOTICE, NGX_OK,
 };
+
+use ngx::http::HttpModuleMainConf;
 
 use crate::conf::MainConf;
 use crate::util::{guard, hash_name, key_hash, now_ms};
@@ -452,7 +454,9 @@ unsafe fn reapply_forced(n: *mut Node, forced: Option<Forced>, now: u64) {
 }
 
 /// `shm_zone->init`: lays out a new zone, or adopts the previous configuration's zone on
-/// reload (nginx hands the old zone's data and keeps the mapping, as for `limit_req`).
+/// reload (nginx hands the old zone's data and keeps the mapping, as for `limit_req`). The
+/// breakers are brought in line with the configuration later, in [`init_module`]: a cycle can
+/// still fail after its zones are initialised, and then the running one must keep its state.
 pub unsafe extern "C" fn init(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx calls init with our registered zone, mapped, its data our main conf.
@@ -464,9 +468,6 @@ unsafe fn init_zone(z: &mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
     // SAFETY: set in conf::add_zone.
     let mcf = unsafe { &mut *z.data.cast::<MainConf>() };
     let pool = z.shm.addr.cast::<ngx_slab_pool_t>();
-    let log = z.shm.log;
-    let now = now_ms();
-    let name = &mcf.zone_name;
     // SAFETY: a mapped zone starts with its slab pool.
     let existing = unsafe { (*pool).data };
     if !old.is_null() && !existing.is_null() {
@@ -474,31 +475,12 @@ unsafe fn init_zone(z: &mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
         if unsafe { (*existing.cast::<ZoneHeader>()).magic } != MAGIC {
             ngx::ngx_log_error!(
                 NGX_LOG_EMERG,
-                log,
+                z.shm.log,
                 "circuit breaker zone \"{}\" was laid out by another build of the module; \
                  rename the zone or restart nginx",
-                name
+                mcf.zone_name
             );
             return NGX_ERROR as ngx_int_t;
-        }
-        let zone = Zone {
-            pool,
-            size: z.shm.size,
-        };
-        let mut locked = zone.lock();
-        locked.header().generation += 1;
-        mcf.generation = locked.header().generation;
-        let (dropped, reset) = locked.reconcile(mcf, now);
-        drop(locked);
-        if dropped + reset > 0 {
-            ngx::ngx_log_error!(
-                NGX_LOG_NOTICE,
-                log,
-                "circuit breaker zone \"{}\": {} breaker(s) dropped, {} reset by the new configuration",
-                name,
-                dropped,
-                reset
-            );
         }
         return NGX_OK as ngx_int_t;
     }
@@ -517,14 +499,14 @@ unsafe fn init_zone(z: &mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
         }
         hdr.write(ZoneHeader {
             magic: MAGIC,
-            generation: 1,
+            generation: 0,
             alloc_failures: 0,
             count: 0,
             mask: buckets as u64 - 1,
             table,
             head: null_mut(),
         });
-        let ctx = format!(" in circuit breaker zone \"{name}\"\0");
+        let ctx = format!(" in circuit breaker zone \"{}\"\0", mcf.zone_name);
         let lc = ngx_slab_alloc(pool, ctx.len()).cast::<u8>();
         if !lc.is_null() {
             ptr::copy_nonoverlapping(ctx.as_ptr(), lc, ctx.len());
@@ -534,11 +516,39 @@ unsafe fn init_zone(z: &mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
         // A full zone is reported once per breaker by the module, not per attempt at [crit].
         (*pool).set_log_nomem(0);
     }
-    mcf.generation = 1;
-    let zone = Zone {
-        pool,
-        size: z.shm.size,
-    };
-    zone.lock().ensure_defaults(mcf, now);
     NGX_OK as ngx_int_t
+}
+
+/// `init_module`, where a new configuration is committed (nginx exits rather than fall back
+/// after this point): the zone's breakers are reconciled with it — a new generation, freed or
+/// reset breakers, and a default breaker for every upstream.
+pub unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx passes the cycle being committed.
+        let cycle = unsafe { &*cycle };
+        let Some(mcf) = <crate::Module as HttpModuleMainConf>::main_conf_mut(cycle) else {
+            return NGX_OK as ngx_int_t; // no http block
+        };
+        // SAFETY: our own zone, initialised by now.
+        let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+            return NGX_OK as ngx_int_t;
+        };
+        let mut locked = zone.lock();
+        let reused = locked.header().generation > 0;
+        locked.header().generation += 1;
+        mcf.generation = locked.header().generation;
+        let (dropped, reset) = locked.reconcile(mcf, now_ms());
+        drop(locked);
+        if reused && dropped + reset > 0 {
+            ngx::ngx_log_error!(
+                NGX_LOG_NOTICE,
+                cycle.log,
+                "circuit breaker zone \"{}\": {} breaker(s) dropped, {} reset by the new configuration",
+                mcf.zone_name,
+                dropped,
+                reset
+            );
+        }
+        NGX_OK as ngx_int_t
+    })
 }

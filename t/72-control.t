@@ -1,0 +1,412 @@
+#!/usr/bin/perl
+
+# Status location with control=on: POST ?upstream=&route=&action=
+# force_open | force_close | reset, with 4 workers sharing the result;
+# forced states hold (past the cooldown, through failures, through a
+# reload) until reset; the 400/404/405 answers; allow/deny in the control
+# location; the warn line naming the client.
+#
+#	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
+#	prove -v -I t/lib t/72-control.t
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use JSON::PP qw//;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Origin;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(70);
+
+$t->write_file_expand('nginx.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+daemon off;
+worker_processes 4;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    circuit_breaker_zone cb:1m;
+
+    log_format cb '$pid $uri $status "$circuit_breaker_state"';
+
+    upstream up {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 failure_rate=50% open=1s
+                        jitter=0% probes=1 probe_interval=100ms;
+    }
+
+    # an upstream without a breaker
+    upstream plain {
+        server 127.0.0.1:%%PORT_8081%%;
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        proxy_read_timeout 5s;
+
+        location /d/ {
+            proxy_pass http://up;
+            access_log %%TESTDIR%%/cb.log cb;
+        }
+
+        location /r/ {
+            proxy_pass http://up;
+            circuit_breaker_route checkout;
+        }
+
+        location /p/ {
+            proxy_pass http://plain;
+        }
+
+        # X-Real-IP lets a test client on 127.0.0.1 pose as another address
+        location = /control {
+            circuit_breaker_status control=on;
+            set_real_ip_from 127.0.0.1;
+            real_ip_header X-Real-IP;
+            allow 127.0.0.1;
+            deny all;
+        }
+
+        location = /status {
+            circuit_breaker_status;
+        }
+
+        location = /denied {
+            circuit_breaker_status control=on;
+            deny all;
+        }
+    }
+}
+
+EOF
+
+my $hits = $t->testdir() . '/origin-8081.hits';
+$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
+$t->run();
+$t->waitforsocket('127.0.0.1:' . port(8081))
+	or die "origin did not start\n";
+
+###############################################################################
+
+sub req {
+	my ($method, $uri, @headers) = @_;
+	my $h = join '', map { "$_\n" } @headers;
+	return http(<<EOF);
+$method $uri HTTP/1.0
+Host: localhost
+Content-Length: 0
+$h
+EOF
+}
+
+sub control {
+	my ($query, @headers) = @_;
+	return req('POST', "/control?$query", @headers);
+}
+
+sub code {
+	my ($r) = @_;
+	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
+}
+
+sub body {
+	my ($r) = @_;
+	return $r && $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s ? $1 : undef;
+}
+
+sub header {
+	my ($r, $name) = @_;
+	return $r && $r =~ /^\Q$name\E: ([^\x0d]*)\x0d$/mi ? $1 : undef;
+}
+
+sub json {
+	my ($r) = @_;
+	my $b = body($r);
+	return undef unless defined $b && length $b;
+	return eval { JSON::PP->new->decode($b) };
+}
+
+# a breaker as GET /status shows it
+
+sub breaker {
+	my ($upstream, $route) = @_;
+	my $j = json(http_get("/status?upstream=$upstream&route=$route"));
+	return $j && @{ $j->{breakers} } == 1 ? $j->{breakers}[0] : {};
+}
+
+# sends @uris over as many connections at once, then reads all answers
+
+sub parallel {
+	my (@uris) = @_;
+	my @s = map { http_get($_, start => 1) } @uris;
+	return map { defined $_ ? http_end($_) : undef } @s;
+}
+
+sub hits {
+	return CB::Origin::hits($hits, @_);
+}
+
+sub log_since {
+	my ($offset) = @_;
+	my $log = $t->read_file('error.log');
+	return substr($log, $offset);
+}
+
+sub log_size {
+	return length $t->read_file('error.log');
+}
+
+###############################################################################
+
+# the default breaker exists from the start
+
+is(breaker('up', 'default')->{state}, 'closed', 'up/default closed at start');
+
+# bad requests: nothing changes, nothing is logged
+
+my $log0 = log_size();
+
+for my $case (
+	[ 'POST', '', 400, 'missing parameter "upstream"' ],
+	[ 'POST', 'action=force_open', 400, 'missing parameter "upstream"' ],
+	[ 'POST', 'upstream=up', 400, 'missing parameter "action"' ],
+	[ 'POST', 'upstream=up&route=default', 400,
+		'missing parameter "action"' ],
+	[ 'POST', 'upstream=up&action=explode', 400,
+		'invalid value "explode" for "action"' ],
+	[ 'POST', 'upstream=up&action=', 400, 'invalid value "" for "action"' ],
+	[ 'POST', 'upstream=up&action=reset&bogus=1', 400,
+		'unknown parameter "bogus"' ],
+	[ 'POST', 'upstream=up&action=reset&action=reset', 400,
+		'duplicate parameter "action"' ],
+	[ 'POST', 'upstream=nosuch&action=force_open', 404,
+		'no circuit breaker for upstream "nosuch" route "default"' ],
+	[ 'POST', 'upstream=plain&action=force_open', 404,
+		'no circuit breaker for upstream "plain" route "default"' ],
+	[ 'POST', 'upstream=up&route=nosuch&action=force_open', 404,
+		'no circuit breaker for upstream "up" route "nosuch"' ],
+	[ 'GET', 'upstream=up&action=force_open', 400,
+		'"action" needs a POST request to a location with "control=on"' ],
+) {
+	my ($method, $q, $code, $reason) = @$case;
+	my $r = req($method, "/control?$q");
+	ok(code($r) == $code && body($r) eq "$reason\n"
+		&& header($r, 'Content-Type') =~ m!^text/plain!,
+		"$method ?$q: $code") or diag($r);
+}
+
+for my $method (qw/ PUT DELETE PATCH /) {
+	is(code(req($method, '/control?upstream=up&action=force_open')), 405,
+		"$method: 405");
+}
+
+is(code(req('POST', '/status?upstream=up&action=force_open')), 405,
+	'POST without control=on: 405');
+is(code(req('POST', '/denied?upstream=up&action=force_open')), 403,
+	'deny all: 403');
+is(code(control('upstream=up&action=force_open', 'X-Real-IP: 192.0.2.1')),
+	403, 'allow 127.0.0.1 only: another client address gets 403');
+is(code(req('GET', '/denied')), 403, 'deny all: GET 403 too');
+
+my $b = breaker('up', 'default');
+ok($b->{state} eq 'closed' && !defined $b->{forced}
+	&& $b->{totals}{opened} == 0, 'rejected requests changed nothing');
+unlike(log_since($log0), qr/circuit breaker "/,
+	'rejected requests logged no action');
+
+# GET on the control location is the plain status page
+
+my $r = http_get('/control?upstream=up');
+ok(code($r) == 200 && json($r) && json($r)->{zone} eq 'cb',
+	'GET on the control location: status JSON');
+
+# force_open (route defaults to "default"), with a request body discarded
+
+my $before = hits();
+$log0 = log_size();
+
+$r = http(<<EOF);
+POST /control?upstream=up&action=force_open HTTP/1.0
+Host: localhost
+Content-Length: 5
+
+hello
+EOF
+
+is(code($r), 200, 'force_open: 200');
+is(header($r, 'Content-Type'), 'application/json', 'force_open: JSON');
+my $j = json($r) || {};
+ok($j->{upstream} eq 'up' && $j->{route} eq 'default',
+	'force_open: the default route by default') or diag($r);
+ok($j->{state} eq 'open' && $j->{state_code} == 2 && $j->{forced} eq 'open',
+	'force_open: open, forced "open"') or diag($r);
+is_deeply([ sort keys %$j ], [ sort qw/ upstream route state state_code
+	dry_run forced since retry_at window latency_ms cooldown_ms
+	consecutive_probe_successes totals last_transition / ],
+	'force_open: the breaker object of the status page');
+like(log_since($log0),
+	qr/\[warn\] .*circuit breaker "up\/default" forced open by 127\.0\.0\.1/,
+	'force_open: logged at warn with the client');
+
+# every worker short-circuits, with no origin hit
+
+my @r = parallel(map { "/d/x?n=$_" } 1 .. 32);
+is(scalar(grep { code($_) == 503
+	&& (header($_, 'X-Circuit-State') // '') eq 'open'
+	&& (header($_, 'Retry-After') // '') =~ /^[1-9]\d*$/ } @r), 32,
+	'forced open: 32 concurrent requests: 503, X-Circuit-State: open');
+is(hits() - $before, 0, 'forced open: no origin hit');
+
+my %pids = map { /^(\d+) \/d\/x 503 "open"$/ ? ($1 => 1) : () }
+	split /\n/, $t->read_file('cb.log');
+cmp_ok(scalar keys %pids, '>=', 2, 'forced open: several workers answered');
+
+# it holds past the cooldown (open=1s): no half-open, no probe
+
+sleep(1.3);
+
+@r = parallel(map { "/d/later?n=$_" } 1 .. 8);
+is(scalar(grep { code($_) == 503
+	&& (header($_, 'X-Circuit-State') // '') eq 'open' } @r), 8,
+	'forced open: still open after the cooldown');
+is(hits() - $before, 0, 'forced open: still no origin hit');
+$b = breaker('up', 'default');
+ok($b->{state} eq 'open' && $b->{forced} eq 'open'
+	&& $b->{totals}{probes} == 0 && $b->{totals}{half_opened} == 0,
+	'forced open: no probe, never half-open');
+is($b->{totals}{short_circuited}, 40, 'forced open: short_circuited 40');
+
+# force_close: a 100% failing origin never opens it
+
+$log0 = log_size();
+$r = control('upstream=up&route=default&action=force_close');
+$j = json($r) || {};
+ok(code($r) == 200 && $j->{state} eq 'closed' && $j->{state_code} == 0
+	&& $j->{forced} eq 'closed', 'force_close: closed, forced "closed"')
+	or diag($r);
+like(log_since($log0),
+	qr/\[warn\] .*circuit breaker "up\/default" forced closed by 127\.0\.0\.1/,
+	'force_close: logged');
+
+$before = hits();
+@r = parallel(map { "/d/fail?status=500&n=$_" } 1 .. 12);
+is(join(' ', map { code($_) } @r), join(' ', (500) x 12),
+	'forced closed: every failure passed through');
+is(hits() - $before, 12, 'forced closed: every request reached the origin');
+is(code(http_get('/d/after')), 200, 'forced closed: still passes');
+
+$b = breaker('up', 'default');
+ok($b->{state} eq 'closed' && $b->{forced} eq 'closed',
+	'forced closed: still closed') or diag(explain($b));
+is($b->{totals}{opened}, 1, 'forced closed: never opened (only forced once)');
+is($b->{window}{failures}, 12, 'forced closed: failures still recorded');
+
+# reset: closed, fresh, not forced; then it trips as usual
+
+$log0 = log_size();
+$r = control('upstream=up&action=reset');
+$j = json($r) || {};
+ok(code($r) == 200 && $j->{state} eq 'closed' && !defined $j->{forced}
+	&& exists $j->{forced}, 'reset: closed, forced null') or diag($r);
+ok($j->{window}{requests} == 0 && $j->{window}{failures} == 0
+	&& $j->{consecutive_probe_successes} == 0 && $j->{cooldown_ms} == 1000,
+	'reset: fresh window') or diag($r);
+is($j->{totals}{requests}, 13, 'reset: totals kept');
+like(log_since($log0),
+	qr/\[warn\] .*circuit breaker "up\/default" reset by 127\.0\.0\.1/,
+	'reset: logged');
+
+is(join(' ', map { code(http_get("/d/fail?status=500&again=$_")) } 1 .. 5),
+	'500 500 500 500 503', 'after reset: trips on the 4th failure');
+$b = breaker('up', 'default');
+ok($b->{state} eq 'open' && !defined $b->{forced} && $b->{totals}{opened} == 2,
+	'after reset: opened by failures');
+
+# reset on an open breaker closes it
+
+$j = json(control('upstream=up&action=reset')) || {};
+is($j->{state}, 'closed', 'reset of a tripped breaker: closed');
+is(code(http_get('/d/fine')), 200, 'reset of a tripped breaker: passes');
+
+# a route breaker, controlled before it saw any traffic
+
+$before = hits(qr!^/r/!);
+$r = control('upstream=up&route=checkout&action=force_open');
+$j = json($r) || {};
+ok(code($r) == 200 && $j->{route} eq 'checkout' && $j->{forced} eq 'open',
+	'route force_open before any traffic') or diag($r);
+is(join(' ', map { code($_) } parallel(map { "/r/x?n=$_" } 1 .. 8)),
+	join(' ', (503) x 8), 'route forced open: 503');
+is(hits(qr!^/r/!) - $before, 0, 'route forced open: no origin hit');
+is(code(http_get('/d/unaffected')), 200, 'the default breaker unaffected');
+is(breaker('up', 'default')->{forced}, undef, 'default not forced');
+
+# forced states survive a reload with the same configuration
+
+control('upstream=up&action=force_close');
+my %old = map { /^(\d+) / ? ($1 => 1) : () } split /\n/, $t->read_file('cb.log');
+$t->reload();
+
+is(breaker('up', 'checkout')->{forced}, 'open', 'reload: forced open kept');
+is(breaker('up', 'default')->{forced}, 'closed', 'reload: forced closed kept');
+
+$before = hits();
+@r = parallel(map { "/r/x?after=reload&n=$_" } 1 .. 8);
+is(scalar(grep { code($_) == 503
+	&& (header($_, 'X-Circuit-State') // '') eq 'open' } @r), 8,
+	'reload: route still short-circuited');
+@r = parallel(map { "/d/fail?status=500&after=reload&n=$_" } 1 .. 8);
+is(join(' ', map { code($_) } @r), join(' ', (500) x 8),
+	'reload: default still forced closed');
+is(hits() - $before, 8, 'reload: origin saw the default route only');
+
+my @new = grep { !$old{$_} } map { m!^(\d+) /d/fail 500 ! ? $1 : () }
+	split /\n/, $t->read_file('cb.log');
+is(scalar @new, 8, 'reload: new workers answered');
+
+$b = breaker('up', 'default');
+ok($b->{state} eq 'closed' && $b->{forced} eq 'closed',
+	'reload: default closed after 8 failures');
+
+# reset both
+
+$log0 = log_size();
+ok(json(control('upstream=up&route=checkout&action=reset'))->{state}
+	eq 'closed', 'route reset');
+is(code(http_get('/r/back')), 200, 'route reset: passes');
+ok(!defined breaker('up', 'checkout')->{forced}, 'route reset: not forced');
+like(log_since($log0),
+	qr/circuit breaker "up\/checkout" reset by 127\.0\.0\.1/,
+	'route reset: logged');
+
+# every action logged once, at warn
+
+my $log = $t->read_file('error.log');
+my @lines = $log =~ /^(.*circuit breaker "up\/[a-z]+" (?:forced open|forced closed|reset) by .*)$/mg;
+is(scalar @lines, 7, 'seven control actions logged') or diag(join "\n", @lines);
+is(scalar(grep { /\[warn\]/ && / by 127\.0\.0\.1(?:,|$)/ } @lines), 7,
+	'all at warn, with the client address');
+
+###############################################################################
