@@ -30,7 +30,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(59);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(65);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -81,6 +81,14 @@ http {
                         probes=2 probe_interval=500ms;
     }
 
+    # "e": a probe whose client goes away
+    upstream e {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 failure_rate=50%
+                        open=1s max_open=10s jitter=0%
+                        probes=1 probe_interval=500ms;
+    }
+
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
@@ -97,6 +105,10 @@ http {
 
         location /c/ {
             proxy_pass http://c;
+        }
+
+        location /e/ {
+            proxy_pass http://e;
         }
 
         location /d/ {
@@ -293,6 +305,7 @@ is(log_count(qr/circuit breaker "b\/default" closed/), 1, 'b: closed once');
 
 for (1 .. 4) {
 	http_get("/c/?status=500&trip=$_");
+	http_get("/e/?status=500&trip=$_");
 }
 
 # d: 2 attempts per request (both servers fail); min_requests=3, so the
@@ -312,6 +325,9 @@ $t_trip = time();
 $r = http_get('/c/?status=500&after=trip');
 ok(status($r) == 503 && header($r, 'Retry-After') eq '1', 'c: open')
 	or diag($r);
+
+$r = http_get('/e/?after=trip');
+ok(status($r) == 503 && header($r, 'X-Circuit-State') eq 'open', 'e: open');
 
 my %d = (1 => hits(qr!^/d/!), 2 => hits2(qr!^/d/!));
 for (1 .. 5) {
@@ -346,9 +362,30 @@ ok(status($r) == 503 && header($r, 'Retry-After') eq '2',
 
 my $t_probe1 = time();
 
+# e: the client of a probe goes away before the origin answers; the slot is
+# given back, the next probe goes through one probe_interval later
+
+my $e = hits(qr!^/e/!);
+my $t_eprobe = time();
+my $s = http_get('/e/?delay=3000&probe=1', start => 1);
+sleep(0.2);
+is(hits(qr!^/e/!) - $e, 1, 'e: probe 1 reached origin');
+$r = http_get('/e/?during=probe1');
+ok(status($r) == 503 && header($r, 'X-Circuit-State') eq 'half_open',
+	'e: half-open while the probe is in flight') or diag($r);
+close $s;
+
+sleep($t_eprobe + 0.7 - time());
+$r = http_get('/e/?probe=2');
+ok(status($r) == 200 && header($r, 'X-Origin'),
+	'e: next probe after the client of the first went away') or diag($r);
+$r = http_get('/e/?after=probe2');
+is(status($r), 200, 'e: closed by one good probe');
+is(hits(qr!^/e/!) - $e, 3, 'e: origin hits');
+
 # still open 1.5s later
 
-sleep(1.5);
+sleep($t_probe1 + 1.5 - time());
 $r = http_get('/c/?probe=early');
 ok(status($r) == 503 && header($r, 'X-Circuit-State') eq 'open'
 	&& header($r, 'Retry-After') eq '1', 'c: still open after 1.5s')

@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(41);
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(48);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -60,6 +60,13 @@ http {
                         open=30s jitter=0%;
     }
 
+    upstream u3 {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 failure_rate=50%
+                        open=2s max_open=10s jitter=0%
+                        probes=1 probe_interval=500ms;
+    }
+
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
@@ -73,6 +80,13 @@ http {
         location /s/ {
             proxy_pass http://u;
             proxy_cache_use_stale error timeout;
+        }
+
+        # stale while a background subrequest updates the entry
+        location /bg/ {
+            proxy_pass http://u3;
+            proxy_cache_use_stale error timeout updating;
+            proxy_cache_background_update on;
         }
 
         # no stale at all (a stale-if-error entry still may be)
@@ -121,11 +135,13 @@ ok(status($r) == 200 && header($r, 'X-Cache') eq 'HIT'
 	&& http_content($r) eq 'stale one', 'prime: hit') or diag($r);
 is(hits(qr!^/s/c1!), 1, 'prime: one origin hit');
 
-for my $uri ($n1, $t1, $sie) {
+my $bg = '/bg/c1?body=stale+five';
+
+for my $uri ($n1, $t1, $sie, $bg) {
 	http_get($uri);
 }
 like(http_get($sie), qr/^X-Cache: HIT\x0d?$/m, 'prime: stale-if-error entry');
-is(hits(), 4, 'prime: origin hits');
+is(hits(), 5, 'prime: origin hits');
 
 # expired once the second after the one of the store has passed
 
@@ -141,6 +157,9 @@ my $t_open = time();
 
 @s = map { status(http_get("/n/fail?status=500&n=$_")) } 1 .. 4;
 is("@s", '500 500 500 503', 'u2: opened by the third failure');
+
+@s = map { status(http_get("/bg/fail?status=500&n=$_")) } 1 .. 4;
+is("@s", '500 500 500 503', 'u3: opened by the third failure');
 
 my $h0 = hits();
 
@@ -184,6 +203,16 @@ ok(status($r) == 200 && http_content($r) eq 'stale four'
 	&& header($r, 'X-Cache') eq 'STALE', 'stale-if-error: stale served')
 	or diag($r);
 
+# background update: the main request gets the stale entry, the background
+# subrequest is short-circuited
+
+@st = map { my $r = http_get($bg);
+	status($r) . ' ' . (header($r, 'X-Cache') // '-') . ' '
+	. (http_content($r) // '') } 1 .. 3;
+is(join(',', @st), join(',', ('200 STALE stale five') x 3),
+	'background update: stale served');
+
+sleep(0.2);
 is(hits(), $h0, 'no origin hits while open');
 
 # nginx's own "no live upstreams" path is not taken, nothing logged per
@@ -234,6 +263,31 @@ is(hits(qr!^/s/c1!), 2, 'closed: origin hit');
 $r = http_get($s1);
 is(header($r, 'X-Cache'), 'HIT', 'closed: cached again');
 is(hits(qr!^/s/c1!), 2, 'closed: hit served from cache');
+
+# u3: after the cooldown the background update is the probe: the client
+# gets the stale entry at once, the probe refreshes the entry and closes
+# the breaker
+
+sleep($t_open + 2.05 - time()) if time() < $t_open + 2.05;
+
+$r = http_get($bg);
+ok(status($r) == 200 && header($r, 'X-Cache') eq 'STALE'
+	&& http_content($r) eq 'stale five', 'u3 half-open: stale served')
+	or diag($r);
+
+for (1 .. 20) {
+	last if hits(qr!^/bg/c1!) > 1;
+	sleep(0.05);
+}
+is(hits(qr!^/bg/c1!), 2, 'u3 half-open: background update reached origin');
+
+sleep(0.1);
+$r = http_get($bg);
+ok(status($r) == 200 && header($r, 'X-Cache') eq 'HIT'
+	&& http_content($r) eq 'stale five', 'u3: entry refreshed') or diag($r);
+like($t->read_file('error.log'), qr/circuit breaker "u3\/default" closed/,
+	'u3 closed by the background probe');
+is(hits(qr!^/bg/!), 5, 'u3: origin hits');
 
 # u2 is still open: the probe of u did not affect it
 

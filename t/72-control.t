@@ -30,7 +30,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(70);
+my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(72);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -55,13 +55,21 @@ http {
                         jitter=0% probes=1 probe_interval=100ms;
     }
 
+    # no location sends route "checkout" to this one
+    upstream other {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 open=1s jitter=0%;
+    }
+
     # an upstream without a breaker
     upstream plain {
         server 127.0.0.1:%%PORT_8081%%;
     }
 
     server {
-        listen       127.0.0.1:8080;
+        # one listening socket per worker: the kernel spreads connections
+        # over all four, however busy the machine is
+        listen       127.0.0.1:8080 reuseport;
         server_name  localhost;
 
         proxy_read_timeout 5s;
@@ -74,6 +82,10 @@ http {
         location /r/ {
             proxy_pass http://up;
             circuit_breaker_route checkout;
+        }
+
+        location /o/ {
+            proxy_pass http://other;
         }
 
         location /p/ {
@@ -400,6 +412,17 @@ ok(!defined breaker('up', 'checkout')->{forced}, 'route reset: not forced');
 like(log_since($log0),
 	qr/circuit breaker "up\/checkout" reset by 127\.0\.0\.1/,
 	'route reset: logged');
+
+# a route name that exists, but never with this upstream: no such breaker
+# (an operator's slip in an incident must not be taken as done)
+
+$r = control('upstream=other&route=checkout&action=force_open');
+ok(code($r) == 404 && body($r) eq
+	"no circuit breaker for upstream \"other\" route \"checkout\"\n",
+	'route of another upstream: 404') or diag($r);
+$j = json(http_get('/status?upstream=other')) || {};
+is(join(' ', map { $_->{route} } @{ $j->{breakers} || [] }), 'default',
+	'route of another upstream: no breaker created');
 
 # every action logged once, at warn
 
