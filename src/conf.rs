@@ -7,9 +7,10 @@ use core::ptr::null_mut;
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::config::{self, ConfError};
 use nginx_sys::{
-    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_flag_t, ngx_http_upstream_init_peer_pt,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t,
-    NGX_CONF_UNSET, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_flag_t, ngx_http_upstream_conf_t,
+    ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_module_t,
+    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, NGX_CONF_UNSET, NGX_ERROR, NGX_LOG_EMERG,
+    NGX_OK,
 };
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{
@@ -33,8 +34,11 @@ pub struct MainConf {
     pub zone_name: String,
     /// Breaker-enabled upstreams, filled in by `postconfiguration`.
     pub upstreams: Vec<*mut SrvConf>,
-    /// Every route name declared anywhere, so a reload can drop breakers of removed routes.
-    pub routes: Vec<String>,
+    /// (upstream conf, route) pairs seen in locations that pass to a fixed upstream.
+    pairs: Vec<(*mut ngx_http_upstream_srv_conf_t, String)>,
+    /// Routes of locations whose upstream is only known at run time (`proxy_pass http://$x`):
+    /// they may meet any breaker-enabled upstream.
+    pub dynamic_routes: Vec<String>,
     /// The zone generation this configuration created; older workers do not add breakers.
     pub generation: u64,
 }
@@ -45,7 +49,8 @@ impl Default for MainConf {
             zone: null_mut(),
             zone_name: String::new(),
             upstreams: Vec::new(),
-            routes: Vec::new(),
+            pairs: Vec::new(),
+            dynamic_routes: Vec::new(),
             generation: 0,
         }
     }
@@ -64,6 +69,17 @@ pub struct SrvConf {
     pub name_hash: u64,
     pub original_init: ngx_http_upstream_init_peer_pt,
     pub main: *mut MainConf,
+    /// Routes whose locations pass to this upstream: their breakers exist from the start.
+    pub routes: Vec<String>,
+}
+
+impl SrvConf {
+    /// Whether (this upstream, `route`) names a breaker requests can reach.
+    pub fn knows_route(&self, mcf: &MainConf, route: &str) -> bool {
+        route == crate::zone::DEFAULT_ROUTE
+            || self.routes.iter().any(|r| r == route)
+            || mcf.dynamic_routes.iter().any(|r| r == route)
+    }
 }
 
 /// A route, the second half of a breaker key.
@@ -122,6 +138,83 @@ impl Merge for SrvConf {
     fn merge(&mut self, _prev: &SrvConf) -> Result<(), MergeConfigError> {
         Ok(())
     }
+}
+
+/// The modules whose location conf starts with an `ngx_http_upstream_conf_t` (proxy, grpc,
+/// fastcgi, uwsgi, scgi, memcached): from it a location's fixed upstream can be read. Looked
+/// up by name, so that an nginx built without one of them still loads the module.
+const UPSTREAM_MODULES: [&core::ffi::CStr; 6] = [
+    c"ngx_http_proxy_module",
+    c"ngx_http_grpc_module",
+    c"ngx_http_fastcgi_module",
+    c"ngx_http_uwsgi_module",
+    c"ngx_http_scgi_module",
+    c"ngx_http_memcached_module",
+];
+
+/// `merge_loc_conf`: inherits as usual, then notes which upstream each routed location passes
+/// to. nginx points `cf->ctx`'s loc_conf at the location being merged, and the content
+/// modules set their upstream while parsing, so it is known here.
+pub unsafe extern "C" fn merge_loc_conf(
+    cf: *mut ngx_conf_t,
+    prev: *mut c_void,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes two of our loc confs.
+    let (prev, lcf) = unsafe { (&*prev.cast::<LocConf>(), &mut *conf.cast::<LocConf>()) };
+    if lcf.merge(prev).is_err() {
+        return NGX_CONF_ERROR;
+    }
+    let Some(route) = lcf.route.as_ref() else {
+        return NGX_CONF_OK;
+    };
+    // SAFETY: `cf` is live; its ctx is the http conf ctx of the location being merged.
+    let (Some(mcf), ctx) = (Module::main_conf_mut(unsafe { &*cf }), unsafe {
+        &*(*cf).ctx.cast::<nginx_sys::ngx_http_conf_ctx_t>()
+    }) else {
+        return NGX_CONF_OK;
+    };
+    let mut fixed = false;
+    for name in UPSTREAM_MODULES {
+        // SAFETY: dlsym with the default handle looks the symbol up in nginx itself; a found
+        // symbol is that module's ngx_module_t.
+        let m = unsafe { nginx_sys::dlsym(null_mut(), name.as_ptr()) }.cast::<ngx_module_t>();
+        // SAFETY: as above; loc_conf has a slot per HTTP module.
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            continue;
+        };
+        let slot = unsafe { *ctx.loc_conf.add(m.ctx_index) };
+        // SAFETY: these modules' loc confs begin with their ngx_http_upstream_conf_t.
+        let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
+            continue;
+        };
+        if !ucf.upstream.is_null() {
+            fixed = true;
+            if !mcf
+                .pairs
+                .iter()
+                .any(|(u, r)| *u == ucf.upstream && *r == route.name)
+            {
+                mcf.pairs.push((ucf.upstream, route.name.clone()));
+            }
+        }
+    }
+    // No fixed upstream: a content handler (other than ours) may pick one at run time.
+    // SAFETY: the core module's loc conf of the same location.
+    let clcf = unsafe {
+        &*(*ctx.loc_conf.add(nginx_sys::ngx_http_core_module.ctx_index))
+            .cast::<nginx_sys::ngx_http_core_loc_conf_t>()
+    };
+    let status_handler: unsafe extern "C" fn(
+        *mut nginx_sys::ngx_http_request_t,
+    ) -> nginx_sys::ngx_int_t = crate::status::handler;
+    let runtime = clcf
+        .handler
+        .is_some_and(|h| h as usize != status_handler as usize);
+    if !fixed && runtime && !mcf.dynamic_routes.contains(&route.name) {
+        mcf.dynamic_routes.push(route.name.clone());
+    }
+    NGX_CONF_OK
 }
 
 /// The directive's arguments after its name.
@@ -306,12 +399,6 @@ pub unsafe extern "C" fn set_route(
             },
         );
     }
-    // SAFETY: `cf` is live inside the http block.
-    if let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) {
-        if !mcf.routes.contains(&name) {
-            mcf.routes.push(name.clone());
-        }
-    }
     lcf.route = Some(Route {
         hash: hash_name(name.as_bytes()),
         name,
@@ -395,6 +482,13 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         scf.original_init = uscf.peer.init;
         uscf.peer.init = Some(crate::upstream::init_peer);
         scf.main = mcf;
+        let uscf_ptr: *mut ngx_http_upstream_srv_conf_t = uscf;
+        scf.routes = mcf
+            .pairs
+            .iter()
+            .filter(|(u, _)| *u == uscf_ptr)
+            .map(|(_, r)| r.clone())
+            .collect();
         mcf.upstreams.push(scf);
     }
     if !mcf.upstreams.is_empty() && mcf.zone.is_null() {

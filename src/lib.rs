@@ -62,7 +62,7 @@ static NGX_HTTP_CIRCUIT_BREAKER_MODULE_CTX: ngx_http_module_t = ngx_http_module_
     create_srv_conf: Some(Module::create_srv_conf),
     merge_srv_conf: None,
     create_loc_conf: Some(Module::create_loc_conf),
-    merge_loc_conf: Some(Module::merge_loc_conf),
+    merge_loc_conf: Some(conf::merge_loc_conf),
 };
 
 const fn cmd(

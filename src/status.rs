@@ -131,7 +131,9 @@ fn control_breaker(
             &format!("no circuit breaker for upstream \"{upstream}\" route \"{route}\""),
         )
     };
-    // A known route of a breaker-enabled upstream may be controlled before it saw traffic.
+    // Known breakers: an upstream's own, and (upstream, route) where a location of that route
+    // passes to that upstream (or to an upstream chosen at run time). Anything else is
+    // unknown: a mistyped pair must not create a breaker no request can reach.
     let scf = mcf.upstreams.iter().find_map(|&s| {
         // SAFETY: upstream confs live for the cycle.
         let s = unsafe { &*s };
@@ -143,9 +145,6 @@ fn control_breaker(
     let Some(cfg) = scf.breaker.as_ref() else {
         return not_found(r);
     };
-    if route != DEFAULT_ROUTE && !mcf.routes.iter().any(|x| x == route) {
-        return not_found(r);
-    }
     let key = Key {
         hash: key_hash(scf.name_hash, hash_name(route.as_bytes())),
         upstream: upstream.as_bytes(),
@@ -159,20 +158,18 @@ fn control_breaker(
     let now = now_ms();
     let outcome = {
         let mut locked = zone.lock();
-        match locked.find_or_create(&key, cfg, mcf.generation) {
-            Ok(mut b) => {
-                let t = b.control(now, rnd(), ctl);
-                Some((t, b.view(now)))
-            }
-            Err(_) => None,
-        }
+        let found = if scf.knows_route(mcf, route) {
+            locked.find_or_create(&key, cfg, mcf.generation).ok()
+        } else {
+            locked.find(&key)
+        };
+        found.map(|mut b| {
+            let t = b.control(now, rnd(), ctl);
+            (t, b.view(now))
+        })
     };
     let Some((transition, view)) = outcome else {
-        return send_text(
-            r,
-            NGX_HTTP_INTERNAL_SERVER_ERROR,
-            "the circuit breaker zone is full",
-        );
+        return not_found(r);
     };
     // SAFETY: a live request's connection.
     let c = unsafe { &*r.connection };

@@ -309,7 +309,7 @@ impl Locked {
     /// Brings the zone in line with a newly loaded configuration: breakers whose upstream or
     /// route is gone are freed, those whose parameters changed start afresh (an operator's
     /// forced state is kept), unchanged ones keep their window and state, and every upstream
-    /// gets its default breaker.
+    /// gets its default breaker and one per route that passes to it.
     fn reconcile(&mut self, mcf: &MainConf, now: u64) -> (usize, usize) {
         let (mut dropped, mut reset) = (0, 0);
         let mut n = self.header().head;
@@ -323,8 +323,8 @@ impl Locked {
                 let s = unsafe { &*s };
                 (s.name.as_bytes() == upstream).then_some(s)
             });
-            let route_known = route == DEFAULT_ROUTE.as_bytes()
-                || mcf.routes.iter().any(|r| r.as_bytes() == route);
+            let route_known = scf
+                .is_some_and(|s| core::str::from_utf8(route).is_ok_and(|r| s.knows_route(mcf, r)));
             match scf.and_then(|s| s.breaker.as_ref()) {
                 Some(cfg) if route_known => {
                     // SAFETY: live node.

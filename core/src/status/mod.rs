@@ -101,11 +101,11 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `forced{state="open"\|"closed"}` | gauge | 1 for the forced state, else 0 (both always present; both 0 when not forced) |
 /// | `state_since_seconds` | gauge | Unix time the current state began |
 /// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
-/// | `cooldown_milliseconds` | gauge | current cooldown |
+/// | `cooldown_seconds` | gauge | current cooldown |
 /// | `consecutive_probe_successes` | gauge | good probes in a row |
 /// | `window_seconds`, `window_requests`, `window_failures`, `window_slow` | gauge | the live window |
 /// | `failure_rate`, `slow_rate` | gauge | window ratios, rounded to 4 decimals |
-/// | `latency_milliseconds{quantile="0.5"\|"0.95"\|"0.99"}` | gauge | window percentiles (absent without samples) |
+/// | `latency_seconds{percentile="50"\|"95"\|"99"}` | gauge | window percentiles (absent without samples) |
 /// | `requests_total`, `failures_total`, `slow_total`, `short_circuited_total`, `probes_total`, `tls_errors_total`, `retry_after_503_total` | counter | running totals |
 /// | `transitions_total{to="open"\|"half_open"\|"closed"}` | counter | transitions |
 ///

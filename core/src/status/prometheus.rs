@@ -90,7 +90,7 @@ impl Renderer<'_> {
         self.zone_family(
             "breakers",
             Gauge,
-            "Number of breakers in the zone.",
+            "Number of breakers shown (all in the zone unless filtered).",
             self.entries.len() as u64,
         );
 
@@ -477,7 +477,7 @@ mod tests {
             format!("# HELP {p}zone_alloc_failures_total Breakers not created because the zone was full (they fail open)."),
             format!("# TYPE {p}zone_alloc_failures_total counter"),
             format!(r#"{p}zone_alloc_failures_total{{zone="cb"}} 0"#),
-            format!("# HELP {p}breakers Number of breakers in the zone."),
+            format!("# HELP {p}breakers Number of breakers shown (all in the zone unless filtered)."),
             format!("# TYPE {p}breakers gauge"),
             format!(r#"{p}breakers{{zone="cb"}} 1"#),
         ]);
