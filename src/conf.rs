@@ -168,12 +168,13 @@ pub unsafe extern "C" fn merge_loc_conf(
     let Some(route) = lcf.route.as_ref() else {
         return NGX_CONF_OK;
     };
-    // SAFETY: `cf` is live; its ctx is the http conf ctx of the location being merged.
-    let (Some(mcf), ctx) = (Module::main_conf_mut(unsafe { &*cf }), unsafe {
-        &*(*cf).ctx.cast::<nginx_sys::ngx_http_conf_ctx_t>()
-    }) else {
+    // SAFETY: `cf` is live while merging.
+    let cfr = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cfr) else {
         return NGX_CONF_OK;
     };
+    // SAFETY: during a merge, cf->ctx is the http conf ctx of the location being merged.
+    let ctx = unsafe { &*cfr.ctx.cast::<nginx_sys::ngx_http_conf_ctx_t>() };
     let mut fixed = false;
     for name in UPSTREAM_MODULES {
         // SAFETY: dlsym with the default handle looks the symbol up in nginx itself; a found
@@ -183,6 +184,7 @@ pub unsafe extern "C" fn merge_loc_conf(
         let Some(m) = (unsafe { m.as_ref() }) else {
             continue;
         };
+        // SAFETY: loc_conf has a slot per HTTP module, and m is one.
         let slot = unsafe { *ctx.loc_conf.add(m.ctx_index) };
         // SAFETY: these modules' loc confs begin with their ngx_http_upstream_conf_t.
         let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {

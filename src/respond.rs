@@ -50,6 +50,7 @@ pub fn get_ctx(r: &ngx_http_request_t) -> Option<&mut PeerData> {
     let handler = cleanup_handler();
     // SAFETY: the pool's cleanup list is a live singly linked list.
     let mut c = unsafe { (*r.pool).cleanup };
+    // SAFETY: each link is null or a live cleanup record.
     while let Some(cl) = unsafe { c.as_ref() } {
         if cl.handler.is_some_and(|h| h as usize == handler as usize) {
             // SAFETY: our handler's data is always a PeerData.

@@ -167,6 +167,7 @@ unsafe fn init_peer_inner(
     let Some(cfg) = scf.breaker.as_ref() else {
         return rc;
     };
+    // SAFETY: peer.init runs with the request's upstream set up.
     let u: &mut ngx_http_upstream_t = match unsafe { req.upstream.as_mut() } {
         Some(u) => u,
         None => return NGX_ERROR as ngx_int_t,
