@@ -1,6 +1,7 @@
 //! The status location: JSON or Prometheus text of every breaker, and with `control=on` the
-//! operator's force_open / force_close / reset. The snapshot is taken under the zone lock and
-//! rendered after it is released, so a large page never holds the lock while formatting.
+//! operator's force_open / force_close / reset. Each breaker's view is taken under the zone
+//! lock (in batches, see `Zone::visit`) and the page is rendered after the lock is released,
+//! so a large page never holds the lock while formatting.
 
 use circuit_breaker_core::breaker::Control;
 use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
@@ -69,9 +70,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     };
     let mut entries = Vec::new();
     if let Some(zone) = zone {
-        let mut locked = zone.lock();
-        (zview.used, zview.size, zview.alloc_failures) = locked.usage();
-        locked.for_each(|e| {
+        (zview.used, zview.size, zview.alloc_failures) = zone.visit(|e| {
             let (u, rt) = (
                 String::from_utf8_lossy(e.upstream),
                 String::from_utf8_lossy(e.route),
