@@ -105,6 +105,10 @@ pub struct LocConf {
     pub route: Option<Route>,
     pub status: StatusMode,
     pub main: *mut MainConf,
+    /// The upstream this location passes to, when fixed (`proxy_pass http://name`), else null.
+    pub upstream: *mut ngx_http_upstream_srv_conf_t,
+    /// The location caches upstream responses: a hit or a stale entry may answer while open.
+    pub cached: bool,
 }
 
 impl Default for LocConf {
@@ -114,6 +118,8 @@ impl Default for LocConf {
             route: None,
             status: StatusMode::Off,
             main: null_mut(),
+            upstream: null_mut(),
+            cached: false,
         }
     }
 }
@@ -165,9 +171,6 @@ pub unsafe extern "C" fn merge_loc_conf(
     if lcf.merge(prev).is_err() {
         return NGX_CONF_ERROR;
     }
-    let Some(route) = lcf.route.as_ref() else {
-        return NGX_CONF_OK;
-    };
     // SAFETY: `cf` is live while merging.
     let cfr = unsafe { &*cf };
     let Some(mcf) = Module::main_conf_mut(cfr) else {
@@ -175,12 +178,12 @@ pub unsafe extern "C" fn merge_loc_conf(
     };
     // SAFETY: during a merge, cf->ctx is the http conf ctx of the location being merged.
     let ctx = unsafe { &*cfr.ctx.cast::<nginx_sys::ngx_http_conf_ctx_t>() };
-    let mut fixed = false;
+    let mut fixed = 0;
     for name in UPSTREAM_MODULES {
         // SAFETY: dlsym with the default handle looks the symbol up in nginx itself; a found
         // symbol is that module's ngx_module_t.
         let m = unsafe { nginx_sys::dlsym(null_mut(), name.as_ptr()) }.cast::<ngx_module_t>();
-        // SAFETY: as above; loc_conf has a slot per HTTP module.
+        // SAFETY: as above.
         let Some(m) = (unsafe { m.as_ref() }) else {
             continue;
         };
@@ -190,8 +193,13 @@ pub unsafe extern "C" fn merge_loc_conf(
         let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
             continue;
         };
-        if !ucf.upstream.is_null() {
-            fixed = true;
+        if ucf.upstream.is_null() {
+            continue;
+        }
+        fixed += 1;
+        lcf.upstream = ucf.upstream;
+        lcf.cached = cached(ucf);
+        if let Some(route) = lcf.route.as_ref() {
             if !mcf
                 .pairs
                 .iter()
@@ -201,6 +209,13 @@ pub unsafe extern "C" fn merge_loc_conf(
             }
         }
     }
+    if fixed > 1 {
+        // Several content modules name an upstream: leave the decision to peer.init.
+        lcf.upstream = null_mut();
+    }
+    let Some(route) = lcf.route.as_ref() else {
+        return NGX_CONF_OK;
+    };
     // No fixed upstream: a content handler (other than ours) may pick one at run time.
     // SAFETY: the core module's loc conf of the same location.
     let clcf = unsafe {
@@ -213,10 +228,20 @@ pub unsafe extern "C" fn merge_loc_conf(
     let runtime = clcf
         .handler
         .is_some_and(|h| h as usize != status_handler as usize);
-    if !fixed && runtime && !mcf.dynamic_routes.contains(&route.name) {
+    if fixed == 0 && runtime && !mcf.dynamic_routes.contains(&route.name) {
         mcf.dynamic_routes.push(route.name.clone());
     }
     NGX_CONF_OK
+}
+
+#[cfg(ngx_http_cache)]
+fn cached(ucf: &ngx_http_upstream_conf_t) -> bool {
+    !ucf.cache_zone.is_null() || !ucf.cache_value.is_null()
+}
+
+#[cfg(not(ngx_http_cache))]
+fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
+    false
 }
 
 /// The directive's arguments after its name.
@@ -501,5 +526,17 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     }
     // SAFETY: filter registration happens once per http block, as nginx's filters do.
     unsafe { crate::respond::add_header_filter() };
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(cfr) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let phase = &mut cmcf.phases[nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE as usize];
+    // SAFETY: the phase's handler array, during configuration.
+    let h = unsafe { nginx_sys::ngx_array_push(&mut phase.handlers) }
+        .cast::<nginx_sys::ngx_http_handler_pt>();
+    // SAFETY: a fresh element of the handlers array.
+    match unsafe { h.as_mut() } {
+        Some(h) => *h = Some(crate::upstream::precontent),
+        None => return NGX_ERROR as ngx_int_t,
+    }
     NGX_OK as ngx_int_t
 }

@@ -8,8 +8,8 @@ use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_finalize_request,
     ngx_http_output_header_filter_pt, ngx_http_request_empty_handler, ngx_http_request_t,
     ngx_http_top_header_filter, ngx_http_upstream_t, ngx_http_variable_value_t, ngx_int_t,
-    ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_SERVICE_UNAVAILABLE,
-    NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
+    ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
 };
 use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_string;
@@ -29,6 +29,17 @@ pub fn set_ctx(r: &mut ngx_http_request_t, pd: &mut PeerData) {
             .add(<Module as ngx::http::HttpModule>::module().ctx_index) =
             (pd as *mut PeerData).cast();
     }
+}
+
+/// The request's PeerData if this location (since the last internal redirect) set it.
+pub fn ctx_here(r: &ngx_http_request_t) -> Option<&'static mut PeerData> {
+    // SAFETY: r->ctx has a slot per module.
+    let ctx = unsafe {
+        *r.ctx
+            .add(<Module as ngx::http::HttpModule>::module().ctx_index)
+    };
+    // SAFETY: only set_ctx writes our slot, with a PeerData that lives as long as the request.
+    unsafe { ctx.cast::<PeerData>().as_mut() }
 }
 
 /// The request's PeerData: the module ctx, or, after an internal redirect cleared it (such as
@@ -86,6 +97,48 @@ pub unsafe fn can_serve_stale(_r: &ngx_http_request_t, _u: &ngx_http_upstream_t)
     false
 }
 
+/// Adds `Retry-After` (whole seconds to the next probe, at least 1) and `X-Circuit-State`.
+fn add_reject_headers(r: &mut ngx_http_request_t, state: State, retry_after_ms: u64) -> bool {
+    let secs = retry_after_ms.div_ceil(1000).max(1);
+    let text = secs.to_string();
+    // SAFETY: the request pool is live.
+    let buf = unsafe { ngx_pnalloc(r.pool, text.len()) }.cast::<u8>();
+    if buf.is_null() {
+        return false;
+    }
+    // SAFETY: buf has text.len() bytes.
+    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
+    let value = ngx_str_t {
+        len: text.len(),
+        data: buf,
+    };
+    // SAFETY: headers_out.headers is the request's live list.
+    let ok = unsafe {
+        push_header(&mut r.headers_out.headers, "Retry-After", value)
+            && push_header(
+                &mut r.headers_out.headers,
+                "X-Circuit-State",
+                static_str(state.name()),
+            )
+    };
+    if let Some(pd) = get_ctx(r) {
+        pd.header_added = true;
+    }
+    ok
+}
+
+/// The short-circuit answer from the PRECONTENT phase: the phase engine finalizes the
+/// request with the returned 503 (so `error_page 503` applies), before any upstream exists.
+///
+/// # Safety
+/// `r` must be the live request.
+pub unsafe fn reject(r: &mut ngx_http_request_t, state: State, retry_after_ms: u64) -> ngx_int_t {
+    if !add_reject_headers(r, state, retry_after_ms) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
+}
+
 /// Answers `503` with `Retry-After` and `X-Circuit-State` from inside `peer.init`, before any
 /// connection exists, and returns the code that makes nginx drop the upstream quietly.
 ///
@@ -102,30 +155,8 @@ pub unsafe fn short_circuit(
     state: State,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    let secs = retry_after_ms.div_ceil(1000).max(1);
-    let text = secs.to_string();
-    // SAFETY: the request pool is live.
-    let buf = unsafe { ngx_pnalloc(r.pool, text.len()) }.cast::<u8>();
-    if buf.is_null() {
+    if !add_reject_headers(r, state, retry_after_ms) {
         return NGX_ERROR as ngx_int_t;
-    }
-    // SAFETY: buf has text.len() bytes.
-    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
-    let value = ngx_str_t {
-        len: text.len(),
-        data: buf,
-    };
-    // SAFETY: headers_out.headers is the request's live list.
-    unsafe {
-        push_header(&mut r.headers_out.headers, "Retry-After", value);
-        push_header(
-            &mut r.headers_out.headers,
-            "X-Circuit-State",
-            static_str(state.name()),
-        );
-    }
-    if let Some(pd) = get_ctx(r) {
-        pd.header_added = true;
     }
 
     #[cfg(ngx_http_cache)]

@@ -9,7 +9,7 @@ use nginx_sys::{
     ngx_current_msec, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_http_upstream_t,
     ngx_int_t, ngx_list_t, ngx_msec_t, ngx_parse_http_time, ngx_peer_connection_t,
     ngx_pool_cleanup_add, ngx_table_elt_t, ngx_time, ngx_uint_t, NGX_DECLINED, NGX_ERROR,
-    NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK, NGX_PEER_FAILED,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK, NGX_PEER_FAILED,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleServerConf};
 
@@ -37,6 +37,8 @@ pub struct PeerData {
     attempt_started: ngx_msec_t,
     /// The breaker's state as this request last saw it; `None` when no breaker applied.
     pub state: Option<State>,
+    /// Set when the PRECONTENT phase already asked the breaker.
+    admitted: Option<Admitted>,
     /// The request was answered without touching the origin.
     pub short_circuited: bool,
     /// ... by letting nginx serve a stale cache entry.
@@ -147,6 +149,165 @@ pub unsafe extern "C" fn init_peer(
     })
 }
 
+/// What the breaker said about a request.
+enum Verdict {
+    /// No breaker applies (zone full, or a worker of an older configuration).
+    Unchecked,
+    Pass,
+    Probe,
+    Reject(u64),
+}
+
+/// The route of the request's location: its name and name hash.
+fn route_of(req: &ngx_http_request_t) -> (&'static str, u64) {
+    match Module::location_conf(req).and_then(|l: &LocConf| l.route.as_ref()) {
+        // SAFETY: loc confs live for the cycle the request runs in; 'static stands for that.
+        Some(rt) => (unsafe { &*(rt.name.as_str() as *const str) }, rt.hash),
+        None => (DEFAULT_ROUTE, hash_name(DEFAULT_ROUTE.as_bytes())),
+    }
+}
+
+/// The request's PeerData for (upstream, route): allocated in the request pool, set as the
+/// module ctx, with a pool cleanup that gives back a probe slot the request still holds.
+fn attach(req: &mut ngx_http_request_t, scf: &SrvConf) -> Option<&'static mut PeerData> {
+    let (route, route_hash) = route_of(req);
+    // SAFETY: the request's live pool.
+    let pool = unsafe { ngx::core::Pool::from_ngx_pool(req.pool) };
+    let pd = pool.allocate(PeerData {
+        original_get: None,
+        original_free: None,
+        original_notify: None,
+        #[cfg(ngx_ssl)]
+        original_set_session: None,
+        #[cfg(ngx_ssl)]
+        original_save_session: None,
+        original_data: core::ptr::null_mut(),
+        request: req,
+        scf,
+        route,
+        hash: key_hash(scf.name_hash, route_hash),
+        ticket: Ticket::Normal,
+        attempt_started: 0,
+        state: None,
+        admitted: None,
+        short_circuited: false,
+        stale: false,
+        header_added: false,
+    });
+    // SAFETY: allocated from the request pool just now; it lives as long as the request.
+    let pd = unsafe { pd.as_mut() }?;
+    crate::respond::set_ctx(req, pd);
+    // SAFETY: the request pool is live.
+    let cln = unsafe { ngx_pool_cleanup_add(req.pool, 0) };
+    // SAFETY: non-null cleanup record just added.
+    if let Some(cln) = unsafe { cln.as_mut() } {
+        cln.handler = Some(release_on_cleanup);
+        cln.data = (pd as *mut PeerData).cast();
+    }
+    Some(pd)
+}
+
+/// Asks the breaker whether this request may go to the origin.
+fn admit(pd: &mut PeerData, req: &ngx_http_request_t) -> Verdict {
+    // SAFETY: the upstream conf lives for the cycle.
+    let Some(cfg) = (unsafe { (*pd.scf).breaker.as_ref() }) else {
+        return Verdict::Unchecked;
+    };
+    let Some((zone, mcf)) = pd.zone() else {
+        return Verdict::Unchecked;
+    };
+    let now = now_ms();
+    let decision = {
+        let mut locked = zone.lock();
+        match locked.find_or_create(&pd.key(), cfg, mcf.generation) {
+            Ok(mut b) => Ok((b.admit(now, rnd(), pid(), &process_alive), b.state())),
+            Err(e) => Err(e),
+        }
+    };
+    let (decision, state) = match decision {
+        Ok(d) => d,
+        Err(Missing::Full) => {
+            log_full_once(req.connection_log(), pd.hash, &pd.name());
+            return Verdict::Unchecked;
+        }
+        Err(Missing::Stale) => return Verdict::Unchecked,
+    };
+    if let Some(t) = &decision.transition {
+        pd.log_transition(t);
+    }
+    pd.state = Some(state);
+    match decision.admission {
+        // A dry run's would-be rejections are counted in the breaker's totals.
+        Admission::Pass { .. } => Verdict::Pass,
+        Admission::Probe(ticket) => {
+            pd.ticket = ticket;
+            Verdict::Probe
+        }
+        Admission::Reject { retry_after_ms } => {
+            pd.short_circuited = true;
+            Verdict::Reject(retry_after_ms)
+        }
+    }
+}
+
+/// PRECONTENT phase: in a location that passes to a fixed breaker-enabled upstream and has no
+/// cache, an open breaker answers here, before the proxy module builds the upstream request —
+/// as cheap as a `return 503`. Locations with a cache (a fresh hit or a stale entry may still
+/// answer) or an upstream chosen at run time are decided in `peer.init`.
+pub unsafe extern "C" fn precontent(r: *mut ngx_http_request_t) -> ngx_int_t {
+    guard(NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: nginx runs phase handlers with a live request.
+        let req = unsafe { &mut *r };
+        let Some(lcf) = Module::location_conf(req) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        let lcf: &LocConf = lcf;
+        if lcf.upstream.is_null() || lcf.cached || crate::respond::ctx_here(req).is_some() {
+            return NGX_DECLINED as ngx_int_t;
+        }
+        // SAFETY: a fixed upstream's conf lives for the cycle.
+        let Some(scf) = Module::server_conf(unsafe { &*lcf.upstream }) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        if scf.breaker.is_none() || scf.original_init.is_none() {
+            return NGX_DECLINED as ngx_int_t;
+        }
+        let Some(pd) = attach(req, scf) else {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        };
+        let verdict = admit(pd, req);
+        match verdict {
+            Verdict::Reject(retry_after_ms) => {
+                let state = pd.state.unwrap_or(State::Open);
+                // SAFETY: the request is live.
+                unsafe { crate::respond::reject(req, state, retry_after_ms) }
+            }
+            v => {
+                pd.admitted = Some(v.into());
+                NGX_DECLINED as ngx_int_t
+            }
+        }
+    })
+}
+
+/// What `precontent` decided, for `peer.init` to honour rather than ask twice.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    Unchecked,
+    Pass,
+    Probe,
+}
+
+impl From<Verdict> for Admitted {
+    fn from(v: Verdict) -> Admitted {
+        match v {
+            Verdict::Probe => Admitted::Probe,
+            Verdict::Pass => Admitted::Pass,
+            _ => Admitted::Unchecked,
+        }
+    }
+}
+
 unsafe fn init_peer_inner(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
@@ -161,52 +322,36 @@ unsafe fn init_peer_inner(
     };
     // SAFETY: the balancer's own init, with the arguments nginx gave us.
     let rc = unsafe { original_init(r, us) };
-    if rc != NGX_OK as ngx_int_t {
+    if rc != NGX_OK as ngx_int_t || scf.breaker.is_none() {
         return rc;
     }
-    let Some(cfg) = scf.breaker.as_ref() else {
-        return rc;
-    };
     // SAFETY: peer.init runs with the request's upstream set up.
     let u: &mut ngx_http_upstream_t = match unsafe { req.upstream.as_mut() } {
         Some(u) => u,
         None => return NGX_ERROR as ngx_int_t,
     };
-    let route: &'static str =
-        match Module::location_conf(req).and_then(|l: &LocConf| l.route.as_ref()) {
-            // SAFETY: loc confs live for the cycle the request runs in; 'static stands for that.
-            Some(rt) => unsafe { &*(rt.name.as_str() as *const str) },
-            None => DEFAULT_ROUTE,
-        };
-    let route_hash = match Module::location_conf(req).and_then(|l: &LocConf| l.route.as_ref()) {
-        Some(rt) => rt.hash,
-        None => hash_name(DEFAULT_ROUTE.as_bytes()),
-    };
-    let pool = ngx::core::Pool::from_ngx_pool(req.pool);
-    let pd = pool.allocate(PeerData {
-        original_get: u.peer.get,
-        original_free: u.peer.free,
-        original_notify: u.peer.notify,
-        #[cfg(ngx_ssl)]
-        original_set_session: u.peer.set_session,
-        #[cfg(ngx_ssl)]
-        original_save_session: u.peer.save_session,
-        original_data: u.peer.data,
-        request: r,
-        scf,
-        route,
-        hash: key_hash(scf.name_hash, route_hash),
-        ticket: Ticket::Normal,
-        attempt_started: 0,
-        state: None,
-        short_circuited: false,
-        stale: false,
-        header_added: false,
+    let (_, route_hash) = route_of(req);
+    let early = crate::respond::ctx_here(req).filter(|pd| {
+        pd.admitted.is_some()
+            && core::ptr::eq(pd.scf, scf)
+            && pd.hash == key_hash(scf.name_hash, route_hash)
     });
-    // SAFETY: allocated from the request pool just now.
-    let Some(pd) = (unsafe { pd.as_mut() }) else {
-        return NGX_ERROR as ngx_int_t;
+    let pd = match early {
+        Some(pd) => pd,
+        None => match attach(req, scf) {
+            Some(pd) => pd,
+            None => return NGX_ERROR as ngx_int_t,
+        },
     };
+    pd.original_get = u.peer.get;
+    pd.original_free = u.peer.free;
+    pd.original_notify = u.peer.notify;
+    #[cfg(ngx_ssl)]
+    {
+        pd.original_set_session = u.peer.set_session;
+        pd.original_save_session = u.peer.save_session;
+    }
+    pd.original_data = u.peer.data;
     u.peer.data = (pd as *mut PeerData).cast();
     u.peer.get = Some(get_peer);
     u.peer.free = Some(free_peer);
@@ -218,59 +363,28 @@ unsafe fn init_peer_inner(
         u.peer.set_session = Some(set_session);
         u.peer.save_session = Some(save_session);
     }
-    crate::respond::set_ctx(req, pd);
-    // A probe slot must be given back even if the request ends before any attempt.
-    // SAFETY: the request pool is live.
-    let cln = unsafe { ngx_pool_cleanup_add(req.pool, 0) };
-    // SAFETY: non-null cleanup record just added.
-    if let Some(cln) = unsafe { cln.as_mut() } {
-        cln.handler = Some(release_on_cleanup);
-        cln.data = (pd as *mut PeerData).cast();
-    }
 
-    let Some((zone, mcf)) = pd.zone() else {
-        return NGX_OK as ngx_int_t;
+    let verdict = match pd.admitted.take() {
+        Some(Admitted::Pass) => Verdict::Pass,
+        Some(Admitted::Probe) => Verdict::Probe,
+        Some(Admitted::Unchecked) => Verdict::Unchecked,
+        None => admit(pd, req),
     };
-    let now = now_ms();
-    let log = req.connection_log();
-    let decision = {
-        let mut locked = zone.lock();
-        match locked.find_or_create(&pd.key(), cfg, mcf.generation) {
-            Ok(mut b) => Ok((b.admit(now, rnd(), pid(), &process_alive), b.state())),
-            Err(e) => Err(e),
-        }
-    };
-    let (decision, state) = match decision {
-        Ok(d) => d,
-        Err(Missing::Full) => {
-            log_full_once(log, pd.hash, &pd.name());
-            return NGX_OK as ngx_int_t;
-        }
-        Err(Missing::Stale) => return NGX_OK as ngx_int_t,
-    };
-    if let Some(t) = &decision.transition {
-        pd.log_transition(t);
-    }
-    pd.state = Some(state);
-    match decision.admission {
-        Admission::Pass { would_reject } => {
-            let _ = would_reject; // counted in the breaker's totals
-            NGX_OK as ngx_int_t
-        }
-        Admission::Probe(ticket) => {
-            pd.ticket = ticket;
+    match verdict {
+        Verdict::Unchecked | Verdict::Pass => NGX_OK as ngx_int_t,
+        Verdict::Probe => {
             // One probe is one attempt: no proxy_next_upstream retry on its behalf.
             u.peer.tries = 1;
             NGX_OK as ngx_int_t
         }
-        Admission::Reject { retry_after_ms } => {
-            pd.short_circuited = true;
+        Verdict::Reject(retry_after_ms) => {
             u.peer.tries = 0;
             // SAFETY: request and upstream are live.
             if unsafe { crate::respond::can_serve_stale(req, u) } {
                 pd.stale = true;
                 return NGX_OK as ngx_int_t;
             }
+            let state = pd.state.unwrap_or(State::Open);
             // SAFETY: as above; see respond::short_circuit for the request accounting.
             unsafe { crate::respond::short_circuit(req, u, state, retry_after_ms) }
         }
