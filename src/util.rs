@@ -1,6 +1,6 @@
 //! Small helpers: time, randomness, names and nginx header lists.
 
-use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
     ngx_conf_t, ngx_list_push, ngx_list_t, ngx_pid, ngx_str_t, ngx_table_elt_t, ngx_timeofday,
@@ -28,24 +28,22 @@ pub fn now_ms() -> u64 {
     (tp.sec as u64).saturating_mul(1000) + tp.msec as u64
 }
 
-thread_local! {
-    static RNG: Cell<u64> = const { Cell::new(0) };
-}
+/// The generator's state: process-local (each worker has its own copy after fork). An atomic
+/// rather than a thread-local, which costs a `__tls_get_addr` call in a loaded module.
+static RNG: AtomicU64 = AtomicU64::new(0);
 
 /// A per-process xorshift generator for jitter; seeded from the pid and the clock so that
 /// workers and fleet members spread differently.
 pub fn rnd() -> u32 {
-    RNG.with(|s| {
-        let mut x = s.get();
-        if x == 0 {
-            x = (u64::from(pid()) << 32) ^ now_ms() ^ 0x2545_f491_4f6c_dd1d;
-        }
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.set(x);
-        (x >> 32) as u32
-    })
+    let mut x = RNG.load(Ordering::Relaxed);
+    if x == 0 {
+        x = (u64::from(pid()) << 32) ^ now_ms() ^ 0x2545_f491_4f6c_dd1d;
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    RNG.store(x, Ordering::Relaxed);
+    (x >> 32) as u32
 }
 
 /// This worker's pid, the owner id of a probe slot.

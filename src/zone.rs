@@ -86,6 +86,21 @@ pub struct Zone {
     size: usize,
 }
 
+/// A breaker found once, to be found again cheaply (see [`Locked::find_by_ref`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeRef {
+    node: *mut Node,
+    generation: u64,
+}
+
+impl NodeRef {
+    /// No breaker.
+    pub const NONE: NodeRef = NodeRef {
+        node: null_mut(),
+        generation: 0,
+    };
+}
+
 /// Why no breaker could be had.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Missing {
@@ -238,6 +253,18 @@ impl Locked {
         cfg: &BreakerConfig,
         generation: u64,
     ) -> Result<Breaker<'_>, Missing> {
+        self.find_or_create_ref(key, cfg, generation)
+            .map(|(b, _)| b)
+    }
+
+    /// As [`Locked::find_or_create`], with a handle that finds the same breaker again
+    /// without a lookup while the zone's generation holds.
+    pub fn find_or_create_ref(
+        &mut self,
+        key: &Key,
+        cfg: &BreakerConfig,
+        generation: u64,
+    ) -> Result<(Breaker<'_>, NodeRef), Missing> {
         let mut n = self.find_node(key);
         if n.is_null() {
             if generation < self.header().generation {
@@ -249,8 +276,23 @@ impl Locked {
                 return Err(Missing::Full);
             }
         }
+        let handle = NodeRef {
+            node: n,
+            generation: self.header().generation,
+        };
         // SAFETY: a live node, exclusively ours while the mutex is held.
-        Ok(unsafe { breaker(n) })
+        Ok((unsafe { breaker(n) }, handle))
+    }
+
+    /// The breaker a [`NodeRef`] names, or, when a reload may have freed it since, the one
+    /// `key` finds.
+    pub fn find_by_ref(&mut self, handle: NodeRef, key: &Key) -> Option<Breaker<'_>> {
+        // Nodes are freed only by a reload's reconciliation, which bumps the generation first.
+        if !handle.node.is_null() && handle.generation == self.header().generation {
+            // SAFETY: same generation: the node is still live; the mutex is held.
+            return Some(unsafe { breaker(handle.node) });
+        }
+        self.find(key)
     }
 
     fn create(&mut self, key: &Key, cfg: &BreakerConfig, now: u64) -> *mut Node {
