@@ -152,6 +152,7 @@ pub unsafe extern "C" fn init_peer(
 }
 
 /// What the breaker said about a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Verdict {
     /// No breaker applies (zone full, or a worker of an older configuration).
     Unchecked,
@@ -350,15 +351,13 @@ unsafe fn init_peer_inner(
     let Some(original_init) = scf.original_init else {
         return NGX_ERROR as ngx_int_t;
     };
-    // SAFETY: the balancer's own init, with the arguments nginx gave us.
-    let rc = unsafe { original_init(r, us) };
-    if rc != NGX_OK as ngx_int_t || scf.breaker.is_none() {
-        return rc;
+    if scf.breaker.is_none() {
+        // SAFETY: the balancer's own init, with the arguments nginx gave us.
+        return unsafe { original_init(r, us) };
     }
     // SAFETY: peer.init runs with the request's upstream set up.
-    let u: &mut ngx_http_upstream_t = match unsafe { req.upstream.as_mut() } {
-        Some(u) => u,
-        None => return NGX_ERROR as ngx_int_t,
+    let Some(u) = (unsafe { req.upstream.as_mut() }) else {
+        return NGX_ERROR as ngx_int_t;
     };
     let (_, route_hash) = route_of(req);
     let early = crate::respond::ctx_here(req).filter(|pd| {
@@ -373,6 +372,35 @@ unsafe fn init_peer_inner(
             None => return NGX_ERROR as ngx_int_t,
         },
     };
+    let verdict = match pd.admitted.take() {
+        Some(Admitted::Pass) => Verdict::Pass,
+        Some(Admitted::Probe) => Verdict::Probe,
+        Some(Admitted::Unchecked) => Verdict::Unchecked,
+        None => admit(pd, req),
+    };
+
+    if let Verdict::Reject(retry_after_ms) = verdict {
+        // Short-circuited: the balancer is never asked (its init would only allocate), and
+        // no connection is made; get_peer answers NGX_DECLINED on the stale path.
+        u.peer.data = (pd as *mut PeerData).cast();
+        u.peer.get = Some(get_peer);
+        u.peer.free = Some(free_peer);
+        u.peer.tries = 0;
+        // SAFETY: request and upstream are live.
+        if unsafe { crate::respond::can_serve_stale(req, u) } {
+            pd.stale = true;
+            return NGX_OK as ngx_int_t;
+        }
+        let state = pd.state.unwrap_or(State::Open);
+        // SAFETY: as above; see respond::short_circuit for the request accounting.
+        return unsafe { crate::respond::short_circuit(req, u, state, retry_after_ms) };
+    }
+
+    // SAFETY: the balancer's own init, with the arguments nginx gave us.
+    let rc = unsafe { original_init(r, us) };
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
+    }
     pd.original_get = u.peer.get;
     pd.original_free = u.peer.free;
     pd.original_notify = u.peer.notify;
@@ -393,32 +421,11 @@ unsafe fn init_peer_inner(
         u.peer.set_session = Some(set_session);
         u.peer.save_session = Some(save_session);
     }
-
-    let verdict = match pd.admitted.take() {
-        Some(Admitted::Pass) => Verdict::Pass,
-        Some(Admitted::Probe) => Verdict::Probe,
-        Some(Admitted::Unchecked) => Verdict::Unchecked,
-        None => admit(pd, req),
-    };
-    match verdict {
-        Verdict::Unchecked | Verdict::Pass => NGX_OK as ngx_int_t,
-        Verdict::Probe => {
-            // One probe is one attempt: no proxy_next_upstream retry on its behalf.
-            u.peer.tries = 1;
-            NGX_OK as ngx_int_t
-        }
-        Verdict::Reject(retry_after_ms) => {
-            u.peer.tries = 0;
-            // SAFETY: request and upstream are live.
-            if unsafe { crate::respond::can_serve_stale(req, u) } {
-                pd.stale = true;
-                return NGX_OK as ngx_int_t;
-            }
-            let state = pd.state.unwrap_or(State::Open);
-            // SAFETY: as above; see respond::short_circuit for the request accounting.
-            unsafe { crate::respond::short_circuit(req, u, state, retry_after_ms) }
-        }
+    if verdict == Verdict::Probe {
+        // One probe is one attempt: no proxy_next_upstream retry on its behalf.
+        u.peer.tries = 1;
     }
+    NGX_OK as ngx_int_t
 }
 
 trait ConnectionLog {

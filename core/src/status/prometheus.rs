@@ -713,21 +713,8 @@ mod tests {
     fn prometheus_renders_ten_thousand_breakers() {
         let entries = many_entries(10_000);
         let zone = example_zone();
-        // A timing printout only (`--release -- --nocapture`): the first run pays for page
-        // faults on a fresh buffer, the best of the rest shows the rendering itself.
-        let mut times = Vec::new();
-        let mut out = Vec::new();
-        for _ in 0..10 {
-            let start = std::time::Instant::now();
-            out = render_prometheus(&zone, &entries);
-            times.push(start.elapsed());
-        }
-        println!(
-            "render_prometheus: 10000 breakers, {} bytes, first {:?}, best {:?}",
-            out.len(),
-            times[0],
-            times.iter().min().unwrap()
-        );
+        // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
+        let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
         assert_eq!(samples.len(), 4 + 10_000 * 23 + 5_000 * 4);
     }
