@@ -109,6 +109,9 @@ pub struct LocConf {
     pub upstream: *mut ngx_http_upstream_srv_conf_t,
     /// The location caches upstream responses: a hit or a stale entry may answer while open.
     pub cached: bool,
+    /// Where this location's breaker was last found in the zone (per worker: written after
+    /// fork, in the worker's own copy of the configuration).
+    pub node_hint: core::cell::Cell<crate::zone::NodeRef>,
 }
 
 impl Default for LocConf {
@@ -120,6 +123,7 @@ impl Default for LocConf {
             main: null_mut(),
             upstream: null_mut(),
             cached: false,
+            node_hint: core::cell::Cell::new(crate::zone::NodeRef::NONE),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Upstream hooks: `peer.init` decides per request (pass, probe or short-circuit); `peer.get`
 //! and `peer.free` wrap the balancer's own and record every attempt's outcome.
 
+use core::cell::Cell;
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::{Admission, Attempt, Ticket, Transition, Transport};
@@ -234,7 +235,9 @@ fn attach(req: &mut ngx_http_request_t, scf: &SrvConf) -> Option<&'static mut Pe
 }
 
 /// Asks the breaker whether this request may go to the origin.
-fn admit(pd: &mut PeerData, req: &ngx_http_request_t) -> Verdict {
+/// `hint`, when given, remembers where this location's breaker sits in the zone, so that the
+/// next request skips the hash lookup.
+fn admit(pd: &mut PeerData, req: &ngx_http_request_t, hint: Option<&Cell<NodeRef>>) -> Verdict {
     // SAFETY: the upstream conf lives for the cycle.
     let Some(cfg) = (unsafe { (*pd.scf).breaker.as_ref() }) else {
         return Verdict::Unchecked;
@@ -245,8 +248,15 @@ fn admit(pd: &mut PeerData, req: &ngx_http_request_t) -> Verdict {
     let now = now_ms();
     let decision = {
         let mut locked = zone.lock();
-        match locked.find_or_create_ref(&pd.key(), cfg, mcf.generation) {
+        let found = match hint.and_then(|h| locked.by_ref(h.get())) {
+            Some(node) => Ok(node),
+            None => locked.find_or_create_ref(&pd.key(), cfg, mcf.generation),
+        };
+        match found {
             Ok((mut b, node)) => {
+                if let Some(h) = hint {
+                    h.set(node);
+                }
                 let d = b.admit(now, rnd(), pid(), &process_alive);
                 let state = b.state();
                 pd.node = node;
@@ -306,7 +316,7 @@ pub unsafe extern "C" fn precontent(r: *mut ngx_http_request_t) -> ngx_int_t {
         let Some(pd) = attach(req, scf) else {
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
         };
-        let verdict = admit(pd, req);
+        let verdict = admit(pd, req, Some(&lcf.node_hint));
         match verdict {
             Verdict::Reject(retry_after_ms) => {
                 let state = pd.state.unwrap_or(State::Open);
@@ -376,7 +386,7 @@ unsafe fn init_peer_inner(
         Some(Admitted::Pass) => Verdict::Pass,
         Some(Admitted::Probe) => Verdict::Probe,
         Some(Admitted::Unchecked) => Verdict::Unchecked,
-        None => admit(pd, req),
+        None => admit(pd, req, None),
     };
 
     if let Verdict::Reject(retry_after_ms) = verdict {

@@ -284,6 +284,16 @@ impl Locked {
         Ok((unsafe { breaker(n) }, handle))
     }
 
+    /// The breaker a [`NodeRef`] names, if no reload may have freed it since.
+    pub fn by_ref(&mut self, handle: NodeRef) -> Option<(Breaker<'_>, NodeRef)> {
+        // Nodes are freed only by a reload's reconciliation, which bumps the generation first.
+        if handle.node.is_null() || handle.generation != self.header().generation {
+            return None;
+        }
+        // SAFETY: same generation: the node is still live; the mutex is held.
+        Some((unsafe { breaker(handle.node) }, handle))
+    }
+
     /// The breaker a [`NodeRef`] names, or, when a reload may have freed it since, the one
     /// `key` finds.
     pub fn find_by_ref(&mut self, handle: NodeRef, key: &Key) -> Option<Breaker<'_>> {
