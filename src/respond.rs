@@ -44,16 +44,9 @@ pub fn ctx_here(r: &ngx_http_request_t) -> Option<&'static mut PeerData> {
 
 /// The request's PeerData: the module ctx, or, after an internal redirect cleared it (such as
 /// `error_page 503`), the data of our pool cleanup, which outlives redirects.
-#[allow(clippy::mut_from_ref)] // the ctx lives in the request pool, not in `r`
-pub fn get_ctx(r: &ngx_http_request_t) -> Option<&mut PeerData> {
-    // SAFETY: r->ctx has a slot per module.
-    let ctx = unsafe {
-        *r.ctx
-            .add(<Module as ngx::http::HttpModule>::module().ctx_index)
-    };
-    if !ctx.is_null() {
-        // SAFETY: only set_ctx writes our slot.
-        return Some(unsafe { &mut *ctx.cast::<PeerData>() });
+pub fn get_ctx(r: &ngx_http_request_t) -> Option<&'static mut PeerData> {
+    if let Some(pd) = ctx_here(r) {
+        return Some(pd);
     }
     if !core::ptr::eq(r.main, r) {
         return None; // subrequests share the main request's pool
