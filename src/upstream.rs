@@ -245,6 +245,15 @@ fn admit(pd: &mut PeerData, req: &ngx_http_request_t, hint: Option<&Cell<NodeRef
     let Some((zone, mcf)) = pd.zone() else {
         return Verdict::Unchecked;
     };
+    if let Some(h) = hint {
+        // The common case, a closed breaker, needs no lock: it lets the request through, and
+        // its outcome is recorded (under the lock) in peer.free.
+        if zone.passes_closed(h.get()) {
+            pd.node = h.get();
+            pd.state = Some(State::Closed);
+            return Verdict::Pass;
+        }
+    }
     let now = now_ms();
     let decision = {
         let mut locked = zone.lock();

@@ -5,10 +5,11 @@
 use core::ffi::c_void;
 use core::mem::{align_of, size_of};
 use core::ptr::{self, null_mut};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use circuit_breaker_core::breaker::state::{layout, tail_offset};
 use circuit_breaker_core::breaker::{Breaker, BreakerConfig, BreakerHeader, Bucket, Control};
-use circuit_breaker_core::snapshot::Forced;
+use circuit_breaker_core::snapshot::{Forced, State};
 use nginx_sys::{
     ngx_cycle_t, ngx_int_t, ngx_pagesize, ngx_shm_zone_t, ngx_shmtx_lock, ngx_shmtx_unlock,
     ngx_slab_alloc, ngx_slab_alloc_locked, ngx_slab_free_locked, ngx_slab_pool_t, NGX_ERROR,
@@ -34,8 +35,9 @@ const MAGIC: u64 = 0x6362_5f7a_6f6e_6501
 #[repr(C)]
 struct ZoneHeader {
     magic: u64,
-    /// Bumped at every configuration load that reuses the zone.
-    generation: u64,
+    /// Bumped at every configuration load that reuses the zone (under the mutex; read without
+    /// it by [`Zone::passes_closed`]).
+    generation: AtomicU64,
     alloc_failures: u64,
     count: u64,
     mask: u64,
@@ -56,6 +58,9 @@ struct Node {
     window_s: u32,
     upstream_len: u16,
     route_len: u16,
+    /// 1 while the breaker lets every request through without asking (closed, or forced
+    /// closed): refreshed under the mutex after every change, read without it.
+    passes: AtomicU8,
     // BreakerHeader at `breaker_offset()`, then `window_s` buckets.
 }
 
@@ -133,7 +138,29 @@ impl Zone {
     pub fn lock(&self) -> Locked {
         // SAFETY: the pool is a live mapped slab pool.
         unsafe { ngx_shmtx_lock(&mut (*self.pool).mutex) };
-        Locked { zone: *self }
+        Locked {
+            zone: *self,
+            touched: null_mut(),
+        }
+    }
+
+    /// Whether the breaker `handle` names lets requests through without being asked: it is
+    /// closed (or forced closed) and no reload freed it. Read without the mutex — it answers
+    /// for a moment that has already passed, as any answer under the mutex also does once
+    /// the mutex is released.
+    pub fn passes_closed(&self, handle: NodeRef) -> bool {
+        if handle.node.is_null() {
+            return false;
+        }
+        // SAFETY: the zone header is live; its generation is an atomic.
+        let hdr = unsafe { &*(*self.pool).data.cast::<ZoneHeader>() };
+        if hdr.generation.load(Ordering::Acquire) != handle.generation {
+            return false;
+        }
+        // SAFETY: the generation is the one the handle was taken in, so the node was not freed
+        // then; a reload that frees it right now leaves the slab memory mapped, and the worst
+        // outcome of that race is one request passing unchecked. `passes` is an atomic.
+        unsafe { (*handle.node).passes.load(Ordering::Acquire) == 1 }
     }
 }
 
@@ -150,14 +177,14 @@ impl Zone {
     pub fn visit(&self, mut f: impl FnMut(Entry<'_>)) -> (u64, u64, u64) {
         let mut locked = self.lock();
         let usage = locked.usage();
-        let generation = locked.header().generation;
+        let generation = locked.generation();
         let mut n = locked.header().head;
         let mut seen = 0;
         while !n.is_null() {
             if seen > 0 && seen % SNAPSHOT_BATCH == 0 {
                 drop(locked);
                 locked = self.lock();
-                if locked.header().generation != generation {
+                if locked.generation() != generation {
                     break;
                 }
             }
@@ -182,10 +209,16 @@ impl Zone {
 /// The zone with its mutex held.
 pub struct Locked {
     zone: Zone,
+    /// The node whose breaker was handed out: its `passes` flag is refreshed before unlocking.
+    touched: *mut Node,
 }
 
 impl Drop for Locked {
     fn drop(&mut self) {
+        if !self.touched.is_null() {
+            // SAFETY: a live node (handed out under this same lock hold).
+            unsafe { refresh_passes(self.touched) };
+        }
         // SAFETY: we hold the mutex taken in `Zone::lock`.
         unsafe { ngx_shmtx_unlock(&mut (*self.zone.pool).mutex) };
     }
@@ -219,6 +252,10 @@ impl Locked {
         )
     }
 
+    fn generation(&self) -> u64 {
+        self.header().generation.load(Ordering::Relaxed)
+    }
+
     fn find_node(&self, key: &Key) -> *mut Node {
         let h = self.header();
         // SAFETY: the table has mask + 1 slots; chains hold live nodes.
@@ -241,8 +278,12 @@ impl Locked {
     /// The breaker for `key`, if it exists.
     pub fn find(&mut self, key: &Key) -> Option<Breaker<'_>> {
         let n = self.find_node(key);
+        if n.is_null() {
+            return None;
+        }
+        self.touched = n;
         // SAFETY: a live node, exclusively ours while the mutex is held.
-        (!n.is_null()).then(|| unsafe { breaker(n) })
+        Some(unsafe { breaker(n) })
     }
 
     /// The breaker for `key`, created with `cfg` if missing. Workers of an older configuration
@@ -267,7 +308,7 @@ impl Locked {
     ) -> Result<(Breaker<'_>, NodeRef), Missing> {
         let mut n = self.find_node(key);
         if n.is_null() {
-            if generation < self.header().generation {
+            if generation < self.generation() {
                 return Err(Missing::Stale);
             }
             n = self.create(key, cfg, now_ms());
@@ -278,8 +319,9 @@ impl Locked {
         }
         let handle = NodeRef {
             node: n,
-            generation: self.header().generation,
+            generation: self.generation(),
         };
+        self.touched = n;
         // SAFETY: a live node, exclusively ours while the mutex is held.
         Ok((unsafe { breaker(n) }, handle))
     }
@@ -287,9 +329,10 @@ impl Locked {
     /// The breaker a [`NodeRef`] names, if no reload may have freed it since.
     pub fn by_ref(&mut self, handle: NodeRef) -> Option<(Breaker<'_>, NodeRef)> {
         // Nodes are freed only by a reload's reconciliation, which bumps the generation first.
-        if handle.node.is_null() || handle.generation != self.header().generation {
+        if handle.node.is_null() || handle.generation != self.generation() {
             return None;
         }
+        self.touched = handle.node;
         // SAFETY: same generation: the node is still live; the mutex is held.
         Some((unsafe { breaker(handle.node) }, handle))
     }
@@ -298,7 +341,8 @@ impl Locked {
     /// `key` finds.
     pub fn find_by_ref(&mut self, handle: NodeRef, key: &Key) -> Option<Breaker<'_>> {
         // Nodes are freed only by a reload's reconciliation, which bumps the generation first.
-        if !handle.node.is_null() && handle.generation == self.header().generation {
+        if !handle.node.is_null() && handle.generation == self.generation() {
+            self.touched = handle.node;
             // SAFETY: same generation: the node is still live; the mutex is held.
             return Some(unsafe { breaker(handle.node) });
         }
@@ -338,6 +382,7 @@ impl Locked {
                 window_s: cfg.window_s,
                 upstream_len: key.upstream.len() as u16,
                 route_len: key.route.len() as u16,
+                passes: AtomicU8::new(1),
             });
             *slot = n;
             if !h.head.is_null() {
@@ -414,6 +459,7 @@ impl Locked {
                                 let forced = (*breaker_header(n)).forced();
                                 reset_breaker(n, *cfg, now);
                                 reapply_forced(n, forced, now);
+                                refresh_passes(n);
                             }
                         } else {
                             // SAFETY: live node; removed nodes are recreated on demand.
@@ -428,7 +474,10 @@ impl Locked {
                             let m = self.create(&key, cfg, now);
                             if !m.is_null() {
                                 // SAFETY: fresh live node.
-                                unsafe { reapply_forced(m, forced, now) };
+                                unsafe {
+                                    reapply_forced(m, forced, now);
+                                    refresh_passes(m);
+                                }
                             }
                         }
                         reset += 1;
@@ -462,6 +511,22 @@ impl Locked {
             }
         }
     }
+}
+
+/// Updates `n.passes` from its breaker's state.
+///
+/// # Safety
+/// `n` must be a live node, and the caller must hold the mutex.
+unsafe fn refresh_passes(n: *mut Node) {
+    // SAFETY: per the contract.
+    let h = unsafe { &*breaker_header(n) };
+    let passes = match h.forced() {
+        Some(Forced::Closed) => true,
+        Some(Forced::Open) => false,
+        None => h.state() == State::Closed,
+    };
+    // SAFETY: per the contract; `passes` is an atomic.
+    unsafe { (*n).passes.store(u8::from(passes), Ordering::Release) };
 }
 
 /// # Safety
@@ -575,7 +640,7 @@ unsafe fn init_zone(z: &mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
         }
         hdr.write(ZoneHeader {
             magic: MAGIC,
-            generation: 0,
+            generation: AtomicU64::new(0),
             alloc_failures: 0,
             count: 0,
             mask: buckets as u64 - 1,
@@ -610,9 +675,8 @@ pub unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         };
         let mut locked = zone.lock();
-        let reused = locked.header().generation > 0;
-        locked.header().generation += 1;
-        mcf.generation = locked.header().generation;
+        let reused = locked.generation() > 0;
+        mcf.generation = locked.header().generation.fetch_add(1, Ordering::AcqRel) + 1;
         let (dropped, reset) = locked.reconcile(mcf, now_ms());
         drop(locked);
         if reused && dropped + reset > 0 {
