@@ -375,8 +375,7 @@ impl<'a> Breaker<'a> {
     }
 
     fn check_trip(&mut self, now: u64, rnd: u32) -> Option<Transition> {
-        let cfg = self.hdr.cfg;
-        let s = self.hdr.sums;
+        let (cfg, s) = (&self.hdr.cfg, &self.hdr.sums);
         if s.requests < u64::from(cfg.min_requests.max(1)) {
             return None;
         }
