@@ -157,9 +157,10 @@ impl Zone {
         if hdr.generation.load(Ordering::Acquire) != handle.generation {
             return false;
         }
-        // SAFETY: the generation is the one the handle was taken in, so the node was not freed
-        // then; a reload that frees it right now leaves the slab memory mapped, and the worst
-        // outcome of that race is one request passing unchecked. `passes` is an atomic.
+        // A reload that frees the node right after the check above leaves the slab memory
+        // mapped; the worst outcome of that race is one request passing unchecked.
+        // SAFETY: same generation as the handle's, so the node was live a moment ago (see
+        // above); `passes` is an atomic.
         unsafe { (*handle.node).passes.load(Ordering::Acquire) == 1 }
     }
 }
