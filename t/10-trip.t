@@ -20,6 +20,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_content /;
 use CB::Origin;
+use CB::Response qw/ status header /;
 
 ###############################################################################
 
@@ -228,16 +229,7 @@ $t->waitforsocket('127.0.0.1:' . port(8081))
 
 ###############################################################################
 
-sub status {
-	my ($r) = @_;
-	return defined $r && $r =~ m!^HTTP/1\.1 (\d+)! ? $1 : 0;
-}
 
-sub header {
-	my ($r, $name) = @_;
-	return undef unless defined $r;
-	return $r =~ /^\Q$name\E: ([^\x0d\x0a]*)\x0d?$/mi ? $1 : undef;
-}
 
 # statuses of the requests, space separated
 

@@ -24,6 +24,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
+use CB::Response qw/ status header /;
 
 ###############################################################################
 
@@ -131,13 +132,6 @@ $t->waitforsocket('127.0.0.1:' . port(8082));
 
 ###############################################################################
 
-sub status { ($_[0] // '') =~ m!^HTTP/1\.[01] (\d{3})! ? $1 : 0 }
-sub header {
-	my ($r, $name) = @_;
-	return undef unless defined $r;
-	my ($head) = split /\x0d?\x0a\x0d?\x0a/, $r, 2;
-	return $head =~ /^\Q$name\E:[ \t]*(.*?)\x0d?$/mi ? $1 : undef;
-}
 
 # origin hits for a path prefix, with the client's send time (ts=) in order
 # of arrival at the origin

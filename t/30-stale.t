@@ -21,6 +21,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end http_content /;
 use CB::Origin;
+use CB::Response qw/ status header /;
 
 ###############################################################################
 
@@ -111,13 +112,6 @@ $t->waitforsocket('127.0.0.1:' . port(8081));
 
 ###############################################################################
 
-sub status { ($_[0] // '') =~ m!^HTTP/1\.[01] (\d{3})! ? $1 : 0 }
-sub header {
-	my ($r, $name) = @_;
-	return undef unless defined $r;
-	my ($head) = split /\x0d?\x0a\x0d?\x0a/, $r, 2;
-	return $head =~ /^\Q$name\E:[ \t]*(.*?)\x0d?$/mi ? $1 : undef;
-}
 sub hits { CB::Origin::hits($hits, @_) }
 
 my $s1 = '/s/c1?body=stale+one';

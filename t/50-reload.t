@@ -36,6 +36,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
+use CB::Response qw/ status /;
 
 ###############################################################################
 
@@ -137,11 +138,6 @@ $t->waitforsocket('127.0.0.1:' . port(8081))
 
 ###############################################################################
 
-sub status {
-	my ($r) = @_;
-	return 'none' unless defined $r && $r =~ m!^HTTP/1\.\d (\d{3}) !;
-	return $1;
-}
 
 # statuses of n requests to a location, failing at the origin
 

@@ -27,6 +27,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
+use CB::Response qw/ status /;
 
 ###############################################################################
 
@@ -88,11 +89,6 @@ $t->waitforsocket('127.0.0.1:' . port(8081))
 
 ###############################################################################
 
-sub status {
-	my ($r) = @_;
-	return 'none' unless defined $r && $r =~ m!^HTTP/1\.\d (\d{3}) !;
-	return $1;
-}
 
 sub from_origin {
 	my ($r) = @_;

@@ -26,6 +26,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
+use CB::Response qw/ body /;
 
 ###############################################################################
 
@@ -207,10 +208,6 @@ sub code {
 	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
 }
 
-sub body {
-	my ($r) = @_;
-	return $r && $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s ? $1 : undef;
-}
 
 # a time near now (Unix seconds with milliseconds)
 

@@ -24,6 +24,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
 use CB::Origin;
+use CB::Response qw/ body /;
 
 ###############################################################################
 
@@ -121,10 +122,6 @@ sub code {
 	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
 }
 
-sub body {
-	my ($r) = @_;
-	return $r && $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s ? $1 : undef;
-}
 
 sub ctype {
 	my ($r) = @_;

@@ -24,6 +24,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
+use CB::Response qw/ body header /;
 
 ###############################################################################
 
@@ -143,15 +144,7 @@ sub code {
 	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
 }
 
-sub body {
-	my ($r) = @_;
-	return $r && $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s ? $1 : undef;
-}
 
-sub header {
-	my ($r, $name) = @_;
-	return $r && $r =~ /^\Q$name\E: ([^\x0d]*)\x0d$/mi ? $1 : undef;
-}
 
 sub json {
 	my ($r) = @_;
