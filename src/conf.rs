@@ -5,7 +5,7 @@ use core::ffi::{c_char, c_void};
 use core::ptr::null_mut;
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
-use circuit_breaker_core::config::{self, ConfError};
+use circuit_breaker_core::directive::{self as config, ConfError, Units};
 use nginx_sys::{
     ngx_array_t, ngx_command_t, ngx_conf_t, ngx_flag_t, ngx_http_upstream_conf_t,
     ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_module_t,
@@ -248,6 +248,31 @@ fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
     false
 }
 
+/// nginx's own parsers for time and size values.
+struct NginxUnits;
+
+impl Units for NginxUnits {
+    fn msec(&self, value: &str) -> Option<u64> {
+        let mut s = ngx_str_t {
+            len: value.len(),
+            data: value.as_ptr().cast_mut(),
+        };
+        // SAFETY: nginx reads `len` bytes of a string that outlives the call.
+        let v = unsafe { nginx_sys::ngx_parse_time(&mut s, 0) };
+        u64::try_from(v).ok()
+    }
+
+    fn size(&self, value: &str) -> Option<u64> {
+        let mut s = ngx_str_t {
+            len: value.len(),
+            data: value.as_ptr().cast_mut(),
+        };
+        // SAFETY: as above.
+        let v = unsafe { nginx_sys::ngx_parse_size(&mut s) };
+        u64::try_from(v).ok()
+    }
+}
+
 /// The directive's arguments after its name.
 ///
 /// # Safety
@@ -297,7 +322,7 @@ pub unsafe extern "C" fn set_zone(
             },
         );
     };
-    let (name, size) = match config::parse_zone(text, MIN_ZONE_SIZE) {
+    let (name, size) = match config::parse_zone(text, MIN_ZONE_SIZE, &NginxUnits) {
         Ok(v) => v,
         Err(e) => return fail(cf, e),
     };
@@ -357,7 +382,8 @@ pub unsafe extern "C" fn set_breaker(
         return c"is duplicate".as_ptr().cast_mut();
     }
     // SAFETY: called while parsing.
-    let parsed = words(unsafe { args(cf) }).and_then(config::parse_breaker_args);
+    let parsed =
+        words(unsafe { args(cf) }).and_then(|w| config::parse_breaker_args(w, &NginxUnits));
     let cfg = match parsed {
         Ok(c) => c,
         Err(e) => return fail(cf, e),

@@ -4,7 +4,7 @@
 use core::cell::Cell;
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::{Admission, Attempt, Ticket, Transition, Transport};
+use circuit_breaker_core::breaker::{Admission, Attempt, Ending as Transport, Ticket, Transition};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_current_msec, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_http_upstream_t,
@@ -506,7 +506,7 @@ unsafe extern "C" fn free_peer(
         let Some(recorded) = recorded else {
             return;
         };
-        if attempt.transport == Transport::Tls {
+        if attempt.ending == Transport::Tls {
             // SAFETY: the request is live during free.
             let log = unsafe { (*pd.request).connection_log() };
             ngx::ngx_log_error!(
@@ -547,11 +547,11 @@ unsafe fn attempt_of(pd: &PeerData, pc: &ngx_peer_connection_t, state: ngx_uint_
             // A status line, then headers nginx refused.
             Transport::InvalidHeader
         } else {
-            Transport::Ok
+            Transport::Response
         }
     } else if !failed {
         // Freed with no response and no failure: the client went away first.
-        Transport::Aborted
+        Transport::NoVerdict
     } else {
         // SAFETY: the connection, when present, is still open during free.
         match unsafe { pc.connection.as_ref() } {
@@ -572,8 +572,8 @@ unsafe fn attempt_of(pd: &PeerData, pc: &ngx_peer_connection_t, state: ngx_uint_
         None
     };
     Attempt {
-        transport,
-        status: if transport == Transport::Ok {
+        ending: transport,
+        status: if transport == Transport::Response {
             status
         } else {
             0

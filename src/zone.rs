@@ -571,7 +571,7 @@ unsafe fn names<'a>(n: *mut Node) -> (&'a [u8], &'a [u8]) {
 unsafe fn reset_breaker(n: *mut Node, cfg: BreakerConfig, now: u64) {
     // SAFETY: per the contract.
     unsafe {
-        breaker_header(n).write(BreakerHeader::new(cfg, now));
+        breaker_header(n).write(BreakerHeader::new(cfg, now, 0));
         let tail = breaker_header(n)
             .cast::<u8>()
             .add(tail_offset())

@@ -364,7 +364,7 @@ http {
 EOF
 
 good('every parameter and class, default zone', conf(
-	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0% "
+	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0.01% "
 		. 'slow=off slow_rate=100% open=1h max_open=2h jitter=0% '
 		. 'probes=1 probe_interval=500ms probe_latency=off dry_run;'
 		. "\n        ${cb}_failure error timeout invalid_header "

@@ -1,5 +1,5 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
 pub mod breaker;
-pub mod config;
+pub mod directive;
 pub mod snapshot;
 pub mod status;

@@ -129,9 +129,10 @@ pub struct BreakerView {
     pub dry_run: bool,
     /// Operator-forced state, if any.
     pub forced: Option<Forced>,
-    /// When the current state began, Unix milliseconds.
+    /// When the current state began, on the clock the breaker runs on (see
+    /// [`BreakerView::on_wall_clock`]).
     pub since_ms: u64,
-    /// When the next probe may start, Unix milliseconds (open or half-open only).
+    /// When the next probe may start (open or half-open only), on the same clock.
     pub retry_at_ms: Option<u64>,
     /// The live window.
     pub window: WindowView,
@@ -145,4 +146,24 @@ pub struct BreakerView {
     pub totals: Totals,
     /// Why the last transition happened, with its numbers; empty before the first.
     pub last_transition: String,
+}
+
+impl BreakerView {
+    /// Moves the view's instants from the monotonic clock the breaker runs on to Unix
+    /// milliseconds, given a reading of each clock taken at the same moment. Durations are
+    /// measured on the monotonic clock only, so a step of the wall clock moves `since` and
+    /// `retry_at` with it but never shortens or stretches a cooldown.
+    pub fn on_wall_clock(&mut self, mono_now_ms: u64, wall_now_ms: u64) {
+        fn to_wall(t: u64, mono_now_ms: u64, wall_now_ms: u64) -> u64 {
+            if t >= mono_now_ms {
+                wall_now_ms.saturating_add(t - mono_now_ms)
+            } else {
+                wall_now_ms.saturating_sub(mono_now_ms - t)
+            }
+        }
+        self.since_ms = to_wall(self.since_ms, mono_now_ms, wall_now_ms);
+        self.retry_at_ms = self
+            .retry_at_ms
+            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::thread;
 
 use circuit_breaker_core::breaker::{
-    Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Transport, PROBE_LEASE_MS,
+    Admission, Attempt, BreakerConfig, Ending, OwnedBreaker, Ticket, PROBE_LEASE_MS,
 };
 use circuit_breaker_core::snapshot::Totals;
 
@@ -66,8 +66,8 @@ fn workers_hammering_one_breaker_keep_exact_totals_and_one_probe() {
                         };
                         let attempt = match r % 16 {
                             0..=8 => Attempt::http(500, 5),
-                            9 => Attempt::transport(Transport::Tls, 1),
-                            10 => Attempt::transport(Transport::Aborted, 1),
+                            9 => Attempt::ended(Ending::Tls, 1),
+                            10 => Attempt::ended(Ending::NoVerdict, 1),
                             _ => Attempt::http(200, u64::from(r % 50)),
                         };
                         let end = clock.load(Ordering::Relaxed);
@@ -80,9 +80,9 @@ fn workers_hammering_one_breaker_keep_exact_totals_and_one_probe() {
                             continue;
                         }
                         b.breaker().record(end, r, ticket, &attempt);
-                        match attempt.transport {
-                            Transport::Tls => tally[4] += 1,
-                            Transport::Aborted => {}
+                        match attempt.ending {
+                            Ending::Tls => tally[4] += 1,
+                            Ending::NoVerdict => {}
                             _ => {
                                 tally[0] += 1;
                                 tally[1] += u64::from(attempt.status == 500);

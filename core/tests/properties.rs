@@ -2,8 +2,8 @@
 //! actions never break the breaker's invariants.
 
 use circuit_breaker_core::breaker::{
-    Admission, Attempt, BreakerConfig, Control, FailureSet, OwnedBreaker, Ticket, Transition,
-    Transport,
+    Admission, Attempt, BreakerConfig, Control, Ending, FailureSet, OwnedBreaker, Ticket,
+    Transition,
 };
 use circuit_breaker_core::snapshot::State;
 use proptest::prelude::*;
@@ -28,12 +28,12 @@ enum Op {
 
 fn attempt() -> impl Strategy<Value = Attempt> {
     let transport = prop_oneof![
-        6 => Just(Transport::Ok),
-        1 => Just(Transport::Error),
-        1 => Just(Transport::Timeout),
-        1 => Just(Transport::InvalidHeader),
-        1 => Just(Transport::Tls),
-        1 => Just(Transport::Aborted),
+        6 => Just(Ending::Response),
+        1 => Just(Ending::Error),
+        1 => Just(Ending::Timeout),
+        1 => Just(Ending::InvalidHeader),
+        1 => Just(Ending::Tls),
+        1 => Just(Ending::NoVerdict),
     ];
     let status = prop_oneof![
         Just(200u16),
@@ -50,7 +50,7 @@ fn attempt() -> impl Strategy<Value = Attempt> {
         0u64..3000,
     )
         .prop_map(|(transport, status, retry_after_s, response_ms)| Attempt {
-            transport,
+            ending: transport,
             status,
             retry_after_s,
             response_ms,

@@ -58,9 +58,11 @@ impl FailureClass {
 }
 
 impl FailureSet {
-    /// `error timeout http_500 http_502 http_503 http_504`.
-    pub const DEFAULT: FailureSet =
-        FailureSet::from_bits((1 << 101) | (1 << 102) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4));
+    /// `error timeout invalid_header http_500 http_502 http_503 http_504`: what nginx itself
+    /// answers with a 502 or 504 is a failure (an invalid header becomes nginx's own 502).
+    pub const DEFAULT: FailureSet = FailureSet::from_bits(
+        (1 << 101) | (1 << 102) | (1 << 103) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4),
+    );
 
     /// The empty set.
     pub const EMPTY: FailureSet = FailureSet([0, 0]);

@@ -10,11 +10,11 @@ pub mod reason;
 pub mod state;
 pub mod window;
 
-pub use classify::{classify, Attempt, Transport, Verdict};
+pub use classify::{classify, Attempt, Ending, Verdict};
 pub use config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
 pub use owned::OwnedBreaker;
 pub use state::{
-    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Recorded,
-    Ticket, Transition, PROBE_LEASE_MS,
+    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
+    Recorded, Ticket, Transition, PROBE_LEASE_MS,
 };
 pub use window::Bucket;

@@ -37,7 +37,9 @@ pub struct BreakerHeader {
     cooldown_ms: u64,
     /// The un-jittered cooldown: `open`, doubled after each failed probe, up to `max_open`.
     base_cooldown_ms: u64,
-    probe_gen: u32,
+    /// The last probe ticket handed out: the breaker's epoch in the high half, a counter in
+    /// the low half (see [`BreakerHeader::new`]).
+    probe_gen: u64,
     probe_owner: u32,
     consecutive: u32,
     state: u8,
@@ -50,7 +52,11 @@ pub struct BreakerHeader {
 impl BreakerHeader {
     /// A closed breaker with an empty window, created at `now_ms`. Its buckets must be filled
     /// with [`Bucket::EMPTY`].
-    pub fn new(cfg: BreakerConfig, now_ms: u64) -> Self {
+    ///
+    /// `epoch` must differ from that of every earlier breaker that lived in the same memory
+    /// (the shell takes it from a counter in the zone), so that a probe ticket handed out
+    /// before a reset or a reload is never taken for one handed out after.
+    pub fn new(cfg: BreakerConfig, now_ms: u64, epoch: u32) -> Self {
         BreakerHeader {
             cfg,
             totals: Totals::default(),
@@ -65,7 +71,7 @@ impl BreakerHeader {
             probe_granted_ms: 0,
             cooldown_ms: u64::from(cfg.open_ms),
             base_cooldown_ms: u64::from(cfg.open_ms),
-            probe_gen: 0,
+            probe_gen: u64::from(epoch) << 32,
             probe_owner: 0,
             consecutive: 0,
             state: STATE_CLOSED,
@@ -123,8 +129,8 @@ pub const fn tail_offset() -> usize {
 pub enum Ticket {
     /// A normal request (every [`Admission::Pass`]).
     Normal,
-    /// The half-open probe, for the slot generation it was granted.
-    Probe(u32),
+    /// The half-open probe: the ticket it was granted, unique in the zone's lifetime.
+    Probe(u64),
 }
 
 /// Whether a request may go to the upstream.
@@ -176,6 +182,47 @@ pub struct Transition {
     pub detail: Option<String>,
 }
 
+/// What a request may be told without the zone lock, as of the breaker's last change: the
+/// shell keeps it in atomics beside the breaker and refreshes it after every locked call, so
+/// that the common cases — closed, and open while cooling down — cost no lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Let every request through (closed, or forced closed); outcomes are still recorded.
+    Pass,
+    /// Short-circuit every request until `until_ms` (open and cooling down; `u64::MAX` when
+    /// forced open, where `Retry-After` says `wait_ms`).
+    Reject {
+        /// End of the cooldown.
+        until_ms: u64,
+        /// The wait to announce when `until_ms` is `u64::MAX`.
+        wait_ms: u64,
+    },
+    /// Only [`Breaker::admit`], under the lock, can tell.
+    Ask,
+}
+
+impl Gate {
+    /// The admission this gate gives at `now_ms` without the lock, or `None` when only
+    /// [`Breaker::admit`] can tell (a cooldown that has ended included). A rejection given
+    /// here is not in the breaker's totals: the caller counts it.
+    #[inline]
+    pub fn admit(self, now_ms: u64) -> Option<Admission> {
+        match self {
+            Gate::Pass => Some(Admission::Pass {
+                would_reject: false,
+            }),
+            Gate::Reject { until_ms, wait_ms } if now_ms < until_ms => Some(Admission::Reject {
+                retry_after_ms: if until_ms == u64::MAX {
+                    wait_ms.max(1)
+                } else {
+                    until_ms - now_ms
+                },
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// An operator action from the control endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -217,6 +264,31 @@ impl<'a> Breaker<'a> {
     /// The current state.
     pub fn state(&self) -> State {
         self.hdr.state()
+    }
+
+    /// What requests may be told without the lock until the breaker next changes.
+    pub fn gate(&self) -> Gate {
+        let h = &*self.hdr;
+        match h.forced() {
+            Some(Forced::Closed) => return Gate::Pass,
+            Some(Forced::Open) => {
+                return Gate::Reject {
+                    until_ms: u64::MAX,
+                    wait_ms: u64::from(h.cfg.open_ms),
+                }
+            }
+            None => {}
+        }
+        match h.state() {
+            State::Closed => Gate::Pass,
+            // A dry run counts what it would have rejected, under the lock.
+            _ if h.cfg.dry_run => Gate::Ask,
+            State::Open => Gate::Reject {
+                until_ms: h.retry_at_ms,
+                wait_ms: 0,
+            },
+            State::HalfOpen => Gate::Ask,
+        }
     }
 
     fn clock(&mut self, now_ms: u64) -> u64 {
@@ -263,7 +335,9 @@ impl<'a> Breaker<'a> {
         }
         if h.probe_busy == 0 && now >= h.next_probe_at_ms {
             h.probe_busy = 1;
-            h.probe_gen = h.probe_gen.wrapping_add(1);
+            // The low half counts; the epoch in the high half stays.
+            h.probe_gen =
+                (h.probe_gen & !0xffff_ffff) | u64::from((h.probe_gen as u32).wrapping_add(1));
             h.probe_owner = owner;
             h.probe_granted_ms = now;
             let spacing = jittered(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter, rnd);
@@ -567,8 +641,14 @@ impl<'a> Breaker<'a> {
         let live = live_sums(self.ring, now / 1000, Some(&mut hist));
         let state = h.state();
         let forced = h.forced();
+        // When the next probe may start: while one is in flight, not before one spacing from
+        // now (what a turned-away request's Retry-After says too).
         let retry_at_ms = match state {
             State::Open if forced.is_none() => Some(h.retry_at_ms),
+            State::HalfOpen if h.probe_busy != 0 => Some(
+                h.next_probe_at_ms
+                    .max(now.saturating_add(u64::from(h.cfg.probe_interval_ms))),
+            ),
             State::HalfOpen => Some(h.next_probe_at_ms),
             _ => None,
         };

@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use circuit_breaker_core::breaker::{
-    Admission, Attempt, BreakerConfig, Control, Decision, OwnedBreaker, Recorded, Ticket,
-    Transition, Transport,
+    Admission, Attempt, BreakerConfig, Control, Decision, Ending, OwnedBreaker, Recorded, Ticket,
+    Transition,
 };
 use circuit_breaker_core::snapshot::{BreakerView, State};
 
@@ -31,7 +31,7 @@ pub fn slow(ms: u64) -> Attempt {
 }
 
 pub fn timeout() -> Attempt {
-    Attempt::transport(Transport::Timeout, 1000)
+    Attempt::ended(Ending::Timeout, 1000)
 }
 
 pub fn retry_after(status: u16, secs: u32) -> Attempt {
