@@ -244,9 +244,12 @@ bad('failure class http_600', {
 	"${cb}_failure",
 	qq{invalid value "http_600" in "${cb}_failure" directive});
 
+# found once the upstream block is parsed: named at the block, as nginx's own
+# "no servers are inside upstream"
+
 bad('circuit_breaker_failure without circuit_breaker', {
 	UPSTREAM => "${cb}_failure error timeout;" },
-	"${cb}_failure",
+	'upstream u {',
 	qq{"${cb}_failure" requires "$cb" in upstream "u"});
 
 # circuit_breaker_zone

@@ -232,9 +232,11 @@ cmp_ok($j->{used}, '>', 0, 'zone used');
 cmp_ok($j->{used}, '<=', $j->{size}, 'zone used within size');
 is($j->{alloc_failures}, 0, 'zone alloc_failures');
 
-# each upstream's own breaker exists from the start, fresh and closed
+# each upstream's own breaker, and one per route whose locations pass to it,
+# exist from the start, fresh and closed
 
-is(names($j), 'other/default up/default', 'default breakers listed at start');
+is(names($j), 'other/default up/checkout up/default',
+	'default and route breakers listed at start');
 my $fb = breaker($j, 'up', 'default') || {};
 ok($fb->{state} eq 'closed' && $fb->{state_code} == 0, 'fresh: closed');
 ok(near($fb->{since}, time(), 10), 'fresh: since is Unix seconds')

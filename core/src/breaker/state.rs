@@ -266,6 +266,16 @@ impl<'a> Breaker<'a> {
         self.hdr.state()
     }
 
+    /// The parameters the breaker runs with.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.hdr.cfg
+    }
+
+    /// The operator-forced state, if any.
+    pub fn forced(&self) -> Option<Forced> {
+        self.hdr.forced()
+    }
+
     /// What requests may be told without the lock until the breaker next changes.
     pub fn gate(&self) -> Gate {
         let h = &*self.hdr;
