@@ -84,7 +84,16 @@ unsafe fn init_peer_inner(
     // SAFETY: just found or created; no other borrow of it is live.
     let state = unsafe { &mut *state_ptr };
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    let plan = match admit::ask(state, hint, log) {
+    // A request the PRECONTENT phase let through (closed) is not asked again: it is
+    // admitted, as one already in flight would be.
+    let answer = if core::mem::take(&mut state.passed_early) {
+        Some(Admission::Pass {
+            would_reject: false,
+        })
+    } else {
+        admit::ask(state, hint, log)
+    };
+    let plan = match answer {
         Some(Admission::Reject { retry_after_ms }) => {
             // SAFETY: the request and its upstream are live in peer.init.
             let u = unsafe { &*req.upstream };

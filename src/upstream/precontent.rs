@@ -45,6 +45,10 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
                     .unwrap_or(Label::State(circuit_breaker_core::snapshot::State::Open));
                 respond::reject(req, label, retry_after_ms)
             }
+            Some(Admission::Pass { .. }) => {
+                state.passed_early = true;
+                NGX_DECLINED as ngx_int_t
+            }
             _ => NGX_DECLINED as ngx_int_t,
         }
     })
