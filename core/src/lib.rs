@@ -2,5 +2,6 @@
 pub mod breaker;
 pub mod directive;
 pub mod limit;
+pub mod retry_budget;
 pub mod snapshot;
 pub mod status;

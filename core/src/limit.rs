@@ -63,8 +63,9 @@
 //!
 //! # Shared memory
 //!
-//! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers) of
-//! [`LIMITER_SIZE`] bytes; the shell mutates it under the zone lock. In-flight counting is
+//! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
+//! aligned) of [`LIMITER_SIZE`] = 160 bytes, its configuration and the interval under way
+//! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock. In-flight counting is
 //! the shell's (atomics): it admits a request while in-flight is below [`Limiter::limit`].
 
 use std::mem::size_of;
