@@ -1,11 +1,19 @@
 //! Small pieces every room of the shell needs at the nginx boundary: the panic barrier,
-//! process identity, and stable name hashes.
+//! process and build identity, and stable name hashes.
 
 use core::panic::AssertUnwindSafe;
 
 /// Runs `f`, turning a panic into `err`, so that none crosses into nginx's C frames.
 pub fn guard<T>(err: T, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(err)
+}
+
+/// The module's version (the crate's), as the status page and the zone's notice show it.
+pub const MODULE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The nginx version the module was built for; nginx loads it into no other.
+pub fn nginx_version() -> &'static str {
+    nginx_sys::NGINX_VERSION.to_str().unwrap_or("unknown")
 }
 
 /// This process's pid: the owner id of a probe slot.

@@ -16,7 +16,7 @@ use nginx_sys::{
 
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::{MainConf, Route, StatusMode};
-use crate::ffi::guard;
+use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::request;
 use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
 
@@ -65,6 +65,8 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     let (mono, wall) = (mono_ms(), wall_ms());
     let mut zview = ZoneView {
         name: mcf.zone_name.0.clone(),
+        module_version: MODULE_VERSION,
+        nginx_version: nginx_version(),
         ..ZoneView::default()
     };
     let mut entries = Vec::new();

@@ -35,6 +35,8 @@ fn bench(c: &mut Criterion) {
         size: 32 << 20,
         used: 21 << 20,
         alloc_failures: 0,
+        module_version: env!("CARGO_PKG_VERSION"),
+        nginx_version: "1.28.3",
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();

@@ -5,14 +5,16 @@ use core::ffi::c_void;
 use core::ptr::{self, null_mut};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
 
-use nginx_sys::{ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
+use nginx_sys::{
+    ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_NOTICE, NGX_OK,
+};
 use ngx::allocator::Allocator;
 use ngx::core::SlabPool;
 
 use super::node::Node;
 use super::slot::{Slot, PER_CHUNK};
 use super::{Header, MAGIC};
-use crate::ffi::guard;
+use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 
 /// How many failed keys the zone remembers per 4 KiB page of zone, so that each is counted
 /// once (up to 1024: past that, every failure counts).
@@ -51,10 +53,24 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
             }
             return NGX_OK as ngx_int_t;
         }
-        match lay_out(&pool, z.shm.size, &name.0) {
-            Some(()) => NGX_OK as ngx_int_t,
-            None => NGX_ERROR as ngx_int_t,
+        if lay_out(&pool, z.shm.size, &name.0).is_none() {
+            return NGX_ERROR as ngx_int_t;
         }
+        // Once per new zone, not on every `nginx -t`, which sets up zones too.
+        // SAFETY: nginx sets ngx_test_config from its command line, before reading any
+        // configuration, and only reads it afterwards.
+        if unsafe { nginx_sys::ngx_test_config } == 0 {
+            ngx::ngx_log_error!(
+                NGX_LOG_NOTICE,
+                z.shm.log,
+                "circuit breaker zone \"{}\" initialized: {} bytes, module {} built for nginx {}",
+                name.0,
+                z.shm.size,
+                MODULE_VERSION,
+                nginx_version()
+            );
+        }
+        NGX_OK as ngx_int_t
     })
 }
 

@@ -30,6 +30,12 @@ pub struct ZoneView {
     pub used: u64,
     /// Breakers that could not be created because the zone was full (they fail open).
     pub alloc_failures: u64,
+    /// The module's own version (its crate's), shown as `module_version` and in
+    /// Prometheus's `build_info`.
+    pub module_version: &'static str,
+    /// The nginx version the module was built for, and so runs in (nginx refuses a module
+    /// built for another version); Prometheus's `build_info` shows it.
+    pub nginx_version: &'static str,
 }
 
 /// One breaker as the status location shows it.
@@ -44,11 +50,13 @@ pub struct Entry {
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
-/// `{"zone","size","used","alloc_failures","breakers":[...]}` with one object per entry, in
-/// the order given (see [`render_breaker_json`] for the breaker object).
+/// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
+/// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
+/// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
+/// SPEC's bytes, and before the breakers, so the head of a long page still shows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
-    let mut out = Vec::with_capacity(96 + zone.name.len() + per_entry);
+    let mut out = Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry);
     out.extend_from_slice(b"{\"zone\":");
     json_str(&mut out, &zone.name);
     out.extend_from_slice(b",\"size\":");
@@ -57,6 +65,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     write_num(&mut out, Num::Int(zone.used));
     out.extend_from_slice(b",\"alloc_failures\":");
     write_num(&mut out, Num::Int(zone.alloc_failures));
+    out.extend_from_slice(b",\"module_version\":");
+    json_str(&mut out, zone.module_version);
     out.extend_from_slice(b",\"breakers\":[");
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
@@ -93,6 +103,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 ///
 /// | family | type | value |
 /// |---|---|---|
+/// | `build_info{version,nginx}` | gauge | always 1; the module's version and the nginx version it was built for (no `zone` label: it describes the binary) |
 /// | `zone_size_bytes`, `zone_used_bytes` | gauge | zone size / bytes allocated |
 /// | `zone_alloc_failures_total` | counter | breakers not created for lack of memory |
 /// | `breakers` | gauge | number of breakers shown |
@@ -329,6 +340,8 @@ pub(crate) mod tests {
             size: 10_485_760,
             used: 8192,
             alloc_failures: 0,
+            module_version: "1.2.3",
+            nginx_version: "1.28.3",
         }
     }
 
@@ -347,14 +360,21 @@ pub(crate) mod tests {
         serde_json::from_slice(bytes).expect("valid JSON")
     }
 
+    /// The SPEC's example, with `module_version` where the page adds it.
     #[test]
     fn json_matches_spec_example_byte_for_byte() {
         let out = render_json(&example_zone(), &[example_entry()]);
-        let expected: String = SPEC_EXAMPLE
+        let spec: String = SPEC_EXAMPLE
             .lines()
             .map(str::trim)
             .collect::<Vec<_>>()
             .concat();
+        let expected = spec.replacen(
+            r#""alloc_failures":0,"breakers""#,
+            r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
+            1,
+        );
+        assert_ne!(expected, spec);
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
     }
 
@@ -365,6 +385,8 @@ pub(crate) mod tests {
         assert_eq!(v["size"], 10_485_760);
         assert_eq!(v["used"], 8192);
         assert_eq!(v["alloc_failures"], 0);
+        assert_eq!(v["module_version"], "1.2.3");
+        assert_eq!(v.as_object().unwrap().len(), 6);
         let b = &v["breakers"][0];
         assert_eq!(v["breakers"].as_array().unwrap().len(), 1);
         assert_eq!(b["upstream"], "api");
@@ -469,10 +491,12 @@ pub(crate) mod tests {
             size: 1,
             used: 2,
             alloc_failures: 3,
+            module_version: "0.2.0-rc.1+g\"x\"",
+            nginx_version: "1.22.1",
         };
         assert_eq!(
-            render_json(&zone, &[]),
-            br#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"breakers":[]}"#
+            std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
+            r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","breakers":[]}"#
         );
     }
 
