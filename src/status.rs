@@ -62,7 +62,10 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
             "\"action\" needs a POST request to a location with \"control=on\"",
         );
     }
-    let (mono, wall) = (mono_ms(), wall_ms());
+    let mono = mono_ms();
+    let wall = zone
+        .as_ref()
+        .map_or_else(wall_ms, |z| z.wall_clock(mono, wall_ms()));
     let mut zview = ZoneView {
         name: mcf.zone_name.0.clone(),
         module_version: MODULE_VERSION,
@@ -152,7 +155,8 @@ fn control_breaker(
         Action::ForceClose => Control::ForceClose,
         Action::Reset => Control::Reset,
     };
-    let (mono, wall) = (mono_ms(), wall_ms());
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
     let outcome = {
         let mut locked = zone.lock();
         locked

@@ -3,7 +3,7 @@
 use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr::{self, null_mut};
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64};
 
 use nginx_sys::{
     ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_NOTICE, NGX_OK,
@@ -128,6 +128,7 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str) -> Option<()> {
             max_chunks: max_chunks as u32,
             nchunks: AtomicU32::new(0),
             free_slot: AtomicU32::new(u32::MAX),
+            wall_offset: AtomicI64::new(0),
             failed,
             failed_cap: failed_cap as u32,
             failed_len: AtomicU32::new(0),

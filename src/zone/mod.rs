@@ -13,7 +13,7 @@ mod slot;
 mod table;
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::{Admission, BreakerHeader, Bucket};
 use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
@@ -35,7 +35,9 @@ pub const DEFAULT_ROUTE: &str = "default";
 /// with another layout is refused rather than misread.
 const MAGIC: u64 = 0x6362_5f7a_6f6e_6502
     ^ ((core::mem::size_of::<BreakerHeader>() as u64) << 16)
-    ^ ((core::mem::size_of::<Bucket>() as u64) << 40);
+    ^ ((core::mem::size_of::<Bucket>() as u64) << 40)
+    ^ ((core::mem::size_of::<Header>() as u64) << 28)
+    ^ ((core::mem::size_of::<Slot>() as u64) << 52);
 
 /// The zone's header, at the slab pool's `data`. Every field that changes is an atomic, so
 /// that a shared reference to it is sound while other processes update it; fields that only
@@ -65,6 +67,8 @@ struct Header {
     nchunks: AtomicU32,
     /// First free slot, `u32::MAX` when none.
     free_slot: AtomicU32,
+    /// Wall-clock milliseconds minus monotonic ones, as the status pages show instants.
+    wall_offset: AtomicI64,
     /// Key hashes of breakers that could not be created, so each is counted once.
     failed: *mut AtomicU64,
     failed_cap: u32,
@@ -169,6 +173,24 @@ impl Zone {
     /// Takes the zone's mutex until the guard drops.
     pub fn lock(&self) -> Locked<'_> {
         Locked::new(self)
+    }
+
+    /// The wall-clock reading that goes with monotonic `mono_ms`, for showing instants.
+    ///
+    /// nginx reads its two clocks one after the other, so their difference wobbles by a
+    /// millisecond from one update to the next; the zone keeps one difference for every
+    /// worker and follows only a real step of the wall clock (more than 5 ms), so that two
+    /// pages read in turn show the same instants.
+    pub fn wall_clock(&self, mono_ms: u64, wall_ms: u64) -> u64 {
+        let seen = wall_ms as i64 - mono_ms as i64;
+        let kept = &self.header().wall_offset;
+        let offset = match kept.load(Ordering::Relaxed) {
+            0 => seen,
+            k if (seen - k).abs() > 5 => seen,
+            k => return mono_ms.saturating_add_signed(k),
+        };
+        kept.store(offset, Ordering::Relaxed);
+        mono_ms.saturating_add_signed(offset)
     }
 
     /// The zone's generation: bumped by every configuration that takes the zone over.
