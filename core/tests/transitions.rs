@@ -592,8 +592,9 @@ fn view_reports_window_rates_and_latency() {
 
 #[test]
 fn a_breaker_with_ten_buckets_fits_in_two_kib() {
+    // The slab's 2 KiB class holds the shell's node header (64 B) and 16 B of slack besides.
     let (size, align) = layout(10);
-    assert!(size < 2048, "{size} bytes");
+    assert!(size <= 2048 - 64 - 16, "{size} bytes");
     assert!(align.is_power_of_two() && align <= 16);
     assert_eq!(layout(0).0 + 10 * std::mem::size_of::<Bucket>(), size);
 }

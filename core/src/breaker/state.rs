@@ -6,7 +6,7 @@ use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::HistogramSum;
 use super::reason::{self, REASON_BYTES};
-use super::window::{live_sums, Bucket, Sums};
+use super::window::{Bucket, Sums};
 use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
 
 /// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
@@ -529,7 +529,7 @@ impl<'a> Breaker<'a> {
     /// Opens with the current base cooldown, jittered, raised to the largest `Retry-After` in
     /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open`.
     fn open_now(&mut self, now: u64, rnd: u32, reason: String, retry_after_s: u32) -> Transition {
-        let live = live_sums(self.ring, now / 1000, None);
+        let live = self.hdr.sums.live(self.ring, now / 1000, None);
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
         let cooldown = jittered(h.base_cooldown_ms, h.cfg.jitter, rnd)
@@ -638,7 +638,7 @@ impl<'a> Breaker<'a> {
         let h = &*self.hdr;
         let now = now_ms.max(h.last_ms);
         let mut hist = HistogramSum::default();
-        let live = live_sums(self.ring, now / 1000, Some(&mut hist));
+        let live = h.sums.live(self.ring, now / 1000, Some(&mut hist));
         let state = h.state();
         let forced = h.forced();
         // When the next probe may start: while one is in flight, not before one spacing from
