@@ -23,7 +23,7 @@ fn cfg() -> BreakerConfig {
 
 /// One request through a closed breaker: admit, then record a 200 (every 4th a 500).
 fn request(b: &mut OwnedBreaker, now: u64, i: u32) {
-    let d = b.breaker().admit(now, i, 1, &|_| true);
+    let d = b.breaker().admit(now, i, 1, &|_| true, true);
     black_box(&d);
     let status = if i % 4 == 0 { 500 } else { 200 };
     let r = b.breaker().record(
@@ -31,6 +31,7 @@ fn request(b: &mut OwnedBreaker, now: u64, i: u32) {
         i,
         Ticket::Normal,
         &Attempt::http(status, u64::from(i % 300)),
+        true,
     );
     black_box(&r);
 }
@@ -52,7 +53,10 @@ fn bench(c: &mut Criterion) {
         let mut i = 0u32;
         bench.iter(|| {
             i = i.wrapping_add(1);
-            black_box(b.breaker().admit(T0 + u64::from(i / 10), i, 1, &|_| true));
+            black_box(
+                b.breaker()
+                    .admit(T0 + u64::from(i / 10), i, 1, &|_| true, true),
+            );
         });
     });
 
