@@ -266,7 +266,7 @@ fn admit(pd: &mut PeerData, req: &ngx_http_request_t, hint: Option<&Cell<NodeRef
                 if let Some(h) = hint {
                     h.set(node);
                 }
-                let d = b.admit(now, rnd(), pid(), &process_alive);
+                let d = b.admit(now, rnd(), pid(), &process_alive, true);
                 let state = b.state();
                 pd.node = node;
                 Ok((d, state))
@@ -293,7 +293,9 @@ fn admit(pd: &mut PeerData, req: &ngx_http_request_t, hint: Option<&Cell<NodeRef
             pd.ticket = ticket;
             Verdict::Probe
         }
-        Admission::Reject { retry_after_ms } => {
+        // The shell never sets a ramp yet, so `Recovering` does not occur; answered as a
+        // rejection until the shell labels it `recovering`.
+        Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms } => {
             pd.short_circuited = true;
             Verdict::Reject(retry_after_ms)
         }
@@ -501,7 +503,7 @@ unsafe extern "C" fn free_peer(
             let mut locked = zone.lock();
             locked
                 .find_by_ref(pd.node, &pd.key())
-                .map(|mut b| b.record(now_ms(), rnd(), ticket, &attempt))
+                .map(|mut b| b.record(now_ms(), rnd(), ticket, &attempt, true))
         };
         let Some(recorded) = recorded else {
             return;
