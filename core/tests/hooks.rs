@@ -25,7 +25,16 @@ fn a_suspected_breaker_trips_on_a_handful_of_local_failures() {
         t.reason,
         "failure rate 60% (3/5) >= 50% in 10s while suspected"
     );
-    // A suspected trip has little evidence: a brownout's run of probes is needed (K = 9).
+    // Fewer failures than a brownout's telltale run (8 at 50 %): the run decides. All three
+    // are in it: a hard failure, `probes` will do.
+    assert_eq!(s.view().probes_needed, 3);
+    // Interleaved with a good answer, they look like a brownout: K = 9 good probes.
+    let mut s = Story::new(cfg());
+    s.suspect(60_000);
+    for a in [ok(), http(500), ok(), http(500)] {
+        s.request(&a);
+    }
+    s.request(&http(500)).expect("tripped on 5");
     assert_eq!(s.view().probes_needed, 9);
 
     // The same traffic without suspicion, or after it expired, does not trip.

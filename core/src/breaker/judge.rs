@@ -12,11 +12,12 @@
 //!   calls). A brownout at rate `t` makes `H − 1` more failures in a row after the tripping
 //!   one in at most 1 % of trips (`t^(H−1) ≤ 0.01`; H is 4 at 20 %, 8 at 50 %), and spreads
 //!   its failures across the window, so it rarely passes the second test either. A hard
-//!   failure passes both once the window holds `H` failures, as it does whenever
-//!   `⌈t · min_requests⌉ ≥ H` (20 % of 20 = 4 = H; 50 % of 20 = 10 ≥ 8), even over a
-//!   background of earlier failures up to `t / (4 − 3t)` of the traffic (5.9 % at a 20 %
-//!   threshold, 20 % at 50 %). A hard trip closes after exactly `probes` good probes, as
-//!   before.
+//!   failure passes both, even over a background of earlier failures up to `t / (4 − 3t)` of
+//!   the traffic (5.9 % at a 20 % threshold, 20 % at 50 %). When the window holds fewer than
+//!   `H` failures at the trip (a small `min_requests`: 50 % of 4 is 2), that evidence cannot
+//!   tell an outage from a brownout, and the run need only reach the three quarters: the
+//!   breaker then trusts the run, as it did before. So a hard failure on a clean history
+//!   always closes after exactly `probes` good probes, as before.
 //! - **Soft** trip (anything else): it needs `K = max(probes, 1 + ⌈ln 0.005 / ln(1 − t)⌉)` good
 //!   probes in a row (25 at 20 %, 9 at 50 %, 52 at 10 %; at most [`MAX_SOFT_RUN`]). A brownout
 //!   at rate `t` reaches such a run before its first relapse (see below) with probability
@@ -39,15 +40,14 @@
 //! | 20 %, `min_requests=20`, 5 s at 8/s | 0.55 % (100 %) | 0.15 % (100 %) | 0.95 % (96 %) | 1.55 % (55 %) | 0.70 % (4 %) |
 //! | 50 %, `min_requests=20`, 10 s at 50/s | 0.30 % (96 %) | 0.05 % (82 %) | — | 0 (53 %) | 0 (3 %) |
 //! | 50 %, `min_requests=5`, 10 s at 2/s | 1.15 % (96 %) | 0.85 % (82 %) | — | 0.90 % (54 %) | 0.70 % (4 %) |
+//! | 50 %, `min_requests=4`, 10 s at 1/s | 2.45 % (96 %) | 2.45 % (83 %) | — | 2.50 % (55 %) | 0.70 % (4 %) |
 //!
-//! (`probes=3`, active probes.) With a window holding many times `min_requests`, a brownout at
-//! or above the threshold stays open in well over 99 % of cases; with one barely holding it
-//! the evidence is thin and 1–1.5 % still close, against 55–100 % before. A hard failure that
-//! heals closes after exactly `probes` good probes in every simulated case where
-//! `⌈t · min_requests⌉ ≥ H` (a proptest over rates, `min_requests`, windows, traffic and
-//! outage lengths). Where `⌈t · min_requests⌉ < H` (a small `min_requests` with a low rate),
-//! a low-traffic hard failure can look soft and then needs `K` probes: with little evidence the
-//! breaker errs towards staying open.
+//! (`probes=3`, active probes; each brownout begins after a healthy window.) With a window
+//! holding many times `min_requests`, a brownout at or above the threshold stays open in well
+//! over 99 % of cases; with one barely holding it the evidence is thin and 1–2.5 % still
+//! close, against 55–100 % before. A hard failure that heals closes after exactly `probes`
+//! good probes in every simulated case (a proptest over rates, `min_requests`, windows,
+//! traffic, outage lengths, active and passive probes).
 
 /// A brownout at the tripping rate passes for hard in at most this share of trips.
 const FOOLS_HARD: f64 = 0.01;
@@ -93,11 +93,11 @@ pub fn soft_run(rate: u32, probes: u32) -> u32 {
 }
 
 /// Whether a trip at `rate` with `run` bad attempts in a row and `part` failures (or slow
-/// calls) in the window was hard: the run is at least [`hard_run`] and holds at least three
-/// quarters of `part`.
+/// calls) in the window was hard: the run is at least [`hard_run`] (or `part`, when the
+/// window holds fewer) and holds at least three quarters of `part`.
 pub fn is_hard(run: u32, part: u64, rate: u32) -> bool {
     let run = u64::from(run);
-    run >= u64::from(hard_run(rate)) && run.saturating_mul(4) >= part.saturating_mul(3)
+    run >= u64::from(hard_run(rate)).min(part) && run.saturating_mul(4) >= part.saturating_mul(3)
 }
 
 /// The run needed after a relapse: doubled, at least `soft`, at most [`RELAPSE_CAP`] × `soft`.
@@ -152,7 +152,16 @@ mod tests {
     #[test]
     fn hard_needs_a_long_run_holding_most_of_the_window() {
         assert!(is_hard(4, 4, 2000));
-        assert!(!is_hard(3, 3, 2000), "shorter than H");
+        assert!(!is_hard(3, 4, 2000), "shorter than H");
+        assert!(
+            !is_hard(7, 9, 5000),
+            "shorter than H, and the window holds more"
+        );
+        assert!(
+            is_hard(3, 3, 5000),
+            "the window holds fewer than H: all in the run"
+        );
+        assert!(!is_hard(2, 3, 5000));
         assert!(is_hard(300, 400, 2000));
         assert!(
             !is_hard(299, 400, 2000),
