@@ -24,12 +24,15 @@ use crate::zone::{Handle, Key, Zone};
 pub enum Label {
     /// The breaker's state when the request last saw it.
     State(State),
+    /// Turned away by the recovery ramp of a breaker that just closed.
+    Recovering,
 }
 
 impl Label {
     pub fn name(self) -> &'static str {
         match self {
             Label::State(s) => s.name(),
+            Label::Recovering => "recovering",
         }
     }
 }

@@ -17,6 +17,7 @@ fn entries(n: usize) -> Vec<Entry> {
                     7,
                     Ticket::Normal,
                     &Attempt::http(status, k * 7),
+                    true,
                 );
             }
             Entry {

@@ -22,7 +22,7 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
         (true, Some(h)) => h.get(),
         _ => state.handle,
     };
-    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms())?;
+    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms(), rnd())?;
     state.handle = handle;
     note(state, &a, None);
     Some(a)
@@ -76,19 +76,19 @@ fn admit_locked(
 ) -> Result<(Decision, State, Handle), Missing> {
     let mut locked = zone.lock();
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
-    let d = b.admit(now, rnd(), pid(), &process_alive);
+    let d = b.admit(now, rnd(), pid(), &process_alive, true);
     Ok((d, b.state(), b.handle()))
 }
 
 /// Records what the request was told.
 fn note(state: &mut RequestState, a: &Admission, breaker_state: Option<State>) {
-    let s = match (a, breaker_state) {
-        (_, Some(s)) => s,
-        (Admission::Reject { .. }, None) => State::Open,
-        (_, None) => State::Closed,
-    };
-    state.label = Some(Label::State(s));
-    state.short_circuited = matches!(a, Admission::Reject { .. });
+    state.label = Some(match (a, breaker_state) {
+        (Admission::Recovering { .. }, _) => Label::Recovering,
+        (_, Some(s)) => Label::State(s),
+        (Admission::Reject { .. }, None) => Label::State(State::Open),
+        (_, None) => Label::State(State::Closed),
+    });
+    state.short_circuited = matches!(a, Admission::Reject { .. } | Admission::Recovering { .. });
 }
 
 /// One `warn` line per transition, with its numbers.

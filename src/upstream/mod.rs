@@ -94,7 +94,7 @@ unsafe fn init_peer_inner(
         admit::ask(state, hint, log)
     };
     let plan = match answer {
-        Some(Admission::Reject { retry_after_ms }) => {
+        Some(Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms }) => {
             // SAFETY: the request and its upstream are live in peer.init.
             let u = unsafe { &*req.upstream };
             if respond::can_serve_stale(req, u) {
@@ -228,7 +228,7 @@ unsafe extern "C" fn free_peer(
             let Some(mut b) = locked.get(state.handle, state.key_hash) else {
                 return;
             };
-            b.record(mono_ms(), rnd(), ticket, &outcome.attempt)
+            b.record(mono_ms(), rnd(), ticket, &outcome.attempt, true)
         };
         let log = connection_log(req);
         if outcome.attempt.ending == Ending::Tls {

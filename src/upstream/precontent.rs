@@ -39,7 +39,9 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
         };
         match ask_unlocked(state, Some(hint)) {
-            Some(Admission::Reject { retry_after_ms }) => {
+            Some(
+                Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms },
+            ) => {
                 let label = state
                     .label
                     .unwrap_or(Label::State(circuit_breaker_core::snapshot::State::Open));

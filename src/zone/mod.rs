@@ -156,16 +156,25 @@ impl Zone {
         Some(unsafe { &*base.as_ptr().add((index % slot::PER_CHUNK) as usize) })
     }
 
-    /// What the breaker `handle` names says to a request at `now_ms` without the lock, or
-    /// `None` when only the locked path can tell (or the handle no longer names `key_hash`'s
-    /// breaker). A rejection is counted in the breaker's lock-free short-circuit counter.
+    /// What the breaker `handle` names says to a request at `now_ms` (drawing `rnd` for a
+    /// ramp's share) without the lock, or `None` when only the locked path can tell (or the
+    /// handle no longer names `key_hash`'s breaker). A rejection or a ramp's turn-away is
+    /// counted in the slot's lock-free counters.
     #[inline]
-    pub fn admit_unlocked(&self, handle: Handle, key_hash: u64, now_ms: u64) -> Option<Admission> {
+    pub fn admit_unlocked(
+        &self,
+        handle: Handle,
+        key_hash: u64,
+        now_ms: u64,
+        rnd: u32,
+    ) -> Option<Admission> {
         let slot = self.slot(handle.slot)?;
         let gate = slot.read_gate(handle.ident, key_hash)?;
-        let admission = gate.admit(now_ms)?;
-        if matches!(admission, Admission::Reject { .. }) {
-            slot.count_reject();
+        let admission = gate.admit(now_ms, rnd)?;
+        match admission {
+            Admission::Reject { .. } => slot.count_reject(),
+            Admission::Recovering { .. } => slot.count_ramp_shed(),
+            _ => {}
         }
         Some(admission)
     }

@@ -16,6 +16,7 @@ pub const PER_CHUNK: u32 = (1024 / core::mem::size_of::<Slot>()) as u32;
 const MODE_ASK: u64 = 0;
 const MODE_PASS: u64 = 1;
 const MODE_REJECT: u64 = 2;
+const MODE_RAMP: u64 = 3;
 
 #[repr(C)]
 pub struct Slot {
@@ -29,8 +30,10 @@ pub struct Slot {
     mode: AtomicU64,
     until: AtomicU64,
     wait: AtomicU64,
-    /// Requests short-circuited lock-free; added to the breaker's totals when shown.
+    /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
+    /// breaker's totals when shown.
     rejects: AtomicU64,
+    ramp_shed: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
@@ -48,6 +51,7 @@ impl Slot {
             until: AtomicU64::new(0),
             wait: AtomicU64::new(0),
             rejects: AtomicU64::new(0),
+            ramp_shed: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
         }
@@ -80,6 +84,11 @@ impl Slot {
                 until_ms: until,
                 wait_ms: wait,
             },
+            MODE_RAMP => Gate::Ramp {
+                until_ms: until,
+                ramp_ms: (wait >> 32) as u32,
+                start: wait as u32,
+            },
             _ => Gate::Ask,
         })
     }
@@ -90,9 +99,19 @@ impl Slot {
         self.rejects.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Requests short-circuited without the lock since the tenant moved in.
-    pub fn rejects(&self) -> u64 {
-        self.rejects.load(Ordering::Relaxed)
+    /// Counts a request a ramp turned away without the lock.
+    #[inline]
+    pub fn count_ramp_shed(&self) {
+        self.ramp_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests short-circuited, and turned away by a ramp, without the lock since the
+    /// tenant moved in.
+    pub fn lock_free_counts(&self) -> (u64, u64) {
+        (
+            self.rejects.load(Ordering::Relaxed),
+            self.ramp_shed.load(Ordering::Relaxed),
+        )
     }
 
     /// Publishes `gate` (under the mutex), skipping the write when nothing changed.
@@ -100,6 +119,15 @@ impl Slot {
         let (mode, until, wait) = match gate {
             Gate::Pass => (MODE_PASS, 0, 0),
             Gate::Reject { until_ms, wait_ms } => (MODE_REJECT, until_ms, wait_ms),
+            Gate::Ramp {
+                until_ms,
+                ramp_ms,
+                start,
+            } => (
+                MODE_RAMP,
+                until_ms,
+                (u64::from(ramp_ms) << 32) | u64::from(start),
+            ),
             Gate::Ask => (MODE_ASK, 0, 0),
         };
         if self.mode.load(Ordering::Relaxed) == mode
@@ -123,6 +151,7 @@ impl Slot {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);
             s.rejects.store(0, Ordering::Relaxed);
+            s.ramp_shed.store(0, Ordering::Relaxed);
         });
         self.publish(gate);
     }

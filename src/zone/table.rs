@@ -71,7 +71,9 @@ impl BreakerMut<'_> {
     /// The status view, with the requests short-circuited lock-free counted in.
     pub fn view(&self, now_ms: u64) -> BreakerView {
         let mut v = self.breaker.view(now_ms);
-        v.totals.short_circuited = v.totals.short_circuited.saturating_add(self.slot.rejects());
+        let (rejects, ramp_shed) = self.slot.lock_free_counts();
+        v.totals.short_circuited = v.totals.short_circuited.saturating_add(rejects);
+        v.totals.ramp_shed = v.totals.ramp_shed.saturating_add(ramp_shed);
         v
     }
 }
