@@ -1,5 +1,6 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
 pub mod breaker;
 pub mod directive;
+pub mod fleet;
 pub mod snapshot;
 pub mod status;
