@@ -11,6 +11,7 @@
 //!   [`FleetStore::designated_prober`], [`FleetStore::peers_report_recovered`], and when to
 //!   pull early ([`FleetStore::hurry`]).
 //! - [`select`]: choosing `fanout` peers to pull from.
+//! - [`status`]: the fleet's part of the status page, JSON and Prometheus.
 //!
 //! Opinions, not orders: nothing here opens a breaker. Suspicion lowers the local bar (the
 //! breaker still needs failures of its own, say 5 instead of `min_requests`); the fleet's
@@ -41,6 +42,7 @@
 
 pub mod fingerprint;
 pub mod select;
+pub mod status;
 pub mod store;
 pub mod wire;
 
