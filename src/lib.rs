@@ -31,18 +31,18 @@ use crate::ffi::guard;
 
 unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: nginx passes the configuration being parsed, inside the http block.
-    unsafe {
+    guard(NGX_ERROR as ngx_int_t, || unsafe {
         let rc = respond::add_variables(cf);
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
         setup::find_upstream_modules(cf)
-    }
+    })
 }
 
 unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: as above; every upstream has its balancer's peer.init by now.
-    unsafe {
+    guard(NGX_ERROR as ngx_int_t, || unsafe {
         let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
         if rc != NGX_OK as ngx_int_t {
             return rc;
@@ -53,7 +53,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
             Some(upstream::precontent::handler),
         )
-    }
+    })
 }
 
 static NGX_HTTP_CIRCUIT_BREAKER_MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
@@ -85,7 +85,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 7] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -98,6 +98,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 7] = [
         ngx_string!("circuit_breaker"),
         NGX_HTTP_UPS_CONF | NGX_CONF_ANY,
         directives::set_breaker,
+        NGX_HTTP_SRV_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_eject"),
+        NGX_HTTP_UPS_CONF | NGX_CONF_ANY,
+        directives::set_eject,
         NGX_HTTP_SRV_CONF_OFFSET,
         0,
         null_mut(),

@@ -6,6 +6,8 @@
 use core::fmt;
 
 use crate::breaker::config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
+use crate::limit::LimitConfig;
+use crate::retry_budget::RetryBudgetConfig;
 
 /// A configuration error; `Display` gives the `[emerg]` text nginx prints before
 /// ` in FILE:LINE`.
@@ -126,14 +128,100 @@ fn threshold(word: &str, v: &str) -> Result<u32, ConfError> {
     }
 }
 
+/// An active health probe (`probe_uri=` and its companions): what the module sends to an
+/// upstream's servers while its breaker is open, and what counts as healthy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// Path and query, from `/`.
+    pub uri: String,
+    /// `Host` header; `None`: the upstream's name, as `proxy_pass` sends it by default.
+    pub host: Option<String>,
+    /// Statuses that count as healthy, as inclusive ranges (`probe_status=200-399`).
+    pub statuses: Vec<(u16, u16)>,
+    /// The probe's deadline, connect to last byte of the head, in milliseconds.
+    pub timeout_ms: u32,
+}
+
+impl ProbeSpec {
+    /// Whether `status` counts as healthy.
+    pub fn healthy(&self, status: u16) -> bool {
+        self.statuses
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&status))
+    }
+}
+
+/// Everything `circuit_breaker` sets: the breaker's own parameters, which live in shared
+/// memory, and those of the shell's companions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BreakerParams {
+    /// The breaker (its `active` flag set when a probe is configured).
+    pub cfg: BreakerConfig,
+    /// `probe_uri=` and companions.
+    pub probe: Option<ProbeSpec>,
+    /// `limit=adaptive` and `limit_*`.
+    pub limit: Option<LimitConfig>,
+    /// `retry_budget=` and `retry_min=`; `None` with `retry_budget=off`.
+    pub retry: Option<RetryBudgetConfig>,
+}
+
+/// Default deadline of an active probe: a healthy origin answers a health check well within
+/// a second, and a probe that hangs must be judged before the next one is due.
+pub const DEFAULT_PROBE_TIMEOUT_MS: u32 = 1000;
+
+fn parse_statuses(word: &str, v: &str) -> Result<Vec<(u16, u16)>, ConfError> {
+    let bad = || {
+        invalid(
+            word,
+            Some("must be statuses or ranges from 100 to 599, such as 200-399"),
+        )
+    };
+    let code = |s: &str| -> Result<u16, ConfError> {
+        match s.parse::<u16>() {
+            Ok(c) if (100..=599).contains(&c) && s.len() == 3 => Ok(c),
+            _ => Err(bad()),
+        }
+    };
+    let mut out = Vec::new();
+    for part in v.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (code(a)?, code(b)?),
+            None => (code(part)?, code(part)?),
+        };
+        if lo > hi || out.len() == 16 {
+            return Err(bad());
+        }
+        out.push((lo, hi));
+    }
+    Ok(out)
+}
+
+fn on_off_duration(units: &dyn Units, word: &str, v: &str) -> Result<u32, ConfError> {
+    if v == "off" {
+        Ok(0)
+    } else {
+        duration_u32(units, word, v, false)
+    }
+}
+
 /// Parses the words after `circuit_breaker` (`window=10s min_requests=20 … dry_run`) over the
 /// defaults of the spec. The failure classes are left at their default; they come from
 /// `circuit_breaker_failure`.
 pub fn parse_breaker_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
-) -> Result<BreakerConfig, ConfError> {
+) -> Result<BreakerParams, ConfError> {
     let mut c = BreakerConfig::default();
+    let mut probe = ProbeSpec {
+        uri: String::new(),
+        host: None,
+        statuses: vec![(200, 399)],
+        timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
+    };
+    let mut limit = LimitConfig::default();
+    let mut adaptive = false;
+    let mut retry = Some(RetryBudgetConfig::default());
+    let mut retry_min = None;
     let mut seen: Vec<&str> = Vec::new();
     for word in words {
         let (key, value) = match word.split_once('=') {
@@ -163,25 +251,59 @@ pub fn parse_breaker_args<'a>(
             }
             "min_requests" => c.min_requests = count_u32(word, v)?,
             "failure_rate" => c.failure_rate = threshold(word, v)?,
-            "slow" => {
-                c.slow_ms = if v == "off" {
-                    0
-                } else {
-                    duration_u32(units, word, v, false)?
-                }
-            }
+            "slow" => c.slow_ms = on_off_duration(units, word, v)?,
             "slow_rate" => c.slow_rate = threshold(word, v)?,
             "open" => c.open_ms = duration_u32(units, word, v, false)?,
             "max_open" => c.max_open_ms = duration_u32(units, word, v, false)?,
             "jitter" => c.jitter = rate(word, v)?,
             "probes" => c.probes = count_u32(word, v)?,
             "probe_interval" => c.probe_interval_ms = duration_u32(units, word, v, false)?,
-            "probe_latency" => {
-                c.probe_latency_ms = if v == "off" {
-                    0
-                } else {
-                    duration_u32(units, word, v, false)?
+            "probe_latency" => c.probe_latency_ms = on_off_duration(units, word, v)?,
+            "ramp" => c.ramp_ms = on_off_duration(units, word, v)?,
+            "ramp_start" => c.ramp_start = threshold(word, v)?,
+            "suspect_min" => c.suspect_min = count_u32(word, v)?,
+            "probe_uri" => {
+                if !v.starts_with('/') || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    return Err(invalid(word, Some("must be a path from \"/\"")));
                 }
+                probe.uri = v.to_owned();
+                c.active = true;
+            }
+            "probe_host" => {
+                if v.is_empty() || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    return Err(invalid(word, None));
+                }
+                probe.host = Some(v.to_owned());
+            }
+            "probe_status" => probe.statuses = parse_statuses(word, v)?,
+            "probe_timeout" => probe.timeout_ms = duration_u32(units, word, v, false)?,
+            "limit" => match v {
+                "adaptive" => adaptive = true,
+                "off" => adaptive = false,
+                _ => return Err(invalid(word, Some("must be \"adaptive\" or \"off\""))),
+            },
+            "limit_min" => limit.limit_min = count_u32(word, v)?,
+            "limit_max" => limit.limit_max = count_u32(word, v)?,
+            "limit_initial" => limit.limit_initial = count_u32(word, v)?,
+            "limit_tolerance" => limit.tolerance = rate(word, v)?,
+            "limit_interval" => limit.interval_ms = duration_u32(units, word, v, false)?,
+            "limit_samples" => limit.samples = count_u32(word, v)?,
+            "limit_probe" => limit.probe_ms = duration_u32(units, word, v, false)?,
+            "retry_budget" => {
+                retry = if v == "off" {
+                    None
+                } else {
+                    Some(RetryBudgetConfig {
+                        budget: rate(word, v)?,
+                        ..RetryBudgetConfig::default()
+                    })
+                }
+            }
+            "retry_min" => {
+                retry_min = Some(match v.parse::<u32>() {
+                    Ok(n) if !v.starts_with('+') => n,
+                    _ => return Err(invalid(word, None)),
+                })
             }
             _ => return Err(ConfError::InvalidParameter(word.to_owned())),
         }
@@ -196,12 +318,174 @@ pub fn parse_breaker_args<'a>(
         // Only `open` was raised above the default cap: the cap follows it.
         c.max_open_ms = c.open_ms;
     }
+    let needs = |what: &str, of: &str| {
+        ConfError::Conflict(format!(
+            "\"{what}\" requires \"{of}\" in \"{CB}\" directive"
+        ))
+    };
     if seen.contains(&"slow_rate") && !seen.contains(&"slow") {
-        return Err(ConfError::Conflict(format!(
-            "\"slow_rate\" requires \"slow\" in \"{CB}\" directive"
-        )));
+        return Err(needs("slow_rate", "slow"));
     }
-    Ok(c)
+    if seen.contains(&"ramp_start") && c.ramp_ms == 0 {
+        return Err(needs("ramp_start", "ramp"));
+    }
+    for p in ["probe_host", "probe_status", "probe_timeout"] {
+        if seen.contains(&p) && !c.active {
+            return Err(needs(p, "probe_uri"));
+        }
+    }
+    for p in [
+        "limit_min",
+        "limit_max",
+        "limit_initial",
+        "limit_tolerance",
+        "limit_interval",
+        "limit_samples",
+        "limit_probe",
+    ] {
+        if seen.contains(&p) && !adaptive {
+            return Err(needs(p, "limit=adaptive"));
+        }
+    }
+    if adaptive {
+        if !seen.contains(&"limit_initial") {
+            // A fresh limit starts inside the bounds the operator chose.
+            limit.limit_initial = limit
+                .limit_initial
+                .max(limit.limit_min)
+                .min(limit.limit_max);
+        }
+        if let Err(e) = limit.check() {
+            use crate::limit::LimitConfigError as E;
+            let rule = match e {
+                E::LimitMin => "\"limit_min\" must be at least 1",
+                E::LimitMax => "\"limit_max\" must not be less than \"limit_min\"",
+                E::LimitInitial => {
+                    "\"limit_initial\" must be between \"limit_min\" and \"limit_max\""
+                }
+                E::Tolerance => "\"limit_tolerance\" must be at most 100%",
+                E::Interval => "\"limit_interval\" must be at most 60s",
+                E::Samples => "\"limit_samples\" must be at most 100000",
+                E::Probe => "\"limit_probe\" must be at least ten \"limit_interval\"s",
+            };
+            return Err(ConfError::Conflict(format!("{rule} in \"{CB}\" directive")));
+        }
+    }
+    match (retry.as_mut(), retry_min) {
+        (Some(r), Some(m)) => r.min_per_s = m,
+        (None, Some(_)) => return Err(needs("retry_min", "retry_budget")),
+        _ => {}
+    }
+    if let Some(r) = retry {
+        if r.check().is_err() {
+            return Err(invalid("retry_min", Some("is too large")));
+        }
+    }
+    Ok(BreakerParams {
+        cfg: c,
+        probe: c.active.then_some(probe),
+        limit: adaptive.then_some(limit),
+        retry,
+    })
+}
+
+/// `circuit_breaker_eject`: when one server of an upstream is ejected (skipped by the
+/// balancer in every worker) because of its own failure or slow rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EjectSpec {
+    /// Failure rate that ejects a server; `None`: the breaker's.
+    pub failure_rate: Option<u32>,
+    /// Slow rate that ejects a server (with the breaker's `slow`); `None`: the breaker's.
+    pub slow_rate: Option<u32>,
+    /// No decision on fewer attempts than this at the server in the window.
+    pub min_requests: u32,
+    /// First ejection time, doubled on each repeated ejection.
+    pub time_ms: u32,
+    /// Cap of the ejection time.
+    pub max_time_ms: u32,
+    /// Share of an upstream's servers that may be out at once, in hundredths of a percent
+    /// (at least one server may always be ejected from a pool of two or more).
+    pub max_ejected: u32,
+}
+
+impl Default for EjectSpec {
+    fn default() -> Self {
+        EjectSpec {
+            failure_rate: None,
+            slow_rate: None,
+            min_requests: 10,
+            time_ms: 10_000,
+            max_time_ms: 300_000,
+            max_ejected: 5000,
+        }
+    }
+}
+
+/// Parses `circuit_breaker_eject [failure_rate=…] [slow_rate=…] [min_requests=…] [time=…]
+/// [max_time=…] [max_ejected=…] | off`; `None` for `off`.
+pub fn parse_eject_args<'a>(
+    words: impl IntoIterator<Item = &'a str>,
+    units: &dyn Units,
+) -> Result<Option<EjectSpec>, ConfError> {
+    const D: &str = "circuit_breaker_eject";
+    let words: Vec<&str> = words.into_iter().collect();
+    if words == ["off"] {
+        return Ok(None);
+    }
+    let bad = |word: &str, reason: Option<&'static str>| ConfError::InvalidValue {
+        directive: D,
+        value: word.to_owned(),
+        reason,
+    };
+    let mut e = EjectSpec::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for word in words {
+        let Some((key, v)) = word.split_once('=') else {
+            return Err(ConfError::InvalidParameter(word.to_owned()));
+        };
+        if seen.contains(&key) {
+            return Err(ConfError::Conflict(format!(
+                "duplicate parameter \"{key}\" in \"{D}\" directive"
+            )));
+        }
+        let pct = |v: &str| match parse_rate(v) {
+            Some(0) => Err(bad(word, Some("must be more than 0%"))),
+            Some(r) => Ok(r),
+            None => Err(bad(word, Some("must be a percentage from 0% to 100%"))),
+        };
+        let ms = |v: &str| -> Result<u32, ConfError> {
+            match units.msec(v) {
+                Some(0) => Err(bad(word, Some("must be positive"))),
+                Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some("is too large"))),
+                None => Err(bad(word, None)),
+            }
+        };
+        match key {
+            "failure_rate" => e.failure_rate = Some(pct(v)?),
+            "slow_rate" => e.slow_rate = Some(pct(v)?),
+            "min_requests" => {
+                e.min_requests = match v.parse::<u32>() {
+                    Ok(n) if n >= 1 && !v.starts_with('+') => n,
+                    Ok(_) => return Err(bad(word, Some("must be at least 1"))),
+                    Err(_) => return Err(bad(word, None)),
+                }
+            }
+            "time" => e.time_ms = ms(v)?,
+            "max_time" => e.max_time_ms = ms(v)?,
+            "max_ejected" => e.max_ejected = pct(v)?,
+            _ => return Err(ConfError::InvalidParameter(word.to_owned())),
+        }
+        seen.push(key);
+    }
+    if e.max_time_ms < e.time_ms {
+        if seen.contains(&"max_time") {
+            return Err(ConfError::Conflict(format!(
+                "\"max_time\" must not be less than \"time\" in \"{D}\" directive"
+            )));
+        }
+        e.max_time_ms = e.time_ms;
+    }
+    Ok(Some(e))
 }
 
 /// Parses the classes of `circuit_breaker_failure`.
@@ -295,7 +579,134 @@ mod tests {
     }
 
     fn breaker<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<BreakerConfig, ConfError> {
+        parse_breaker_args(words, &Fixed).map(|p| p.cfg)
+    }
+
+    fn params<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<BreakerParams, ConfError> {
         parse_breaker_args(words, &Fixed)
+    }
+
+    #[test]
+    fn companions_default_and_parse() {
+        let p = params([]).unwrap();
+        assert_eq!((p.probe, p.limit), (None, None));
+        assert_eq!(
+            p.retry,
+            Some(RetryBudgetConfig::default()),
+            "the retry budget is on"
+        );
+        assert!(!p.cfg.active);
+
+        let p = params([
+            "probe_uri=/health?deep=1",
+            "probe_host=api.internal",
+            "probe_status=200,204-299",
+            "probe_timeout=500ms",
+            "ramp=10s",
+            "ramp_start=5%",
+            "suspect_min=3",
+            "limit=adaptive",
+            "limit_min=2",
+            "limit_max=50",
+            "retry_budget=10%",
+            "retry_min=0",
+        ])
+        .unwrap();
+        assert!(p.cfg.active);
+        let probe = p.probe.unwrap();
+        assert_eq!(probe.uri, "/health?deep=1");
+        assert_eq!(probe.host.as_deref(), Some("api.internal"));
+        assert!(probe.healthy(200) && probe.healthy(204) && !probe.healthy(201));
+        assert_eq!(probe.timeout_ms, 500);
+        assert_eq!(
+            (p.cfg.ramp_ms, p.cfg.ramp_start, p.cfg.suspect_min),
+            (10_000, 500, 3)
+        );
+        let l = p.limit.unwrap();
+        assert_eq!((l.limit_min, l.limit_max, l.limit_initial), (2, 50, 20));
+        let l = params(["limit=adaptive", "limit_max=10"])
+            .unwrap()
+            .limit
+            .unwrap();
+        assert_eq!(l.limit_initial, 10, "the start follows a lower cap");
+        let r = p.retry.unwrap();
+        assert_eq!((r.budget, r.min_per_s), (1000, 0));
+        assert_eq!(params(["retry_budget=off"]).unwrap().retry, None);
+        assert_eq!(
+            params(["probe_uri=/h"]).unwrap().probe.unwrap().statuses,
+            vec![(200, 399)]
+        );
+    }
+
+    #[test]
+    fn companion_errors_read_like_nginx() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["probe_uri=health"], "invalid value \"probe_uri=health\" in \"circuit_breaker\" directive, must be a path from \"/\""),
+            (&["probe_uri=/h", "probe_status=600"], "invalid value \"probe_status=600\" in \"circuit_breaker\" directive, must be statuses or ranges from 100 to 599, such as 200-399"),
+            (&["probe_uri=/h", "probe_status=399-200"], "invalid value \"probe_status=399-200\" in \"circuit_breaker\" directive, must be statuses or ranges from 100 to 599, such as 200-399"),
+            (&["probe_timeout=1s"], "\"probe_timeout\" requires \"probe_uri\" in \"circuit_breaker\" directive"),
+            (&["ramp_start=5%"], "\"ramp_start\" requires \"ramp\" in \"circuit_breaker\" directive"),
+            (&["limit=yes"], "invalid value \"limit=yes\" in \"circuit_breaker\" directive, must be \"adaptive\" or \"off\""),
+            (&["limit_max=5"], "\"limit_max\" requires \"limit=adaptive\" in \"circuit_breaker\" directive"),
+            (&["retry_budget=off", "retry_min=3"], "\"retry_min\" requires \"retry_budget\" in \"circuit_breaker\" directive"),
+            (&["retry_min=-1"], "invalid value \"retry_min=-1\" in \"circuit_breaker\" directive"),
+        ];
+        for (args, msg) in cases {
+            let err = params(args.iter().copied()).unwrap_err();
+            assert_eq!(err.to_string(), *msg, "{args:?}");
+        }
+        let err = params(["limit=adaptive", "limit_min=10", "limit_max=5"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"limit_max\" must not be less than \"limit_min\" in \"circuit_breaker\" directive"
+        );
+    }
+
+    #[test]
+    fn eject() {
+        assert_eq!(parse_eject_args(["off"], &Fixed).unwrap(), None);
+        assert_eq!(
+            parse_eject_args([], &Fixed).unwrap(),
+            Some(EjectSpec::default())
+        );
+        let e = parse_eject_args(
+            [
+                "failure_rate=30%",
+                "min_requests=5",
+                "time=5s",
+                "max_time=1m",
+                "max_ejected=34%",
+            ],
+            &Fixed,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (
+                e.failure_rate,
+                e.min_requests,
+                e.time_ms,
+                e.max_time_ms,
+                e.max_ejected
+            ),
+            (Some(3000), 5, 5000, 60_000, 3400)
+        );
+        assert_eq!(
+            parse_eject_args(["time=10m"], &Fixed)
+                .unwrap()
+                .unwrap()
+                .max_time_ms,
+            600_000
+        );
+        for (args, msg) in [
+            (&["time=0s"][..], "invalid value \"time=0s\" in \"circuit_breaker_eject\" directive, must be positive"),
+            (&["max_ejected=0%"][..], "invalid value \"max_ejected=0%\" in \"circuit_breaker_eject\" directive, must be more than 0%"),
+            (&["time=1m", "max_time=10s"][..], "\"max_time\" must not be less than \"time\" in \"circuit_breaker_eject\" directive"),
+            (&["colour=red"][..], "invalid parameter \"colour=red\""),
+            (&["off", "time=1s"][..], "invalid parameter \"off\""),
+        ] {
+            assert_eq!(parse_eject_args(args.iter().copied(), &Fixed).unwrap_err().to_string(), msg);
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use ngx::ngx_conf_log_error;
 
 use super::Module;
 use super::{LocConf, MainConf, Route, SrvConf, StatusMode};
-use crate::ffi::hash_name;
+use crate::ffi::{guard, hash_name};
 use crate::zone::{self, DEFAULT_ROUTE};
 
 /// The default zone, created when breakers exist but no `circuit_breaker_zone` was given.
@@ -26,6 +26,24 @@ pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
 pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
 /// As `limit_req`: a slab pool needs a few pages to hold anything at all.
 const MIN_ZONE_SIZE: u64 = 8 * 4096;
+
+/// A directive handler nginx can call: the parsing function behind it, with panics turned
+/// into a configuration error instead of crossing into nginx.
+macro_rules! handler {
+    ($($name:ident => $inner:ident),+ $(,)?) => {$(
+        pub unsafe extern "C" fn $name(
+            cf: *mut ngx_conf_t,
+            cmd: *mut ngx_command_t,
+            conf: *mut c_void,
+        ) -> *mut c_char {
+            // SAFETY: nginx calls a directive's handler with the configuration being parsed,
+            // the directive's command and the conf its offset names.
+            guard(NGX_CONF_ERROR, || unsafe { $inner(cf, cmd, conf) })
+        }
+    )+};
+}
+
+handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status);
 
 /// nginx's own parsers for time and size values, so that a value means here what it means
 /// to nginx.
@@ -78,11 +96,7 @@ fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {
 }
 
 /// `circuit_breaker_zone name:size`
-pub unsafe extern "C" fn set_zone(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
     let mcf = unsafe { &mut *conf.cast::<MainConf>() };
     if !mcf.zone.is_null() {
@@ -145,11 +159,7 @@ pub unsafe fn add_zone(
 }
 
 /// `circuit_breaker [param=value ...] [dry_run]`
-pub unsafe extern "C" fn set_breaker(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our upstream-level conf for NGX_HTTP_SRV_CONF_OFFSET.
     let scf = unsafe { &mut *conf.cast::<SrvConf>() };
     if scf.breaker.is_some() {
@@ -158,8 +168,8 @@ pub unsafe extern "C" fn set_breaker(
     // SAFETY: called while parsing.
     let parsed =
         words(unsafe { args(cf) }).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
-    let cfg = match parsed {
-        Ok(c) => c,
+    let params = match parsed {
+        Ok(p) => p,
         Err(e) => return fail(cf, e),
     };
     // SAFETY: `cf` is live; in an upstream block the upstream module's srv conf is set.
@@ -177,16 +187,30 @@ pub unsafe extern "C" fn set_breaker(
     }
     scf.name_hash = hash_name(name.as_bytes());
     scf.name = name;
-    scf.breaker = Some(cfg);
+    scf.breaker = Some(params.cfg);
+    scf.probe = params.probe;
+    scf.limit = params.limit;
+    scf.retry = params.retry;
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_eject [param=value ...] | off`
+unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our upstream-level conf.
+    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
+    if scf.eject.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    match words(unsafe { args(cf) }).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
+        Ok(e) => scf.eject = Some(e),
+        Err(e) => return fail(cf, e),
+    }
     NGX_CONF_OK
 }
 
 /// `circuit_breaker_failure class ...`
-pub unsafe extern "C" fn set_failure(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+unsafe fn failure(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our upstream-level conf.
     let scf = unsafe { &mut *conf.cast::<SrvConf>() };
     if scf.failures.is_some() {
@@ -201,11 +225,7 @@ pub unsafe extern "C" fn set_failure(
 }
 
 /// `circuit_breaker_route name`
-pub unsafe extern "C" fn set_route(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+unsafe fn route(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET.
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     if lcf.route.is_some() {
@@ -233,11 +253,7 @@ pub unsafe extern "C" fn set_route(
 
 /// `circuit_breaker_status [control=on|off]`: the command's `post` is the content handler
 /// to install (set where the module is registered).
-pub unsafe extern "C" fn set_status(
-    cf: *mut ngx_conf_t,
-    cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our loc conf.
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     if lcf.status != StatusMode::Off {

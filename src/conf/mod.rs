@@ -11,6 +11,9 @@ use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
+use circuit_breaker_core::directive::{EjectSpec, ProbeSpec};
+use circuit_breaker_core::limit::LimitConfig;
+use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use nginx_sys::{
     ngx_flag_t, ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_shm_zone_t,
     NGX_CONF_UNSET,
@@ -111,6 +114,15 @@ pub struct SrvConf {
     /// Set by `circuit_breaker`; the failure set is filled in by `setup`.
     pub breaker: Option<BreakerConfig>,
     pub failures: Option<FailureSet>,
+    /// `probe_uri=` and companions: active probes while open.
+    pub probe: Option<ProbeSpec>,
+    /// `limit=adaptive`: the adaptive in-flight limit.
+    pub limit: Option<LimitConfig>,
+    /// The retry budget (`None` with `retry_budget=off`).
+    pub retry: Option<RetryBudgetConfig>,
+    /// `circuit_breaker_eject`: `None` until given (then on for pools of two or more
+    /// servers), `Some(None)` for `off`.
+    pub eject: Option<Option<EjectSpec>>,
     /// The upstream's name and its hash, the first half of every breaker key.
     pub name: String,
     pub name_hash: u64,

@@ -67,6 +67,11 @@ pub unsafe extern "C" fn merge_loc_conf(
     prev: *mut c_void,
     conf: *mut c_void,
 ) -> *mut c_char {
+    // SAFETY: nginx merges with the configuration being parsed and two of our loc confs.
+    crate::ffi::guard(NGX_CONF_ERROR, || unsafe { merge(cf, prev, conf) })
+}
+
+unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes two of our loc confs.
     let (prev, lcf) = unsafe { (&*prev.cast::<LocConf>(), &mut *conf.cast::<LocConf>()) };
     if lcf.merge(prev).is_err() {
