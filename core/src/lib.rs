@@ -1,6 +1,7 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
 pub mod breaker;
 pub mod directive;
+pub mod eject;
 pub mod fleet;
 pub mod limit;
 pub mod retry_budget;
