@@ -4,6 +4,8 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(ngx_ssl)");
     println!("cargo::rustc-check-cfg=cfg(ngx_http_cache)");
     println!("cargo::rustc-check-cfg=cfg(ngx_table_elt_next)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_upstream_zone)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_zone_peers_config)");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_FEATURES");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
     // nginx 1.23.0 chained repeated headers through `ngx_table_elt_t.next`.
@@ -14,11 +16,17 @@ fn main() {
     if version >= 1_023_000 {
         println!("cargo::rustc-cfg=ngx_table_elt_next");
     }
+    // nginx 1.27.3 counts changes to an upstream zone's peers (`peers->config`), which names
+    // resolved at run time make.
+    if version >= 1_027_003 {
+        println!("cargo::rustc-cfg=ngx_zone_peers_config");
+    }
     let features = std::env::var("DEP_NGINX_FEATURES").unwrap_or_default();
     for f in features.split(',') {
         match f {
             "http_ssl" => println!("cargo::rustc-cfg=ngx_ssl"),
             "http_cache" => println!("cargo::rustc-cfg=ngx_http_cache"),
+            "http_upstream_zone" => println!("cargo::rustc-cfg=ngx_upstream_zone"),
             _ => {}
         }
     }

@@ -46,3 +46,8 @@ pub fn hash_name(bytes: &[u8]) -> u64 {
 pub fn key_hash(upstream: u64, route: u64) -> u64 {
     (upstream ^ route.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
+
+/// The hash of a server breaker's key: apart from every route's of the same upstream.
+pub fn server_key_hash(upstream: u64, server: u64) -> u64 {
+    key_hash(upstream, server ^ 0x5e12_7e12_5e12_7e12)
+}

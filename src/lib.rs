@@ -5,6 +5,7 @@
 
 mod clock;
 mod conf;
+pub mod eject;
 mod ffi;
 pub mod net;
 mod request;
@@ -44,6 +45,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: as above; every upstream has its balancer's peer.init by now.
     guard(NGX_ERROR as ngx_int_t, || unsafe {
         let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
+        let rc = eject::configure(cf);
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }

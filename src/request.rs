@@ -7,11 +7,11 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
 
-use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
-    ngx_msec_t, ngx_pool_cleanup_add,
+    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_pool_cleanup_add,
 };
 
 use crate::conf::Module;
@@ -90,13 +90,39 @@ pub struct RequestState {
     pub stale: bool,
     /// `X-Circuit-State` is already in the response headers.
     pub header_added: bool,
+    /// nginx's conf of the upstream (set in `peer.init`).
+    pub uscf: *const ngx_http_upstream_srv_conf_t,
+    /// The server of the current attempt ([`NO_SERVER`]: none of the pool's), and the
+    /// attempt's ticket on that server's breaker.
+    pub server: u16,
+    pub server_ticket: Ticket,
+    /// The current attempt probes an ejected server: routed by this module, not the balancer.
+    pub probing: bool,
+    /// Attempts started.
+    pub attempts: u16,
+    /// The request's first attempt is in the retry budget.
+    pub counted_first: bool,
+    /// The last attempt, which nginx retries: what the client gets should no retry be made
+    /// after all.
+    pub pending: Option<Attempt>,
+    /// A pool cleanup settles `pending` should the request end with it.
+    pub settles_late: bool,
 }
+
+/// No server of the pool.
+pub const NO_SERVER: u16 = u16::MAX;
 
 impl RequestState {
     /// The upstream's conf.
     pub fn srv_conf(&self) -> &SrvConf {
         // SAFETY: upstream confs live as long as the configuration the request runs under.
         unsafe { &*self.scf }
+    }
+
+    /// The upstream's conf, apart from the state's borrow: it lives as long as the
+    /// configuration the request runs under, which outlives the state.
+    pub fn srv_conf_ptr(&self) -> *const SrvConf {
+        self.scf
     }
 
     /// The request's route.
@@ -213,6 +239,14 @@ pub fn attach<'r>(
         short_circuited: false,
         stale: false,
         header_added: false,
+        uscf: core::ptr::null(),
+        server: NO_SERVER,
+        server_ticket: Ticket::Normal,
+        probing: false,
+        attempts: 0,
+        counted_first: false,
+        pending: None,
+        settles_late: false,
     };
     // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
     // the log phase: it gives back what the request holds, then keeps the state for reuse.

@@ -1,11 +1,15 @@
-//! The status location: JSON or Prometheus text of every breaker, and with `control=on` the
-//! operator's force_open / force_close / reset. Each breaker's view is taken under the zone
-//! lock (in batches, see `Zone::visit`) and the page is rendered after the lock is released,
-//! so a large page never holds the lock while formatting.
+//! The status location: JSON or Prometheus text of every breaker (an upstream's servers under
+//! its own breaker), and with `control=on` the operator's force_open / force_close / reset,
+//! and eject / restore of one server. Each breaker's view is taken under the zone lock (in
+//! batches, see `Zone::visit`) and the page is rendered after the lock is released, so a
+//! large page never holds the lock while formatting.
+
+use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::Control;
+use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
-use circuit_breaker_core::status::{self, Entry, ZoneView, PROMETHEUS_CONTENT_TYPE};
+use circuit_breaker_core::status::{self, Entry, ServerEntry, ZoneView, PROMETHEUS_CONTENT_TYPE};
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
@@ -16,9 +20,10 @@ use nginx_sys::{
 
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::{MainConf, Route, StatusMode};
+use crate::eject;
 use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::request;
-use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
+use crate::zone::{Kind, Missing, Zone, DEFAULT_ROUTE};
 
 /// The content handler of `circuit_breaker_status`.
 pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
@@ -73,25 +78,49 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         ..ZoneView::default()
     };
     let mut entries = Vec::new();
+    let mut servers: HashMap<(String, String), BreakerView> = HashMap::new();
     if let Some(zone) = zone {
         (zview.used, zview.size, zview.alloc_failures) = zone.visit(mono, |e| {
             let (u, rt) = (
                 String::from_utf8_lossy(e.upstream),
                 String::from_utf8_lossy(e.route),
             );
-            if query::matches(&query, &u, &rt) {
-                let mut view = e.view;
-                view.on_wall_clock(mono, wall);
-                entries.push(Entry {
-                    upstream: u.into_owned(),
-                    route: rt.into_owned(),
-                    view,
-                });
+            let own = e.kind == Kind::Server || rt == DEFAULT_ROUTE;
+            if !query::matches(&query, &u, if own { DEFAULT_ROUTE } else { &rt }) {
+                return;
             }
+            let mut view = e.view;
+            view.on_wall_clock(mono, wall);
+            if e.kind == Kind::Server {
+                servers.insert((u.into_owned(), rt.into_owned()), view);
+                return;
+            }
+            entries.push(Entry {
+                upstream: u.into_owned(),
+                route: rt.into_owned(),
+                view,
+                servers: Vec::new(),
+                retry: e.retry,
+            });
         });
     }
     // Oldest first: nodes are pushed at the head, so reverse for configuration order.
     entries.reverse();
+    // Each server under its upstream's own breaker, in configuration order.
+    for e in entries.iter_mut().filter(|e| e.route == DEFAULT_ROUTE) {
+        let Some(scf) = mcf.upstream(&e.upstream) else {
+            continue;
+        };
+        for (address, backup) in eject::servers(scf) {
+            if let Some(view) = servers.remove(&(e.upstream.clone(), address.to_owned())) {
+                e.servers.push(ServerEntry {
+                    address: address.to_owned(),
+                    backup,
+                    view,
+                });
+            }
+        }
+    }
     if query::wants_prometheus(&query, accept_header(r)) {
         let body = status::render_prometheus(&zview, &entries);
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body)
@@ -127,6 +156,9 @@ fn control_breaker(
             &format!("missing parameter \"{missing}\""),
         );
     };
+    if action.on_server() || q.server.is_some() {
+        return control_server(r, mcf, zone, q, upstream, action);
+    }
     let route = Route::new(q.route.as_deref().unwrap_or(DEFAULT_ROUTE));
     let not_found = |r: &mut ngx_http_request_t| {
         send_text(
@@ -153,7 +185,7 @@ fn control_breaker(
     let ctl = match action {
         Action::ForceOpen => Control::ForceOpen,
         Action::ForceClose => Control::ForceClose,
-        Action::Reset => Control::Reset,
+        Action::Reset | Action::Eject | Action::Restore => Control::Reset,
     };
     let mono = mono_ms();
     let wall = zone.wall_clock(mono, wall_ms());
@@ -186,7 +218,7 @@ fn control_breaker(
     let verb = match action {
         Action::ForceOpen => "forced open",
         Action::ForceClose => "forced closed",
-        Action::Reset => "reset",
+        _ => "reset",
     };
     ngx::ngx_log_error!(
         NGX_LOG_WARN,
@@ -201,8 +233,98 @@ fn control_breaker(
         upstream: upstream.to_owned(),
         route: route.name.clone(),
         view,
+        servers: Vec::new(),
+        retry: None,
     });
     send(r, NGX_HTTP_OK, "application/json", &body)
+}
+
+/// `POST ?upstream=…&server=…&action=eject|restore`: takes one server out of its pool (until
+/// `restore`, whatever `max_ejected` says: the operator decides) or puts it back with a fresh
+/// window; answers with the upstream's own breaker's JSON, with that server under it.
+fn control_server(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    zone: Option<Zone>,
+    q: &Query,
+    upstream: &str,
+    action: Action,
+) -> ngx_int_t {
+    if !action.on_server() {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "\"server\" goes with \"action=eject\" or \"action=restore\"",
+        );
+    }
+    let Some(server) = q.server.as_deref() else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"server\"");
+    };
+    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "servers belong to the upstream's own breaker: \"route\" must be \"default\"",
+        );
+    }
+    let (Some(scf), Some(zone)) = (mcf.upstream(upstream), zone) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no circuit breaker for upstream \"{upstream}\""),
+        );
+    };
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
+    let eject = action == Action::Eject;
+    let Some(mut view) = eject::control(&zone, scf, server, eject, mono) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no server \"{server}\" in the pool of upstream \"{upstream}\""),
+        );
+    };
+    view.on_wall_clock(mono, wall);
+    // SAFETY: a live request's connection.
+    let c = unsafe { &*r.connection };
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        c.log,
+        "circuit breaker \"{}\" server {} {} by {}",
+        upstream,
+        server,
+        if eject { "ejected" } else { "restored" },
+        String::from_utf8_lossy(c.addr_text.as_bytes())
+    );
+    let backup = eject::servers(scf).any(|(a, b)| a == server && b);
+    let Some(home) = home_view(&zone, scf, mono, wall) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no circuit breaker for upstream \"{upstream}\""),
+        );
+    };
+    let body = status::render_breaker_json(&Entry {
+        upstream: upstream.to_owned(),
+        route: DEFAULT_ROUTE.to_owned(),
+        view: home,
+        servers: vec![ServerEntry {
+            address: server.to_owned(),
+            backup,
+            view,
+        }],
+        retry: None,
+    });
+    send(r, NGX_HTTP_OK, "application/json", &body)
+}
+
+/// The upstream's own breaker's view.
+fn home_view(zone: &Zone, scf: &crate::conf::SrvConf, mono: u64, wall: u64) -> Option<BreakerView> {
+    let mut locked = zone.lock();
+    let b = locked.find(&scf.key(crate::conf::default_route()))?;
+    let mut v = b.view(mono);
+    v.on_wall_clock(mono, wall);
+    Some(v)
 }
 
 fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {

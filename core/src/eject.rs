@@ -219,7 +219,11 @@ mod tests {
     #[test]
     fn the_cap_rounds_down_but_lets_one_of_two_go() {
         assert_eq!(max_ejected(0, 5000), 0);
-        assert_eq!(max_ejected(1, 10_000), 0, "a single server is never ejected");
+        assert_eq!(
+            max_ejected(1, 10_000),
+            0,
+            "a single server is never ejected"
+        );
         assert_eq!(max_ejected(2, 5000), 1);
         assert_eq!(max_ejected(2, 100), 1, "at least one of two or more");
         assert_eq!(max_ejected(3, 5000), 1);

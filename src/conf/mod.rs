@@ -6,7 +6,7 @@
 pub mod directives;
 pub mod setup;
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
@@ -23,8 +23,8 @@ use ngx::http::{
     MergeConfigError,
 };
 
-use crate::ffi::{hash_name, key_hash};
-use crate::zone::{Handle, Key, ZoneName, DEFAULT_ROUTE};
+use crate::ffi::{hash_name, key_hash, server_key_hash};
+use crate::zone::{Handle, Key, Kind, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
     /// The module nginx loads, defined where the module is registered.
@@ -131,6 +131,11 @@ pub struct SrvConf {
     pub main: *const MainConf,
     /// Routes whose locations pass to this upstream, in configuration order.
     pub routes: Vec<String>,
+    /// The servers, each with a breaker of its own, when ejection is on.
+    pub pool: Option<Pool>,
+    /// Where the upstream's own breaker was last found (per worker), which carries the
+    /// retry budget and the pool's stamp.
+    pub home: Cell<Handle>,
 }
 
 impl SrvConf {
@@ -147,8 +152,101 @@ impl SrvConf {
             hash: key_hash(self.name_hash, route.hash),
             upstream: self.name.as_bytes(),
             route: route.name.as_bytes(),
+            kind: Kind::Route,
         }
     }
+
+    /// The key hash of the upstream's own breaker.
+    pub fn home_hash(&self) -> u64 {
+        key_hash(self.name_hash, default_route().hash)
+    }
+
+    /// The key of the breaker of this upstream's server `server`.
+    pub fn server_key<'a>(&'a self, server: &'a Server) -> Key<'a> {
+        Key {
+            hash: server.key_hash,
+            upstream: self.name.as_bytes(),
+            route: server.name.as_bytes(),
+            kind: Kind::Server,
+        }
+    }
+}
+
+/// The servers of a breaker-enabled upstream whose balancer keeps nginx's round-robin peers
+/// (round robin, `least_conn`, `hash`, `ip_hash`, `random`), each with a breaker of its own
+/// (`circuit_breaker_eject`). What configuration made, and what each worker keeps of the
+/// zone's verdicts (written after fork, in the worker's own copy of the configuration).
+pub struct Pool {
+    /// Each server's breaker parameters.
+    pub cfg: BreakerConfig,
+    /// How many servers may be out of the pool at once.
+    pub max_ejected: u32,
+    /// The servers, in configuration order (primary, then backup), one per address.
+    pub servers: Vec<Server>,
+    /// Per worker: see [`PoolLocal`].
+    pub local: PoolLocal,
+}
+
+/// One server of a [`Pool`]: an address of a `server` line (`10.0.0.1:8080`).
+pub struct Server {
+    pub name: String,
+    pub key_hash: u64,
+    pub backup: bool,
+    /// Per worker: where its breaker was last found, and whether it is out of the pool as of
+    /// the stamp this worker applied.
+    pub handle: Cell<Handle>,
+    pub out: Cell<bool>,
+}
+
+impl Server {
+    pub fn new(upstream_hash: u64, name: String, backup: bool) -> Server {
+        Server {
+            key_hash: server_key_hash(upstream_hash, hash_name(name.as_bytes())),
+            name,
+            backup,
+            handle: Cell::new(Handle::NONE),
+            out: Cell::new(false),
+        }
+    }
+}
+
+/// What a worker keeps of its pool's state in the zone.
+pub struct PoolLocal {
+    /// The stamp of the pool's state this worker applied to its peers (`None`: not yet).
+    pub applied: Cell<Option<u64>>,
+    /// Servers out of the pool, and peers this worker's balancer skips because of it.
+    pub out: Cell<u32>,
+    pub downed: Cell<u32>,
+    /// When an ejected server may be probed next (`u64::MAX`: none is out).
+    pub next_due: Cell<u64>,
+    /// The balancer's peers, each with the server it is an address of (built when the
+    /// worker first applies the pool's state, and again when an upstream `zone` changes its
+    /// peers).
+    pub peers: RefCell<Vec<PeerRef>>,
+    /// `*peers->config` of an upstream `zone` when `peers` was built.
+    pub peers_config: Cell<usize>,
+}
+
+impl Default for PoolLocal {
+    fn default() -> Self {
+        PoolLocal {
+            applied: Cell::new(None),
+            out: Cell::new(0),
+            downed: Cell::new(0),
+            next_due: Cell::new(u64::MAX),
+            peers: RefCell::new(Vec::new()),
+            peers_config: Cell::new(0),
+        }
+    }
+}
+
+/// A balancer's peer and the [`Server`] it is an address of.
+#[derive(Clone, Copy)]
+pub struct PeerRef {
+    pub peer: *mut nginx_sys::ngx_http_upstream_rr_peer_t,
+    /// `&peer->name`, which the balancer hands over as `pc->name`.
+    pub name: *const nginx_sys::ngx_str_t,
+    pub server: u16,
 }
 
 /// A route, the second half of a breaker key.

@@ -19,7 +19,7 @@ use super::directives::{add_zone, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE};
 use super::Module;
 use super::{LocConf, MainConf, StatusMode};
 use crate::ffi::{hash_name, key_hash};
-use crate::zone::{Key, Wanted};
+use crate::zone::{Key, Kind, Wanted};
 
 /// The content modules whose location conf starts with an `ngx_http_upstream_conf_t`: from
 /// it a location's fixed upstream can be read. Found by name among the cycle's modules, so an
@@ -253,9 +253,10 @@ pub unsafe fn add_phase_handler(
     }
 }
 
-/// The breakers this configuration knows: each upstream's own and one per route whose
-/// locations pass to it (created now), and those of routes that may meet any upstream at run
-/// time (kept if they exist, created on first use).
+/// The breakers this configuration knows: each upstream's own (with its retry budget), one
+/// per route whose locations pass to it and one per server when ejection is on (created now),
+/// and those of routes that may meet any upstream at run time (kept if they exist, created
+/// on first use).
 pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
     let mut out = Vec::new();
     for &s in &mcf.upstreams {
@@ -274,14 +275,29 @@ pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
             .chain(fixed)
             .chain(dynamic)
         {
+            let own = route == default.name;
             out.push(Wanted {
                 key: Key {
                     hash: key_hash(s.name_hash, hash_name(route.as_bytes())),
                     upstream: s.name.as_bytes(),
                     route: route.as_bytes(),
+                    kind: Kind::Route,
                 },
                 cfg,
                 eager,
+                retry: if own { s.retry } else { None },
+            });
+        }
+        for server in s
+            .pool
+            .iter()
+            .flat_map(|p| p.servers.iter().map(move |v| (p, v)))
+        {
+            out.push(Wanted {
+                key: s.server_key(server.1),
+                cfg: server.0.cfg,
+                eager: true,
+                retry: None,
             });
         }
     }

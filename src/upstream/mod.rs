@@ -1,26 +1,45 @@
-//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit) and wraps
-//! the balancer's callbacks; `peer.get` times each attempt; `peer.free` classifies and
-//! records it, and stops retries once the breaker is no longer closed.
+//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit), follows
+//! the pool's ejections and wraps the balancer's callbacks; `peer.get` times each attempt,
+//! sends a server probe where it is due, and notes the server the balancer chose;
+//! `peer.free` classifies the attempt, records it on its server's breaker, and settles the
+//! request's verdict (see [`settle`]).
+//!
+//! # A request's verdict
+//!
+//! The (upstream, route) breaker judges what clients got: each request's final outcome,
+//! once, and the attempts before it only through the servers' breakers. The free from
+//! `ngx_http_upstream_finalize_request` ends the last attempt; the free from
+//! `ngx_http_upstream_next` is followed by a retry exactly when [`retry::follows`] says so
+//! (nginx decides right after the free, on what the free can read). So the verdict is
+//! recorded at the free that ends the request — in the same lock hold as the attempt's
+//! server record and the retry budget — and the request that crosses the threshold opens
+//! the breaker, as before. Two cases settle later: a retry that finds no live server
+//! (`peer.get` fails: nginx answers 502, so the previous attempt was the last), and, should
+//! nginx decide otherwise than foreseen, the request's end (a pool cleanup).
 
 mod admit;
 mod outcome;
 pub mod precontent;
+mod retry;
 
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::{Admission, Ending, Ticket};
+use circuit_breaker_core::breaker::{Admission, Attempt, Ending, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_current_msec, ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t,
-    ngx_peer_connection_t, ngx_uint_t, NGX_DECLINED, NGX_ERROR, NGX_LOG_ERR, NGX_OK,
+    ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t, NGX_DECLINED, NGX_DONE, NGX_ERROR,
+    NGX_LOG_ERR, NGX_OK, NGX_PEER_FAILED, NGX_PEER_NEXT,
 };
 use ngx::http::HttpModuleServerConf;
 
 use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
+use crate::eject::{self, Upstream};
 use crate::ffi::guard;
-use crate::request::{self, Label, RequestState};
+use crate::request::{self, Label, RequestState, NO_SERVER};
 use crate::respond;
+use crate::zone::Zone;
 
 pub use admit::log_transition;
 
@@ -129,17 +148,29 @@ unsafe fn init_peer_inner(
             NGX_OK as ngx_int_t
         }
         Plan::Normal { probe } => {
+            // SAFETY: as above.
+            let state = unsafe { &mut *state_ptr };
+            state.uscf = us;
+            if let Some((zone, _)) = state.zone() {
+                // SAFETY: the upstream's own conf, in a worker.
+                eject::follow(unsafe { Upstream::new(&zone, scf, uscf) }, mono_ms());
+            }
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
             if rc != NGX_OK as ngx_int_t {
                 return rc;
             }
-            // SAFETY: as above.
-            let state = unsafe { &mut *state_ptr };
             wrap_balancer(u, state);
             if probe {
                 // One probe is one attempt: no proxy_next_upstream retry on its behalf.
                 u.peer.tries = 1;
+            } else {
+                // Peers out of the pool are tries nginx would count but cannot make, as
+                // for `server … down`.
+                let out = eject::downed(scf) as ngx_uint_t;
+                if out > 0 {
+                    u.peer.tries = u.peer.tries.saturating_sub(out).max(1);
+                }
             }
             NGX_OK as ngx_int_t
         }
@@ -174,7 +205,9 @@ fn connection_log(r: &ngx_http_request_t) -> *mut nginx_sys::ngx_log_t {
     unsafe { (*r.connection).log }
 }
 
-/// The wrapped `peer.get`: no connection at all while short-circuited to stale.
+/// The wrapped `peer.get`: no connection at all while short-circuited to stale; the
+/// first attempt goes to an ejected server when its probe is due; otherwise the balancer
+/// chooses, and the server it chose is noted.
 unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: `data` is the state our peer.init set; pc is the request's peer.
@@ -190,13 +223,55 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         };
         // SAFETY: a plain integer nginx's event loop maintains.
         state.attempt_started = unsafe { ngx_current_msec };
+        state.server = NO_SERVER;
+        state.attempts = state.attempts.saturating_add(1);
+        let zone = state.zone().map(|(z, _)| z);
+        let scf = state.srv_conf();
+        if let (1, Ticket::Normal, Some(zone), Some(_)) = (
+            state.attempts,
+            state.ticket,
+            zone.as_ref(),
+            scf.pool.as_ref(),
+        ) {
+            if let Some(p) = eject::claim_probe(scf, zone, mono_ms()) {
+                // The balancer never sees this attempt: its free is not called for it,
+                // and the try it takes is one more than the balancer counted.
+                state.server = p.server;
+                state.server_ticket = p.ticket;
+                state.probing = true;
+                pc.sockaddr = p.sockaddr;
+                pc.socklen = p.socklen;
+                pc.name = p.name;
+                pc.set_cached(0);
+                pc.connection = core::ptr::null_mut();
+                pc.tries = pc.tries.saturating_add(1);
+                return NGX_OK as ngx_int_t;
+            }
+        }
         // SAFETY: the balancer's own get with its own data.
-        unsafe { get(pc, state.balancer.data) }
+        let rc = unsafe { get(pc, state.balancer.data) };
+        let chosen = rc == NGX_OK as ngx_int_t || rc == NGX_DONE as ngx_int_t;
+        if let Some(pending) = state.pending.take() {
+            if !chosen {
+                // No server for the retry: nginx answers the client itself, and the
+                // attempt before was the last.
+                if let Some(zone) = zone.as_ref() {
+                    settle(state, zone, &pending, Settle::Final);
+                }
+            }
+        }
+        if chosen {
+            if let Some(pool) = state.srv_conf().pool.as_ref() {
+                // SAFETY: the balancer just chose the peer `pc->name` names.
+                state.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
+            }
+        }
+        rc
     })
 }
 
-/// The wrapped `peer.free`: records the attempt's outcome, then stops retries when the
-/// breaker is no longer closed.
+/// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
+/// and settles the request's verdict (see the module's documentation).
 unsafe extern "C" fn free_peer(
     pc: *mut ngx_peer_connection_t,
     data: *mut c_void,
@@ -210,8 +285,14 @@ unsafe extern "C" fn free_peer(
         // SAFETY: as above; ngx_current_msec is a plain integer.
         let elapsed = unsafe { ngx_current_msec }.saturating_sub(state.attempt_started) as u64;
         // SAFETY: the request's upstream is live during free.
-        let outcome = unsafe { outcome::classify(&*req.upstream, pcr, ngx_state, elapsed) };
-        if let Some(free) = state.balancer.free {
+        let u = unsafe { &*req.upstream };
+        // SAFETY: as above.
+        let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
+        if core::mem::take(&mut state.probing) {
+            // This module chose the peer (a server probe): the balancer has nothing to
+            // free, and the try is counted here as its free would.
+            pcr.tries = pcr.tries.saturating_sub(1);
+        } else if let Some(free) = state.balancer.free {
             // SAFETY: the balancer's own free with its own data.
             unsafe { free(pc, state.balancer.data, ngx_state) };
         }
@@ -222,33 +303,139 @@ unsafe extern "C" fn free_peer(
         let Some((zone, _)) = state.zone() else {
             return;
         };
-        let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
-        let recorded = {
-            let mut locked = zone.lock();
-            let Some(mut b) = locked.get(state.handle, state.key_hash) else {
-                return;
-            };
-            b.record(mono_ms(), rnd(), ticket, &outcome.attempt, true)
+        let attempt = outcome.attempt;
+        let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
+        // SAFETY: the request, its upstream and its peer, in free.
+        let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
+            Settle::Retried(pcr)
+        } else {
+            Settle::Final
         };
-        let log = connection_log(req);
-        if outcome.attempt.ending == Ending::Tls {
+        if attempt.ending == Ending::Tls {
             ngx::ngx_log_error!(
                 NGX_LOG_ERR,
-                log,
+                connection_log(req),
                 "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
                 state.name()
             );
         }
-        if let Some(t) = &recorded.transition {
-            log_transition(log, &state.name(), t);
-        }
-        state.label = Some(Label::State(recorded.state));
-        let dry_run = state.srv_conf().breaker.is_some_and(|c| c.dry_run);
-        if recorded.state != State::Closed && !dry_run {
-            // No proxy_next_upstream retries while open or half-open.
-            pcr.tries = 0;
-        }
+        settle(state, &zone, &attempt, how);
     })
+}
+
+/// How an attempt ended for its request.
+enum Settle<'a> {
+    /// nginx will make no other attempt: this one is what the client gets.
+    Final,
+    /// nginx will retry it, unless the breaker or the retry budget says no (setting the
+    /// peer's tries to 0 here).
+    Retried(&'a mut ngx_peer_connection_t),
+}
+
+/// Under one lock hold: the attempt on its server's breaker (when it went to a server of the
+/// pool); then the request's side — a retry is let through only while the breaker is
+/// closed and within the retry budget, and the request's verdict goes to its breaker once,
+/// when its last attempt ends.
+fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<'_>) {
+    let now = mono_ms();
+    // SAFETY: the request owning this state is live while its attempts end.
+    let log = connection_log(unsafe { &*state.request() });
+    // SAFETY: the configuration outlives its requests' states.
+    let scf = unsafe { &*state.srv_conf_ptr() };
+    let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
+    let server = core::mem::replace(&mut state.server, NO_SERVER);
+    let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
+    let mut locked = zone.lock();
+    if server != NO_SERVER && !state.uscf.is_null() {
+        // SAFETY: set in peer.init to the request's upstream conf, live in a worker.
+        let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
+        eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
+    }
+    let mut retry = match how {
+        Settle::Retried(pc) => Some(pc),
+        Settle::Final => None,
+    };
+    if retry.is_some() && !dry_run {
+        let closed = locked
+            .get(state.handle, state.key_hash)
+            .map_or(true, |b| b.state() == State::Closed);
+        if !closed {
+            // No proxy_next_upstream retries while open or half-open.
+            if let Some(pc) = retry.take() {
+                pc.tries = 0;
+            }
+        }
+    }
+    if scf.retry.is_some() {
+        let home = locked.get_or_find(scf.home.get(), &scf.key(crate::conf::default_route()));
+        if let Some(mut home) = home {
+            scf.home.set(home.handle());
+            if let Some(budget) = home.retry_budget() {
+                if !core::mem::replace(&mut state.counted_first, true) {
+                    budget.record_first(now);
+                }
+                if retry.is_some() && !budget.take_retry(now) {
+                    // Over budget: the client gets what this attempt produced.
+                    if let Some(pc) = retry.take() {
+                        pc.tries = 0;
+                    }
+                }
+            }
+        }
+    }
+    if retry.is_some() {
+        drop(locked);
+        state.pending = Some(*attempt);
+        settle_late(state);
+        return;
+    }
+    state.pending = None;
+    let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
+    let recorded = {
+        let Some(mut b) = locked.get(state.handle, state.key_hash) else {
+            return;
+        };
+        b.record(now, rnd(), ticket, attempt, true)
+    };
+    drop(locked);
+    if let Some(t) = &recorded.transition {
+        log_transition(log, &state.name(), t);
+    }
+    state.label = Some(Label::State(recorded.state));
+}
+
+/// Makes sure a request whose last attempt nginx said it would retry is judged even if the
+/// retry never comes: a pool cleanup, added once (its cleanups run newest first, so the
+/// request's state is still there).
+fn settle_late(state: &mut RequestState) {
+    if core::mem::replace(&mut state.settles_late, true) {
+        return;
+    }
+    // SAFETY: the request owning this state is live; its pool too.
+    let pool = unsafe { (*state.request()).pool };
+    // SAFETY: the pool is live; one cleanup record with room for no data.
+    if let Some(cln) = unsafe { ngx_pool_cleanup_add(pool, 0).as_mut() } {
+        cln.handler = Some(settle_at_end);
+        cln.data = core::ptr::from_mut(state).cast();
+    }
+}
+
+unsafe extern "C" fn settle_at_end(data: *mut c_void) {
+    guard((), || {
+        // SAFETY: the state `settle_late` registered, released only by an older cleanup.
+        let state = unsafe { &mut *data.cast::<RequestState>() };
+        if let (Some(a), Some((zone, _))) = (state.pending.take(), state.zone()) {
+            settle(state, &zone, &a, Settle::Final);
+        }
+    });
+}
+
+/// The balancer's callbacks for the current attempt: none while it probes a server the
+/// balancer never chose (round robin's session hooks read the peer it chose).
+fn balancer_of(data: *mut c_void) -> Option<request::Balancer> {
+    // SAFETY: `data` is the state our peer.init set; only copied out of.
+    let state = unsafe { request::from_peer_data(data) };
+    (!state.probing).then_some(state.balancer)
 }
 
 unsafe extern "C" fn notify_peer(
@@ -256,34 +443,27 @@ unsafe extern "C" fn notify_peer(
     data: *mut c_void,
     ty: ngx_uint_t,
 ) {
-    // SAFETY: our state; the balancer's own notify with its own data.
-    unsafe {
-        let b = request::from_peer_data(data).balancer;
+    if let Some(b) = balancer_of(data) {
         if let Some(f) = b.notify {
-            f(pc, b.data, ty);
+            // SAFETY: the balancer's own notify with its own data.
+            unsafe { f(pc, b.data, ty) };
         }
     }
 }
 
 #[cfg(ngx_ssl)]
 unsafe extern "C" fn set_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
-    // SAFETY: as in notify_peer.
-    unsafe {
-        let b = request::from_peer_data(data).balancer;
-        match b.set_session {
-            Some(f) => f(pc, b.data),
-            None => NGX_OK as ngx_int_t,
-        }
+    match balancer_of(data).and_then(|b| b.set_session.map(|f| (f, b.data))) {
+        // SAFETY: the balancer's own hook with its own data.
+        Some((f, d)) => unsafe { f(pc, d) },
+        None => NGX_OK as ngx_int_t,
     }
 }
 
 #[cfg(ngx_ssl)]
 unsafe extern "C" fn save_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) {
-    // SAFETY: as in notify_peer.
-    unsafe {
-        let b = request::from_peer_data(data).balancer;
-        if let Some(f) = b.save_session {
-            f(pc, b.data);
-        }
+    if let Some((f, d)) = balancer_of(data).and_then(|b| b.save_session.map(|f| (f, b.data))) {
+        // SAFETY: the balancer's own hook with its own data.
+        unsafe { f(pc, d) };
     }
 }

@@ -5,6 +5,11 @@
 //! Beside each breaker a [`slot`](slot) holds what a request may be told without the lock
 //! (its `Gate`); slots are never freed, so a lock-free read can never touch freed memory. The
 //! table and the breakers are touched only under the mutex ([`Locked`]).
+//!
+//! A breaker is of one [`Kind`]: an (upstream, route) breaker, or the breaker of one server of
+//! an upstream (per-server ejection). An upstream's own breaker may also carry the upstream's
+//! retry budget, and its slot a stamp that changes whenever one of the upstream's servers
+//! leaves or rejoins the pool, so that every worker follows without the lock.
 
 mod init;
 mod node;
@@ -33,7 +38,8 @@ pub const DEFAULT_ROUTE: &str = "default";
 
 /// Identifies this layout: a zone reused across a reload that loaded a build of the module
 /// with another layout is refused rather than misread.
-const MAGIC: u64 = 0x6362_5f7a_6f6e_6502
+const MAGIC: u64 = 0x6362_5f7a_6f6e_6503
+    ^ ((core::mem::size_of::<Node>() as u64) << 8)
     ^ ((core::mem::size_of::<BreakerHeader>() as u64) << 16)
     ^ ((core::mem::size_of::<Bucket>() as u64) << 40)
     ^ ((core::mem::size_of::<Header>() as u64) << 28)
@@ -96,12 +102,30 @@ impl Handle {
     }
 }
 
+impl Default for Handle {
+    fn default() -> Handle {
+        Handle::NONE
+    }
+}
+
+/// What a breaker judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Requests of an (upstream, route): `route` is the route's name.
+    Route = 0,
+    /// Attempts sent to one server of an upstream: `route` is the server's address.
+    Server = 1,
+}
+
 /// The key of one breaker.
 #[derive(Clone, Copy, Debug)]
 pub struct Key<'a> {
     pub hash: u64,
     pub upstream: &'a [u8],
+    /// The route's name, or the server's address for [`Kind::Server`].
     pub route: &'a [u8],
+    pub kind: Kind,
 }
 
 /// A zone as a process sees it.
@@ -206,6 +230,13 @@ impl Zone {
     pub fn generation(&self) -> u64 {
         self.header().generation.load(Ordering::Acquire)
     }
+
+    /// The stamp of the breaker `handle` names (see [`BreakerMut::bump_stamp`]), without the
+    /// lock; `None` when the handle no longer names a breaker.
+    #[inline]
+    pub fn stamp(&self, handle: Handle) -> Option<u64> {
+        self.slot(handle.slot)?.stamp(handle.ident)
+    }
 }
 
 /// How many breakers a status walk reads per lock hold: each is copied consistently, and the
@@ -237,8 +268,8 @@ impl Zone {
             // `n` is still published.
             node = unsafe { locked.next(n) };
             // SAFETY: as above.
-            let view = match unsafe { locked.breaker_at(n) } {
-                Some(b) => b.view(now_ms),
+            let (view, retry) = match unsafe { locked.breaker_at(n) } {
+                Some(mut b) => (b.view(now_ms), b.retry_budget().map(|r| r.view(now_ms))),
                 None => continue,
             };
             // SAFETY: as above.
@@ -246,7 +277,10 @@ impl Zone {
             f(Entry {
                 upstream,
                 route,
+                // SAFETY: as above.
+                kind: unsafe { n.as_ref() }.kind(),
                 view,
+                retry,
             });
         }
         usage

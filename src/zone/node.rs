@@ -4,13 +4,17 @@
 use core::alloc::Layout;
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
-use core::sync::atomic::AtomicPtr;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use circuit_breaker_core::breaker::state::{layout, tail_offset};
 use circuit_breaker_core::breaker::{Breaker, BreakerConfig, BreakerHeader, Bucket};
+use circuit_breaker_core::retry_budget::RetryBudget;
 
-/// One breaker in the table. The fields above the links never change once the node is
-/// published; the links are atomics because the status walk reads them between lock holds.
+use super::Kind;
+
+/// One breaker in the table. The fields other than the links and `retry` never change once
+/// the node is published; the links are atomics because the status walk reads them between
+/// lock holds.
 /// The breaker's header and its `window_s` buckets follow at [`breaker_offset`].
 #[repr(C)]
 pub struct Node {
@@ -22,10 +26,30 @@ pub struct Node {
     /// for them, else in a small allocation of their own, so that a default breaker stays
     /// within the 2 KiB class whatever its names.
     pub names: *mut u8,
+    /// The upstream's retry budget, on an upstream's own breaker: an allocation of its own,
+    /// set and freed under the mutex (a reload may add, change or drop it).
+    pub retry: AtomicPtr<RetryBudget>,
     pub slot: u32,
     pub window_s: u32,
     pub upstream_len: u16,
     pub route_len: u16,
+    /// A [`Kind`], as a byte.
+    pub kind: u8,
+}
+
+impl Node {
+    /// What the breaker judges.
+    pub fn kind(&self) -> Kind {
+        match self.kind {
+            1 => Kind::Server,
+            _ => Kind::Route,
+        }
+    }
+
+    /// The retry budget, if the node carries one (under the mutex).
+    pub fn retry(&self) -> Option<core::ptr::NonNull<RetryBudget>> {
+        core::ptr::NonNull::new(self.retry.load(Ordering::Relaxed))
+    }
 }
 
 // A default breaker (10 s window) must fit the slab's 2 KiB class: 10 000 in a 32 MiB zone.

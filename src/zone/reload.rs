@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, Control};
+use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use circuit_breaker_core::snapshot::Forced;
 
-use super::{Key, Zone};
+use super::{Key, Kind, Zone};
 
 /// Breakers handled per lock hold: about a millisecond of work.
 const BATCH: usize = 512;
@@ -17,9 +18,13 @@ const BATCH: usize = 512;
 pub struct Wanted<'a> {
     pub key: Key<'a>,
     pub cfg: BreakerConfig,
-    /// Created now (an upstream's own breaker, or a route whose locations pass to it), rather
-    /// than on first use (a route that may meet the upstream at run time).
+    /// Created now (an upstream's own breaker, a route whose locations pass to it, or a
+    /// server of an upstream), rather than on first use (a route that may meet the upstream
+    /// at run time).
     pub eager: bool,
+    /// The upstream's retry budget, which its own breaker carries; kept across a reload with
+    /// the same parameters.
+    pub retry: Option<RetryBudgetConfig>,
 }
 
 /// What a reconciliation did.
@@ -34,12 +39,13 @@ impl Zone {
     /// Takes the zone over for a new configuration: a new generation (older workers create
     /// no breakers from now on), breakers the configuration no longer knows freed, those
     /// whose parameters changed started afresh (an operator's forced state kept), unchanged
-    /// ones left alone, and every eager breaker created.
+    /// ones left alone, and every eager breaker created. Every stamp moves on, so that
+    /// workers of the older configuration look again at what they follow.
     pub fn reconcile(&self, wanted: &[Wanted], now_ms: u64) -> Reconciled {
-        let index: HashMap<(&[u8], &[u8]), usize> = wanted
+        let index: HashMap<(&[u8], &[u8], Kind), usize> = wanted
             .iter()
             .enumerate()
-            .map(|(i, w)| ((w.key.upstream, w.key.route), i))
+            .map(|(i, w)| ((w.key.upstream, w.key.route, w.key.kind), i))
             .collect();
         let mut seen = vec![false; wanted.len()];
         let mut out = Reconciled::default();
@@ -58,7 +64,9 @@ impl Zone {
             let next = unsafe { locked.next(n) };
             // SAFETY: as above.
             let (upstream, route) = unsafe { locked.names_of(n) };
-            let Some(&i) = index.get(&(upstream, route)) else {
+            // SAFETY: as above.
+            let kind = unsafe { n.as_ref() }.kind();
+            let Some(&i) = index.get(&(upstream, route, kind)) else {
                 locked.remove(n);
                 out.dropped += 1;
                 node = next;
@@ -68,12 +76,16 @@ impl Zone {
             let w = &wanted[i];
             // SAFETY: as above.
             let (current, forced) = match unsafe { locked.breaker_at(n) } {
-                Some(b) => (*b.config(), b.forced()),
+                Some(b) => {
+                    b.bump_stamp();
+                    (*b.config(), b.forced())
+                }
                 None => {
                     node = next;
                     continue;
                 }
             };
+            let mut kept = Some(n);
             if current != w.cfg {
                 out.reset += 1;
                 // SAFETY: as above.
@@ -86,12 +98,16 @@ impl Zone {
                     }
                 } else {
                     locked.remove(n);
-                    if locked.create(&w.key, &w.cfg, now_ms).is_some() {
+                    kept = locked.create(&w.key, &w.cfg, now_ms);
+                    if kept.is_some() {
                         if let Some(mut b) = locked.find(&w.key) {
                             reapply(&mut b, forced, now_ms);
                         }
                     }
                 }
+            }
+            if let Some(n) = kept {
+                locked.set_retry(n, w.retry, now_ms);
             }
             node = next;
         }
@@ -105,7 +121,9 @@ impl Zone {
                 locked = self.lock();
             }
             if locked.find(&w.key).is_none() {
-                locked.create(&w.key, &w.cfg, now_ms);
+                if let Some(n) = locked.create(&w.key, &w.cfg, now_ms) {
+                    locked.set_retry(n, w.retry, now_ms);
+                }
             }
         }
         out

@@ -34,6 +34,9 @@ pub struct Slot {
     /// breaker's totals when shown.
     rejects: AtomicU64,
     ramp_shed: AtomicU64,
+    /// Bumped under the mutex when something that workers follow on their own changes (an
+    /// upstream's servers in or out of the pool), read without it.
+    stamp: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
@@ -52,6 +55,7 @@ impl Slot {
             wait: AtomicU64::new(0),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
+            stamp: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
         }
@@ -105,6 +109,20 @@ impl Slot {
         self.ramp_shed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The stamp, if the slot still holds tenant `ident`. A tenant that moves out and another
+    /// that moves in between the two reads show a changed stamp, never a stale equal one: a
+    /// new tenant's stamp starts past every value the slot had.
+    #[inline]
+    pub fn stamp(&self, ident: u64) -> Option<u64> {
+        let stamp = self.stamp.load(Ordering::Acquire);
+        (ident != 0 && self.ident.load(Ordering::Acquire) == ident).then_some(stamp)
+    }
+
+    /// Bumps the stamp (under the mutex).
+    pub fn bump_stamp(&self) {
+        self.stamp.fetch_add(1, Ordering::Release);
+    }
+
     /// Requests short-circuited, and turned away by a ramp, without the lock since the
     /// tenant moved in.
     pub fn lock_free_counts(&self) -> (u64, u64) {
@@ -144,9 +162,10 @@ impl Slot {
     }
 
     /// Moves a tenant in (under the mutex): `ident` and `key` name it from now on, its gate
-    /// starts at `gate` and its lock-free counter at 0.
+    /// starts at `gate` and its lock-free counter at 0; its stamp moves on.
     pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
         self.node.store(node, Ordering::Relaxed);
+        self.bump_stamp();
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);

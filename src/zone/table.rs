@@ -5,13 +5,14 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use circuit_breaker_core::breaker::{BreakerConfig, Gate};
+use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
 use ngx::allocator::Allocator;
 use ngx::core::slab::LockedSlabPool;
 
 use super::node::{breaker_of, names, node_layout, slab_class, write_fresh_breaker, Node};
 use super::slot::{Slot, PER_CHUNK};
-use super::{Handle, Header, Key, Zone};
+use super::{Handle, Header, Key, Kind, Zone};
 
 /// Why no breaker could be had.
 #[derive(Debug, PartialEq, Eq)]
@@ -25,8 +26,12 @@ pub enum Missing {
 /// One breaker as the status walk sees it.
 pub struct Entry<'a> {
     pub upstream: &'a [u8],
+    /// The route, or the server's address.
     pub route: &'a [u8],
+    pub kind: Kind,
     pub view: BreakerView,
+    /// The upstream's retry budget, on an upstream's own breaker.
+    pub retry: Option<RetryBudgetView>,
 }
 
 /// The zone with its mutex held.
@@ -40,6 +45,7 @@ pub struct Locked<'z> {
 pub struct BreakerMut<'l> {
     breaker: circuit_breaker_core::breaker::Breaker<'l>,
     slot: &'l Slot,
+    node: NonNull<Node>,
     handle: Handle,
 }
 
@@ -66,6 +72,19 @@ impl BreakerMut<'_> {
     /// The handle that finds this breaker again.
     pub fn handle(&self) -> Handle {
         self.handle
+    }
+
+    /// The upstream's retry budget, when this is an upstream's own breaker and it has one.
+    pub fn retry_budget(&mut self) -> Option<&mut RetryBudget> {
+        // SAFETY: the node is published and the mutex held for the borrow's lifetime; the
+        // budget is its own allocation, touched only under the mutex.
+        unsafe { self.node.as_ref().retry().map(|mut p| p.as_mut()) }
+    }
+
+    /// Tells every worker that something it follows on its own changed (see
+    /// [`Zone::stamp`]).
+    pub fn bump_stamp(&self) {
+        self.slot.bump_stamp();
     }
 
     /// The status view, with the requests short-circuited lock-free counted in.
@@ -124,8 +143,11 @@ impl<'z> Locked<'z> {
         let mut n = self.chain_of(key.hash).load(Ordering::Relaxed);
         // SAFETY: chains hold published nodes only, which stay live while the mutex is held.
         while let Some(node) = unsafe { n.as_ref() } {
-            // SAFETY: as above.
-            if node.hash == key.hash && unsafe { names(node) } == (key.upstream, key.route) {
+            if node.hash == key.hash
+                && node.kind() == key.kind
+                // SAFETY: as above.
+                && unsafe { names(node) } == (key.upstream, key.route)
+            {
                 return NonNull::new(n);
             }
             n = node.chain.load(Ordering::Relaxed);
@@ -161,6 +183,16 @@ impl<'z> Locked<'z> {
     /// The breaker `handle` names, if it still lives and has `key_hash`.
     pub fn get(&mut self, handle: Handle, key_hash: u64) -> Option<BreakerMut<'_>> {
         let n = self.node_of(handle, key_hash)?;
+        // SAFETY: as in `find`.
+        unsafe { self.borrow(n) }
+    }
+
+    /// The breaker `handle` names if it still lives and has `key`'s hash, else the one `key`
+    /// names, if it exists.
+    pub fn get_or_find(&mut self, handle: Handle, key: &Key) -> Option<BreakerMut<'_>> {
+        let n = self
+            .node_of(handle, key.hash)
+            .or_else(|| self.find_node(key))?;
         // SAFETY: as in `find`.
         unsafe { self.borrow(n) }
     }
@@ -205,6 +237,7 @@ impl<'z> Locked<'z> {
         Some(BreakerMut {
             breaker,
             slot,
+            node: n,
             handle,
         })
     }
@@ -283,10 +316,12 @@ impl<'z> Locked<'z> {
                 next: AtomicPtr::new(ptr::null_mut()),
                 prev: AtomicPtr::new(ptr::null_mut()),
                 names: names.as_ptr(),
+                retry: AtomicPtr::new(ptr::null_mut()),
                 slot: slot_index,
                 window_s: cfg.window_s,
                 upstream_len,
                 route_len,
+                kind: key.kind as u8,
             });
             write_fresh_breaker(n, *cfg, now_ms, epoch);
         }
@@ -350,6 +385,7 @@ impl<'z> Locked<'z> {
             slot.vacate(free);
             h.free_slot.store(node.slot, Ordering::Relaxed);
         }
+        self.set_retry(n, None, 0);
         let names_len = node.upstream_len as usize + node.route_len as usize;
         // SAFETY: both allocations were made in `try_create`, and the node is unreachable
         // now; names inside the node's allocation go with it.
@@ -368,6 +404,38 @@ impl<'z> Locked<'z> {
             }
         }
         h.count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Gives node `n` a retry budget with `cfg` (kept, counts and all, when it has one with
+    /// the same parameters; a fresh one otherwise), or takes it away (`None`). Returns
+    /// whether the node has the budget asked for: `false` when the zone is full.
+    pub(super) fn set_retry(
+        &mut self,
+        n: NonNull<Node>,
+        cfg: Option<RetryBudgetConfig>,
+        now_ms: u64,
+    ) -> bool {
+        // SAFETY: `n` is a published node (or one being unlinked), the mutex held.
+        let node = unsafe { n.as_ref() };
+        let layout = Layout::new::<RetryBudget>();
+        if let Some(old) = node.retry() {
+            // SAFETY: a budget this function allocated and initialised.
+            if cfg.as_ref() == Some(unsafe { old.as_ref() }.config()) {
+                return true;
+            }
+            node.retry.store(ptr::null_mut(), Ordering::Relaxed);
+            // SAFETY: allocated below from this pool; no one else refers to it.
+            unsafe { self.pool.deallocate(old.cast(), layout) };
+        }
+        let Some(cfg) = cfg else { return true };
+        let Ok(p) = self.pool.allocate(layout) else {
+            return false;
+        };
+        let p = p.cast::<RetryBudget>();
+        // SAFETY: a fresh allocation of the budget's layout.
+        unsafe { p.as_ptr().write(RetryBudget::new(cfg, now_ms)) };
+        node.retry.store(p.as_ptr(), Ordering::Relaxed);
+        true
     }
 
     /// A free slot, allocating a new chunk of them when none is left.

@@ -5,6 +5,8 @@
 //! then renders with [`render_json`] or [`render_prometheus`]; control requests answer with
 //! [`render_breaker_json`] of the breaker they changed.
 
+use crate::eject::place_name;
+use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
 
 mod prometheus;
@@ -46,6 +48,23 @@ pub struct Entry {
     /// The route's name; [`DEFAULT_ROUTE`] (`"default"`) for the upstream's own breaker.
     pub route: String,
     /// The breaker's figures, taken under the zone lock.
+    pub view: BreakerView,
+    /// An upstream's own breaker: the upstream's servers when ejection is on, in
+    /// configuration order (empty otherwise).
+    pub servers: Vec<ServerEntry>,
+    /// An upstream's own breaker: the upstream's retry budget, when it has one.
+    pub retry: Option<RetryBudgetView>,
+}
+
+/// One server of an upstream, as the status location shows it under the upstream's own
+/// breaker: its place in the pool is its breaker's state (see [`crate::eject`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerEntry {
+    /// The server's address, as nginx names the peer (`10.0.0.1:8080`).
+    pub address: String,
+    /// A `backup` server.
+    pub backup: bool,
+    /// Its breaker's figures.
     pub view: BreakerView,
 }
 
@@ -89,6 +108,13 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
 /// 4 decimals; latency percentiles are `null` without samples.
+///
+/// An upstream's own breaker adds, after `last_transition`, `"servers":[…]` when ejection
+/// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
+/// "returns_at","window":{…},"cooldown_ms","ejections","totals":{"requests","failures",
+/// "probes","returns"},"last_transition"}`, `returns_at` being when the server may be probed
+/// (`null` while in) — and `"retries":{"window":{"seconds","first_attempts","retries",
+/// "allowance"},"total","denied"}` with a retry budget.
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -119,6 +145,12 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `latency_seconds{percentile="50"\|"95"\|"99"}` | gauge | window percentiles (absent without samples) |
 /// | `requests_total`, `failures_total`, `slow_total`, `short_circuited_total`, `probes_total`, `tls_errors_total`, `retry_after_503_total` | counter | running totals |
 /// | `transitions_total{to="open"\|"half_open"\|"closed"}` | counter | transitions |
+/// | `retries_total`, `retries_denied_total` | counter | an upstream's retry budget (labels `zone`, `upstream`) |
+/// | `server_state` | gauge | a server's place in its pool: 0 in, 1 probing, 2 ejected (labels `zone`, `upstream`, `server`, as every `server_` family) |
+/// | `server_returns_at_seconds` | gauge | Unix time an ejected server may be probed (absent while in) |
+/// | `server_cooldown_seconds` | gauge | the server's current ejection time |
+/// | `server_window_requests`, `server_window_failures`, `server_failure_rate` | gauge | the server's window |
+/// | `server_requests_total`, `server_failures_total`, `server_ejections_total`, `server_returns_total` | counter | the server's totals |
 ///
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
@@ -128,7 +160,12 @@ pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 
 /// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
 fn json_size_hint(entry: &Entry) -> usize {
-    560 + entry.upstream.len() + entry.route.len() + entry.view.last_transition.len()
+    let servers: usize = entry
+        .servers
+        .iter()
+        .map(|s| 420 + s.address.len() + s.view.last_transition.len())
+        .sum();
+    560 + entry.upstream.len() + entry.route.len() + entry.view.last_transition.len() + servers
 }
 
 /// `part / whole` rounded half-up to 4 decimals (0 when `whole` is 0), as a count of
@@ -260,6 +297,72 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"closed\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    if !entry.servers.is_empty() {
+        out.extend_from_slice(b",\"servers\":[");
+        for (i, s) in entry.servers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_server_json(out, s);
+        }
+        out.push(b']');
+    }
+    if let Some(r) = &entry.retry {
+        int(
+            out,
+            b",\"retries\":{\"window\":{\"seconds\":",
+            u64::from(r.window_s),
+        );
+        int(out, b",\"first_attempts\":", r.firsts);
+        int(out, b",\"retries\":", r.retries);
+        int(out, b",\"allowance\":", r.allowance);
+        int(out, b"},\"total\":", r.retries_total);
+        int(out, b",\"denied\":", r.retries_denied_total);
+        out.push(b'}');
+    }
+    out.push(b'}');
+}
+
+/// Writes one server object (see [`render_breaker_json`]).
+fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
+    let v = &s.view;
+    let (w, t) = (&v.window, &v.totals);
+    let int = |out: &mut Vec<u8>, key: &[u8], n: u64| {
+        out.extend_from_slice(key);
+        write_num(out, Num::Int(n));
+    };
+    out.extend_from_slice(b"{\"address\":");
+    json_str(out, &s.address);
+    out.extend_from_slice(match s.backup {
+        true => b",\"backup\":true,\"state\":\"",
+        false => b",\"backup\":false,\"state\":\"",
+    });
+    out.extend_from_slice(place_name(v.state).as_bytes());
+    out.extend_from_slice(b"\",\"forced\":");
+    match v.forced {
+        Some(f) => json_str(out, f.name()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"since\":");
+    write_num(out, secs(v.since_ms));
+    out.extend_from_slice(b",\"returns_at\":");
+    write_opt(out, v.retry_at_ms.map(secs));
+    int(out, b",\"window\":{\"seconds\":", u64::from(w.seconds));
+    int(out, b",\"requests\":", w.requests);
+    int(out, b",\"failures\":", w.failures);
+    int(out, b",\"slow\":", w.slow);
+    out.extend_from_slice(b",\"failure_rate\":");
+    write_num(out, ratio(w.failures, w.requests));
+    out.extend_from_slice(b",\"slow_rate\":");
+    write_num(out, ratio(w.slow, w.requests));
+    int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
+    int(out, b",\"ejections\":", t.opened);
+    int(out, b",\"totals\":{\"requests\":", t.requests);
+    int(out, b",\"failures\":", t.failures);
+    int(out, b",\"probes\":", t.probes);
+    int(out, b",\"returns\":", t.closed);
+    out.extend_from_slice(b"},\"last_transition\":");
+    json_str(out, &v.last_transition);
     out.push(b'}');
 }
 
@@ -311,6 +414,8 @@ pub(crate) mod tests {
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
+            servers: Vec::new(),
+            retry: None,
         }
     }
 
@@ -338,7 +443,93 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
             },
+            servers: Vec::new(),
+            retry: None,
         }
+    }
+
+    /// An upstream's own breaker with two servers, one of them ejected, and a retry budget.
+    pub(crate) fn pool_entry() -> Entry {
+        let mut e = closed_entry();
+        e.upstream = "api".into();
+        e.view.dry_run = false;
+        let mut out = example_entry().view;
+        out.window = WindowView {
+            seconds: 10,
+            requests: 10,
+            failures: 6,
+            slow: 0,
+        };
+        out.cooldown_ms = 10_000;
+        out.retry_at_ms = Some(1_764_484_810_000);
+        out.totals.opened = 2;
+        out.totals.closed = 1;
+        out.last_transition = "failure rate 60% (6/10) >= 50% in 10s".into();
+        e.servers = vec![
+            ServerEntry {
+                address: "10.0.0.1:8080".into(),
+                backup: false,
+                view: out,
+            },
+            ServerEntry {
+                address: "10.0.0.2:8080".into(),
+                backup: true,
+                view: closed_entry().view,
+            },
+        ];
+        e.retry = Some(RetryBudgetView {
+            window_s: 10,
+            firsts: 400,
+            retries: 12,
+            allowance: 110,
+            retries_total: 30,
+            retries_denied_total: 4,
+            firsts_total: 9000,
+        });
+        e
+    }
+
+    #[test]
+    fn json_shows_servers_and_retries_under_the_upstream() {
+        let e = pool_entry();
+        let v = parse(&render_breaker_json(&e));
+        let s = &v["servers"];
+        assert_eq!(s.as_array().unwrap().len(), 2);
+        assert_eq!(s[0]["address"], "10.0.0.1:8080");
+        assert_eq!(s[0]["backup"], false);
+        assert_eq!(s[0]["state"], "ejected");
+        assert!(s[0]["forced"].is_null());
+        assert_eq!(s[0]["returns_at"].as_f64(), Some(1_764_484_810.0));
+        assert_eq!(s[0]["window"]["requests"], 10);
+        assert_eq!(s[0]["window"]["failure_rate"].as_f64(), Some(0.6));
+        assert_eq!(s[0]["cooldown_ms"], 10_000);
+        assert_eq!(s[0]["ejections"], 2);
+        assert_eq!(s[0]["totals"]["returns"], 1);
+        assert_eq!(
+            s[0]["last_transition"],
+            "failure rate 60% (6/10) >= 50% in 10s"
+        );
+        assert_eq!(s[0].as_object().unwrap().len(), 11);
+        assert_eq!(s[1]["state"], "in");
+        assert_eq!(s[1]["backup"], true);
+        assert!(s[1]["returns_at"].is_null());
+        let r = &v["retries"];
+        assert_eq!(r["window"]["seconds"], 10);
+        assert_eq!(r["window"]["first_attempts"], 400);
+        assert_eq!(r["window"]["retries"], 12);
+        assert_eq!(r["window"]["allowance"], 110);
+        assert_eq!(
+            (r["total"].as_u64(), r["denied"].as_u64()),
+            (Some(30), Some(4))
+        );
+        // The breaker's own fields come first, unchanged.
+        assert_eq!(v.as_object().unwrap().len(), 16);
+        let mut half = pool_entry();
+        half.servers[0].view.state = crate::snapshot::State::HalfOpen;
+        half.retry = None;
+        let v = parse(&render_breaker_json(&half));
+        assert_eq!(v["servers"][0]["state"], "probing");
+        assert!(v.get("retries").is_none());
     }
 
     pub(crate) fn example_zone() -> ZoneView {

@@ -1,6 +1,7 @@
 //! Prometheus text exposition format 0.0.4 (see [`super::render_prometheus`] for the families).
 
-use super::{ratio, secs, write_num, Entry, Num, ZoneView};
+use super::{ratio, secs, write_num, Entry, Num, ServerEntry, ZoneView};
+use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
 
 const PREFIX: &str = "nginx_circuit_breaker_";
@@ -27,6 +28,11 @@ struct Renderer<'a> {
     /// End of each entry's label set in `labels`; entry `i` spans `ends[i]..ends[i + 1]`,
     /// and `ends[0]` ends the zone label.
     ends: Vec<usize>,
+    /// Every server of every entry, with its label set (`zone`, `upstream`, `server`) as a
+    /// span of `labels`, after the entries' own.
+    servers: Vec<(&'a ServerEntry, (usize, usize))>,
+    /// Every retry budget, with its label set (`zone`, `upstream`).
+    budgets: Vec<(&'a RetryBudgetView, (usize, usize))>,
 }
 
 pub(super) fn render(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
@@ -53,13 +59,36 @@ pub(super) fn render(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         ends.push(labels.len());
     }
 
+    let (mut servers, mut budgets) = (Vec::new(), Vec::new());
+    for e in entries {
+        let start = labels.len();
+        labels.extend_from_within(..zone_label_len);
+        labels.extend_from_slice(b",upstream=\"");
+        escape_label_value(&mut labels, &e.upstream);
+        labels.push(b'"');
+        let upstream = (start, labels.len());
+        if let Some(r) = &e.retry {
+            budgets.push((r, upstream));
+        }
+        for s in &e.servers {
+            let start = labels.len();
+            labels.extend_from_within(upstream.0..upstream.1);
+            labels.extend_from_slice(b",server=\"");
+            escape_label_value(&mut labels, &s.address);
+            labels.push(b'"');
+            servers.push((s, (start, labels.len())));
+        }
+    }
+
     // Each breaker yields up to 27 samples of about 40 bytes plus its labels and value.
     let per_sample = labels.len() - zone_label_len + entries.len() * 56;
     let mut r = Renderer {
-        out: Vec::with_capacity(8192 + 27 * per_sample),
+        out: Vec::with_capacity(8192 + 27 * per_sample + servers.len() * 600),
         entries,
         labels,
         ends,
+        servers,
+        budgets,
     };
     r.render(zone);
     r.out
@@ -228,6 +257,112 @@ impl Renderer<'_> {
                 Some(Num::Int([t.opened, t.half_opened, t.closed][i]))
             },
         );
+
+        self.budget_family(
+            "retries_total",
+            "Retries the upstream's retry budget let through.",
+            |r| r.retries_total,
+        );
+        self.budget_family(
+            "retries_denied_total",
+            "Retries the upstream's retry budget denied (the client got the failed attempt's answer).",
+            |r| r.retries_denied_total,
+        );
+
+        self.server_family(
+            "server_state",
+            Gauge,
+            "A server's place in its upstream's pool: 0 in, 1 probing, 2 ejected.",
+            |v| Some(Num::Int(u64::from(v.state.code()))),
+        );
+        self.server_family(
+            "server_returns_at_seconds",
+            Gauge,
+            "Unix time an ejected server may be probed to return (absent while in).",
+            |v| v.retry_at_ms.map(secs),
+        );
+        self.server_family(
+            "server_cooldown_seconds",
+            Gauge,
+            "A server's current ejection time in seconds (doubles on repeated ejections).",
+            |v| Some(secs(v.cooldown_ms)),
+        );
+        self.server_family(
+            "server_window_requests",
+            Gauge,
+            "Attempts sent to the server in the window.",
+            |v| Some(Num::Int(v.window.requests)),
+        );
+        self.server_family(
+            "server_window_failures",
+            Gauge,
+            "Failed attempts of the server in the window.",
+            |v| Some(Num::Int(v.window.failures)),
+        );
+        self.server_family(
+            "server_failure_rate",
+            Gauge,
+            "Failures per attempt of the server in the window (0 when empty).",
+            |v| Some(ratio(v.window.failures, v.window.requests)),
+        );
+        self.server_family(
+            "server_requests_total",
+            Counter,
+            "Attempts sent to the server.",
+            |v| Some(Num::Int(v.totals.requests)),
+        );
+        self.server_family(
+            "server_failures_total",
+            Counter,
+            "Failed attempts of the server.",
+            |v| Some(Num::Int(v.totals.failures)),
+        );
+        self.server_family(
+            "server_ejections_total",
+            Counter,
+            "Times the server was taken out of the pool (again after a failed probe).",
+            |v| Some(Num::Int(v.totals.opened)),
+        );
+        self.server_family(
+            "server_returns_total",
+            Counter,
+            "Times the server returned to the pool.",
+            |v| Some(Num::Int(v.totals.closed)),
+        );
+    }
+
+    /// A family with one sample per server (labels `zone`, `upstream`, `server`).
+    fn server_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        value: impl Fn(&BreakerView) -> Option<Num>,
+    ) {
+        let head = [PREFIX, name, "{"].concat();
+        let mut headed = false;
+        for i in 0..self.servers.len() {
+            let (s, labels) = self.servers[i];
+            let Some(v) = value(&s.view) else { continue };
+            if !headed {
+                self.header(name, kind, help);
+                headed = true;
+            }
+            self.sample(head.as_bytes(), labels, b"} ", v);
+        }
+    }
+
+    /// A counter family with one sample per upstream with a retry budget (labels `zone`,
+    /// `upstream`).
+    fn budget_family(&mut self, name: &str, help: &str, value: impl Fn(&RetryBudgetView) -> u64) {
+        let head = [PREFIX, name, "{"].concat();
+        for i in 0..self.budgets.len() {
+            if i == 0 {
+                self.header(name, Kind::Counter, help);
+            }
+            let (r, labels) = self.budgets[i];
+            self.sample(head.as_bytes(), labels, b"} ", Num::Int(value(r)));
+        }
     }
 
     fn header(&mut self, name: &str, kind: Kind, help: &str) {
@@ -348,7 +483,9 @@ fn escape_label_value(out: &mut Vec<u8>, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{closed_entry, example_entry, example_zone, many_entries};
+    use super::super::tests::{
+        closed_entry, example_entry, example_zone, many_entries, pool_entry,
+    };
     use super::super::{render_prometheus, Entry, ZoneView};
     use crate::snapshot::Forced;
     use std::collections::{HashMap, HashSet};
@@ -558,6 +695,49 @@ mod tests {
             }
         }
         validate(&text);
+    }
+
+    #[test]
+    fn servers_and_retry_budgets_have_their_own_labels() {
+        let text = render(&example_zone(), &[example_entry(), pool_entry()]);
+        let (samples, types) = validate(&text);
+        assert_eq!(types["nginx_circuit_breaker_retries_total"], "counter");
+        assert_eq!(types["nginx_circuit_breaker_server_state"], "gauge");
+        let find = |name: &str, server: Option<&str>| {
+            samples
+                .iter()
+                .filter(|s| s.name == format!("nginx_circuit_breaker_{name}"))
+                .filter(|s| server.map_or(true, |a| s.labels.iter().any(|l| l.1 == a)))
+                .map(|s| {
+                    let labels: Vec<&str> = s.labels.iter().map(|l| l.0.as_str()).collect();
+                    (labels.join(","), s.value)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            find("retries_total", None),
+            [("zone,upstream".to_string(), 30.0)]
+        );
+        assert_eq!(
+            find("retries_denied_total", None),
+            [("zone,upstream".to_string(), 4.0)]
+        );
+        let one = Some("10.0.0.1:8080");
+        assert_eq!(
+            find("server_state", one),
+            [("zone,upstream,server".to_string(), 2.0)]
+        );
+        assert_eq!(find("server_state", Some("10.0.0.2:8080"))[0].1, 0.0);
+        assert_eq!(find("server_returns_at_seconds", one)[0].1, 1_764_484_810.0);
+        assert!(find("server_returns_at_seconds", Some("10.0.0.2:8080")).is_empty());
+        assert_eq!(find("server_window_requests", one)[0].1, 10.0);
+        assert_eq!(find("server_failure_rate", one)[0].1, 0.6);
+        assert_eq!(find("server_ejections_total", one)[0].1, 2.0);
+        assert_eq!(find("server_returns_total", one)[0].1, 1.0);
+        assert_eq!(find("server_cooldown_seconds", one)[0].1, 10.0);
+        // Without servers or budgets, the families are left out.
+        let text = render(&example_zone(), &[example_entry()]);
+        assert!(!text.contains("server_") && !text.contains("retries_"));
     }
 
     #[test]

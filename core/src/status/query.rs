@@ -1,4 +1,4 @@
-//! The status location's query string: `format`, `upstream`, `route` and `action`.
+//! The status location's query string: `format`, `upstream`, `route`, `server` and `action`.
 
 /// The output format asked for with `format=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +19,17 @@ pub enum Action {
     ForceClose,
     /// `action=reset`: drop any forced state and start afresh, closed.
     Reset,
+    /// `action=eject` (with `server`): take a server out of its pool until `restore`.
+    Eject,
+    /// `action=restore` (with `server`): put a server back, with a fresh window.
+    Restore,
+}
+
+impl Action {
+    /// Whether the action is on one server (`eject`, `restore`) rather than a breaker.
+    pub fn on_server(self) -> bool {
+        matches!(self, Action::Eject | Action::Restore)
+    }
 }
 
 /// A parsed query string; `None` for each parameter not given.
@@ -30,8 +41,10 @@ pub struct Query {
     pub upstream: Option<String>,
     /// `route=NAME`: only breakers of that route; `default` is an upstream's own breaker.
     pub route: Option<String>,
-    /// `action=force_open|force_close|reset`.
+    /// `action=force_open|force_close|reset|eject|restore`.
     pub action: Option<Action>,
+    /// `server=ADDRESS`: the server of `upstream` to `eject` or `restore`.
+    pub server: Option<String>,
 }
 
 /// The longest parameter text quoted back in an error, in characters.
@@ -64,6 +77,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             b"upstream" => "upstream",
             b"route" => "route",
             b"action" => "action",
+            b"server" => "server",
             _ => {
                 return Err(format!(
                     "unknown parameter {}",
@@ -75,6 +89,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             "format" => q.format.is_some(),
             "upstream" => q.upstream.is_some(),
             "route" => q.route.is_some(),
+            "server" => q.server.is_some(),
             _ => q.action.is_some(),
         };
         if given {
@@ -97,11 +112,14 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "force_open" => Action::ForceOpen,
                     "force_close" => Action::ForceClose,
                     "reset" => Action::Reset,
+                    "eject" => Action::Eject,
+                    "restore" => Action::Restore,
                     _ => return Err(invalid()),
                 })
             }
             _ if value.is_empty() => return Err(format!("empty value for \"{name}\"")),
             "upstream" => q.upstream = Some(value),
+            "server" => q.server = Some(value),
             _ => q.route = Some(value),
         }
     }
@@ -192,7 +210,30 @@ mod tests {
             upstream: upstream.map(String::from),
             route: route.map(String::from),
             action,
+            server: None,
         }
+    }
+
+    #[test]
+    fn server_actions() {
+        let e = parse_query(b"upstream=api&action=eject&server=10.0.0.1%3A8080").unwrap();
+        assert_eq!(e.action, Some(Action::Eject));
+        assert_eq!(e.server.as_deref(), Some("10.0.0.1:8080"));
+        assert!(e.action.unwrap().on_server());
+        let r = parse_query(b"action=restore&server=[::1]:80&upstream=api").unwrap();
+        assert_eq!(
+            (r.action, r.server.as_deref()),
+            (Some(Action::Restore), Some("[::1]:80"))
+        );
+        assert!(!Action::Reset.on_server());
+        assert_eq!(
+            parse_query(b"server=a&server=b").unwrap_err(),
+            r#"duplicate parameter "server""#
+        );
+        assert_eq!(
+            parse_query(b"server=").unwrap_err(),
+            r#"empty value for "server""#
+        );
     }
 
     #[test]

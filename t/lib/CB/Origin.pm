@@ -30,6 +30,11 @@ package CB::Origin;
 #	garbage=status	invalid status line (note: nginx proxy treats this
 #			as an HTTP/0.9 response, not as invalid_header)
 #
+# A test can also set an origin's behaviour whatever the request says (to make one
+# server of a pool bad, then good again): CB::Origin::mode($hits_file, 'status=500')
+# writes "$hits_file.mode", whose parameters then override the request's;
+# CB::Origin::mode($hits_file, '') goes back to the request's own.
+#
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
 # "X-Origin-Body-Length: N" (request body bytes received).
@@ -136,6 +141,30 @@ sub hits {
 	@lines = grep { $_ =~ $re } @lines if defined $re;
 
 	return scalar @lines;
+}
+
+sub mode {
+	my ($hits_file, $mode) = @_;
+
+	my $tmp = "$hits_file.mode.$$";
+	open my $fh, '>', $tmp or die "Can't open $tmp: $!\n";
+	print $fh $mode;
+	close $fh;
+	rename $tmp, "$hits_file.mode" or die "Can't rename $tmp: $!\n";
+
+	return 1;
+}
+
+sub _read_mode {
+	my ($hits_file) = @_;
+
+	return '' unless defined $hits_file;
+	open my $fh, '<', "$hits_file.mode" or return '';
+	local $/;
+	my $mode = <$fh> // '';
+	close $fh;
+	$mode =~ s/\s+//g;
+	return $mode;
 }
 
 sub clear {
@@ -255,7 +284,8 @@ sub _connection {
 
 		my %q;
 		my @hdr;
-		for my $pair (split /&/, $query // '') {
+		my $mode = _read_mode($hits_file);
+		for my $pair (split(/&/, $query // ''), split(/&/, $mode)) {
 			my ($k, $v) = split /=/, $pair, 2;
 			next unless defined $k && length $k;
 			$v = _unescape($v // '');

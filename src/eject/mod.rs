@@ -1,0 +1,460 @@
+//! Ejecting a bad server from a good pool. Each server of a breaker-enabled upstream has a
+//! breaker in the zone (closed: in the pool, open: ejected, half-open: probing); every
+//! attempt sent to a server is recorded on it. A server's breaker that opens takes it out of
+//! the balancer in every worker, by the same means `server … down` does: the peer's `down`
+//! flag, which round robin, `least_conn`, `hash`, `ip_hash` and `random` all honour.
+//!
+//! - **Following the zone.** The upstream's own breaker's slot carries a stamp that moves on
+//!   every ejection and return. Each request reads it without the lock ([`follow`]); when
+//!   it moved, the worker reads the servers' states under the lock and marks its peers (its
+//!   own copy without an upstream `zone`; the shared ones, under their lock, with one).
+//! - **Only our marks.** An ejected peer's `down` is set to [`EJECTED`], not 1, and only a
+//!   `down` of that value is cleared: a configured `down`, another module's (lua's
+//!   `set_peer_down`) and nginx's own `max_fails` state (which is not `down` at all) are
+//!   left alone.
+//! - **Probes.** Once an ejected server's cooldown ends, one request of the whole instance
+//!   is sent to it ([`claim_probe`]): the wrapped `peer.get` answers with that server's
+//!   address instead of asking the balancer. With active probes (`probe_uri`) no request is
+//!   ever sent to an ejected server; [`probes_due`] and [`record_probe`] are for the prober.
+
+mod peers;
+
+use circuit_breaker_core::breaker::{Attempt, Control, Gate, Ticket};
+use circuit_breaker_core::eject::{self, Move};
+use circuit_breaker_core::snapshot::{BreakerView, State};
+use nginx_sys::{
+    ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_str_t, NGX_ERROR,
+    NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK,
+};
+use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
+
+use crate::clock::rnd;
+use crate::conf::{default_route, Module, Pool, PoolLocal, Server, SrvConf};
+use crate::ffi::{pid, process_alive};
+use crate::zone::{Locked, Zone};
+
+/// `applied` while the upstream's own breaker is missing (the zone was full).
+const MISSING: u64 = u64::MAX;
+
+/// `postconfiguration`, after the breakers are collected: gives each breaker-enabled
+/// upstream whose balancer keeps round-robin peers its pool of servers, unless
+/// `circuit_breaker_eject off` (or fewer than two servers). An explicit
+/// `circuit_breaker_eject` with a balancer that keeps no such peers is an error.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, inside the http block, with every
+/// upstream's balancer initialised.
+pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: `cf` is live inside the http block.
+    let cfr = unsafe { &*cf };
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(cfr) else {
+        return NGX_OK as ngx_int_t;
+    };
+    if Module::main_conf(cfr).is_none() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    // SAFETY: the upstream module's array holds pointers to its srv confs.
+    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
+    for &uscf in upstreams {
+        // SAFETY: entries are valid for the cycle.
+        let uscf = unsafe { &mut *uscf };
+        let Some(scf) = Module::server_conf_mut(uscf) else {
+            continue;
+        };
+        let Some(cfg) = scf.breaker else { continue };
+        if scf.original_init.is_none() {
+            continue;
+        }
+        let spec = match scf.eject {
+            Some(None) => continue,
+            Some(Some(spec)) => spec,
+            None => Default::default(),
+        };
+        // SAFETY: during configuration the upstream's peer data is its balancer's.
+        let Some(list) = (unsafe { peers::configured(uscf) }) else {
+            if scf.eject.is_some() {
+                // SAFETY: an upstream block's file name is a NUL-terminated string.
+                let file = unsafe { core::ffi::CStr::from_ptr(uscf.file_name.cast()) };
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    cfr.log,
+                    "\"circuit_breaker_eject\" needs a balancer that keeps nginx's round-robin peers in upstream \"{}\" in {}:{}",
+                    scf.name,
+                    file.to_string_lossy(),
+                    uscf.line
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            continue;
+        };
+        if list.len() < 2 {
+            continue;
+        }
+        let servers: Vec<Server> = list
+            .into_iter()
+            .map(|(name, backup)| Server::new(scf.name_hash, name, backup))
+            .collect();
+        scf.pool = Some(Pool {
+            cfg: eject::server_config(&cfg, &spec),
+            max_ejected: eject::max_ejected(servers.len(), spec.max_ejected),
+            servers,
+            local: PoolLocal::default(),
+        });
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// A breaker-enabled upstream as a worker sees it: the zone, the module's conf and nginx's.
+#[derive(Clone, Copy)]
+pub struct Upstream<'a> {
+    pub zone: &'a Zone,
+    pub scf: &'a SrvConf,
+    uscf: &'a ngx_http_upstream_srv_conf_t,
+}
+
+impl<'a> Upstream<'a> {
+    /// # Safety
+    /// `uscf` must be the live upstream conf whose module conf is `scf`, in a worker (its
+    /// peer data is then its balancer's, round-robin peers when `scf` has a pool).
+    pub unsafe fn new(
+        zone: &'a Zone,
+        scf: &'a SrvConf,
+        uscf: &'a ngx_http_upstream_srv_conf_t,
+    ) -> Upstream<'a> {
+        Upstream { zone, scf, uscf }
+    }
+}
+
+/// Brings this worker's peers in line with the pool's state in the zone, if it changed since
+/// the worker last looked (the common case costs one atomic read and a comparison).
+#[inline]
+pub fn follow(up: Upstream<'_>, now: u64) {
+    let Some(pool) = up.scf.pool.as_ref() else {
+        return;
+    };
+    let local = &pool.local;
+    let current = up.zone.stamp(up.scf.home.get());
+    // SAFETY: `Upstream::new`'s contract.
+    if current.is_some()
+        && current == local.applied.get()
+        && !unsafe { peers::moved(up.uscf, local) }
+    {
+        return;
+    }
+    if current.is_none() && local.applied.get() == Some(MISSING) && now < local.next_due.get() {
+        // The upstream's own breaker is missing (the zone is full): ejection is off; look
+        // again once a second.
+        return;
+    }
+    let mut locked = up.zone.lock();
+    sync(&mut locked, up, pool, now);
+}
+
+/// Reads every server's state under the lock (held through `locked`) and applies it to the
+/// peers.
+fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
+    let (zone, scf) = (up.zone, up.scf);
+    let local = &pool.local;
+    let home = locked
+        .get_or_find(scf.home.get(), &scf.key(default_route()))
+        .map(|b| b.handle());
+    let Some(home) = home else {
+        local.applied.set(Some(MISSING));
+        local.next_due.set(now.saturating_add(1000));
+        return;
+    };
+    scf.home.set(home);
+    let stamp = zone.stamp(home);
+    let mut out = 0;
+    let mut next_due = u64::MAX;
+    for s in &pool.servers {
+        let Some(b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
+            // No breaker (the zone is full): the server stays in.
+            s.out.set(false);
+            continue;
+        };
+        s.handle.set(b.handle());
+        let state = b.state();
+        s.out.set(eject::is_out(state));
+        out += u32::from(eject::is_out(state));
+        let due = match (state, b.gate()) {
+            _ if b.config().active || b.forced().is_some() => u64::MAX,
+            (State::Open, Gate::Reject { until_ms, .. }) => until_ms,
+            (State::HalfOpen, _) => now,
+            _ => u64::MAX,
+        };
+        next_due = next_due.min(due);
+    }
+    local.out.set(out);
+    local.next_due.set(next_due);
+    local.applied.set(stamp);
+    // SAFETY: `Upstream::new`'s contract.
+    unsafe { peers::apply(up.uscf, pool) };
+}
+
+/// The server an attempt was sent to, from the `pc->name` the balancer set.
+///
+/// # Safety
+/// `name` must be null or the name of the peer the balancer chose for the attempt.
+#[inline]
+pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
+    let map = pool.local.peers.try_borrow().ok()?;
+    if let Some(p) = map.iter().find(|p| core::ptr::eq(p.name, name)) {
+        return Some(p.server);
+    }
+    // A peer built after the map (an upstream `zone` that resolves names): by address.
+    // SAFETY: per the caller.
+    let name = unsafe { name.as_ref() }?.as_bytes();
+    pool.servers
+        .iter()
+        .position(|s| s.name.as_bytes() == name)
+        .map(|i| i as u16)
+}
+
+/// How many peers this worker's balancer skips because their server is out: a request gets
+/// that many fewer tries, as it would with `server … down`.
+#[inline]
+pub fn downed(scf: &SrvConf) -> u32 {
+    scf.pool.as_ref().map_or(0, |p| p.local.downed.get())
+}
+
+/// A probe this request is to make: the server, its ticket, and where to connect.
+pub struct Probe {
+    pub server: u16,
+    pub ticket: Ticket,
+    pub sockaddr: *mut nginx_sys::sockaddr,
+    pub socklen: nginx_sys::socklen_t,
+    pub name: *mut ngx_str_t,
+}
+
+/// Claims the probe of an ejected server whose cooldown ended, for the request about to
+/// make its first attempt: `None` (without the lock) until one is due.
+#[inline]
+pub fn claim_probe(scf: &SrvConf, zone: &Zone, now: u64) -> Option<Probe> {
+    let pool = scf.pool.as_ref()?;
+    if now < pool.local.next_due.get() || pool.cfg.active {
+        return None;
+    }
+    claim_probe_locked(pool, zone, now)
+}
+
+#[cold]
+fn claim_probe_locked(pool: &Pool, zone: &Zone, now: u64) -> Option<Probe> {
+    let mut locked = zone.lock();
+    let mut next_due = u64::MAX;
+    let mut claimed = None;
+    for (i, s) in pool.servers.iter().enumerate() {
+        if !s.out.get() {
+            continue;
+        }
+        let Some(mut b) = locked.get(s.handle.get(), s.key_hash) else {
+            continue;
+        };
+        if claimed.is_some() {
+            next_due = next_due.min(now);
+            continue;
+        }
+        let (ticket, again) = eject::claim_probe(&mut b, now, rnd(), pid(), &process_alive);
+        if let Some(t) = ticket {
+            claimed = Some((i as u16, t));
+        }
+        if let Some(wait) = again {
+            next_due = next_due.min(now.saturating_add(wait));
+        }
+    }
+    pool.local.next_due.set(next_due);
+    let (server, ticket) = claimed?;
+    let Some(peer) = pool
+        .local
+        .peers
+        .try_borrow()
+        .ok()
+        .and_then(|m| m.iter().find(|p| p.server == server).copied())
+    else {
+        // No peer to send it to (the map is not built yet): give the slot back.
+        if let Some(mut b) = locked.get(pool.servers[server as usize].handle.get(), {
+            pool.servers[server as usize].key_hash
+        }) {
+            b.release(now, ticket);
+        }
+        return None;
+    };
+    // SAFETY: a peer of a configured server, never freed while the configuration lives.
+    let p = unsafe { &mut *peer.peer };
+    Some(Probe {
+        server,
+        ticket,
+        sockaddr: p.sockaddr,
+        socklen: p.socklen,
+        name: &mut p.name,
+    })
+}
+
+/// Records an attempt sent to server `server` with `ticket`, under the lock the caller
+/// holds through `locked`; ejects it (within the cap) or returns it, logs the move, and when
+/// the pool changed tells every worker and applies it to this worker's peers at once.
+pub fn record(
+    locked: &mut Locked<'_>,
+    up: Upstream<'_>,
+    server: u16,
+    ticket: Ticket,
+    attempt: &Attempt,
+    now: u64,
+    log: *mut ngx_log_t,
+) {
+    let scf = up.scf;
+    let Some(pool) = scf.pool.as_ref() else {
+        return;
+    };
+    let local = &pool.local;
+    if up.zone.stamp(scf.home.get()) != local.applied.get() {
+        // Another worker moved a server since this one looked: the cap must count it.
+        sync(locked, up, pool, now);
+    }
+    let Some(s) = pool.servers.get(server as usize) else {
+        return;
+    };
+    let mut count = eject::Pool {
+        out: local.out.get(),
+        max: pool.max_ejected,
+    };
+    let m = {
+        let Some(mut b) = locked.get(s.handle.get(), s.key_hash) else {
+            return;
+        };
+        let (_, m) = eject::record(&mut b, &mut count, now, rnd(), ticket, attempt);
+        m
+    };
+    let Some(m) = m else { return };
+    log_move(log, scf, s, &m);
+    if m.changes_pool() {
+        if let Some(home) = locked.get(scf.home.get(), scf.home_hash()) {
+            home.bump_stamp();
+        }
+    }
+    sync(locked, up, pool, now);
+}
+
+/// Gives back the probe slot of a request that ended before its probe's outcome.
+pub fn release(zone: &Zone, scf: &SrvConf, server: u16, ticket: Ticket, now: u64) {
+    let Some(s) = scf
+        .pool
+        .as_ref()
+        .and_then(|p| p.servers.get(server as usize))
+    else {
+        return;
+    };
+    let mut locked = zone.lock();
+    if let Some(mut b) = locked.get(s.handle.get(), s.key_hash) {
+        b.release(now, ticket);
+    };
+}
+
+/// One `warn` line per ejection and return, with its numbers.
+fn log_move(log: *mut ngx_log_t, scf: &SrvConf, s: &Server, m: &Move) {
+    let (verb, t) = match m {
+        Move::Ejected(t) | Move::Kept(t) => ("ejected", t),
+        Move::Returned(t) => ("returned", t),
+    };
+    let back = t.detail.as_deref().map(|d| {
+        d.strip_prefix("retry in ")
+            .map_or(d.to_owned(), |s| format!("back in {s}"))
+    });
+    match back {
+        Some(d) => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" server {} {}: {}, {}",
+                scf.name,
+                s.name,
+                verb,
+                t.reason,
+                d
+            );
+        }
+        None => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" server {} {}: {}",
+                scf.name,
+                s.name,
+                verb,
+                t.reason
+            );
+        }
+    }
+}
+
+/// An operator's `action=eject` (out until `restore`, whatever the cap says) or
+/// `action=restore` (back in, a fresh window) of `server`: the server's new view, or `None`
+/// for an unknown server (or one whose breaker the zone could not hold).
+pub fn control(
+    zone: &Zone,
+    scf: &SrvConf,
+    server: &str,
+    eject: bool,
+    now: u64,
+) -> Option<BreakerView> {
+    let pool = scf.pool.as_ref()?;
+    let s = pool.servers.iter().find(|s| s.name == server)?;
+    let mut locked = zone.lock();
+    let view = {
+        let mut b = locked.find(&scf.server_key(s))?;
+        let action = if eject {
+            Control::ForceOpen
+        } else {
+            Control::Reset
+        };
+        b.control(now, rnd(), action);
+        b.view(now)
+    };
+    if let Some(home) = locked.find(&scf.key(default_route())) {
+        home.bump_stamp();
+    }
+    Some(view)
+}
+
+/// The servers of each upstream, with their breakers' views, for the status page: in
+/// configuration order, each with its backup flag.
+pub fn servers(scf: &SrvConf) -> impl Iterator<Item = (&str, bool)> {
+    scf.pool
+        .iter()
+        .flat_map(|p| p.servers.iter().map(|s| (s.name.as_str(), s.backup)))
+}
+
+/// For active probes (`probe_uri`): the ejected servers of `scf` whose probe is due at `now`,
+/// each claimed for the caller — send one probe to each address and report it with
+/// [`record_probe`] and the ticket (or give it back with [`release`]).
+pub fn probes_due(zone: &Zone, scf: &SrvConf, now: u64) -> Vec<(u16, String, Ticket)> {
+    let Some(pool) = scf.pool.as_ref() else {
+        return Vec::new();
+    };
+    let mut locked = zone.lock();
+    let mut due = Vec::new();
+    for (i, s) in pool.servers.iter().enumerate() {
+        let Some(mut b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
+            continue;
+        };
+        s.handle.set(b.handle());
+        if let Some(t) = b.active_probe(now, rnd(), pid(), &process_alive) {
+            due.push((i as u16, s.name.clone(), t));
+        }
+    }
+    due
+}
+
+/// Reports an active probe of server `server` (see [`probes_due`]): a good one returns the
+/// server to the pool in every worker.
+pub fn record_probe(
+    up: Upstream<'_>,
+    server: u16,
+    ticket: Ticket,
+    attempt: &Attempt,
+    now: u64,
+    log: *mut ngx_log_t,
+) {
+    let mut locked = up.zone.lock();
+    record(&mut locked, up, server, ticket, attempt, now, log);
+}

@@ -1,0 +1,174 @@
+//! The balancer's side: nginx's round-robin peers (`ngx_http_upstream_rr_peers_t`, a primary
+//! list and its `next`, the backup list), which round robin, `least_conn`, `hash`,
+//! `ip_hash` and `random` all keep and all skip when `down`. Without an upstream `zone` each
+//! worker has its own copy; with one they live in shared memory, changed under their own
+//! lock, and (nginx 1.27.3 and later) a name resolved at run time may replace a peer.
+
+use nginx_sys::{
+    ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_http_upstream_srv_conf_t,
+    ngx_uint_t,
+};
+
+use crate::conf::{PeerRef, Pool, PoolLocal};
+
+/// The `down` value of a peer this module took out: true for every balancer, as `down` is,
+/// and told apart from a configured `down` (1) or another module's, which are never cleared.
+const EJECTED: ngx_uint_t = 0xe7;
+
+/// The names of the servers of an upstream whose balancer keeps round-robin peers, in
+/// configuration order, with whether each is a backup: one per address, configured `down`
+/// ones left out (their state is the operator's), names resolved at run time too (they have
+/// no address yet). `None` when the balancer keeps no such peers.
+///
+/// # Safety
+/// During configuration, once every upstream's balancer is initialised.
+pub unsafe fn configured(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(String, bool)>> {
+    let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
+    // SAFETY: a balancer's peer data; round robin's starts with its peers list, whose `name`
+    // is the upstream's own host (what tells it from another balancer's data).
+    let peers = unsafe { peers.as_ref() }?;
+    if !core::ptr::eq(peers.name, &uscf.host) {
+        return None;
+    }
+    let mut out: Vec<(String, bool)> = Vec::new();
+    for (list, backup) in [(Some(peers), false), (unsafe { peers.next.as_ref() }, true)] {
+        let Some(list) = list else { continue };
+        let mut p = list.peer;
+        // SAFETY: a list of peers built at configuration time.
+        while let Some(peer) = unsafe { p.as_ref() } {
+            let name = String::from_utf8_lossy(peer.name.as_bytes()).into_owned();
+            if peer.down == 0 && !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, backup));
+            }
+            p = peer.next;
+        }
+    }
+    Some(out)
+}
+
+/// The peers lists of a live upstream: primary, then backup (null when none).
+///
+/// # Safety
+/// `uscf` must be a live upstream conf whose balancer keeps round-robin peers.
+unsafe fn lists(uscf: &ngx_http_upstream_srv_conf_t) -> [*mut ngx_http_upstream_rr_peers_t; 2] {
+    let primary = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
+    // SAFETY: per the caller; the backup list, if any, is the primary's `next`.
+    let backup = unsafe { primary.as_ref() }.map_or(core::ptr::null_mut(), |p| p.next);
+    [primary, backup]
+}
+
+/// Whether an upstream `zone` changed its peers since the map was built.
+///
+/// # Safety
+/// As for [`lists`].
+#[inline]
+pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> bool {
+    // SAFETY: per the caller.
+    unsafe { config(uscf) }.is_some_and(|c| c != local.peers_config.get())
+}
+
+/// `*peers->config`: bumped by an upstream `zone` whenever its peers change.
+///
+/// # Safety
+/// As for [`lists`].
+#[cfg(all(ngx_upstream_zone, ngx_zone_peers_config))]
+#[inline]
+unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
+    let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
+    // SAFETY: per the caller; `config` is null, or a counter in the upstream zone that other
+    // workers change under the peers' lock: a word read, atomic on every platform nginx runs
+    // on, and only compared.
+    unsafe {
+        let c = (*peers).config;
+        (!c.is_null()).then(|| core::ptr::read_volatile(c))
+    }
+}
+
+#[cfg(not(all(ngx_upstream_zone, ngx_zone_peers_config)))]
+#[inline]
+unsafe fn config(_uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
+    None
+}
+
+/// Holds a peers list's lock (an upstream `zone`'s; none without one) until dropped.
+struct Write<'a>(&'a mut ngx_http_upstream_rr_peers_t);
+
+impl<'a> Write<'a> {
+    #[cfg(ngx_upstream_zone)]
+    fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
+        if !list.shpool.is_null() {
+            // SAFETY: the list's own lock in the upstream zone, as nginx's macro takes it.
+            unsafe { nginx_sys::ngx_rwlock_wlock(&mut list.rwlock) };
+        }
+        Write(list)
+    }
+
+    #[cfg(not(ngx_upstream_zone))]
+    fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
+        Write(list)
+    }
+}
+
+impl Drop for Write<'_> {
+    fn drop(&mut self) {
+        #[cfg(ngx_upstream_zone)]
+        if !self.0.shpool.is_null() {
+            // SAFETY: taken in `lock`.
+            unsafe { nginx_sys::ngx_rwlock_unlock(&mut self.0.rwlock) };
+        }
+    }
+}
+
+/// Marks each peer of a server that is out `down` ([`EJECTED`]) and clears the mark of each
+/// that is back in (a dry run marks nothing), rebuilding the map of peers to servers first
+/// when there is none or an upstream `zone` changed its peers; counts the peers left out.
+///
+/// # Safety
+/// As for [`lists`], in a worker.
+pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
+    let local = &pool.local;
+    let Ok(mut map) = local.peers.try_borrow_mut() else {
+        return;
+    };
+    // SAFETY: per the caller.
+    let config = unsafe { config(uscf) };
+    let rebuild = map.is_empty() || config.is_some_and(|c| c != local.peers_config.get());
+    if rebuild {
+        map.clear();
+        local.peers_config.set(config.unwrap_or(0));
+    }
+    let mut downed = 0;
+    // SAFETY: per the caller.
+    for list in unsafe { lists(uscf) } {
+        // SAFETY: null or a peers list of the upstream, which lives as long as its
+        // configuration; other workers change it only under its lock, taken here.
+        let Some(list) = (unsafe { list.as_mut() }) else {
+            continue;
+        };
+        let w = Write::lock(list);
+        let mut p = w.0.peer;
+        // SAFETY: the list's peers, which its lock (held) keeps in place.
+        while let Some(peer) = unsafe { p.as_mut() } {
+            let name = peer.name.as_bytes();
+            let server = pool.servers.iter().position(|s| s.name.as_bytes() == name);
+            if let Some(i) = server {
+                if rebuild {
+                    map.push(PeerRef {
+                        peer: core::ptr::from_mut::<ngx_http_upstream_rr_peer_t>(peer),
+                        name: &peer.name,
+                        server: i as u16,
+                    });
+                }
+                let out = pool.servers[i].out.get() && !pool.cfg.dry_run;
+                if out && peer.down == 0 {
+                    peer.down = EJECTED;
+                } else if !out && peer.down == EJECTED {
+                    peer.down = 0;
+                }
+                downed += u32::from(peer.down == EJECTED);
+            }
+            p = peer.next;
+        }
+    }
+    local.downed.set(downed);
+}
