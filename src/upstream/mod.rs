@@ -397,6 +397,7 @@ fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<
         };
         b.record(now, rnd(), ticket, attempt, true)
     };
+
     drop(locked);
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
