@@ -35,6 +35,7 @@ fn bench(c: &mut Criterion) {
         size: 32 << 20,
         used: 21 << 20,
         alloc_failures: 0,
+        control: false,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();
