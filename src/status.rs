@@ -1,11 +1,14 @@
-//! The status location: JSON or Prometheus text of every breaker, and with `control=on` the
-//! operator's force_open / force_close / reset. Each breaker's view is taken under the zone
+//! The status location: JSON or Prometheus text of every breaker, or the dashboard page that
+//! polls the JSON, and with `control=on` the operator's force_open / force_close / reset. Each breaker's view is taken under the zone
 //! lock (in batches, see `Zone::visit`) and the page is rendered after the lock is released,
 //! so a large page never holds the lock while formatting.
 
 use circuit_breaker_core::breaker::Control;
-use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
-use circuit_breaker_core::status::{self, Entry, ZoneView, PROMETHEUS_CONTENT_TYPE};
+use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
+use circuit_breaker_core::status::{
+    self, Entry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE,
+    PROMETHEUS_CONTENT_TYPE,
+};
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_uint_t,
@@ -15,7 +18,7 @@ use nginx_sys::{
 use ngx::http::HttpModuleLocationConf;
 
 use crate::conf::{LocConf, MainConf, StatusMode};
-use crate::util::{guard, hash_name, key_hash, now_ms, rnd, static_str};
+use crate::util::{guard, hash_name, key_hash, now_ms, push_header, rnd, static_str};
 use crate::zone::{Key, Zone, DEFAULT_ROUTE};
 use crate::Module;
 
@@ -50,10 +53,17 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         Ok(q) => q,
         Err(reason) => return send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
     };
+    let accept = accept_headers(r);
+    let method = match method {
+        NGX_HTTP_POST => Method::Post,
+        NGX_HTTP_HEAD => Method::Head,
+        _ => Method::Get,
+    };
+    let format = query::negotiate(&query, &accept, method);
     // SAFETY: our own zone (or none).
     let zone = unsafe { Zone::from_shm(mcf.zone) };
     if control {
-        return control_breaker(r, mcf, zone, &query);
+        return control_breaker(r, mcf, zone, &query, format);
     }
     if query.action.is_some() {
         return send_text(
@@ -63,9 +73,20 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         );
     }
 
+    if format == Format::Html {
+        return send(
+            r,
+            NGX_HTTP_OK,
+            HTML_CONTENT_TYPE,
+            DASHBOARD_HTML.as_bytes(),
+            &query,
+        );
+    }
+
     let now = now_ms();
     let mut zview = ZoneView {
         name: mcf.zone_name.clone(),
+        control: lcf.status == StatusMode::Control,
         ..ZoneView::default()
     };
     let mut entries = Vec::new();
@@ -86,21 +107,22 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     }
     // Oldest first: nodes are pushed at the head, so reverse for configuration order.
     entries.reverse();
-    let accept = accept_header(r);
-    if query::wants_prometheus(&query, accept) {
+    if format == Format::Prometheus {
         let body = status::render_prometheus(&zview, &entries);
-        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body)
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, &query)
     } else {
         let body = status::render_json(&zview, &entries);
-        send(r, NGX_HTTP_OK, "application/json", &body)
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, &query)
     }
 }
 
-fn accept_header(r: &ngx_http_request_t) -> Option<&[u8]> {
+/// Every `Accept` field's value: HTTP reads several as one comma-separated list.
+fn accept_headers(r: &ngx_http_request_t) -> Vec<&[u8]> {
     // SAFETY: headers_in is the request's parsed headers list.
-    let mut it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
-    it.find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
+    let it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    it.filter(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
         .map(|(_, v)| v.as_bytes())
+        .collect()
 }
 
 /// `POST ?upstream=…&route=…&action=…`: changes one breaker and answers with its new JSON.
@@ -109,6 +131,7 @@ fn control_breaker(
     mcf: &MainConf,
     zone: Option<Zone>,
     q: &Query,
+    format: Format,
 ) -> ngx_int_t {
     let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
         let missing = if q.upstream.is_none() {
@@ -188,27 +211,42 @@ fn control_breaker(
         client
     );
     let _ = transition; // the operator's line above says what happened
-    let body = status::render_breaker_json(&Entry {
+    let entry = Entry {
         upstream: upstream.to_owned(),
         route: route.to_owned(),
         view,
-    });
-    send(r, NGX_HTTP_OK, "application/json", &body)
+    };
+    if format == Format::Prometheus {
+        let body = status::render_breaker_prometheus(&mcf.zone_name, &entry);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
+    } else {
+        let body = status::render_breaker_json(&entry);
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
+    }
 }
 
 fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {
     let mut body = line.as_bytes().to_vec();
     body.push(b'\n');
-    send(r, status, "text/plain", &body)
+    send(r, status, "text/plain", &body, &Query::default())
 }
 
-/// Sends a whole response from one buffer, as the stub_status module does.
+/// Sends a whole response from one buffer, as the stub_status module does; with
+/// `Vary: Accept` when the format came from `Accept` (no `format=` in `q`), so that a cache
+/// does not hand the page to a scraper.
 fn send(
     r: &mut ngx_http_request_t,
     status: u32,
     content_type: &'static str,
     body: &[u8],
+    q: &Query,
 ) -> ngx_int_t {
+    if status == NGX_HTTP_OK && q.format.is_none() {
+        // SAFETY: headers_out.headers is the request's live list; the value is static.
+        if !unsafe { push_header(&mut r.headers_out.headers, "Vary", static_str("Accept")) } {
+            return NGX_ERROR as ngx_int_t;
+        }
+    }
     r.headers_out.status = status as ngx_uint_t;
     r.headers_out.content_type = static_str(content_type);
     r.headers_out.content_type_len = content_type.len();
