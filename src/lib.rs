@@ -1,68 +1,70 @@
-//! ngx_http_circuit_breaker_module: registration only. Directives live in `conf`, the shared
-//! zone in `zone`, the upstream hooks in `upstream`, responses and variables in `respond`, and
-//! the status location in `status`.
+//! ngx_http_circuit_breaker_module: registration, and the wiring between the rooms — the
+//! configuration (`conf`), the shared zone (`zone`), a request's state (`request`), the
+//! upstream hooks (`upstream`), what clients see (`respond`) and the status location
+//! (`status`). Imports run one way: handlers → request → conf → zone → core.
 
+mod clock;
 mod conf;
+mod ffi;
+pub mod net;
+mod request;
 mod respond;
 mod status;
 mod upstream;
-mod util;
 mod zone;
 
 use core::ffi::c_void;
 use core::ptr::{addr_of, addr_of_mut, null_mut};
 
 use nginx_sys::{
-    ngx_command_t, ngx_conf_set_flag_slot, ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t,
-    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1,
-    NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET,
-    NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF,
+    ngx_command_t, ngx_conf_set_flag_slot, ngx_conf_t, ngx_cycle_t, ngx_http_module_t, ngx_int_t,
+    ngx_module_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS,
+    NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
+    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
+    NGX_HTTP_UPS_CONF, NGX_LOG_NOTICE, NGX_OK,
 };
-use ngx::http::{HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf};
+use ngx::http::{HttpModule, HttpModuleMainConf};
 use ngx::ngx_string;
 
-use crate::conf::{LocConf, MainConf, SrvConf};
+use crate::conf::{directives, setup, LocConf, Module};
+use crate::ffi::guard;
 
-/// The module's type for ngx-rust's configuration helpers.
-pub(crate) struct Module;
-
-impl HttpModule for Module {
-    fn module() -> &'static ngx_module_t {
-        // SAFETY: the module static is only written by nginx while loading, before any request.
-        unsafe { &*addr_of!(ngx_http_circuit_breaker_module) }
-    }
-
-    unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        respond::add_variables(cf)
-    }
-
-    unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        conf::postconfiguration(cf)
+unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: nginx passes the configuration being parsed, inside the http block.
+    unsafe {
+        let rc = respond::add_variables(cf);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
+        setup::find_upstream_modules(cf)
     }
 }
 
-// SAFETY: the types match the create_*_conf functions in the module context below.
-unsafe impl HttpModuleMainConf for Module {
-    type MainConf = MainConf;
-}
-// SAFETY: as above.
-unsafe impl HttpModuleServerConf for Module {
-    type ServerConf = SrvConf;
-}
-// SAFETY: as above.
-unsafe impl HttpModuleLocationConf for Module {
-    type LocationConf = LocConf;
+unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: as above; every upstream has its balancer's peer.init by now.
+    unsafe {
+        let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
+        respond::add_header_filter();
+        setup::add_phase_handler(
+            cf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+            Some(upstream::precontent::handler),
+        )
+    }
 }
 
 static NGX_HTTP_CIRCUIT_BREAKER_MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
-    preconfiguration: Some(Module::preconfiguration),
-    postconfiguration: Some(Module::postconfiguration),
+    preconfiguration: Some(preconfiguration),
+    postconfiguration: Some(postconfiguration),
     create_main_conf: Some(Module::create_main_conf),
     init_main_conf: None,
     create_srv_conf: Some(Module::create_srv_conf),
     merge_srv_conf: None,
     create_loc_conf: Some(Module::create_loc_conf),
-    merge_loc_conf: Some(conf::merge_loc_conf),
+    merge_loc_conf: Some(setup::merge_loc_conf),
 };
 
 const fn cmd(
@@ -71,6 +73,7 @@ const fn cmd(
     set: unsafe extern "C" fn(*mut ngx_conf_t, *mut ngx_command_t, *mut c_void) -> *mut i8,
     conf: usize,
     offset: usize,
+    post: *mut c_void,
 ) -> ngx_command_t {
     ngx_command_t {
         name,
@@ -78,7 +81,7 @@ const fn cmd(
         set: Some(set),
         conf,
         offset,
-        post: null_mut(),
+        post,
     }
 }
 
@@ -86,37 +89,43 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 7] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-        conf::set_zone,
+        directives::set_zone,
         NGX_HTTP_MAIN_CONF_OFFSET,
         0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker"),
         NGX_HTTP_UPS_CONF | NGX_CONF_ANY,
-        conf::set_breaker,
+        directives::set_breaker,
         NGX_HTTP_SRV_CONF_OFFSET,
         0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker_failure"),
         NGX_HTTP_UPS_CONF | NGX_CONF_1MORE,
-        conf::set_failure,
+        directives::set_failure,
         NGX_HTTP_SRV_CONF_OFFSET,
         0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker_route"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-        conf::set_route,
+        directives::set_route,
         NGX_HTTP_LOC_CONF_OFFSET,
         0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker_status"),
         NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1,
-        conf::set_status,
+        directives::set_status,
         NGX_HTTP_LOC_CONF_OFFSET,
         0,
+        // The content handler the directive installs.
+        status::handler as *mut c_void,
     ),
     cmd(
         ngx_string!("circuit_breaker_header"),
@@ -124,20 +133,52 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 7] = [
         ngx_conf_set_flag_slot,
         NGX_HTTP_LOC_CONF_OFFSET,
         core::mem::offset_of!(LocConf, header),
+        null_mut(),
     ),
     ngx_command_t::empty(),
 ];
 
+/// `init_module`, where a new configuration is committed (nginx exits rather than fall back
+/// after this point): the zone's breakers are brought in line with it.
+unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx passes the cycle being committed.
+        let cycle = unsafe { &*cycle };
+        let Some(mcf) = <Module as HttpModuleMainConf>::main_conf_mut(cycle) else {
+            return NGX_OK as ngx_int_t; // no http block
+        };
+        // SAFETY: our own zone, initialised and mapped in the master by now.
+        let Some(zone) = (unsafe { zone::Zone::from_shm(mcf.zone) }) else {
+            return NGX_OK as ngx_int_t;
+        };
+        let reused = zone.generation() > 0;
+        let done = zone.reconcile(&setup::wanted(mcf), clock::mono_ms());
+        mcf.generation = done.generation;
+        if reused && done.dropped + done.reset > 0 {
+            ngx::ngx_log_error!(
+                NGX_LOG_NOTICE,
+                cycle.log,
+                "circuit breaker zone \"{}\": {} breaker(s) dropped, {} reset by the new configuration",
+                mcf.zone_name.0,
+                done.dropped,
+                done.reset
+            );
+        }
+        NGX_OK as ngx_int_t
+    })
+}
+
 ngx::ngx_modules!(ngx_http_circuit_breaker_module);
 
-/// The module nginx loads.
+/// The module nginx loads (exported by name: `conf::Module` refers to it).
 #[used]
+#[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     ctx: addr_of!(NGX_HTTP_CIRCUIT_BREAKER_MODULE_CTX) as _,
     // SAFETY: only the address is taken; nginx reads the table while loading.
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
-    init_module: Some(zone::init_module),
+    init_module: Some(init_module),
     ..ngx_module_t::default()
 };

@@ -1,82 +1,102 @@
-//! What a client sees: the short-circuit 503, the stale path check, `X-Circuit-State`, and the
+//! What a client sees: the short-circuit 503 (from the PRECONTENT phase or from `peer.init`),
+//! whether a stale cache entry may answer instead, `X-Circuit-State`, and the
 //! `$circuit_breaker_state` / `$circuit_breaker_route` variables.
 
 use core::ptr::null_mut;
 
-use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_finalize_request,
     ngx_http_output_header_filter_pt, ngx_http_request_empty_handler, ngx_http_request_t,
     ngx_http_top_header_filter, ngx_http_upstream_t, ngx_http_variable_value_t, ngx_int_t,
-    ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR,
-    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
+    ngx_list_push, ngx_list_t, ngx_pnalloc, ngx_str_t, ngx_table_elt_t, ngx_uint_t, NGX_ERROR,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
 };
-use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_string;
 
-use crate::conf::LocConf;
-use crate::upstream::{cleanup_handler, PeerData};
-use crate::util::{guard, push_header, static_str};
-use crate::Module;
+use crate::ffi::guard;
+use crate::request::{self, Label};
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 
-/// Stores the request's PeerData as the module ctx.
-pub fn set_ctx(r: &mut ngx_http_request_t, pd: &mut PeerData) {
-    // SAFETY: r->ctx has a slot per module; ctx_index is ours.
-    unsafe {
-        *r.ctx
-            .add(<Module as ngx::http::HttpModule>::module().ctx_index) =
-            (pd as *mut PeerData).cast();
-    }
-}
-
-/// The request's PeerData if this location (since the last internal redirect) set it.
-pub fn ctx_here(r: &ngx_http_request_t) -> Option<&'static mut PeerData> {
-    // SAFETY: r->ctx has a slot per module.
-    let ctx = unsafe {
-        *r.ctx
-            .add(<Module as ngx::http::HttpModule>::module().ctx_index)
+/// Appends a header whose name is static and whose value lives in the request pool.
+///
+/// Hand-written rather than `ngx::http::Request::add_header_out`, which copies both strings
+/// into the pool and hashes a lower-cased copy of the name: on the open path that is ~10 %
+/// of a short-circuit's work (see `scripts/bench-instructions`). nginx's own
+/// `add_header` builds output headers the same way.
+pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_str_t) -> bool {
+    // SAFETY: a request's headers list holds ngx_table_elt_t elements.
+    let h = unsafe { ngx_list_push(list) }.cast::<ngx_table_elt_t>();
+    // SAFETY: null or the element just pushed, which we fill whole.
+    let Some(h) = (unsafe { h.as_mut() }) else {
+        return false;
     };
-    // SAFETY: only set_ctx writes our slot, with a PeerData that lives as long as the request.
-    unsafe { ctx.cast::<PeerData>().as_mut() }
+    h.hash = 1;
+    h.key = ngx_str_t {
+        len: key.len(),
+        data: key.as_ptr().cast_mut(),
+    };
+    h.value = value;
+    h.lowcase_key = null_mut();
+    #[cfg(ngx_table_elt_next)]
+    {
+        h.next = null_mut();
+    }
+    true
 }
 
-/// The request's PeerData: the module ctx, or, after an internal redirect cleared it (such as
-/// `error_page 503`), the data of our pool cleanup, which outlives redirects.
-pub fn get_ctx(r: &ngx_http_request_t) -> Option<&'static mut PeerData> {
-    if let Some(pd) = ctx_here(r) {
-        return Some(pd);
+pub(crate) fn static_value(s: &'static str) -> ngx_str_t {
+    ngx_str_t {
+        len: s.len(),
+        data: s.as_ptr().cast_mut(),
     }
-    if !core::ptr::eq(r.main, r) {
-        return None; // subrequests share the main request's pool
+}
+
+/// Adds `Retry-After` (whole seconds, at least 1) and `X-Circuit-State`.
+fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> bool {
+    let secs = retry_after_ms.div_ceil(1000).max(1);
+    let mut buf = itoa::Buffer::new();
+    let text = buf.format(secs).as_bytes();
+    // SAFETY: the request pool is live.
+    let Some(p) = (unsafe { ngx_pnalloc(r.pool, text.len()).cast::<u8>().as_mut() }) else {
+        return false;
+    };
+    // SAFETY: `p` has text.len() bytes.
+    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len()) };
+    let value = ngx_str_t {
+        len: text.len(),
+        data: p,
+    };
+    let ok = push_header(&mut r.headers_out.headers, "Retry-After", value)
+        && push_header(
+            &mut r.headers_out.headers,
+            "X-Circuit-State",
+            static_value(label.name()),
+        );
+    if let Some(state) = request::here(r) {
+        state.header_added = true;
     }
-    let handler = cleanup_handler();
-    // SAFETY: the pool's cleanup list is a live singly linked list.
-    let mut c = unsafe { (*r.pool).cleanup };
-    // SAFETY: each link is null or a live cleanup record.
-    while let Some(cl) = unsafe { c.as_ref() } {
-        if cl.handler.is_some_and(|h| h as usize == handler as usize) {
-            // SAFETY: our handler's data is always a PeerData.
-            return Some(unsafe { &mut *cl.data.cast::<PeerData>() });
-        }
-        c = cl.next;
+    ok
+}
+
+/// The short-circuit answer from the PRECONTENT phase: the phase engine finalizes the
+/// request with the returned 503 (so `error_page 503` applies), before any upstream exists.
+pub fn reject(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> ngx_int_t {
+    if !add_reject_headers(r, label, retry_after_ms) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    None
+    NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
 }
 
 /// Whether nginx can answer this request from a stale cache entry instead of the origin:
 /// the entry exists but expired, and `proxy_cache_use_stale` includes `error` (or the cached
 /// response allowed `stale-if-error`).
-///
-/// # Safety
-/// `r` and `u` must be the live request and its upstream.
 #[cfg(ngx_http_cache)]
-pub unsafe fn can_serve_stale(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+pub fn can_serve_stale(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
     if u.cache_status() != nginx_sys::NGX_HTTP_CACHE_EXPIRED {
         return false;
     }
-    // SAFETY: u.conf is the location's upstream conf.
+    // SAFETY: u.conf is the location's upstream conf, live for the configuration.
     let use_stale = unsafe { (*u.conf).cache_use_stale }
         & nginx_sys::NGX_HTTP_UPSTREAM_FT_ERROR as ngx_uint_t
         != 0;
@@ -86,62 +106,8 @@ pub unsafe fn can_serve_stale(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -
 
 /// Without a cache there is never a stale entry.
 #[cfg(not(ngx_http_cache))]
-pub unsafe fn can_serve_stale(_r: &ngx_http_request_t, _u: &ngx_http_upstream_t) -> bool {
+pub fn can_serve_stale(_r: &ngx_http_request_t, _u: &ngx_http_upstream_t) -> bool {
     false
-}
-
-/// Adds `Retry-After` (whole seconds to the next probe, at least 1) and `X-Circuit-State`.
-fn add_reject_headers(r: &mut ngx_http_request_t, state: State, retry_after_ms: u64) -> bool {
-    let secs = retry_after_ms.div_ceil(1000).max(1);
-    // Digits by hand: the formatting machinery costs more than the rest of a short-circuit.
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut v = secs;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let text = &digits[i..];
-    // SAFETY: the request pool is live.
-    let buf = unsafe { ngx_pnalloc(r.pool, text.len()) }.cast::<u8>();
-    if buf.is_null() {
-        return false;
-    }
-    // SAFETY: buf has text.len() bytes.
-    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
-    let value = ngx_str_t {
-        len: text.len(),
-        data: buf,
-    };
-    // SAFETY: headers_out.headers is the request's live list.
-    let ok = unsafe {
-        push_header(&mut r.headers_out.headers, "Retry-After", value)
-            && push_header(
-                &mut r.headers_out.headers,
-                "X-Circuit-State",
-                static_str(state.name()),
-            )
-    };
-    if let Some(pd) = get_ctx(r) {
-        pd.header_added = true;
-    }
-    ok
-}
-
-/// The short-circuit answer from the PRECONTENT phase: the phase engine finalizes the
-/// request with the returned 503 (so `error_page 503` applies), before any upstream exists.
-///
-/// # Safety
-/// `r` must be the live request.
-pub unsafe fn reject(r: &mut ngx_http_request_t, state: State, retry_after_ms: u64) -> ngx_int_t {
-    if !add_reject_headers(r, state, retry_after_ms) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    }
-    NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
 }
 
 /// Answers `503` with `Retry-After` and `X-Circuit-State` from inside `peer.init`, before any
@@ -153,17 +119,17 @@ pub unsafe fn reject(r: &mut ngx_http_request_t, state: State, retry_after_ms: u
 /// `error_page` and sends the special response), and that NGX_DONE releases it.
 ///
 /// # Safety
-/// `r` and `u` must be the live request and its upstream, called from `peer.init`.
+/// `r` and `u` must be the live request and its upstream, called from `peer.init`, with no
+/// borrow of the request's state live (the header filter reads it).
 pub unsafe fn short_circuit(
     r: &mut ngx_http_request_t,
     u: &mut ngx_http_upstream_t,
-    state: State,
+    label: Label,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    if !add_reject_headers(r, state, retry_after_ms) {
+    if !add_reject_headers(r, label, retry_after_ms) {
         return NGX_ERROR as ngx_int_t;
     }
-
     #[cfg(ngx_http_cache)]
     // SAFETY: as ngx_http_upstream_finalize_request does: release the cache node this request
     // may hold (the "updating" lock) before the upstream is abandoned.
@@ -178,46 +144,43 @@ pub unsafe fn short_circuit(
             *u.cleanup = None;
             u.cleanup = null_mut();
         }
-        // The upstream had installed its broken-connection checks; they must not run for a
-        // request it no longer owns.
-        r.read_event_handler = Some(ngx_http_block_reading);
-        r.write_event_handler = Some(ngx_http_request_empty_handler);
-        let main = &mut *r.main;
-        main.set_count(main.count() + 1);
-        ngx_http_finalize_request(r, NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t);
     }
+    // The upstream had installed its broken-connection checks; they must not run for a
+    // request it no longer owns.
+    r.read_event_handler = Some(ngx_http_block_reading);
+    r.write_event_handler = Some(ngx_http_request_empty_handler);
+    // SAFETY: the main request is live while any of its requests is.
+    let main = unsafe { &mut *r.main };
+    main.set_count(main.count() + 1);
+    // SAFETY: a live request; the extra reference above keeps it alive through this call.
+    unsafe { ngx_http_finalize_request(r, NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t) };
     NGX_ERROR as ngx_int_t
 }
 
 /// Adds `X-Circuit-State` to responses that went through a breaker: always when the request
 /// was short-circuited, otherwise when `circuit_breaker_header on`.
 unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    let add = guard(false, || {
+    guard((), || {
         // SAFETY: nginx passes a live request.
         let req = unsafe { &mut *r };
-        let Some(pd) = get_ctx(req) else { return false };
-        if pd.header_added {
-            return false;
+        let on = request::loc_conf(req).is_some_and(|l| l.header == 1);
+        let Some(state) = request::find(req) else {
+            return;
+        };
+        let Some(label) = state.label else { return };
+        if state.header_added || !(state.short_circuited || on) {
+            return;
         }
-        let Some(state) = pd.state else { return false };
-        let on = Module::location_conf(req).is_some_and(|l: &LocConf| l.header == 1);
-        if !(pd.short_circuited || on) {
-            return false;
-        }
-        pd.header_added = true;
-        // SAFETY: the request's live headers list.
-        unsafe {
-            push_header(
-                &mut req.headers_out.headers,
-                "X-Circuit-State",
-                static_str(state.name()),
-            )
-        }
+        state.header_added = true;
+        push_header(
+            &mut req.headers_out.headers,
+            "X-Circuit-State",
+            static_value(label.name()),
+        );
     });
-    let _ = add;
-    // SAFETY: set in add_header_filter to the previous top filter.
+    // SAFETY: set in add_header_filter to the previous top filter, during configuration.
     match unsafe { NEXT_HEADER_FILTER } {
-        // SAFETY: the next filter in nginx's chain.
+        // SAFETY: the next filter in nginx's chain, with the request it was given.
         Some(next) => unsafe { next(r) },
         None => NGX_OK as ngx_int_t,
     }
@@ -236,6 +199,9 @@ pub unsafe fn add_header_filter() {
 }
 
 /// Registers `$circuit_breaker_state` and `$circuit_breaker_route`.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed (preconfiguration).
 pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     let vars: [(ngx_str_t, usize); 2] = [
         (ngx_string!("circuit_breaker_state"), 0),
@@ -245,7 +211,7 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: `cf` is live during preconfiguration.
         let v =
             unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t) };
-        // SAFETY: non-null variable record just added.
+        // SAFETY: null or the variable record just added.
         let Some(v) = (unsafe { v.as_mut() }) else {
             return NGX_ERROR as ngx_int_t;
         };
@@ -262,18 +228,26 @@ unsafe extern "C" fn variable(
 ) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx passes a live request and a value to fill.
-        let (req, v) = unsafe { (&*r, &mut *v) };
-        let text: &str = match get_ctx(req) {
-            Some(pd) if data == 0 => pd.state.map_or("", State::name),
-            Some(pd) if pd.state.is_some() => pd.route(),
+        let (req, v) = unsafe { (&mut *r, &mut *v) };
+        let text: &str = match request::find(req) {
+            Some(s) if data == 0 => s.label.map_or("", Label::name),
+            // SAFETY-free: the route name lives in the loc conf for the configuration.
+            Some(s) if s.label.is_some() => route_name(s),
             _ => "",
         };
         v.set_len(text.len() as u32);
         v.set_valid(1);
         v.set_no_cacheable(0);
         v.set_not_found(0);
-        // The strings are 'static or live in the loc conf for the cycle.
         v.data = text.as_ptr().cast_mut();
         NGX_OK as ngx_int_t
     })
+}
+
+/// The route's name, which lives as long as the configuration (longer than the variable's
+/// value is used).
+fn route_name(s: &request::RequestState) -> &'static str {
+    // SAFETY: route names live in loc confs (or a static) for the configuration's lifetime,
+    // which outlasts every request run under it.
+    unsafe { &*(s.route().name.as_str() as *const str) }
 }

@@ -11,16 +11,18 @@ use circuit_breaker_core::status::{
 };
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
-    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_uint_t,
-    NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_INTERNAL_SERVER_ERROR,
-    NGX_HTTP_NOT_ALLOWED, NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_LOG_WARN, NGX_OK,
+    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
+    ngx_uint_t, NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_GET, NGX_HTTP_HEAD,
+    NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED,
+    NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_LOG_WARN, NGX_OK,
 };
-use ngx::http::HttpModuleLocationConf;
 
-use crate::conf::{LocConf, MainConf, StatusMode};
-use crate::util::{guard, hash_name, key_hash, now_ms, push_header, rnd, static_str};
-use crate::zone::{Key, Zone, DEFAULT_ROUTE};
-use crate::Module;
+use crate::clock::{mono_ms, rnd, wall_ms};
+use crate::conf::{MainConf, Route, StatusMode};
+use crate::ffi::{guard, nginx_version, MODULE_VERSION};
+use crate::request;
+use crate::respond::{push_header, static_value};
+use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
 
 /// The content handler of `circuit_breaker_status`.
 pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
@@ -31,21 +33,20 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 }
 
 unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
-    let Some(lcf) = Module::location_conf(r) else {
+    let Some(lcf) = request::loc_conf(r) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let lcf: &LocConf = lcf;
     let method = r.method as u32;
     let control = method == NGX_HTTP_POST && lcf.status == StatusMode::Control;
     if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 && !control {
         return NGX_HTTP_NOT_ALLOWED as ngx_int_t;
     }
-    // SAFETY: live request.
+    // SAFETY: a live request.
     let rc = unsafe { ngx_http_discard_request_body(r) };
     if rc != NGX_OK as ngx_int_t {
         return rc;
     }
-    // SAFETY: set in set_status; the main conf lives for the cycle.
+    // SAFETY: set in set_status; the main conf lives as long as the configuration.
     let Some(mcf) = (unsafe { lcf.main.as_ref() }) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
@@ -60,7 +61,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         _ => Method::Get,
     };
     let format = query::negotiate(&query, &accept, method);
-    // SAFETY: our own zone (or none).
+    // SAFETY: our own zone (or none), mapped in every worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) };
     if control {
         return control_breaker(r, mcf, zone, &query, format);
@@ -72,35 +73,35 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
             "\"action\" needs a POST request to a location with \"control=on\"",
         );
     }
-
     if format == Format::Html {
-        return send(
-            r,
-            NGX_HTTP_OK,
-            HTML_CONTENT_TYPE,
-            DASHBOARD_HTML.as_bytes(),
-            &query,
-        );
+        let page = DASHBOARD_HTML.as_bytes();
+        return send(r, NGX_HTTP_OK, HTML_CONTENT_TYPE, page, &query);
     }
-
-    let now = now_ms();
+    let mono = mono_ms();
+    let wall = zone
+        .as_ref()
+        .map_or_else(wall_ms, |z| z.wall_clock(mono, wall_ms()));
     let mut zview = ZoneView {
-        name: mcf.zone_name.clone(),
+        name: mcf.zone_name.0.clone(),
+        module_version: MODULE_VERSION,
+        nginx_version: nginx_version(),
         control: lcf.status == StatusMode::Control,
         ..ZoneView::default()
     };
     let mut entries = Vec::new();
     if let Some(zone) = zone {
-        (zview.used, zview.size, zview.alloc_failures) = zone.visit(|e| {
+        (zview.used, zview.size, zview.alloc_failures) = zone.visit(mono, |e| {
             let (u, rt) = (
                 String::from_utf8_lossy(e.upstream),
                 String::from_utf8_lossy(e.route),
             );
             if query::matches(&query, &u, &rt) {
+                let mut view = e.view;
+                view.on_wall_clock(mono, wall);
                 entries.push(Entry {
                     upstream: u.into_owned(),
                     route: rt.into_owned(),
-                    view: e.breaker.view(now),
+                    view,
                 });
             }
         });
@@ -145,57 +146,62 @@ fn control_breaker(
             &format!("missing parameter \"{missing}\""),
         );
     };
-    let route = q.route.as_deref().unwrap_or(DEFAULT_ROUTE);
+    let route = Route::new(q.route.as_deref().unwrap_or(DEFAULT_ROUTE));
     let not_found = |r: &mut ngx_http_request_t| {
         send_text(
             r,
             NGX_HTTP_NOT_FOUND,
-            &format!("no circuit breaker for upstream \"{upstream}\" route \"{route}\""),
+            &format!(
+                "no circuit breaker for upstream \"{upstream}\" route \"{}\"",
+                route.name
+            ),
         )
     };
     // Known breakers: an upstream's own, and (upstream, route) where a location of that route
     // passes to that upstream (or to an upstream chosen at run time). Anything else is
     // unknown: a mistyped pair must not create a breaker no request can reach.
-    let scf = mcf.upstreams.iter().find_map(|&s| {
-        // SAFETY: upstream confs live for the cycle.
-        let s = unsafe { &*s };
-        (s.name == upstream).then_some(s)
-    });
-    let (Some(scf), Some(zone)) = (scf, zone) else {
+    let (Some(scf), Some(zone)) = (mcf.upstream(upstream), zone) else {
         return not_found(r);
     };
     let Some(cfg) = scf.breaker.as_ref() else {
         return not_found(r);
     };
-    let key = Key {
-        hash: key_hash(scf.name_hash, hash_name(route.as_bytes())),
-        upstream: upstream.as_bytes(),
-        route: route.as_bytes(),
-    };
+    if !scf.knows_route(mcf, &route.name) {
+        return not_found(r);
+    }
     let ctl = match action {
         Action::ForceOpen => Control::ForceOpen,
         Action::ForceClose => Control::ForceClose,
         Action::Reset => Control::Reset,
     };
-    let now = now_ms();
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
     let outcome = {
         let mut locked = zone.lock();
-        let found = if scf.knows_route(mcf, route) {
-            locked.find_or_create(&key, cfg, mcf.generation).ok()
-        } else {
-            locked.find(&key)
-        };
-        found.map(|mut b| {
-            let t = b.control(now, rnd(), ctl);
-            (t, b.view(now))
-        })
+        locked
+            .find_or_create(&scf.key(&route), cfg, mcf.generation, mono)
+            .map(|mut b| {
+                b.control(mono, rnd(), ctl);
+                b.view(mono)
+            })
     };
-    let Some((transition, view)) = outcome else {
-        return not_found(r);
+    let mut view = match outcome {
+        Ok(v) => v,
+        Err(Missing::Stale) => return not_found(r),
+        Err(Missing::Full) => {
+            return send_text(
+                r,
+                NGX_HTTP_INSUFFICIENT_STORAGE,
+                &format!(
+                    "circuit breaker zone \"{}\" is full: no breaker for upstream \"{upstream}\" route \"{}\"",
+                    mcf.zone_name.0, route.name
+                ),
+            )
+        }
     };
+    view.on_wall_clock(mono, wall);
     // SAFETY: a live request's connection.
     let c = unsafe { &*r.connection };
-    let client = String::from_utf8_lossy(c.addr_text.as_bytes());
     let verb = match action {
         Action::ForceOpen => "forced open",
         Action::ForceClose => "forced closed",
@@ -206,18 +212,17 @@ fn control_breaker(
         c.log,
         "circuit breaker \"{}/{}\" {} by {}",
         upstream,
-        route,
+        route.name,
         verb,
-        client
+        String::from_utf8_lossy(c.addr_text.as_bytes())
     );
-    let _ = transition; // the operator's line above says what happened
     let entry = Entry {
         upstream: upstream.to_owned(),
-        route: route.to_owned(),
+        route: route.name.clone(),
         view,
     };
     if format == Format::Prometheus {
-        let body = status::render_breaker_prometheus(&mcf.zone_name, &entry);
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
     } else {
         let body = status::render_breaker_json(&entry);
@@ -241,17 +246,20 @@ fn send(
     body: &[u8],
     q: &Query,
 ) -> ngx_int_t {
-    if status == NGX_HTTP_OK && q.format.is_none() {
-        // SAFETY: headers_out.headers is the request's live list; the value is static.
-        if !unsafe { push_header(&mut r.headers_out.headers, "Vary", static_str("Accept")) } {
-            return NGX_ERROR as ngx_int_t;
-        }
+    if status == NGX_HTTP_OK
+        && q.format.is_none()
+        && !push_header(&mut r.headers_out.headers, "Vary", static_value("Accept"))
+    {
+        return NGX_ERROR as ngx_int_t;
     }
     r.headers_out.status = status as ngx_uint_t;
-    r.headers_out.content_type = static_str(content_type);
+    r.headers_out.content_type = ngx_str_t {
+        len: content_type.len(),
+        data: content_type.as_ptr().cast_mut(),
+    };
     r.headers_out.content_type_len = content_type.len();
     r.headers_out.content_length_n = body.len() as i64;
-    // SAFETY: live request.
+    // SAFETY: a live request.
     let rc = unsafe { ngx_http_send_header(r) };
     if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || r.header_only() != 0 {
         return rc;

@@ -244,9 +244,12 @@ bad('failure class http_600', {
 	"${cb}_failure",
 	qq{invalid value "http_600" in "${cb}_failure" directive});
 
+# found once the upstream block is parsed: named at the block, as nginx's own
+# "no servers are inside upstream"
+
 bad('circuit_breaker_failure without circuit_breaker', {
 	UPSTREAM => "${cb}_failure error timeout;" },
-	"${cb}_failure",
+	'upstream u {',
 	qq{"${cb}_failure" requires "$cb" in upstream "u"});
 
 # circuit_breaker_zone
@@ -364,7 +367,7 @@ http {
 EOF
 
 good('every parameter and class, default zone', conf(
-	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0% "
+	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0.01% "
 		. 'slow=off slow_rate=100% open=1h max_open=2h jitter=0% '
 		. 'probes=1 probe_interval=500ms probe_latency=off dry_run;'
 		. "\n        ${cb}_failure error timeout invalid_header "

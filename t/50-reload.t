@@ -171,8 +171,9 @@ sub generations {
 		1 .. 6;
 }
 
+# the reconciliation notices (not the one a new zone logs at start)
 sub notices {
-	return $t->read_file('error.log') =~ /^.*\[notice\].*circuit breaker zone.*$/gm;
+	return $t->read_file('error.log') =~ /^.*\[notice\].*circuit breaker zone "[^"]*": .*$/gm;
 }
 
 # open all three

@@ -27,13 +27,14 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Origin;
 use CB::Response qw/ body /;
+use CB::Release qw/ version /;
 
 ###############################################################################
 
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(120);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(121);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -132,7 +133,7 @@ my %totals_fields = map { $_ => 'int' }
 		retry_after_503 opened half_opened closed /;
 my %zone_fields = (
 	zone => 'string', size => 'int', used => 'int', alloc_failures => 'int',
-	breakers => 'array',
+	module_version => 'string', breakers => 'array',
 );
 
 # checks that $obj has exactly the fields of %$spec with their types;
@@ -231,10 +232,13 @@ is($j->{size}, 1048576, 'zone size');
 cmp_ok($j->{used}, '>', 0, 'zone used');
 cmp_ok($j->{used}, '<=', $j->{size}, 'zone used within size');
 is($j->{alloc_failures}, 0, 'zone alloc_failures');
+is($j->{module_version}, version(), 'module_version is the crate version');
 
-# each upstream's own breaker exists from the start, fresh and closed
+# each upstream's own breaker, and one per route whose locations pass to it,
+# exist from the start, fresh and closed
 
-is(names($j), 'other/default up/default', 'default breakers listed at start');
+is(names($j), 'other/default up/checkout up/default',
+	'default and route breakers listed at start');
 my $fb = breaker($j, 'up', 'default') || {};
 ok($fb->{state} eq 'closed' && $fb->{state_code} == 0, 'fresh: closed');
 ok(near($fb->{since}, time(), 10), 'fresh: since is Unix seconds')

@@ -25,13 +25,14 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx qw/ :DEFAULT /;
 use CB::Origin;
 use CB::Response qw/ body /;
+use CB::Release qw/ version nginx_version /;
 
 ###############################################################################
 
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(73);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(74);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -288,6 +289,11 @@ for my $c (qw/ requests_total failures_total short_circuited_total
 	is($type->{"$prefix$c"}, 'counter', "$c is a counter");
 }
 is($type->{"${prefix}window_requests"}, 'gauge', 'window_requests is a gauge');
+
+# the build: the crate's version, the nginx it was built for (and runs in)
+
+is($s->{"${prefix}build_info{nginx=" . nginx_version($Test::Nginx::NGINX)
+	. ',version=' . version() . '}'}, 1, 'build_info');
 
 # zone figures
 

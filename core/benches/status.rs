@@ -17,6 +17,7 @@ fn entries(n: usize) -> Vec<Entry> {
                     7,
                     Ticket::Normal,
                     &Attempt::http(status, k * 7),
+                    true,
                 );
             }
             Entry {
@@ -35,6 +36,8 @@ fn bench(c: &mut Criterion) {
         size: 32 << 20,
         used: 21 << 20,
         alloc_failures: 0,
+        module_version: env!("CARGO_PKG_VERSION"),
+        nginx_version: "1.28.3",
         control: false,
     };
     let json = render_json(&zone, &entries).len();

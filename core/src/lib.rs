@@ -1,5 +1,8 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
 pub mod breaker;
-pub mod config;
+pub mod directive;
+pub mod fleet;
+pub mod limit;
+pub mod retry_budget;
 pub mod snapshot;
 pub mod status;

@@ -104,7 +104,8 @@ pub struct Totals {
     pub failures: u64,
     /// Slow attempts.
     pub slow: u64,
-    /// Requests answered without touching the origin (in dry run: that would have been).
+    /// Requests answered without touching the origin because the breaker was open or
+    /// half-open (in dry run: that would have been).
     pub short_circuited: u64,
     /// Probes started.
     pub probes: u64,
@@ -118,6 +119,9 @@ pub struct Totals {
     pub half_opened: u64,
     /// Transitions to closed.
     pub closed: u64,
+    /// Requests turned away by the recovery ramp (in dry run: that would have been); not in
+    /// `short_circuited`.
+    pub ramp_shed: u64,
 }
 
 /// Everything the status page shows of one breaker.
@@ -129,9 +133,10 @@ pub struct BreakerView {
     pub dry_run: bool,
     /// Operator-forced state, if any.
     pub forced: Option<Forced>,
-    /// When the current state began, Unix milliseconds.
+    /// When the current state began, on the clock the breaker runs on (see
+    /// [`BreakerView::on_wall_clock`]).
     pub since_ms: u64,
-    /// When the next probe may start, Unix milliseconds (open or half-open only).
+    /// When the next probe may start (open or half-open only), on the same clock.
     pub retry_at_ms: Option<u64>,
     /// The live window.
     pub window: WindowView,
@@ -139,10 +144,42 @@ pub struct BreakerView {
     pub latency: LatencyView,
     /// The current cooldown (doubles after each failed probe).
     pub cooldown_ms: u64,
-    /// Good probes in a row in the current half-open period.
+    /// Good probes in a row in the current open period.
     pub consecutive_probe_successes: u32,
+    /// Good probes in a row needed to close (open or half-open; 0 when closed or forced):
+    /// `probes` after a hard failure, more after a brownout or a relapse (see
+    /// [`judge`](crate::breaker::judge)).
+    pub probes_needed: u32,
+    /// The share of requests let through, in hundredths of a percent: below 10 000 while
+    /// the recovery ramp runs, 10 000 otherwise (whatever the state).
+    pub ramp_share: u32,
+    /// Until when peers' suspicion lowers the evidence needed to trip, if it is in force.
+    pub suspect_until_ms: Option<u64>,
     /// Running totals.
     pub totals: Totals,
     /// Why the last transition happened, with its numbers; empty before the first.
     pub last_transition: String,
+}
+
+impl BreakerView {
+    /// Moves the view's instants from the monotonic clock the breaker runs on to Unix
+    /// milliseconds, given a reading of each clock taken at the same moment. Durations are
+    /// measured on the monotonic clock only, so a step of the wall clock moves `since`,
+    /// `retry_at` and `suspect_until` with it but never shortens or stretches a cooldown.
+    pub fn on_wall_clock(&mut self, mono_now_ms: u64, wall_now_ms: u64) {
+        fn to_wall(t: u64, mono_now_ms: u64, wall_now_ms: u64) -> u64 {
+            if t >= mono_now_ms {
+                wall_now_ms.saturating_add(t - mono_now_ms)
+            } else {
+                wall_now_ms.saturating_sub(mono_now_ms - t)
+            }
+        }
+        self.since_ms = to_wall(self.since_ms, mono_now_ms, wall_now_ms);
+        self.retry_at_ms = self
+            .retry_at_ms
+            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+        self.suspect_until_ms = self
+            .suspect_until_ms
+            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+    }
 }

@@ -3,8 +3,8 @@
 mod common;
 
 use circuit_breaker_core::breaker::{
-    jittered, layout, Admission, Attempt, BreakerConfig, Bucket, Control, FailureClass, FailureSet,
-    Ticket, Transport, PROBE_LEASE_MS,
+    jittered, layout, Admission, Attempt, BreakerConfig, Bucket, Control, Ending, FailureClass,
+    FailureSet, Ticket, PROBE_LEASE_MS,
 };
 use circuit_breaker_core::snapshot::{Forced, State};
 use common::*;
@@ -52,9 +52,9 @@ fn trip_rules_table() {
         ("503 with Retry-After is not http_503", cfg(),
             vec![(20, retry_after(503, 1))], State::Closed, None),
         ("TLS errors are never origin failures", cfg(),
-            vec![(20, Attempt::transport(Transport::Tls, 5))], State::Closed, None),
+            vec![(20, Attempt::ended(Ending::Tls, 5))], State::Closed, None),
         ("aborted requests are not counted", cfg(),
-            vec![(10, ok()), (10, Attempt::transport(Transport::Aborted, 5)), (9, http(500))],
+            vec![(10, ok()), (10, Attempt::ended(Ending::NoVerdict, 5)), (9, http(500))],
             State::Closed, None),
     ];
     for (story, cfg, batches, state, reason) in table {
@@ -189,10 +189,7 @@ fn probe_failure_reasons_name_the_class() {
     for (a, reason) in [
         (http(500), "probe failed: http_500"),
         (timeout(), "probe failed: timeout"),
-        (
-            Attempt::transport(Transport::Error, 3),
-            "probe failed: error",
-        ),
+        (Attempt::ended(Ending::Error, 3), "probe failed: error"),
     ] {
         let mut s = Story::new(cfg());
         s.trip();
@@ -344,10 +341,10 @@ fn release_frees_the_slot_without_a_verdict() {
     s.wait(1000);
     let p = s.probe();
     // An aborted probe also just frees the slot.
-    s.record(p, &Attempt::transport(Transport::Aborted, 5));
+    s.record(p, &Attempt::ended(Ending::NoVerdict, 5));
     s.wait(1000);
     let p = s.probe();
-    s.record(p, &Attempt::transport(Transport::Tls, 5));
+    s.record(p, &Attempt::ended(Ending::Tls, 5));
     s.wait(1000);
     s.probe();
     let v = s.view();
@@ -595,8 +592,149 @@ fn view_reports_window_rates_and_latency() {
 
 #[test]
 fn a_breaker_with_ten_buckets_fits_in_two_kib() {
+    // The slab's 2 KiB class holds the shell's node header (64 B) and 16 B of slack besides.
     let (size, align) = layout(10);
-    assert!(size < 2048, "{size} bytes");
+    assert!(size <= 2048 - 64 - 16, "{size} bytes");
     assert!(align.is_power_of_two() && align <= 16);
     assert_eq!(layout(0).0 + 10 * std::mem::size_of::<Bucket>(), size);
+}
+
+#[test]
+fn probe_tickets_stay_unique_across_a_reset_by_reload() {
+    // Before the reload: a probe is in flight with the old breaker's ticket.
+    let mut s = Story::new(cfg());
+    s.b = circuit_breaker_core::breaker::OwnedBreaker::with_epoch(cfg(), s.now, 1);
+    s.trip();
+    s.wait(30_000);
+    let old = s.probe();
+    // The reload changed the parameters: the breaker starts afresh in the same memory, with
+    // the next epoch, trips again and grants its own first probe.
+    s.b = circuit_breaker_core::breaker::OwnedBreaker::with_epoch(cfg(), s.now, 2);
+    s.trip();
+    s.wait(30_000);
+    let new = s.probe();
+    assert_ne!(
+        old, new,
+        "a ticket from before the reset is never a ticket after it"
+    );
+    // The old probe ends well: it is not the new probe, whose slot stays taken.
+    s.record(old, &ok());
+    assert_eq!(s.view().consecutive_probe_successes, 0);
+    assert!(s.rejected() > 0, "the new probe still holds the slot");
+    s.record(new, &ok());
+    assert_eq!(s.view().consecutive_probe_successes, 1);
+}
+
+#[test]
+fn retry_at_says_when_the_next_probe_may_start_while_one_is_in_flight() {
+    let mut s = Story::new(cfg());
+    s.trip();
+    s.wait(30_000);
+    let _probe = s.probe();
+    s.wait(5_000); // the probe is slow: 5 s in flight
+    let v = s.view();
+    assert_eq!(v.state, State::HalfOpen);
+    let at = v.retry_at_ms.expect("a probe time");
+    assert!(
+        at > s.now,
+        "retry_at {at} is not in the past while a probe is in flight"
+    );
+    assert_eq!(at, s.now + 1_000, "one probe_interval from now");
+    assert_eq!(s.rejected(), 1_000, "and Retry-After agrees");
+}
+
+#[test]
+fn the_gate_answers_the_common_cases_without_the_lock() {
+    use circuit_breaker_core::breaker::Gate;
+    let mut s = Story::new(cfg());
+    assert_eq!(s.b.breaker().gate(), Gate::Pass);
+    assert_eq!(
+        Gate::Pass.admit(s.now, 0),
+        Some(Admission::Pass {
+            would_reject: false
+        })
+    );
+    s.trip();
+    let gate = s.b.breaker().gate();
+    assert_eq!(
+        gate,
+        Gate::Reject {
+            until_ms: s.now + 30_000,
+            wait_ms: 0
+        }
+    );
+    assert_eq!(
+        gate.admit(s.now + 10_000, 0),
+        Some(Admission::Reject {
+            retry_after_ms: 20_000
+        })
+    );
+    assert_eq!(
+        gate.admit(s.now + 30_000, 0),
+        None,
+        "the cooldown's end needs the lock"
+    );
+    s.wait(30_000);
+    let _probe = s.probe();
+    assert_eq!(s.b.breaker().gate(), Gate::Ask, "half-open asks");
+    s.control(Control::ForceOpen);
+    let forced = s.b.breaker().gate();
+    assert_eq!(
+        forced.admit(s.now + 3_600_000, 0),
+        Some(Admission::Reject {
+            retry_after_ms: 30_000
+        }),
+        "forced open rejects for good, announcing the open cooldown"
+    );
+    s.control(Control::ForceClose);
+    assert_eq!(s.b.breaker().gate(), Gate::Pass);
+
+    let mut dry = Story::new(BreakerConfig {
+        dry_run: true,
+        ..cfg()
+    });
+    dry.trip();
+    assert_eq!(
+        dry.b.breaker().gate(),
+        Gate::Ask,
+        "a dry run counts its would-be rejections under the lock"
+    );
+    dry.control(Control::ForceOpen);
+    assert_eq!(
+        dry.b.breaker().gate(),
+        Gate::Ask,
+        "even forced open, a dry run never rejects"
+    );
+}
+
+#[test]
+fn a_wall_clock_step_moves_since_but_never_a_cooldown() {
+    // The breaker runs on the monotonic clock; the wall clock steps back one hour while it is
+    // open. The cooldown ends 30 s of monotonic time later all the same, and the status page
+    // shows wall times taken from the wall clock of the moment.
+    const WALL: u64 = 1_764_484_800_000;
+    let mut s = Story::new(cfg());
+    s.trip();
+    let opened_mono = s.now;
+    let mut v = s.view();
+    v.on_wall_clock(s.now, WALL);
+    assert_eq!(v.since_ms, WALL);
+    assert_eq!(v.retry_at_ms, Some(WALL + 30_000));
+
+    s.wait(10_000);
+    let stepped_wall = WALL + 10_000 - 3_600_000;
+    let mut v = s.view();
+    v.on_wall_clock(s.now, stepped_wall);
+    assert_eq!(
+        v.since_ms,
+        stepped_wall - 10_000,
+        "since follows the wall clock"
+    );
+    assert_eq!(v.retry_at_ms, Some(stepped_wall + 20_000));
+    assert_eq!(s.rejected(), 20_000, "the cooldown did not move");
+
+    s.wait(20_000);
+    assert_eq!(s.now - opened_mono, 30_000);
+    let _probe = s.probe();
+    assert_eq!(s.state(), State::HalfOpen);
 }

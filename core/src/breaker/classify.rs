@@ -2,28 +2,29 @@
 
 use super::config::{BreakerConfig, FailureClass};
 
-/// How the connection to the upstream ended, before any HTTP status is considered.
+/// How an attempt ended, before any HTTP status is considered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub enum Ending {
     /// A response header was received; look at the status.
-    Ok,
+    Response,
     /// Connect, reset or read error.
     Error,
     /// The upstream timed out.
     Timeout,
     /// The upstream sent an invalid or incomplete header.
     InvalidHeader,
-    /// TLS handshake or certificate failure (never an origin failure).
+    /// A TLS protocol or certificate failure (never an origin failure).
     Tls,
-    /// The client went away before any response: not counted at all.
-    Aborted,
+    /// Nothing to judge the origin by: the client went away before any response, or nginx
+    /// retries for free a kept-alive connection the origin had closed. Not counted at all.
+    NoVerdict,
 }
 
 /// The outcome of one upstream attempt, as the nginx shell saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attempt {
-    /// How the connection ended.
-    pub transport: Transport,
+    /// How the attempt ended.
+    pub ending: Ending,
     /// HTTP status, 0 when there is none.
     pub status: u16,
     /// `Retry-After` of the response in seconds, if it had one.
@@ -36,17 +37,17 @@ impl Attempt {
     /// A response with `status`, no `Retry-After`, taking `response_ms`.
     pub fn http(status: u16, response_ms: u64) -> Attempt {
         Attempt {
-            transport: Transport::Ok,
+            ending: Ending::Response,
             status,
             retry_after_s: None,
             response_ms,
         }
     }
 
-    /// An attempt that ended at the transport level, with no status.
-    pub fn transport(transport: Transport, response_ms: u64) -> Attempt {
+    /// An attempt that ended without a status.
+    pub fn ended(ending: Ending, response_ms: u64) -> Attempt {
         Attempt {
-            transport,
+            ending,
             status: 0,
             retry_after_s: None,
             response_ms,
@@ -57,7 +58,7 @@ impl Attempt {
 /// What an [`Attempt`] means to the breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Verdict {
-    /// Recorded at all (false for aborted requests).
+    /// Recorded at all (false for [`Ending::NoVerdict`]).
     pub counted: bool,
     /// A failure (its class is in `circuit_breaker_failure`).
     pub failure: bool,
@@ -87,24 +88,24 @@ pub fn class_name(class: FailureClass) -> String {
 
 /// Classifies one attempt under `cfg`.
 ///
-/// Aborted attempts are not counted; TLS failures are counted apart and never fail; transport
+/// Attempts with no verdict are not counted; TLS failures are counted apart and never fail; transport
 /// errors fail when their class is configured; 5xx responses fail by code, except that a 503
 /// with `Retry-After` is its own class; 429 fails only when named; other statuses never fail.
 #[inline]
 pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
-    let class = match a.transport {
-        Transport::Aborted => return Verdict::default(),
-        Transport::Tls => {
+    let class = match a.ending {
+        Ending::NoVerdict => return Verdict::default(),
+        Ending::Tls => {
             return Verdict {
                 counted: true,
                 tls: true,
                 ..Verdict::default()
             }
         }
-        Transport::Error => Some(FailureClass::Error),
-        Transport::Timeout => Some(FailureClass::Timeout),
-        Transport::InvalidHeader => Some(FailureClass::InvalidHeader),
-        Transport::Ok => match a.status {
+        Ending::Error => Some(FailureClass::Error),
+        Ending::Timeout => Some(FailureClass::Timeout),
+        Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
+        Ending::Response => match a.status {
             503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
             500..=599 => Some(FailureClass::Http5xx(a.status)),
             429 => Some(FailureClass::Http429),
@@ -171,12 +172,13 @@ mod tests {
             ("503 + Retry-After is its own class", ra(503, 7), &default, true, false, false, true),
             ("503 + Retry-After fails when named", ra(503, 7), &with_429, true, true, false, true),
             ("500 + Retry-After is still http_500", ra(500, 7), &default, true, true, false, false),
-            ("error fails by default", Attempt::transport(Transport::Error, 5), &default, true, true, false, false),
-            ("timeout fails by default", Attempt::transport(Transport::Timeout, 5), &default, true, true, false, false),
-            ("timeout not named", Attempt::transport(Transport::Timeout, 5), &none, true, false, false, false),
-            ("invalid_header not in the default set", Attempt::transport(Transport::InvalidHeader, 5), &default, true, false, false, false),
-            ("TLS is never a failure", Attempt::transport(Transport::Tls, 5), &default, true, false, true, false),
-            ("aborted is not counted", Attempt::transport(Transport::Aborted, 5), &default, false, false, false, false),
+            ("error fails by default", Attempt::ended(Ending::Error, 5), &default, true, true, false, false),
+            ("timeout fails by default", Attempt::ended(Ending::Timeout, 5), &default, true, true, false, false),
+            ("timeout not named", Attempt::ended(Ending::Timeout, 5), &none, true, false, false, false),
+            ("invalid_header fails by default", Attempt::ended(Ending::InvalidHeader, 5), &default, true, true, false, false),
+            ("invalid_header not named", Attempt::ended(Ending::InvalidHeader, 5), &none, true, false, false, false),
+            ("TLS is never a failure", Attempt::ended(Ending::Tls, 5), &default, true, false, true, false),
+            ("no verdict is not counted", Attempt::ended(Ending::NoVerdict, 5), &default, false, false, false, false),
         ];
         for (name, a, cfg, counted, failure, tls, ra503) in table {
             let v = classify(a, cfg);

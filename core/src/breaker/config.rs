@@ -58,9 +58,11 @@ impl FailureClass {
 }
 
 impl FailureSet {
-    /// `error timeout http_500 http_502 http_503 http_504`.
-    pub const DEFAULT: FailureSet =
-        FailureSet::from_bits((1 << 101) | (1 << 102) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4));
+    /// `error timeout invalid_header http_500 http_502 http_503 http_504`: what nginx itself
+    /// answers with a 502 or 504 is a failure (an invalid header becomes nginx's own 502).
+    pub const DEFAULT: FailureSet = FailureSet::from_bits(
+        (1 << 101) | (1 << 102) | (1 << 103) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4),
+    );
 
     /// The empty set.
     pub const EMPTY: FailureSet = FailureSet([0, 0]);
@@ -116,6 +118,38 @@ pub struct BreakerConfig {
     pub probe_interval_ms: u32,
     /// A probe slower than this fails; 0 disables.
     pub probe_latency_ms: u32,
+    /// Recovery ramp: after the breaker closes by probes, the share of requests let through
+    /// rises linearly from `ramp_start` to 100 % over this many milliseconds; the rest are
+    /// turned away as when open ([`Admission::Recovering`](super::Admission::Recovering)).
+    /// 0 disables the ramp. An operator's `reset` or `force_close` never ramps.
+    pub ramp_ms: u32,
+    /// The share let through when a ramp begins, 0..=10000. The default, 10 %, is Envoy's
+    /// `slow_start` `min_weight_percent`: at 400 requests/s it still sends 40 a second, so the
+    /// fresh window reaches a `min_requests` of 20 within half a second and a relapse reopens
+    /// the breaker quickly, while a false recovery costs a tenth of the traffic.
+    pub ramp_start: u32,
+    /// While suspected by peers ([`Breaker::suspect`](super::Breaker::suspect)), the window
+    /// needs only this many requests (at most `min_requests`, at least 1) to trip at the same
+    /// rates, and never trips without a local failure (or slow call). The default, 5, is "a
+    /// handful": at a 50 % rate it takes 3 local failures out of 5, which a healthy path
+    /// with a 1 % background error rate produces by chance about once in 10 000 windows
+    /// (`C(5,3) · 0.01³`), and it is a quarter of the default `min_requests`.
+    pub suspect_min: u32,
+    /// Active probes (`probe_uri`): while open, no user request is ever let through as a
+    /// probe; the shell sends its own whenever
+    /// [`Breaker::active_probe`](super::Breaker::active_probe) hands it the slot, every
+    /// `probe_interval` (jittered), and the breaker stays open until enough of them succeed.
+    /// See [`Breaker`](super::Breaker) for how `open` and `max_open` apply then.
+    pub active: bool,
+    /// The cooldown survives a return to closed: a breaker that trips again less than
+    /// `max_open` after it closed by probes waits twice its last base cooldown (up to
+    /// `max_open`, jittered as always); one that stayed closed at least `max_open` starts
+    /// again from the first cooldown. For per-server breakers ("a jittered cooldown that
+    /// doubles on each repeated ejection, capped"): a server that flaps is kept out longer
+    /// each time, like Envoy's ejection time growing with the ejection count. Doubling matches
+    /// what a failed probe already does, and `max_open` of good standing — as long as the
+    /// longest ejection — earns a fresh start without another parameter.
+    pub repeat_backoff: bool,
     /// Evaluate and report, never short-circuit.
     pub dry_run: bool,
 }
@@ -138,6 +172,11 @@ impl Default for BreakerConfig {
             probes: 3,
             probe_interval_ms: 1000,
             probe_latency_ms: 0,
+            ramp_ms: 0,
+            ramp_start: 1000,
+            suspect_min: 5,
+            active: false,
+            repeat_backoff: false,
             dry_run: false,
         }
     }

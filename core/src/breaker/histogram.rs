@@ -3,7 +3,7 @@
 //! Bin 0 holds responses under 1 ms. Bins 1..=32 cover [1 ms, 65 536 ms) with bounds
 //! 2^((i-1)/2) .. 2^(i/2) ms, and bin 33 is open-ended (65.5 s and more).
 //!
-//! Error bound: [`Histogram::percentile`] reports, for the bin holding the wanted rank, the
+//! Error bound: [`HistogramSum::percentile`] reports, for the bin holding the wanted rank, the
 //! harmonic midpoint of the whole milliseconds the bin can hold, rounded to a whole
 //! millisecond. For any latency `x` below 65 536 ms the reported value `r` satisfies
 //! `|r - x| <= 0.172 * x + 0.5 ms` ((√2 - 1) / (√2 + 1) ≈ 17.2 % relative error, plus the

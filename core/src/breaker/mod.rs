@@ -5,16 +5,19 @@
 pub mod classify;
 pub mod config;
 pub mod histogram;
+pub mod judge;
 pub mod owned;
+pub mod ramp;
 pub mod reason;
 pub mod state;
 pub mod window;
 
-pub use classify::{classify, Attempt, Transport, Verdict};
+pub use classify::{classify, Attempt, Ending, Verdict};
 pub use config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
 pub use owned::OwnedBreaker;
+pub use ramp::RAMP_RETRY_AFTER_MS;
 pub use state::{
-    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Recorded,
-    Ticket, Transition, PROBE_LEASE_MS,
+    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
+    Recorded, Ticket, Transition, PROBE_LEASE_MS,
 };
 pub use window::Bucket;

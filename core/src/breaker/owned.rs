@@ -14,10 +14,15 @@ pub struct OwnedBreaker {
 }
 
 impl OwnedBreaker {
-    /// A fresh closed breaker created at `now_ms`.
+    /// A fresh closed breaker created at `now_ms` (epoch 0, see [`BreakerHeader::new`]).
     pub fn new(cfg: BreakerConfig, now_ms: u64) -> Self {
+        Self::with_epoch(cfg, now_ms, 0)
+    }
+
+    /// A fresh closed breaker whose probe tickets carry `epoch`.
+    pub fn with_epoch(cfg: BreakerConfig, now_ms: u64, epoch: u32) -> Self {
         OwnedBreaker {
-            hdr: Box::new(BreakerHeader::new(cfg, now_ms)),
+            hdr: Box::new(BreakerHeader::new(cfg, now_ms, epoch)),
             buckets: vec![Bucket::EMPTY; cfg.window_s as usize],
         }
     }

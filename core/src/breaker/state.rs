@@ -1,12 +1,59 @@
 //! The breaker's state machine over a header and a ring of buckets in shared memory.
+//!
+//! # Life of a breaker
+//!
+//! - **Closed**: every request passes ([`Admission::Pass`]); every attempt's outcome enters the
+//!   window ([`Breaker::record`]), and the one that makes failures (or slow calls) reach their
+//!   rate with at least `min_requests` in the window opens it — unless the caller says it may
+//!   not open now (`may_open`, the per-server `max_eject` cap), or the rate was reached without
+//!   a single failure (or slow call).
+//! - **Open**: requests are short-circuited ([`Admission::Reject`], `Retry-After` = time to the
+//!   next probe). What happens next depends on `active`:
+//!   - *Passive probes* (no `probe_uri`, as before): after the cooldown — the base cooldown
+//!     (`open`, doubled after each failed probe, up to `max_open`), jittered, raised to the
+//!     largest `Retry-After` an origin sent in the window, capped by `max_open` — the next
+//!     request turns the breaker **half-open** and is the probe; at most one probe in flight
+//!     and one started per `probe_interval` for the whole instance. A failed probe reopens it.
+//!   - *Active probes* (`active`): the breaker stays **open** throughout. User requests are
+//!     never probes; the shell asks [`Breaker::active_probe`] for the instance-wide probe slot
+//!     and sends its own request when it gets it: first one cooldown after opening — here
+//!     `probe_interval`, jittered (doubled on repeated trips with `repeat_backoff`), raised to
+//!     an origin's `Retry-After`, capped by `max_open` — then every `probe_interval`,
+//!     jittered. A failed active probe does not double anything (active probes are cheap): the
+//!     next comes one `probe_interval` later, or after the `Retry-After` it carried (capped
+//!     by `max_open`). So with active probes `open` is used only as the `Retry-After` of a
+//!     breaker forced open, and `max_open` only caps an origin's `Retry-After` and the
+//!     `repeat_backoff` doubling.
+//!
+//!   Either way, enough good probes in a row close the breaker: `probes` after a hard failure,
+//!   more after a brownout (see [`judge`]). A probe slower than `probe_latency`
+//!   failed.
+//! - **Recovering**: a breaker closed by probes with `ramp_ms` set lets through a share of
+//!   requests rising from `ramp_start` to 100 % over the ramp and turns the rest away
+//!   ([`Admission::Recovering`], `Retry-After` 1 s). It is closed for every other purpose: the
+//!   live window judges what passes and reopens it as usual.
+//!
+//! # Hooks for the fleet and for per-server breakers
+//!
+//! - [`Breaker::suspect`]: peers think the origin is failing; until then the breaker trips on
+//!   `suspect_min` requests instead of `min_requests`, at the same rates, never without a
+//!   local failure.
+//! - `may_probe` in [`Breaker::admit`]: another fleet member is the designated prober; this
+//!   instance stays open (or half-open) and starts no probe.
+//! - [`Breaker::hasten`]: peers report recovery; the cooldown ends now.
+//! - A breaker per server of an upstream uses the same machine (closed = in, open = ejected,
+//!   half-open = probing), typically with `probes=1`, `repeat_backoff`, and `may_open`
+//!   false in [`Breaker::record`] while `max_eject` servers are already out.
 
 use std::mem::{align_of, size_of};
 
 use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::HistogramSum;
+use super::judge;
+use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
-use super::window::{live_sums, Bucket, Sums};
+use super::window::{Bucket, Sums};
 use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
 
 /// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
@@ -18,6 +65,10 @@ const STATE_OPEN: u8 = 2;
 const FORCED_NONE: u8 = 0;
 const FORCED_OPEN: u8 = 1;
 const FORCED_CLOSED: u8 = 2;
+/// `flags`: a good probe was seen since the trip (a failed one now is a relapse).
+const GOOD_SEEN: u8 = 1;
+/// `flags`: the current closed period began with a close by probes (for `repeat_backoff`).
+const RECLOSED: u8 = 2;
 
 /// The fixed part of a breaker in shared memory; `window_s` [`Bucket`]s follow it (see
 /// [`layout`]). Plain integers only, so any worker may read and write it under the zone lock.
@@ -30,19 +81,36 @@ pub struct BreakerHeader {
     /// The latest clock reading seen; earlier readings are clamped to it.
     last_ms: u64,
     since_ms: u64,
+    /// Open: when the cooldown ends (passive) or the next active probe is due (active).
     retry_at_ms: u64,
     next_probe_at_ms: u64,
     probe_granted_ms: u64,
     /// The current (jittered, floored, capped) cooldown.
     cooldown_ms: u64,
-    /// The un-jittered cooldown: `open`, doubled after each failed probe, up to `max_open`.
+    /// The un-jittered cooldown: the first one (`open`, or `probe_interval` with active
+    /// probes), doubled after each failed passive probe and, with `repeat_backoff`, on each
+    /// repeated trip, up to `max_open`.
     base_cooldown_ms: u64,
-    probe_gen: u32,
+    /// The last probe ticket handed out: the breaker's epoch in the high half, a counter in
+    /// the low half (see [`BreakerHeader::new`]).
+    probe_gen: u64,
+    /// End of the recovery ramp; 0 when none was started since the last close.
+    ramp_until_ms: u64,
+    /// Until then, the breaker trips on `suspect_min` requests ([`Breaker::suspect`]).
+    suspect_until_ms: u64,
     probe_owner: u32,
+    /// Good probes in a row in the current open period.
     consecutive: u32,
+    /// Bad attempts (failed or slow) in a row recorded in the window, for [`judge::is_hard`].
+    run: u32,
+    /// Good probes in a row needed to close, set at the trip.
+    needed: u32,
+    /// The soft run of the current open period ([`judge::soft_run`]).
+    soft_needed: u32,
     state: u8,
     forced: u8,
     probe_busy: u8,
+    flags: u8,
     reason_len: u8,
     reason: [u8; REASON_BYTES],
 }
@@ -50,7 +118,12 @@ pub struct BreakerHeader {
 impl BreakerHeader {
     /// A closed breaker with an empty window, created at `now_ms`. Its buckets must be filled
     /// with [`Bucket::EMPTY`].
-    pub fn new(cfg: BreakerConfig, now_ms: u64) -> Self {
+    ///
+    /// `epoch` must differ from that of every earlier breaker that lived in the same memory
+    /// (the shell takes it from a counter in the zone), so that a probe ticket handed out
+    /// before a reset or a reload is never taken for one handed out after.
+    pub fn new(cfg: BreakerConfig, now_ms: u64, epoch: u32) -> Self {
+        let base = first_cooldown(&cfg);
         BreakerHeader {
             cfg,
             totals: Totals::default(),
@@ -63,14 +136,20 @@ impl BreakerHeader {
             retry_at_ms: 0,
             next_probe_at_ms: 0,
             probe_granted_ms: 0,
-            cooldown_ms: u64::from(cfg.open_ms),
-            base_cooldown_ms: u64::from(cfg.open_ms),
-            probe_gen: 0,
+            cooldown_ms: base,
+            base_cooldown_ms: base,
+            probe_gen: u64::from(epoch) << 32,
+            ramp_until_ms: 0,
+            suspect_until_ms: 0,
             probe_owner: 0,
             consecutive: 0,
+            run: 0,
+            needed: 0,
+            soft_needed: 0,
             state: STATE_CLOSED,
             forced: FORCED_NONE,
             probe_busy: 0,
+            flags: 0,
             reason_len: 0,
             reason: [0; REASON_BYTES],
         }
@@ -103,6 +182,22 @@ impl BreakerHeader {
     pub fn totals(&self) -> &Totals {
         &self.totals
     }
+
+    /// With active probes, when the next one is due (the shell arms its timer for it); `None`
+    /// when none will be (closed, forced, or passive probes).
+    pub fn active_probe_due_ms(&self) -> Option<u64> {
+        (self.cfg.active && self.state == STATE_OPEN && self.forced == FORCED_NONE)
+            .then_some(self.next_probe_at_ms)
+    }
+}
+
+/// The first base cooldown: `open`, or `probe_interval` with active probes.
+fn first_cooldown(cfg: &BreakerConfig) -> u64 {
+    u64::from(if cfg.active {
+        cfg.probe_interval_ms
+    } else {
+        cfg.open_ms
+    })
 }
 
 /// Size in bytes and alignment of a header followed by `window_s` buckets, for the shell's
@@ -123,24 +218,32 @@ pub const fn tail_offset() -> usize {
 pub enum Ticket {
     /// A normal request (every [`Admission::Pass`]).
     Normal,
-    /// The half-open probe, for the slot generation it was granted.
-    Probe(u32),
+    /// The probe (a half-open user request, or an active probe): the ticket it was granted,
+    /// unique in the zone's lifetime.
+    Probe(u64),
 }
 
 /// Whether a request may go to the upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
     /// Send it, with [`Ticket::Normal`]. `would_reject` is true only in dry run, where the
-    /// breaker would have short-circuited it.
+    /// breaker would have short-circuited it (or turned it away during the ramp).
     Pass {
         /// Dry run only: a real breaker would have rejected this request.
         would_reject: bool,
     },
     /// Send it as the half-open probe; report its outcome with this ticket.
     Probe(Ticket),
-    /// Short-circuit it.
+    /// Short-circuit it: the breaker is open or half-open (`X-Circuit-State: open` or
+    /// `half_open`).
     Reject {
         /// Time until a probe may start, at least 1 ms (for `Retry-After`).
+        retry_after_ms: u64,
+    },
+    /// Short-circuit it: the breaker is closed but ramping up after a recovery, and this
+    /// request falls outside the share let through (`X-Circuit-State: recovering`).
+    Recovering {
+        /// [`RAMP_RETRY_AFTER_MS`] (for `Retry-After`).
         retry_after_ms: u64,
     },
 }
@@ -172,8 +275,81 @@ pub struct Transition {
     pub to: State,
     /// Why, e.g. `failure rate 55% (22/40) >= 50% in 10s`.
     pub reason: String,
-    /// More, e.g. `retry in 30s` when opening.
+    /// More, e.g. `retry in 30s` when opening, `ramp from 10% over 10s` when closing.
     pub detail: Option<String>,
+}
+
+/// What a request may be told without the zone lock, as of the breaker's last change: the
+/// shell keeps it in atomics beside the breaker and refreshes it after every locked call, so
+/// that the common cases — closed, ramping, and open — cost no lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Let every request through (closed, or forced closed); outcomes are still recorded.
+    Pass,
+    /// Closed and ramping up: let through the share of [`ramp::share`] at the time of asking,
+    /// turn the rest away ([`Admission::Recovering`]); after `until_ms`, let everything
+    /// through.
+    Ramp {
+        /// End of the ramp.
+        until_ms: u64,
+        /// Length of the ramp (`ramp_ms`).
+        ramp_ms: u32,
+        /// Share at its start (`ramp_start`).
+        start: u32,
+    },
+    /// Short-circuit every request: until `until_ms` with `Retry-After` counting down to it,
+    /// then with `Retry-After` = `wait_ms` — or, when `wait_ms` is 0, only [`Breaker::admit`]
+    /// can tell (the cooldown of passive probes has ended). Open breakers; forced open is
+    /// `until_ms = u64::MAX`, announcing `wait_ms`.
+    Reject {
+        /// End of the cooldown, or time of the next active probe.
+        until_ms: u64,
+        /// The wait to announce after `until_ms` (or forever when it is `u64::MAX`); 0: ask.
+        wait_ms: u64,
+    },
+    /// Only [`Breaker::admit`], under the lock, can tell.
+    Ask,
+}
+
+impl Gate {
+    /// The admission this gate gives at `now_ms` to a request drawing the uniform `rnd`
+    /// without the lock, or `None` when only [`Breaker::admit`] can tell. A rejection or a
+    /// [`Admission::Recovering`] given here is not in the breaker's totals: the caller counts
+    /// it (in `short_circuited` or `ramp_shed`).
+    #[inline]
+    pub fn admit(self, now_ms: u64, rnd: u32) -> Option<Admission> {
+        match self {
+            Gate::Pass => Some(Admission::Pass {
+                would_reject: false,
+            }),
+            Gate::Ramp {
+                until_ms,
+                ramp_ms,
+                start,
+            } => Some(
+                if ramp::lets_through(ramp::share(until_ms, ramp_ms, start, now_ms), rnd) {
+                    Admission::Pass {
+                        would_reject: false,
+                    }
+                } else {
+                    Admission::Recovering {
+                        retry_after_ms: RAMP_RETRY_AFTER_MS,
+                    }
+                },
+            ),
+            Gate::Reject { until_ms, wait_ms } if now_ms < until_ms => Some(Admission::Reject {
+                retry_after_ms: if until_ms == u64::MAX {
+                    wait_ms.max(1)
+                } else {
+                    until_ms - now_ms
+                },
+            }),
+            Gate::Reject { wait_ms, .. } if wait_ms > 0 => Some(Admission::Reject {
+                retry_after_ms: wait_ms,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// An operator action from the control endpoint.
@@ -219,6 +395,60 @@ impl<'a> Breaker<'a> {
         self.hdr.state()
     }
 
+    /// The parameters the breaker runs with.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.hdr.cfg
+    }
+
+    /// The operator-forced state, if any.
+    pub fn forced(&self) -> Option<Forced> {
+        self.hdr.forced()
+    }
+
+    /// What requests may be told without the lock until the breaker next changes (as of the
+    /// latest clock reading it saw).
+    pub fn gate(&self) -> Gate {
+        let h = &*self.hdr;
+        match h.forced() {
+            Some(Forced::Closed) => return Gate::Pass,
+            // A dry run counts what it would have rejected, under the lock; it never rejects.
+            Some(Forced::Open) if h.cfg.dry_run => return Gate::Ask,
+            Some(Forced::Open) => {
+                return Gate::Reject {
+                    until_ms: u64::MAX,
+                    wait_ms: u64::from(h.cfg.open_ms),
+                }
+            }
+            None => {}
+        }
+        match h.state() {
+            State::Closed if h.ramp_until_ms > h.last_ms => {
+                if h.cfg.dry_run {
+                    // Counts its would-be turn-aways under the lock.
+                    Gate::Ask
+                } else {
+                    Gate::Ramp {
+                        until_ms: h.ramp_until_ms,
+                        ramp_ms: h.cfg.ramp_ms,
+                        start: h.cfg.ramp_start,
+                    }
+                }
+            }
+            State::Closed => Gate::Pass,
+            // A dry run counts what it would have rejected, under the lock.
+            _ if h.cfg.dry_run => Gate::Ask,
+            State::Open if h.cfg.active => Gate::Reject {
+                until_ms: h.retry_at_ms,
+                wait_ms: u64::from(h.cfg.probe_interval_ms).max(1),
+            },
+            State::Open => Gate::Reject {
+                until_ms: h.retry_at_ms,
+                wait_ms: 0,
+            },
+            State::HalfOpen => Gate::Ask,
+        }
+    }
+
     fn clock(&mut self, now_ms: u64) -> u64 {
         let now = now_ms.max(self.hdr.last_ms);
         self.hdr.last_ms = now;
@@ -227,17 +457,25 @@ impl<'a> Breaker<'a> {
 
     /// Decides whether a request goes to the upstream.
     ///
-    /// `rnd` is a uniform random number for jitter; `owner` identifies the caller (its worker)
-    /// should it get the probe slot; `owner_alive` tells whether the current holder of the
-    /// slot still exists, so that a slot of a vanished worker is reclaimed.
+    /// `rnd` is a uniform random number (jitter, and the ramp's draw); `owner` identifies the
+    /// caller (its worker) should it get the probe slot; `owner_alive` tells whether the
+    /// current holder of the slot still exists, so that a slot of a vanished worker is
+    /// reclaimed. `may_probe` false (another fleet member is the designated prober) keeps an
+    /// open breaker open after its cooldown and a half-open one from starting a probe: the
+    /// request is rejected with `Retry-After` = `probe_interval`.
+    ///
+    /// With active probes an open breaker rejects every request, `Retry-After` saying when
+    /// the next active probe is due (`probe_interval` once it is due or in flight).
     pub fn admit(
         &mut self,
         now_ms: u64,
         rnd: u32,
         owner: u32,
         owner_alive: &dyn Fn(u32) -> bool,
+        may_probe: bool,
     ) -> Decision {
         let now = self.clock(now_ms);
+        let interval = u64::from(self.hdr.cfg.probe_interval_ms).max(1);
         match self.hdr.forced() {
             Some(Forced::Closed) => return self.pass(None),
             Some(Forced::Open) => {
@@ -246,14 +484,69 @@ impl<'a> Breaker<'a> {
             }
             None => {}
         }
-        let transition = match self.hdr.state() {
-            State::Closed => return self.pass(None),
-            State::Open if now < self.hdr.retry_at_ms => {
-                return self.reject(self.hdr.retry_at_ms - now, None)
+        let h = &*self.hdr;
+        let transition = match h.state() {
+            State::Closed => {
+                let share = ramp::share(h.ramp_until_ms, h.cfg.ramp_ms, h.cfg.ramp_start, now);
+                if ramp::lets_through(share, rnd) {
+                    return self.pass(None);
+                }
+                return self.turn_away();
             }
+            State::Open if h.cfg.active => {
+                let wait = h.retry_at_ms.saturating_sub(now);
+                return self.reject(if wait > 0 { wait } else { interval }, None);
+            }
+            State::Open if now < h.retry_at_ms => return self.reject(h.retry_at_ms - now, None),
+            State::Open | State::HalfOpen if !may_probe => return self.reject(interval, None),
             State::Open => Some(self.half_open_now(now)),
             State::HalfOpen => None,
         };
+        if let Some(gen) = self.claim_probe(now, rnd, owner, owner_alive) {
+            return Decision {
+                admission: Admission::Probe(Ticket::Probe(gen)),
+                transition,
+            };
+        }
+        let h = &*self.hdr;
+        let wait = if h.probe_busy != 0 {
+            interval
+        } else {
+            h.next_probe_at_ms - now
+        };
+        self.reject(wait.max(1), transition)
+    }
+
+    /// With active probes, hands the instance-wide probe slot to `owner` when a probe is due
+    /// (the slot, its dead-owner reclaim and its lease are those of half-open probes): the
+    /// caller sends its probe request and reports it with [`Breaker::record`] (or
+    /// [`Breaker::release`]) and this ticket. `None`: no probe now — not open, forced, passive
+    /// probes, not due yet ([`BreakerHeader::active_probe_due_ms`]), or one is in flight. A
+    /// fleet member that is not the designated prober does not ask.
+    pub fn active_probe(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        owner: u32,
+        owner_alive: &dyn Fn(u32) -> bool,
+    ) -> Option<Ticket> {
+        let now = self.clock(now_ms);
+        self.hdr.active_probe_due_ms()?;
+        let gen = self.claim_probe(now, rnd, owner, owner_alive)?;
+        let h = &mut *self.hdr;
+        h.retry_at_ms = h.next_probe_at_ms;
+        Some(Ticket::Probe(gen))
+    }
+
+    /// Gives the probe slot to `owner` if it is free (or its holder died, or its lease ran
+    /// out) and a probe may start now; returns the ticket.
+    fn claim_probe(
+        &mut self,
+        now: u64,
+        rnd: u32,
+        owner: u32,
+        owner_alive: &dyn Fn(u32) -> bool,
+    ) -> Option<u64> {
         let h = &mut *self.hdr;
         if h.probe_busy != 0
             && (now.saturating_sub(h.probe_granted_ms) >= PROBE_LEASE_MS
@@ -261,25 +554,19 @@ impl<'a> Breaker<'a> {
         {
             h.probe_busy = 0;
         }
-        if h.probe_busy == 0 && now >= h.next_probe_at_ms {
-            h.probe_busy = 1;
-            h.probe_gen = h.probe_gen.wrapping_add(1);
-            h.probe_owner = owner;
-            h.probe_granted_ms = now;
-            let spacing = jittered(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter, rnd);
-            h.next_probe_at_ms = now.saturating_add(spacing);
-            h.totals.probes = h.totals.probes.saturating_add(1);
-            return Decision {
-                admission: Admission::Probe(Ticket::Probe(h.probe_gen)),
-                transition,
-            };
+        if h.probe_busy != 0 || now < h.next_probe_at_ms {
+            return None;
         }
-        let wait = if h.probe_busy != 0 {
-            u64::from(h.cfg.probe_interval_ms)
-        } else {
-            h.next_probe_at_ms - now
-        };
-        self.reject(wait.max(1), transition)
+        h.probe_busy = 1;
+        // The low half counts; the epoch in the high half stays.
+        h.probe_gen =
+            (h.probe_gen & !0xffff_ffff) | u64::from((h.probe_gen as u32).wrapping_add(1));
+        h.probe_owner = owner;
+        h.probe_granted_ms = now;
+        let spacing = jittered(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter, rnd);
+        h.next_probe_at_ms = now.saturating_add(spacing);
+        h.totals.probes = h.totals.probes.saturating_add(1);
+        Some(h.probe_gen)
     }
 
     fn pass(&self, transition: Option<Transition>) -> Decision {
@@ -305,19 +592,47 @@ impl<'a> Breaker<'a> {
         }
     }
 
+    /// A request the ramp turns away (a dry run only counts it).
+    fn turn_away(&mut self) -> Decision {
+        let t = &mut self.hdr.totals;
+        t.ramp_shed = t.ramp_shed.saturating_add(1);
+        let admission = if self.hdr.cfg.dry_run {
+            Admission::Pass { would_reject: true }
+        } else {
+            Admission::Recovering {
+                retry_after_ms: RAMP_RETRY_AFTER_MS,
+            }
+        };
+        Decision {
+            admission,
+            transition: None,
+        }
+    }
+
     fn holds_probe(&self, ticket: Ticket) -> bool {
+        let h = &*self.hdr;
+        let probing = h.state == STATE_HALF_OPEN
+            || (h.state == STATE_OPEN && h.cfg.active && h.forced == FORCED_NONE);
         matches!(ticket, Ticket::Probe(gen)
-            if self.hdr.probe_busy != 0
-                && gen == self.hdr.probe_gen
-                && self.hdr.state == STATE_HALF_OPEN)
+            if h.probe_busy != 0 && gen == h.probe_gen && probing)
     }
 
     /// Records the outcome of an attempt admitted with `ticket`.
     ///
-    /// In closed state a normal outcome enters the window and may open the breaker; the
-    /// current probe's outcome closes or reopens it; anything else (a stale probe ticket, a
+    /// In closed state a normal outcome enters the window and may open the breaker — unless
+    /// `may_open` is false (the per-server `max_eject` cap: the window keeps recording, and a
+    /// later outcome trips it once it may); the current probe's outcome (half-open, or an
+    /// active probe) may close it, and a failed half-open probe reopens it whatever
+    /// `may_open` says (the breaker was out already); anything else (a stale probe ticket, a
     /// normal request finishing while not closed) only counts in the totals.
-    pub fn record(&mut self, now_ms: u64, rnd: u32, ticket: Ticket, attempt: &Attempt) -> Recorded {
+    pub fn record(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        ticket: Ticket,
+        attempt: &Attempt,
+        may_open: bool,
+    ) -> Recorded {
         let now = self.clock(now_ms);
         let v = classify(attempt, &self.hdr.cfg);
         let probe = self.holds_probe(ticket);
@@ -352,7 +667,12 @@ impl<'a> Breaker<'a> {
                 v.retry_after_s,
                 attempt.response_ms,
             );
-            if h.forced == FORCED_NONE {
+            h.run = if v.failure || v.slow {
+                h.run.saturating_add(1)
+            } else {
+                0
+            };
+            if h.forced == FORCED_NONE && may_open {
                 self.check_trip(now, rnd)
             } else {
                 None
@@ -374,13 +694,55 @@ impl<'a> Breaker<'a> {
         }
     }
 
+    /// Peers report the origin failing: until `until_ms` (on this breaker's clock), the window
+    /// trips on `suspect_min` requests instead of `min_requests`, at the same rates, and never
+    /// without a local failure (or slow call). Each call replaces the previous deadline (0
+    /// ends the suspicion).
+    pub fn suspect(&mut self, until_ms: u64) {
+        self.hdr.suspect_until_ms = until_ms;
+    }
+
+    /// Peers report the origin recovered: an open breaker (not forced) ends its cooldown now,
+    /// so that the next request (passive) or the next [`Breaker::active_probe`] (active)
+    /// probes at once; a half-open one waiting out its probe spacing may start its next probe
+    /// now. The probes still decide. Returns whether anything moved.
+    pub fn hasten(&mut self, now_ms: u64) -> bool {
+        let now = self.clock(now_ms);
+        let h = &mut *self.hdr;
+        if h.forced != FORCED_NONE {
+            return false;
+        }
+        match h.state {
+            STATE_OPEN if h.retry_at_ms > now || (h.cfg.active && h.next_probe_at_ms > now) => {
+                h.retry_at_ms = h.retry_at_ms.min(now);
+                if h.cfg.active {
+                    h.next_probe_at_ms = h.next_probe_at_ms.min(now);
+                }
+                true
+            }
+            STATE_HALF_OPEN if h.probe_busy == 0 && h.next_probe_at_ms > now => {
+                h.next_probe_at_ms = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn check_trip(&mut self, now: u64, rnd: u32) -> Option<Transition> {
         let (cfg, s) = (&self.hdr.cfg, &self.hdr.sums);
-        if s.requests < u64::from(cfg.min_requests.max(1)) {
+        let suspected = now < self.hdr.suspect_until_ms;
+        let min = cfg.min_requests.max(1);
+        let min = if suspected {
+            cfg.suspect_min.clamp(1, min)
+        } else {
+            min
+        };
+        if s.requests < u64::from(min) {
             return None;
         }
+        // Never open without a local failure (or slow call), whatever the rate says.
         let reaches = |part: u64, rate: u32| {
-            part.saturating_mul(10_000) >= u64::from(rate).saturating_mul(s.requests)
+            part > 0 && part.saturating_mul(10_000) >= u64::from(rate).saturating_mul(s.requests)
         };
         let (what, part, rate) = if reaches(s.failures, cfg.failure_rate) {
             ("failure", s.failures, cfg.failure_rate)
@@ -390,12 +752,34 @@ impl<'a> Breaker<'a> {
             return None;
         };
         let text = format!(
-            "{what} rate {}% ({part}/{}) >= {}% in {}s",
+            "{what} rate {}% ({part}/{}) >= {}% in {}s{}",
             reason::percent(part, s.requests),
             s.requests,
             reason::rate(rate),
-            cfg.window_s
+            cfg.window_s,
+            if suspected { " while suspected" } else { "" }
         );
+        // A new open period: how many good probes will close it.
+        let h = &mut *self.hdr;
+        h.soft_needed = judge::soft_run(rate, h.cfg.probes);
+        h.needed = if judge::is_hard(h.run, part, rate) {
+            h.cfg.probes.max(1)
+        } else {
+            h.soft_needed
+        };
+        h.flags &= !GOOD_SEEN;
+        if h.cfg.repeat_backoff {
+            let soon = h.flags & RECLOSED != 0
+                && now.saturating_sub(h.since_ms) < u64::from(h.cfg.max_open_ms);
+            h.base_cooldown_ms = if soon {
+                h.base_cooldown_ms
+                    .saturating_mul(2)
+                    .min(u64::from(h.cfg.max_open_ms))
+            } else {
+                first_cooldown(&h.cfg)
+            };
+        }
+        h.flags &= !RECLOSED;
         Some(self.open_now(now, rnd, text, 0))
     }
 
@@ -412,7 +796,8 @@ impl<'a> Breaker<'a> {
         let too_slow = limit > 0 && a.response_ms > limit;
         if !v.failure && !too_slow {
             h.consecutive = h.consecutive.saturating_add(1);
-            let needed = h.cfg.probes.max(1);
+            h.flags |= GOOD_SEEN;
+            let needed = h.needed.max(1);
             if h.consecutive < needed {
                 return None;
             }
@@ -421,9 +806,21 @@ impl<'a> Breaker<'a> {
             } else {
                 format!("{needed} good probes")
             };
-            return Some(self.close_now(now, text, None));
+            return Some(self.close_now(now, text, true));
         }
+        if h.flags & GOOD_SEEN != 0 {
+            h.needed = judge::relapse(h.needed.max(1), h.soft_needed.max(1));
+        }
+        h.consecutive = 0;
         let max = u64::from(h.cfg.max_open_ms);
+        if h.cfg.active {
+            // Stays open; the next probe is one spacing away (set when this one was granted),
+            // or later if the origin asked for it.
+            let floor = now.saturating_add((u64::from(v.retry_after_s) * 1000).min(max));
+            h.next_probe_at_ms = h.next_probe_at_ms.max(floor);
+            h.retry_at_ms = h.next_probe_at_ms;
+            return None;
+        }
         h.base_cooldown_ms = h.base_cooldown_ms.saturating_mul(2).min(max);
         let text = match v.class {
             Some(class) if v.failure => format!("probe failed: {}", class_name(class)),
@@ -448,14 +845,16 @@ impl<'a> Breaker<'a> {
         h.state = to;
         h.consecutive = 0;
         h.probe_busy = 0;
+        h.ramp_until_ms = 0;
         h.reason_len = reason::store(&mut h.reason, reason);
         from
     }
 
     /// Opens with the current base cooldown, jittered, raised to the largest `Retry-After` in
-    /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open`.
+    /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open`. With
+    /// active probes the first one is due when that cooldown ends.
     fn open_now(&mut self, now: u64, rnd: u32, reason: String, retry_after_s: u32) -> Transition {
-        let live = live_sums(self.ring, now / 1000, None);
+        let live = self.hdr.sums.live(self.ring, now / 1000, None);
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
         let cooldown = jittered(h.base_cooldown_ms, h.cfg.jitter, rnd)
@@ -463,6 +862,7 @@ impl<'a> Breaker<'a> {
             .min(u64::from(h.cfg.max_open_ms));
         h.cooldown_ms = cooldown;
         h.retry_at_ms = now.saturating_add(cooldown);
+        h.next_probe_at_ms = h.retry_at_ms;
         let from = self.set_state(now, STATE_OPEN, &reason);
         Transition {
             from,
@@ -477,8 +877,8 @@ impl<'a> Breaker<'a> {
             "cooldown {}s elapsed",
             reason::secs_ceil(self.hdr.cooldown_ms)
         );
-        self.hdr.next_probe_at_ms = now;
         let from = self.set_state(now, STATE_HALF_OPEN, &reason);
+        self.hdr.next_probe_at_ms = now;
         Transition {
             from,
             to: State::HalfOpen,
@@ -487,13 +887,31 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    /// Closes with a fresh window and the base cooldown back at `open`.
-    fn close_now(&mut self, now: u64, reason: String, detail: Option<String>) -> Transition {
+    /// Closes with a fresh window. `by_probes`: a recovery, which starts the ramp and, with
+    /// `repeat_backoff`, keeps the base cooldown for a trip soon after; otherwise (an
+    /// operator's reset) the base cooldown is back at the first one and no ramp starts.
+    fn close_now(&mut self, now: u64, reason: String, by_probes: bool) -> Transition {
         let h = &mut *self.hdr;
         h.sums.clear(self.ring, now / 1000);
-        h.base_cooldown_ms = u64::from(h.cfg.open_ms);
+        h.run = 0;
+        h.needed = 0;
+        h.soft_needed = 0;
+        h.flags = if by_probes { RECLOSED } else { 0 };
+        if !(by_probes && h.cfg.repeat_backoff) {
+            h.base_cooldown_ms = first_cooldown(&h.cfg);
+        }
         h.cooldown_ms = h.base_cooldown_ms;
         let from = self.set_state(now, STATE_CLOSED, &reason);
+        let h = &mut *self.hdr;
+        let ramp = by_probes && h.cfg.ramp_ms > 0 && h.cfg.ramp_start < 10_000;
+        let detail = ramp.then(|| {
+            h.ramp_until_ms = now.saturating_add(u64::from(h.cfg.ramp_ms));
+            format!(
+                "ramp from {}% over {}s",
+                reason::rate(h.cfg.ramp_start),
+                reason::secs_ceil(u64::from(h.cfg.ramp_ms))
+            )
+        });
         Transition {
             from,
             to: State::Closed,
@@ -506,10 +924,10 @@ impl<'a> Breaker<'a> {
     /// e.g. forcing open an open breaker) so that every operator action is logged; the
     /// `opened`/`closed` totals count only real changes of state.
     ///
-    /// `ForceOpen` holds the breaker open (no half-open) and `ForceClose` holds it closed
-    /// (outcomes still recorded, never trips), both until `Reset`, which returns to a fresh
-    /// closed breaker with an empty window and the base cooldown; totals are kept. Any
-    /// outstanding probe ticket becomes stale.
+    /// `ForceOpen` holds the breaker open (no half-open, no active probes) and `ForceClose`
+    /// holds it closed (outcomes still recorded, never trips, no ramp), both until `Reset`,
+    /// which returns to a fresh closed breaker with an empty window, the first cooldown and no
+    /// ramp; totals are kept. Any outstanding probe ticket becomes stale.
     pub fn control(&mut self, now_ms: u64, _rnd: u32, action: Control) -> Option<Transition> {
         let now = self.clock(now_ms);
         let (forced, reason) = match action {
@@ -538,7 +956,7 @@ impl<'a> Breaker<'a> {
                 }
             }
             Control::Reset => {
-                let t = self.close_now(now, reason.into(), None);
+                let t = self.close_now(now, reason.into(), false);
                 self.hdr.since_ms = now;
                 t
             }
@@ -564,14 +982,22 @@ impl<'a> Breaker<'a> {
         let h = &*self.hdr;
         let now = now_ms.max(h.last_ms);
         let mut hist = HistogramSum::default();
-        let live = live_sums(self.ring, now / 1000, Some(&mut hist));
+        let live = h.sums.live(self.ring, now / 1000, Some(&mut hist));
         let state = h.state();
         let forced = h.forced();
+        // When the next probe may start: while one is in flight, not before one spacing from
+        // now (what a turned-away request's Retry-After says too).
+        let spacing = now.saturating_add(u64::from(h.cfg.probe_interval_ms));
         let retry_at_ms = match state {
+            State::Open if forced.is_none() && h.cfg.active && h.probe_busy != 0 => {
+                Some(h.retry_at_ms.max(spacing))
+            }
             State::Open if forced.is_none() => Some(h.retry_at_ms),
+            State::HalfOpen if h.probe_busy != 0 => Some(h.next_probe_at_ms.max(spacing)),
             State::HalfOpen => Some(h.next_probe_at_ms),
             _ => None,
         };
+        let unforced_closed = state == State::Closed && forced.is_none();
         BreakerView {
             state,
             dry_run: h.cfg.dry_run,
@@ -591,6 +1017,17 @@ impl<'a> Breaker<'a> {
             },
             cooldown_ms: h.cooldown_ms,
             consecutive_probe_successes: h.consecutive,
+            probes_needed: if state == State::Closed || forced.is_some() {
+                0
+            } else {
+                h.needed.max(1)
+            },
+            ramp_share: if unforced_closed {
+                ramp::share(h.ramp_until_ms, h.cfg.ramp_ms, h.cfg.ramp_start, now)
+            } else {
+                10_000
+            },
+            suspect_until_ms: (now < h.suspect_until_ms).then_some(h.suspect_until_ms),
             totals: h.totals,
             last_transition: reason::load(&h.reason, h.reason_len).to_string(),
         }

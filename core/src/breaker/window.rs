@@ -6,8 +6,10 @@ use super::histogram::{Histogram, HistogramSum};
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bucket {
-    /// The Unix second this bucket holds.
-    pub second: u64,
+    /// The second this bucket holds, on the breaker's clock, modulo 2³² (4 bytes rather than
+    /// 8 keep a default breaker within the slab's 2 KiB class). The ring never keeps a bucket
+    /// older than its length, so the wrap, once every 136 years, is harmless.
+    pub second: u32,
     /// Attempts recorded in that second.
     pub requests: u32,
     /// Of which failures.
@@ -31,10 +33,11 @@ impl Bucket {
         latency: Histogram::EMPTY,
     };
 
-    /// Whether this bucket's second lies in the window of `len` seconds ending at `now_s`.
+    /// Whether this bucket's second lies in the window of `len` seconds ending at `now_s`
+    /// (the caller knows the ring holds nothing older than `len` seconds before its newest).
     #[inline]
     pub fn is_live(&self, now_s: u64, len: u64) -> bool {
-        self.second <= now_s && self.second.saturating_add(len) > now_s
+        u64::from((now_s as u32).wrapping_sub(self.second)) < len
     }
 }
 
@@ -58,7 +61,7 @@ impl Sums {
         self.failures = self.failures.saturating_sub(u64::from(b.failures));
         self.slow = self.slow.saturating_sub(u64::from(b.slow));
         *b = Bucket {
-            second,
+            second: second as u32,
             ..Bucket::EMPTY
         };
     }
@@ -109,7 +112,7 @@ impl Sums {
         }
         let i = (now_s % ring.len() as u64) as usize;
         let Some(b) = ring.get_mut(i) else { return };
-        if b.second != now_s {
+        if b.second != now_s as u32 {
             self.evict(b, now_s);
         }
         b.requests = b.requests.saturating_add(1);
@@ -124,6 +127,16 @@ impl Sums {
         }
         b.retry_after_s = b.retry_after_s.max(retry_after_s);
         b.latency.add(response_ms);
+    }
+
+    /// The live buckets' sums at `now_s`, walked bucket by bucket (for views and checks);
+    /// merges their histograms into `hist` if given. Nothing is live once `now_s` is a whole
+    /// window past the latest second the ring was advanced to.
+    pub fn live(&self, ring: &[Bucket], now_s: u64, hist: Option<&mut HistogramSum>) -> LiveSums {
+        if now_s.saturating_sub(self.second) >= ring.len() as u64 {
+            return LiveSums::default();
+        }
+        live_sums(ring, now_s, hist)
     }
 }
 
@@ -141,7 +154,8 @@ pub struct LiveSums {
 }
 
 /// Walks the live buckets of `ring` at `now_s`; merges their histograms into `hist` if given.
-pub fn live_sums(ring: &[Bucket], now_s: u64, mut hist: Option<&mut HistogramSum>) -> LiveSums {
+/// Use [`Sums::live`], which also knows when the whole ring is out of date.
+fn live_sums(ring: &[Bucket], now_s: u64, mut hist: Option<&mut HistogramSum>) -> LiveSums {
     let len = ring.len() as u64;
     let mut s = LiveSums::default();
     for b in ring.iter().filter(|b| b.is_live(now_s, len)) {
@@ -165,7 +179,7 @@ mod tests {
     }
 
     fn check(sums: &Sums, ring: &[Bucket]) {
-        let live = live_sums(ring, sums.second, None);
+        let live = sums.live(ring, sums.second, None);
         assert_eq!(
             (live.requests, live.failures, live.slow),
             (sums.requests, sums.failures, sums.slow)
@@ -195,6 +209,27 @@ mod tests {
         s.advance(&mut r, 200);
         assert_eq!(s.requests, 0);
         check(&s, &r);
+    }
+
+    #[test]
+    fn seconds_wrap_at_two_to_the_32() {
+        // The ring's seconds are kept modulo 2^32: a window straddling the wrap still adds up.
+        let mut r = ring(3);
+        let start = (1u64 << 32) - 2;
+        let mut s = Sums {
+            second: start,
+            ..Sums::default()
+        };
+        for t in start..start + 4 {
+            s.advance(&mut r, t);
+            s.record(&mut r, t, true, false, 0, 5);
+            check(&s, &r);
+        }
+        assert_eq!((s.requests, s.failures), (3, 3));
+        // A view long after the last advance sees nothing, even where the low 32 bits of the
+        // second happen to match old buckets.
+        assert_eq!(s.live(&r, start + 3 + (1 << 32), None), LiveSums::default());
+        assert_eq!(s.live(&r, start + 3, None).requests, 3);
     }
 
     #[test]

@@ -43,8 +43,14 @@ pub struct ZoneView {
     pub used: u64,
     /// Breakers that could not be created because the zone was full (they fail open).
     pub alloc_failures: u64,
-    /// The location has `control=on`: shown as `"control":true` (and left out otherwise, so
-    /// the SPEC's example stays exact) for the dashboard to offer its buttons.
+    /// The module's own version (its crate's), shown as `module_version` and in
+    /// Prometheus's `build_info`.
+    pub module_version: &'static str,
+    /// The nginx version the module was built for, and so runs in (nginx refuses a module
+    /// built for another version); Prometheus's `build_info` shows it.
+    pub nginx_version: &'static str,
+    /// The location has `control=on`: shown as `"control":true` (and left out otherwise) for
+    /// the dashboard to offer its buttons.
     pub control: bool,
 }
 
@@ -60,12 +66,14 @@ pub struct Entry {
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
-/// `{"zone","size","used","alloc_failures","breakers":[...]}` with one object per entry, in
-/// the order given (see [`render_breaker_json`] for the breaker object). With
-/// [`ZoneView::control`], `"control":true` comes before `"breakers"`.
+/// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
+/// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
+/// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
+/// SPEC's bytes, and before the breakers, so the head of a long page still shows it. With
+/// [`ZoneView::control`], `"control":true` follows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
-    let mut out = Vec::with_capacity(96 + zone.name.len() + per_entry);
+    let mut out = Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry);
     out.extend_from_slice(b"{\"zone\":");
     json_str(&mut out, &zone.name);
     out.extend_from_slice(b",\"size\":");
@@ -74,6 +82,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     write_num(&mut out, Num::Int(zone.used));
     out.extend_from_slice(b",\"alloc_failures\":");
     write_num(&mut out, Num::Int(zone.alloc_failures));
+    out.extend_from_slice(b",\"module_version\":");
+    json_str(&mut out, zone.module_version);
     if zone.control {
         out.extend_from_slice(b",\"control\":true");
     }
@@ -113,6 +123,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 ///
 /// | family | type | value |
 /// |---|---|---|
+/// | `build_info{version,nginx}` | gauge | always 1; the module's version and the nginx version it was built for (no `zone` label: it describes the binary) |
 /// | `zone_size_bytes`, `zone_used_bytes` | gauge | zone size / bytes allocated |
 /// | `zone_alloc_failures_total` | counter | breakers not created for lack of memory |
 /// | `breakers` | gauge | number of breakers shown |
@@ -135,7 +146,7 @@ pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     prometheus::render(zone, entries, true)
 }
 
-/// One breaker's families of [`render_prometheus`], without the zone's (`zone_*`,
+/// One breaker's families of [`render_prometheus`], without the zone's (`build_info`, `zone_*`,
 /// `breakers`): the answer to a control request with `format=prometheus`.
 pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
     let zone = ZoneView {
@@ -312,6 +323,9 @@ pub(crate) mod tests {
                 },
                 cooldown_ms: 30_000,
                 consecutive_probe_successes: 0,
+                probes_needed: 3,
+                ramp_share: 10_000,
+                suspect_until_ms: None,
                 totals: Totals {
                     requests: 123_456,
                     failures: 812,
@@ -323,6 +337,7 @@ pub(crate) mod tests {
                     opened: 3,
                     half_opened: 2,
                     closed: 1,
+                    ramp_shed: 0,
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
@@ -347,6 +362,9 @@ pub(crate) mod tests {
                 latency: LatencyView::default(),
                 cooldown_ms: 5000,
                 consecutive_probe_successes: 0,
+                probes_needed: 0,
+                ramp_share: 10_000,
+                suspect_until_ms: None,
                 totals: Totals::default(),
                 last_transition: String::new(),
             },
@@ -359,6 +377,8 @@ pub(crate) mod tests {
             size: 10_485_760,
             used: 8192,
             alloc_failures: 0,
+            module_version: "1.2.3",
+            nginx_version: "1.28.3",
             control: false,
         }
     }
@@ -378,14 +398,21 @@ pub(crate) mod tests {
         serde_json::from_slice(bytes).expect("valid JSON")
     }
 
+    /// The SPEC's example, with `module_version` where the page adds it.
     #[test]
     fn json_matches_spec_example_byte_for_byte() {
         let out = render_json(&example_zone(), &[example_entry()]);
-        let expected: String = SPEC_EXAMPLE
+        let spec: String = SPEC_EXAMPLE
             .lines()
             .map(str::trim)
             .collect::<Vec<_>>()
             .concat();
+        let expected = spec.replacen(
+            r#""alloc_failures":0,"breakers""#,
+            r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
+            1,
+        );
+        assert_ne!(expected, spec);
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
     }
 
@@ -396,6 +423,8 @@ pub(crate) mod tests {
         assert_eq!(v["size"], 10_485_760);
         assert_eq!(v["used"], 8192);
         assert_eq!(v["alloc_failures"], 0);
+        assert_eq!(v["module_version"], "1.2.3");
+        assert_eq!(v.as_object().unwrap().len(), 6);
         let b = &v["breakers"][0];
         assert_eq!(v["breakers"].as_array().unwrap().len(), 1);
         assert_eq!(b["upstream"], "api");
@@ -500,16 +529,18 @@ pub(crate) mod tests {
             size: 1,
             used: 2,
             alloc_failures: 3,
+            module_version: "0.2.0-rc.1+g\"x\"",
+            nginx_version: "1.22.1",
             control: false,
         };
         assert_eq!(
-            render_json(&zone, &[]),
-            br#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"breakers":[]}"#
+            std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
+            r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","breakers":[]}"#
         );
         zone.control = true;
         assert_eq!(
-            render_json(&zone, &[]),
-            br#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"control":true,"breakers":[]}"#
+            std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
+            r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","control":true,"breakers":[]}"#
         );
     }
 

@@ -73,6 +73,7 @@ impl Renderer<'_> {
     fn zone_families(&mut self, zone: &ZoneView) {
         use Kind::{Counter, Gauge};
 
+        self.build_info(zone);
         self.zone_family(
             "zone_size_bytes",
             Gauge,
@@ -262,6 +263,23 @@ impl Renderer<'_> {
         out.extend_from_slice(tail);
         write_num(out, v);
         out.push(b'\n');
+    }
+
+    /// `build_info{version="…",nginx="…"} 1`, the usual way to export versions: a dashboard
+    /// joins on it or counts the fleet by version.
+    fn build_info(&mut self, zone: &ZoneView) {
+        self.header(
+            "build_info",
+            Kind::Gauge,
+            "The module's version and the nginx version it was built for, as labels (always 1).",
+        );
+        let out = &mut self.out;
+        out.extend_from_slice(PREFIX.as_bytes());
+        out.extend_from_slice(b"build_info{version=\"");
+        escape_label_value(out, zone.module_version);
+        out.extend_from_slice(b"\",nginx=\"");
+        escape_label_value(out, zone.nginx_version);
+        out.extend_from_slice(b"\"} 1\n");
     }
 
     fn zone_family(&mut self, name: &str, kind: Kind, help: &str, value: u64) {
@@ -473,6 +491,9 @@ mod tests {
         let l = r#"{zone="cb",upstream="api",route="checkout"}"#;
         let p = "nginx_circuit_breaker_";
         let mut expected = vec![
+            format!("# HELP {p}build_info The module's version and the nginx version it was built for, as labels (always 1)."),
+            format!("# TYPE {p}build_info gauge"),
+            format!(r#"{p}build_info{{version="1.2.3",nginx="1.28.3"}} 1"#),
             format!("# HELP {p}zone_size_bytes Size of the shared memory zone in bytes."),
             format!("# TYPE {p}zone_size_bytes gauge"),
             format!(r#"{p}zone_size_bytes{{zone="cb"}} 10485760"#),
@@ -551,13 +572,14 @@ mod tests {
         let text = render(&example_zone(), &many_entries(50));
         let (samples, types) = validate(&text);
         // Every family is present (the example breakers have latency and retry_at).
-        assert_eq!(types.len(), 4 + 22);
+        assert_eq!(types.len(), 5 + 22);
         let count = |name: &str| {
             samples
                 .iter()
                 .filter(|s| s.name == format!("nginx_circuit_breaker_{name}"))
                 .count()
         };
+        assert_eq!(count("build_info"), 1);
         assert_eq!(count("breakers"), 1);
         assert_eq!(count("state"), 50);
         assert_eq!(count("forced"), 100);
@@ -565,7 +587,7 @@ mod tests {
         // Only the 25 open example breakers have latency and a probe time.
         assert_eq!(count("latency_seconds"), 75);
         assert_eq!(count("retry_at_seconds"), 25);
-        for s in &samples {
+        for s in samples.iter().filter(|s| !s.name.ends_with("_build_info")) {
             assert_eq!(s.labels[0].0, "zone");
             if !s.name.contains("zone_") && !s.name.ends_with("_breakers") {
                 assert_eq!(s.labels[1].0, "upstream");
@@ -580,7 +602,7 @@ mod tests {
         let (samples, types) = validate(&text);
         assert!(!text.contains("retry_at_seconds"));
         assert!(!text.contains("latency_seconds"));
-        assert_eq!(types.len(), 4 + 20);
+        assert_eq!(types.len(), 5 + 20);
         let l = labels(&[
             ("zone", "cb"),
             ("upstream", "backend"),
@@ -599,11 +621,11 @@ mod tests {
         assert_eq!(find("state_since_seconds").value, 1_764_484_000.0);
         assert!(text.contains("nginx_circuit_breaker_failure_rate{zone=\"cb\",upstream=\"backend\",route=\"default\"} 0.0\n"));
 
-        // No breakers at all: zone families only.
+        // No breakers at all: build and zone families only.
         let text = render(&example_zone(), &[]);
         let (samples, types) = validate(&text);
-        assert_eq!(types.len(), 4);
-        assert_eq!(samples.len(), 4);
+        assert_eq!(types.len(), 5);
+        assert_eq!(samples.len(), 5);
         assert!(text.contains("nginx_circuit_breaker_breakers{zone=\"cb\"} 0\n"));
     }
 
@@ -655,7 +677,7 @@ mod tests {
         let text = render(&zone, &[e]);
         let (samples, _) = validate(&text);
         assert!(text.contains(r#"{zone="z\\",upstream="a\\b\"c\nd	é💥{}=,",route="\""}"#));
-        for s in &samples {
+        for s in samples.iter().filter(|s| !s.name.ends_with("_build_info")) {
             assert_eq!(s.labels[0], ("zone".to_string(), "z\\".to_string()));
         }
         let state = samples
@@ -670,6 +692,32 @@ mod tests {
                 ("route", "\""),
             ])
         );
+    }
+
+    #[test]
+    fn build_info_comes_first_with_both_versions() {
+        let zone = ZoneView {
+            module_version: "0.2.0",
+            nginx_version: "1.22.1",
+            ..example_zone()
+        };
+        let text = render(&zone, &[closed_entry()]);
+        let (samples, types) = validate(&text);
+        assert_eq!(types["nginx_circuit_breaker_build_info"], "gauge");
+        let info = &samples[0];
+        assert_eq!(info.name, "nginx_circuit_breaker_build_info");
+        assert_eq!(
+            info.labels,
+            labels(&[("version", "0.2.0"), ("nginx", "1.22.1")])
+        );
+        assert_eq!(info.value, 1.0);
+        // A version is never expected to hold them, but the label stays valid if it does.
+        let odd = ZoneView {
+            module_version: "1\"\\\n",
+            ..zone
+        };
+        let (samples, _) = validate(&render(&odd, &[]));
+        assert_eq!(samples[0].labels[0].1, "1\"\\\n");
     }
 
     #[test]
@@ -738,6 +786,6 @@ mod tests {
         // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
         let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
-        assert_eq!(samples.len(), 4 + 10_000 * 23 + 5_000 * 4);
+        assert_eq!(samples.len(), 5 + 10_000 * 23 + 5_000 * 4);
     }
 }

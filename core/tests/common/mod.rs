@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use circuit_breaker_core::breaker::{
-    Admission, Attempt, BreakerConfig, Control, Decision, OwnedBreaker, Recorded, Ticket,
-    Transition, Transport,
+    Admission, Attempt, BreakerConfig, Control, Decision, Ending, OwnedBreaker, Recorded, Ticket,
+    Transition,
 };
 use circuit_breaker_core::snapshot::{BreakerView, State};
 
@@ -31,7 +31,7 @@ pub fn slow(ms: u64) -> Attempt {
 }
 
 pub fn timeout() -> Attempt {
-    Attempt::transport(Transport::Timeout, 1000)
+    Attempt::ended(Ending::Timeout, 1000)
 }
 
 pub fn retry_after(status: u16, secs: u32) -> Attempt {
@@ -67,12 +67,43 @@ impl Story {
 
     pub fn admit_as(&mut self, owner: u32, alive: &dyn Fn(u32) -> bool) -> Decision {
         let (now, rnd) = (self.now, self.rnd);
-        self.b.breaker().admit(now, rnd, owner, alive)
+        self.b.breaker().admit(now, rnd, owner, alive, true)
+    }
+
+    /// Admits a request on an instance that may not start a probe (another fleet member is
+    /// the designated prober).
+    pub fn admit_not_prober(&mut self) -> Decision {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().admit(now, rnd, 1, &|_| true, false)
     }
 
     pub fn record(&mut self, ticket: Ticket, a: &Attempt) -> Recorded {
         let (now, rnd) = (self.now, self.rnd);
-        self.b.breaker().record(now, rnd, ticket, a)
+        self.b.breaker().record(now, rnd, ticket, a, true)
+    }
+
+    /// Records an outcome while the breaker may not open (the `max_eject` cap).
+    pub fn record_capped(&mut self, ticket: Ticket, a: &Attempt) -> Recorded {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().record(now, rnd, ticket, a, false)
+    }
+
+    /// Asks for the active probe slot as worker 1.
+    pub fn active_probe(&mut self) -> Option<Ticket> {
+        let (now, rnd) = (self.now, self.rnd);
+        self.b.breaker().active_probe(now, rnd, 1, &|_| true)
+    }
+
+    /// Waits until the next active probe is due, takes it and reports `a`.
+    pub fn next_active_probe(&mut self, a: &Attempt) -> Recorded {
+        let due = self
+            .b
+            .hdr
+            .active_probe_due_ms()
+            .expect("an active probe is due");
+        self.now = self.now.max(due);
+        let t = self.active_probe().expect("the active probe slot");
+        self.record(t, a)
     }
 
     /// A normal request that passes and ends with `a`; returns the transition it caused.
@@ -110,6 +141,38 @@ impl Story {
             Admission::Reject { retry_after_ms } => retry_after_ms,
             other => panic!("expected a reject, got {other:?}"),
         }
+    }
+
+    /// Admits `n` requests drawing `rnd` uniformly (a fixed sequence); returns how many the
+    /// ramp turned away.
+    pub fn turned_away_of(&mut self, n: u32) -> u32 {
+        let saved = self.rnd;
+        let mut away = 0;
+        for i in 0..n {
+            self.rnd = i.wrapping_mul(2_654_435_761);
+            match self.admit().admission {
+                Admission::Recovering { retry_after_ms } => {
+                    assert_eq!(retry_after_ms, 1000);
+                    away += 1;
+                }
+                Admission::Pass { .. } => {}
+                other => panic!("expected a pass or a ramp, got {other:?}"),
+            }
+        }
+        self.rnd = saved;
+        away
+    }
+
+    /// Peers suspect the origin for `ms` from now (0: withdraw the suspicion).
+    pub fn suspect(&mut self, ms: u64) {
+        let until = if ms == 0 { 0 } else { self.now + ms };
+        self.b.breaker().suspect(until);
+    }
+
+    /// Peers report recovery.
+    pub fn hasten(&mut self) -> bool {
+        let now = self.now;
+        self.b.breaker().hasten(now)
     }
 
     pub fn control(&mut self, c: Control) -> Option<Transition> {

@@ -49,61 +49,14 @@ impl fmt::Display for ConfError {
     }
 }
 
-/// Parses an nginx time value (`500ms`, `10s`, `5m`, `1h30m`, a bare number is seconds) into
-/// milliseconds, as `ngx_parse_time()` does.
-pub fn parse_duration_ms(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    let mut i = 0;
-    // Units must come in decreasing order, each at most once.
-    let mut last_rank = u8::MAX;
-    while i < b.len() {
-        let start = i;
-        let mut n: u64 = 0;
-        while i < b.len() && b[i].is_ascii_digit() {
-            n = n.checked_mul(10)?.checked_add(u64::from(b[i] - b'0'))?;
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        let (scale, rank, len) = match &b[i..] {
-            [b'm', b's', ..] => (1, 1, 2),
-            [b's', ..] => (1000, 2, 1),
-            [b'm', ..] => (60_000, 3, 1),
-            [b'h', ..] => (3_600_000, 4, 1),
-            [b'd', ..] => (86_400_000, 5, 1),
-            [b'w', ..] => (604_800_000, 6, 1),
-            [b'M', ..] => (2_592_000_000, 7, 1),
-            [b'y', ..] => (31_536_000_000, 8, 1),
-            [] => (1000, 2, 0),
-            _ => return None,
-        };
-        if rank >= last_rank {
-            return None;
-        }
-        last_rank = rank;
-        i += len;
-        total = total.checked_add(n.checked_mul(scale)?)?;
-    }
-    Some(total)
-}
-
-/// Parses a size as nginx does (`1024`, `64k`, `10m`, `1g`) into bytes.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (digits, scale) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 1024),
-        b'm' | b'M' => (&s[..s.len() - 1], 1024 * 1024),
-        b'g' | b'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
-        _ => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(scale)
+/// nginx's own value parsers, passed in by the shell (`ngx_parse_time`, `ngx_parse_size`), so
+/// that a value means here exactly what it means to nginx.
+pub trait Units {
+    /// A time in milliseconds as `ngx_parse_time(value, 0)` reads it (so `y` and `M`, which
+    /// nginx refuses for millisecond directives, are refused); `None` when nginx refuses it.
+    fn msec(&self, value: &str) -> Option<u64>;
+    /// A size in bytes as `ngx_parse_size` reads it (`k`, `m`; no `g`); `None` when refused.
+    fn size(&self, value: &str) -> Option<u64>;
 }
 
 /// Parses `N%` (`50%`, `12.5%`, `0%`..`100%`) into hundredths of a percent.
@@ -139,8 +92,13 @@ fn invalid(value: &str, reason: Option<&'static str>) -> ConfError {
     }
 }
 
-fn duration_u32(word: &str, v: &str, allow_zero: bool) -> Result<u32, ConfError> {
-    let ms = parse_duration_ms(v).ok_or_else(|| invalid(word, None))?;
+fn duration_u32(
+    units: &dyn Units,
+    word: &str,
+    v: &str,
+    allow_zero: bool,
+) -> Result<u32, ConfError> {
+    let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
     if ms == 0 && !allow_zero {
         return Err(invalid(word, Some("must be positive")));
     }
@@ -159,11 +117,21 @@ fn rate(word: &str, v: &str) -> Result<u32, ConfError> {
     parse_rate(v).ok_or_else(|| invalid(word, Some("must be a percentage from 0% to 100%")))
 }
 
+/// A rate that opens a breaker: 0 % would open it with no failures at all.
+fn threshold(word: &str, v: &str) -> Result<u32, ConfError> {
+    match parse_rate(v) {
+        Some(0) => Err(invalid(word, Some("must be more than 0%"))),
+        Some(r) => Ok(r),
+        None => Err(invalid(word, Some("must be a percentage from 0% to 100%"))),
+    }
+}
+
 /// Parses the words after `circuit_breaker` (`window=10s min_requests=20 … dry_run`) over the
 /// defaults of the spec. The failure classes are left at their default; they come from
 /// `circuit_breaker_failure`.
 pub fn parse_breaker_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
+    units: &dyn Units,
 ) -> Result<BreakerConfig, ConfError> {
     let mut c = BreakerConfig::default();
     let mut seen: Vec<&str> = Vec::new();
@@ -187,32 +155,32 @@ pub fn parse_breaker_args<'a>(
         };
         match key {
             "window" => {
-                let ms = parse_duration_ms(v).ok_or_else(|| invalid(word, None))?;
+                let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
                 if ms < 1000 || ms % 1000 != 0 || ms / 1000 > u64::from(MAX_WINDOW_S) {
                     return Err(invalid(word, Some("must be whole seconds from 1s to 300s")));
                 }
                 c.window_s = (ms / 1000) as u32;
             }
             "min_requests" => c.min_requests = count_u32(word, v)?,
-            "failure_rate" => c.failure_rate = rate(word, v)?,
+            "failure_rate" => c.failure_rate = threshold(word, v)?,
             "slow" => {
                 c.slow_ms = if v == "off" {
                     0
                 } else {
-                    duration_u32(word, v, false)?
+                    duration_u32(units, word, v, false)?
                 }
             }
-            "slow_rate" => c.slow_rate = rate(word, v)?,
-            "open" => c.open_ms = duration_u32(word, v, false)?,
-            "max_open" => c.max_open_ms = duration_u32(word, v, false)?,
+            "slow_rate" => c.slow_rate = threshold(word, v)?,
+            "open" => c.open_ms = duration_u32(units, word, v, false)?,
+            "max_open" => c.max_open_ms = duration_u32(units, word, v, false)?,
             "jitter" => c.jitter = rate(word, v)?,
             "probes" => c.probes = count_u32(word, v)?,
-            "probe_interval" => c.probe_interval_ms = duration_u32(word, v, false)?,
+            "probe_interval" => c.probe_interval_ms = duration_u32(units, word, v, false)?,
             "probe_latency" => {
                 c.probe_latency_ms = if v == "off" {
                     0
                 } else {
-                    duration_u32(word, v, false)?
+                    duration_u32(units, word, v, false)?
                 }
             }
             _ => return Err(ConfError::InvalidParameter(word.to_owned())),
@@ -254,7 +222,11 @@ pub fn parse_failure_classes<'a>(
 
 /// Checks a `circuit_breaker_zone name:size` argument; returns the name and size in bytes.
 /// `min_size` is the smallest zone nginx can lay a slab pool and the breaker table in.
-pub fn parse_zone(arg: &str, min_size: u64) -> Result<(&str, u64), ConfError> {
+pub fn parse_zone<'a>(
+    arg: &'a str,
+    min_size: u64,
+    units: &dyn Units,
+) -> Result<(&'a str, u64), ConfError> {
     let bad = || ConfError::InvalidValue {
         directive: "circuit_breaker_zone",
         value: arg.to_owned(),
@@ -264,7 +236,8 @@ pub fn parse_zone(arg: &str, min_size: u64) -> Result<(&str, u64), ConfError> {
     if name.is_empty() {
         return Err(ConfError::Conflict(format!("invalid zone name \"{arg}\"")));
     }
-    let bytes = parse_size(size)
+    let bytes = units
+        .size(size)
         .ok_or_else(|| ConfError::Conflict(format!("invalid zone size \"{size}\"")))?;
     if bytes < min_size {
         return Err(ConfError::Conflict(format!("zone \"{name}\" is too small")));
@@ -295,39 +268,43 @@ pub fn check_route_name(name: &str) -> Result<(), ConfError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn durations_follow_nginx_syntax() {
-        assert_eq!(parse_duration_ms("500ms"), Some(500));
-        assert_eq!(parse_duration_ms("10s"), Some(10_000));
-        assert_eq!(parse_duration_ms("10"), Some(10_000));
-        assert_eq!(parse_duration_ms("5m"), Some(300_000));
-        assert_eq!(parse_duration_ms("1h30m"), Some(5_400_000));
-        assert_eq!(parse_duration_ms("1m30s500ms"), Some(90_500));
-        for bad in [
-            "",
-            "s",
-            "10x",
-            "30s1m",
-            "1s1s",
-            "-1s",
-            "1.5s",
-            "99999999999999999999",
-        ] {
-            assert_eq!(parse_duration_ms(bad), None, "{bad}");
+    /// nginx's parsers stand outside this crate; the tests need only the values they use.
+    struct Fixed;
+
+    impl Units for Fixed {
+        fn msec(&self, v: &str) -> Option<u64> {
+            let n = |s: &str, unit: u64| s.parse::<u64>().ok().map(|n| n * unit);
+            if let Some(ms) = v.strip_suffix("ms") {
+                return n(ms, 1);
+            }
+            match v.as_bytes().last()? {
+                b's' => n(&v[..v.len() - 1], 1000),
+                b'm' => n(&v[..v.len() - 1], 60_000),
+                b'd' => n(&v[..v.len() - 1], 86_400_000),
+                b'0'..=b'9' => n(v, 1000),
+                _ => None,
+            }
+        }
+        fn size(&self, v: &str) -> Option<u64> {
+            match v.as_bytes().last()? {
+                b'k' => v[..v.len() - 1].parse::<u64>().ok().map(|n| n << 10),
+                b'm' => v[..v.len() - 1].parse::<u64>().ok().map(|n| n << 20),
+                _ => v.parse().ok(),
+            }
         }
     }
 
+    fn breaker<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<BreakerConfig, ConfError> {
+        parse_breaker_args(words, &Fixed)
+    }
+
     #[test]
-    fn sizes_and_rates() {
-        assert_eq!(parse_size("10m"), Some(10 << 20));
-        assert_eq!(parse_size("64k"), Some(64 << 10));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("m"), None);
-        assert_eq!(parse_size("1x"), None);
+    fn rates() {
         assert_eq!(parse_rate("50%"), Some(5000));
         assert_eq!(parse_rate("12.5%"), Some(1250));
         assert_eq!(parse_rate("0.25%"), Some(25));
         assert_eq!(parse_rate("100%"), Some(10_000));
+        assert_eq!(parse_rate("0%"), Some(0));
         for bad in ["50", "101%", "%", "1.%", "1.234%", "-5%", "a%", "1000%"] {
             assert_eq!(parse_rate(bad), None, "{bad}");
         }
@@ -335,7 +312,7 @@ mod tests {
 
     #[test]
     fn the_spec_example_parses() {
-        let c = parse_breaker_args(
+        let c = breaker(
             "window=10s min_requests=20 failure_rate=50% slow=800ms slow_rate=50% open=30s \
              max_open=5m jitter=20% probes=3 probe_interval=1s probe_latency=800ms"
                 .split(' '),
@@ -347,8 +324,8 @@ mod tests {
         assert_eq!(c.max_open_ms, 300_000);
         assert_eq!(c.probe_latency_ms, 800);
         assert!(!c.dry_run);
-        assert_eq!(parse_breaker_args([]).unwrap(), BreakerConfig::default());
-        assert!(parse_breaker_args(["dry_run"]).unwrap().dry_run);
+        assert_eq!(breaker([]).unwrap(), BreakerConfig::default());
+        assert!(breaker(["dry_run"]).unwrap().dry_run);
     }
 
     #[test]
@@ -360,6 +337,9 @@ mod tests {
             (&["min_requests=0"], "invalid value \"min_requests=0\" in \"circuit_breaker\" directive, must be at least 1"),
             (&["probes=x"], "invalid value \"probes=x\" in \"circuit_breaker\" directive"),
             (&["failure_rate=150%"], "invalid value \"failure_rate=150%\" in \"circuit_breaker\" directive, must be a percentage from 0% to 100%"),
+            (&["failure_rate=0%"], "invalid value \"failure_rate=0%\" in \"circuit_breaker\" directive, must be more than 0%"),
+            (&["slow=1s", "slow_rate=0%"], "invalid value \"slow_rate=0%\" in \"circuit_breaker\" directive, must be more than 0%"),
+            (&["probe_interval=1y"], "invalid value \"probe_interval=1y\" in \"circuit_breaker\" directive"),
             (&["failure_rate=50"], "invalid value \"failure_rate=50\" in \"circuit_breaker\" directive, must be a percentage from 0% to 100%"),
             (&["open=0s"], "invalid value \"open=0s\" in \"circuit_breaker\" directive, must be positive"),
             (&["open=60d"], "invalid value \"open=60d\" in \"circuit_breaker\" directive, is too large"),
@@ -370,14 +350,14 @@ mod tests {
             (&["open=1s", "open=2s"], "duplicate parameter \"open\" in \"circuit_breaker\" directive"),
         ];
         for (args, msg) in cases {
-            let err = parse_breaker_args(args.iter().copied()).unwrap_err();
+            let err = breaker(args.iter().copied()).unwrap_err();
             assert_eq!(err.to_string(), *msg, "{args:?}");
         }
     }
 
     #[test]
     fn open_above_the_default_cap_raises_the_cap() {
-        let c = parse_breaker_args(["open=10m"]).unwrap();
+        let c = breaker(["open=10m"]).unwrap();
         assert_eq!(c.max_open_ms, 600_000);
     }
 
@@ -401,21 +381,26 @@ mod tests {
 
     #[test]
     fn zones() {
-        assert_eq!(parse_zone("cb:10m", 32768).unwrap(), ("cb", 10 << 20));
         assert_eq!(
-            parse_zone("cb", 32768).unwrap_err().to_string(),
+            parse_zone("cb:10m", 32768, &Fixed).unwrap(),
+            ("cb", 10 << 20)
+        );
+        assert_eq!(
+            parse_zone("cb", 32768, &Fixed).unwrap_err().to_string(),
             "invalid value \"cb\" in \"circuit_breaker_zone\" directive"
         );
         assert_eq!(
-            parse_zone("cb:lots", 32768).unwrap_err().to_string(),
+            parse_zone("cb:lots", 32768, &Fixed)
+                .unwrap_err()
+                .to_string(),
             "invalid zone size \"lots\""
         );
         assert_eq!(
-            parse_zone("cb:8k", 32768).unwrap_err().to_string(),
+            parse_zone("cb:8k", 32768, &Fixed).unwrap_err().to_string(),
             "zone \"cb\" is too small"
         );
         assert_eq!(
-            parse_zone(":1m", 32768).unwrap_err().to_string(),
+            parse_zone(":1m", 32768, &Fixed).unwrap_err().to_string(),
             "invalid zone name \":1m\""
         );
     }

@@ -1,0 +1,391 @@
+//! The fleet's part of the status page: a JSON object for the page's `"fleet"` member and
+//! Prometheus families, rendered from a [`FleetStore`] by the worker that owns it (or from a
+//! copy it publishes). Instants become Unix seconds with millisecond precision, as elsewhere
+//! on the status page; the store's own clock is monotonic.
+
+use std::fmt::Write as _;
+
+use super::fingerprint::hex;
+use super::store::FleetStore;
+
+/// The two clocks read at the same moment: the monotonic one the store runs on, and Unix
+/// time in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    /// Monotonic milliseconds (the store's `now_ms`).
+    pub mono_ms: u64,
+    /// Unix milliseconds.
+    pub wall_ms: u64,
+}
+
+impl Clocks {
+    fn wall(self, mono: u64) -> u64 {
+        if mono >= self.mono_ms {
+            self.wall_ms.saturating_add(mono - self.mono_ms)
+        } else {
+            self.wall_ms.saturating_sub(self.mono_ms - mono)
+        }
+    }
+}
+
+fn json_str(out: &mut String, s: &str) {
+    // serde_json escapes exactly what JSON requires; a `&str` always serializes.
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+}
+
+fn json_time(out: &mut String, t: Option<u64>, c: Clocks) {
+    match t {
+        Some(t) => {
+            let w = c.wall(t);
+            let _ = write!(out, "{}.{:03}", w / 1000, w % 1000);
+        }
+        None => out.push_str("null"),
+    }
+}
+
+/// `{"instance","interval_ms","fanout","expire_ms","dropped":{"unknown_origin",
+/// "unknown_breaker","stale"},"peers":[{"id","reachable","last_exchange","exchanges",
+/// "failures","parse_errors","opinions","disagreements"}],"breakers":[{"upstream","route",
+/// "fingerprint","suspicious","suspicious_until","peers_agreeing","peers_open",
+/// "peers_disagreeing","peers_recovered","designated_prober","probe_from","round"}]}`.
+///
+/// `last_exchange`, `suspicious_until` and `probe_from` are Unix seconds or `null`;
+/// `fingerprint` is 16 hex digits; `designated_prober` is an instance id or `null`.
+pub fn render_json(s: &FleetStore, c: Clocks) -> String {
+    let now = c.mono_ms;
+    let cfg = s.config();
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"instance\":");
+    json_str(&mut out, s.self_id());
+    let k = s.counters();
+    let _ = write!(
+        out,
+        ",\"interval_ms\":{},\"fanout\":{},\"expire_ms\":{},\"dropped\":{{\"unknown_origin\":{},\
+         \"unknown_breaker\":{},\"stale\":{}}},\"peers\":[",
+        cfg.interval_ms, cfg.fanout, cfg.expire_ms, k.unknown_origin, k.unknown_breaker, k.stale
+    );
+    for (i, p) in s.peer_stats(now).iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"id\":");
+        json_str(&mut out, &p.id);
+        let _ = write!(out, ",\"reachable\":{},\"last_exchange\":", p.reachable);
+        json_time(&mut out, p.counters.last_exchange_ms, c);
+        let _ = write!(
+            out,
+            ",\"exchanges\":{},\"failures\":{},\"parse_errors\":{},\"opinions\":{},\
+             \"disagreements\":{}}}",
+            p.counters.exchanges,
+            p.counters.failures,
+            p.counters.parse_errors,
+            p.opinions,
+            p.disagreements
+        );
+    }
+    out.push_str("],\"breakers\":[");
+    for (b, (upstream, route)) in s.breakers().enumerate() {
+        let Some(v) = s.breaker_view(now, b) else {
+            continue;
+        };
+        if b > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"upstream\":");
+        json_str(&mut out, upstream);
+        out.push_str(",\"route\":");
+        json_str(&mut out, route);
+        let _ = write!(
+            out,
+            ",\"fingerprint\":\"{}\",\"suspicious\":{},\"suspicious_until\":",
+            hex(v.fingerprint),
+            v.verdict.suspicious_until_ms.is_some()
+        );
+        json_time(&mut out, v.verdict.suspicious_until_ms, c);
+        let _ = write!(
+            out,
+            ",\"peers_agreeing\":{},\"peers_open\":{},\"peers_disagreeing\":{},\
+             \"peers_recovered\":{},\"designated_prober\":",
+            v.agreeing_peers, v.open_peers, v.disagreeing_peers, v.verdict.peers_recovered
+        );
+        match &v.designated {
+            Some(d) => json_str(&mut out, d),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"probe_from\":");
+        json_time(&mut out, v.verdict.probe_from_ms, c);
+        let _ = write!(out, ",\"round\":{}}}", v.round);
+    }
+    out.push_str("]}");
+    out
+}
+
+fn escape_label(out: &mut String, v: &str) {
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP nginx_circuit_breaker_fleet_{name} {help}");
+    let _ = writeln!(out, "# TYPE nginx_circuit_breaker_fleet_{name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    let _ = write!(out, "nginx_circuit_breaker_fleet_{name}{{");
+    for (i, (k, v)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{k}=\"");
+        escape_label(out, v);
+        out.push('"');
+    }
+    let _ = writeln!(out, "}} {value}");
+}
+
+/// Prometheus families (text format 0.0.4), prefix `nginx_circuit_breaker_fleet_`, labels
+/// `zone` plus `peer` or `upstream`/`route`: `peer_reachable`, `peer_exchanges_total`,
+/// `peer_failures_total`, `peer_parse_errors_total`, `peer_disagreements`,
+/// `dropped_total{reason}`, `fingerprint_info{fingerprint}` (always 1), `suspicious`,
+/// `peers_open`, `peers_disagreeing`, `designated_prober` (1 when this instance is the one
+/// to probe next), `round`.
+pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
+    let now = c.mono_ms;
+    let mut out = String::with_capacity(1024);
+    let peers = s.peer_stats(now);
+    type PeerValue = fn(&super::store::PeerStats) -> u64;
+    let per_peer: [(&str, &str, &str, PeerValue); 5] = [
+        (
+            "peer_reachable",
+            "gauge",
+            "1 when the latest exchange with the peer succeeded, within the expiry.",
+            |p| u64::from(p.reachable),
+        ),
+        (
+            "peer_exchanges_total",
+            "counter",
+            "Messages received from the peer and merged.",
+            |p| p.counters.exchanges,
+        ),
+        (
+            "peer_failures_total",
+            "counter",
+            "Pulls from the peer that failed (refused, timed out, bad status).",
+            |p| p.counters.failures,
+        ),
+        (
+            "peer_parse_errors_total",
+            "counter",
+            "Messages from the peer refused as malformed or misdirected.",
+            |p| p.counters.parse_errors,
+        ),
+        (
+            "peer_disagreements",
+            "gauge",
+            "Breakers the peer reports with another configuration fingerprint.",
+            |p| p.disagreements as u64,
+        ),
+    ];
+    for (name, kind, help, value) in per_peer {
+        family(&mut out, name, kind, help);
+        for p in &peers {
+            sample(&mut out, name, &[("zone", zone), ("peer", &p.id)], value(p));
+        }
+    }
+    let k = s.counters();
+    family(
+        &mut out,
+        "dropped_total",
+        "counter",
+        "Records received but not kept, by reason.",
+    );
+    for (reason, v) in [
+        ("unknown_origin", k.unknown_origin),
+        ("unknown_breaker", k.unknown_breaker),
+        ("stale", k.stale),
+    ] {
+        sample(
+            &mut out,
+            "dropped_total",
+            &[("zone", zone), ("reason", reason)],
+            v,
+        );
+    }
+    let views: Vec<_> = s
+        .breakers()
+        .enumerate()
+        .filter_map(|(b, names)| Some((names, s.breaker_view(now, b)?)))
+        .collect();
+    family(
+        &mut out,
+        "fingerprint_info",
+        "gauge",
+        "The breaker's configuration fingerprint, as a label.",
+    );
+    for ((u, r), v) in &views {
+        let fp = hex(v.fingerprint);
+        sample(
+            &mut out,
+            "fingerprint_info",
+            &[
+                ("zone", zone),
+                ("upstream", u),
+                ("route", r),
+                ("fingerprint", &fp),
+            ],
+            1,
+        );
+    }
+    type BreakerValue = fn(&super::store::BreakerFleetView, &str) -> u64;
+    let per_breaker: [(&str, &str, BreakerValue); 5] = [
+        (
+            "suspicious",
+            "1 while peers' evidence lowers the bar for opening.",
+            |v, _| u64::from(v.verdict.suspicious_until_ms.is_some()),
+        ),
+        (
+            "peers_open",
+            "Peers with the same fingerprint reporting the breaker open or half-open.",
+            |v, _| v.open_peers as u64,
+        ),
+        (
+            "peers_disagreeing",
+            "Peers reporting the breaker with another configuration fingerprint.",
+            |v, _| v.disagreeing_peers as u64,
+        ),
+        (
+            "designated_prober",
+            "1 when this instance is the one the fleet expects to probe next.",
+            |v, me| u64::from(v.designated.as_deref() == Some(me)),
+        ),
+        (
+            "round",
+            "Fleet probes started in the current open episode, as far as known.",
+            |v, _| u64::from(v.round),
+        ),
+    ];
+    for (name, help, value) in per_breaker {
+        family(&mut out, name, "gauge", help);
+        for ((u, r), v) in &views {
+            sample(
+                &mut out,
+                name,
+                &[("zone", zone), ("upstream", u), ("route", r)],
+                value(v, s.self_id()),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::store::{FleetConfig, LocalView, Policy};
+    use crate::fleet::wire::{Flags, Message, WireOpinion};
+    use crate::snapshot::State;
+
+    const MONO: u64 = 5_000_000;
+    const CLOCKS: Clocks = Clocks {
+        mono_ms: MONO,
+        wall_ms: 1_764_484_800_000,
+    };
+
+    fn store() -> FleetStore {
+        let cfg = FleetConfig {
+            interval_ms: 1000,
+            fanout: 3,
+            expire_ms: 4000,
+            max_entries: 1024,
+        };
+        let mut s = FleetStore::new("a", &["a", "b\"q", "c"], cfg).unwrap();
+        let policy = Policy {
+            min_requests: 20,
+            failure_rate: 5000,
+            slow_rate: 0,
+            probe_base_ms: 30_000,
+            probe_max_ms: 300_000,
+        };
+        s.add_breaker("api", "checkout", 0xab, policy).unwrap();
+        s.update_local(
+            MONO,
+            0,
+            LocalView {
+                state: State::Closed,
+                forced: false,
+                since_ms: MONO - 1000,
+                requests: 3,
+                failures: 3,
+                slow: 0,
+                probe_starts: 0,
+                short_circuited: 0,
+                active_probes: false,
+            },
+        );
+        let body = crate::fleet::wire::render(&Message {
+            sender: "b\"q".into(),
+            delay_ms: 0,
+            opinions: vec![WireOpinion {
+                origin: "b\"q".into(),
+                upstream: "api".into(),
+                route: "checkout".into(),
+                fingerprint: 0xab,
+                state: State::Open,
+                age_ms: 250,
+                since_ms: 2000,
+                requests: 20,
+                failures: 20,
+                slow: 0,
+                round: 0,
+                probe_ms: None,
+                flags: Flags::default(),
+            }],
+        });
+        s.receive(MONO, 0, body.as_bytes()).unwrap();
+        s.peer_failed(MONO, 1);
+        s
+    }
+
+    #[test]
+    fn json_shows_peers_and_breakers() {
+        let text = render_json(&store(), CLOCKS);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["instance"], "a");
+        assert_eq!(v["peers"][0]["id"], "b\"q");
+        assert_eq!(v["peers"][0]["reachable"], true);
+        assert_eq!(v["peers"][0]["last_exchange"], 1_764_484_800.0);
+        assert_eq!(v["peers"][1]["reachable"], false);
+        assert_eq!(v["peers"][1]["failures"], 1);
+        assert_eq!(v["peers"][1]["last_exchange"], serde_json::Value::Null);
+        let b = &v["breakers"][0];
+        assert_eq!(b["fingerprint"], "00000000000000ab");
+        assert_eq!(b["suspicious"], true);
+        assert_eq!(b["suspicious_until"], 1_764_484_803.75);
+        assert_eq!(b["peers_open"], 1);
+        assert_eq!(b["designated_prober"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn prometheus_escapes_labels_and_types_every_family() {
+        let text = render_prometheus(&store(), "cb", CLOCKS);
+        assert!(text.contains(
+            "nginx_circuit_breaker_fleet_peer_reachable{zone=\"cb\",peer=\"b\\\"q\"} 1\n"
+        ));
+        assert!(text.contains(
+            "nginx_circuit_breaker_fleet_fingerprint_info{zone=\"cb\",upstream=\"api\",\
+             route=\"checkout\",fingerprint=\"00000000000000ab\"} 1\n"
+        ));
+        assert!(text.contains(
+            "nginx_circuit_breaker_fleet_suspicious{zone=\"cb\",upstream=\"api\",route=\"checkout\"} 1\n"
+        ));
+        let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!((helps, types), (12, 12));
+    }
+}

@@ -1,0 +1,982 @@
+//! An adaptive in-flight (concurrency) limit per breaker, kept in shared memory.
+//!
+//! # Algorithm
+//!
+//! The gradient controller of Envoy's adaptive concurrency filter
+//! (<https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/adaptive_concurrency_filter>),
+//! itself a variation of Netflix's gradient limit (<https://github.com/Netflix/concurrency-limits>;
+//! "Performance Under Load", Netflix Technology Blog, 2018). At the end of every interval:
+//!
+//! ```text
+//! gradient  = clamp(min_latency · (1 + tolerance) / sample_latency, 0.5, 2)
+//! new_limit = limit · gradient + √(limit · gradient)
+//! ```
+//!
+//! Why this one. An origin with `c` workers and service time `s` answers in `s` while at
+//! most `c` requests are in flight, and in `L·s/c` when `L > c` are (the rest wait in its
+//! queue). With the minimum at `s`, `limit · gradient = c · (1 + tolerance)` whatever the
+//! limit was: one update puts it at the origin's own concurrency plus the tolerance, so the
+//! controller protects within an interval or two of an overload (the gradient is clamped to
+//! halving per step, against outliers), and it settles at `c·(1 + tolerance) + √(c·(1 +
+//! tolerance))` in flight — every worker busy, a short queue — so it sheds only what the
+//! origin cannot take. AIMD backs off on drops or a fixed latency threshold by 10 % per step
+//! and needs dozens of round trips to walk down; Vegas estimates the same queue
+//! (`L·(1 - min/sample)`) but moves by `log L` per step; Gradient2's long-term average
+//! baseline follows a sustained overload upwards, and the queue with it.
+//!
+//! # Departures from Envoy, and why
+//!
+//! - **Mean, not percentile.** Workers pre-aggregate samples and merge them under the lock;
+//!   counts and sums merge exactly, percentiles do not. Little's law relates the mean
+//!   latency to concurrency, and Netflix's windowed limit averages by default.
+//! - **Intervals.** An interval ends after `interval_ms`, after the last interval's mean
+//!   latency (one round trip, so that an update sees the requests admitted under the
+//!   previous one: without it the lag of a queue makes the limit oscillate), and with at
+//!   least `samples` latency samples. Until then it keeps accumulating: the limit never
+//!   moves on fewer samples.
+//! - **Application-limited** (from Gradient2). The limit grows only if in-flight reached half
+//!   of it, and is cut only if in-flight reached it: a latency rise that the limit is not
+//!   causing sheds nothing, and a limit nobody approaches does not run away.
+//! - **Slow start** (TCP's, RFC 5681). Until its first cut the limit doubles whenever demand
+//!   meets it and latency allows, so a fresh controller reaches a busy origin's need in a few
+//!   intervals from `limit_initial`.
+//! - **The minimum follows the origin**, learnt three ways:
+//!   1. *Periodic measurement*, every `probe_ms` (jittered by 15 %, as Envoy) and once soon
+//!      after creation. When the limit was not reached, the interval's mean is taken as it
+//!      is: no queue of ours is in it, and nothing is shed to measure it. When it was, the
+//!      limit is pinned to half (at least `limit_min`) until an interval passes with no more
+//!      than that in flight; while that drained mean still fell by more than the tolerance,
+//!      the pin halves again (the queue was still draining); the last mean is the floor, and
+//!      the limit is restored. Envoy pins to 3 for 50 requests every minute whatever the
+//!      load, which sheds almost everything a large, healthy origin is sent meanwhile.
+//!   2. *Slowdown*: [`CLAMPED_RUN`] updates in a row at the gradient's floor with the limit
+//!      reached start that measurement at once. Without it, an origin whose service time
+//!      rose 6× would be halved down to `limit_min` from its stale minimum, leaving most of
+//!      its workers idle while clients are refused.
+//!   3. *Recovery*: at the limit, an interval faster than the minimum beyond the tolerance
+//!      lowers it at once, and it is measured again [`SOON_INTERVALS`] later. Below the limit
+//!      such dips are noise and wait for the measurement: a running minimum of noisy means
+//!      drifts low, and the controller then takes ordinary latency for a queue.
+//!
+//! `core/tests/limit_sim.rs` drives the controller against a queueing origin in virtual
+//! time and prints the figures.
+//!
+//! # Shared memory
+//!
+//! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
+//! aligned) of [`LIMITER_SIZE`] = 160 bytes, its configuration and the interval under way
+//! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock. In-flight counting is
+//! the shell's (atomics): it admits a request while in-flight is below [`Limiter::limit`].
+
+use std::mem::size_of;
+
+use crate::breaker::jittered;
+
+/// Latency samples of one worker since its last flush, merged under the lock. Merging is
+/// associative and commutative, so flushes may come in any grouping and order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Samples {
+    /// Sum of the latencies, milliseconds.
+    pub sum_ms: u64,
+    /// Latency samples: attempts the origin answered, and timeouts (their elapsed time is
+    /// the clearest sign of a queue).
+    pub count: u32,
+    /// Smallest latency, milliseconds (`u32::MAX` while `count` is 0).
+    pub min_ms: u32,
+    /// Largest latency, milliseconds.
+    pub max_ms: u32,
+    /// Attempts that ended with no latency worth averaging (refused, reset, client abort):
+    /// counted for the status page, never averaged, so that fast errors cannot drag the
+    /// minimum down and throttle a healthy origin.
+    pub drops: u32,
+    /// The most requests in flight seen at an admission (the shell's counter just after its
+    /// increment) or at a completion (just before its decrement): whether the limit was
+    /// reached, how much of it was used, and whether the origin drained.
+    pub inflight_max: u32,
+    _pad: u32,
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Samples::EMPTY
+    }
+}
+
+impl Samples {
+    /// Nothing recorded.
+    pub const EMPTY: Samples = Samples {
+        sum_ms: 0,
+        count: 0,
+        min_ms: u32::MAX,
+        max_ms: 0,
+        drops: 0,
+        inflight_max: 0,
+        _pad: 0,
+    };
+
+    /// Adds one latency sample.
+    #[inline]
+    pub fn add(&mut self, latency_ms: u64) {
+        let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
+        self.sum_ms = self.sum_ms.saturating_add(latency_ms);
+        self.count = self.count.saturating_add(1);
+        self.min_ms = self.min_ms.min(ms);
+        self.max_ms = self.max_ms.max(ms);
+    }
+
+    /// Counts one attempt without a latency sample.
+    #[inline]
+    pub fn add_drop(&mut self) {
+        self.drops = self.drops.saturating_add(1);
+    }
+
+    /// Notes the in-flight count seen at an admission (after the increment) or a completion
+    /// (before the decrement).
+    #[inline]
+    pub fn note_inflight(&mut self, inflight: u32) {
+        self.inflight_max = self.inflight_max.max(inflight);
+    }
+
+    /// Adds `other` to `self`.
+    #[inline]
+    pub fn merge(&mut self, other: &Samples) {
+        self.sum_ms = self.sum_ms.saturating_add(other.sum_ms);
+        self.count = self.count.saturating_add(other.count);
+        self.min_ms = self.min_ms.min(other.min_ms);
+        self.max_ms = self.max_ms.max(other.max_ms);
+        self.drops = self.drops.saturating_add(other.drops);
+        self.inflight_max = self.inflight_max.max(other.inflight_max);
+    }
+
+    /// Whether nothing at all was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0 && self.drops == 0 && self.inflight_max == 0
+    }
+
+    /// Mean latency in milliseconds, `None` without samples.
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ms as f64 / f64::from(self.count))
+    }
+}
+
+/// Parameters of an adaptive limit (`limit=adaptive limit_min=… limit_max=…` of the
+/// `circuit_breaker` directive). Rates are hundredths of a percent, durations milliseconds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitConfig {
+    /// The limit never falls below this, nor does a pinned measurement (`limit_min`, default
+    /// 3: Envoy's `min_concurrency`; low enough to protect an origin of a few workers, high
+    /// enough that a measurement at the floor still gathers its samples quickly).
+    pub limit_min: u32,
+    /// The limit never rises above this (`limit_max`, default 1000: Envoy's
+    /// `max_concurrency_limit`; above nginx's default `worker_connections` of a few workers).
+    pub limit_max: u32,
+    /// The limit of a fresh controller (`limit_initial`, default 20: Netflix's initial
+    /// limit). Slow start doubles it per interval while demand meets it, so a busy upstream
+    /// reaches 160 in about half a second; starting at `limit_max` would leave an overload
+    /// at start unprotected for the many halvings it takes to come down from there.
+    pub limit_initial: u32,
+    /// Latency above the minimum that is not yet a queue (`limit_tolerance`, default 25 %,
+    /// Envoy's `buffer`): in-flight settles near `c·(1 + tolerance) + √(c·(1 + tolerance))`
+    /// for an origin of `c` workers, and the natural spread of latency moves nothing.
+    pub tolerance: u32,
+    /// Shortest interval between two updates (`limit_interval`, default 100 ms, Envoy's
+    /// `concurrency_update_interval`): a few round trips of a typical origin, and the
+    /// reaction time to an overload.
+    pub interval_ms: u32,
+    /// Fewest latency samples an update is made on (`limit_samples`, default 20): the mean
+    /// of 20 exponential service times is within ±25 % — the tolerance — about three
+    /// times in four; fewer would move the limit on noise. An interval short of them is
+    /// extended.
+    pub samples: u32,
+    /// Period of the minimum's re-measurement (`limit_probe`, default 10 s, BBR's
+    /// `min_rtt` window; Envoy's 60 s learns a slower origin too late): how long a lasting
+    /// upward shift of latency that costs no throughput may go unnoticed.
+    pub probe_ms: u32,
+}
+
+impl Default for LimitConfig {
+    fn default() -> Self {
+        LimitConfig {
+            limit_min: 3,
+            limit_max: 1000,
+            limit_initial: 20,
+            tolerance: 2500,
+            interval_ms: 100,
+            samples: 20,
+            probe_ms: 10_000,
+        }
+    }
+}
+
+/// A parameter of [`LimitConfig`] that is out of its range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitConfigError {
+    /// `limit_min` is 0.
+    LimitMin,
+    /// `limit_max` is below `limit_min`.
+    LimitMax,
+    /// `limit_initial` is outside `limit_min..=limit_max`.
+    LimitInitial,
+    /// `tolerance` is above 10000 (100 %).
+    Tolerance,
+    /// `interval_ms` is 0 or above 60 s.
+    Interval,
+    /// `samples` is 0 or above 100 000.
+    Samples,
+    /// `probe_ms` is shorter than ten intervals.
+    Probe,
+}
+
+impl LimitConfigError {
+    /// The directive parameter at fault, for `invalid value "…" in "circuit_breaker"`.
+    pub fn parameter(self) -> &'static str {
+        match self {
+            LimitConfigError::LimitMin => "limit_min",
+            LimitConfigError::LimitMax => "limit_max",
+            LimitConfigError::LimitInitial => "limit_initial",
+            LimitConfigError::Tolerance => "limit_tolerance",
+            LimitConfigError::Interval => "limit_interval",
+            LimitConfigError::Samples => "limit_samples",
+            LimitConfigError::Probe => "limit_probe",
+        }
+    }
+}
+
+impl LimitConfig {
+    /// Checks every parameter's range; the controller clamps anyway, but a configuration
+    /// that needs clamping is refused by `nginx -t`.
+    pub fn check(&self) -> Result<(), LimitConfigError> {
+        if self.limit_min == 0 {
+            return Err(LimitConfigError::LimitMin);
+        }
+        if self.limit_max < self.limit_min {
+            return Err(LimitConfigError::LimitMax);
+        }
+        if !(self.limit_min..=self.limit_max).contains(&self.limit_initial) {
+            return Err(LimitConfigError::LimitInitial);
+        }
+        if self.tolerance > 10_000 {
+            return Err(LimitConfigError::Tolerance);
+        }
+        if self.interval_ms == 0 || self.interval_ms > 60_000 {
+            return Err(LimitConfigError::Interval);
+        }
+        if self.samples == 0 || self.samples > 100_000 {
+            return Err(LimitConfigError::Samples);
+        }
+        if u64::from(self.probe_ms) < 10 * u64::from(self.interval_ms) {
+            return Err(LimitConfigError::Probe);
+        }
+        Ok(())
+    }
+
+    /// The same parameters brought into range, so that no input can make the controller
+    /// divide by zero or leave its bounds.
+    fn sane(mut self) -> LimitConfig {
+        self.limit_min = self.limit_min.max(1);
+        self.limit_max = self.limit_max.max(self.limit_min);
+        self.limit_initial = self.limit_initial.clamp(self.limit_min, self.limit_max);
+        self.tolerance = self.tolerance.min(10_000);
+        self.interval_ms = self.interval_ms.clamp(1, 60_000);
+        self.samples = self.samples.clamp(1, 100_000);
+        self.probe_ms = self.probe_ms.max(self.interval_ms.saturating_mul(10));
+        self
+    }
+}
+
+/// A pinned measurement gives up after this many intervals in which the origin did not drain
+/// (long-lived requests may hold slots for minutes); the minimum is then left as it was.
+pub const PROBE_MAX_INTERVALS: u32 = 8;
+
+/// This many updates in a row at the gradient's floor (latency at least twice the tolerated
+/// level) while the limit is reached start a pinned measurement at once: either the queue is
+/// deeper than halving drains, or the origin itself got slower, and only a measurement at a
+/// lower concurrency tells which.
+pub const CLAMPED_RUN: u32 = 3;
+
+/// After the minimum fell by more than the tolerance, it is measured again this many
+/// intervals later; and first this many intervals after creation.
+pub const SOON_INTERVALS: u64 = 5;
+
+/// Jitter of the re-measurement period (15 %, Envoy's default), in hundredths of a percent:
+/// the nginx instances of a fleet do not pin the same origin at the same moment.
+const PROBE_JITTER: u32 = 1500;
+
+/// Latencies below 1 ms are taken as 1 ms: nginx's clock has millisecond resolution, and
+/// a ratio of two zeros means nothing.
+const LATENCY_FLOOR_MS: f64 = 1.0;
+
+const GRADIENT_MIN: f64 = 0.5;
+const GRADIENT_MAX: f64 = 2.0;
+
+const PHASE_NORMAL: u8 = 0;
+const PHASE_PROBING: u8 = 1;
+
+/// How an update changed the minimum latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MinChange {
+    /// Unchanged.
+    None,
+    /// Lowered at once: an interval at the limit was faster than it beyond the tolerance.
+    Fell,
+    /// Taken again from an interval in which the limit was not reached (periodic).
+    Remeasured,
+    /// A pinned measurement began: the limit is held at a lower pin until the origin drains.
+    ProbeStarted,
+    /// A pinned measurement halved its pin: latency was still falling.
+    ProbeHalved,
+    /// A pinned measurement ended: the minimum is its last drained interval's mean.
+    Probed,
+    /// A pinned measurement gave up without draining; the minimum is unchanged.
+    ProbeAbandoned,
+}
+
+/// What an update did, for logging and tests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Update {
+    /// The limit in force before.
+    pub from: u32,
+    /// The limit in force now.
+    pub to: u32,
+    /// The interval's mean latency, milliseconds.
+    pub sample_ms: f64,
+    /// The minimum latency the controller now works from, milliseconds.
+    pub min_latency_ms: f64,
+    /// Latency samples the update was made on.
+    pub samples: u32,
+    /// Whether in-flight reached the limit during the interval.
+    pub reached: bool,
+    /// What happened to the minimum.
+    pub min_change: MinChange,
+}
+
+/// Figures for the status page (the shell adds in-flight and its shed counter).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitView {
+    /// The limit requests are compared against now.
+    pub limit: u32,
+    /// The minimum latency it works from, milliseconds (0 before the first update).
+    pub min_latency_ms: f64,
+    /// Mean latency of the last interval, milliseconds (0 before the first update).
+    pub sample_latency_ms: f64,
+    /// A pinned measurement of the minimum is under way.
+    pub probing: bool,
+    /// Updates made.
+    pub updates: u64,
+    /// Measurements of the minimum completed (periodic and pinned).
+    pub remeasures: u32,
+}
+
+/// The controller of one breaker, in shared memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Limiter {
+    cfg: LimitConfig,
+    /// The limit, fractional so that small steps accumulate; [`Limiter::limit`] rounds down.
+    limit: f64,
+    /// The minimum latency, milliseconds; 0 until the first update.
+    min_ms: f64,
+    /// The last interval's mean latency, milliseconds.
+    sample_ms: f64,
+    /// The limit before a pinned measurement, restored after it.
+    saved_limit: f64,
+    /// During a pinned measurement: the mean latency at the previous pin (or before it).
+    probe_ref_ms: f64,
+    /// The interval under way.
+    pending: Samples,
+    interval_start_ms: u64,
+    /// The latest clock reading; earlier readings are taken as this.
+    last_ms: u64,
+    next_probe_ms: u64,
+    updates: u64,
+    remeasures: u32,
+    /// The pinned limit during a measurement.
+    pin: u32,
+    /// Intervals spent at the current pin without draining.
+    probe_intervals: u32,
+    /// Consecutive updates at the gradient's floor with the limit reached.
+    clamped: u32,
+
+    phase: u8,
+    /// Until the first cut, the limit doubles while latency allows.
+    slow_start: u8,
+    _pad: [u8; 6],
+}
+
+/// Size of a [`Limiter`] in shared memory, bytes.
+pub const LIMITER_SIZE: usize = size_of::<Limiter>();
+
+impl Limiter {
+    /// A controller created at `now_ms`, at `limit_initial`, with no minimum yet. Its first
+    /// update also measures the minimum (as Envoy starts with a measurement), so that a
+    /// start under overload does not take a queue for the floor.
+    pub fn new(cfg: LimitConfig, now_ms: u64) -> Limiter {
+        let cfg = cfg.sane();
+        let initial = f64::from(cfg.limit_initial);
+        Limiter {
+            cfg,
+            limit: initial,
+            min_ms: 0.0,
+            sample_ms: 0.0,
+            saved_limit: initial,
+            probe_ref_ms: 0.0,
+            pending: Samples::EMPTY,
+            interval_start_ms: now_ms,
+            last_ms: now_ms,
+            next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
+            updates: 0,
+            remeasures: 0,
+            pin: cfg.limit_min,
+            probe_intervals: 0,
+            clamped: 0,
+            phase: PHASE_NORMAL,
+            slow_start: 1,
+            _pad: [0; 6],
+        }
+    }
+
+    /// The parameters in force (brought into range).
+    pub fn config(&self) -> &LimitConfig {
+        &self.cfg
+    }
+
+    /// The limit to compare in-flight requests against: admit while in-flight is below it.
+    /// Always within `limit_min..=limit_max`.
+    #[inline]
+    pub fn limit(&self) -> u32 {
+        if self.phase == PHASE_PROBING {
+            return self.pin;
+        }
+        // The float stays within the bounds; the clamp only guards the conversion.
+        (self.limit as u32).clamp(self.cfg.limit_min, self.cfg.limit_max)
+    }
+
+    /// The minimum latency the limit is computed from, milliseconds (0 before any update).
+    pub fn min_latency_ms(&self) -> f64 {
+        self.min_ms
+    }
+
+    /// Figures for the status page.
+    pub fn view(&self) -> LimitView {
+        LimitView {
+            limit: self.limit(),
+            min_latency_ms: self.min_ms,
+            sample_latency_ms: self.sample_ms,
+            probing: self.phase == PHASE_PROBING,
+            updates: self.updates,
+            remeasures: self.remeasures,
+        }
+    }
+
+    /// Merges a worker's flushed samples at `now_ms`; when the interval is over and holds
+    /// enough samples, updates the limit and returns what changed. `rnd` is a uniform random
+    /// number (jitter of the next re-measurement).
+    ///
+    /// An interval lasts at least `interval_ms` and at least the last mean latency, so that
+    /// an update sees the requests admitted under the previous one, and holds at least
+    /// `samples` latency samples.
+    pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
+        let now = now_ms.max(self.last_ms);
+        self.last_ms = now;
+        self.pending.merge(samples);
+        let elapsed = now - self.interval_start_ms;
+        let length = u64::from(self.cfg.interval_ms).max(self.sample_ms as u64);
+        if elapsed < length || self.pending.count < self.cfg.samples {
+            return None;
+        }
+        let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
+        self.interval_start_ms = now;
+        Some(self.update(now, &interval, rnd))
+    }
+
+    fn schedule_probe(&mut self, now: u64, rnd: u32) {
+        self.next_probe_ms =
+            now.saturating_add(jittered(u64::from(self.cfg.probe_ms), PROBE_JITTER, rnd));
+    }
+
+    fn bounded(&self, limit: f64) -> f64 {
+        limit.clamp(f64::from(self.cfg.limit_min), f64::from(self.cfg.limit_max))
+    }
+
+    fn update(&mut self, now: u64, s: &Samples, rnd: u32) -> Update {
+        let from = self.limit();
+        let sample = s.mean_ms().unwrap_or(0.0).max(LATENCY_FLOOR_MS);
+        let reached = s.inflight_max >= from;
+        self.updates = self.updates.saturating_add(1);
+        let change = if self.updates == 1 {
+            // The first interval after creation only holds the requests that were fast
+            // enough to finish within it: its mean is biased low. Nothing is decided on it.
+            MinChange::None
+        } else if self.phase == PHASE_PROBING {
+            self.probe(now, s, sample, rnd)
+        } else {
+            self.gradient(now, s, sample, reached, rnd)
+        };
+        self.sample_ms = sample;
+        Update {
+            from,
+            to: self.limit(),
+            sample_ms: sample,
+            min_latency_ms: self.min_ms,
+            samples: s.count,
+            reached,
+            min_change: change,
+        }
+    }
+
+    /// One step of a pinned measurement.
+    fn probe(&mut self, now: u64, s: &Samples, sample: f64, rnd: u32) -> MinChange {
+        if s.inflight_max > self.pin {
+            // Not drained: some of this interval's requests queued behind more than `pin`.
+            self.probe_intervals += 1;
+            if self.probe_intervals < PROBE_MAX_INTERVALS {
+                return MinChange::None;
+            }
+            self.end_probe(now, rnd);
+            return MinChange::ProbeAbandoned;
+        }
+        self.probe_intervals = 0;
+        let lower = (self.pin / 2).max(self.cfg.limit_min);
+        // Latency that fell with the pin by more than the tolerance was still a queue.
+        let falling = sample * self.tolerated() < self.probe_ref_ms;
+        if lower < self.pin && falling {
+            // Latency fell with the concurrency: still a queue; halve again.
+            self.pin = lower;
+            self.probe_ref_ms = sample;
+            return MinChange::ProbeHalved;
+        }
+        self.min_ms = sample;
+        self.remeasures = self.remeasures.saturating_add(1);
+        self.end_probe(now, rnd);
+        MinChange::Probed
+    }
+
+    fn end_probe(&mut self, now: u64, rnd: u32) {
+        self.phase = PHASE_NORMAL;
+        self.limit = self.saved_limit;
+        self.clamped = 0;
+        self.schedule_probe(now, rnd);
+    }
+
+    fn tolerated(&self) -> f64 {
+        1.0 + f64::from(self.cfg.tolerance) / 10_000.0
+    }
+
+    /// One step of the gradient controller.
+    fn gradient(
+        &mut self,
+        now: u64,
+        s: &Samples,
+        sample: f64,
+        reached: bool,
+        rnd: u32,
+    ) -> MinChange {
+        let mut change = MinChange::None;
+        if self.min_ms <= 0.0 {
+            // The first interval: a start under overload may hold a queue, hence the early
+            // re-measurement scheduled at creation.
+            self.min_ms = sample;
+        } else if reached && sample * self.tolerated() < self.min_ms {
+            // At the limit, in-flight sits above the origin's concurrency and latency above
+            // the floor; faster than the floor beyond the tolerance, the origin recovered.
+            // Take it now, and measure again soon: this interval mixes slow and fast answers.
+            // Below the limit, dips are noise and wait for the next measurement: a running
+            // minimum of noisy means drifts low, and the controller would then take ordinary
+            // latency for a queue.
+            self.min_ms = sample;
+            let soon = now.saturating_add(SOON_INTERVALS * u64::from(self.cfg.interval_ms));
+            self.next_probe_ms = self.next_probe_ms.min(soon);
+            change = MinChange::Fell;
+        }
+        let due = now >= self.next_probe_ms;
+        if due && !reached {
+            // Nobody waited on our limit: the interval's mean is the origin's own latency.
+            self.min_ms = sample;
+            self.remeasures = self.remeasures.saturating_add(1);
+            self.schedule_probe(now, rnd);
+            change = MinChange::Remeasured;
+        }
+
+        let raw = self.min_ms * self.tolerated() / sample;
+        let gradient = raw.clamp(GRADIENT_MIN, GRADIENT_MAX);
+        let l = self.limit;
+        let mut target = l * gradient + (l * gradient).sqrt();
+        if gradient >= 1.0 && reached && self.slow_start != 0 {
+            // Slow start (TCP's, RFC 5681): until the first cut, double while demand meets
+            // the limit.
+            target = target.max(2.0 * l);
+        }
+        let used = 2.0 * f64::from(s.inflight_max);
+        if (target > l && used < l) || (target < l && !reached) {
+            // Application-limited (Gradient2): a limit that nobody reached did not make
+            // latency rise, and one that nobody approached is not known to be too small.
+            target = l;
+        }
+        if target < l {
+            self.slow_start = 0;
+        }
+        self.limit = self.bounded(target);
+
+        self.clamped = if reached && raw <= GRADIENT_MIN {
+            self.clamped + 1
+        } else {
+            0
+        };
+        if reached && (due || self.clamped >= CLAMPED_RUN) {
+            self.saved_limit = self.limit;
+            self.probe_ref_ms = sample;
+            self.pin = ((self.limit / 2.0) as u32).max(self.cfg.limit_min);
+            self.phase = PHASE_PROBING;
+            self.probe_intervals = 0;
+            change = MinChange::ProbeStarted;
+        }
+        change
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_000_000;
+
+    fn samples(n: u32, latency_ms: u64, inflight: u32) -> Samples {
+        let mut s = Samples::EMPTY;
+        for _ in 0..n {
+            s.add(latency_ms);
+        }
+        s.note_inflight(inflight);
+        s
+    }
+
+    /// A controller and a clock; each step is one flush at the end of a 100 ms interval.
+    struct Story {
+        l: Limiter,
+        now: u64,
+    }
+
+    impl Story {
+        fn new(cfg: LimitConfig) -> Story {
+            Story {
+                l: Limiter::new(cfg, T0),
+                now: T0,
+            }
+        }
+        /// An interval of 20 answers at `latency_ms` with `inflight` at most in flight.
+        fn step(&mut self, latency_ms: u64, inflight: u32) -> Update {
+            self.now += 100.max(self.l.sample_ms as u64);
+            let s = samples(20, latency_ms, inflight);
+            self.l
+                .record(self.now, &s, u32::MAX / 2)
+                .expect("an interval ended")
+        }
+        /// An interval in which demand meets the limit.
+        fn saturated(&mut self, latency_ms: u64) -> Update {
+            let limit = self.l.limit();
+            self.step(latency_ms, limit)
+        }
+    }
+
+    #[test]
+    fn the_structs_are_small_plain_data() {
+        assert_eq!(size_of::<Samples>(), 32);
+        assert_eq!(LIMITER_SIZE, 160);
+        assert_eq!(std::mem::align_of::<Limiter>(), 8);
+    }
+
+    #[test]
+    fn no_update_before_the_interval_ends_with_enough_samples() {
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        assert_eq!(
+            l.record(T0 + 50, &samples(100, 10, 20), 0),
+            None,
+            "interval not over"
+        );
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        assert_eq!(
+            l.record(T0 + 500, &samples(19, 10, 20), 0),
+            None,
+            "19 samples"
+        );
+        assert_eq!(
+            l.record(T0 + 510, &samples(0, 0, 20), 0),
+            None,
+            "drops are no samples"
+        );
+        let u = l
+            .record(T0 + 520, &samples(1, 10, 20), 0)
+            .expect("20 samples");
+        assert_eq!(u.samples, 20);
+    }
+
+    #[test]
+    fn the_first_interval_decides_nothing() {
+        let mut st = Story::new(LimitConfig::default());
+        let u = st.saturated(10);
+        assert_eq!((u.from, u.to, u.min_latency_ms), (20, 20, 0.0));
+    }
+
+    #[test]
+    fn a_queue_halves_the_limit_and_a_healthy_latency_doubles_it_in_slow_start() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(10);
+        let u = st.saturated(10);
+        assert_eq!(
+            (u.from, u.to, u.min_latency_ms),
+            (20, 40, 10.0),
+            "slow start"
+        );
+        // 100 ms against a 10 ms floor: the gradient is clamped to 0.5, plus √20.
+        let u = st.saturated(100);
+        assert_eq!((u.from, u.to), (40, 24));
+        // Slow start is over: a healthy latency grows by 1.25 and a square root.
+        let u = st.saturated(10);
+        assert_eq!((u.from, u.to), (24, 36), "24.5·1.25 + √30.6");
+    }
+
+    #[test]
+    fn a_limit_nobody_reaches_neither_falls_nor_grows() {
+        let mut st = Story::new(LimitConfig::default());
+        st.step(10, 3);
+        st.step(10, 3);
+        let u = st.step(500, 19);
+        assert_eq!((u.from, u.to), (20, 20), "not reached: no cut");
+        let u = st.step(10, 9);
+        assert_eq!((u.from, u.to), (20, 20), "less than half used: no growth");
+        let u = st.step(10, 10);
+        assert_eq!((u.from, u.to), (20, 30), "half used: growth");
+    }
+
+    #[test]
+    fn the_limit_stays_within_its_bounds() {
+        let cfg = LimitConfig {
+            limit_min: 5,
+            limit_max: 50,
+            ..LimitConfig::default()
+        };
+        let mut st = Story::new(cfg);
+        for _ in 0..100 {
+            let u = st.saturated(1);
+            assert!((5..=50).contains(&u.to));
+        }
+        assert_eq!(st.l.limit(), 50);
+        // A queue that grows with every request let in: the pinned measurements halve down
+        // to the floor and no further.
+        let mut lowest = u32::MAX;
+        for _ in 0..100 {
+            let limit = st.l.limit();
+            let u = st.step(1000 * u64::from(limit), limit);
+            assert!((5..=50).contains(&u.to));
+            lowest = lowest.min(u.to);
+        }
+        assert_eq!(lowest, 5);
+    }
+
+    #[test]
+    fn a_slowed_origin_is_measured_again_instead_of_starved() {
+        let mut st = Story::new(LimitConfig::default());
+        // Saturated at a 10 ms floor until the first measurement has confirmed it.
+        while st.l.view().remeasures == 0 {
+            st.saturated(10);
+        }
+        for _ in 0..10 {
+            st.saturated(10);
+        }
+        assert_eq!(st.l.min_latency_ms(), 10.0);
+        let before = st.l.limit();
+        // The origin's own service time rises 6×, whatever the concurrency.
+        let changes: Vec<MinChange> = (0..3).map(|_| st.saturated(60).min_change).collect();
+        assert_eq!(
+            changes,
+            [MinChange::None, MinChange::None, MinChange::ProbeStarted]
+        );
+        assert!(st.l.view().probing);
+        let u = st.saturated(60);
+        assert_eq!(
+            u.min_change,
+            MinChange::Probed,
+            "drained at once, nothing still falling"
+        );
+        assert_eq!(st.l.min_latency_ms(), 60.0);
+        // From the new floor the limit grows back to the origin's share.
+        let cut = st.l.limit();
+        for _ in 0..10 {
+            st.saturated(60);
+        }
+        assert!(
+            cut < before && st.l.limit() >= before,
+            "{cut} → {}",
+            st.l.limit()
+        );
+    }
+
+    #[test]
+    fn a_recovered_origin_lowers_the_minimum_at_once_at_the_limit() {
+        let mut st = Story::new(LimitConfig::default());
+        while st.l.view().remeasures == 0 {
+            st.saturated(60);
+        }
+        let u = st.saturated(20);
+        assert_eq!((u.min_change, u.min_latency_ms), (MinChange::Fell, 20.0));
+        // Below the limit a faster interval is no evidence: it waits for a measurement.
+        let mut st = Story::new(LimitConfig::default());
+        while st.l.view().remeasures == 0 {
+            st.step(60, 2);
+        }
+        let u = st.step(20, 2);
+        assert_eq!((u.min_change, u.min_latency_ms), (MinChange::None, 60.0));
+    }
+
+    #[test]
+    fn the_minimum_is_measured_again_periodically_below_the_limit() {
+        let mut st = Story::new(LimitConfig::default());
+        while st.l.view().remeasures == 0 {
+            st.step(10, 2);
+        }
+        let start = st.now;
+        let u = loop {
+            let u = st.step(30, 2);
+            if u.min_change != MinChange::None {
+                break u;
+            }
+            assert_eq!(u.min_latency_ms, 10.0);
+        };
+        assert_eq!(
+            (u.min_change, u.min_latency_ms),
+            (MinChange::Remeasured, 30.0)
+        );
+        let waited = st.now - start;
+        assert!((8_400..=11_600).contains(&waited), "10 s ± 15 %: {waited}");
+        assert_eq!(st.l.limit(), 20, "nothing pinned, nothing shed");
+    }
+
+    #[test]
+    fn a_pinned_measurement_halves_while_latency_falls() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(10);
+        st.saturated(10);
+        st.saturated(10);
+        st.saturated(10);
+        // Demand meets a limit of 160 in slow start; the origin queues: latency grows with
+        // the concurrency as for 10 workers of 10 ms.
+        let queue = |limit: u32| u64::from(limit.max(10)) * 10 / 10;
+        let mut pins = Vec::new();
+        loop {
+            let limit = st.l.limit();
+            let u = st.step(queue(limit), limit);
+            if st.l.view().probing {
+                pins.push(st.l.limit());
+            }
+            if u.min_change == MinChange::Probed {
+                break;
+            }
+            assert!(st.l.view().updates < 100);
+        }
+        assert!(pins.windows(2).all(|w| w[1] <= w[0]), "{pins:?}");
+        assert!(*pins.last().unwrap() <= 10, "down to the knee: {pins:?}");
+        assert_eq!(st.l.min_latency_ms(), 10.0);
+    }
+
+    #[test]
+    fn a_pinned_measurement_gives_up_if_the_origin_never_drains() {
+        let mut st = Story::new(LimitConfig::default());
+        let mut started = None;
+        for _ in 0..50 {
+            let limit = st.l.limit();
+            let u = st.step(10, limit + 5);
+            match u.min_change {
+                MinChange::ProbeStarted => started = Some(st.l.view().updates),
+                MinChange::ProbeAbandoned => {
+                    let at = st.l.view().updates;
+                    assert_eq!(at - started.unwrap(), u64::from(PROBE_MAX_INTERVALS));
+                    assert!(!st.l.view().probing);
+                    return;
+                }
+                _ => {}
+            }
+        }
+        panic!("never gave up");
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_is_held() {
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        assert_eq!(l.record(T0 + 200, &samples(5, 10, 1), 0), None);
+        assert_eq!(l.record(0, &samples(5, 10, 1), 0), None);
+        assert!(
+            l.record(T0 - 1, &samples(10, 10, 1), 0).is_some(),
+            "200 ms, 20 samples"
+        );
+    }
+
+    #[test]
+    fn fast_errors_are_counted_not_averaged() {
+        let mut s = samples(3, 30, 4);
+        s.add_drop();
+        s.add_drop();
+        assert_eq!((s.count, s.drops, s.mean_ms()), (3, 2, Some(30.0)));
+        assert_eq!(Samples::EMPTY.mean_ms(), None);
+    }
+
+    #[test]
+    fn a_sub_millisecond_origin_is_taken_as_one_millisecond() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(0);
+        let u = st.saturated(0);
+        assert_eq!((u.sample_ms, u.min_latency_ms, u.to), (1.0, 1.0, 40));
+    }
+
+    #[test]
+    fn each_bad_parameter_is_named() {
+        let ok = LimitConfig::default();
+        assert_eq!(ok.check(), Ok(()));
+        let bad = [
+            (LimitConfig { limit_min: 0, ..ok }, "limit_min"),
+            (LimitConfig { limit_max: 2, ..ok }, "limit_max"),
+            (
+                LimitConfig {
+                    limit_initial: 2,
+                    ..ok
+                },
+                "limit_initial",
+            ),
+            (
+                LimitConfig {
+                    limit_initial: 1001,
+                    ..ok
+                },
+                "limit_initial",
+            ),
+            (
+                LimitConfig {
+                    tolerance: 10_001,
+                    ..ok
+                },
+                "limit_tolerance",
+            ),
+            (
+                LimitConfig {
+                    interval_ms: 0,
+                    ..ok
+                },
+                "limit_interval",
+            ),
+            (LimitConfig { samples: 0, ..ok }, "limit_samples"),
+            (
+                LimitConfig {
+                    probe_ms: 999,
+                    ..ok
+                },
+                "limit_probe",
+            ),
+        ];
+        for (cfg, name) in bad {
+            assert_eq!(cfg.check().map_err(LimitConfigError::parameter), Err(name));
+            // Refused by `nginx -t`, but never a panic or a limit out of range here.
+            let l = Limiter::new(cfg, T0);
+            assert!(l.limit() >= 1 && l.limit() >= l.config().limit_min);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The adaptive limit's invariants under random configurations, flushes and clocks: it stays
+//! within its bounds, moves only on a full interval, and learns a shifted latency floor.
+
+use circuit_breaker_core::limit::{LimitConfig, Limiter, Samples};
+use proptest::prelude::*;
+
+fn config() -> impl Strategy<Value = LimitConfig> {
+    (
+        1u32..=20,
+        0u32..=500,
+        0u32..=1000,
+        0u32..=10_000,
+        1u32..=500,
+        1u32..=100,
+        0u32..=20_000,
+    )
+        .prop_map(
+            |(min, span, initial, tolerance, interval, samples, probe)| {
+                let max = min + span;
+                LimitConfig {
+                    limit_min: min,
+                    limit_max: max,
+                    limit_initial: min + initial % (span + 1),
+                    tolerance,
+                    interval_ms: interval,
+                    samples,
+                    probe_ms: 10 * interval + probe,
+                }
+            },
+        )
+}
+
+fn samples() -> impl Strategy<Value = Samples> {
+    (
+        proptest::collection::vec(0u64..100_000, 0..60),
+        0u32..5,
+        0u32..3000,
+    )
+        .prop_map(|(latencies, drops, inflight)| {
+            let mut s = Samples::EMPTY;
+            for l in latencies {
+                s.add(l);
+            }
+            for _ in 0..drops {
+                s.add_drop();
+            }
+            s.note_inflight(inflight);
+            s
+        })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Step(i64),
+    Flush(Samples, u32),
+    /// A flush whose in-flight is the limit in force: demand meets it.
+    Saturated(Samples, u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => prop_oneof![-2_000i64..=2_000, 0i64..=400, Just(i64::MIN), Just(i64::MAX / 4)]
+            .prop_map(Op::Step),
+        3 => (samples(), any::<u32>()).prop_map(|(s, r)| Op::Flush(s, r)),
+        3 => (samples(), any::<u32>()).prop_map(|(s, r)| Op::Saturated(s, r)),
+    ]
+}
+
+fn merged(parts: &[Samples]) -> Samples {
+    let mut m = Samples::EMPTY;
+    for p in parts {
+        m.merge(p);
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn merging_is_associative_and_commutative(a in samples(), b in samples(), c in samples()) {
+        let mut ab = a;
+        ab.merge(&b);
+        let mut ab_c = ab;
+        ab_c.merge(&c);
+        let mut bc = b;
+        bc.merge(&c);
+        let mut a_bc = a;
+        a_bc.merge(&bc);
+        prop_assert_eq!(ab_c, a_bc);
+        let mut ba = b;
+        ba.merge(&a);
+        prop_assert_eq!(ab, ba);
+        let mut e = Samples::EMPTY;
+        e.merge(&a);
+        prop_assert_eq!(e, a);
+    }
+
+    #[test]
+    fn the_limit_stays_within_bounds_and_moves_only_on_a_full_interval(
+        cfg in config(),
+        start in prop_oneof![Just(0u64), 1u64..u64::MAX / 2],
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let mut l = Limiter::new(cfg, start);
+        let mut now = start;
+        // Clock readings as the controller sees them (never backwards), and what it has
+        // been given since its last update.
+        let mut seen = start;
+        let mut interval_start = start;
+        let mut pending: Vec<Samples> = Vec::new();
+        for op in ops {
+            let before = l.limit();
+            let (s, rnd) = match op {
+                Op::Step(d) => {
+                    now = now.saturating_add_signed(d);
+                    continue;
+                }
+                Op::Flush(s, rnd) => (s, rnd),
+                Op::Saturated(mut s, rnd) => {
+                    s.note_inflight(before);
+                    (s, rnd)
+                }
+            };
+            seen = seen.max(now);
+            pending.push(s);
+            match l.record(now, &s, rnd) {
+                None => {
+                    prop_assert_eq!(l.limit(), before, "moved without an update");
+                }
+                Some(u) => {
+                    let m = merged(&pending);
+                    prop_assert!(u.samples >= cfg.samples, "{} samples", u.samples);
+                    prop_assert_eq!(u.samples, m.count);
+                    prop_assert!(seen - interval_start >= u64::from(cfg.interval_ms));
+                    prop_assert_eq!(u.from, before);
+                    prop_assert_eq!(u.to, l.limit());
+                    prop_assert!(u.min_latency_ms >= 0.0 && u.sample_ms >= 1.0);
+                    pending.clear();
+                    interval_start = seen;
+                }
+            }
+            let limit = l.limit();
+            prop_assert!(limit >= cfg.limit_min && limit <= cfg.limit_max, "{} out of bounds", limit);
+            let v = l.view();
+            prop_assert_eq!(v.limit, limit);
+            prop_assert!(v.min_latency_ms.is_finite() && v.sample_latency_ms.is_finite());
+        }
+    }
+
+    #[test]
+    fn the_minimum_is_learnt_again_after_a_shift_up_or_down(
+        tolerance in 500u32..=5000,
+        interval in 20u32..=200,
+        needed in 5u32..=40,
+        probe in 1_000u32..=5_000,
+        a in 1u64..=2_000,
+        b in 1u64..=2_000,
+        saturated in any::<bool>(),
+        per_flush in 1u32..=40,
+        gap in 5u64..=50,
+        seed in any::<u32>(),
+    ) {
+        let cfg = LimitConfig {
+            tolerance,
+            interval_ms: interval,
+            samples: needed,
+            probe_ms: probe.max(10 * interval),
+            ..LimitConfig::default()
+        };
+        let mut l = Limiter::new(cfg, 0);
+        let mut now = 0u64;
+        let mut rnd = seed;
+        let mut run = |l: &mut Limiter, latency: u64, until: u64, now: &mut u64| {
+            while *now < until {
+                *now += gap;
+                let mut s = Samples::EMPTY;
+                for _ in 0..per_flush {
+                    s.add(latency);
+                }
+                s.note_inflight(if saturated { l.limit() } else { 0 });
+                rnd = rnd.wrapping_mul(747_796_405).wrapping_add(2_891_336_453);
+                l.record(*now, &s, rnd);
+            }
+        };
+        // Long enough for an interval (its length, its latency, its samples) times a few,
+        // plus a whole jittered re-measurement period.
+        let interval_time = |lat: u64| {
+            u64::from(interval).max(lat) + gap * u64::from(needed.div_ceil(per_flush)) + gap
+        };
+        let settle = |lat: u64| u64::from(cfg.probe_ms) * 115 / 100 + 12 * interval_time(lat.max(a).max(b));
+        run(&mut l, a, settle(a), &mut now);
+        prop_assert_eq!(l.min_latency_ms(), a as f64, "learnt the first floor");
+        let t = now + settle(b);
+        run(&mut l, b, t, &mut now);
+        prop_assert_eq!(l.min_latency_ms(), b as f64, "learnt the shifted floor {} → {}", a, b);
+        prop_assert!(!l.view().probing || saturated);
+    }
+}

@@ -1,0 +1,494 @@
+//! The adaptive limit against a queueing origin in virtual time: `c` workers, a service time
+//! (exponentially distributed around its mean), a FIFO queue, Poisson clients, four nginx
+//! workers that pre-aggregate samples and flush every 25 ms or 32 samples. Deterministic
+//! (seeded); run with `--nocapture` to see the figures.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use circuit_breaker_core::limit::{LimitConfig, Limiter, Samples};
+
+const NGINX_WORKERS: usize = 4;
+const FLUSH_US: u64 = 25_000;
+const FLUSH_SAMPLES: u32 = 32;
+
+/// splitmix64: small, seedable, good enough for arrivals and service times.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn exp_us(&mut self, mean_us: f64) -> u64 {
+        (-self.unit().ln() * mean_us).round().max(1.0) as u64
+    }
+    fn u32(&mut self) -> u32 {
+        (self.next() >> 32) as u32
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Scenario {
+    workers: usize,
+    service_ms: f64,
+    /// Service time multiplier during `sick`.
+    sick_factor: f64,
+    /// Start and end of the slowdown, milliseconds.
+    sick: (u64, u64),
+    rate: f64,
+    retry_once: bool,
+    seconds: u64,
+    cfg: LimitConfig,
+    seed: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrive { retry: bool, client: u64 },
+    Done { req: usize },
+    Flush { worker: usize },
+}
+
+struct Req {
+    admit_us: u64,
+    worker: usize,
+    client: u64,
+}
+
+/// One 100 ms slice of the run.
+#[derive(Clone, Copy, Default)]
+struct Slice {
+    limit: u32,
+    inflight_us: u64,
+    done: u64,
+    shed: u64,
+    lat_sum_ms: u64,
+}
+
+struct Run {
+    slices: Vec<Slice>,
+    /// (admit time µs, latency ms) of every completion.
+    lat: Vec<(u64, u64)>,
+    /// Per client request: (arrival µs, succeeded).
+    clients: Vec<(u64, bool)>,
+    updates: Vec<(u64, u32, u32, f64, f64, String)>,
+}
+
+fn simulate(sc: &Scenario) -> Run {
+    let mut rng = Rng(sc.seed);
+    let mut lim = Limiter::new(sc.cfg, 0);
+    let end_us = sc.seconds * 1_000_000;
+    let mut ev: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |ev: &mut BinaryHeap<Reverse<(u64, u64, Ev)>>, t: u64, e: Ev| {
+        seq += 1;
+        ev.push(Reverse((t, seq, e)));
+    };
+    push(
+        &mut ev,
+        rng.exp_us(1e6 / sc.rate),
+        Ev::Arrive {
+            retry: false,
+            client: 0,
+        },
+    );
+    for w in 0..NGINX_WORKERS {
+        push(
+            &mut ev,
+            FLUSH_US * (w as u64 + 1) / NGINX_WORKERS as u64,
+            Ev::Flush { worker: w },
+        );
+    }
+    let mut aggs = [Samples::EMPTY; NGINX_WORKERS];
+    let mut reqs: Vec<Req> = Vec::new();
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    let mut busy = 0usize;
+    let mut inflight = 0u32;
+    let mut next_client = 1u64;
+    let mut run = Run {
+        slices: vec![Slice::default(); (sc.seconds * 10) as usize],
+        lat: Vec::new(),
+        clients: vec![(0, false)],
+        updates: Vec::new(),
+    };
+    let mut last_t = 0u64;
+    let service = |t: u64| {
+        let s = sc.service_ms * 1000.0;
+        if t >= sc.sick.0 * 1000 && t < sc.sick.1 * 1000 {
+            s * sc.sick_factor
+        } else {
+            s
+        }
+    };
+
+    while let Some(Reverse((t, _, e))) = ev.pop() {
+        if t >= end_us {
+            break;
+        }
+        // In-flight integrated over time, per slice.
+        let mut a = last_t;
+        while a < t {
+            let slice_end = (a / 100_000 + 1) * 100_000;
+            let b = slice_end.min(t);
+            run.slices[(a / 100_000) as usize].inflight_us += u64::from(inflight) * (b - a);
+            a = b;
+        }
+        last_t = t;
+        let now_ms = t / 1000;
+        let slice = (t / 100_000) as usize;
+        let flush = |w: usize,
+                     aggs: &mut [Samples; NGINX_WORKERS],
+                     rng: &mut Rng,
+                     run: &mut Run,
+                     lim: &mut Limiter| {
+            let s = std::mem::replace(&mut aggs[w], Samples::EMPTY);
+            if let Some(u) = lim.record(now_ms, &s, rng.u32()) {
+                run.updates.push((
+                    now_ms,
+                    u.from,
+                    u.to,
+                    u.sample_ms,
+                    u.min_latency_ms,
+                    format!("{:?} n={}", u.min_change, u.samples),
+                ));
+            }
+        };
+        match e {
+            Ev::Arrive { retry, client } => {
+                let client = if retry {
+                    client
+                } else {
+                    let c = next_client;
+                    next_client += 1;
+                    run.clients.push((t, false));
+                    push(
+                        &mut ev,
+                        t + rng.exp_us(1e6 / sc.rate),
+                        Ev::Arrive {
+                            retry: false,
+                            client: 0,
+                        },
+                    );
+                    c
+                };
+                let w = (rng.next() % NGINX_WORKERS as u64) as usize;
+                if inflight < lim.limit() {
+                    inflight += 1;
+                    aggs[w].note_inflight(inflight);
+                    reqs.push(Req {
+                        admit_us: t,
+                        worker: w,
+                        client,
+                    });
+                    let id = reqs.len() - 1;
+                    if busy < sc.workers {
+                        busy += 1;
+                        push(&mut ev, t + rng.exp_us(service(t)), Ev::Done { req: id });
+                    } else {
+                        queue.push_back(id);
+                    }
+                } else {
+                    run.slices[slice].shed += 1;
+                    if sc.retry_once && !retry {
+                        push(
+                            &mut ev,
+                            t + 1,
+                            Ev::Arrive {
+                                retry: true,
+                                client,
+                            },
+                        );
+                    }
+                }
+            }
+            Ev::Done { req } => {
+                let r = &reqs[req];
+                let ms = t / 1000 - r.admit_us / 1000;
+                aggs[r.worker].note_inflight(inflight);
+                inflight -= 1;
+                run.clients[r.client as usize].1 = true;
+                run.lat.push((r.admit_us, ms));
+                let sl = &mut run.slices[slice];
+                sl.done += 1;
+                sl.lat_sum_ms += ms;
+                let w = r.worker;
+                aggs[w].add(ms);
+                if aggs[w].count >= FLUSH_SAMPLES {
+                    flush(w, &mut aggs, &mut rng, &mut run, &mut lim);
+                }
+                if let Some(next) = queue.pop_front() {
+                    push(&mut ev, t + rng.exp_us(service(t)), Ev::Done { req: next });
+                } else {
+                    busy -= 1;
+                }
+            }
+            Ev::Flush { worker } => {
+                if !aggs[worker].is_empty() {
+                    flush(worker, &mut aggs, &mut rng, &mut run, &mut lim);
+                }
+                push(&mut ev, t + FLUSH_US, Ev::Flush { worker });
+            }
+        }
+        run.slices[slice].limit = lim.limit();
+    }
+    run
+}
+
+struct Summary {
+    inflight: f64,
+    limit: f64,
+    throughput: f64,
+    lat_mean: f64,
+    lat_p99: u64,
+    shed_share: f64,
+}
+
+/// Figures over `[from_s, to_s)`.
+fn summary(run: &Run, from_s: u64, to_s: u64) -> Summary {
+    let sl = &run.slices[(from_s * 10) as usize..(to_s * 10) as usize];
+    let secs = (to_s - from_s) as f64;
+    let done: u64 = sl.iter().map(|s| s.done).sum();
+    let shed: u64 = sl.iter().map(|s| s.shed).sum();
+    let mut lat: Vec<u64> = run
+        .lat
+        .iter()
+        .filter(|(a, _)| *a >= from_s * 1_000_000 && *a < to_s * 1_000_000)
+        .map(|(_, l)| *l)
+        .collect();
+    lat.sort_unstable();
+    Summary {
+        inflight: sl.iter().map(|s| s.inflight_us).sum::<u64>() as f64 / (secs * 1e6),
+        limit: sl.iter().map(|s| f64::from(s.limit)).sum::<f64>() / sl.len() as f64,
+        throughput: done as f64 / secs,
+        lat_mean: lat.iter().sum::<u64>() as f64 / lat.len().max(1) as f64,
+        lat_p99: lat.get(lat.len() * 99 / 100).copied().unwrap_or(0),
+        shed_share: shed as f64 / (shed + done).max(1) as f64,
+    }
+}
+
+fn print_slices(run: &Run, from_s: f64, to_s: f64) {
+    for (i, s) in run.slices.iter().enumerate() {
+        let t = i as f64 / 10.0;
+        if t >= from_s && t < to_s {
+            println!(
+                "  t={t:5.1}s limit={:4} inflight={:6.2} done={:4} shed={:4} lat={:6.1}ms",
+                s.limit,
+                s.inflight_us as f64 / 100_000.0,
+                s.done,
+                s.shed,
+                s.lat_sum_ms as f64 / s.done.max(1) as f64
+            );
+        }
+    }
+}
+
+fn capacity(sc: &Scenario, factor: f64) -> f64 {
+    sc.workers as f64 * 1000.0 / (sc.service_ms * factor)
+}
+
+fn run_steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> (Scenario, Run) {
+    let mut sc = Scenario {
+        workers,
+        service_ms,
+        sick_factor: 1.0,
+        sick: (0, 0),
+        rate: 0.0,
+        retry_once: false,
+        seconds: 20,
+        cfg: LimitConfig::default(),
+        seed,
+    };
+    sc.rate = capacity(&sc, 1.0) * load;
+    let run = simulate(&sc);
+    if std::env::var("SIM_TRACE").is_ok() {
+        for u in run.updates.iter().take(80) {
+            println!(
+                "  update t={} {}→{} sample {:.1} min {:.1} {}",
+                u.0, u.1, u.2, u.3, u.4, u.5
+            );
+        }
+    }
+    (sc, run)
+}
+
+#[test]
+fn steady_overload_keeps_the_origin_busy_with_a_short_queue() {
+    for (c, s, over) in [
+        (4, 5.0, 1.5),
+        (4, 5.0, 3.0),
+        (16, 10.0, 1.5),
+        (64, 20.0, 2.0),
+    ] {
+        for seed in 1..=5 {
+            let (sc, run) = run_steady(c, s, over, seed);
+            let sum = summary(&run, 5, 20);
+            let cap = capacity(&sc, 1.0);
+            let tol = f64::from(sc.cfg.tolerance) / 10_000.0;
+            let eq = c as f64 * (1.0 + tol);
+            println!(
+                "overload: c={c} s={s}ms λ={:.0}/s ({over}× capacity {cap:.0}/s): in-flight {:.2} (c·(1+tol) = {eq:.1}, +√ = {:.1}), limit {:.1}, throughput {:.1} % of capacity, latency mean {:.1} ms ({:.2}× s) p99 {} ms",
+                sc.rate, sum.inflight, eq + eq.sqrt(), sum.limit, 100.0 * sum.throughput / cap,
+                sum.lat_mean, sum.lat_mean / s, sum.lat_p99
+            );
+            assert!(
+                sum.throughput >= 0.93 * cap,
+                "throughput {} of {}",
+                sum.throughput,
+                cap
+            );
+            assert!(
+                sum.inflight >= c as f64,
+                "in-flight {} below the workers",
+                sum.inflight
+            );
+            assert!(
+                sum.inflight <= 1.7 * c as f64 + 4.0,
+                "in-flight {}",
+                sum.inflight
+            );
+            assert!(
+                sum.lat_mean <= 2.0 * s,
+                "queueing latency {} ms",
+                sum.lat_mean
+            );
+        }
+    }
+}
+
+#[test]
+fn a_healthy_origin_at_full_rate_sheds_nothing() {
+    // (workers, service ms, load, largest share shed after the first second). An M/M/1
+    // origin at 70 % queues on its own (means of 2 to 30 ms in 100 ms): the limit trims
+    // those queues a little.
+    for (c, s, load, most) in [
+        (4, 5.0, 0.5, 0.0),
+        (4, 5.0, 0.8, 0.0),
+        (16, 10.0, 0.7, 0.0),
+        (64, 20.0, 0.8, 0.0),
+        (1, 2.0, 0.5, 0.0),
+        (1, 2.0, 0.7, 0.02),
+    ] {
+        for seed in 1..=5 {
+            let (_, run) = run_steady(c, s, load, 100 + seed);
+            let start = summary(&run, 0, 1);
+            let rest = summary(&run, 1, 20);
+            println!(
+                "healthy: c={c} s={s}ms load {load}: shed {:.2} % in the first second (from limit_initial), {:.3} % after; in-flight {:.2}, limit {:.1}, latency mean {:.1} ms",
+                100.0 * start.shed_share, 100.0 * rest.shed_share, rest.inflight, rest.limit, rest.lat_mean
+            );
+            assert!(
+                rest.shed_share <= most,
+                "c={c} s={s} load={load} seed={seed}"
+            );
+        }
+    }
+}
+
+fn sick(rate: f64, retry_once: bool, seed: u64) -> (Scenario, Run) {
+    let sc = Scenario {
+        workers: 4,
+        service_ms: 5.0,
+        sick_factor: 6.0,
+        sick: (10_000, 15_000),
+        rate,
+        retry_once,
+        seconds: 20,
+        cfg: LimitConfig::default(),
+        seed,
+    };
+    let run = simulate(&sc);
+    (sc, run)
+}
+
+#[test]
+fn a_six_fold_slowdown_is_limited_within_ms_and_released_within_a_second() {
+    // The overload (clients at half the healthy capacity, retrying a failure once)
+    // and a harder one (clients at 1.5× the healthy capacity, 9× the sick one).
+    for (rate, retry) in [(400.0, true), (1200.0, false)] {
+        for seed in 1..=5 {
+            let (sc, run) = sick(rate, retry, 10 * seed + u64::from(retry));
+            let before = summary(&run, 5, 10);
+            let during = summary(&run, 11, 15);
+            let after = summary(&run, 16, 20);
+            let sick_cap = capacity(&sc, 6.0);
+            // Settled: from this slice on, the limit stays within twice its mean while sick.
+            let settled = run.slices[100..150]
+                .iter()
+                .rposition(|s| f64::from(s.limit) > 2.0 * during.limit)
+                .map_or(0, |i| (i as u64 + 1) * 100);
+            // Falls: the limit at most half what it was before.
+            let falls = run.slices[100..]
+                .iter()
+                .position(|s| f64::from(s.limit) <= 0.5 * before.limit)
+                .map_or(u64::MAX, |i| (i as u64 + 1) * 100);
+            let first_shed = run.slices[100..]
+                .iter()
+                .position(|s| s.shed > 0)
+                .map_or(u64::MAX, |i| i as u64 * 100);
+            let peak = run.slices[100..150]
+                .iter()
+                .map(|s| s.inflight_us as f64 / 100_000.0)
+                .fold(0.0, f64::max);
+            // Back: within capacity, the first slice from which nothing more is shed; still
+            // overloaded, the first slice at which the limit is back at its level before.
+            let back = if rate < capacity(&sc, 1.0) {
+                run.slices[150..]
+                    .iter()
+                    .rposition(|s| s.shed > 0)
+                    .map_or(0, |i| (i as u64 + 1) * 100)
+            } else {
+                run.slices[150..]
+                    .iter()
+                    .position(|s| f64::from(s.limit) >= 0.9 * before.limit)
+                    .map_or(u64::MAX, |i| i as u64 * 100)
+            };
+            let sick_clients: Vec<_> = run
+                .clients
+                .iter()
+                .filter(|(a, _)| *a >= 10_000_000 && *a < 15_000_000)
+                .collect();
+            let ok = sick_clients.iter().filter(|(_, ok)| *ok).count() as f64
+                / sick_clients.len() as f64;
+            let share = sick_cap / rate;
+            println!(
+                "6× for 5 s, λ={rate}/s retry={retry} seed {seed}: before: limit {:.1}, in-flight {:.2}, latency {:.1} ms | first shed +{first_shed} ms, limit halved +{falls} ms, settled +{settled} ms, peak in-flight {peak:.1} | sick: limit {:.1}, in-flight {:.2}, throughput {:.0} % of capacity, latency {:.0} ms (p99 {} ms), client success {:.1} % (capacity share {:.1} %) | after: back +{back} ms, limit {:.1}, in-flight {:.2}, latency {:.1} ms",
+                before.limit, before.inflight, before.lat_mean, during.limit, during.inflight,
+                100.0 * during.throughput / sick_cap, during.lat_mean, during.lat_p99,
+                100.0 * ok, 100.0 * share, after.limit, after.inflight, after.lat_mean
+            );
+            if std::env::var("SIM_TRACE").is_ok() {
+                print_slices(&run, 9.5, 11.5);
+                print_slices(&run, 14.5, 16.5);
+                for u in run
+                    .updates
+                    .iter()
+                    .filter(|u| (u.0 >= 9_900 && u.0 < 11_500) || (u.0 >= 14_800 && u.0 < 17_000))
+                {
+                    println!(
+                        "  update t={} {}→{} sample {:.1} min {:.1} {}",
+                        u.0, u.1, u.2, u.3, u.4, u.5
+                    );
+                }
+            }
+            assert!(
+                before.limit < 2.0 * during.limit || falls <= 500,
+                "limit halved after {falls} ms"
+            );
+            assert!(settled <= 1000, "limit settled after {settled} ms");
+            assert!(
+                during.throughput >= 0.85 * sick_cap,
+                "throughput {}",
+                during.throughput
+            );
+            assert!(ok >= 0.85 * share, "client success {ok}");
+            assert!(back <= 1000, "back {back} ms after the end");
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The directives' handlers: nginx hands over the words, core parses them, and the typed
+//! values land in the module's confs. Errors read like nginx's own (`[emerg]` with the
+//! directive, the value, the file and the line).
+
+use core::ffi::{c_char, c_void};
+
+use circuit_breaker_core::directive::{self, ConfError, Units};
+use nginx_sys::{
+    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_shared_memory_add, ngx_str_t,
+    NGX_LOG_EMERG,
+};
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::http::{
+    HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, NgxHttpCoreModule,
+    NgxHttpUpstreamModule,
+};
+use ngx::ngx_conf_log_error;
+
+use super::Module;
+use super::{LocConf, MainConf, Route, SrvConf, StatusMode};
+use crate::ffi::hash_name;
+use crate::zone::{self, DEFAULT_ROUTE};
+
+/// The default zone, created when breakers exist but no `circuit_breaker_zone` was given.
+pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
+pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
+/// As `limit_req`: a slab pool needs a few pages to hold anything at all.
+const MIN_ZONE_SIZE: u64 = 8 * 4096;
+
+/// nginx's own parsers for time and size values, so that a value means here what it means
+/// to nginx.
+struct NginxUnits;
+
+impl Units for NginxUnits {
+    fn msec(&self, value: &str) -> Option<u64> {
+        let mut s = ngx_str_t {
+            len: value.len(),
+            data: value.as_ptr().cast_mut(),
+        };
+        // SAFETY: nginx reads `len` bytes of a string that outlives the call.
+        u64::try_from(unsafe { nginx_sys::ngx_parse_time(&mut s, 0) }).ok()
+    }
+
+    fn size(&self, value: &str) -> Option<u64> {
+        let mut s = ngx_str_t {
+            len: value.len(),
+            data: value.as_ptr().cast_mut(),
+        };
+        // SAFETY: as above.
+        u64::try_from(unsafe { nginx_sys::ngx_parse_size(&mut s) }).ok()
+    }
+}
+
+/// The directive's arguments after its name.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed.
+unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
+    // SAFETY: nginx fills cf->args with the directive's words before calling its handler.
+    let all: &[ngx_str_t] = unsafe { (*((*cf).args as *const ngx_array_t)).as_slice() };
+    &all[1..]
+}
+
+/// Words as `&str`; nginx allows any bytes, our parameters are ASCII.
+fn words(args: &[ngx_str_t]) -> Result<Vec<&str>, ConfError> {
+    args.iter()
+        .map(|a| {
+            a.to_str().map_err(|_| {
+                ConfError::InvalidParameter(String::from_utf8_lossy(a.as_bytes()).into_owned())
+            })
+        })
+        .collect()
+}
+
+fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {
+    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", err);
+    NGX_CONF_ERROR
+}
+
+/// `circuit_breaker_zone name:size`
+pub unsafe extern "C" fn set_zone(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
+    let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+    if !mcf.zone.is_null() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let arg = unsafe { args(cf) }[0];
+    let Ok(text) = arg.to_str() else {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_zone",
+                value: String::from_utf8_lossy(arg.as_bytes()).into_owned(),
+                reason: None,
+            },
+        );
+    };
+    let (name, size) = match directive::parse_zone(text, MIN_ZONE_SIZE, &NginxUnits) {
+        Ok(v) => v,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: called while parsing, with our main conf.
+    match unsafe { add_zone(cf, mcf, name, size as usize) } {
+        Ok(()) => NGX_CONF_OK,
+        Err(()) => NGX_CONF_ERROR,
+    }
+}
+
+/// Registers the shared zone with nginx; `zone::init_zone` runs once the configuration is
+/// read.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed and `mcf` its main conf.
+pub unsafe fn add_zone(
+    cf: *mut ngx_conf_t,
+    mcf: &mut MainConf,
+    name: &str,
+    size: usize,
+) -> Result<(), ()> {
+    mcf.zone_name = zone::ZoneName(name.to_owned());
+    let mut zname = ngx_str_t {
+        len: mcf.zone_name.0.len(),
+        data: mcf.zone_name.0.as_ptr().cast_mut(),
+    };
+    // SAFETY: `cf` is live; the module static outlives every cycle; nginx keeps
+    // `zname.data`, which lives in the main conf for the cycle's lifetime.
+    let zone = unsafe { ngx_shared_memory_add(cf, &mut zname, size, super::module_ptr().cast()) };
+    // SAFETY: null or the zone nginx just registered.
+    let Some(z) = (unsafe { zone.as_mut() }) else {
+        return Err(());
+    };
+    if !z.data.is_null() {
+        ngx_conf_log_error!(NGX_LOG_EMERG, cf, "zone \"{}\" is already used", name);
+        return Err(());
+    }
+    z.init = Some(zone::init_zone);
+    z.data = core::ptr::from_mut(&mut mcf.zone_name).cast();
+    mcf.zone = zone;
+    Ok(())
+}
+
+/// `circuit_breaker [param=value ...] [dry_run]`
+pub unsafe extern "C" fn set_breaker(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our upstream-level conf for NGX_HTTP_SRV_CONF_OFFSET.
+    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
+    if scf.breaker.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let parsed =
+        words(unsafe { args(cf) }).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
+    let cfg = match parsed {
+        Ok(c) => c,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: `cf` is live; in an upstream block the upstream module's srv conf is set.
+    let Some(uscf) = NgxHttpUpstreamModule::server_conf(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    let name = String::from_utf8_lossy(uscf.host.as_bytes()).into_owned();
+    if name.len() > zone::MAX_NAME {
+        return fail(
+            cf,
+            ConfError::Conflict(format!(
+                "upstream name \"{name}\" is too long for \"circuit_breaker\""
+            )),
+        );
+    }
+    scf.name_hash = hash_name(name.as_bytes());
+    scf.name = name;
+    scf.breaker = Some(cfg);
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_failure class ...`
+pub unsafe extern "C" fn set_failure(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our upstream-level conf.
+    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
+    if scf.failures.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    match words(unsafe { args(cf) }).and_then(directive::parse_failure_classes) {
+        Ok(set) => scf.failures = Some(set),
+        Err(e) => return fail(cf, e),
+    }
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_route name`
+pub unsafe extern "C" fn set_route(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET.
+    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+    if lcf.route.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let arg = unsafe { args(cf) }[0];
+    let name = String::from_utf8_lossy(arg.as_bytes()).into_owned();
+    if let Err(e) = directive::check_route_name(&name) {
+        return fail(cf, e);
+    }
+    if name == DEFAULT_ROUTE {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_route",
+                value: name,
+                reason: Some("\"default\" names the upstream's own breaker"),
+            },
+        );
+    }
+    lcf.route = Some(Route::new(&name));
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_status [control=on|off]`: the command's `post` is the content handler
+/// to install (set where the module is registered).
+pub unsafe extern "C" fn set_status(
+    cf: *mut ngx_conf_t,
+    cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf.
+    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+    if lcf.status != StatusMode::Off {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    let a = unsafe { args(cf) };
+    lcf.status = match a.first().map(|s| s.as_bytes()) {
+        None | Some(b"control=off") => StatusMode::ReadOnly,
+        Some(b"control=on") => StatusMode::Control,
+        Some(other) => {
+            return fail(
+                cf,
+                ConfError::InvalidParameter(String::from_utf8_lossy(other).into_owned()),
+            )
+        }
+    };
+    // SAFETY: `cf` is live inside a location.
+    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    if clcf.handler.is_some() {
+        // Another content handler (proxy_pass, return…) already claims this location.
+        return fail(
+            cf,
+            ConfError::Conflict(
+                "\"circuit_breaker_status\" cannot share a location with another content handler"
+                    .into(),
+            ),
+        );
+    }
+    // SAFETY: `cmd` is our command, whose `post` the registration set to the handler.
+    let handler: ngx_http_handler_pt =
+        unsafe { core::mem::transmute::<*mut c_void, ngx_http_handler_pt>((*cmd).post) };
+    clcf.handler = handler;
+    lcf.status_handler = handler;
+    // SAFETY: while parsing a file, conf_file is set.
+    if let Some(file) = unsafe { (*cf).conf_file.as_ref() } {
+        lcf.status_at = (
+            String::from_utf8_lossy(file.file.name.as_bytes()).into_owned(),
+            file.line,
+        );
+    }
+    // SAFETY: `cf` is live inside the http block.
+    if let Some(mcf) = Module::main_conf(unsafe { &*cf }) {
+        lcf.main = mcf;
+    }
+    NGX_CONF_OK
+}

@@ -1,0 +1,239 @@
+//! The configuration: typed values for the http block, upstream blocks and locations, the
+//! directives that fill them ([`directives`]), and what is derived once parsing is done
+//! ([`setup`]): which upstreams have breakers, which routes reach them, and the breakers the
+//! zone must hold.
+
+pub mod directives;
+pub mod setup;
+
+use core::cell::Cell;
+use core::ptr::null_mut;
+use std::collections::{HashMap, HashSet};
+
+use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
+use nginx_sys::{
+    ngx_flag_t, ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_shm_zone_t,
+    NGX_CONF_UNSET,
+};
+use ngx::http::{
+    HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
+    MergeConfigError,
+};
+
+use crate::ffi::{hash_name, key_hash};
+use crate::zone::{Handle, Key, ZoneName, DEFAULT_ROUTE};
+
+extern "C" {
+    /// The module nginx loads, defined where the module is registered.
+    #[allow(non_upper_case_globals)]
+    static mut ngx_http_circuit_breaker_module: nginx_sys::ngx_module_t;
+}
+
+/// The module's type for ngx-rust's typed access to its confs and request ctx.
+pub struct Module;
+
+impl HttpModule for Module {
+    fn module() -> &'static nginx_sys::ngx_module_t {
+        // SAFETY: nginx writes the module (its index and ctx_index) only while loading it,
+        // before any configuration is read or any request runs.
+        unsafe { &*core::ptr::addr_of!(ngx_http_circuit_breaker_module) }
+    }
+}
+
+// SAFETY: the types match what the module's create_*_conf functions allocate.
+unsafe impl HttpModuleMainConf for Module {
+    type MainConf = MainConf;
+}
+// SAFETY: as above.
+unsafe impl HttpModuleServerConf for Module {
+    type ServerConf = SrvConf;
+}
+// SAFETY: as above.
+unsafe impl HttpModuleLocationConf for Module {
+    type LocationConf = LocConf;
+}
+
+/// The module, as nginx's zone and context APIs take it.
+pub fn module_ptr() -> *mut nginx_sys::ngx_module_t {
+    core::ptr::addr_of_mut!(ngx_http_circuit_breaker_module)
+}
+
+/// `http {}` level: the zone and every breaker-enabled upstream.
+pub struct MainConf {
+    pub zone: *mut ngx_shm_zone_t,
+    /// The zone's name; the shm zone's `data` points here.
+    pub zone_name: ZoneName,
+    /// Breaker-enabled upstreams, in configuration order (filled in by `setup`).
+    pub upstreams: Vec<*mut SrvConf>,
+    /// The same, by name.
+    pub by_name: HashMap<String, *mut SrvConf>,
+    /// (upstream conf, route) pairs of locations that pass to a fixed upstream, in
+    /// configuration order (breakers are created in that order), and the same as a set.
+    pairs: Vec<(usize, String)>,
+    pair_set: HashSet<(usize, String)>,
+    /// Routes of locations whose upstream is only known at run time (`proxy_pass http://$x`):
+    /// they may meet any breaker-enabled upstream.
+    pub dynamic_routes: Vec<String>,
+    /// The zone generation this configuration took over; older workers create no breakers.
+    pub generation: u64,
+    /// `ctx_index` of the content modules whose location conf starts with an
+    /// `ngx_http_upstream_conf_t` (proxy, grpc, fastcgi, uwsgi, scgi, memcached).
+    pub(crate) upstream_modules: Vec<usize>,
+}
+
+impl Default for MainConf {
+    fn default() -> Self {
+        MainConf {
+            zone: null_mut(),
+            zone_name: ZoneName(String::new()),
+            upstreams: Vec::new(),
+            by_name: HashMap::new(),
+            pairs: Vec::new(),
+            pair_set: HashSet::new(),
+            dynamic_routes: Vec::new(),
+            generation: 0,
+            upstream_modules: Vec::new(),
+        }
+    }
+}
+
+impl MainConf {
+    /// The breaker-enabled upstream called `name`.
+    pub fn upstream(&self, name: &str) -> Option<&SrvConf> {
+        // SAFETY: upstream confs live as long as this configuration.
+        self.by_name.get(name).map(|&s| unsafe { &*s })
+    }
+}
+
+/// `upstream {}` level (nginx also creates one per `server {}`, unused there).
+#[derive(Default)]
+pub struct SrvConf {
+    /// Set by `circuit_breaker`; the failure set is filled in by `setup`.
+    pub breaker: Option<BreakerConfig>,
+    pub failures: Option<FailureSet>,
+    /// The upstream's name and its hash, the first half of every breaker key.
+    pub name: String,
+    pub name_hash: u64,
+    /// The balancer's `peer.init`, which ours wraps.
+    pub original_init: ngx_http_upstream_init_peer_pt,
+    pub main: *const MainConf,
+    /// Routes whose locations pass to this upstream, in configuration order.
+    pub routes: Vec<String>,
+}
+
+impl SrvConf {
+    /// Whether (this upstream, `route`) names a breaker requests can reach.
+    pub fn knows_route(&self, mcf: &MainConf, route: &str) -> bool {
+        route == DEFAULT_ROUTE
+            || self.routes.iter().any(|r| r == route)
+            || mcf.dynamic_routes.iter().any(|r| r == route)
+    }
+
+    /// The key of (this upstream, `route`).
+    pub fn key<'a>(&'a self, route: &'a Route) -> Key<'a> {
+        Key {
+            hash: key_hash(self.name_hash, route.hash),
+            upstream: self.name.as_bytes(),
+            route: route.name.as_bytes(),
+        }
+    }
+}
+
+/// A route, the second half of a breaker key.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub name: String,
+    pub hash: u64,
+}
+
+impl Route {
+    pub fn new(name: &str) -> Route {
+        Route {
+            name: name.to_owned(),
+            hash: hash_name(name.as_bytes()),
+        }
+    }
+}
+
+/// What the status location may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusMode {
+    Off,
+    ReadOnly,
+    Control,
+}
+
+/// `http`, `server` and `location` level.
+#[repr(C)]
+pub struct LocConf {
+    /// `circuit_breaker_header`, set by nginx's own flag slot.
+    pub header: ngx_flag_t,
+    pub route: Option<Route>,
+    pub status: StatusMode,
+    /// The content handler `circuit_breaker_status` installed, and where the directive
+    /// stood, to refuse another content handler in the same location.
+    pub status_handler: nginx_sys::ngx_http_handler_pt,
+    pub status_at: (String, usize),
+    pub main: *const MainConf,
+    /// The upstream this location passes to, when fixed (`proxy_pass http://name`).
+    pub upstream: *mut ngx_http_upstream_srv_conf_t,
+    /// The location caches upstream responses: a hit or a stale entry may answer while open.
+    pub cached: bool,
+    /// Where this location's breaker was last found (per worker: written after fork, in the
+    /// worker's own copy of the configuration).
+    pub hint: Cell<Handle>,
+}
+
+impl Default for LocConf {
+    fn default() -> Self {
+        LocConf {
+            header: NGX_CONF_UNSET as ngx_flag_t,
+            route: None,
+            status: StatusMode::Off,
+            status_handler: None,
+            status_at: (String::new(), 0),
+            main: null_mut(),
+            upstream: null_mut(),
+            cached: false,
+            hint: Cell::new(Handle::NONE),
+        }
+    }
+}
+
+impl LocConf {
+    /// Whether the status handler is still this location's content handler.
+    pub fn owns_content(&self, clcf: &nginx_sys::ngx_http_core_loc_conf_t) -> bool {
+        match (clcf.handler, self.status_handler) {
+            (Some(a), Some(b)) => a as usize == b as usize,
+            _ => false,
+        }
+    }
+}
+
+impl Merge for LocConf {
+    fn merge(&mut self, prev: &LocConf) -> Result<(), MergeConfigError> {
+        if self.header == NGX_CONF_UNSET as ngx_flag_t {
+            self.header = if prev.header == NGX_CONF_UNSET as ngx_flag_t {
+                0
+            } else {
+                prev.header
+            };
+        }
+        if self.route.is_none() {
+            self.route = prev.route.clone();
+        }
+        Ok(())
+    }
+}
+
+impl Merge for SrvConf {
+    fn merge(&mut self, _prev: &SrvConf) -> Result<(), MergeConfigError> {
+        Ok(())
+    }
+}
+
+/// The route of requests without `circuit_breaker_route`.
+pub fn default_route() -> &'static Route {
+    static DEFAULT: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| Route::new(DEFAULT_ROUTE))
+}

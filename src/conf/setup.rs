@@ -1,0 +1,284 @@
+//! What is derived once the http block is parsed: each location's fixed upstream and route,
+//! which upstreams have breakers (and their balancer's `peer.init`, to be wrapped), and the
+//! breakers the zone must hold for this configuration.
+
+use core::ffi::{c_char, c_void, CStr};
+
+use circuit_breaker_core::breaker::FailureSet;
+use nginx_sys::{
+    ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t, ngx_http_upstream_conf_t,
+    ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_module_t,
+    NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+};
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::http::{
+    HttpModuleMainConf, HttpModuleServerConf, Merge, NgxHttpCoreModule, NgxHttpUpstreamModule,
+};
+
+use super::directives::{add_zone, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE};
+use super::Module;
+use super::{LocConf, MainConf, StatusMode};
+use crate::ffi::{hash_name, key_hash};
+use crate::zone::{Key, Wanted};
+
+/// The content modules whose location conf starts with an `ngx_http_upstream_conf_t`: from
+/// it a location's fixed upstream can be read. Found by name among the cycle's modules, so an
+/// nginx built without one of them still loads this module.
+const UPSTREAM_MODULES: [&CStr; 6] = [
+    c"ngx_http_proxy_module",
+    c"ngx_http_grpc_module",
+    c"ngx_http_fastcgi_module",
+    c"ngx_http_uwsgi_module",
+    c"ngx_http_scgi_module",
+    c"ngx_http_memcached_module",
+];
+
+/// `preconfiguration`: finds the upstream content modules among the cycle's modules.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, inside the http block.
+pub unsafe fn find_upstream_modules(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: `cf` is live inside the http block.
+    let cfr = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cfr) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    // SAFETY: the cycle being configured has its module list set before parsing begins.
+    let cycle = unsafe { &*cfr.cycle };
+    // SAFETY: `modules` holds `modules_n` module pointers.
+    let modules: &[*mut ngx_module_t] =
+        unsafe { core::slice::from_raw_parts(cycle.modules, cycle.modules_n) };
+    mcf.upstream_modules.clear();
+    for &m in modules {
+        // SAFETY: every entry is a loaded module; `name` is a NUL-terminated string.
+        let (m, name) = unsafe { (&*m, CStr::from_ptr((*m).name)) };
+        if UPSTREAM_MODULES.contains(&name) {
+            mcf.upstream_modules.push(m.ctx_index);
+        }
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// `merge_loc_conf`: inherits as usual, then notes which upstream each location passes to.
+/// nginx points `cf->ctx`'s loc_conf at the location being merged, and the content modules
+/// set their upstream while parsing, so it is known here.
+pub unsafe extern "C" fn merge_loc_conf(
+    cf: *mut ngx_conf_t,
+    prev: *mut c_void,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes two of our loc confs.
+    let (prev, lcf) = unsafe { (&*prev.cast::<LocConf>(), &mut *conf.cast::<LocConf>()) };
+    if lcf.merge(prev).is_err() {
+        return NGX_CONF_ERROR;
+    }
+    // SAFETY: `cf` is live while merging.
+    let cfr = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cfr) else {
+        return NGX_CONF_OK;
+    };
+    // SAFETY: during a merge, cf->ctx is the http conf ctx of the location being merged.
+    let ctx = unsafe { &*cfr.ctx.cast::<ngx_http_conf_ctx_t>() };
+    // SAFETY: the core module's loc conf of the same location.
+    let clcf = unsafe {
+        &*(*ctx.loc_conf.add(nginx_sys::ngx_http_core_module.ctx_index))
+            .cast::<ngx_http_core_loc_conf_t>()
+    };
+    if lcf.status != StatusMode::Off && !lcf.owns_content(clcf) {
+        ngx::ngx_log_error!(
+            NGX_LOG_EMERG,
+            cfr.log,
+            "\"circuit_breaker_status\" cannot share a location with another content handler in {}:{}",
+            lcf.status_at.0,
+            lcf.status_at.1
+        );
+        return NGX_CONF_ERROR;
+    }
+    let mut fixed = None;
+    let mut several = false;
+    for &index in &mcf.upstream_modules {
+        // SAFETY: loc_conf has a slot per HTTP module, and `index` is one's ctx_index.
+        let slot = unsafe { *ctx.loc_conf.add(index) };
+        // SAFETY: these modules' loc confs begin with their ngx_http_upstream_conf_t.
+        let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
+            continue;
+        };
+        if ucf.upstream.is_null() {
+            continue;
+        }
+        several |= fixed.is_some();
+        fixed = Some(ucf);
+        if let Some(route) = lcf.route.as_ref() {
+            let pair = (ucf.upstream as usize, route.name.clone());
+            if !mcf.pair_set.contains(&pair) {
+                mcf.pair_set.insert(pair.clone());
+                mcf.pairs.push(pair);
+            }
+        }
+    }
+    match fixed {
+        // Several content modules name an upstream: leave the decision to peer.init.
+        Some(_) if several => {}
+        Some(ucf) => {
+            lcf.upstream = ucf.upstream;
+            lcf.cached = cached(ucf);
+        }
+        None => {
+            // No fixed upstream, but a content handler (other than ours) may pick one at
+            // run time.
+            let runtime = clcf.handler.is_some() && lcf.status == StatusMode::Off;
+            if let (true, Some(route)) = (runtime, lcf.route.as_ref()) {
+                if !mcf.dynamic_routes.contains(&route.name) {
+                    mcf.dynamic_routes.push(route.name.clone());
+                }
+            }
+        }
+    }
+    NGX_CONF_OK
+}
+
+#[cfg(ngx_http_cache)]
+fn cached(ucf: &ngx_http_upstream_conf_t) -> bool {
+    !ucf.cache_zone.is_null() || !ucf.cache_value.is_null()
+}
+
+#[cfg(not(ngx_http_cache))]
+fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
+    false
+}
+
+/// After the http block is parsed and every upstream has its balancer's `peer.init`: records
+/// each breaker-enabled upstream, hands its `peer.init` to `wrap` (as the keepalive module
+/// wraps it, but late enough that directive order never matters), and makes sure a zone
+/// exists.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, inside the http block.
+pub unsafe fn collect_upstreams(
+    cf: *mut ngx_conf_t,
+    wrap: ngx_http_upstream_init_peer_pt,
+) -> ngx_int_t {
+    // SAFETY: `cf` is live inside the http block.
+    let cfr = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cfr) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(cfr) else {
+        return NGX_OK as ngx_int_t;
+    };
+    let mut routes: std::collections::HashMap<usize, Vec<String>> = Default::default();
+    mcf.pair_set.clear();
+    for (u, r) in mcf.pairs.drain(..) {
+        routes.entry(u).or_default().push(r);
+    }
+    // SAFETY: the upstream module's array holds pointers to its srv confs.
+    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
+    for &uscf in upstreams {
+        // SAFETY: entries are valid for the cycle.
+        let uscf = unsafe { &mut *uscf };
+        let Some(scf) = Module::server_conf_mut(uscf) else {
+            continue; // an implicit upstream (proxy_pass to a host) has no srv confs
+        };
+        let Some(cfg) = scf.breaker.as_mut() else {
+            if scf.failures.is_some() {
+                // SAFETY: an upstream block's file name is a NUL-terminated string.
+                let file = unsafe { CStr::from_ptr(uscf.file_name.cast()) };
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    cfr.log,
+                    "\"circuit_breaker_failure\" requires \"circuit_breaker\" in upstream \"{}\" in {}:{}",
+                    String::from_utf8_lossy(uscf.host.as_bytes()),
+                    file.to_string_lossy(),
+                    uscf.line
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            continue;
+        };
+        cfg.failures = scf.failures.unwrap_or(FailureSet::DEFAULT);
+        if uscf.peer.init.is_none() {
+            continue;
+        }
+        scf.original_init = uscf.peer.init;
+        uscf.peer.init = wrap;
+        scf.main = mcf;
+        let key = uscf as *mut ngx_http_upstream_srv_conf_t as usize;
+        scf.routes = routes
+            .remove(&key)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let ptr: *mut super::SrvConf = scf;
+        mcf.upstreams.push(ptr);
+        mcf.by_name.insert(scf.name.clone(), ptr);
+    }
+    if !mcf.upstreams.is_empty() && mcf.zone.is_null() {
+        // SAFETY: still inside configuration parsing.
+        if unsafe { add_zone(cf, mcf, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE) }.is_err() {
+            return NGX_ERROR as ngx_int_t;
+        }
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// Appends a handler to an http phase.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, during postconfiguration.
+pub unsafe fn add_phase_handler(
+    cf: *mut ngx_conf_t,
+    phase: nginx_sys::ngx_http_phases,
+    handler: nginx_sys::ngx_http_handler_pt,
+) -> ngx_int_t {
+    // SAFETY: `cf` is live inside the http block.
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let phase = &mut cmcf.phases[phase as usize];
+    // SAFETY: the phase's handler array, during configuration.
+    let h = unsafe { nginx_sys::ngx_array_push(&mut phase.handlers) }
+        .cast::<nginx_sys::ngx_http_handler_pt>();
+    // SAFETY: null or a fresh element of the handlers array.
+    match unsafe { h.as_mut() } {
+        Some(h) => {
+            *h = handler;
+            NGX_OK as ngx_int_t
+        }
+        None => NGX_ERROR as ngx_int_t,
+    }
+}
+
+/// The breakers this configuration knows: each upstream's own and one per route whose
+/// locations pass to it (created now), and those of routes that may meet any upstream at run
+/// time (kept if they exist, created on first use).
+pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
+    let mut out = Vec::new();
+    for &s in &mcf.upstreams {
+        // SAFETY: upstream confs live as long as the configuration.
+        let s = unsafe { &*s };
+        let Some(cfg) = s.breaker else { continue };
+        let default = super::default_route();
+        let fixed = s.routes.iter().map(|r| (r.as_str(), true));
+        let dynamic = mcf
+            .dynamic_routes
+            .iter()
+            .filter(|r| !s.routes.contains(r))
+            .map(|r| (r.as_str(), false));
+        for (route, eager) in [(default.name.as_str(), true)]
+            .into_iter()
+            .chain(fixed)
+            .chain(dynamic)
+        {
+            out.push(Wanted {
+                key: Key {
+                    hash: key_hash(s.name_hash, hash_name(route.as_bytes())),
+                    upstream: s.name.as_bytes(),
+                    route: route.as_bytes(),
+                },
+                cfg,
+                eager,
+            });
+        }
+    }
+    out
+}

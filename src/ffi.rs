@@ -1,0 +1,48 @@
+//! Small pieces every room of the shell needs at the nginx boundary: the panic barrier,
+//! process and build identity, and stable name hashes.
+
+use core::panic::AssertUnwindSafe;
+
+/// Runs `f`, turning a panic into `err`, so that none crosses into nginx's C frames.
+pub fn guard<T>(err: T, f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(err)
+}
+
+/// The module's version (the crate's), as the status page and the zone's notice show it.
+pub const MODULE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The nginx version the module was built for; nginx loads it into no other.
+pub fn nginx_version() -> &'static str {
+    nginx_sys::NGINX_VERSION.to_str().unwrap_or("unknown")
+}
+
+/// This process's pid: the owner id of a probe slot.
+pub fn pid() -> u32 {
+    // SAFETY: `ngx_pid` is written once when the process starts, before any request.
+    unsafe { nginx_sys::ngx_pid as u32 }
+}
+
+/// Whether a process (a slot's owner) still exists.
+pub fn process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { nginx_sys::kill(pid as i32, 0) };
+    rc == 0 || nginx_sys::ngx_errno() != nginx_sys::ESRCH as i32
+}
+
+/// FNV-1a: cheap, and stable across processes and reloads (hashes live in shared memory).
+pub fn hash_name(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The hash of a breaker's key from the hashes of its two names.
+pub fn key_hash(upstream: u64, route: u64) -> u64 {
+    (upstream ^ route.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}

@@ -1,0 +1,311 @@
+//! A request's state: which breaker it belongs to, what the breaker said, the balancer
+//! callbacks it wraps. It lives in the request pool, is the module's request ctx, and has a
+//! pool cleanup that gives back a probe slot the request still holds — and by which it is
+//! found again after an internal redirect cleared the ctx (as the realip module does).
+
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::ptr::NonNull;
+
+use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::snapshot::State;
+use nginx_sys::{
+    ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
+    ngx_msec_t, ngx_pool_cleanup_add,
+};
+
+use crate::conf::Module;
+use crate::conf::{default_route, LocConf, MainConf, Route, SrvConf};
+use crate::ffi::{guard, key_hash};
+use crate::zone::{Handle, Key, Zone};
+
+/// What `$circuit_breaker_state` and `X-Circuit-State` say of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Label {
+    /// The breaker's state when the request last saw it.
+    State(State),
+    /// Turned away by the recovery ramp of a breaker that just closed.
+    Recovering,
+}
+
+impl Label {
+    pub fn name(self) -> &'static str {
+        match self {
+            Label::State(s) => s.name(),
+            Label::Recovering => "recovering",
+        }
+    }
+}
+
+/// The balancer's own callbacks and data, which ours wrap.
+#[derive(Clone, Copy)]
+pub struct Balancer {
+    pub get: ngx_event_get_peer_pt,
+    pub free: ngx_event_free_peer_pt,
+    pub notify: ngx_event_notify_peer_pt,
+    #[cfg(ngx_ssl)]
+    pub set_session: nginx_sys::ngx_event_set_peer_session_pt,
+    #[cfg(ngx_ssl)]
+    pub save_session: nginx_sys::ngx_event_save_peer_session_pt,
+    pub data: *mut c_void,
+}
+
+impl Balancer {
+    const NONE: Balancer = Balancer {
+        get: None,
+        free: None,
+        notify: None,
+        #[cfg(ngx_ssl)]
+        set_session: None,
+        #[cfg(ngx_ssl)]
+        save_session: None,
+        data: core::ptr::null_mut(),
+    };
+}
+
+/// One request's state.
+pub struct RequestState {
+    /// The request this state belongs to: subrequests share the pool and its cleanups, so a
+    /// state found there is this request's only if this matches.
+    request: *const ngx_http_request_t,
+    scf: *const SrvConf,
+    route: *const Route,
+    pub key_hash: u64,
+    /// Where the breaker was found, to find it again without a lookup.
+    pub handle: Handle,
+    /// A probe ticket, while the request holds the probe slot.
+    pub ticket: Ticket,
+    pub balancer: Balancer,
+    /// When the current attempt started (`ngx_current_msec`).
+    pub attempt_started: ngx_msec_t,
+    /// What the request was told, for the variables and the header; `None` while no breaker
+    /// has answered.
+    pub label: Option<Label>,
+    /// The PRECONTENT phase already let it through (closed), for `peer.init` not to ask
+    /// twice.
+    pub passed_early: bool,
+    /// Answered without touching the origin.
+    pub short_circuited: bool,
+    /// ... by letting nginx serve a stale cache entry.
+    pub stale: bool,
+    /// `X-Circuit-State` is already in the response headers.
+    pub header_added: bool,
+}
+
+impl RequestState {
+    /// The upstream's conf.
+    pub fn srv_conf(&self) -> &SrvConf {
+        // SAFETY: upstream confs live as long as the configuration the request runs under.
+        unsafe { &*self.scf }
+    }
+
+    /// The request's route.
+    pub fn route(&self) -> &Route {
+        // SAFETY: routes live in loc confs (or a static) for the configuration's lifetime.
+        unsafe { &*self.route }
+    }
+
+    /// The breaker's key.
+    pub fn key(&self) -> Key<'_> {
+        self.srv_conf().key(self.route())
+    }
+
+    /// The zone and the main conf, when a zone exists.
+    pub fn zone(&self) -> Option<(Zone, &MainConf)> {
+        // SAFETY: set in setup; lives as long as the configuration.
+        let mcf = unsafe { self.srv_conf().main.as_ref()? };
+        // SAFETY: our own zone, mapped in every worker.
+        let zone = unsafe { Zone::from_shm(mcf.zone)? };
+        Some((zone, mcf))
+    }
+
+    /// `upstream/route`, as log lines name a breaker.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.srv_conf().name, self.route().name)
+    }
+
+    /// The request this state belongs to.
+    pub fn request(&self) -> *const ngx_http_request_t {
+        self.request
+    }
+
+    /// Whether this is the state of request `r`.
+    pub fn belongs_to(&self, r: *const ngx_http_request_t) -> bool {
+        core::ptr::eq(self.request, r)
+    }
+}
+
+/// The route of a location: its `circuit_breaker_route`, or the upstream's own.
+pub fn route_of(lcf: Option<&LocConf>) -> &Route {
+    lcf.and_then(|l| l.route.as_ref())
+        .unwrap_or_else(|| default_route())
+}
+
+/// States kept for reuse by this worker.
+///
+/// Hand-written rather than allocated from the request pool: a keepalive proxy request
+/// nearly fills its 4 KiB pool, and the state's ~150 bytes make it allocate one more pool
+/// block per request — `scripts/bench-instructions` counted about 900 instructions per
+/// request (a `malloc` in `ngx_palloc_block` and its `free`), half the closed path's cost.
+struct Spares(UnsafeCell<Vec<NonNull<RequestState>>>);
+
+// SAFETY: a worker runs nginx's event loop on one thread, the only one that touches this.
+unsafe impl Sync for Spares {}
+
+static SPARES: Spares = Spares(UnsafeCell::new(Vec::new()));
+
+/// Most states kept for reuse: enough for a busy worker, bounded so a burst does not pin
+/// memory.
+const MAX_SPARES: usize = 1024;
+
+impl Spares {
+    /// A state's memory: a spare one, or a new box. Either way leaked to the caller, whose
+    /// cleanup gives it back with [`Spares::put`].
+    fn take(&self, fresh: RequestState) -> NonNull<RequestState> {
+        // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
+        match unsafe { (*self.0.get()).pop() } {
+            Some(p) => {
+                // SAFETY: a spare came from `Box::leak` and nothing else refers to it; the
+                // state holds no resources, so overwriting it drops nothing.
+                unsafe { p.as_ptr().write(fresh) };
+                p
+            }
+            None => NonNull::from(Box::leak(Box::new(fresh))),
+        }
+    }
+
+    /// Gives a state back.
+    ///
+    /// # Safety
+    /// `state` came from [`Spares::take`] and nothing refers to it any more.
+    unsafe fn put(&self, state: NonNull<RequestState>) {
+        // SAFETY: single-threaded, as above.
+        let list = unsafe { &mut *self.0.get() };
+        if list.len() < MAX_SPARES {
+            list.push(state);
+        } else {
+            // SAFETY: per the contract, the box is ours alone.
+            drop(unsafe { Box::from_raw(state.as_ptr()) });
+        }
+    }
+}
+
+/// Creates the request's state for (upstream `scf`, `route`), sets it as the module ctx and
+/// registers its cleanup. Returns `None` when the pool is exhausted.
+pub fn attach<'r>(
+    r: &'r mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+) -> Option<&'r mut RequestState> {
+    // SAFETY: the request pool is live; one cleanup record with room for no data.
+    let cln = unsafe { ngx_pool_cleanup_add(r.pool, 0).as_mut() }?;
+    let fresh = RequestState {
+        request: r,
+        scf,
+        route,
+        key_hash: key_hash(scf.name_hash, route.hash),
+        handle: Handle::NONE,
+        ticket: Ticket::Normal,
+        balancer: Balancer::NONE,
+        attempt_started: 0,
+        label: None,
+        passed_early: false,
+        short_circuited: false,
+        stale: false,
+        header_added: false,
+    };
+    // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
+    // the log phase: it gives back what the request holds, then keeps the state for reuse.
+    let state = SPARES.take(fresh);
+    cln.handler = Some(release);
+    cln.data = state.as_ptr().cast();
+    set_ctx(r, state.as_ptr());
+    // SAFETY: just written; the returned borrow is tied to the request's.
+    Some(unsafe { &mut *state.as_ptr() })
+}
+
+fn set_ctx(r: &mut ngx_http_request_t, state: *mut RequestState) {
+    // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
+    unsafe {
+        *r.ctx
+            .add(<Module as ngx::http::HttpModule>::module().ctx_index) = state.cast();
+    }
+}
+
+/// The request's state, if its current location set it (the module ctx).
+pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
+    // SAFETY: r->ctx has a slot per http module; only `set_ctx` writes ours, with a state
+    // that lives as long as the request's pool. The borrow is tied to the request's.
+    unsafe {
+        let ctx = *r
+            .ctx
+            .add(<Module as ngx::http::HttpModule>::module().ctx_index);
+        ctx.cast::<RequestState>().as_mut()
+    }
+}
+
+/// The request's state: the module ctx, or, after an internal redirect cleared it (an
+/// `error_page`, say), the state the pool cleanup holds for this very request. The list is
+/// walked only for internal or filter-finalized requests, as the realip module does.
+pub fn find(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
+    if here(r).is_none() && (r.internal() != 0 || r.filter_finalize() != 0) {
+        let me: *const ngx_http_request_t = r;
+        // SAFETY: the pool's cleanup list is a live singly linked list.
+        let mut c = unsafe { (*r.pool).cleanup };
+        // SAFETY: each link is null or a live cleanup record.
+        while let Some(cl) = unsafe { c.as_ref() } {
+            if cl
+                .handler
+                .is_some_and(|h| h as usize == release as *const () as usize)
+            {
+                let state = cl.data.cast::<RequestState>();
+                // SAFETY: our handler's data is always a RequestState of this pool.
+                if unsafe { (*state).belongs_to(me) } {
+                    set_ctx(r, state);
+                    break;
+                }
+            }
+            c = cl.next;
+        }
+    }
+    here(r)
+}
+
+/// The state behind a peer callback's `data`.
+///
+/// # Safety
+/// `data` must be the `peer.data` our `peer.init` set, and no other borrow of that state may
+/// be live.
+pub unsafe fn from_peer_data<'a>(data: *mut c_void) -> &'a mut RequestState {
+    // SAFETY: per the contract.
+    unsafe { &mut *data.cast::<RequestState>() }
+}
+
+/// Pool cleanup: a probe slot the request still holds (it ended before its attempt was
+/// recorded) goes back without a verdict; the state is kept for reuse.
+unsafe extern "C" fn release(data: *mut c_void) {
+    let Some(ptr) = NonNull::new(data.cast::<RequestState>()) else {
+        return;
+    };
+    guard((), || {
+        // SAFETY: `attach` handed this state to the cleanup, which runs once, last.
+        let state = unsafe { ptr.as_ref() };
+        if let Ticket::Probe(_) = state.ticket {
+            if let Some((zone, _)) = state.zone() {
+                let mut locked = zone.lock();
+                let found = locked.get(state.handle, state.key_hash);
+                if let Some(mut b) = found {
+                    b.release(crate::clock::mono_ms(), state.ticket);
+                }
+            }
+        }
+    });
+    // SAFETY: the request is gone: nothing refers to its state any more.
+    unsafe { SPARES.put(ptr) };
+}
+
+/// The location conf of a request.
+pub fn loc_conf(r: &ngx_http_request_t) -> Option<&'static LocConf> {
+    use ngx::http::HttpModuleLocationConf;
+    Module::location_conf(r)
+}

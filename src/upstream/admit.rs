@@ -1,0 +1,150 @@
+//! Asking a request's breaker whether the request may go to the origin: first without the
+//! lock (the breaker's published gate answers the common cases), then under it.
+
+use core::cell::Cell;
+
+use circuit_breaker_core::breaker::{Admission, BreakerConfig, Decision, Transition};
+use circuit_breaker_core::snapshot::State;
+use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_WARN};
+
+use crate::clock::{mono_ms, rnd};
+use crate::ffi::{pid, process_alive};
+use crate::request::{Label, RequestState};
+use crate::zone::{Handle, Key, Missing, Zone};
+
+/// What the breaker can say without the lock: a pass or a rejection, or `None` when only
+/// the locked path can tell (a cooldown that ended, half-open, the first request of a
+/// location in this worker). A probe is never claimed here.
+pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Option<Admission> {
+    state.srv_conf().breaker.as_ref()?;
+    let (zone, _) = state.zone()?;
+    let handle = match (state.handle.is_none(), hint) {
+        (true, Some(h)) => h.get(),
+        _ => state.handle,
+    };
+    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms(), rnd())?;
+    state.handle = handle;
+    note(state, &a, None);
+    Some(a)
+}
+
+/// The full answer, under the lock when the gate cannot tell: may claim the probe slot.
+/// `None` when no breaker applies (the zone is full, or this worker's configuration is older
+/// than the zone's and the breaker is new).
+pub fn ask(
+    state: &mut RequestState,
+    hint: Option<&Cell<Handle>>,
+    log: *mut ngx_log_t,
+) -> Option<Admission> {
+    if let Some(a) = ask_unlocked(state, hint) {
+        return Some(a);
+    }
+    let cfg = *state.srv_conf().breaker.as_ref()?;
+    let (zone, mcf) = state.zone()?;
+    let now = mono_ms();
+    let handle = hint.map_or(state.handle, Cell::get);
+    let answer = admit_locked(&zone, handle, &state.key(), &cfg, mcf.generation, now);
+    let (decision, breaker_state, found) = match answer {
+        Ok(a) => a,
+        Err(Missing::Full) => {
+            log_full_once(log, state.key_hash, &state.name());
+            return None;
+        }
+        Err(Missing::Stale) => return None,
+    };
+    state.handle = found;
+    if let Some(h) = hint {
+        h.set(found);
+    }
+    if let Some(t) = &decision.transition {
+        log_transition(log, &state.name(), t);
+    }
+    note(state, &decision.admission, Some(breaker_state));
+    if let Admission::Probe(ticket) = decision.admission {
+        state.ticket = ticket;
+    }
+    Some(decision.admission)
+}
+
+fn admit_locked(
+    zone: &Zone,
+    handle: Handle,
+    key: &Key,
+    cfg: &BreakerConfig,
+    generation: u64,
+    now: u64,
+) -> Result<(Decision, State, Handle), Missing> {
+    let mut locked = zone.lock();
+    let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
+    let d = b.admit(now, rnd(), pid(), &process_alive, true);
+    Ok((d, b.state(), b.handle()))
+}
+
+/// Records what the request was told.
+fn note(state: &mut RequestState, a: &Admission, breaker_state: Option<State>) {
+    state.label = Some(match (a, breaker_state) {
+        (Admission::Recovering { .. }, _) => Label::Recovering,
+        (_, Some(s)) => Label::State(s),
+        (Admission::Reject { .. }, None) => Label::State(State::Open),
+        (_, None) => Label::State(State::Closed),
+    });
+    state.short_circuited = matches!(a, Admission::Reject { .. } | Admission::Recovering { .. });
+}
+
+/// One `warn` line per transition, with its numbers.
+pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
+    let verb = match t.to {
+        State::Open => "opened",
+        State::HalfOpen => "half-opened",
+        State::Closed => "closed",
+    };
+    match &t.detail {
+        Some(d) => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" {}: {}, {}",
+                name,
+                verb,
+                t.reason,
+                d
+            );
+        }
+        None => {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "circuit breaker \"{}\" {}: {}",
+                name,
+                verb,
+                t.reason
+            );
+        }
+    }
+}
+
+/// Logs a breaker that could not be created, once per worker and breaker.
+fn log_full_once(log: *mut ngx_log_t, hash: u64, name: &str) {
+    thread_local! {
+        static SEEN: core::cell::RefCell<Vec<u64>> = const { core::cell::RefCell::new(Vec::new()) };
+    }
+    let first = SEEN
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.contains(&hash) || s.len() > 4096 {
+                false
+            } else {
+                s.push(hash);
+                true
+            }
+        })
+        .unwrap_or(false);
+    if first {
+        ngx::ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "circuit breaker \"{}\" not created: the zone is full, its traffic passes unchecked",
+            name
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! What one upstream attempt amounted to, read off nginx's own state when the peer is freed
+//! (nginx calls `peer.free` before it closes the connection, so the event flags are there),
+//! classified the way `ngx_http_upstream_next` and the body readers of
+//! `ngx_http_upstream.c` classify it.
+//!
+//! What this cannot see: a body cut short on a connection whose end delimits the body (no
+//! length, not chunked) looks complete; an attempt the client abandoned mid-body is judged
+//! by its status; failures on the client's side are never the origin's.
+
+use circuit_breaker_core::breaker::{Attempt, Ending};
+use nginx_sys::{
+    ngx_connection_t, ngx_http_upstream_t, ngx_list_t, ngx_parse_http_time, ngx_peer_connection_t,
+    ngx_table_elt_t, ngx_time, ngx_uint_t, NGX_PEER_FAILED,
+};
+
+/// An attempt, and whether nginx will retry it for free: a kept-alive connection the origin
+/// had closed fails with `error`, and `ngx_http_upstream_next` gives the try back ("TODO:
+/// inform balancer instead") — it says nothing about the origin.
+pub struct Outcome {
+    pub attempt: Attempt,
+    pub free_retry: bool,
+}
+
+/// Classifies the attempt being freed with `state` after `elapsed_ms`.
+///
+/// # Safety
+/// `u` must be the live upstream of the request whose peer `pc` is, called from `peer.free`.
+pub unsafe fn classify(
+    u: &ngx_http_upstream_t,
+    pc: &ngx_peer_connection_t,
+    state: ngx_uint_t,
+    elapsed_ms: u64,
+) -> Outcome {
+    // SAFETY: u.state is the current attempt's state record while the upstream runs.
+    let status = unsafe { u.state.as_ref() }.map_or(0, |s| s.status) as u16;
+    let failed = state & NGX_PEER_FAILED as ngx_uint_t != 0;
+    // SAFETY: the connection, when present, is still open during free.
+    let c = unsafe { pc.connection.as_ref() };
+    let mut free_retry = false;
+    let ending = if failed {
+        // SAFETY: as above.
+        let e = unsafe { failed_ending(u, c, status) };
+        free_retry = e == Ending::Error && pc.cached() != 0 && status == 0;
+        e
+    } else if status == 0 {
+        // Freed with no response and no failure: the client went away first.
+        Ending::NoVerdict
+    } else {
+        // SAFETY: as above.
+        unsafe { body_ending(u, c) }
+    };
+    let retry_after_s = if status == 503 && ending == Ending::Response {
+        // SAFETY: the upstream's parsed headers list.
+        unsafe { retry_after(&u.headers_in.headers) }
+    } else {
+        None
+    };
+    let attempt = Attempt {
+        ending: if free_retry {
+            Ending::NoVerdict
+        } else {
+            ending
+        },
+        status: if ending == Ending::Response {
+            status
+        } else {
+            0
+        },
+        retry_after_s,
+        response_ms: elapsed_ms,
+    };
+    Outcome {
+        attempt,
+        free_retry,
+    }
+}
+
+/// An attempt `ngx_http_upstream_next` gave up on.
+///
+/// # Safety
+/// As for [`classify`].
+unsafe fn failed_ending(
+    u: &ngx_http_upstream_t,
+    c: Option<&ngx_connection_t>,
+    status: u16,
+) -> Ending {
+    // No connection: connect() failed at once (refused, unreachable).
+    let Some(c) = c else { return Ending::Error };
+    // SAFETY: a live connection's events.
+    let (rd, wr) = unsafe { (&*c.read, &*c.write) };
+    if rd.timedout() != 0 || wr.timedout() != 0 {
+        return Ending::Timeout;
+    }
+    if let Some(tls) = tls_handshake_failure(u, c) {
+        return tls;
+    }
+    if rd.eof() != 0 || rd.error() != 0 {
+        // Reset, or closed before a whole header ("upstream prematurely closed connection"),
+        // even after a status line.
+        return Ending::Error;
+    }
+    if status >= 400 {
+        // proxy_next_upstream http_5xx / http_403 / http_404 / http_429.
+        return Ending::Response;
+    }
+    if !u.buffer.start.is_null() && u.buffer.last != u.buffer.start {
+        // Bytes arrived but made no valid header.
+        return Ending::InvalidHeader;
+    }
+    Ending::Error
+}
+
+/// A TLS connection whose request was never sent: the handshake or the certificate check
+/// failed. A certificate refused after the handshake, or a TLS protocol failure (an alert,
+/// an OpenSSL error: nginx sets `read->error`), is a TLS error; a reset or EOF during the
+/// handshake (`read->eof` alone: "peer closed connection in SSL handshake") is the origin's
+/// `error`, as nginx counts it.
+#[cfg(ngx_ssl)]
+fn tls_handshake_failure(u: &ngx_http_upstream_t, c: &ngx_connection_t) -> Option<Ending> {
+    // SAFETY: c.ssl is null or the connection's live TLS state.
+    let ssl = unsafe { c.ssl.as_ref() }?;
+    if u.request_sent() != 0 {
+        return None;
+    }
+    // SAFETY: a live connection's read event.
+    let rd = unsafe { &*c.read };
+    if ssl.handshaked() != 0 || rd.error() != 0 {
+        Some(Ending::Tls)
+    } else {
+        Some(Ending::Error)
+    }
+}
+
+#[cfg(not(ngx_ssl))]
+fn tls_handshake_failure(_u: &ngx_http_upstream_t, _c: &ngx_connection_t) -> Option<Ending> {
+    None
+}
+
+/// An attempt freed by `ngx_http_upstream_finalize_request` after its header: the body may
+/// still have failed (nginx answers the client 502/504, or cuts the body short).
+///
+/// # Safety
+/// As for [`classify`].
+unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> Ending {
+    // SAFETY: a live connection's read event.
+    let rd = c.map(|c| unsafe { &*c.read });
+    let timed_out = rd.is_some_and(|e| e.timedout() != 0);
+    // SAFETY: u.pipe is null or the request's event pipe.
+    if let (true, Some(p)) = (u.buffering() != 0, unsafe { u.pipe.as_ref() }) {
+        if p.upstream_error() != 0 {
+            return if timed_out {
+                Ending::Timeout
+            } else {
+                Ending::Error
+            };
+        }
+        if p.upstream_eof() != 0 && p.upstream_done() == 0 && p.length != -1 {
+            return Ending::Error; // "upstream prematurely closed connection"
+        }
+        return Ending::Response;
+    }
+    if timed_out {
+        return Ending::Timeout;
+    }
+    if u.error() != 0 || rd.is_some_and(|e| e.error() != 0) {
+        return Ending::Error;
+    }
+    if rd.is_some_and(|e| e.eof() != 0) && u.length > 0 {
+        return Ending::Error; // closed before the announced length or the last chunk
+    }
+    Ending::Response
+}
+
+/// `Retry-After` in seconds: delta-seconds or an HTTP date.
+///
+/// # Safety
+/// `list` must be a live headers list.
+unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
+    let mut part = &list.part;
+    loop {
+        // SAFETY: a list part's elts hold nelts table elements.
+        let elts =
+            unsafe { core::slice::from_raw_parts(part.elts.cast::<ngx_table_elt_t>(), part.nelts) };
+        for h in elts {
+            if h.hash != 0 && h.key.as_bytes().eq_ignore_ascii_case(b"retry-after") {
+                let v = h.value.as_bytes();
+                if let Some(n) = core::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok())
+                {
+                    return Some(n);
+                }
+                // SAFETY: nginx's parser reads exactly len bytes.
+                let t = unsafe { ngx_parse_http_time(h.value.data, h.value.len) };
+                if t > 0 {
+                    return Some((t - ngx_time()).clamp(0, i64::from(u32::MAX)) as u32);
+                }
+                return None;
+            }
+        }
+        // SAFETY: next is null or the next live part.
+        match unsafe { part.next.as_ref() } {
+            Some(p) => part = p,
+            None => return None,
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Laying out a new zone, or adopting the previous configuration's zone on reload.
+
+use core::alloc::Layout;
+use core::ffi::c_void;
+use core::ptr::{self, null_mut};
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64};
+
+use nginx_sys::{
+    ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_NOTICE, NGX_OK,
+};
+use ngx::allocator::Allocator;
+use ngx::core::SlabPool;
+
+use super::node::Node;
+use super::slot::{Slot, PER_CHUNK};
+use super::{Header, MAGIC};
+use crate::ffi::{guard, nginx_version, MODULE_VERSION};
+
+/// How many failed keys the zone remembers per 4 KiB page of zone, so that each is counted
+/// once (up to 1024: past that, every failure counts).
+const FAILED_KEYS_PER_PAGE: usize = 4;
+
+/// What the zone needs to know of the configuration that declared it (the shm zone's
+/// `data`): its name, for messages.
+pub struct ZoneName(pub String);
+
+/// `shm_zone->init`: lays out a new zone, or adopts the previous configuration's zone on
+/// reload (nginx hands over the old zone's data and keeps the mapping, as for `limit_req`).
+/// The breakers are brought in line with the configuration later, in `init_module`: a cycle
+/// can still fail after its zones are initialised, and then the running one must keep them.
+pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls init with our registered zone, mapped, its data a ZoneName.
+        let z = unsafe { &mut *shm_zone };
+        // SAFETY: conf sets `data` to a ZoneName that lives as long as the configuration.
+        let name = unsafe { &*z.data.cast::<ZoneName>() };
+        // SAFETY: the zone is mapped and starts with its slab pool.
+        let Some(pool) = (unsafe { SlabPool::from_shm_zone(z) }) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        let existing = pool.as_ref().data;
+        if !old.is_null() && !existing.is_null() {
+            // SAFETY: our header, written by a previous init of this zone.
+            if unsafe { (*existing.cast::<Header>()).magic } != MAGIC {
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    z.shm.log,
+                    "circuit breaker zone \"{}\" was laid out by another build of the module; \
+                     rename the zone or restart nginx",
+                    name.0
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            return NGX_OK as ngx_int_t;
+        }
+        if lay_out(&pool, z.shm.size, &name.0).is_none() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // Once per new zone, not on every `nginx -t`, which sets up zones too.
+        // SAFETY: nginx sets ngx_test_config from its command line, before reading any
+        // configuration, and only reads it afterwards.
+        if unsafe { nginx_sys::ngx_test_config } == 0 {
+            ngx::ngx_log_error!(
+                NGX_LOG_NOTICE,
+                z.shm.log,
+                "circuit breaker zone \"{}\" initialized: {} bytes, module {} built for nginx {}",
+                name.0,
+                z.shm.size,
+                MODULE_VERSION,
+                nginx_version()
+            );
+        }
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// Everything the zone needs besides its breakers, in one allocation (a small zone cannot
+/// spare a slab page per size class): the header, the hash table, the slot chunk pointers,
+/// the failed keys and the log context.
+fn lay_out(pool: &SlabPool, size: usize, name: &str) -> Option<()> {
+    let chains = (size / 4096).next_power_of_two().max(64);
+    let failed_cap = (size / 4096 * FAILED_KEYS_PER_PAGE).clamp(8, 1024);
+    // The smallest breaker (a 1 s window) takes a 1 KiB slab: no more nodes than that fit.
+    let max_chunks = (size / 1024).div_ceil(PER_CHUNK as usize) + 1;
+    let ctx = format!(" in circuit breaker zone \"{name}\"\0");
+    let (meta, table_at) = Layout::new::<Header>()
+        .extend(Layout::array::<AtomicPtr<Node>>(chains).ok()?)
+        .ok()?;
+    let (meta, chunks_at) = meta
+        .extend(Layout::array::<AtomicPtr<Slot>>(max_chunks).ok()?)
+        .ok()?;
+    let (meta, failed_at) = meta
+        .extend(Layout::array::<AtomicU64>(failed_cap).ok()?)
+        .ok()?;
+    let (meta, ctx_at) = meta
+        .extend(Layout::from_size_align(ctx.len(), 1).ok()?)
+        .ok()?;
+    let base = pool.allocate(meta).ok()?.cast::<u8>().as_ptr();
+    // SAFETY: `base` holds `meta`, which places each part at its offset with its alignment;
+    // nothing else uses the zone until init returns.
+    unsafe {
+        let hdr = base.cast::<Header>();
+        let table = base.add(table_at).cast::<AtomicPtr<Node>>();
+        let chunks = base.add(chunks_at).cast::<AtomicPtr<Slot>>();
+        let failed = base.add(failed_at).cast::<AtomicU64>();
+        let log_ctx = base.add(ctx_at);
+        for i in 0..chains {
+            table.add(i).write(AtomicPtr::new(null_mut()));
+        }
+        for i in 0..max_chunks {
+            chunks.add(i).write(AtomicPtr::new(null_mut()));
+        }
+        for i in 0..failed_cap {
+            failed.add(i).write(AtomicU64::new(0));
+        }
+        ptr::copy_nonoverlapping(ctx.as_ptr(), log_ctx, ctx.len());
+        hdr.write(Header {
+            magic: MAGIC,
+            generation: AtomicU64::new(0),
+            idents: AtomicU64::new(0),
+            epochs: AtomicU64::new(0),
+            alloc_failures: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            mask: chains as u64 - 1,
+            table,
+            head: AtomicPtr::new(null_mut()),
+            chunks,
+            max_chunks: max_chunks as u32,
+            nchunks: AtomicU32::new(0),
+            free_slot: AtomicU32::new(u32::MAX),
+            wall_offset: AtomicI64::new(0),
+            failed,
+            failed_cap: failed_cap as u32,
+            failed_len: AtomicU32::new(0),
+        });
+        let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();
+        (*raw).log_ctx = log_ctx;
+        (*raw).data = hdr.cast();
+        // A full zone is reported once per breaker by the module, not at [crit] per attempt.
+        (*raw).set_log_nomem(0);
+    }
+    Some(())
+}

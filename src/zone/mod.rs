@@ -1,0 +1,254 @@
+//! The shared-memory zone: every breaker of the instance, in a hash table allocated from the
+//! zone's slab pool and guarded by the slab pool's own mutex — the one lock nginx releases
+//! when a worker dies holding it (`ngx_unlock_mutexes`), so a crash never wedges the zone.
+//!
+//! Beside each breaker a [`slot`](slot) holds what a request may be told without the lock
+//! (its `Gate`); slots are never freed, so a lock-free read can never touch freed memory. The
+//! table and the breakers are touched only under the mutex ([`Locked`]).
+
+mod init;
+mod node;
+mod reload;
+mod slot;
+mod table;
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use circuit_breaker_core::breaker::{Admission, BreakerHeader, Bucket};
+use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
+use ngx::core::SlabPool;
+
+pub use init::{init_zone, ZoneName};
+pub use reload::Wanted;
+pub use table::{Entry, Locked, Missing};
+
+use node::Node;
+use slot::Slot;
+
+/// Longest upstream name a breaker key can hold.
+pub const MAX_NAME: usize = u16::MAX as usize;
+/// The route of an upstream's own breaker.
+pub const DEFAULT_ROUTE: &str = "default";
+
+/// Identifies this layout: a zone reused across a reload that loaded a build of the module
+/// with another layout is refused rather than misread.
+const MAGIC: u64 = 0x6362_5f7a_6f6e_6502
+    ^ ((core::mem::size_of::<BreakerHeader>() as u64) << 16)
+    ^ ((core::mem::size_of::<Bucket>() as u64) << 40)
+    ^ ((core::mem::size_of::<Header>() as u64) << 28)
+    ^ ((core::mem::size_of::<Slot>() as u64) << 52);
+
+/// The zone's header, at the slab pool's `data`. Every field that changes is an atomic, so
+/// that a shared reference to it is sound while other processes update it; fields that only
+/// change under the mutex use `Relaxed` (the mutex orders them).
+#[repr(C)]
+struct Header {
+    magic: u64,
+    /// Bumped when a new configuration takes over the zone; workers of an older one create
+    /// no breakers, and a status walk that sees it move stops (nodes may have been freed).
+    generation: AtomicU64,
+    /// The last slot tenant id handed out (0 names no breaker).
+    idents: AtomicU64,
+    /// The last breaker epoch handed out, for probe tickets unique across resets.
+    epochs: AtomicU64,
+    /// Distinct breakers that could not be created because the zone was full.
+    alloc_failures: AtomicU64,
+    /// Breakers in the table.
+    count: AtomicU64,
+    /// Hash table: `mask + 1` chains.
+    mask: u64,
+    table: *mut AtomicPtr<Node>,
+    /// Every node, newest first, for the status page and reloads.
+    head: AtomicPtr<Node>,
+    /// Slot chunks, allocated as needed and never freed.
+    chunks: *mut AtomicPtr<Slot>,
+    max_chunks: u32,
+    nchunks: AtomicU32,
+    /// First free slot, `u32::MAX` when none.
+    free_slot: AtomicU32,
+    /// Wall-clock milliseconds minus monotonic ones, as the status pages show instants.
+    wall_offset: AtomicI64,
+    /// Key hashes of breakers that could not be created, so each is counted once.
+    failed: *mut AtomicU64,
+    failed_cap: u32,
+    failed_len: AtomicU32,
+}
+
+/// A breaker found once, to be found again without a lookup: its slot and the tenant id the
+/// slot had then. A stale handle (the breaker was freed, the slot reused) simply finds nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle {
+    slot: u32,
+    ident: u64,
+}
+
+impl Handle {
+    /// No breaker.
+    pub const NONE: Handle = Handle {
+        slot: u32::MAX,
+        ident: 0,
+    };
+
+    /// Whether this names no breaker.
+    pub fn is_none(&self) -> bool {
+        self.ident == 0
+    }
+}
+
+/// The key of one breaker.
+#[derive(Clone, Copy, Debug)]
+pub struct Key<'a> {
+    pub hash: u64,
+    pub upstream: &'a [u8],
+    pub route: &'a [u8],
+}
+
+/// A zone as a process sees it.
+#[derive(Clone)]
+pub struct Zone {
+    pool: SlabPool,
+    size: usize,
+}
+
+impl Zone {
+    /// The zone behind an nginx shm zone, once [`init_zone`] has laid it out.
+    ///
+    /// # Safety
+    /// `shm` must be null or a shm zone registered by this module, in a process where it is
+    /// mapped (the master between init and the next reload, or a worker).
+    pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<Zone> {
+        // SAFETY: per the contract.
+        let shm = unsafe { shm.as_ref()? };
+        // SAFETY: a mapped zone starts with its slab pool.
+        let pool = unsafe { SlabPool::from_shm_zone(shm)? };
+        if pool.as_ref().data.is_null() {
+            return None;
+        }
+        Some(Zone {
+            pool,
+            size: shm.shm.size,
+        })
+    }
+
+    fn pool_ptr(&self) -> *mut ngx_slab_pool_t {
+        core::ptr::from_ref(self.pool.as_ref()).cast_mut()
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: `data` points at the header init_zone wrote; the header's changing fields
+        // are atomics, so a shared reference is sound while other processes update them.
+        unsafe { &*self.pool.as_ref().data.cast::<Header>() }
+    }
+
+    /// The slot `index` names, if it was ever allocated.
+    fn slot(&self, index: u32) -> Option<&Slot> {
+        let h = self.header();
+        let chunk = index / slot::PER_CHUNK;
+        if chunk >= h.nchunks.load(Ordering::Acquire) {
+            return None;
+        }
+        // SAFETY: chunks below `nchunks` were allocated and published (Release) before it
+        // was raised, and are never freed.
+        let base = unsafe { (*h.chunks.add(chunk as usize)).load(Ordering::Acquire) };
+        let base = NonNull::new(base)?;
+        // SAFETY: a chunk holds PER_CHUNK slots, all initialised; slots are atomics only.
+        Some(unsafe { &*base.as_ptr().add((index % slot::PER_CHUNK) as usize) })
+    }
+
+    /// What the breaker `handle` names says to a request at `now_ms` (drawing `rnd` for a
+    /// ramp's share) without the lock, or `None` when only the locked path can tell (or the
+    /// handle no longer names `key_hash`'s breaker). A rejection or a ramp's turn-away is
+    /// counted in the slot's lock-free counters.
+    #[inline]
+    pub fn admit_unlocked(
+        &self,
+        handle: Handle,
+        key_hash: u64,
+        now_ms: u64,
+        rnd: u32,
+    ) -> Option<Admission> {
+        let slot = self.slot(handle.slot)?;
+        let gate = slot.read_gate(handle.ident, key_hash)?;
+        let admission = gate.admit(now_ms, rnd)?;
+        match admission {
+            Admission::Reject { .. } => slot.count_reject(),
+            Admission::Recovering { .. } => slot.count_ramp_shed(),
+            _ => {}
+        }
+        Some(admission)
+    }
+
+    /// Takes the zone's mutex until the guard drops.
+    pub fn lock(&self) -> Locked<'_> {
+        Locked::new(self)
+    }
+
+    /// The wall-clock reading that goes with monotonic `mono_ms`, for showing instants.
+    ///
+    /// nginx reads its two clocks one after the other, so their difference wobbles by a
+    /// millisecond from one update to the next; the zone keeps one difference for every
+    /// worker and follows only a real step of the wall clock (more than 5 ms), so that two
+    /// pages read in turn show the same instants.
+    pub fn wall_clock(&self, mono_ms: u64, wall_ms: u64) -> u64 {
+        let seen = wall_ms as i64 - mono_ms as i64;
+        let kept = &self.header().wall_offset;
+        let offset = match kept.load(Ordering::Relaxed) {
+            0 => seen,
+            k if (seen - k).abs() > 5 => seen,
+            k => return mono_ms.saturating_add_signed(k),
+        };
+        kept.store(offset, Ordering::Relaxed);
+        mono_ms.saturating_add_signed(offset)
+    }
+
+    /// The zone's generation: bumped by every configuration that takes the zone over.
+    pub fn generation(&self) -> u64 {
+        self.header().generation.load(Ordering::Acquire)
+    }
+}
+
+/// How many breakers a status walk reads per lock hold: each is copied consistently, and the
+/// lock is let go between batches, so a scrape of 10 000 breakers never stalls traffic for
+/// the whole walk (a batch takes about a quarter of a millisecond).
+const VISIT_BATCH: usize = 256;
+
+impl Zone {
+    /// Visits every breaker's view at `now_ms`, holding the lock for one batch at a time.
+    /// Nodes are freed only by a new configuration's reconciliation, which bumps the
+    /// generation under the lock first: the walk stops if that happened between batches, so
+    /// it never follows a freed node. Returns the zone's usage as [`Locked::usage`] saw it.
+    pub fn visit(&self, now_ms: u64, mut f: impl FnMut(Entry<'_>)) -> (u64, u64, u64) {
+        let mut locked = self.lock();
+        let usage = locked.usage();
+        let generation = locked.generation();
+        let mut node = locked.first();
+        let mut seen = 0;
+        while let Some(n) = node {
+            if seen > 0 && seen % VISIT_BATCH == 0 {
+                drop(locked);
+                locked = self.lock();
+                if locked.generation() != generation {
+                    break;
+                }
+            }
+            seen += 1;
+            // SAFETY: the generation is unchanged since `n` was reached under the lock, so
+            // `n` is still published.
+            node = unsafe { locked.next(n) };
+            // SAFETY: as above.
+            let view = match unsafe { locked.breaker_at(n) } {
+                Some(b) => b.view(now_ms),
+                None => continue,
+            };
+            // SAFETY: as above.
+            let (upstream, route) = unsafe { locked.names_of(n) };
+            f(Entry {
+                upstream,
+                route,
+                view,
+            });
+        }
+        usage
+    }
+}

@@ -1,0 +1,126 @@
+//! Bringing the zone in line with a newly loaded configuration, in time linear in the
+//! breakers and without holding the lock for long: the walk lets the mutex go every
+//! [`BATCH`] breakers, so workers still serving the old configuration never wait for more
+//! than one batch.
+
+use std::collections::HashMap;
+
+use circuit_breaker_core::breaker::{BreakerConfig, Control};
+use circuit_breaker_core::snapshot::Forced;
+
+use super::{Key, Zone};
+
+/// Breakers handled per lock hold: about a millisecond of work.
+const BATCH: usize = 512;
+
+/// A breaker the configuration knows.
+pub struct Wanted<'a> {
+    pub key: Key<'a>,
+    pub cfg: BreakerConfig,
+    /// Created now (an upstream's own breaker, or a route whose locations pass to it), rather
+    /// than on first use (a route that may meet the upstream at run time).
+    pub eager: bool,
+}
+
+/// What a reconciliation did.
+#[derive(Default, Debug)]
+pub struct Reconciled {
+    pub generation: u64,
+    pub dropped: usize,
+    pub reset: usize,
+}
+
+impl Zone {
+    /// Takes the zone over for a new configuration: a new generation (older workers create
+    /// no breakers from now on), breakers the configuration no longer knows freed, those
+    /// whose parameters changed started afresh (an operator's forced state kept), unchanged
+    /// ones left alone, and every eager breaker created.
+    pub fn reconcile(&self, wanted: &[Wanted], now_ms: u64) -> Reconciled {
+        let index: HashMap<(&[u8], &[u8]), usize> = wanted
+            .iter()
+            .enumerate()
+            .map(|(i, w)| ((w.key.upstream, w.key.route), i))
+            .collect();
+        let mut seen = vec![false; wanted.len()];
+        let mut out = Reconciled::default();
+        let mut locked = self.lock();
+        out.generation = locked.bump_generation();
+        let mut node = locked.first();
+        let mut done = 0;
+        while let Some(n) = node {
+            if done > 0 && done % BATCH == 0 {
+                drop(locked);
+                locked = self.lock();
+            }
+            done += 1;
+            // SAFETY: `n` is published; only this walk frees nodes, and it read `next`
+            // before touching `n`.
+            let next = unsafe { locked.next(n) };
+            // SAFETY: as above.
+            let (upstream, route) = unsafe { locked.names_of(n) };
+            let Some(&i) = index.get(&(upstream, route)) else {
+                locked.remove(n);
+                out.dropped += 1;
+                node = next;
+                continue;
+            };
+            seen[i] = true;
+            let w = &wanted[i];
+            // SAFETY: as above.
+            let (current, forced) = match unsafe { locked.breaker_at(n) } {
+                Some(b) => (*b.config(), b.forced()),
+                None => {
+                    node = next;
+                    continue;
+                }
+            };
+            if current != w.cfg {
+                out.reset += 1;
+                // SAFETY: as above.
+                if unsafe { super::Locked::window_of(n) } == w.cfg.window_s {
+                    // SAFETY: same window length: the node has room for the buckets.
+                    unsafe { locked.reset(n, w.cfg, now_ms) };
+                    // SAFETY: as above.
+                    if let Some(mut b) = unsafe { locked.breaker_at(n) } {
+                        reapply(&mut b, forced, now_ms);
+                    }
+                } else {
+                    locked.remove(n);
+                    if locked.create(&w.key, &w.cfg, now_ms).is_some() {
+                        if let Some(mut b) = locked.find(&w.key) {
+                            reapply(&mut b, forced, now_ms);
+                        }
+                    }
+                }
+            }
+            node = next;
+        }
+        let missing = wanted
+            .iter()
+            .zip(&seen)
+            .filter(|(w, seen)| w.eager && !**seen);
+        for (created, (w, _)) in missing.enumerate() {
+            if created > 0 && created % BATCH == 0 {
+                drop(locked);
+                locked = self.lock();
+            }
+            if locked.find(&w.key).is_none() {
+                locked.create(&w.key, &w.cfg, now_ms);
+            }
+        }
+        out
+    }
+}
+
+fn reapply(
+    b: &mut circuit_breaker_core::breaker::Breaker<'_>,
+    forced: Option<Forced>,
+    now_ms: u64,
+) {
+    let action = match forced {
+        Some(Forced::Open) => Control::ForceOpen,
+        Some(Forced::Closed) => Control::ForceClose,
+        None => return,
+    };
+    b.control(now_ms, 0, action);
+}

@@ -1,0 +1,198 @@
+//! A breaker's slot: what a request may be told without the lock (the breaker's `Gate`),
+//! published under the lock after every change and read lock-free with a sequence lock.
+//! Slots live in chunks that are never freed, and a slot names its tenant by an id, so a
+//! lock-free reader holding a stale handle reads a mismatch, never freed memory.
+
+use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use circuit_breaker_core::breaker::Gate;
+
+use super::node::Node;
+
+/// Slots per chunk: a chunk fits the slab's 1 KiB class, so that a small zone does not spend
+/// a whole page on slots.
+pub const PER_CHUNK: u32 = (1024 / core::mem::size_of::<Slot>()) as u32;
+
+const MODE_ASK: u64 = 0;
+const MODE_PASS: u64 = 1;
+const MODE_REJECT: u64 = 2;
+const MODE_RAMP: u64 = 3;
+
+#[repr(C)]
+pub struct Slot {
+    /// The tenant's id; 0 while free.
+    ident: AtomicU64,
+    /// The tenant's key hash, so that a location's remembered handle is checked against the
+    /// breaker it wants.
+    key: AtomicU64,
+    /// Sequence lock over the gate below: odd while a writer is in the middle.
+    seq: AtomicU64,
+    mode: AtomicU64,
+    until: AtomicU64,
+    wait: AtomicU64,
+    /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
+    /// breaker's totals when shown.
+    rejects: AtomicU64,
+    ramp_shed: AtomicU64,
+    /// The tenant node (read and written under the mutex only).
+    node: AtomicPtr<Node>,
+    /// Next free slot while free (under the mutex).
+    next_free: AtomicU32,
+}
+
+impl Slot {
+    /// A free slot whose free list continues at `next_free`, for a fresh chunk.
+    pub fn free(next_free: u32) -> Slot {
+        Slot {
+            ident: AtomicU64::new(0),
+            key: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            mode: AtomicU64::new(MODE_ASK),
+            until: AtomicU64::new(0),
+            wait: AtomicU64::new(0),
+            rejects: AtomicU64::new(0),
+            ramp_shed: AtomicU64::new(0),
+            node: AtomicPtr::new(core::ptr::null_mut()),
+            next_free: AtomicU32::new(next_free),
+        }
+    }
+
+    /// The gate, if the slot still holds tenant `ident` with key `key` and no writer was in
+    /// the middle of publishing.
+    #[inline]
+    pub fn read_gate(&self, ident: u64, key: u64) -> Option<Gate> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let (id, k) = (
+            self.ident.load(Ordering::Relaxed),
+            self.key.load(Ordering::Relaxed),
+        );
+        let (mode, until, wait) = (
+            self.mode.load(Ordering::Relaxed),
+            self.until.load(Ordering::Relaxed),
+            self.wait.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
+            return None;
+        }
+        Some(match mode {
+            MODE_PASS => Gate::Pass,
+            MODE_REJECT => Gate::Reject {
+                until_ms: until,
+                wait_ms: wait,
+            },
+            MODE_RAMP => Gate::Ramp {
+                until_ms: until,
+                ramp_ms: (wait >> 32) as u32,
+                start: wait as u32,
+            },
+            _ => Gate::Ask,
+        })
+    }
+
+    /// Counts a request short-circuited without the lock.
+    #[inline]
+    pub fn count_reject(&self) {
+        self.rejects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request a ramp turned away without the lock.
+    #[inline]
+    pub fn count_ramp_shed(&self) {
+        self.ramp_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests short-circuited, and turned away by a ramp, without the lock since the
+    /// tenant moved in.
+    pub fn lock_free_counts(&self) -> (u64, u64) {
+        (
+            self.rejects.load(Ordering::Relaxed),
+            self.ramp_shed.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Publishes `gate` (under the mutex), skipping the write when nothing changed.
+    pub fn publish(&self, gate: Gate) {
+        let (mode, until, wait) = match gate {
+            Gate::Pass => (MODE_PASS, 0, 0),
+            Gate::Reject { until_ms, wait_ms } => (MODE_REJECT, until_ms, wait_ms),
+            Gate::Ramp {
+                until_ms,
+                ramp_ms,
+                start,
+            } => (
+                MODE_RAMP,
+                until_ms,
+                (u64::from(ramp_ms) << 32) | u64::from(start),
+            ),
+            Gate::Ask => (MODE_ASK, 0, 0),
+        };
+        if self.mode.load(Ordering::Relaxed) == mode
+            && self.until.load(Ordering::Relaxed) == until
+            && self.wait.load(Ordering::Relaxed) == wait
+        {
+            return;
+        }
+        self.write(|s| {
+            s.mode.store(mode, Ordering::Relaxed);
+            s.until.store(until, Ordering::Relaxed);
+            s.wait.store(wait, Ordering::Relaxed);
+        });
+    }
+
+    /// Moves a tenant in (under the mutex): `ident` and `key` name it from now on, its gate
+    /// starts at `gate` and its lock-free counter at 0.
+    pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
+        self.node.store(node, Ordering::Relaxed);
+        self.write(|s| {
+            s.ident.store(ident, Ordering::Relaxed);
+            s.key.store(key, Ordering::Relaxed);
+            s.rejects.store(0, Ordering::Relaxed);
+            s.ramp_shed.store(0, Ordering::Relaxed);
+        });
+        self.publish(gate);
+    }
+
+    /// Moves the tenant out (under the mutex): no handle names this slot any more.
+    pub fn vacate(&self, next_free: u32) {
+        self.write(|s| {
+            s.ident.store(0, Ordering::Relaxed);
+            s.key.store(0, Ordering::Relaxed);
+            s.mode.store(MODE_ASK, Ordering::Relaxed);
+        });
+        self.node.store(core::ptr::null_mut(), Ordering::Relaxed);
+        self.next_free.store(next_free, Ordering::Relaxed);
+    }
+
+    /// The tenant node, if tenant `ident` still lives here (under the mutex).
+    pub fn node(&self, ident: u64) -> Option<*mut Node> {
+        if ident == 0 || self.ident.load(Ordering::Relaxed) != ident {
+            return None;
+        }
+        let n = self.node.load(Ordering::Relaxed);
+        (!n.is_null()).then_some(n)
+    }
+
+    /// The tenant's id (under the mutex).
+    pub fn ident(&self) -> u64 {
+        self.ident.load(Ordering::Relaxed)
+    }
+
+    /// The next free slot of the free list (under the mutex).
+    pub fn next_free(&self) -> u32 {
+        self.next_free.load(Ordering::Relaxed)
+    }
+
+    /// A sequence-locked write: readers that overlap it see an odd or changed sequence and
+    /// fall back to the lock.
+    fn write(&self, f: impl FnOnce(&Slot)) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        f(self);
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+}

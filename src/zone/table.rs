@@ -1,0 +1,484 @@
+//! The breakers' hash table, touched only with the zone's mutex held ([`Locked`]).
+
+use core::alloc::Layout;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use circuit_breaker_core::breaker::{BreakerConfig, Gate};
+use circuit_breaker_core::snapshot::BreakerView;
+use ngx::allocator::Allocator;
+use ngx::core::slab::LockedSlabPool;
+
+use super::node::{breaker_of, names, node_layout, slab_class, write_fresh_breaker, Node};
+use super::slot::{Slot, PER_CHUNK};
+use super::{Handle, Header, Key, Zone};
+
+/// Why no breaker could be had.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The zone is full (counted in `alloc_failures`).
+    Full,
+    /// This worker belongs to an older configuration, which creates no breakers.
+    Stale,
+}
+
+/// One breaker as the status walk sees it.
+pub struct Entry<'a> {
+    pub upstream: &'a [u8],
+    pub route: &'a [u8],
+    pub view: BreakerView,
+}
+
+/// The zone with its mutex held.
+pub struct Locked<'z> {
+    zone: &'z Zone,
+    pool: LockedSlabPool,
+}
+
+/// A breaker borrowed under the lock. Dropping it publishes the breaker's gate to its slot,
+/// so lock-free readers follow every change.
+pub struct BreakerMut<'l> {
+    breaker: circuit_breaker_core::breaker::Breaker<'l>,
+    slot: &'l Slot,
+    handle: Handle,
+}
+
+impl<'l> core::ops::Deref for BreakerMut<'l> {
+    type Target = circuit_breaker_core::breaker::Breaker<'l>;
+    fn deref(&self) -> &Self::Target {
+        &self.breaker
+    }
+}
+
+impl core::ops::DerefMut for BreakerMut<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.breaker
+    }
+}
+
+impl Drop for BreakerMut<'_> {
+    fn drop(&mut self) {
+        self.slot.publish(self.breaker.gate());
+    }
+}
+
+impl BreakerMut<'_> {
+    /// The handle that finds this breaker again.
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// The status view, with the requests short-circuited lock-free counted in.
+    pub fn view(&self, now_ms: u64) -> BreakerView {
+        let mut v = self.breaker.view(now_ms);
+        let (rejects, ramp_shed) = self.slot.lock_free_counts();
+        v.totals.short_circuited = v.totals.short_circuited.saturating_add(rejects);
+        v.totals.ramp_shed = v.totals.ramp_shed.saturating_add(ramp_shed);
+        v
+    }
+}
+
+impl<'z> Locked<'z> {
+    pub(super) fn new(zone: &'z Zone) -> Locked<'z> {
+        Locked {
+            zone,
+            pool: zone.pool.lock(),
+        }
+    }
+
+    fn header(&self) -> &'z Header {
+        self.zone.header()
+    }
+
+    /// Bytes of the zone in use (whole slab pages), its size, and breakers that could not be
+    /// created.
+    pub fn usage(&self) -> (u64, u64, u64) {
+        // SAFETY: pfree is maintained by the slab allocator under the mutex we hold.
+        let free = unsafe { (*self.zone.pool_ptr()).pfree } as u64;
+        // SAFETY: ngx_pagesize is set once at process start.
+        let page = unsafe { nginx_sys::ngx_pagesize } as u64;
+        let size = self.zone.size as u64;
+        (
+            size.saturating_sub(free * page),
+            size,
+            self.header().alloc_failures.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The zone's generation.
+    pub fn generation(&self) -> u64 {
+        self.header().generation.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn bump_generation(&self) -> u64 {
+        self.header().generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn chain_of(&self, hash: u64) -> &'z AtomicPtr<Node> {
+        let h = self.header();
+        // SAFETY: the table has `mask + 1` chains, laid out by init_zone.
+        unsafe { &*h.table.add((hash & h.mask) as usize) }
+    }
+
+    fn find_node(&self, key: &Key) -> Option<NonNull<Node>> {
+        let mut n = self.chain_of(key.hash).load(Ordering::Relaxed);
+        // SAFETY: chains hold published nodes only, which stay live while the mutex is held.
+        while let Some(node) = unsafe { n.as_ref() } {
+            // SAFETY: as above.
+            if node.hash == key.hash && unsafe { names(node) } == (key.upstream, key.route) {
+                return NonNull::new(n);
+            }
+            n = node.chain.load(Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// The breaker `key` names, if it exists.
+    pub fn find(&mut self, key: &Key) -> Option<BreakerMut<'_>> {
+        let n = self.find_node(key)?;
+        // SAFETY: a published node, exclusively ours while the mutex is held.
+        unsafe { self.borrow(n) }
+    }
+
+    /// The breaker `key` names, created with `cfg` if missing. Workers of an older
+    /// configuration (`generation` below the zone's) never create breakers.
+    pub fn find_or_create(
+        &mut self,
+        key: &Key,
+        cfg: &BreakerConfig,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<BreakerMut<'_>, Missing> {
+        let n = match self.find_node(key) {
+            Some(n) => n,
+            None if generation < self.generation() => return Err(Missing::Stale),
+            None => self.create(key, cfg, now_ms).ok_or(Missing::Full)?,
+        };
+        // SAFETY: as in `find`.
+        unsafe { self.borrow(n) }.ok_or(Missing::Full)
+    }
+
+    /// The breaker `handle` names, if it still lives and has `key_hash`.
+    pub fn get(&mut self, handle: Handle, key_hash: u64) -> Option<BreakerMut<'_>> {
+        let n = self.node_of(handle, key_hash)?;
+        // SAFETY: as in `find`.
+        unsafe { self.borrow(n) }
+    }
+
+    /// The breaker `handle` names if it still lives, else the one `key` names, created if
+    /// missing (as [`Locked::find_or_create`]).
+    pub fn get_or_create(
+        &mut self,
+        handle: Handle,
+        key: &Key,
+        cfg: &BreakerConfig,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<BreakerMut<'_>, Missing> {
+        match self.node_of(handle, key.hash) {
+            // SAFETY: as in `find`.
+            Some(n) => unsafe { self.borrow(n) }.ok_or(Missing::Full),
+            None => self.find_or_create(key, cfg, generation, now_ms),
+        }
+    }
+
+    fn node_of(&self, handle: Handle, key_hash: u64) -> Option<NonNull<Node>> {
+        let slot = self.zone.slot(handle.slot)?;
+        let n = NonNull::new(slot.node(handle.ident)?)?;
+        // SAFETY: the slot's tenant is a published node while its ident matches.
+        (unsafe { n.as_ref() }.hash == key_hash).then_some(n)
+    }
+
+    /// # Safety
+    /// `n` must be a published node.
+    unsafe fn borrow(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
+        // SAFETY: per the contract.
+        let node = unsafe { n.as_ref() };
+        let slot = self.zone.slot(node.slot)?;
+        let handle = Handle {
+            slot: node.slot,
+            ident: slot.ident(),
+        };
+        // SAFETY: the breaker memory follows the node and is touched only under the mutex,
+        // which `self` holds for as long as the borrow lives.
+        let breaker = unsafe { breaker_of(n) };
+        Some(BreakerMut {
+            breaker,
+            slot,
+            handle,
+        })
+    }
+
+    /// Creates the breaker `key` names. The node is built whole — names, breaker, slot —
+    /// before it is linked into the table: a worker killed half way leaves at worst an
+    /// unreachable allocation, never a half-built breaker for the others.
+    pub(super) fn create(
+        &mut self,
+        key: &Key,
+        cfg: &BreakerConfig,
+        now_ms: u64,
+    ) -> Option<NonNull<Node>> {
+        let found = self.try_create(key, cfg, now_ms);
+        if found.is_none() {
+            self.note_failure(key.hash);
+        }
+        found
+    }
+
+    fn try_create(&mut self, key: &Key, cfg: &BreakerConfig, now_ms: u64) -> Option<NonNull<Node>> {
+        let (Ok(upstream_len), Ok(route_len)) = (
+            u16::try_from(key.upstream.len()),
+            u16::try_from(key.route.len()),
+        ) else {
+            return None;
+        };
+        let names_len = key.upstream.len() + key.route.len();
+        let node_layout = node_layout(cfg.window_s)?;
+        let inline = node_layout.size() + names_len <= slab_class(node_layout.size());
+        let alloc_layout = if inline {
+            Layout::from_size_align(node_layout.size() + names_len, node_layout.align()).ok()?
+        } else {
+            node_layout
+        };
+        let names_layout = Layout::from_size_align(names_len.max(1), 1).ok()?;
+        let n = self.pool.allocate(alloc_layout).ok()?.cast::<Node>();
+        let names = if inline {
+            // SAFETY: the names follow the node inside its allocation.
+            unsafe { NonNull::new_unchecked(n.as_ptr().cast::<u8>().add(node_layout.size())) }
+        } else {
+            match self.pool.allocate(names_layout) {
+                Ok(p) => p.cast::<u8>(),
+                Err(_) => {
+                    // SAFETY: allocated just above from this pool.
+                    unsafe { self.pool.deallocate(n.cast(), alloc_layout) };
+                    return None;
+                }
+            }
+        };
+        let Some(slot_index) = self.take_slot() else {
+            // SAFETY: allocated just above from this pool.
+            unsafe {
+                if !inline {
+                    self.pool.deallocate(names, names_layout);
+                }
+                self.pool.deallocate(n.cast(), alloc_layout);
+            }
+            return None;
+        };
+        let h = self.header();
+        let epoch = h.epochs.fetch_add(1, Ordering::Relaxed).wrapping_add(1) as u32;
+        // SAFETY: `n` is a fresh allocation of node_layout (16-aligned, which covers Node,
+        // BreakerHeader and Bucket), `names` one of the names' length; nothing else can reach
+        // either until the node is linked below.
+        unsafe {
+            ptr::copy_nonoverlapping(key.upstream.as_ptr(), names.as_ptr(), key.upstream.len());
+            ptr::copy_nonoverlapping(
+                key.route.as_ptr(),
+                names.as_ptr().add(key.upstream.len()),
+                key.route.len(),
+            );
+            n.as_ptr().write(Node {
+                hash: key.hash,
+                chain: AtomicPtr::new(ptr::null_mut()),
+                next: AtomicPtr::new(ptr::null_mut()),
+                prev: AtomicPtr::new(ptr::null_mut()),
+                names: names.as_ptr(),
+                slot: slot_index,
+                window_s: cfg.window_s,
+                upstream_len,
+                route_len,
+            });
+            write_fresh_breaker(n, *cfg, now_ms, epoch);
+        }
+        let ident = h.idents.fetch_add(1, Ordering::Relaxed) + 1;
+        let slot = self.zone.slot(slot_index)?;
+        slot.occupy(ident, key.hash, n.as_ptr(), Gate::Pass);
+        // Publish: link into the chain and the list of all nodes.
+        // SAFETY: `n` is complete; the head node, if any, is published and live.
+        unsafe {
+            let node = n.as_ref();
+            let chain = self.chain_of(key.hash);
+            node.chain
+                .store(chain.load(Ordering::Relaxed), Ordering::Relaxed);
+            let head = h.head.load(Ordering::Relaxed);
+            node.next.store(head, Ordering::Relaxed);
+            if let Some(old) = head.as_ref() {
+                old.prev.store(n.as_ptr(), Ordering::Relaxed);
+            }
+            chain.store(n.as_ptr(), Ordering::Release);
+            h.head.store(n.as_ptr(), Ordering::Release);
+        }
+        h.count.fetch_add(1, Ordering::Relaxed);
+        Some(n)
+    }
+
+    /// Unlinks and frees a node. Only a new configuration's reconciliation removes nodes,
+    /// after bumping the generation, so a status walk never follows a freed node.
+    pub(super) fn remove(&mut self, n: NonNull<Node>) {
+        let h = self.header();
+        // SAFETY: `n` is published: in its chain and in the list.
+        let node = unsafe { n.as_ref() };
+        let mut link = self.chain_of(node.hash);
+        loop {
+            let cur = link.load(Ordering::Relaxed);
+            if cur.is_null() {
+                break;
+            }
+            if cur == n.as_ptr() {
+                link.store(node.chain.load(Ordering::Relaxed), Ordering::Relaxed);
+                break;
+            }
+            // SAFETY: chains hold published nodes.
+            link = unsafe { &(*cur).chain };
+        }
+        let (prev, next) = (
+            node.prev.load(Ordering::Relaxed),
+            node.next.load(Ordering::Relaxed),
+        );
+        // SAFETY: neighbours in the list are published nodes.
+        unsafe {
+            match prev.as_ref() {
+                Some(p) => p.next.store(next, Ordering::Relaxed),
+                None => h.head.store(next, Ordering::Relaxed),
+            }
+            if let Some(nx) = next.as_ref() {
+                nx.prev.store(prev, Ordering::Relaxed);
+            }
+        }
+        let free = h.free_slot.load(Ordering::Relaxed);
+        if let Some(slot) = self.zone.slot(node.slot) {
+            slot.vacate(free);
+            h.free_slot.store(node.slot, Ordering::Relaxed);
+        }
+        let names_len = node.upstream_len as usize + node.route_len as usize;
+        // SAFETY: both allocations were made in `try_create`, and the node is unreachable
+        // now; names inside the node's allocation go with it.
+        unsafe {
+            if let Some(l) = node_layout(node.window_s) {
+                let inline = node.names == n.as_ptr().cast::<u8>().add(l.size());
+                if !inline {
+                    if let (Some(p), Ok(nl)) = (
+                        NonNull::new(node.names),
+                        Layout::from_size_align(names_len.max(1), 1),
+                    ) {
+                        self.pool.deallocate(p, nl);
+                    }
+                }
+                self.pool.deallocate(n.cast(), l);
+            }
+        }
+        h.count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A free slot, allocating a new chunk of them when none is left.
+    fn take_slot(&mut self) -> Option<u32> {
+        let h = self.header();
+        let mut free = h.free_slot.load(Ordering::Relaxed);
+        if free == u32::MAX {
+            self.add_chunk()?;
+            free = h.free_slot.load(Ordering::Relaxed);
+        }
+        let slot = self.zone.slot(free)?;
+        h.free_slot.store(slot.next_free(), Ordering::Relaxed);
+        Some(free)
+    }
+
+    fn add_chunk(&mut self) -> Option<()> {
+        let h = self.header();
+        let n = h.nchunks.load(Ordering::Relaxed);
+        if n >= h.max_chunks {
+            return None;
+        }
+        let layout = Layout::array::<Slot>(PER_CHUNK as usize).ok()?;
+        let chunk = self.pool.allocate(layout).ok()?.cast::<Slot>();
+        let first = n * PER_CHUNK;
+        for i in 0..PER_CHUNK {
+            let next = if i + 1 < PER_CHUNK {
+                first + i + 1
+            } else {
+                u32::MAX
+            };
+            // SAFETY: the chunk has room for PER_CHUNK slots.
+            unsafe { chunk.as_ptr().add(i as usize).write(Slot::free(next)) };
+        }
+        // SAFETY: `chunks` has `max_chunks` entries and n is below it.
+        unsafe { (*h.chunks.add(n as usize)).store(chunk.as_ptr(), Ordering::Release) };
+        h.nchunks.store(n + 1, Ordering::Release);
+        h.free_slot.store(first, Ordering::Relaxed);
+        Some(())
+    }
+
+    /// Counts a breaker that could not be created, once per key (while the set of failed
+    /// keys has room; past that, every failure counts).
+    fn note_failure(&self, hash: u64) {
+        let h = self.header();
+        let len = h.failed_len.load(Ordering::Relaxed);
+        for i in 0..len {
+            // SAFETY: `failed` has `failed_cap` entries, `len` of them in use.
+            if unsafe { (*h.failed.add(i as usize)).load(Ordering::Relaxed) } == hash {
+                return;
+            }
+        }
+        if len < h.failed_cap {
+            // SAFETY: as above, with room for one more.
+            unsafe { (*h.failed.add(len as usize)).store(hash, Ordering::Relaxed) };
+            h.failed_len.store(len + 1, Ordering::Relaxed);
+        }
+        h.alloc_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The first node of the list of all nodes.
+    pub(super) fn first(&self) -> Option<NonNull<Node>> {
+        NonNull::new(self.header().head.load(Ordering::Acquire))
+    }
+
+    /// The node after `n` in the list of all nodes.
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn next(&self, n: NonNull<Node>) -> Option<NonNull<Node>> {
+        // SAFETY: per the contract.
+        NonNull::new(unsafe { n.as_ref() }.next.load(Ordering::Acquire))
+    }
+
+    /// The names of a node.
+    ///
+    /// # Safety
+    /// `n` must be a published node; the names live while it does.
+    pub(super) unsafe fn names_of(&self, n: NonNull<Node>) -> (&[u8], &[u8]) {
+        // SAFETY: per the contract.
+        unsafe { names(n.as_ref()) }
+    }
+
+    /// The breaker of a node, borrowed under the lock.
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn breaker_at(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
+        // SAFETY: per the contract.
+        unsafe { self.borrow(n) }
+    }
+
+    /// The window length a node was laid out for.
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn window_of(n: NonNull<Node>) -> u32 {
+        // SAFETY: per the contract.
+        unsafe { n.as_ref() }.window_s
+    }
+
+    /// Starts the breaker of node `n` afresh with `cfg` (same window length), in place.
+    ///
+    /// # Safety
+    /// `n` must be a published node whose window has `cfg.window_s` buckets.
+    pub(super) unsafe fn reset(&mut self, n: NonNull<Node>, cfg: BreakerConfig, now_ms: u64) {
+        let epoch = self
+            .header()
+            .epochs
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1) as u32;
+        // SAFETY: per the contract; the mutex is held.
+        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch) };
+    }
+}

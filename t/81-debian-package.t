@@ -1,0 +1,293 @@
+#!/usr/bin/perl
+
+# The Debian package (scripts/package-deb) as an operator uses it, on this machine's Debian
+# nginx: lintian finds no error or warning; `dpkg -i` enables the module through
+# /etc/nginx/modules-enabled/ and Debian's own `nginx -t` passes with it; Debian's
+# /usr/sbin/nginx, run on a test configuration that loads the module by including
+# modules-enabled/*.conf, trips a breaker against a failing origin and reports the
+# package's version; `dpkg -r` disables it (Debian's `.removed` link) and nginx still
+# passes `nginx -t` without it; `dpkg -P` leaves nothing behind.
+#
+# It changes the machine, so it runs only as root, and only when the package is not
+# already installed; whatever happens, it purges the package again at the end. It never
+# starts Debian's nginx service: the package's scripts only ask nginx to reload through a
+# dpkg trigger, which reloads a running service alone, and a policy-rc.d that refuses
+# every service action is put in place for the run unless the machine has one.
+#
+# TEST_NGINX_DEBIAN_PACKAGE is the .deb (scripts/test sets it); without it, or when that
+# file is missing, scripts/package-deb builds it.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use Fcntl qw/ :flock /;
+use File::Temp qw/ tempdir /;
+use FindBin;
+use JSON::PP qw//;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use CB::Release qw/ root version nginx_version /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $pkg = 'libnginx-mod-http-circuit-breaker';
+my $bin = '/usr/sbin/nginx';
+my $enabled = '/etc/nginx/modules-enabled/50-mod-http-circuit-breaker.conf';
+my $available = '/usr/share/nginx/modules-available/mod-http-circuit-breaker.conf';
+my $so = '/usr/lib/nginx/modules/ngx_http_circuit_breaker_module.so';
+my $policy = '/usr/sbin/policy-rc.d';
+my $service_pid = '/run/nginx.pid';
+
+# dpkg's view of a package: "install ok installed", "deinstall ok config-files", or ''
+sub status {
+	my ($name) = @_;
+	my $s = `dpkg-query -W -f='\${Status}' $name 2>/dev/null`;
+	return $? == 0 ? $s : '';
+}
+
+sub slurp {
+	my ($name) = @_;
+	open my $fh, '<', $name or return undef;
+	local $/;
+	return scalar <$fh>;
+}
+
+# runs a command; returns (exit code, stdout and stderr)
+sub run {
+	my $out = `@_ 2>&1`;
+	return ($? >> 8, $out);
+}
+
+plan(skip_all => 'not root: the test installs and removes a package') if $> != 0;
+plan(skip_all => "no $bin") unless -x $bin;
+plan(skip_all => "Debian's nginx package is not installed")
+	unless status('nginx') eq 'install ok installed';
+
+# Two runs at once (two checkouts' suites) would fight over dpkg: one waits for the other.
+open my $lock, '>', '/tmp/libnginx-mod-http-circuit-breaker-test.lock' or die "lock: $!\n";
+flock($lock, LOCK_EX) or die "lock: $!\n";
+
+plan(skip_all => "$pkg is on this machine already (" . status($pkg)
+	. '): the test installs and purges it itself') if status($pkg) ne '';
+plan(skip_all => "$enabled* exists without the package")
+	if grep { -e $_ || -l $_ } $enabled, "$enabled.removed";
+my ($rc, $out) = run("$bin -t");
+plan(skip_all => "Debian's nginx -t fails before the package is installed: $out") if $rc;
+
+my $version = version();
+my $deb = $ENV{TEST_NGINX_DEBIAN_PACKAGE}
+	|| `${\ root()}/scripts/package-deb --print-name`;
+chomp $deb;
+unless (-f $deb) {
+	($rc, $out) = run(root() . '/scripts/package-deb');
+	BAIL_OUT("scripts/package-deb failed:\n$out") if $rc || !-f $deb;
+}
+
+# Before Test::Nginx reads them: Debian's nginx, loading what modules-enabled/ holds (and no
+# module of its own choosing: TEST_NGINX_MODULES names an empty directory).
+$ENV{TEST_NGINX_BINARY} = $bin;
+$ENV{TEST_NGINX_GLOBALS} = 'include /etc/nginx/modules-enabled/*.conf;';
+$ENV{TEST_NGINX_MODULES} = tempdir('cb-no-modules-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+
+require Test::Nginx;
+Test::Nginx->import(qw/ :DEFAULT http_end /);
+require CB::Origin;
+require CB::Response;
+CB::Response->import(qw/ body header /);
+
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(37);
+
+###############################################################################
+
+# Whatever happens below, the machine gets back the state it had: the package purged, our
+# policy-rc.d gone. (Test::Nginx stops the test nginx on its own.)
+
+my ($own_policy, $installed);
+
+END {
+	local $?;
+	system('dpkg', '--purge', $pkg) if $installed && status($pkg) ne '';
+	unlink $policy if $own_policy;
+}
+
+unless (-e $policy) {
+	open my $fh, '>', $policy or die "$policy: $!\n";
+	print $fh "#!/bin/sh\n# t/81-debian-package.t: no service starts or reloads\nexit 101\n";
+	close $fh;
+	chmod 0755, $policy;
+	$own_policy = 1;
+}
+
+my $had_service = -e $service_pid;
+
+###############################################################################
+
+# lintian: nothing at error or warning level (info and pedantic tags are shown)
+
+SKIP: {
+	skip 'lintian not installed (scripts/setup installs it)', 1
+		unless -x '/usr/bin/lintian';
+
+	(my $dbgsym = $deb) =~ s/\Q${pkg}_/${pkg}-dbgsym_/;
+	my @debs = grep { -f } $deb, $dbgsym;
+	($rc, $out) = run("lintian --fail-on error,warning -I --pedantic @debs");
+	$out =~ s/^running with root privileges is not recommended!\n//m;
+	is($rc, 0, 'lintian: no error or warning') or diag($out);
+	diag("lintian:\n$out") if $out ne '' && $rc == 0;
+}
+
+# install
+
+($rc, $out) = run('dpkg', '--install', $deb);
+$installed = 1;
+is($rc, 0, 'dpkg -i') or diag($out);
+is(status($pkg), 'install ok installed', 'installed');
+is(`dpkg-query -W -f='\${Version}' $pkg`, $version, 'package version is the crate version');
+
+my ($abi) = grep { /^nginx-abi-/ }
+	split /,\s*/, `dpkg-query -W -f='\${Provides}' nginx`;
+my $depends = `dpkg-query -W -f='\${Depends}' $pkg`;
+ok($abi && $depends =~ /(?:^|, )\Q$abi\E(?:,|$)/,
+	"depends on the installed nginx's ABI ($depends)");
+
+is(readlink($enabled), $available, 'enabled through modules-enabled/');
+is(slurp($available),
+	"load_module modules/ngx_http_circuit_breaker_module.so;\n",
+	'modules-available holds the load_module line');
+ok(-f $so, "module in /usr/lib/nginx/modules/");
+
+# Debian's own configuration, now with the module: -T dumps what it read
+($rc, $out) = run("$bin -T");
+is($rc, 0, "Debian's nginx -t passes with the module") or diag($out);
+like($out, qr!^# configuration file \Q$enabled\E:\nload_module modules/ngx_http_circuit_breaker_module\.so;$!m,
+	'nginx read the module from modules-enabled/');
+is(-e $service_pid, $had_service, 'no nginx service started');
+
+###############################################################################
+
+# Debian's nginx on a test configuration: the module comes from modules-enabled/. Its
+# load_module path is relative to the prefix (Debian's is /usr/share/nginx, whose modules/
+# is /usr/lib/nginx/modules); Test::Nginx runs nginx with the test directory as prefix.
+
+symlink('/usr/lib/nginx/modules', $t->testdir() . '/modules')
+	or die "symlink: $!\n";
+
+$t->write_file_expand('nginx.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+daemon off;
+worker_processes 2;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    circuit_breaker_zone cb:1m;
+
+    upstream api {
+        server 127.0.0.1:8081;
+        circuit_breaker window=10s min_requests=4 failure_rate=50% open=30s jitter=0%;
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        location / {
+            proxy_pass http://api;
+        }
+
+        location = /status {
+            circuit_breaker_status;
+        }
+    }
+}
+
+EOF
+
+my $hits = $t->testdir() . '/hits';
+$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
+$t->run();
+$t->waitforsocket('127.0.0.1:' . port(8081)) or die "origin did not start\n";
+
+my $nginx = nginx_version($bin);
+like($t->read_file('error.log'),
+	qr/\[notice\] .*circuit breaker zone "cb" initialized: 1048576 bytes, module \Q$version\E built for nginx \Q$nginx\E$/m,
+	'zone notice names the versions');
+
+like(http_get('/ok'), qr!^HTTP/1.1 200.*origin \d+ ok!s, 'served through the breaker');
+
+# 1 success + 3 failures: 4 requests (min_requests) at 75 % >= 50 %: the third failure opens it.
+for (1 .. 3) {
+	http_get('/fail?status=500');
+}
+is(CB::Origin::hits($hits), 4, 'failures reached the origin');
+
+my $r = http_get('/fail?status=500');
+like($r, qr!^HTTP/1.1 503!, 'open: 503');
+is(header($r, 'X-Circuit-State'), 'open', 'open: header');
+is(CB::Origin::hits($hits), 4, 'open: origin untouched');
+
+my $j = eval { JSON::PP->new->decode(body(http_get('/status')) // '') } || {};
+is($j->{module_version}, $version, 'status: module_version');
+my ($b) = grep { $_->{upstream} eq 'api' } @{ $j->{breakers} || [] };
+is($b && $b->{state}, 'open', 'status: breaker open');
+is($b && $b->{totals}{opened}, 1, 'status: opened once');
+
+like(body(http_get('/status?format=prometheus')),
+	qr/^nginx_circuit_breaker_build_info\{version="\Q$version\E",nginx="\Q$nginx\E"\} 1$/m,
+	'prometheus: build_info');
+
+# nginx -t sets up the zone too, but only a real start logs the notice
+($rc, $out) = run($bin, '-t', '-p', $t->testdir() . '/', '-c', 'nginx.conf',
+	'-e', 'error.log');
+is($rc, 0, 'nginx -t on the test configuration') or diag($out);
+my @inits = $t->read_file('error.log') =~ /zone "cb" initialized/g;
+is(scalar @inits, 1, 'zone notice logged once, not by nginx -t');
+
+$t->stop();
+ok(!-e $t->testdir() . '/nginx.pid', 'test nginx stopped');
+
+###############################################################################
+
+# remove: Debian's module packages keep the admin's choice as a "<link>.removed" until purge
+
+($rc, $out) = run('dpkg', '--remove', $pkg);
+is($rc, 0, 'dpkg -r') or diag($out);
+is(status($pkg), 'deinstall ok config-files', 'removed');
+ok(!-e $enabled && !-l $enabled, 'modules-enabled link gone');
+is(readlink("$enabled.removed"), $available, 'link kept as .removed');
+ok(!-e $so && !-e $available, 'module files gone');
+
+($rc, $out) = run("$bin -T");
+is($rc, 0, "Debian's nginx -t passes without the module") or diag($out);
+unlike($out, qr/circuit_breaker/, 'nginx no longer reads the module');
+
+# the test configuration needs the module: nginx now refuses it
+($rc, $out) = run($bin, '-t', '-p', $t->testdir() . '/', '-c', 'nginx.conf',
+	'-e', 'error.log');
+ok($rc && $out =~ /unknown directive "circuit_breaker_zone"/,
+	'module no longer loaded through modules-enabled/') or diag($out);
+
+# purge: nothing left
+
+($rc, $out) = run('dpkg', '--purge', $pkg);
+is($rc, 0, 'dpkg -P') or diag($out);
+is(status($pkg), '', 'purged');
+ok(!-e "$enabled.removed" && !-l "$enabled.removed", '.removed link gone');
+($rc, $out) = run("$bin -t");
+is($rc, 0, "Debian's nginx -t passes after purge") or diag($out);
+is(-e $service_pid, $had_service, 'still no nginx service');
+
+###############################################################################
