@@ -1,7 +1,8 @@
 //! The status location: JSON or Prometheus text of every breaker, or the dashboard page that
-//! polls the JSON, and with `control=on` the operator's force_open / force_close / reset. Each breaker's view is taken under the zone
-//! lock (in batches, see `Zone::visit`) and the page is rendered after the lock is released,
-//! so a large page never holds the lock while formatting.
+//! polls the JSON, and with `control=on` the operator's force_open / force_close / reset.
+//! Each breaker's view is taken under the zone lock (in batches, see `Zone::visit`) and the
+//! page is rendered after the lock is released, so a large page never holds the lock while
+//! formatting.
 
 use circuit_breaker_core::breaker::Control;
 use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
