@@ -44,6 +44,8 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start workers /;
+use CB::Proc qw/ cmdline /;
 use CB::Origin;
 
 ###############################################################################
@@ -59,19 +61,7 @@ my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(27)
 # reuseport: the kernel spreads connections over the four workers, so
 # consecutive requests are served by different workers
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
     circuit_breaker_header on;
 
@@ -106,54 +96,19 @@ http {
             circuit_breaker_route steady;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
-
-my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : die "no pid\n";
-
-sub cmdline {
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/cmdline" or return '';
-	local $/;
-	my $c = <$fh> // '';
-	$c =~ s/\0+/ /g;
-	$c =~ s/\s+\z//;
-	return $c;
-}
-
-# live worker processes of this test's nginx
-
-sub workers {
-	my @w;
-	opendir my $dh, '/proc' or return ();
-	for my $p (grep { /^\d+$/ } readdir $dh) {
-		open my $fh, '<', "/proc/$p/stat" or next;
-		my $stat = <$fh> // '';
-		close $fh;
-		next unless $stat =~ /\)\s+(\S+)\s+(\d+)/;
-		next unless $2 == $master && $1 ne 'Z';
-		push @w, $p if cmdline($p) eq 'nginx: worker process';
-	}
-	closedir $dh;
-	return sort { $a <=> $b } @w;
-}
 
 my @killed;
 
 # SIGKILL one worker; true once the master runs 4 workers again, one new
 
 sub kill_worker {
-	my ($pid) = @_;
-	my %before = map { $_ => 1 } workers();
+	my ($t, $pid) = @_;
+	my %before = map { $_ => 1 } workers($t);
 
 	return 0 unless $before{$pid} && cmdline($pid) eq 'nginx: worker process';
 
@@ -162,7 +117,7 @@ sub kill_worker {
 
 	my $end = time() + 3;
 	while (time() < $end) {
-		my @w = workers();
+		my @w = workers($t);
 		return 1 if @w == 4 && !grep { $_ == $pid } @w;
 		sleep 0.02;
 	}
@@ -174,7 +129,7 @@ sub kill_worker {
 # /proc/net/tcp gives the socket inode, a worker's fd links to it
 
 sub owner_of {
-	my ($client_port) = @_;
+	my ($t, $client_port) = @_;
 	my $np = port(8080);
 	my $inode;
 
@@ -190,7 +145,7 @@ sub owner_of {
 	close $fh;
 	return unless $inode;
 
-	for my $w (workers()) {
+	for my $w (workers($t)) {
 		opendir my $dh, "/proc/$w/fd" or next;
 		for my $fd (grep { /^\d+$/ } readdir $dh) {
 			my $l = readlink("/proc/$w/fd/$fd") // next;
@@ -245,7 +200,7 @@ sub request {
 	return ($status, $took, $pid, $state, $origin);
 }
 
-my @original = workers();
+my @original = workers($t);
 is(scalar @original, 4, 'four workers');
 
 ###############################################################################
@@ -273,8 +228,8 @@ is($hung, 1, 'probe in flight');
 my ($s, undef, undef, $state) = request('/probe/?status=200&busy=1');
 is("$s $state", '503 half_open', 'probe slot taken');
 
-my $owner = $hang && owner_of($hang->sockport());
-ok($owner && kill_worker($owner), 'probe worker killed and replaced')
+my $owner = $hang && owner_of($t, $hang->sockport());
+ok($owner && kill_worker($t, $owner), 'probe worker killed and replaced')
 	or diag('owner: ' . ($owner // 'none'));
 
 my $dead = $hang && http_end($hang);
@@ -330,11 +285,11 @@ my $last_kill = 0;
 for my $k (1 .. 5) {
 	sleep($next - time()) if $next > time();
 
-	my @w = workers();
+	my @w = workers($t);
 	my ($victim) = grep { $original{$_} } @w;
 	$victim //= $w[int rand @w];
 
-	push @replaced, kill_worker($victim) ? 1 : 0;
+	push @replaced, kill_worker($t, $victim) ? 1 : 0;
 	$last_kill = time();
 	$next += 0.5;
 }
@@ -352,7 +307,7 @@ for my $pid (@kids) {
 }
 
 is(join('', @replaced), '11111', 'master replaced every killed worker');
-ok(!grep({ $original{$_} } workers()),
+ok(!grep({ $original{$_} } workers($t)),
 	'no original worker left');
 
 my (%status, @fail, $n, $max, %after_last, %steady);

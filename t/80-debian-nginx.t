@@ -23,13 +23,22 @@ plan(skip_all => 'TEST_NGINX_DEBIAN_MODULE not set') unless $so;
 plan(skip_all => "no $so") unless -f $so;
 plan(skip_all => "no $bin") unless -x $bin;
 
-# Before Test::Nginx reads them: this file runs another nginx with another .so.
+# Before Test::Nginx reads it: this file runs another nginx.
 $ENV{TEST_NGINX_BINARY} = $bin;
-$ENV{TEST_NGINX_GLOBALS} = "load_module $so;";
 
 require Test::Nginx;
 Test::Nginx->import(qw/ :DEFAULT /);
+require CB::Nginx;
 require CB::Origin;
+
+# Debian's nginx has dynamic modules (geoip, perl, mail, ...) that are not installed here, and
+# %%TEST_GLOBALS%% would load every one (nginx-tests' library writes a load_module line for
+# each), so this file writes its own main-level lines: the .so built for this nginx, and
+# whatever else TEST_NGINX_GLOBALS holds (e.g. "user root;") but its load_module.  pid and
+# error_log then come from the library's command line (-g).
+
+(my $globals = $ENV{TEST_NGINX_GLOBALS} // '') =~ s/load_module\s+[^;]*;\s*//g;
+$globals = "load_module $so;\n$globals";
 
 ###############################################################################
 
@@ -40,19 +49,7 @@ my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(8);
 
 like(`$bin -v 2>&1`, qr{nginx/1\.22\.}, 'Debian nginx 1.22');
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', CB::Nginx::conf(2, <<'EOF', globals => $globals));
     upstream api {
         server 127.0.0.1:8081;
         circuit_breaker window=10s min_requests=4 failure_rate=50% open=30s jitter=0%;
@@ -70,14 +67,9 @@ http {
             circuit_breaker_status;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = CB::Nginx::start($t, 8081);
 
 ###############################################################################
 

@@ -6,6 +6,12 @@ package CB::Origin;
 #		$t->testdir() . '/origin-8081.hits');
 #	$t->waitforsocket('127.0.0.1:' . port(8081));
 #
+# (CB::Nginx::start does this for the test files.)  run() never returns: it
+# is a daemon's body, and nginx-tests' run_daemon() would go on running the
+# rest of the test script in the forked child if it did.  The daemon exits
+# on TERM/INT, and by itself once the test process that forked it is gone
+# (killed, or its library did not stop its daemons).
+#
 # Forks one process per connection (so slow/hanging responses do not block
 # other connections), supports keep-alive (Content-Length framing, chunked
 # request bodies are accepted too), and appends one line per request to the
@@ -62,10 +68,15 @@ my %reason = (
 
 our $IDLE_TIMEOUT = 60;
 
+# in a connection process: the pid of the daemon that forked it
+our $DAEMON;
+
 ###############################################################################
 
 sub run {
 	my ($port, $hits_file) = @_;
+
+	my $test = getppid();
 
 	my $server = IO::Socket::INET->new(
 		Proto => 'tcp',
@@ -73,7 +84,7 @@ sub run {
 		Listen => 128,
 		ReuseAddr => 1,
 	)
-		or die "CB::Origin: can't listen on 127.0.0.1:$port: $!\n";
+		or _fail("can't listen on 127.0.0.1:$port: $!");
 
 	my %kids;
 
@@ -94,14 +105,21 @@ sub run {
 
 	local $SIG{PIPE} = 'IGNORE';
 
+	my $sel = IO::Select->new($server);
+
 	while (1) {
+		$quit->() if getppid() != $test;
+
+		next unless $sel->can_read(0.5);
+
 		my $client = $server->accept();
 
 		if (!defined $client) {
-			next if $!{EINTR} || $!{ECONNABORTED};
-			die "CB::Origin: accept() failed: $!\n";
+			next if $!{EINTR} || $!{ECONNABORTED} || $!{EAGAIN};
+			_fail("accept() failed: $!");
 		}
 
+		my $daemon = $$;
 		my $pid = fork();
 
 		if (!defined $pid) {
@@ -114,6 +132,7 @@ sub run {
 			$SIG{TERM} = 'DEFAULT';
 			$SIG{INT} = 'DEFAULT';
 			close $server;
+			$DAEMON = $daemon;
 			eval { _connection($client, $port, $hits_file); };
 			POSIX::_exit(0);
 		}
@@ -121,6 +140,18 @@ sub run {
 		$kids{$pid} = 1;
 		close $client;
 	}
+}
+
+sub _fail {
+	my ($msg) = @_;
+	print STDERR "CB::Origin: $msg\n";
+	POSIX::_exit(1);
+}
+
+# in a connection process: the daemon that forked it has gone
+
+sub _orphan {
+	return defined $DAEMON && getppid() != $DAEMON;
 }
 
 ###############################################################################
@@ -164,7 +195,7 @@ sub _log_hit {
 }
 
 # read more data into $$buf; returns bytes read, 0 on EOF, undef on timeout
-# or error; gives up if the parent process (the daemon) has gone
+# or error; gives up if the daemon has gone
 
 sub _fill {
 	my ($sock, $buf, $timeout) = @_;
@@ -175,7 +206,7 @@ sub _fill {
 	while (1) {
 		my $left = $end - time();
 		return undef if $left <= 0;
-		return undef if getppid() == 1;
+		return undef if _orphan();
 
 		next unless $sel->can_read($left > 1 ? 1 : $left);
 
@@ -287,7 +318,7 @@ sub _connection {
 				my $n = _fill($sock, \$buf, $end - time());
 				return if defined $n && $n == 0;
 				$buf = '';
-				return if getppid() == 1;
+				return if _orphan();
 			}
 			return;
 		}
