@@ -10,11 +10,11 @@
 #    must be reclaimed, so the next request after probe_interval probes
 #    and closes the breaker.
 # 2. Four forked clients fire requests (half of them failing at the
-#    origin) for about 3 seconds while the test kills a worker every half
-#    second, 5 times.  The master must replace every worker; every request
-#    must get a 200/500/503 quickly (a wedged zone lock would hang every
-#    request), except those in flight on a killed worker (at most one per
-#    client and kill).
+#    origin) while the test kills a worker every half second, 5 times
+#    (about 3 seconds), and one more each after that.  The master must
+#    replace every worker; every request must get a 200/500/503 quickly (a
+#    wedged zone lock would hang every request), except those in flight on
+#    a killed worker (at most one per client and kill).
 # 3. Afterwards, with only replacement workers left, a full cycle works:
 #    the breaker trips on exactly the min_requests-th failure (counts
 #    shared by workers), rejects without origin hits, half-opens, and a
@@ -247,9 +247,12 @@ is("$s $state", '200 closed', 'probe route closed');
 
 # 2. kill workers under traffic
 
+# the clients go on until the last kill is over (the file "killed"), then
+# send one more request each; 15s at most
+
 my $clients = 4;
-my $duration = 3;
-my $until = time() + $duration;
+my $until = time() + 15;
+my $killed = $t->testdir() . '/killed';
 my @kids;
 
 for my $c (1 .. $clients) {
@@ -260,6 +263,7 @@ for my $c (1 .. $clients) {
 		my $out = '';
 		my $i = 0;
 		while (time() < $until) {
+			my $last = -e $killed;
 			$i++;
 			my $uri = ('/steady/?', '/load/?status=500&delay=10&',
 				'/load/?status=200&delay=10&')[$i % 3];
@@ -267,6 +271,7 @@ for my $c (1 .. $clients) {
 			my ($s, $took, $w) = request("${uri}c=$c&i=$i", 5);
 			$out .= sprintf("%.3f %s %.3f %d %s\n", $t0, $s, $took, $w,
 				$uri =~ m!^/(\w+)! ? $1 : '');
+			last if $last;
 		}
 		$t->write_file("client-$c.log", $out);
 		POSIX::_exit(0);
@@ -293,6 +298,8 @@ for my $k (1 .. 5) {
 	$last_kill = time();
 	$next += 0.5;
 }
+
+$t->write_file('killed', '');
 
 for my $pid (@kids) {
 	my $end = time() + 15;
