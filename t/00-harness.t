@@ -46,7 +46,7 @@ select STDOUT; $| = 1;
 my $ours = defined &Test::Nginx::_finish;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->plan(33);
+	->plan(34);
 
 my $conf = conf(2, <<'EOF');
     proxy_cache_path %%TESTDIR%%/cache keys_zone=one:1m;
@@ -239,8 +239,10 @@ ok($kept && $removed, 'TEST_NGINX_LEAVE keeps the directory');
 }
 
 # A test file that dies, is killed, or keeps its Test::Nginx object past its
-# end (a named sub closing over "my $t") leaves nothing running: neither
-# nginx nor the origin (with either library)
+# end (a named sub closing over "my $t") fails and leaves nothing running:
+# neither nginx nor the origin, with either library.  Nor does one whose
+# nginx is gone before the end (nginx-tests' stop() then dies on the
+# missing pid file and skips stop_daemons()).
 
 my $child = <<'EOS';
 use warnings;
@@ -270,17 +272,25 @@ like(http_get('/'), qr/origin \d+ ok/, 'proxied');
 MODE
 EOS
 
+# mode => [ the end of the file, whether the file fails ]
+
 my %modes = (
-	die => 'die "on purpose\n";',
-	kill => 'kill "KILL", $$;',
-	keep => 'sub errors { $t->read_file("error.log") }',
+	die => [ 'die "on purpose\n";', 1 ],
+	kill => [ 'kill "KILL", $$;', 1 ],
+	keep => [ 'sub errors { $t->read_file("error.log") }', 1 ],
+	gone => [ 'kill "QUIT", master($t); select undef, undef, undef, 0.1 '
+		. 'while -e $t->testdir() . "/nginx.pid";', 0 ],
 );
 
 for my $mode (sort keys %modes) {
-	(my $script = $child) =~ s/^MODE$/$modes{$mode}/m;
+	my ($last, $fails) = @{$modes{$mode}};
+	(my $script = $child) =~ s/^MODE$/$last/m;
 	$t->write_file("$mode.pl", $script);
 
+	# (the child's test directory inside ours: removed with it even when
+	# the child's library leaves it)
 	my $dir = $t->testdir();
+	local $ENV{TMPDIR} = $dir;
 	system(join ' ', $^X, (map { "-I$_" } grep { !ref } @INC),
 		"$dir/$mode.pl", ">$dir/$mode.out", '2>&1');
 	my $rc = $?;
@@ -298,8 +308,9 @@ for my $mode (sort keys %modes) {
 		sleep 0.1;
 	}
 
-	ok($rc != 0 && defined $d && @pids == 5 && !@left,
-		"$mode: the file fails and leaves nothing running")
+	ok((!$fails || $rc != 0) && defined $d && @pids == 5 && !@left,
+		"$mode: " . ($fails ? 'the file fails and ' : '')
+		. 'nothing is left running')
 		or diag("exit $rc, left: @left, pids: @pids\n$out");
 }
 
