@@ -269,7 +269,7 @@ for my $c (1 .. $clients) {
 				'/load/?status=200&delay=10&')[$i % 3];
 			my $t0 = time();
 			my ($s, $took, $w) = request("${uri}c=$c&i=$i", 5);
-			$out .= sprintf("%.3f %s %.3f %d %s\n", $t0, $s, $took, $w,
+			$out .= sprintf("%.6f %s %.3f %d %s\n", $t0, $s, $took, $w,
 				$uri =~ m!^/(\w+)! ? $1 : '');
 			last if $last;
 		}
@@ -350,7 +350,11 @@ ok(!grep({ /timeout/ } @fail), 'no request timed out');
 ok($steady{200} && keys %steady == 1, 'a healthy route next to it: all 200')
 	or diag(join ', ', map { "$_: $steady{$_}" } sort keys %steady);
 cmp_ok($max // 99, '<', 2, 'every response came quickly');
-is(scalar keys %after_last, $clients, 'every client served after the last kill');
+is(scalar keys %after_last, $clients, 'every client served after the last kill')
+	or diag(sprintf("last kill %.6f\n", $last_kill), map {
+		my @l = split /\n/, eval { $t->read_file("client-$_.log") } // '';
+		"client $_: " . join(' | ', @l[-2 .. -1]) . "\n"
+	} grep { !$after_last{$_} } 1 .. $clients);
 
 ###############################################################################
 
