@@ -31,14 +31,8 @@ Test::Nginx->import(qw/ :DEFAULT /);
 require CB::Nginx;
 require CB::Origin;
 
-# Debian's nginx has dynamic modules (geoip, perl, mail, ...) that are not installed here, and
-# %%TEST_GLOBALS%% would load every one (nginx-tests' library writes a load_module line for
-# each), so this file writes its own main-level lines: the .so built for this nginx, and
-# whatever else TEST_NGINX_GLOBALS holds (e.g. "user root;") but its load_module.  pid and
-# error_log then come from the library's command line (-g).
-
-(my $globals = $ENV{TEST_NGINX_GLOBALS} // '') =~ s/load_module\s+[^;]*;\s*//g;
-$globals = "load_module $so;\n$globals";
+# the main-level lines: the .so built for this nginx (see CB::Nginx::env_globals)
+my $globals = "load_module $so;\n" . CB::Nginx::env_globals();
 
 ###############################################################################
 

@@ -25,7 +25,6 @@ use strict;
 use Test::More;
 
 use Fcntl qw/ :flock /;
-use File::Temp qw/ tempdir /;
 use FindBin;
 use JSON::PP qw//;
 
@@ -91,14 +90,12 @@ unless (-f $deb) {
 	BAIL_OUT("scripts/package-deb failed:\n$out") if $rc || !-f $deb;
 }
 
-# Before Test::Nginx reads them: Debian's nginx, loading what modules-enabled/ holds (and no
-# module of its own choosing: TEST_NGINX_MODULES names an empty directory).
+# Before Test::Nginx reads it: Debian's nginx.
 $ENV{TEST_NGINX_BINARY} = $bin;
-$ENV{TEST_NGINX_GLOBALS} = 'include /etc/nginx/modules-enabled/*.conf;';
-$ENV{TEST_NGINX_MODULES} = tempdir('cb-no-modules-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 
 require Test::Nginx;
 Test::Nginx->import(qw/ :DEFAULT http_end /);
+require CB::Nginx;
 require CB::Origin;
 require CB::Response;
 CB::Response->import(qw/ body header /);
@@ -180,19 +177,12 @@ is(-e $service_pid, $had_service, 'no nginx service started');
 symlink('/usr/lib/nginx/modules', $t->testdir() . '/modules')
 	or die "symlink: $!\n";
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+# the main-level lines: the modules that modules-enabled/ holds, and no other (see
+# CB::Nginx::env_globals)
 
-%%TEST_GLOBALS%%
+my $globals = "include /etc/nginx/modules-enabled/*.conf;\n" . CB::Nginx::env_globals();
 
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', CB::Nginx::conf(2, <<'EOF', globals => $globals));
     circuit_breaker_zone cb:1m;
 
     upstream api {
@@ -212,14 +202,9 @@ http {
             circuit_breaker_status;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081)) or die "origin did not start\n";
+my $hits = CB::Nginx::start($t, 8081);
 
 my $nginx = nginx_version($bin);
 like($t->read_file('error.log'),

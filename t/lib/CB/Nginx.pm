@@ -26,7 +26,7 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ conf start reload master masters workers nginx_t
+our @EXPORT_OK = qw/ conf env_globals start reload master masters workers nginx_t
 	log_size log_since log_count /;
 
 use POSIX qw//;
@@ -62,6 +62,17 @@ http {
 ${http}}
 
 EOF
+}
+
+# TEST_NGINX_GLOBALS without its load_module lines: what a test that runs another nginx (Debian's,
+# whose dynamic modules are not installed here) writes as GLOBALS with its own modules, since
+# %%TEST_GLOBALS%% would load every module that nginx was built with as dynamic (nginx-tests'
+# library writes a load_module line for each).  pid and error_log then come from the library's
+# command line (-g).
+
+sub env_globals {
+	(my $g = $ENV{TEST_NGINX_GLOBALS} // '') =~ s/load_module\s+[^;]*;\s*//g;
+	return $g;
 }
 
 ###############################################################################
