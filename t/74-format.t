@@ -24,6 +24,7 @@ use JSON::PP qw//;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
 
@@ -34,18 +35,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(36);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     upstream up {
@@ -69,15 +59,9 @@ http {
             circuit_breaker_status control=on;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 

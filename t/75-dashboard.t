@@ -34,6 +34,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
 
@@ -65,18 +66,7 @@ if (@missing) {
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(33);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     # opens on the 4th request when 3 of them failed; stays open well past
@@ -117,15 +107,9 @@ http {
             circuit_breaker_status;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 

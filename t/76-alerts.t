@@ -24,6 +24,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status body /;
 
@@ -51,18 +52,7 @@ my $dashboard = "$contrib/grafana/nginx-circuit-breaker.json";
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(11);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     upstream up {
@@ -87,15 +77,9 @@ http {
             circuit_breaker_status;
         }
     }
-}
-
 EOF
 
-$t->run_daemon(\&CB::Origin::run, port(8081),
-	$t->testdir() . '/origin-8081.hits');
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+start($t, 8081);
 
 ###############################################################################
 
