@@ -22,7 +22,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
-use CB::Nginx qw/ conf start reload log_size log_since /;
+use CB::Nginx qw/ conf start req reload log_size log_since /;
 use CB::Origin;
 use CB::Response qw/ status body header json /;
 
@@ -104,17 +104,6 @@ EOF
 my $hits = start($t, 8081);
 
 ###############################################################################
-
-sub req {
-	my ($method, $uri, @headers) = @_;
-	my $h = join '', map { "$_\n" } @headers;
-	return http(<<EOF);
-$method $uri HTTP/1.0
-Host: localhost
-Content-Length: 0
-$h
-EOF
-}
 
 sub control {
 	my ($query, @headers) = @_;

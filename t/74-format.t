@@ -24,7 +24,7 @@ use JSON::PP qw//;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start /;
+use CB::Nginx qw/ conf start req /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
 
@@ -68,17 +68,6 @@ my $hits = start($t, 8081);
 my $JSON = 'application/json';
 my $PROM = 'text/plain; version=0.0.4; charset=utf-8';
 my $HTML = 'text/html; charset=utf-8';
-
-sub req {
-	my ($method, $uri, @headers) = @_;
-	my $h = join '', map { "$_\n" } @headers;
-	return http(<<EOF);
-$method $uri HTTP/1.0
-Host: localhost
-Content-Length: 0
-$h
-EOF
-}
 
 # the Content-Type a GET with these Accept fields gets
 

@@ -26,8 +26,8 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ conf env_globals start reload master masters workers nginx_t
-	log_size log_since log_count /;
+our @EXPORT_OK = qw/ conf env_globals start req reload master masters workers
+	nginx_t log_size log_since log_count /;
 
 use POSIX qw//;
 use Time::HiRes qw/ sleep time /;
@@ -128,6 +128,20 @@ sub _watchdog {
 	}
 
 	POSIX::_exit(0);
+}
+
+# A request with METHOD and an empty body (HTTP/1.0, Host: localhost), HEADERS ("Name: value")
+# added; the raw response, as Test::Nginx's http() gives it.
+
+sub req {
+	my ($method, $uri, @headers) = @_;
+	my $h = join '', map { "$_\n" } @headers;
+	return Test::Nginx::http(<<EOF);
+$method $uri HTTP/1.0
+Host: localhost
+Content-Length: 0
+$h
+EOF
 }
 
 ###############################################################################
