@@ -27,7 +27,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(43);
+	->has(qw/upstream_least_conn/)->plan(54);
 
 ###############################################################################
 
@@ -149,6 +149,46 @@ bad($t, 'slow_rate without %', { UPSTREAM => "$cb slow=1s slow_rate=50;" },
 	qq{invalid value "slow_rate=50" in "$cb" directive, }
 	. 'must be a percentage from 0% to 100%');
 
+bad($t, 'failure_rate=0%', { UPSTREAM => "$cb failure_rate=0%;" },
+	"$cb failure_rate=0%",
+	qq{invalid value "failure_rate=0%" in "$cb" directive, must be more than 0%});
+
+bad($t, 'slow_rate=0%', { UPSTREAM => "$cb slow=1s slow_rate=0%;" },
+	"$cb slow=1s slow_rate=0%",
+	qq{invalid value "slow_rate=0%" in "$cb" directive, must be more than 0%});
+
+# nginx's own time parser: a millisecond value refuses years and months, as
+# proxy_read_timeout does
+
+bad($t, 'probe_interval=1y', { UPSTREAM => "$cb probe_interval=1y;" },
+	"$cb probe_interval=1y",
+	qq{invalid value "probe_interval=1y" in "$cb" directive});
+
+bad($t, 'probe_status out of range', {
+	UPSTREAM => "$cb probe_uri=/health probe_status=200-600;" },
+	"$cb probe_uri",
+	qq{invalid value "probe_status=200-600" in "$cb" directive, }
+	. 'must be statuses or ranges from 100 to 599, such as 200-399');
+
+bad($t, 'probe_timeout without probe_uri', {
+	UPSTREAM => "$cb probe_timeout=1s;" },
+	"$cb probe_timeout",
+	qq{"probe_timeout" requires "probe_uri" in "$cb" directive});
+
+bad($t, 'limit_max below limit_min', {
+	UPSTREAM => "$cb limit=adaptive limit_min=10 limit_max=5;" },
+	"$cb limit=adaptive",
+	qq{"limit_max" must not be less than "limit_min" in "$cb" directive});
+
+bad($t, 'eject time 0', { UPSTREAM => "$cb;\n        ${cb}_eject time=0s;" },
+	"${cb}_eject",
+	qq{invalid value "time=0s" in "${cb}_eject" directive, must be positive});
+
+bad($t, 'eject in a location', { UPSTREAM => "$cb;",
+	LOCATION => "${cb}_eject off;" },
+	"${cb}_eject",
+	qq{"${cb}_eject" directive is not allowed here});
+
 bad($t, 'open=0s', { UPSTREAM => "$cb open=0s;" },
 	"$cb open",
 	qq{invalid value "open=0s" in "$cb" directive, must be positive});
@@ -221,6 +261,12 @@ bad($t, 'zone bad size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:lots;" },
 	"${cb}_zone",
 	'invalid zone size "lots"');
 
+# nginx's own size parser: no "g", as limit_req_zone says
+
+bad($t, 'zone of 100g', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:100g;" },
+	"${cb}_zone",
+	'invalid zone size "100g"');
+
 bad($t, 'zone too small', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:8k;" },
 	"${cb}_zone",
 	'zone "cb" is too small');
@@ -275,6 +321,21 @@ bad($t, 'status control=maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status control=maybe;" },
 	"${cb}_status",
 	'invalid parameter "control=maybe"');
+
+# the status location answers itself: no other content handler, whichever
+# directive comes first
+
+bad($t, 'status after proxy_pass', { UPSTREAM => "$cb;",
+	LOCATION => "${cb}_status;" },
+	"${cb}_status",
+	qq{"${cb}_status" cannot share a location with another content handler});
+
+bad($t, 'status before proxy_pass', { UPSTREAM => "$cb;",
+	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
+		. "        location /s {\n            ${cb}_status;\n"
+		. "            proxy_pass http://u;\n        }\n    }" },
+	"${cb}_status;",
+	qq{"${cb}_status" cannot share a location with another content handler});
 
 bad($t, 'status at http level', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_status;" },

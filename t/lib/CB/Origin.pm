@@ -35,6 +35,14 @@ package CB::Origin;
 #			invalid_header, 502)
 #	garbage=status	invalid status line (note: nginx proxy treats this
 #			as an HTTP/0.9 response, not as invalid_header)
+#	partial=1	a status line and half a header, then close (nginx:
+#			"upstream prematurely closed connection", error)
+#	truncate=N	a whole header announcing the body, then only N bytes
+#			of it, then what then= says: close (default), reset,
+#			or hang
+#	drop_next=1	answer keep-alive, then close the connection as soon
+#			as the next request on it arrives, unanswered (what a
+#			kept-alive connection the origin had closed looks like)
 #
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
@@ -222,6 +230,7 @@ sub _connection {
 	binmode $sock;
 	my $buf = '';
 	my $seq = 0;
+	my $drop = 0;
 
 	while (1) {
 
@@ -300,7 +309,7 @@ sub _connection {
 
 		sleep($q{delay} / 1000) if $q{delay};
 
-		if ($q{close}) {
+		if ($drop || $q{close}) {
 			close $sock;
 			return;
 		}
@@ -338,6 +347,11 @@ sub _connection {
 			$r .= "HTTP/1.1 abc\r\nX-Origin: $port\r\n\r\n";
 			$keepalive = 0;
 
+		} elsif ($q{partial}) {
+			_write($sock, "HTTP/1.1 $status $reason\r\nX-Origin: $port\r\n");
+			close $sock;
+			return;
+
 		} else {
 			$r .= "HTTP/1.1 $status $reason\r\n";
 			$r .= "X-Bad\0Header: garbage\r\n" if $q{garbage};
@@ -362,8 +376,27 @@ sub _connection {
 			$r .= $body unless $method eq 'HEAD';
 		}
 
+		if (defined $q{truncate}) {
+			my $cut = length($r) - length($body) + $q{truncate};
+			_write($sock, substr($r, 0, $cut)) or return;
+			my $then = $q{then} // 'close';
+			if ($then eq 'reset') {
+				setsockopt($sock, SOL_SOCKET, SO_LINGER,
+					pack('ii', 1, 0));
+			} elsif ($then eq 'hang') {
+				my $end = time() + $IDLE_TIMEOUT;
+				while (time() < $end && !_orphan()) {
+					my $n = _fill($sock, \$buf, 1);
+					last if defined $n && $n == 0;
+				}
+			}
+			close $sock;
+			return;
+		}
+
 		_write($sock, $r) or return;
 
+		$drop = 1 if $q{drop_next};
 		return unless $keepalive;
 	}
 }
