@@ -55,7 +55,7 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(27)
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(28)
 	->todo_alerts();
 
 # reuseport: the kernel spreads connections over the four workers, so
@@ -94,6 +94,10 @@ $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
         location /steady/ {
             proxy_pass http://up;
             circuit_breaker_route steady;
+        }
+
+        location = /cb {
+            circuit_breaker_status control=on;
         }
     }
 EOF
@@ -358,9 +362,14 @@ is(scalar keys %after_last, $clients, 'every client served after the last kill')
 
 ###############################################################################
 
-# 3. a full cycle with replacement workers only
+# 3. a full cycle with replacement workers only, from a fresh breaker: the
+#    brownout of part 2 (every other request failing, at the threshold) is no
+#    hard outage, and one lucky probe would not close it
 
 my @seen;
+
+like(http("POST /cb?upstream=up&route=load&action=reset HTTP/1.0\r\n"
+	. "Host: localhost\r\n\r\n"), qr!^HTTP/1\.[01] 200!, 'load route reset');
 
 my $tripped = 0;
 for my $i (1 .. 30) {
