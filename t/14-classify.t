@@ -22,7 +22,6 @@ use Test::More;
 
 use FindBin;
 use IO::Socket::INET;
-use POSIX qw//;
 use Socket qw/ SOL_SOCKET SO_LINGER /;
 use Time::HiRes qw/ sleep /;
 
@@ -112,8 +111,8 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     }
 EOF
 
-$t->run_daemon(\&reset_on_accept, port(8083));
-$t->run_daemon(\&memcached_error, port(8084));
+$t->run_daemon(\&CB::Origin::run, port(8083), \&reset_on_accept);
+$t->run_daemon(\&CB::Origin::run, port(8084), \&memcached_error);
 my $hits = start($t, 8081);
 $t->waitforsocket('127.0.0.1:' . port(8083)) or die "no reset daemon\n";
 $t->waitforsocket('127.0.0.1:' . port(8084)) or die "no memcached daemon\n";
@@ -176,49 +175,20 @@ unlike($log, qr/TLS failure with the upstream/,
 
 ###############################################################################
 
+# peers no HTTP origin plays: one that resets every connection at once, and
+# a memcached that answers SERVER_ERROR
+
 sub reset_on_accept {
-	my ($port) = @_;
-
-	my $server = IO::Socket::INET->new(
-		Proto => 'tcp',
-		LocalAddr => "127.0.0.1:$port",
-		Listen => 16,
-		ReuseAddr => 1,
-	) or die "reset daemon: $!\n";
-
-	my $test = getppid();
-	local $SIG{ALRM} = sub {};
-	while (getppid() == $test) {
-		alarm 1;
-		my $c = $server->accept() or next;
-		alarm 0;
-		setsockopt($c, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
-		close $c;
-	}
-	POSIX::_exit(0);
+	my ($c) = @_;
+	setsockopt($c, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
+	close $c;
 }
 
 sub memcached_error {
-	my ($port) = @_;
-
-	my $server = IO::Socket::INET->new(
-		Proto => 'tcp',
-		LocalAddr => "127.0.0.1:$port",
-		Listen => 16,
-		ReuseAddr => 1,
-	) or die "memcached daemon: $!\n";
-
-	my $test = getppid();
-	local $SIG{ALRM} = sub {};
-	while (getppid() == $test) {
-		alarm 1;
-		my $c = $server->accept() or next;
-		alarm 0;
-		my $line = <$c>;
-		print $c "SERVER_ERROR out of memory\r\n";
-		close $c;
-	}
-	POSIX::_exit(0);
+	my ($c) = @_;
+	my $line = <$c>;
+	print $c "SERVER_ERROR out of memory\r\n";
+	close $c;
 }
 
 ###############################################################################

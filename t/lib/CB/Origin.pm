@@ -48,6 +48,10 @@ package CB::Origin;
 # on this connection, to check upstream keepalive) and
 # "X-Origin-Body-Length: N" (request body bytes received).
 #
+# run($port, sub { my ($socket) = @_; ... }) serves every connection with that
+# code instead, for peers no HTTP origin plays (a server that resets every
+# connection, a memcached that answers SERVER_ERROR).
+#
 # Only core Perl modules are used.
 
 use warnings;
@@ -141,7 +145,10 @@ sub run {
 			$SIG{INT} = 'DEFAULT';
 			close $server;
 			$DAEMON = $daemon;
-			eval { _connection($client, $port, $hits_file); };
+			eval {
+				ref $hits_file eq 'CODE' ? $hits_file->($client)
+					: _connection($client, $port, $hits_file);
+			};
 			POSIX::_exit(0);
 		}
 
