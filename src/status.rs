@@ -1,15 +1,18 @@
 //! The status location: JSON or Prometheus text of every breaker (an upstream's servers under
-//! its own breaker), and with `control=on` the operator's force_open / force_close / reset,
-//! and eject / restore of one server. Each breaker's view is taken under the zone lock (in
-//! batches, see `Zone::visit`) and the page is rendered after the lock is released, so a
-//! large page never holds the lock while formatting.
+//! its own breaker), or the dashboard page that polls the JSON, and with `control=on` the
+//! operator's force_open / force_close / reset, and eject / restore of one server. Each
+//! breaker's view is taken under the zone lock (in batches, see `Zone::visit`) and the page is
+//! rendered after the lock is released, so a large page never holds the lock while formatting.
 
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::Control;
 use circuit_breaker_core::snapshot::BreakerView;
-use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
-use circuit_breaker_core::status::{self, Entry, ServerEntry, ZoneView, PROMETHEUS_CONTENT_TYPE};
+use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
+use circuit_breaker_core::status::{
+    self, Entry, ServerEntry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE,
+    PROMETHEUS_CONTENT_TYPE,
+};
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
@@ -23,6 +26,7 @@ use crate::conf::{MainConf, Route, StatusMode};
 use crate::eject;
 use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::request;
+use crate::respond::{push_header, static_value};
 use crate::zone::{Kind, Missing, Zone, DEFAULT_ROUTE};
 
 /// The content handler of `circuit_breaker_status`.
@@ -55,10 +59,17 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         Ok(q) => q,
         Err(reason) => return send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
     };
+    let accept = accept_headers(r);
+    let method = match method {
+        NGX_HTTP_POST => Method::Post,
+        NGX_HTTP_HEAD => Method::Head,
+        _ => Method::Get,
+    };
+    let format = query::negotiate(&query, &accept, method);
     // SAFETY: our own zone (or none), mapped in every worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) };
     if control {
-        return control_breaker(r, mcf, zone, &query);
+        return control_breaker(r, mcf, zone, &query, format);
     }
     if query.action.is_some() {
         return send_text(
@@ -66,6 +77,10 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
             NGX_HTTP_BAD_REQUEST,
             "\"action\" needs a POST request to a location with \"control=on\"",
         );
+    }
+    if format == Format::Html {
+        let page = DASHBOARD_HTML.as_bytes();
+        return send(r, NGX_HTTP_OK, HTML_CONTENT_TYPE, page, &query);
     }
     let mono = mono_ms();
     let wall = zone
@@ -75,6 +90,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         name: mcf.zone_name.0.clone(),
         module_version: MODULE_VERSION,
         nginx_version: nginx_version(),
+        control: lcf.status == StatusMode::Control,
         ..ZoneView::default()
     };
     let mut entries = Vec::new();
@@ -121,20 +137,22 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
             }
         }
     }
-    if query::wants_prometheus(&query, accept_header(r)) {
+    if format == Format::Prometheus {
         let body = status::render_prometheus(&zview, &entries);
-        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body)
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, &query)
     } else {
         let body = status::render_json(&zview, &entries);
-        send(r, NGX_HTTP_OK, "application/json", &body)
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, &query)
     }
 }
 
-fn accept_header(r: &ngx_http_request_t) -> Option<&[u8]> {
+/// Every `Accept` field's value: HTTP reads several as one comma-separated list.
+fn accept_headers(r: &ngx_http_request_t) -> Vec<&[u8]> {
     // SAFETY: headers_in is the request's parsed headers list.
-    let mut it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
-    it.find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
+    let it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    it.filter(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
         .map(|(_, v)| v.as_bytes())
+        .collect()
 }
 
 /// `POST ?upstream=…&route=…&action=…`: changes one breaker and answers with its new JSON.
@@ -143,6 +161,7 @@ fn control_breaker(
     mcf: &MainConf,
     zone: Option<Zone>,
     q: &Query,
+    format: Format,
 ) -> ngx_int_t {
     let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
         let missing = if q.upstream.is_none() {
@@ -157,7 +176,7 @@ fn control_breaker(
         );
     };
     if action.on_server() || q.server.is_some() {
-        return control_server(r, mcf, zone, q, upstream, action);
+        return control_server(r, mcf, zone, q, format);
     }
     let route = Route::new(q.route.as_deref().unwrap_or(DEFAULT_ROUTE));
     let not_found = |r: &mut ngx_http_request_t| {
@@ -229,14 +248,20 @@ fn control_breaker(
         verb,
         String::from_utf8_lossy(c.addr_text.as_bytes())
     );
-    let body = status::render_breaker_json(&Entry {
+    let entry = Entry {
         upstream: upstream.to_owned(),
         route: route.name.clone(),
         view,
         servers: Vec::new(),
         retry: None,
-    });
-    send(r, NGX_HTTP_OK, "application/json", &body)
+    };
+    if format == Format::Prometheus {
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
+    } else {
+        let body = status::render_breaker_json(&entry);
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
+    }
 }
 
 /// `POST ?upstream=…&server=…&action=eject|restore`: takes one server out of its pool (until
@@ -247,9 +272,11 @@ fn control_server(
     mcf: &MainConf,
     zone: Option<Zone>,
     q: &Query,
-    upstream: &str,
-    action: Action,
+    format: Format,
 ) -> ngx_int_t {
+    let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"upstream\"");
+    };
     if !action.on_server() {
         return send_text(
             r,
@@ -304,7 +331,7 @@ fn control_server(
             &format!("no circuit breaker for upstream \"{upstream}\""),
         );
     };
-    let body = status::render_breaker_json(&Entry {
+    let entry = Entry {
         upstream: upstream.to_owned(),
         route: DEFAULT_ROUTE.to_owned(),
         view: home,
@@ -314,8 +341,14 @@ fn control_server(
             view,
         }],
         retry: None,
-    });
-    send(r, NGX_HTTP_OK, "application/json", &body)
+    };
+    if format == Format::Prometheus {
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
+    } else {
+        let body = status::render_breaker_json(&entry);
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
+    }
 }
 
 /// The upstream's own breaker's view.
@@ -330,16 +363,25 @@ fn home_view(zone: &Zone, scf: &crate::conf::SrvConf, mono: u64, wall: u64) -> O
 fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {
     let mut body = line.as_bytes().to_vec();
     body.push(b'\n');
-    send(r, status, "text/plain", &body)
+    send(r, status, "text/plain", &body, &Query::default())
 }
 
-/// Sends a whole response from one buffer, as the stub_status module does.
+/// Sends a whole response from one buffer, as the stub_status module does; with
+/// `Vary: Accept` when the format came from `Accept` (no `format=` in `q`), so that a cache
+/// does not hand the page to a scraper.
 fn send(
     r: &mut ngx_http_request_t,
     status: u32,
     content_type: &'static str,
     body: &[u8],
+    q: &Query,
 ) -> ngx_int_t {
+    if status == NGX_HTTP_OK
+        && q.format.is_none()
+        && !push_header(&mut r.headers_out.headers, "Vary", static_value("Accept"))
+    {
+        return NGX_ERROR as ngx_int_t;
+    }
     r.headers_out.status = status as ngx_uint_t;
     r.headers_out.content_type = ngx_str_t {
         len: content_type.len(),

@@ -22,6 +22,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -70,19 +71,7 @@ EOF
 	$locations .= "        location /$name/ { proxy_pass http://$name; }\n";
 }
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
 $upstreams
     server {
         listen       127.0.0.1:8080;
@@ -91,17 +80,9 @@ $upstreams
 $locations
         location = /status { circuit_breaker_status; }
     }
-}
-
 EOF
 
-my $good = $t->testdir() . '/good.hits';
-my $bad = $t->testdir() . '/bad.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $good);
-$t->run_daemon(\&CB::Origin::run, port(8082), $bad);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
-$t->waitforsocket('127.0.0.1:' . port(8082));
+my ($good, $bad) = start($t, 8081, 8082);
 
 ###############################################################################
 

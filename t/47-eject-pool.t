@@ -20,6 +20,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start req reload /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -37,19 +38,7 @@ my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(41);
 
 my $eject = 'circuit_breaker_eject min_requests=4 time=1s;';
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
     log_format ua '\$uri \$upstream_addr \$status';
     access_log %%TESTDIR%%/ua.log ua;
 
@@ -147,20 +136,14 @@ http {
 
         location = /status { circuit_breaker_status control=on; }
     }
-}
-
 EOF
 
-my %hits = map { $_ => $t->testdir() . "/origin-$_.hits" }
-	8081, 8082, 8083, 8084, 8085, 8086;
-for my $p (8081, 8082, 8084, 8085, 8086) {
-	$t->run_daemon(\&CB::Origin::run, port($p), $hits{$p});
-}
+my %hits;
+@hits{8081, 8082, 8084, 8085, 8086} = start($t, 8081, 8082, 8084, 8085, 8086);
+$hits{8083} = $t->testdir() . '/origin-8083.hits';
 CB::Origin::mode($hits{8082}, 'status=500');
 CB::Origin::mode($hits{8084}, 'hang=1');
 CB::Origin::mode($hits{8085}, 'status=500');
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port($_)) for 8081, 8082, 8084, 8085, 8086;
 
 ###############################################################################
 
@@ -172,9 +155,10 @@ sub ejected_line {
 }
 
 # requests until the server is ejected (at most 20); returns their statuses
+# (subroutines take $t: one that closed over it would keep it alive too long)
 
 sub until_ejected {
-	my ($name, $port) = @_;
+	my ($t, $name, $port) = @_;
 	my @s;
 	for (1 .. 20) {
 		push @s, status(http_get("/$name/x"));
@@ -186,7 +170,7 @@ sub until_ejected {
 # attempts that went to PORT since the access log had OFFSET bytes
 
 sub tried {
-	my ($name, $port, $offset) = @_;
+	my ($t, $name, $port, $offset) = @_;
 	my $log = substr($t->read_file('ua.log'), $offset);
 	my @l = grep { m!^/$name/! && /127\.0\.0\.1:$port\b/ } split /\n/, $log;
 	return scalar @l;
@@ -211,7 +195,7 @@ sub place {
 
 for my $name (qw/ refused refusedz hang hangz /) {
 	my $port = $name =~ /^refused/ ? $p{8083} : $p{8084};
-	my @s = until_ejected($name, $port);
+	my @s = until_ejected($t, $name, $port);
 	like($t->read_file('error.log'),
 		qr/"$name" server 127\.0\.0\.1:$port ejected: failure rate 100% \(4\/4\) >= 50% in 10s, back in 1s/,
 		"$name: ejected");
@@ -221,7 +205,7 @@ for my $name (qw/ refused refusedz hang hangz /) {
 	my $offset = length $t->read_file('ua.log');
 	my $start = time();
 	@s = map { status(http_get("/$name/x")) } 1 .. 12;
-	ok(!grep({ $_ != 200 } @s) && tried($name, $port, $offset) == 0
+	ok(!grep({ $_ != 200 } @s) && tried($t, $name, $port, $offset) == 0
 		&& time() - $start < 1, "$name: no attempt to it after ejection");
 	is(breaker($name)->{state}, 'closed', "$name: upstream breaker closed");
 }
@@ -229,7 +213,7 @@ for my $name (qw/ refused refusedz hang hangz /) {
 # a bad primary: the backup takes over
 
 for my $name (qw/ backup backupz /) {
-	until_ejected($name, $p{8082});
+	until_ejected($t, $name, $p{8082});
 	my $before = CB::Origin::hits($hits{8082}, qr!^/$name/!);
 	my @o = map { header(http_get("/$name/x"), 'X-Origin') // 'none' } 1 .. 8;
 	is("@o", join(' ', ($p{8081}) x 8), "$name: the backup answers");
@@ -252,9 +236,9 @@ is(join(' ', sort map { $_->{state} } @{$b->{servers}}), 'ejected in',
 
 # an ejection survives a reload with the same servers
 
-until_ejected('kept', $p{8082});
+until_ejected($t, 'kept', $p{8082});
 is(place(breaker('kept'), $p{8082}), 'ejected', 'kept: ejected');
-ok($t->reload(), 'reloaded');
+ok(reload($t), 'reloaded');
 my $kept = CB::Origin::hits($hits{8082}, qr!^/kept/!);
 @s = map { status(http_get("/kept/x")) } 1 .. 16;
 is(join(' ', grep { $_ != 200 } @s), '', 'kept: no errors after the reload');
@@ -282,7 +266,7 @@ for my $name (qw/ refused refusedz hang hangz backup backupz /) {
 # own: circuit_breaker_eject off)
 
 my $p86 = $p{8086};
-my $r = http("POST /status?upstream=ctl2&action=eject&server=127.0.0.1:$p{8086} HTTP/1.0\r\n\r\n");
+my $r = req('POST', "/status?upstream=ctl2&action=eject&server=127.0.0.1:$p{8086}");
 my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
 my $j = eval { decode_json($body) } // {};
 ok(status($r) == 200 && $j->{servers}[0]{state} eq 'ejected'
@@ -292,11 +276,11 @@ like($t->read_file('error.log'),
 	'eject: logged');
 my @o = map { header(http_get("/ctl2/x"), 'X-Origin') } 1 .. 6;
 is("@o", join(' ', ($p{8081}) x 6), 'eject: held out');
-$r = http("POST /status?upstream=ctl2&action=restore&server=127.0.0.1:$p{8086} HTTP/1.0\r\n\r\n");
+$r = req('POST', "/status?upstream=ctl2&action=restore&server=127.0.0.1:$p{8086}");
 @o = map { header(http_get("/ctl2/x"), 'X-Origin') } 1 .. 6;
 ok(status($r) == 200 && grep({ $_ eq $p{8086} } @o), 'restore: back in')
 	or diag("@o");
-is(status(http("POST /status?upstream=ctl&action=eject&server=127.0.0.1:$p{8081} HTTP/1.0\r\n\r\n")),
+is(status(req('POST', "/status?upstream=ctl&action=eject&server=127.0.0.1:$p{8081}")),
 	404, 'eject: 404 without a pool');
 
 # Prometheus

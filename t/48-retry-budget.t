@@ -20,6 +20,7 @@ use JSON::PP;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -35,19 +36,7 @@ my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(14);
 # (proxy_next_upstream http_500 makes a 500 one of its failures), so that the
 # bad servers keep being tried.
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     proxy_next_upstream error timeout http_500;
 
     # a failure rate of 25% over attempts would open it; over requests, none
@@ -81,16 +70,12 @@ http {
         location /budget/ { proxy_pass http://budget; }
         location = /status { circuit_breaker_status; }
     }
-}
-
 EOF
 
-my %hits = map { $_ => $t->testdir() . "/origin-$_.hits" } 8081 .. 8085;
-$t->run_daemon(\&CB::Origin::run, port($_), $hits{$_}) for 8081 .. 8085;
+my %hits;
+@hits{8081 .. 8085} = start($t, 8081 .. 8085);
 CB::Origin::mode($hits{8082}, 'status=500');
 CB::Origin::mode($hits{8085}, 'status=500');
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port($_)) for 8081 .. 8085;
 
 ###############################################################################
 

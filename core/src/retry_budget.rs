@@ -196,11 +196,17 @@ impl RetryBudget {
 
     /// Records a first attempt (a client request sent to the upstream for the first time).
     pub fn record_first(&mut self, now_ms: u64) {
+        self.record_firsts(now_ms, 1);
+    }
+
+    /// Records `n` first attempts of the same second at once (counted elsewhere without a
+    /// lock, then handed over), as `n` calls of [`RetryBudget::record_first`] would.
+    pub fn record_firsts(&mut self, now_ms: u64, n: u32) {
         let i = self.advance(now_ms);
         let b = &mut self.ring[i];
-        b.firsts = b.firsts.saturating_add(1);
-        self.firsts = self.firsts.saturating_add(1);
-        self.firsts_total = self.firsts_total.saturating_add(1);
+        b.firsts = b.firsts.saturating_add(n);
+        self.firsts = self.firsts.saturating_add(u64::from(n));
+        self.firsts_total = self.firsts_total.saturating_add(u64::from(n));
     }
 
     /// Asks for one retry at `now_ms`: `true` if the budget allows it, in which case it is
@@ -286,6 +292,19 @@ mod tests {
         let granted = (0..1000).filter(|_| b.take_retry(T0 + 500)).count();
         assert_eq!(granted, 200 + 30);
         assert_eq!(b.view(T0 + 500).allowance, 230);
+    }
+
+    #[test]
+    fn firsts_handed_over_at_once_count_as_one_by_one() {
+        let (mut one, mut many) = (budget(), budget());
+        for _ in 0..37 {
+            one.record_first(T0 + 2_500);
+        }
+        many.record_firsts(T0 + 2_500, 37);
+        many.record_firsts(T0 + 2_500, 0);
+        assert_eq!(one.view(T0 + 3_000), many.view(T0 + 3_000));
+        assert_eq!(many.view(T0 + 12_499).firsts, 37);
+        assert_eq!(many.view(T0 + 12_500).firsts, 0);
     }
 
     #[test]

@@ -211,6 +211,16 @@ pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
         .map(|i| i as u16)
 }
 
+/// Records a success of an attempt sent to server `server` without the lock, if its breaker
+/// allows it now; false when the caller must record it under the lock.
+#[inline]
+pub fn add_success(zone: &Zone, scf: &SrvConf, server: u16, now: u64, ms: u64) -> bool {
+    scf.pool
+        .as_ref()
+        .and_then(|p| p.servers.get(server as usize))
+        .is_some_and(|s| zone.add_success(s.handle.get(), s.key_hash, now, ms))
+}
+
 /// How many peers this worker's balancer skips because their server is out: a request gets
 /// that many fewer tries, as it would with `server … down`.
 #[inline]

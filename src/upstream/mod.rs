@@ -22,6 +22,7 @@ mod outcome;
 pub mod precontent;
 mod retry;
 
+use core::cell::Cell;
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::{Admission, Attempt, Ending, Ticket};
@@ -84,6 +85,7 @@ unsafe fn init_peer_inner(
         .filter(|l| core::ptr::eq(l.upstream, us))
         .map(|l| &l.hint);
     let log = connection_log(req);
+    let passed_early = request::take_passed(req);
     let me: *const ngx_http_request_t = req;
     let reuse = request::here(req).is_some_and(|s| {
         s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf) && core::ptr::eq(s.route(), route)
@@ -105,7 +107,9 @@ unsafe fn init_peer_inner(
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
     // A request the PRECONTENT phase let through (closed) is not asked again: it is
     // admitted, as one already in flight would be.
-    let answer = if core::mem::take(&mut state.passed_early) {
+    let answer = if passed_early {
+        state.handle = hint.map_or(state.handle, Cell::get);
+        state.label = Some(Label::State(State::Closed));
         Some(Admission::Pass {
             would_reject: false,
         })
@@ -332,29 +336,48 @@ enum Settle<'a> {
     Retried(&'a mut ngx_peer_connection_t),
 }
 
-/// Under one lock hold: the attempt on its server's breaker (when it went to a server of the
-/// pool); then the request's side — a retry is let through only while the breaker is
-/// closed and within the retry budget, and the request's verdict goes to its breaker once,
-/// when its last attempt ends.
+/// The attempt on its server's breaker (when it went to a server of the pool); then the
+/// request's side — a retry is let through only while the breaker is closed and within the
+/// retry budget, and the request's verdict goes to its breaker once, when its last attempt
+/// ends. What can be is done without the lock (successes while a breaker allows it, the
+/// first attempt in the retry budget); the rest in one lock hold.
 fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<'_>) {
     let now = mono_ms();
-    // SAFETY: the request owning this state is live while its attempts end.
-    let log = connection_log(unsafe { &*state.request() });
     // SAFETY: the configuration outlives its requests' states.
     let scf = unsafe { &*state.srv_conf_ptr() };
-    let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
     let server = core::mem::replace(&mut state.server, NO_SERVER);
     let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
-    let mut locked = zone.lock();
-    if server != NO_SERVER && !state.uscf.is_null() {
-        // SAFETY: set in peer.init to the request's upstream conf, live in a worker.
-        let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
-        eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
-    }
     let mut retry = match how {
         Settle::Retried(pc) => Some(pc),
         Settle::Final => None,
     };
+    let success = scf.breaker.as_ref().is_some_and(|c| is_success(c, attempt));
+    let ms = attempt.response_ms;
+    let server_left = server != NO_SERVER
+        && !(success
+            && server_ticket == Ticket::Normal
+            && eject::add_success(zone, scf, server, now, ms));
+    let verdict_done = retry.is_none()
+        && success
+        && state.ticket == Ticket::Normal
+        && zone.add_success(state.handle, state.key_hash, now, ms);
+    if scf.retry.is_some() && !state.counted_first && zone.add_first(scf.home.get(), now) {
+        state.counted_first = true;
+    }
+    let first_left = scf.retry.is_some() && !state.counted_first;
+    if retry.is_none() && !server_left && verdict_done && !first_left {
+        state.pending = None;
+        return;
+    }
+    // SAFETY: the request owning this state is live while its attempts end.
+    let log = connection_log(unsafe { &*state.request() });
+    let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
+    let mut locked = zone.lock();
+    if server_left && !state.uscf.is_null() {
+        // SAFETY: set in peer.init to the request's upstream conf, live in a worker.
+        let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
+        eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
+    }
     if retry.is_some() && !dry_run {
         let closed = locked
             .get(state.handle, state.key_hash)
@@ -390,14 +413,14 @@ fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<
         return;
     }
     state.pending = None;
+    if verdict_done {
+        return;
+    }
     let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
-    let recorded = {
-        let Some(mut b) = locked.get(state.handle, state.key_hash) else {
-            return;
-        };
-        b.record(now, rnd(), ticket, attempt, true)
+    let recorded = match locked.get(state.handle, state.key_hash) {
+        Some(mut b) => b.record(now, rnd(), ticket, attempt, true),
+        None => return,
     };
-
     drop(locked);
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
@@ -437,6 +460,16 @@ fn balancer_of(data: *mut c_void) -> Option<request::Balancer> {
     // SAFETY: `data` is the state our peer.init set; only copied out of.
     let state = unsafe { request::from_peer_data(data) };
     (!state.probing).then_some(state.balancer)
+}
+
+/// An attempt that counts, neither failed nor was slow, by the upstream's classes (which
+/// are its servers' too).
+fn is_success(cfg: &circuit_breaker_core::breaker::BreakerConfig, a: &Attempt) -> bool {
+    if a.ending != Ending::Response || (cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms)) {
+        return false;
+    }
+    let v = circuit_breaker_core::breaker::classify(a, cfg);
+    v.counted && !v.failure && !v.slow && !v.tls
 }
 
 unsafe extern "C" fn notify_peer(

@@ -8,10 +8,17 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use circuit_breaker_core::breaker::Gate;
 
 use super::node::Node;
+use super::pending::Pending;
 
-/// Slots per chunk: a chunk fits the slab's 1 KiB class, so that a small zone does not spend
-/// a whole page on slots.
-pub const PER_CHUNK: u32 = (1024 / core::mem::size_of::<Slot>()) as u32;
+/// Slots per chunk: a chunk fills one slab page.
+pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Slot>()) as u32;
+
+/// No second: successes are recorded under the lock.
+const NO_SECOND: u64 = u64::MAX;
+
+/// Bits of the count in `Slot::firsts`; the second takes the rest.
+const FIRSTS_BITS: u32 = 24;
+const FIRSTS_MASK: u64 = (1 << FIRSTS_BITS) - 1;
 
 const MODE_ASK: u64 = 0;
 const MODE_PASS: u64 = 1;
@@ -30,6 +37,10 @@ pub struct Slot {
     mode: AtomicU64,
     until: AtomicU64,
     wait: AtomicU64,
+    /// The second successes may be gathered in without the lock (`NO_SECOND`: none).
+    lock_free_second: AtomicU64,
+    /// Successes gathered without the lock, absorbed at the next locked call.
+    pub pending: Pending,
     /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
     /// breaker's totals when shown.
     rejects: AtomicU64,
@@ -37,6 +48,10 @@ pub struct Slot {
     /// Bumped under the mutex when something that workers follow on their own changes (an
     /// upstream's servers in or out of the pool), read without it.
     stamp: AtomicU64,
+    /// First attempts for the tenant's retry budget counted without the lock: their second
+    /// (high bits) and number (low [`FIRSTS_BITS`]), handed to the budget at the next
+    /// locked use.
+    firsts: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
@@ -53,9 +68,12 @@ impl Slot {
             mode: AtomicU64::new(MODE_ASK),
             until: AtomicU64::new(0),
             wait: AtomicU64::new(0),
+            lock_free_second: AtomicU64::new(NO_SECOND),
+            pending: Pending::new(),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
             stamp: AtomicU64::new(0),
+            firsts: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
         }
@@ -65,6 +83,18 @@ impl Slot {
     /// the middle of publishing.
     #[inline]
     pub fn read_gate(&self, ident: u64, key: u64) -> Option<Gate> {
+        self.read(ident, key).map(|(g, _)| g)
+    }
+
+    /// The second successes may be gathered in without the lock, as [`Slot::read_gate`].
+    #[inline]
+    pub fn lock_free_second(&self, ident: u64, key: u64) -> Option<u64> {
+        self.read(ident, key)
+            .and_then(|(_, s)| (s != NO_SECOND).then_some(s))
+    }
+
+    #[inline]
+    fn read(&self, ident: u64, key: u64) -> Option<(Gate, u64)> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
@@ -73,16 +103,17 @@ impl Slot {
             self.ident.load(Ordering::Relaxed),
             self.key.load(Ordering::Relaxed),
         );
-        let (mode, until, wait) = (
+        let (mode, until, wait, second) = (
             self.mode.load(Ordering::Relaxed),
             self.until.load(Ordering::Relaxed),
             self.wait.load(Ordering::Relaxed),
+            self.lock_free_second.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
         if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
             return None;
         }
-        Some(match mode {
+        let gate = match mode {
             MODE_PASS => Gate::Pass,
             MODE_REJECT => Gate::Reject {
                 until_ms: until,
@@ -94,7 +125,8 @@ impl Slot {
                 start: wait as u32,
             },
             _ => Gate::Ask,
-        })
+        };
+        Some((gate, second))
     }
 
     /// Counts a request short-circuited without the lock.
@@ -118,6 +150,41 @@ impl Slot {
         (ident != 0 && self.ident.load(Ordering::Acquire) == ident).then_some(stamp)
     }
 
+    /// Counts a first attempt of second `now_s` for tenant `ident`'s retry budget; false when
+    /// those of another second wait (the caller takes the lock, which hands them over).
+    #[inline]
+    pub fn add_first(&self, ident: u64, now_s: u64) -> bool {
+        if ident == 0 || self.ident.load(Ordering::Acquire) != ident {
+            return false;
+        }
+        let mut cur = self.firsts.load(Ordering::Relaxed);
+        loop {
+            let (second, count) = (cur >> FIRSTS_BITS, cur & FIRSTS_MASK);
+            if (count > 0 && second != now_s) || count == FIRSTS_MASK {
+                return false;
+            }
+            let next = (now_s << FIRSTS_BITS) | (count + 1);
+            match self
+                .firsts
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Takes the first attempts counted without the lock (under the mutex): their second and
+    /// number.
+    pub fn take_firsts(&self) -> Option<(u64, u32)> {
+        if self.firsts.load(Ordering::Relaxed) & FIRSTS_MASK == 0 {
+            return None;
+        }
+        let f = self.firsts.swap(0, Ordering::Relaxed);
+        let n = (f & FIRSTS_MASK) as u32;
+        (n > 0).then_some((f >> FIRSTS_BITS, n))
+    }
+
     /// Bumps the stamp (under the mutex).
     pub fn bump_stamp(&self) {
         self.stamp.fetch_add(1, Ordering::Release);
@@ -132,8 +199,10 @@ impl Slot {
         )
     }
 
-    /// Publishes `gate` (under the mutex), skipping the write when nothing changed.
-    pub fn publish(&self, gate: Gate) {
+    /// Publishes `gate` and the second successes may be gathered in without the lock (under
+    /// the mutex), skipping the write when nothing changed.
+    pub fn publish(&self, gate: Gate, lock_free_second: Option<u64>) {
+        let second = lock_free_second.unwrap_or(NO_SECOND);
         let (mode, until, wait) = match gate {
             Gate::Pass => (MODE_PASS, 0, 0),
             Gate::Reject { until_ms, wait_ms } => (MODE_REJECT, until_ms, wait_ms),
@@ -151,6 +220,7 @@ impl Slot {
         if self.mode.load(Ordering::Relaxed) == mode
             && self.until.load(Ordering::Relaxed) == until
             && self.wait.load(Ordering::Relaxed) == wait
+            && self.lock_free_second.load(Ordering::Relaxed) == second
         {
             return;
         }
@@ -158,6 +228,7 @@ impl Slot {
             s.mode.store(mode, Ordering::Relaxed);
             s.until.store(until, Ordering::Relaxed);
             s.wait.store(wait, Ordering::Relaxed);
+            s.lock_free_second.store(second, Ordering::Relaxed);
         });
     }
 
@@ -166,13 +237,15 @@ impl Slot {
     pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
         self.node.store(node, Ordering::Relaxed);
         self.bump_stamp();
+        self.pending.clear();
+        self.firsts.store(0, Ordering::Relaxed);
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
         });
-        self.publish(gate);
+        self.publish(gate, None);
     }
 
     /// Moves the tenant out (under the mutex): no handle names this slot any more.
@@ -181,6 +254,7 @@ impl Slot {
             s.ident.store(0, Ordering::Relaxed);
             s.key.store(0, Ordering::Relaxed);
             s.mode.store(MODE_ASK, Ordering::Relaxed);
+            s.lock_free_second.store(NO_SECOND, Ordering::Relaxed);
         });
         self.node.store(core::ptr::null_mut(), Ordering::Relaxed);
         self.next_free.store(next_free, Ordering::Relaxed);

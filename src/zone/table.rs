@@ -64,7 +64,8 @@ impl core::ops::DerefMut for BreakerMut<'_> {
 
 impl Drop for BreakerMut<'_> {
     fn drop(&mut self) {
-        self.slot.publish(self.breaker.gate());
+        self.slot
+            .publish(self.breaker.gate(), self.breaker.successes_lock_free());
     }
 }
 
@@ -74,11 +75,17 @@ impl BreakerMut<'_> {
         self.handle
     }
 
-    /// The upstream's retry budget, when this is an upstream's own breaker and it has one.
+    /// The upstream's retry budget, when this is an upstream's own breaker and it has one,
+    /// with the first attempts counted without the lock handed over.
     pub fn retry_budget(&mut self) -> Option<&mut RetryBudget> {
+        let firsts = self.slot.take_firsts();
         // SAFETY: the node is published and the mutex held for the borrow's lifetime; the
         // budget is its own allocation, touched only under the mutex.
-        unsafe { self.node.as_ref().retry().map(|mut p| p.as_mut()) }
+        let budget = unsafe { self.node.as_ref().retry().map(|mut p| p.as_mut()) }?;
+        if let Some((second, n)) = firsts {
+            budget.record_firsts(second.saturating_mul(1000), n);
+        }
+        Some(budget)
     }
 
     /// Tells every worker that something it follows on its own changed (see
@@ -233,7 +240,11 @@ impl<'z> Locked<'z> {
         };
         // SAFETY: the breaker memory follows the node and is touched only under the mutex,
         // which `self` holds for as long as the borrow lives.
-        let breaker = unsafe { breaker_of(n) };
+        let mut breaker = unsafe { breaker_of(n) };
+        // Successes gathered without the lock come first, as they happened first.
+        if let Some((second, count, latency)) = slot.pending.take() {
+            breaker.absorb_successes(second, count, &latency);
+        }
         Some(BreakerMut {
             breaker,
             slot,
