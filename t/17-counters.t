@@ -32,7 +32,7 @@ use JSON::PP;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(14);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(15);
 
 my $N = 40;
 my $routes = join '', map { <<"EOF" } 1 .. $N;
@@ -137,8 +137,12 @@ local $/;
 is(status(<$probe> // ''), '200', 'the probe ends well');
 close $probe;
 
-# dry run: the would-be probe is retried like any request
+# dry run: two requests that fail on the backup too (the primary refuses)
+# open it - a request rescued by the backup is no failure; then traffic goes
+# on as if there were no breaker, retries and the would-be probe alike
 
+is(join(' ', map { status(http_get('/dry/x?status=500')) } 1 .. 2), '500 500',
+	'dry: two requests failed');
 is(join(' ', map { status(http_get('/dry/x')) } 1 .. 3), '200 200 200',
 	'dry: every request rescued by the backup');
 is(breaker(status_json(), 'dry', 'default')->{state} // '', 'open',

@@ -303,8 +303,8 @@ mod tests {
         many.record_firsts(T0 + 2_500, 37);
         many.record_firsts(T0 + 2_500, 0);
         assert_eq!(one.view(T0 + 3_000), many.view(T0 + 3_000));
-        assert_eq!(many.view(T0 + 12_499).firsts, 37);
-        assert_eq!(many.view(T0 + 12_500).firsts, 0);
+        assert_eq!(many.view(T0 + 11_999).firsts, 37);
+        assert_eq!(many.view(T0 + 12_000).firsts, 0);
     }
 
     #[test]

@@ -157,7 +157,7 @@ unsafe fn init_peer_inner(
             state.uscf = us;
             if let Some((zone, _)) = state.zone() {
                 // SAFETY: the upstream's own conf, in a worker.
-                eject::follow(unsafe { Upstream::new(&zone, scf, uscf) }, mono_ms());
+                eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
             }
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
@@ -323,7 +323,7 @@ unsafe extern "C" fn free_peer(
                 state.name()
             );
         }
-        settle(state, &zone, &attempt, how);
+        settle(state, zone, &attempt, how);
     })
 }
 
@@ -449,7 +449,7 @@ unsafe extern "C" fn settle_at_end(data: *mut c_void) {
         // SAFETY: the state `settle_late` registered, released only by an older cleanup.
         let state = unsafe { &mut *data.cast::<RequestState>() };
         if let (Some(a), Some((zone, _))) = (state.pending.take(), state.zone()) {
-            settle(state, &zone, &a, Settle::Final);
+            settle(state, zone, &a, Settle::Final);
         }
     });
 }
