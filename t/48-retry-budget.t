@@ -136,7 +136,10 @@ $bad = CB::Origin::hits($hits{8083}) - $bad;
 is(join(' ', grep { $_ != 200 } @s), '', 'budget: failures retried again');
 $b = breaker('budget');
 is($b->{retries}{total}, 10 + $bad, 'budget: each one a retry');
-is($b->{retries}{window}{first_attempts}, 110, 'budget: first attempts');
+# each worker hands its first attempts over when it needs the budget, and at
+# the latest in the next second: the page may miss this second's successes
+my $firsts = $b->{retries}{window}{first_attempts};
+ok($firsts >= 100 && $firsts <= 110, 'budget: first attempts') or diag($firsts);
 
 like(http_get('/status?format=prometheus&upstream=budget'),
 	qr/^nginx_circuit_breaker_retries_denied_total\{zone="circuit_breaker",upstream="budget"\} 40$/m,

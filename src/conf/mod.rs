@@ -24,7 +24,7 @@ use ngx::http::{
 };
 
 use crate::ffi::{hash_name, key_hash, server_key_hash};
-use crate::zone::{Handle, Key, Kind, Zone, ZoneName, DEFAULT_ROUTE};
+use crate::zone::{Handle, Key, Kind, StampRef, Zone, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
     /// The module nginx loads, defined where the module is registered.
@@ -151,6 +151,37 @@ pub struct SrvConf {
     /// Where the upstream's own breaker was last found (per worker), which carries the
     /// retry budget and the pool's stamp.
     pub home: Cell<Handle>,
+    /// This worker's first attempts not yet in the retry budget.
+    pub firsts: Firsts,
+}
+
+/// First attempts to an upstream that a worker counted on its own, not yet in the retry
+/// budget: those of one second, handed over at the worker's next lock hold that needs the
+/// budget (a retry), and at the latest when the second changes. Counting costs no atomic
+/// operation, and the budget lags by at most a second of other workers' first attempts
+/// (fewer first attempts: a budget that errs on the side of fewer retries).
+#[derive(Default)]
+pub struct Firsts(Cell<(u64, u32)>);
+
+impl Firsts {
+    /// Counts a first attempt at `now_ms`; false when those of an earlier second wait (the
+    /// caller takes the lock and hands them over with [`Firsts::take`]).
+    #[inline]
+    pub fn add(&self, now_ms: u64) -> bool {
+        let (second, n) = self.0.get();
+        let now_s = now_ms / 1000;
+        if n > 0 && (second != now_s || n == u32::MAX) {
+            return false;
+        }
+        self.0.set((now_s, n + 1));
+        true
+    }
+
+    /// The first attempts waiting: their second and number.
+    pub fn take(&self) -> Option<(u64, u32)> {
+        let (second, n) = self.0.replace((0, 0));
+        (n > 0).then_some((second, n))
+    }
 }
 
 impl SrvConf {
@@ -227,6 +258,9 @@ impl Server {
 
 /// What a worker keeps of its pool's state in the zone.
 pub struct PoolLocal {
+    /// The upstream's own breaker's stamp, which moves whenever a server leaves or rejoins
+    /// the pool.
+    pub stamp: Cell<StampRef>,
     /// The stamp of the pool's state this worker applied to its peers (`None`: not yet).
     pub applied: Cell<Option<u64>>,
     /// Servers out of the pool, and peers this worker's balancer skips because of it.
@@ -245,6 +279,7 @@ pub struct PoolLocal {
 impl Default for PoolLocal {
     fn default() -> Self {
         PoolLocal {
+            stamp: Cell::new(StampRef::NONE),
             applied: Cell::new(None),
             out: Cell::new(0),
             downed: Cell::new(0),

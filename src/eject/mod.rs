@@ -31,7 +31,7 @@ use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule}
 use crate::clock::rnd;
 use crate::conf::{default_route, Module, Pool, PoolLocal, Server, SrvConf};
 use crate::ffi::{pid, process_alive};
-use crate::zone::{Locked, Zone};
+use crate::zone::{Locked, StampRef, Zone};
 
 /// `applied` while the upstream's own breaker is missing (the zone was full).
 const MISSING: u64 = u64::MAX;
@@ -133,7 +133,7 @@ pub fn follow(up: Upstream<'_>, now: u64) {
         return;
     };
     let local = &pool.local;
-    let current = up.zone.stamp(up.scf.home.get());
+    let current = local.stamp.get().read();
     // SAFETY: `Upstream::new`'s contract.
     if current.is_some()
         && current == local.applied.get()
@@ -159,12 +159,14 @@ fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
         .get_or_find(scf.home.get(), &scf.key(default_route()))
         .map(|b| b.handle());
     let Some(home) = home else {
+        local.stamp.set(StampRef::NONE);
         local.applied.set(Some(MISSING));
         local.next_due.set(now.saturating_add(1000));
         return;
     };
     scf.home.set(home);
     let stamp = zone.stamp(home);
+    local.stamp.set(zone.stamp_ref(home));
     let mut out = 0;
     let mut next_due = u64::MAX;
     for s in &pool.servers {
@@ -212,13 +214,14 @@ pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
 }
 
 /// Records a success of an attempt sent to server `server` without the lock, if its breaker
-/// allows it now; false when the caller must record it under the lock.
+/// allows it now; false when the caller must record it under the lock. Its latency is left
+/// out: a server's breaker judges rates, and the status page shows no server latencies.
 #[inline]
-pub fn add_success(zone: &Zone, scf: &SrvConf, server: u16, now: u64, ms: u64) -> bool {
+pub fn add_success(zone: &Zone, scf: &SrvConf, server: u16, now: u64) -> bool {
     scf.pool
         .as_ref()
         .and_then(|p| p.servers.get(server as usize))
-        .is_some_and(|s| zone.add_success(s.handle.get(), s.key_hash, now, ms))
+        .is_some_and(|s| zone.add_success_count(s.handle.get(), s.key_hash, now))
 }
 
 /// How many peers this worker's balancer skips because their server is out: a request gets
@@ -237,19 +240,17 @@ pub struct Probe {
     pub name: *mut ngx_str_t,
 }
 
-/// Claims the probe of an ejected server whose cooldown ended, for the request about to
-/// make its first attempt: `None` (without the lock) until one is due.
+/// Whether an ejected server's probe may be due at `now`, as far as this worker knows (no
+/// lock): then [`claim_probe`] asks.
 #[inline]
-pub fn claim_probe(scf: &SrvConf, zone: &Zone, now: u64) -> Option<Probe> {
-    let pool = scf.pool.as_ref()?;
-    if now < pool.local.next_due.get() || pool.cfg.active {
-        return None;
-    }
-    claim_probe_locked(pool, zone, now)
+pub fn probe_due(pool: &Pool, now: u64) -> bool {
+    now >= pool.local.next_due.get() && !pool.cfg.active
 }
 
+/// Claims the probe of an ejected server whose cooldown ended, for the request about to
+/// make its first attempt (see [`probe_due`]).
 #[cold]
-fn claim_probe_locked(pool: &Pool, zone: &Zone, now: u64) -> Option<Probe> {
+pub fn claim_probe(pool: &Pool, zone: &Zone, now: u64) -> Option<Probe> {
     let mut locked = zone.lock();
     let mut next_due = u64::MAX;
     let mut claimed = None;
@@ -317,7 +318,7 @@ pub fn record(
         return;
     };
     let local = &pool.local;
-    if up.zone.stamp(scf.home.get()) != local.applied.get() {
+    if local.stamp.get().read() != local.applied.get() {
         // Another worker moved a server since this one looked: the cap must count it.
         sync(locked, up, pool, now);
     }

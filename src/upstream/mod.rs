@@ -155,7 +155,7 @@ unsafe fn init_peer_inner(
             // SAFETY: as above.
             let state = unsafe { &mut *state_ptr };
             state.uscf = us;
-            if let Some((zone, _)) = state.zone() {
+            if let (Some(_), Some((zone, _))) = (scf.pool.as_ref(), state.zone()) {
                 // SAFETY: the upstream's own conf, in a worker.
                 eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
             }
@@ -229,27 +229,29 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         state.attempt_started = unsafe { ngx_current_msec };
         state.server = NO_SERVER;
         state.attempts = state.attempts.saturating_add(1);
-        let zone = state.zone().map(|(z, _)| z);
-        let scf = state.srv_conf();
-        if let (1, Ticket::Normal, Some(zone), Some(_)) = (
-            state.attempts,
-            state.ticket,
-            zone.as_ref(),
-            scf.pool.as_ref(),
-        ) {
-            if let Some(p) = eject::claim_probe(scf, zone, mono_ms()) {
-                // The balancer never sees this attempt: its free is not called for it,
-                // and the try it takes is one more than the balancer counted.
-                state.server = p.server;
-                state.server_ticket = p.ticket;
-                state.probing = true;
-                pc.sockaddr = p.sockaddr;
-                pc.socklen = p.socklen;
-                pc.name = p.name;
-                pc.set_cached(0);
-                pc.connection = core::ptr::null_mut();
-                pc.tries = pc.tries.saturating_add(1);
-                return NGX_OK as ngx_int_t;
+        // SAFETY: the configuration outlives its requests' states.
+        let scf = unsafe { &*state.srv_conf_ptr() };
+        if let Some(pool) = scf.pool.as_ref() {
+            let now = mono_ms();
+            if state.attempts == 1 && state.ticket == Ticket::Normal && eject::probe_due(pool, now)
+            {
+                if let Some(p) = state
+                    .zone()
+                    .and_then(|(zone, _)| eject::claim_probe(pool, zone, now))
+                {
+                    // The balancer never sees this attempt: its free is not called for it,
+                    // and the try it takes is one more than the balancer counted.
+                    state.server = p.server;
+                    state.server_ticket = p.ticket;
+                    state.probing = true;
+                    pc.sockaddr = p.sockaddr;
+                    pc.socklen = p.socklen;
+                    pc.name = p.name;
+                    pc.set_cached(0);
+                    pc.connection = core::ptr::null_mut();
+                    pc.tries = pc.tries.saturating_add(1);
+                    return NGX_OK as ngx_int_t;
+                }
             }
         }
         // SAFETY: the balancer's own get with its own data.
@@ -259,16 +261,14 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
             if !chosen {
                 // No server for the retry: nginx answers the client itself, and the
                 // attempt before was the last.
-                if let Some(zone) = zone.as_ref() {
+                if let Some((zone, _)) = state.zone() {
                     settle(state, zone, &pending, Settle::Final);
                 }
             }
         }
-        if chosen {
-            if let Some(pool) = state.srv_conf().pool.as_ref() {
-                // SAFETY: the balancer just chose the peer `pc->name` names.
-                state.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
-            }
+        if let (true, Some(pool)) = (chosen, scf.pool.as_ref()) {
+            // SAFETY: the balancer just chose the peer `pc->name` names.
+            state.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
         }
         rc
     })
@@ -356,12 +356,12 @@ fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<
     let server_left = server != NO_SERVER
         && !(success
             && server_ticket == Ticket::Normal
-            && eject::add_success(zone, scf, server, now, ms));
+            && eject::add_success(zone, scf, server, now));
     let verdict_done = retry.is_none()
         && success
         && state.ticket == Ticket::Normal
         && zone.add_success(state.handle, state.key_hash, now, ms);
-    if scf.retry.is_some() && !state.counted_first && zone.add_first(scf.home.get(), now) {
+    if scf.retry.is_some() && !state.counted_first && scf.firsts.add(now) {
         state.counted_first = true;
     }
     let first_left = scf.retry.is_some() && !state.counted_first;
@@ -394,6 +394,10 @@ fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<
         if let Some(mut home) = home {
             scf.home.set(home.handle());
             if let Some(budget) = home.retry_budget() {
+                // This worker's first attempts, then this one's if not counted yet.
+                if let Some((second, n)) = scf.firsts.take() {
+                    budget.record_firsts(second.saturating_mul(1000), n);
+                }
                 if !core::mem::replace(&mut state.counted_first, true) {
                     budget.record_first(now);
                 }

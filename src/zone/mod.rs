@@ -215,12 +215,14 @@ impl Zone {
         slot.lock_free_second(handle.ident, key_hash) == Some(now_s) && slot.pending.add(now_s, ms)
     }
 
-    /// Counts a first attempt for the retry budget of the breaker `handle` names, without the
-    /// lock; false when the caller must count it under the lock.
+    /// As [`Zone::add_success`], for a breaker whose latencies are never shown (a server's).
     #[inline]
-    pub fn add_first(&self, handle: Handle, now_ms: u64) -> bool {
-        self.slot(handle.slot)
-            .is_some_and(|s| s.add_first(handle.ident, now_ms / 1000))
+    pub fn add_success_count(&self, handle: Handle, key_hash: u64, now_ms: u64) -> bool {
+        let Some(slot) = self.slot(handle.slot) else {
+            return false;
+        };
+        let now_s = now_ms / 1000;
+        slot.lock_free_second(handle.ident, key_hash) == Some(now_s) && slot.pending.count(now_s)
     }
 
     /// Takes the zone's mutex until the guard drops.
@@ -256,6 +258,41 @@ impl Zone {
     #[inline]
     pub fn stamp(&self, handle: Handle) -> Option<u64> {
         self.slot(handle.slot)?.stamp(handle.ident)
+    }
+
+    /// Where the stamp of the breaker `handle` names lives, to be read again without a
+    /// lookup (see [`StampRef`]).
+    pub fn stamp_ref(&self, handle: Handle) -> StampRef {
+        match self.slot(handle.slot) {
+            Some(s) if s.stamp(handle.ident).is_some() => StampRef(s.stamp_cell()),
+            _ => StampRef::NONE,
+        }
+    }
+}
+
+/// A breaker's stamp, read with one atomic load: its slot is never freed while the zone is
+/// mapped (the whole life of a configuration in a worker), and every change a reader follows
+/// moves the stamp on — including the slot passing to another tenant (`occupy` bumps it) —
+/// so a reader that took it for a breaker sees each change of that breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StampRef(*const AtomicU64);
+
+impl StampRef {
+    /// No stamp: [`StampRef::read`] says `None`.
+    pub const NONE: StampRef = StampRef(core::ptr::null());
+
+    /// The stamp now.
+    #[inline]
+    pub fn read(self) -> Option<u64> {
+        // SAFETY: null, or a slot's stamp in a chunk that is never freed while the zone is
+        // mapped; taken by a worker for its own configuration, during which it stays mapped.
+        unsafe { self.0.as_ref() }.map(|s| s.load(Ordering::Acquire))
+    }
+}
+
+impl Default for StampRef {
+    fn default() -> StampRef {
+        StampRef::NONE
     }
 }
 

@@ -33,6 +33,16 @@ impl Pending {
     /// second wait (the caller takes the lock, which absorbs them).
     #[inline]
     pub fn add(&self, now_s: u64, ms: u64) -> bool {
+        if !self.count(now_s) {
+            return false;
+        }
+        self.bins[bin_of(ms)].fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Adds one success of second `now_s` whose latency does not matter, as [`Pending::add`].
+    #[inline]
+    pub fn count(&self, now_s: u64) -> bool {
         let mut cur = self.tally.load(Ordering::Relaxed);
         loop {
             let (second, count) = (cur >> COUNT_BITS, cur & COUNT_MASK);
@@ -44,12 +54,10 @@ impl Pending {
                 .tally
                 .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => break,
+                Ok(_) => return true,
                 Err(seen) => cur = seen,
             }
         }
-        self.bins[bin_of(ms)].fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// Takes what is waiting (under the mutex): the second, the count and the latencies.

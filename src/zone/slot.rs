@@ -16,10 +16,6 @@ pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Slot>()) as u32;
 /// No second: successes are recorded under the lock.
 const NO_SECOND: u64 = u64::MAX;
 
-/// Bits of the count in `Slot::firsts`; the second takes the rest.
-const FIRSTS_BITS: u32 = 24;
-const FIRSTS_MASK: u64 = (1 << FIRSTS_BITS) - 1;
-
 const MODE_ASK: u64 = 0;
 const MODE_PASS: u64 = 1;
 const MODE_REJECT: u64 = 2;
@@ -48,10 +44,6 @@ pub struct Slot {
     /// Bumped under the mutex when something that workers follow on their own changes (an
     /// upstream's servers in or out of the pool), read without it.
     stamp: AtomicU64,
-    /// First attempts for the tenant's retry budget counted without the lock: their second
-    /// (high bits) and number (low [`FIRSTS_BITS`]), handed to the budget at the next
-    /// locked use.
-    firsts: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
@@ -73,7 +65,6 @@ impl Slot {
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
             stamp: AtomicU64::new(0),
-            firsts: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
         }
@@ -150,39 +141,9 @@ impl Slot {
         (ident != 0 && self.ident.load(Ordering::Acquire) == ident).then_some(stamp)
     }
 
-    /// Counts a first attempt of second `now_s` for tenant `ident`'s retry budget; false when
-    /// those of another second wait (the caller takes the lock, which hands them over).
-    #[inline]
-    pub fn add_first(&self, ident: u64, now_s: u64) -> bool {
-        if ident == 0 || self.ident.load(Ordering::Acquire) != ident {
-            return false;
-        }
-        let mut cur = self.firsts.load(Ordering::Relaxed);
-        loop {
-            let (second, count) = (cur >> FIRSTS_BITS, cur & FIRSTS_MASK);
-            if (count > 0 && second != now_s) || count == FIRSTS_MASK {
-                return false;
-            }
-            let next = (now_s << FIRSTS_BITS) | (count + 1);
-            match self
-                .firsts
-                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(seen) => cur = seen,
-            }
-        }
-    }
-
-    /// Takes the first attempts counted without the lock (under the mutex): their second and
-    /// number.
-    pub fn take_firsts(&self) -> Option<(u64, u32)> {
-        if self.firsts.load(Ordering::Relaxed) & FIRSTS_MASK == 0 {
-            return None;
-        }
-        let f = self.firsts.swap(0, Ordering::Relaxed);
-        let n = (f & FIRSTS_MASK) as u32;
-        (n > 0).then_some((f >> FIRSTS_BITS, n))
+    /// The stamp itself, for [`super::StampRef`].
+    pub fn stamp_cell(&self) -> &AtomicU64 {
+        &self.stamp
     }
 
     /// Bumps the stamp (under the mutex).
@@ -238,7 +199,6 @@ impl Slot {
         self.node.store(node, Ordering::Relaxed);
         self.bump_stamp();
         self.pending.clear();
-        self.firsts.store(0, Ordering::Relaxed);
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);

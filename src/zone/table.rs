@@ -75,17 +75,11 @@ impl BreakerMut<'_> {
         self.handle
     }
 
-    /// The upstream's retry budget, when this is an upstream's own breaker and it has one,
-    /// with the first attempts counted without the lock handed over.
+    /// The upstream's retry budget, when this is an upstream's own breaker and it has one.
     pub fn retry_budget(&mut self) -> Option<&mut RetryBudget> {
-        let firsts = self.slot.take_firsts();
         // SAFETY: the node is published and the mutex held for the borrow's lifetime; the
         // budget is its own allocation, touched only under the mutex.
-        let budget = unsafe { self.node.as_ref().retry().map(|mut p| p.as_mut()) }?;
-        if let Some((second, n)) = firsts {
-            budget.record_firsts(second.saturating_mul(1000), n);
-        }
-        Some(budget)
+        unsafe { self.node.as_ref().retry().map(|mut p| p.as_mut()) }
     }
 
     /// Tells every worker that something it follows on its own changed (see
