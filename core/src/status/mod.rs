@@ -36,6 +36,10 @@ pub struct ZoneView {
     /// The nginx version the module was built for, and so runs in (nginx refuses a module
     /// built for another version); Prometheus's `build_info` shows it.
     pub nginx_version: &'static str,
+    /// The fleet exchange's own JSON object (`crate::fleet::status::render_json`, as the
+    /// exchange worker last published it), shown as the page's `fleet` member; `None` without
+    /// `circuit_breaker_fleet`.
+    pub fleet_json: Option<String>,
 }
 
 /// One breaker as the status location shows it.
@@ -47,11 +51,16 @@ pub struct Entry {
     pub route: String,
     /// The breaker's figures, taken under the zone lock.
     pub view: BreakerView,
+    /// The breaker's configuration fingerprint (`crate::fleet::Fingerprint`) when the
+    /// instance is in a fleet: then the breaker object also shows it, and whether peers make
+    /// the breaker suspicious.
+    pub fingerprint: Option<u64>,
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
 /// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
-/// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
+/// per entry, in the order given (see [`render_breaker_json`] for the breaker object), and
+/// then `"fleet":{...}` when the zone view has [`ZoneView::fleet_json`].
 /// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
 /// SPEC's bytes, and before the breakers, so the head of a long page still shows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
@@ -74,7 +83,12 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         }
         write_breaker_json(&mut out, entry);
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
+    if let Some(fleet) = &zone.fleet_json {
+        out.extend_from_slice(b",\"fleet\":");
+        out.extend_from_slice(fleet.as_bytes());
+    }
+    out.push(b'}');
     out
 }
 
@@ -89,6 +103,11 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
 /// 4 decimals; latency percentiles are `null` without samples.
+///
+/// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
+/// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
+/// `suspect_min` local failures instead of `min_requests`) and `"suspicious_until"` (Unix
+/// seconds, or `null`).
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -260,6 +279,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"closed\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    if let Some(fp) = entry.fingerprint {
+        out.extend_from_slice(b",\"fingerprint\":\"");
+        out.extend_from_slice(crate::fleet::fingerprint::hex(fp).as_bytes());
+        out.extend_from_slice(match v.suspect_until_ms {
+            Some(_) => b"\",\"suspicious\":true,\"suspicious_until\":",
+            None => b"\",\"suspicious\":false,\"suspicious_until\":",
+        });
+        write_opt(out, v.suspect_until_ms.map(secs));
+    }
     out.push(b'}');
 }
 
@@ -311,6 +339,7 @@ pub(crate) mod tests {
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
+            fingerprint: None,
         }
     }
 
@@ -338,6 +367,7 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
             },
+            fingerprint: None,
         }
     }
 
@@ -349,6 +379,7 @@ pub(crate) mod tests {
             alloc_failures: 0,
             module_version: "1.2.3",
             nginx_version: "1.28.3",
+            fleet_json: None,
         }
     }
 
@@ -500,11 +531,44 @@ pub(crate) mod tests {
             alloc_failures: 3,
             module_version: "0.2.0-rc.1+g\"x\"",
             nginx_version: "1.22.1",
+            fleet_json: None,
         };
         assert_eq!(
             std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
             r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","breakers":[]}"#
         );
+    }
+
+    #[test]
+    fn json_in_a_fleet() {
+        let mut e = example_entry();
+        e.fingerprint = Some(0x9f3c_2a1b_00d4_e5f6);
+        e.view.suspect_until_ms = Some(1_764_484_801_250);
+        let mut closed = closed_entry();
+        closed.fingerprint = Some(1);
+        let zone = ZoneView {
+            fleet_json: Some(r#"{"instance":"10.0.0.5:80","peers":[]}"#.into()),
+            ..example_zone()
+        };
+        let out = render_json(&zone, &[e, closed]);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.ends_with(r#"}],"fleet":{"instance":"10.0.0.5:80","peers":[]}}"#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#""last_transition":"failure rate 55% (22/40) >= 50% in 10s","fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+        ), "{text}");
+        let v = parse(&out);
+        assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
+        assert_eq!(v["breakers"][1]["suspicious"], false);
+        assert!(v["breakers"][1]["suspicious_until"].is_null());
+        assert_eq!(v["fleet"]["instance"], "10.0.0.5:80");
+        // Outside a fleet the page is the SPEC's: no fleet member, no fingerprint.
+        let alone = parse(&render_json(&example_zone(), &[example_entry()]));
+        assert!(alone.get("fleet").is_none());
+        assert!(alone["breakers"][0].get("fingerprint").is_none());
+        assert!(alone["breakers"][0].get("suspicious").is_none());
     }
 
     #[test]

@@ -7,6 +7,8 @@ pub enum Format {
     Json,
     /// `format=prometheus`.
     Prometheus,
+    /// `format=fleet`: the fleet exchange's message, for peers (`crate::fleet::wire`).
+    Fleet,
 }
 
 /// A control action asked for with `action=` (`POST` with `control=on` only; the handler
@@ -24,7 +26,7 @@ pub enum Action {
 /// A parsed query string; `None` for each parameter not given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Query {
-    /// `format=json|prometheus`.
+    /// `format=json|prometheus|fleet`.
     pub format: Option<Format>,
     /// `upstream=NAME`: only that upstream's breakers (or, with `action`, the one to change).
     pub upstream: Option<String>,
@@ -89,6 +91,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                 q.format = Some(match value.as_str() {
                     "json" => Format::Json,
                     "prometheus" => Format::Prometheus,
+                    "fleet" => Format::Fleet,
                     _ => return Err(invalid()),
                 })
             }
@@ -121,7 +124,7 @@ pub fn matches(q: &Query, upstream: &str, route: &str) -> bool {
 pub fn wants_prometheus(q: &Query, accept: Option<&[u8]>) -> bool {
     match q.format {
         Some(Format::Prometheus) => true,
-        Some(Format::Json) => false,
+        Some(Format::Json | Format::Fleet) => false,
         None => accept.is_some_and(|a| {
             contains_ignore_case(a, b"text/plain") && !contains_ignore_case(a, b"application/json")
         }),
@@ -205,6 +208,7 @@ mod tests {
             (b"&&", Query::default()),
             (b"format=json", q(Some(Json), None, None, None)),
             (b"format=prometheus", q(Some(Prometheus), None, None, None)),
+            (b"format=fleet", q(Some(Fleet), None, None, None)),
             (b"upstream=api", q(None, Some("api"), None, None)),
             (b"route=default", q(None, None, Some("default"), None)),
             (
@@ -361,6 +365,9 @@ mod tests {
         assert!(wants_prometheus(&prom, None));
         assert!(wants_prometheus(&prom, Some(b"application/json")));
         assert!(!wants_prometheus(&json, Some(scraper)));
+        // The fleet's format is its own, whatever a scraper accepts.
+        let fleet = parse_query(b"format=fleet").unwrap();
+        assert!(!wants_prometheus(&fleet, Some(scraper)));
         assert!(!wants_prometheus(&json, Some(b"text/plain")));
     }
 }
