@@ -178,6 +178,7 @@ impl Exchange {
 /// One round (see the module's documentation); returns the delay until the next.
 pub async fn round(ex: Rc<RefCell<Exchange>>) -> Option<Duration> {
     let now = mono_ms();
+    let began = now;
     let pulls = {
         let mut e = ex.borrow_mut();
         e.read_local(now);
@@ -236,7 +237,11 @@ pub async fn round(ex: Rc<RefCell<Exchange>>) -> Option<Duration> {
     e.store.expire(now);
     e.publish(now);
     e.apply(now);
-    Some(e.tick())
+    // Rounds keep their pace while a pull waits out its timeout (longer than a round).
+    Some(
+        e.tick()
+            .saturating_sub(Duration::from_millis(now.saturating_sub(began))),
+    )
 }
 
 /// Pulls one peer's message: the body of a `200`, at most 1 MiB; `None` for anything else

@@ -1,0 +1,286 @@
+#!/usr/bin/perl
+
+# circuit_breaker_fleet: every bad use fails "nginx -t" with nginx's own
+# "[emerg] ... in FILE:LINE" wording; good ones pass.  Then one instance
+# with a fleet serves its message at "?format=fleet" of its status location,
+# only with the shared secret (403 without or with a wrong one), only where
+# allow/deny let the client in, and shows the fleet on the status page
+# (JSON "fleet" member, each breaker's fingerprint, Prometheus families).
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use POSIX qw//;
+use Time::HiRes qw/ sleep time /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT /;
+use CB::Response qw/ status header body /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(36);
+
+my $template = <<'EOF';
+
+%%TEST_GLOBALS%%
+
+daemon off;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+HTTP
+
+    upstream u {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=5;
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+SERVER
+        location / {
+            proxy_pass http://u;
+        }
+    }
+}
+
+EOF
+
+my $n = 0;
+
+sub nginx_t {
+	my ($file) = @_;
+	my $dir = $t->testdir();
+
+	my $pid = open(my $fh, '-|');
+	die "Unable to fork(): $!\n" unless defined $pid;
+
+	if ($pid == 0) {
+		open STDERR, '>&', \*STDOUT;
+		exec($Test::Nginx::NGINX, '-p', "$dir/", '-c', $file,
+			'-e', 'error-t.log', '-t')
+			or print "exec: $!\n";
+		POSIX::_exit(1);
+	}
+
+	local $/;
+	my $out = <$fh> // '';
+	close $fh;
+
+	return ($? >> 8, $out);
+}
+
+sub conf {
+	my (%parts) = @_;
+	my $c = $template;
+	for my $k (qw/ HTTP SERVER /) {
+		my $v = $parts{$k} // '';
+		$c =~ s/^$k\n/$v\n/m;
+	}
+	return $c;
+}
+
+sub bad {
+	my ($name, $parts, $at, $msg) = @_;
+	my $file = sprintf('bad-%02d.conf', ++$n);
+
+	$t->write_file_expand($file, conf(%$parts));
+
+	my @lines = split /\n/, $t->read_file($file);
+	my ($line) = grep { index($lines[$_ - 1], $at) >= 0 } 1 .. @lines;
+	$line //= '?';
+
+	my ($rc, $out) = nginx_t($file);
+	my @emerg = $out =~ /^(nginx: \[emerg\] .*)$/mg;
+	my $path = $t->testdir() . "/$file";
+
+	is(join("\n", @emerg) . ($rc ? '' : ' (nginx -t succeeded)'),
+		"nginx: [emerg] $msg in $path:$line", $name)
+		or diag($out);
+}
+
+sub good {
+	my ($name, $parts) = @_;
+	my $file = sprintf('good-%02d.conf', ++$n);
+
+	$t->write_file_expand($file, conf(%$parts));
+	my ($rc, $out) = nginx_t($file);
+
+	ok($rc == 0 && $out =~ /test is successful/
+		&& $out !~ /\[(?:emerg|alert|crit|error|warn)\]/, $name)
+		or diag($out);
+}
+
+###############################################################################
+
+my $f = 'circuit_breaker_fleet';
+my $in = qq{in "$f" directive};
+my $peers = '127.0.0.1:8091 127.0.0.1:8092';
+
+bad('a name, not an address', { HTTP => "$f peer.example:80 id=127.0.0.1:8090;" },
+	$f, qq{invalid value "peer.example:80" $in, }
+	. 'must be an address such as 10.0.0.5:8080');
+
+bad('port 0', { HTTP => "$f 127.0.0.1:0 id=127.0.0.1:8090;" },
+	$f, qq{invalid value "127.0.0.1:0" $in, }
+	. 'must be an address such as 10.0.0.5:8080');
+
+bad('peer twice', { HTTP => "$f $peers 127.0.0.1:8091 id=127.0.0.1:8090;" },
+	$f, qq{invalid value "127.0.0.1:8091" $in, is listed twice});
+
+bad('no id', { HTTP => "$f $peers;" },
+	$f, qq{"$f" must have "id" parameter});
+
+bad('id not an address', { HTTP => "$f $peers id=edge-1;" },
+	$f, qq{invalid value "id=edge-1" $in, }
+	. q{must be this instance's address as its peers list it});
+
+bad('only itself', { HTTP => "$f 127.0.0.1:8090 id=127.0.0.1:8090;" },
+	$f, qq{"$f" must list at least one peer besides "id"});
+
+bad('interval too short', { HTTP => "$f $peers id=127.0.0.1:8090 interval=10ms;" },
+	$f, qq{invalid value "interval=10ms" $in, must be from 100ms to 1h});
+
+bad('interval not a time', { HTTP => "$f $peers id=127.0.0.1:8090 interval=soon;" },
+	$f, qq{invalid value "interval=soon" $in});
+
+bad('fanout 0', { HTTP => "$f $peers id=127.0.0.1:8090 fanout=0;" },
+	$f, qq{invalid value "fanout=0" $in, must be at least 1});
+
+bad('uri not a path', { HTTP => "$f $peers id=127.0.0.1:8090 uri=status;" },
+	$f, qq{invalid value "uri=status" $in, must be a path from "/"});
+
+bad('empty secret', { HTTP => "$f $peers id=127.0.0.1:8090 secret=;" },
+	$f, qq{invalid value "secret=" $in, }
+	. 'must be 1 to 256 visible ASCII characters');
+
+bad('unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on;" },
+	$f, 'invalid parameter "gossip=on"');
+
+bad('parameter twice', { HTTP => "$f $peers id=127.0.0.1:8090 interval=1s interval=2s;" },
+	$f, qq{duplicate parameter "interval" $in});
+
+bad('directive twice', { HTTP => "$f $peers id=127.0.0.1:8090;\n"
+	. "    $f $peers id=127.0.0.1:8090 interval=2s;" },
+	'interval=2s', qq{"$f" directive is duplicate});
+
+bad('not in server', { SERVER => "$f $peers id=127.0.0.1:8090;" },
+	$f, qq{"$f" directive is not allowed here});
+
+bad('no arguments', { HTTP => "$f;" },
+	$f, qq{invalid number of arguments in "$f" directive});
+
+good('the same list on every instance', { HTTP =>
+	"$f 127.0.0.1:8090 $peers id=127.0.0.1:8090;" });
+
+good('every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
+	. 'id=127.0.0.1:8090 interval=500ms fanout=2 uri=/cb secret=s3cr3t;' });
+
+###############################################################################
+
+# One instance in a fleet of three (the peers are not running: it acts
+# alone, and says so only in its counters).
+
+$t->write_file_expand('nginx.conf', conf(
+	HTTP => "$f 127.0.0.1:%%PORT_8090%% 127.0.0.1:%%PORT_8091%% "
+		. '127.0.0.1:%%PORT_8092%% id=127.0.0.1:%%PORT_8090%% '
+		. 'interval=200ms secret=s3cr3t;',
+	SERVER => <<'EOF'));
+        location = /circuit_breaker {
+            circuit_breaker_status;
+            allow 127.0.0.1;
+            deny all;
+        }
+
+        location = /closed {
+            circuit_breaker_status;
+            deny all;
+        }
+
+EOF
+
+$t->run();
+
+my $secret = 'X-Circuit-Breaker-Fleet-Secret';
+
+sub get {
+	my ($uri, @headers) = @_;
+	my $h = join '', map { "$_\r\n" } @headers;
+	return http("GET $uri HTTP/1.0\r\nHost: localhost\r\n$h\r\n");
+}
+
+# the exchange worker publishes within its first round
+my $msg;
+my $end = time() + 5;
+while (time() < $end) {
+	$msg = get('/circuit_breaker?format=fleet', "$secret: s3cr3t");
+	last if status($msg) == 200;
+	sleep 0.1;
+}
+
+my $id = '127.0.0.1:' . port(8090);
+
+is(status($msg), 200, 'fleet message served');
+like(header($msg, 'Content-Type'), qr!^text/plain!, 'as text');
+like(body($msg), qr/^cbfleet 1 \Q$id\E 0 \d+\n\z/,
+	'header line: version, sender, no records yet, delay');
+
+my $r = get('/circuit_breaker?format=fleet');
+is(status($r), 403, 'no secret: 403');
+like(body($r), qr/the fleet secret is missing or wrong in "$secret"/,
+	'says why');
+is(status(get('/circuit_breaker?format=fleet', "$secret: s3cr3T")), 403,
+	'wrong secret: 403');
+is(status(get('/circuit_breaker?format=fleet', "$secret: s3cr3t!")), 403,
+	'longer secret: 403');
+is(status(get('/closed?format=fleet', "$secret: s3cr3t")), 403,
+	'deny all: 403 even with the secret');
+is(status(http("POST /circuit_breaker?format=fleet HTTP/1.0\r\n"
+	. "Host: localhost\r\n$secret: s3cr3t\r\n\r\n")), 405,
+	'read-only: POST is refused');
+
+# the status page: fleet member, fingerprints; peers down count as failures
+sleep 0.5;
+
+my $json = body(get('/circuit_breaker'));
+like($json, qr/"fingerprint":"[0-9a-f]{16}","suspicious":false,"suspicious_until":null\}/,
+	'breaker shows its fingerprint and suspicion');
+like($json, qr/,"fleet":\{"published":\d+\.\d+,"instance":"\Q$id\E"/,
+	'fleet member, with its publication time');
+like($json, qr/"peers":\[\{"id":"127\.0\.0\.1:\d+","reachable":false,/,
+	'peers down are unreachable');
+my ($failures) = $json =~ /"peers":\[\{[^}]*"failures":(\d+)/;
+ok(($failures // 0) >= 1, 'failed pulls are counted')
+	or diag($json);
+like($json, qr/"breakers":\[\{"upstream":"u","route":"default",
+	"fingerprint":"[0-9a-f]{16}","suspicious":false/x,
+	'fleet breaker object');
+
+my $prom = body(get('/circuit_breaker?format=prometheus'));
+like($prom, qr/^nginx_circuit_breaker_fleet_peer_reachable\{zone="circuit_breaker",peer="127\.0\.0\.1:\d+"\} 0$/m,
+	'prometheus: peer_reachable');
+like($prom, qr/^nginx_circuit_breaker_fleet_fingerprint_info\{.*upstream="u",route="default".*fingerprint="[0-9a-f]{16}"\} 1$/m,
+	'prometheus: fingerprint_info');
+like($prom, qr/^nginx_circuit_breaker_fleet_published_seconds\{zone="circuit_breaker"\} \d+\.\d+$/m,
+	'prometheus: published_seconds');
+
+# the request path is unchanged: requests pass (to a closed port: 502)
+is(status(get('/')), 502, 'requests pass while peers are down');
+
+###############################################################################
