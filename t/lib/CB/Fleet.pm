@@ -1,7 +1,7 @@
 package CB::Fleet;
 
 # A fleet of nginx instances with the module on loopback, one directory each under DIR,
-# for t/76-fleet.t and scripts/fleet-measure: their configuration (with or without
+# for t/78-fleet.t and scripts/fleet-measure: their configuration (with or without
 # circuit_breaker_fleet), start and stop, signals to an instance's processes (kill, hang
 # with SIGSTOP), each instance's status page, and users: one process per instance sending
 # requests at a fixed rate, each logged with its time, status and latency.

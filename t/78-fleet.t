@@ -249,8 +249,10 @@ ok(!grep({
 	|| $after[$_]{totals}{opened} != $before[$_]{totals}{opened}
 	|| $after[$_]{totals}{failures} != $before[$_]{totals}{failures}
 } 0, 1), 'peers gone: no decision moves');
-ok($p99d <= $p99a + 10, 'peers gone: p99 latency unchanged');
-ok($maxd < 100, 'peers gone: no request waits for a pull (500ms)');
+# a request held by a pull would wait out its timeout (500ms): the margins
+# below are for a machine shared with other work
+ok($p99d <= $p99a + 50, 'peers gone: p99 latency unchanged');
+ok($maxd < 250, 'peers gone: no request waits for a pull');
 ok($failed_after >= $failed_before + 3,
 	"peers gone: only counters move ($failed_before -> $failed_after "
 	. 'failed pulls)');
