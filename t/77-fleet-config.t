@@ -15,12 +15,13 @@ use strict;
 use Test::More;
 
 use FindBin;
-use POSIX qw//;
 use Time::HiRes qw/ sleep time /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ start nginx_t req /;
+use CB::Origin;
 use CB::Response qw/ status header body /;
 
 ###############################################################################
@@ -30,18 +31,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(36);
 
-my $template = <<'EOF';
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+my $template = CB::Nginx::conf(1, <<'EOF');
 HTTP
 
     upstream u {
@@ -58,35 +48,11 @@ SERVER
             proxy_pass http://u;
         }
     }
-}
-
 EOF
 
 my $n = 0;
 
-sub nginx_t {
-	my ($file) = @_;
-	my $dir = $t->testdir();
-
-	my $pid = open(my $fh, '-|');
-	die "Unable to fork(): $!\n" unless defined $pid;
-
-	if ($pid == 0) {
-		open STDERR, '>&', \*STDOUT;
-		exec($Test::Nginx::NGINX, '-p', "$dir/", '-c', $file,
-			'-e', 'error-t.log', '-t')
-			or print "exec: $!\n";
-		POSIX::_exit(1);
-	}
-
-	local $/;
-	my $out = <$fh> // '';
-	close $fh;
-
-	return ($? >> 8, $out);
-}
-
-sub conf {
+sub template {
 	my (%parts) = @_;
 	my $c = $template;
 	for my $k (qw/ HTTP SERVER /) {
@@ -96,17 +62,21 @@ sub conf {
 	return $c;
 }
 
+# writes the configuration, runs "nginx -t", and checks that it fails with
+# exactly one [emerg] line: MESSAGE in FILE:LINE, where LINE is the first
+# line containing AT in the expanded file
+
 sub bad {
-	my ($name, $parts, $at, $msg) = @_;
+	my ($t, $name, $parts, $at, $msg) = @_;
 	my $file = sprintf('bad-%02d.conf', ++$n);
 
-	$t->write_file_expand($file, conf(%$parts));
+	$t->write_file_expand($file, template(%$parts));
 
 	my @lines = split /\n/, $t->read_file($file);
 	my ($line) = grep { index($lines[$_ - 1], $at) >= 0 } 1 .. @lines;
 	$line //= '?';
 
-	my ($rc, $out) = nginx_t($file);
+	my ($rc, $out) = nginx_t($t, $file);
 	my @emerg = $out =~ /^(nginx: \[emerg\] .*)$/mg;
 	my $path = $t->testdir() . "/$file";
 
@@ -116,11 +86,11 @@ sub bad {
 }
 
 sub good {
-	my ($name, $parts) = @_;
+	my ($t, $name, $parts) = @_;
 	my $file = sprintf('good-%02d.conf', ++$n);
 
-	$t->write_file_expand($file, conf(%$parts));
-	my ($rc, $out) = nginx_t($file);
+	$t->write_file_expand($file, template(%$parts));
+	my ($rc, $out) = nginx_t($t, $file);
 
 	ok($rc == 0 && $out =~ /test is successful/
 		&& $out !~ /\[(?:emerg|alert|crit|error|warn)\]/, $name)
@@ -133,63 +103,63 @@ my $f = 'circuit_breaker_fleet';
 my $in = qq{in "$f" directive};
 my $peers = '127.0.0.1:8091 127.0.0.1:8092';
 
-bad('a name, not an address', { HTTP => "$f peer.example:80 id=127.0.0.1:8090;" },
+bad($t, 'a name, not an address', { HTTP => "$f peer.example:80 id=127.0.0.1:8090;" },
 	$f, qq{invalid value "peer.example:80" $in, }
 	. 'must be an address such as 10.0.0.5:8080');
 
-bad('port 0', { HTTP => "$f 127.0.0.1:0 id=127.0.0.1:8090;" },
+bad($t, 'port 0', { HTTP => "$f 127.0.0.1:0 id=127.0.0.1:8090;" },
 	$f, qq{invalid value "127.0.0.1:0" $in, }
 	. 'must be an address such as 10.0.0.5:8080');
 
-bad('peer twice', { HTTP => "$f $peers 127.0.0.1:8091 id=127.0.0.1:8090;" },
+bad($t, 'peer twice', { HTTP => "$f $peers 127.0.0.1:8091 id=127.0.0.1:8090;" },
 	$f, qq{invalid value "127.0.0.1:8091" $in, is listed twice});
 
-bad('no id', { HTTP => "$f $peers;" },
+bad($t, 'no id', { HTTP => "$f $peers;" },
 	$f, qq{"$f" must have "id" parameter});
 
-bad('id not an address', { HTTP => "$f $peers id=edge-1;" },
+bad($t, 'id not an address', { HTTP => "$f $peers id=edge-1;" },
 	$f, qq{invalid value "id=edge-1" $in, }
 	. q{must be this instance's address as its peers list it});
 
-bad('only itself', { HTTP => "$f 127.0.0.1:8090 id=127.0.0.1:8090;" },
+bad($t, 'only itself', { HTTP => "$f 127.0.0.1:8090 id=127.0.0.1:8090;" },
 	$f, qq{"$f" must list at least one peer besides "id"});
 
-bad('interval too short', { HTTP => "$f $peers id=127.0.0.1:8090 interval=10ms;" },
+bad($t, 'interval too short', { HTTP => "$f $peers id=127.0.0.1:8090 interval=10ms;" },
 	$f, qq{invalid value "interval=10ms" $in, must be from 100ms to 1h});
 
-bad('interval not a time', { HTTP => "$f $peers id=127.0.0.1:8090 interval=soon;" },
+bad($t, 'interval not a time', { HTTP => "$f $peers id=127.0.0.1:8090 interval=soon;" },
 	$f, qq{invalid value "interval=soon" $in});
 
-bad('fanout 0', { HTTP => "$f $peers id=127.0.0.1:8090 fanout=0;" },
+bad($t, 'fanout 0', { HTTP => "$f $peers id=127.0.0.1:8090 fanout=0;" },
 	$f, qq{invalid value "fanout=0" $in, must be at least 1});
 
-bad('uri not a path', { HTTP => "$f $peers id=127.0.0.1:8090 uri=status;" },
+bad($t, 'uri not a path', { HTTP => "$f $peers id=127.0.0.1:8090 uri=status;" },
 	$f, qq{invalid value "uri=status" $in, must be a path from "/"});
 
-bad('empty secret', { HTTP => "$f $peers id=127.0.0.1:8090 secret=;" },
+bad($t, 'empty secret', { HTTP => "$f $peers id=127.0.0.1:8090 secret=;" },
 	$f, qq{invalid value "secret=" $in, }
 	. 'must be 1 to 256 visible ASCII characters');
 
-bad('unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on;" },
+bad($t, 'unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on;" },
 	$f, 'invalid parameter "gossip=on"');
 
-bad('parameter twice', { HTTP => "$f $peers id=127.0.0.1:8090 interval=1s interval=2s;" },
+bad($t, 'parameter twice', { HTTP => "$f $peers id=127.0.0.1:8090 interval=1s interval=2s;" },
 	$f, qq{duplicate parameter "interval" $in});
 
-bad('directive twice', { HTTP => "$f $peers id=127.0.0.1:8090;\n"
+bad($t, 'directive twice', { HTTP => "$f $peers id=127.0.0.1:8090;\n"
 	. "    $f $peers id=127.0.0.1:8090 interval=2s;" },
 	'interval=2s', qq{"$f" directive is duplicate});
 
-bad('not in server', { SERVER => "$f $peers id=127.0.0.1:8090;" },
+bad($t, 'not in server', { SERVER => "$f $peers id=127.0.0.1:8090;" },
 	$f, qq{"$f" directive is not allowed here});
 
-bad('no arguments', { HTTP => "$f;" },
+bad($t, 'no arguments', { HTTP => "$f;" },
 	$f, qq{invalid number of arguments in "$f" directive});
 
-good('the same list on every instance', { HTTP =>
+good($t, 'the same list on every instance', { HTTP =>
 	"$f 127.0.0.1:8090 $peers id=127.0.0.1:8090;" });
 
-good('every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
+good($t, 'every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
 	. 'id=127.0.0.1:8090 interval=500ms fanout=2 uri=/cb secret=s3cr3t;' });
 
 ###############################################################################
@@ -197,7 +167,7 @@ good('every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
 # One instance in a fleet of three (the peers are not running: it acts
 # alone, and says so only in its counters).
 
-$t->write_file_expand('nginx.conf', conf(
+$t->write_file_expand('nginx.conf', template(
 	HTTP => "$f 127.0.0.1:%%PORT_8090%% 127.0.0.1:%%PORT_8091%% "
 		. '127.0.0.1:%%PORT_8092%% id=127.0.0.1:%%PORT_8090%% '
 		. 'interval=200ms secret=s3cr3t;',
@@ -215,21 +185,15 @@ $t->write_file_expand('nginx.conf', conf(
 
 EOF
 
-$t->run();
+start($t);
 
 my $secret = 'X-Circuit-Breaker-Fleet-Secret';
-
-sub get {
-	my ($uri, @headers) = @_;
-	my $h = join '', map { "$_\r\n" } @headers;
-	return http("GET $uri HTTP/1.0\r\nHost: localhost\r\n$h\r\n");
-}
 
 # the exchange worker publishes within its first round
 my $msg;
 my $end = time() + 5;
 while (time() < $end) {
-	$msg = get('/circuit_breaker?format=fleet', "$secret: s3cr3t");
+	$msg = req('GET', '/circuit_breaker?format=fleet', "$secret: s3cr3t");
 	last if status($msg) == 200;
 	sleep 0.1;
 }
@@ -241,24 +205,23 @@ like(header($msg, 'Content-Type'), qr!^text/plain!, 'as text');
 like(body($msg), qr/^cbfleet 1 \Q$id\E 0 \d+\n\z/,
 	'header line: version, sender, no records yet, delay');
 
-my $r = get('/circuit_breaker?format=fleet');
+my $r = req('GET', '/circuit_breaker?format=fleet');
 is(status($r), 403, 'no secret: 403');
 like(body($r), qr/the fleet secret is missing or wrong in "$secret"/,
 	'says why');
-is(status(get('/circuit_breaker?format=fleet', "$secret: s3cr3T")), 403,
+is(status(req('GET', '/circuit_breaker?format=fleet', "$secret: s3cr3T")), 403,
 	'wrong secret: 403');
-is(status(get('/circuit_breaker?format=fleet', "$secret: s3cr3t!")), 403,
+is(status(req('GET', '/circuit_breaker?format=fleet', "$secret: s3cr3t!")), 403,
 	'longer secret: 403');
-is(status(get('/closed?format=fleet', "$secret: s3cr3t")), 403,
+is(status(req('GET', '/closed?format=fleet', "$secret: s3cr3t")), 403,
 	'deny all: 403 even with the secret');
-is(status(http("POST /circuit_breaker?format=fleet HTTP/1.0\r\n"
-	. "Host: localhost\r\n$secret: s3cr3t\r\n\r\n")), 405,
+is(status(req('POST', '/circuit_breaker?format=fleet', "$secret: s3cr3t")), 405,
 	'read-only: POST is refused');
 
 # the status page: fleet member, fingerprints; peers down count as failures
 sleep 0.5;
 
-my $json = body(get('/circuit_breaker'));
+my $json = body(req('GET', '/circuit_breaker'));
 like($json, qr/"fingerprint":"[0-9a-f]{16}","suspicious":false,"suspicious_until":null\}/,
 	'breaker shows its fingerprint and suspicion');
 like($json, qr/,"fleet":\{"published":\d+\.\d+,"instance":"\Q$id\E"/,
@@ -272,7 +235,7 @@ like($json, qr/"breakers":\[\{"upstream":"u","route":"default",
 	"fingerprint":"[0-9a-f]{16}","suspicious":false/x,
 	'fleet breaker object');
 
-my $prom = body(get('/circuit_breaker?format=prometheus'));
+my $prom = body(req('GET', '/circuit_breaker?format=prometheus'));
 like($prom, qr/^nginx_circuit_breaker_fleet_peer_reachable\{zone="circuit_breaker",peer="127\.0\.0\.1:\d+"\} 0$/m,
 	'prometheus: peer_reachable');
 like($prom, qr/^nginx_circuit_breaker_fleet_fingerprint_info\{.*upstream="u",route="default".*fingerprint="[0-9a-f]{16}"\} 1$/m,
@@ -281,6 +244,6 @@ like($prom, qr/^nginx_circuit_breaker_fleet_published_seconds\{zone="circuit_bre
 	'prometheus: published_seconds');
 
 # the request path is unchanged: requests pass (to a closed port: 502)
-is(status(get('/')), 502, 'requests pass while peers are down');
+is(status(req('GET', '/')), 502, 'requests pass while peers are down');
 
 ###############################################################################

@@ -14,7 +14,8 @@ package CB::Fleet;
 #	$f->stop_users($users);
 #
 # Instances are daemons (master and one worker); an END block stops those still running,
-# so that a test that dies leaves none behind.  Only core Perl modules are used.
+# and a watchdog process stops them if the creating process is killed, so that a test
+# that dies leaves none behind.  Only core Perl modules are used.
 
 use warnings;
 use strict;
@@ -34,7 +35,32 @@ sub new {
 		. 'open=5s max_open=5s suspect_min=3';
 	$self->{interval} //= '1s';
 	push @all, $self;
+	$self->_watchdog();
 	return $self;
+}
+
+# once the creating process is gone, or told to (TERM), stops every instance whose pid
+# file is still there
+
+sub _watchdog {
+	my ($self) = @_;
+	my $owner = $$;
+	my $pid = fork();
+	die "fork: $!\n" unless defined $pid;
+	if ($pid == 0) {
+		my $stop = 0;
+		local $SIG{TERM} = sub { $stop = 1 };
+		sleep 0.2 while !$stop && getppid() == $owner;
+		if (!$stop) {
+			for my $i (0 .. $self->size - 1) {
+				my @p = $self->pids($i);
+				kill 'CONT', @p;
+				kill 'KILL', @p;
+			}
+		}
+		POSIX::_exit(0);
+	}
+	$self->{watchdog} = $pid;
 }
 
 sub size { scalar @{$_[0]{ports}} }
@@ -221,6 +247,10 @@ END {
 		next unless $f->{owner} == $$;
 		local $?;
 		$f->stop_all();
+		if (my $w = $f->{watchdog}) {
+			kill 'TERM', $w;
+			waitpid($w, 0);
+		}
 	}
 }
 
