@@ -4,8 +4,10 @@
 # "[emerg] ... in FILE:LINE" wording; good ones pass.  Then one instance
 # with a fleet serves its message at "?format=fleet" of its status location,
 # only with the shared secret (403 without or with a wrong one), only where
-# allow/deny let the client in, and shows the fleet on the status page
-# (JSON "fleet" member, each breaker's fingerprint, Prometheus families).
+# allow/deny let the client in, read-only; shows the fleet on the status page
+# (JSON "fleet" member, each breaker's fingerprint, Prometheus families); a
+# peer that is down and one that answers nonsense only move its counters;
+# after a reload the new worker 0 takes the exchange over.
 
 ###############################################################################
 
@@ -23,13 +25,14 @@ use Test::Nginx qw/ :DEFAULT /;
 use CB::Nginx qw/ start nginx_t req /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
+use JSON::PP qw//;
 
 ###############################################################################
 
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(36);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(40);
 
 my $template = CB::Nginx::conf(1, <<'EOF');
 HTTP
@@ -164,12 +167,13 @@ good($t, 'every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
 
 ###############################################################################
 
-# One instance in a fleet of three (the peers are not running: it acts
-# alone, and says so only in its counters).
+# One instance in a fleet of three: one peer is down, the other is the
+# origin, which answers anything with "200 origin ... ok" (a peer that lies).
+# It acts alone, and says so only in its counters.
 
 $t->write_file_expand('nginx.conf', template(
 	HTTP => "$f 127.0.0.1:%%PORT_8090%% 127.0.0.1:%%PORT_8091%% "
-		. '127.0.0.1:%%PORT_8092%% id=127.0.0.1:%%PORT_8090%% '
+		. '127.0.0.1:%%PORT_8081%% id=127.0.0.1:%%PORT_8090%% '
 		. 'interval=200ms secret=s3cr3t;',
 	SERVER => <<'EOF'));
         location = /circuit_breaker {
@@ -185,7 +189,7 @@ $t->write_file_expand('nginx.conf', template(
 
 EOF
 
-start($t);
+start($t, 8081);
 
 my $secret = 'X-Circuit-Breaker-Fleet-Secret';
 
@@ -218,7 +222,8 @@ is(status(req('GET', '/closed?format=fleet', "$secret: s3cr3t")), 403,
 is(status(req('POST', '/circuit_breaker?format=fleet', "$secret: s3cr3t")), 405,
 	'read-only: POST is refused');
 
-# the status page: fleet member, fingerprints; peers down count as failures
+# the status page: fleet member, fingerprints; a peer down counts failures,
+# a lying one parse errors
 sleep 0.5;
 
 my $json = body(req('GET', '/circuit_breaker'));
@@ -226,11 +231,18 @@ like($json, qr/"fingerprint":"[0-9a-f]{16}","suspicious":false,"suspicious_until
 	'breaker shows its fingerprint and suspicion');
 like($json, qr/,"fleet":\{"published":\d+\.\d+,"instance":"\Q$id\E"/,
 	'fleet member, with its publication time');
-like($json, qr/"peers":\[\{"id":"127\.0\.0\.1:\d+","reachable":false,/,
-	'peers down are unreachable');
-my ($failures) = $json =~ /"peers":\[\{[^}]*"failures":(\d+)/;
-ok(($failures // 0) >= 1, 'failed pulls are counted')
+
+my $page = eval { JSON::PP::decode_json($json) } // {};
+my %peer = map { $_->{id} => $_ } @{$page->{fleet}{peers} // []};
+my ($down, $liar) = map { $peer{'127.0.0.1:' . port($_)} // {} } 8091, 8081;
+ok(!$down->{reachable} && $down->{failures} >= 1 && !$down->{parse_errors},
+	"a peer down: unreachable, $down->{failures} failed pulls")
 	or diag($json);
+ok(!$liar->{reachable} && $liar->{parse_errors} >= 1 && !$liar->{exchanges},
+	"a lying peer: unreachable, $liar->{parse_errors} messages refused")
+	or diag($json);
+ok(CB::Nginx::log_count($t, qr/\[info\].*circuit breaker fleet: message of peer "127\.0\.0\.1:\d+" refused/),
+	'the refusal is logged at info');
 like($json, qr/"breakers":\[\{"upstream":"u","route":"default",
 	"fingerprint":"[0-9a-f]{16}","suspicious":false/x,
 	'fleet breaker object');
@@ -243,7 +255,22 @@ like($prom, qr/^nginx_circuit_breaker_fleet_fingerprint_info\{.*upstream="u",rou
 like($prom, qr/^nginx_circuit_breaker_fleet_published_seconds\{zone="circuit_breaker"\} \d+\.\d+$/m,
 	'prometheus: published_seconds');
 
-# the request path is unchanged: requests pass (to a closed port: 502)
-is(status(req('GET', '/')), 502, 'requests pass while peers are down');
+# the request path is unchanged
+is(status(req('GET', '/')), 200, 'requests pass');
+
+# a reload: the new configuration's worker 0 takes the exchange over
+my $before = $page->{fleet}{published};
+ok(CB::Nginx::reload($t), 'reloaded');
+my $after;
+$end = time() + 5;
+while (time() < $end) {
+	$after = (eval { JSON::PP::decode_json(body(req('GET', '/circuit_breaker'))) }
+		// {})->{fleet}{published} // 0;
+	last if $after > time() - 0.1;
+	sleep 0.1;
+}
+ok($after > $before && $after > time() - 1, 'the exchange goes on after it');
+is(CB::Nginx::log_count($t, qr/circuit breaker fleet: "\Q$id\E" exchanges with 2 peer\(s\) about 1 breaker\(s\)/),
+	2, 'started once per configuration');
 
 ###############################################################################

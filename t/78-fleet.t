@@ -13,8 +13,9 @@
 #   A. baseline: the origin receives 8 x min_requests = 160 failing requests
 #      before every instance is open, then about one probe per instance per
 #      cooldown;
-#   B. fleet: at most 2 x min_requests = 40, and each instance still opens
-#      on failures of its own (suspect_min=3);
+#   B. fleet: a worker 0 that dies is respawned and exchanges again; then
+#      at most 2 x min_requests = 40 failing requests, and each instance
+#      still opens on failures of its own (suspect_min=3);
 #   C. while open, at most 2 probes per cooldown (open=4s) from the fleet;
 #   D. the origin recovers: the fleet closes; then a failure seen by one
 #      instance only (its users' requests fail) opens that one alone, and
@@ -47,7 +48,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(20);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(21);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -122,6 +123,23 @@ $f->start($_, fleet => 1) for 0 .. $N - 1;
 sleep 2.5;
 my @peers = map { scalar @{$f->status($_)->{fleet}{peers} // []} } 0 .. $N - 1;
 is("@peers", join(' ', (7) x $N), 'each instance knows its 7 peers');
+
+# worker 0 dies: nginx respawns it with the same number, and it takes the
+# exchange over
+my ($master, $worker) = $f->pids(0);
+kill 'KILL', $worker;
+my $killed = time();
+my $resumed;
+my $until = time() + 5;
+while (time() < $until) {
+	my $fl = ($f->status(0) // {})->{fleet} // {};
+	my $up = grep { $_->{reachable} && $_->{last_exchange} > $killed }
+		@{$fl->{peers} // []};
+	$resumed = time(), last if ($fl->{published} // 0) > $killed && $up;
+	sleep 0.1;
+}
+ok($resumed, sprintf('a respawned worker 0 exchanges again, after %.1fs',
+	($resumed // time()) - $killed));
 
 my $start = time();
 $users = $f->users(rate => $RATE, seconds => 60, query => 'status=500',
@@ -270,6 +288,7 @@ mark('end');
 $f->signal($_, 'CONT') for 3 .. $N - 2;
 $f->stop_all();
 
-is(join('', $f->alerts()), '', 'no alerts in the fleet');
+is(join('', grep { !/worker process $worker exited on signal 9/ } $f->alerts()),
+	'', 'no alerts in the fleet but the killed worker\'s');
 
 ###############################################################################
