@@ -94,8 +94,8 @@ impl FleetZone {
             let cap = t.cap.load(Ordering::Relaxed);
             if ptr.is_null() || bytes.len() > cap {
                 if let Some(old) = NonNull::new(ptr) {
-                    // SAFETY: allocated below from this pool with this layout, published
-                    // nowhere else; the mutex is held.
+                    // SAFETY: allocated by an earlier publication from this pool with this layout,
+                    // published nowhere else; the mutex is held.
                     unsafe { locked.deallocate(old, Layout::from_size_align_unchecked(cap, 1)) };
                 }
                 t.ptr.store(ptr::null_mut(), Ordering::Relaxed);
