@@ -40,6 +40,7 @@ use Time::HiRes qw/ sleep time /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ start /;
 use CB::Origin;
 use CB::Fleet;
 
@@ -58,9 +59,17 @@ my $MIN = 20;
 my $RATE = $ENV{TEST_FLEET_RATE} || 1;
 my $COOL = 4;
 
-my $hits = $t->testdir() . '/origin.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->waitforsocket('127.0.0.1:' . port(8081)) or die "no origin\n";
+# the test's own nginx only stands by (the fleet's instances are CB::Fleet's);
+# start() brings the origin and the watchdog
+$t->write_file_expand('nginx.conf', CB::Nginx::conf(1, <<'EOF'));
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+        return 204;
+    }
+EOF
+
+my $hits = start($t, 8081);
 
 my $f = CB::Fleet->new(
 	dir => $t->testdir() . '/fleet',
