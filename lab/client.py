@@ -18,6 +18,8 @@ import resource
 import sys
 import time
 
+import stalls
+
 try:
     import uvloop
 except ImportError:
@@ -54,6 +56,7 @@ class Client:
         self.t0 = spec["t0"]
         self.log = []
         self.polls = []
+        self.stalls = []
 
     async def attempt(self, i, k, t_sched):
         t_sent = time.time()
@@ -129,6 +132,7 @@ class Client:
     async def main(self):
         stop = asyncio.Event()
         poller = asyncio.create_task(self.poll(stop))
+        watcher = asyncio.create_task(stalls.watch(stop, self.stalls))
         tasks = set()
         i = 0
         while i < self.count:
@@ -150,6 +154,7 @@ class Client:
             task.cancel()
         stop.set()
         await poller
+        await watcher
         self.write()
 
     def write(self):
@@ -159,6 +164,8 @@ class Client:
             )
             for r in self.log:
                 f.write("%d\t%d\t%.6f\t%.6f\t%.6f\t%d\t%s\t%s\t%s\t%s\t%s\n" % r)
+        with open(self.spec["stalls"], "w") as f:
+            json.dump(self.stalls, f)
         if self.spec.get("status_path"):
             with open(self.spec["polls"], "w") as f:
                 for p in self.polls:

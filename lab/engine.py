@@ -31,6 +31,23 @@ class RunFailed(Exception):
     pass
 
 
+NICE = 0  # set by --nice
+
+
+def _child_setup():
+    """preexec_fn: the child gets SIGTERM if the lab itself dies (even by SIGKILL), and runs at
+    the lab's priority so that other work on the machine does not starve the client, the
+    origin or nginx (all three alike)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if NICE:
+        try:
+            os.nice(NICE)
+        except OSError:
+            pass  # not root: normal priority
+
+
 def free_ports(n):
     socks, ports = [], []
     for _ in range(n):
@@ -144,6 +161,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
         "phases": [[n, a, b, fault_json(f)] for n, a, b, f in run["phases"]],
         "seed": 1000 * repeat + sum(map(ord, scenario)),
         "log": os.path.join(rundir, "origin.tsv"),
+        "stalls": os.path.join(rundir, "origin-stalls.json"),
     }
     with open(os.path.join(rundir, "origin.json"), "w") as f:
         json.dump(origin_spec, f, indent=1)
@@ -159,7 +177,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             subprocess.Popen(
                 [PY, os.path.join(HERE, "origin.py"), os.path.join(rundir, "origin.json")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
-                start_new_session=True, text=True,
+                start_new_session=True, preexec_fn=_child_setup, text=True,
             ),
         )
         ready, _, _ = select.select([org.stdout], [], [], 10)
@@ -172,7 +190,8 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             subprocess.Popen(
                 [args.nginx, "-p", rundir + "/", "-c", os.path.join(rundir, "nginx.conf"),
                  "-e", os.path.join(rundir, "error.log")],
-                stdout=ngx_err, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=ngx_err, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_child_setup,
             ),
         )
         if not wait_port(listen_port, ngx, 10):
@@ -199,6 +218,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             "poll_s": seconds(run.get("poll", "100ms")),
             "log": os.path.join(rundir, "client.tsv"),
             "polls": os.path.join(rundir, "polls.jsonl"),
+            "stalls": os.path.join(rundir, "client-stalls.json"),
         }
         with open(os.path.join(rundir, "client.json"), "w") as f:
             json.dump(client_spec, f, indent=1)
@@ -207,7 +227,8 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             "client",
             subprocess.Popen(
                 [PY, os.path.join(HERE, "client.py"), os.path.join(rundir, "client.json")],
-                stdout=cli_err, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=cli_err, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_child_setup,
             ),
         )
         limit = 0.5 + duration + (1 + client_spec["client_retries"]) * client_spec["client_timeout_s"] + 15
@@ -237,6 +258,8 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
         "protect_level": run.get("protect_level", 0.1),
         "recover_level": run.get("recover_level", 0.95),
         "health_path": run.get("health_path", "/health"),
+        "block": run.get("block"),
+        "loadavg_after": _loadavg(),
         "settings": {k: v for k, v in run.items() if k not in ("phases",)},
     }
     with open(os.path.join(rundir, "run.json"), "w") as f:
@@ -259,6 +282,11 @@ def report_run(meta, rundir, outdir, no_plot):
     return metrics
 
 
+def _loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def pct(v):
     return "-" if v is None else f"{v * 100:.1f} %"
 
@@ -276,6 +304,9 @@ def table(rows):
                        + " |" * 9)
             continue
         ok = pct(m["sick_ok_share"]) + f" of {m['sick_requests']}"
+        if m.get("sick_blocks"):
+            ok += " (ok per " + str(m["sick_blocks"][0][0]) + ": "
+            ok += ", ".join(str(b[1]) for b in m["sick_blocks"]) + ")"
         if m["sick_stale"]:
             ok += f" (+{m['sick_stale'] / m['sick_requests'] * 100:.1f} % stale)"
         out.append(
@@ -289,7 +320,9 @@ def table(rows):
                 ok=ok, p50=_n(m["sick_p50_ms"]), p99=_n(m["sick_p99_ms"]),
                 rec=fmt_s(m["recover_s"], m["recover_horizon_s"]),
                 flap="-" if m["close_reopen"] is None else m["close_reopen"],
-                err=m["errors"], iss="; ".join(m["lab_issues"]) or "none",
+                err=m["errors"],
+                iss=("; ".join(m["lab_issues"]) or "none")
+                + (f" ({m['discarded']} discarded before)" if m.get("discarded") else ""),
             )
         )
     return "\n".join(out)
@@ -312,12 +345,20 @@ def main(argv=None):
     ap.add_argument("--out", help="results folder (default build/lab/<timestamp>)")
     ap.add_argument("--list", action="store_true", help="list suites, scenarios and variants")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNGs")
+    ap.add_argument("--retries", type=int, default=0,
+                    help="run again, up to N times, a run whose lab checks failed (a stall of the "
+                         "client or origin, say); the discarded runs are kept and counted")
+    ap.add_argument("--nice", type=int, default=-10,
+                    help="niceness of the client, origin and nginx (default -10 when root; 0: "
+                         "leave it)")
     ap.add_argument("--report", metavar="DIR",
                     help="no runs: recompute the figures, pictures and summary of a results folder")
     args = ap.parse_args(argv)
 
     if args.report:
         return report_folder(args, argv)
+    global NICE
+    NICE = args.nice if os.geteuid() == 0 else 0
     doc = labconf.load(args.config)
     if args.list:
         for s in doc["scenario"]:
@@ -363,27 +404,38 @@ def main(argv=None):
     total = len(pairs) * args.repeat
     print(f"lab: {total} runs into {outdir}", flush=True)
     rows, started, failed = [], time.time(), 0
+    load_before = _loadavg()
     try:
         n = 0
         for rep in range(1, args.repeat + 1):
             for scn, var in pairs:
                 n += 1
-                t = time.time()
-                print(f"[{n}/{total}] {scn} / {var} run {rep} ...", end=" ", flush=True)
-                try:
-                    m = one_run(doc, scn, var, rep, args, outdir, module_copy)
-                    print(
-                        f"{time.time() - t:.0f} s: protect {fmt_s(m['protect_s'])}, ok while sick "
-                        f"{pct(m['sick_ok_share'])}, recover "
-                        f"{fmt_s(m['recover_s'], m['recover_horizon_s'])}"
-                        + (f"; LAB ISSUES: {'; '.join(m['lab_issues'])}" if m["lab_issues"] else ""),
-                        flush=True,
-                    )
-                    if m["lab_issues"]:
-                        failed += 1
-                except RunFailed as e:
-                    print(f"FAILED: {e}", flush=True)
-                    m = {"scenario": scn, "variant": var, "repeat": rep, "failed": str(e)}
+                for attempt in range(args.retries + 1):
+                    t = time.time()
+                    print(f"[{n}/{total}] {scn} / {var} run {rep} ...", end=" ", flush=True)
+                    try:
+                        m = one_run(doc, scn, var, rep, args, outdir, module_copy)
+                        print(
+                            f"{time.time() - t:.0f} s: protect {fmt_s(m['protect_s'])}, ok while "
+                            f"sick {pct(m['sick_ok_share'])}, recover "
+                            f"{fmt_s(m['recover_s'], m['recover_horizon_s'])}"
+                            + (f"; LAB ISSUES: {'; '.join(m['lab_issues'])}"
+                               if m["lab_issues"] else ""),
+                            flush=True,
+                        )
+                        bad = bool(m["lab_issues"])
+                    except RunFailed as e:
+                        print(f"FAILED: {e}", flush=True)
+                        m = {"scenario": scn, "variant": var, "repeat": rep, "failed": str(e)}
+                        bad = True
+                    m["discarded"] = attempt
+                    if not bad or attempt == args.retries:
+                        break
+                    # the lab's own check failed (a stall, say): keep the folder aside, run again
+                    rundir = os.path.join(outdir, scn, f"{var}-{rep}")
+                    if os.path.isdir(rundir):
+                        os.rename(rundir, f"{rundir}.discarded-{attempt + 1}")
+                if bad:
                     failed += 1
                 rows.append(m)
     except KeyboardInterrupt:
@@ -397,7 +449,8 @@ def main(argv=None):
         f"- command: `scripts/lab {' '.join(sys.argv[1:] if argv is None else argv)}`\n"
         f"- nginx: {args.nginx} ({nginx_v})\n"
         f"- module: {args.module if needs_module else '-'} (sha256 {module_id})\n"
-        f"- {len(rows)} runs in {elapsed:.0f} s; definitions: lab/README.md\n"
+        f"- {len(rows)} runs in {elapsed:.0f} s; client, origin and nginx at nice {NICE}; "
+        f"load average before {load_before}, after {_loadavg()}; definitions: lab/README.md\n"
     )
     write_summary(outdir, header, rows, args.no_plot)
     return 1 if failed or len(rows) < total else 0

@@ -34,6 +34,8 @@ import signal
 import sys
 import time
 
+import stalls
+
 try:
     import uvloop
 except ImportError:  # the lab still works, a little slower
@@ -60,6 +62,7 @@ class Origin:
         self.log = []
         self.inflight = {}  # id(record) -> record, for requests still open at exit
         self.stop = asyncio.Event()
+        self.stalls = []
 
     def fault(self, port, t):
         """The fault that applies to this port at time t, or None."""
@@ -228,6 +231,8 @@ class Origin:
                 self.t0 = float(words[1])
 
     def write_log(self):
+        with open(self.spec["stalls"], "w") as f:
+            json.dump(self.stalls, f)
         with open(self.spec["log"], "w") as f:
             f.write("t_arrival\tport\trid\tpath\tt_start\tt_end\tstatus\tresult\n")
             for rec in self.log + list(self.inflight.values()):
@@ -240,7 +245,11 @@ class Origin:
         for port in self.ports:
             await self.listen(port)
         print("ready", flush=True)
-        tasks = [asyncio.create_task(self.phase_loop()), asyncio.create_task(self.control())]
+        tasks = [
+            asyncio.create_task(self.phase_loop()),
+            asyncio.create_task(self.control()),
+            asyncio.create_task(stalls.watch(self.stop, self.stalls)),
+        ]
         await self.stop.wait()
         for srv in self.servers.values():
             srv.close()

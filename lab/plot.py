@@ -19,7 +19,13 @@ KINDS = [
     ("error", "error (5xx from origin or nginx)", "#d62728"),
     ("timeout", "timeout (504 or client)", "#7f0000"),
 ]
-STATE_COLOURS = {"closed": "#2ca02c", "half_open": "#ffbb33", "open": "#d62728"}
+STATE_COLOURS = {"closed": "#2ca02c", "recovering": "#bcbd22", "half_open": "#ffbb33",
+                 "open": "#d62728"}
+
+
+def _state_order(state):
+    order = list(STATE_COLOURS)
+    return order.index(state) if state in order else len(order)
 
 
 def draw(meta, metrics, series, path):
@@ -69,6 +75,11 @@ def draw(meta, metrics, series, path):
     p99 = [v * 1000 if v is not None else float("nan") for v in series["p99"]]
     ax_lat.stairs(p50, edges, label="p50", color="#1f77b4")
     ax_lat.stairs(p99, edges, label="p99", color="#ff7f0e")
+    # stalls of the lab's own client/origin (CPU starvation), so a reader can discount them
+    for who, t, dur in series.get("stalls", []):
+        ax_lat.axvspan(t, t + dur, ymin=0, ymax=0.12, color="black" if dur >= 0.1 else "#999999", lw=0)
+    if series.get("stalls"):
+        ax_lat.text(1.005, 0.0, "▮ lab stall", transform=ax_lat.transAxes, fontsize=7, va="bottom")
     ax_lat.set_yscale("log")
     ax_lat.set_ylabel("client latency\nms")
     ax_lat.legend(loc="upper left", bbox_to_anchor=(1.005, 1), fontsize=7)
@@ -79,7 +90,8 @@ def draw(meta, metrics, series, path):
             t_next = band[j + 1][0] if j + 1 < len(band) else t + 0.1
             ax_state.axvspan(t, t_next, color=STATE_COLOURS.get(state, "#7f7f7f"), lw=0)
         ax_state.legend(
-            handles=[Patch(color=c, label=s) for s, c in STATE_COLOURS.items()],
+            handles=[Patch(color=STATE_COLOURS.get(s, "#7f7f7f"), label=s)
+                     for s in sorted({s for _, s in band}, key=_state_order)],
             loc="upper left", bbox_to_anchor=(1.005, 1.1), fontsize=7,
         )
     else:
