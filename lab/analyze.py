@@ -29,6 +29,7 @@ from labconf import seconds
 
 ADDR = re.compile(r"^\d+\.\d+\.\d+\.\d+:(\d+)$")
 OK_KINDS = ("ok",)
+STALL_FLAG = 0.25  # seconds: a stall of the lab's client or origin this long flags the run
 
 
 def _tsv(path):
@@ -247,6 +248,11 @@ def analyze(meta, rundir):
     opened_any = any(state != "closed" for _, state, _ in band) or any(
         tot.get("opened", 0) > 0 for _, _, tot in band
     )
+    # Probes (totals.probes going up), in seconds from the heal: when recovery was tried.
+    probe_times = []
+    for j in range(1, len(band)):
+        d = band[j][2].get("probes", 0) - band[j - 1][2].get("probes", 0)
+        probe_times += [round(band[j][0] - s1, 1)] * max(0, d)
     flaps, opens_sick, closes_sick = 0, 0, 0
     in_sick = [(t, tot) for t, _, tot in band if s0 <= t <= s1]
     if meta["module"] and in_sick:
@@ -269,7 +275,8 @@ def analyze(meta, rundir):
     issues = []
     # Open loop: a try goes out late only when the client was starved of CPU (it then catches
     # up at once); a starved origin answers late. Either would show in the figures as if nginx
-    # had done it, so a stall of 100 ms or more (the figures' grid) flags the run.
+    # had done it. Stalls up to a few grid steps move a figure by as much (the table shows the
+    # worst); from STALL_FLAG on they start to look like a sick origin, so they flag the run.
     lags = [r["t_sent"] - r["t_sched"] for r in client if r["k"] == 0]
     lag_max = max(lags, default=0.0)
     late = sum(1 for x in lags if x > 0.05)
@@ -281,9 +288,11 @@ def analyze(meta, rundir):
         except FileNotFoundError:
             stalls[who] = []
         worst = max((s[1] for s in stalls[who]), default=0.0)
-        if worst >= 0.1:
-            n = sum(1 for s in stalls[who] if s[1] >= 0.1)
-            issues.append(f"{who} stalled {n}x >= 100 ms (max {worst * 1000:.0f} ms)")
+        if worst >= STALL_FLAG:
+            n = sum(1 for s in stalls[who] if s[1] >= STALL_FLAG)
+            issues.append(
+                f"{who} stalled {n}x >= {STALL_FLAG * 1000:.0f} ms (max {worst * 1000:.0f} ms)"
+            )
     if unjoined:
         issues.append(f"{unjoined} origin requests without a client request")
     conn = sum(1 for r in client if r["note"].startswith("conn_"))
@@ -360,6 +369,7 @@ def analyze(meta, rundir):
         "opens_sick": opens_sick if meta["module"] else None,
         "closes_sick": closes_sick if meta["module"] else None,
         "close_reopen": flaps if meta["module"] else None,
+        "probes_from_heal_s": probe_times if meta["module"] else None,
         "recover_s": recover,
         "recover_horizon_s": end - s1,
         "kinds": kinds,
@@ -367,6 +377,7 @@ def analyze(meta, rundir):
         "statuses": _count(str(r["status"]) for r in reqs),
         "client_lag_max_ms": _ms(lag_max),
         "stalls": stalls,
+        "stall_max_ms": {w: _ms(max((x[1] for x in v), default=0.0)) for w, v in stalls.items()},
         "client_late_50ms": late,
         "lab_issues": issues,
     }

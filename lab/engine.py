@@ -295,13 +295,14 @@ def table(rows):
     head = (
         "| scenario | nginx | run | origin reqs while sick (to sick servers) | nginx attempts while sick "
         "| time to protect | breaker open at | client ok while sick | p50 / p99 while sick "
-        "| recover after heal | close→reopen | client errors (run) | lab issues |"
+        "| recover after heal | close→reopen | client errors (run) | lab stalls (client / origin) "
+        "| lab issues |"
     )
-    out = [head, "|" + "---|" * 13]
+    out = [head, "|" + "---|" * 14]
     for m in rows:
         if "failed" in m:
-            out.append(f"| {m['scenario']} | {m['variant']} | {m['repeat']} | run failed: {m['failed']} |"
-                       + " |" * 9)
+            out.append(f"| {m['scenario']} | {m['variant']} | {m['repeat']} | run failed: "
+                       f"{m['failed']} |" + " |" * 10)
             continue
         ok = pct(m["sick_ok_share"]) + f" of {m['sick_requests']}"
         if m.get("sick_blocks"):
@@ -311,7 +312,7 @@ def table(rows):
             ok += f" (+{m['sick_stale'] / m['sick_requests'] * 100:.1f} % stale)"
         out.append(
             "| {scn} | {var} | {rep} | {orq} ({orqb}) | {att} | {prot} | {opn} | {ok} | {p50} / {p99} ms "
-            "| {rec} | {flap} | {err} | {iss} |".format(
+            "| {rec} | {flap} | {err} | {stall} | {iss} |".format(
                 scn=m["scenario"], var=m["variant"], rep=m["repeat"],
                 orq=m["origin_requests_sick"], orqb=m["origin_requests_sick_bad"],
                 att=m["attempts_sick"], prot=fmt_s(m["protect_s"]),
@@ -321,6 +322,7 @@ def table(rows):
                 rec=fmt_s(m["recover_s"], m["recover_horizon_s"]),
                 flap="-" if m["close_reopen"] is None else m["close_reopen"],
                 err=m["errors"],
+                stall="{} / {} ms".format(*(_n(m["stall_max_ms"].get(w)) for w in ("client", "origin"))),
                 iss=("; ".join(m["lab_issues"]) or "none")
                 + (f" ({m['discarded']} discarded before)" if m.get("discarded") else ""),
             )
@@ -481,6 +483,8 @@ def report_folder(args, argv):
         if not os.path.isdir(os.path.join(outdir, scn)):
             continue
         for run in sorted(os.listdir(os.path.join(outdir, scn))):
+            if ".discarded-" in run:
+                continue
             path = os.path.join(outdir, scn, run, "run.json")
             if os.path.isfile(path):
                 with open(path) as f:

@@ -77,7 +77,7 @@ def draw(meta, metrics, series, path):
     ax_lat.stairs(p99, edges, label="p99", color="#ff7f0e")
     # stalls of the lab's own client/origin (CPU starvation), so a reader can discount them
     for who, t, dur in series.get("stalls", []):
-        ax_lat.axvspan(t, t + dur, ymin=0, ymax=0.12, color="black" if dur >= 0.1 else "#999999", lw=0)
+        ax_lat.axvspan(t, t + dur, ymin=0, ymax=0.12, color="black" if dur >= 0.25 else "#999999", lw=0)
     if series.get("stalls"):
         ax_lat.text(1.005, 0.0, "▮ lab stall", transform=ax_lat.transAxes, fontsize=7, va="bottom")
     ax_lat.set_yscale("log")
