@@ -318,7 +318,7 @@ def analyze(meta, rundir):
               "attempts_bad": [0] * nsec, "p50": [None] * nsec, "p99": [None] * nsec}
     lat_by_sec = [[] for _ in range(nsec)]
     for r in reqs:
-        s = int(r["t_sched"] - t0)
+        s = int(r["t_sched"] - t0 + 1e-6)  # request i of 20/s at exactly 25.0 s is in second 25
         if 0 <= s < nsec:
             series["kinds"].setdefault(r["kind"], [0] * nsec)[s] += 1
             lat_by_sec[s].append(r["latency"])

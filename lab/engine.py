@@ -81,15 +81,14 @@ def children(pid):
         return []
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie child of ours counts as gone
+def alive(pid, name):
+    """Still running (not a zombie), and still the program we started under that PID."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return name.encode() in f.read()
     except OSError:
         return False
 
@@ -98,7 +97,7 @@ class Procs:
     """Every process a run starts, stopped by PID: TERM, a grace period, then KILL."""
 
     def __init__(self):
-        self.items = []  # (name, Popen, extra pids getter)
+        self.items = []  # (name, Popen)
 
     def add(self, name, proc):
         self.items.append((name, proc))
@@ -118,7 +117,7 @@ class Procs:
             while proc.poll() is None and time.time() < deadline:
                 time.sleep(0.05)
             for pid in pids:
-                if alive(pid):
+                if alive(pid, "nginx" if name == "nginx" else "python3"):
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
@@ -272,6 +271,8 @@ def report_run(meta, rundir, outdir, no_plot):
     metrics, series = analyze(meta, rundir)
     with open(os.path.join(rundir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
+    with open(os.path.join(rundir, "series.json"), "w") as f:
+        json.dump(series, f)
     png = os.path.join(rundir, "timeline.png")
     if not no_plot:
         import plot
@@ -347,9 +348,10 @@ def main(argv=None):
     ap.add_argument("--out", help="results folder (default build/lab/<timestamp>)")
     ap.add_argument("--list", action="store_true", help="list suites, scenarios and variants")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNGs")
-    ap.add_argument("--retries", type=int, default=0,
+    ap.add_argument("--retries", type=int, default=None,
                     help="run again, up to N times, a run whose lab checks failed (a stall of the "
-                         "client or origin, say); the discarded runs are kept and counted")
+                         "client or origin, say); the discarded runs are kept and counted "
+                         "(default 0; 2 with --quick, so a busy machine does not fail a smoke test)")
     ap.add_argument("--nice", type=int, default=-10,
                     help="niceness of the client, origin and nginx (default -10 when root; 0: "
                          "leave it)")
@@ -359,6 +361,8 @@ def main(argv=None):
 
     if args.report:
         return report_folder(args, argv)
+    if args.retries is None:
+        args.retries = 2 if args.quick else 0
     global NICE
     NICE = args.nice if os.geteuid() == 0 else 0
     doc = labconf.load(args.config)
@@ -458,6 +462,30 @@ def main(argv=None):
     return 1 if failed or len(rows) < total else 0
 
 
+def draw_comparisons(outdir, rows):
+    """<scenario>/compare.png: every setup's first good run of a scenario, one above another."""
+    import plot
+
+    out = []
+    by_scn = {}
+    for m in rows:
+        if "failed" not in m:
+            by_scn.setdefault(m["scenario"], {}).setdefault(m["variant"], m)
+    for scn, variants in by_scn.items():
+        runs = []
+        for var, m in variants.items():
+            rundir = os.path.join(outdir, scn, f"{var}-{m['repeat']}")
+            with open(os.path.join(rundir, "run.json")) as f:
+                meta = json.load(f)
+            with open(os.path.join(rundir, "series.json")) as f:
+                series = json.load(f)
+            runs.append((meta, m, series))
+        path = os.path.join(outdir, scn, "compare.png")
+        plot.compare(runs, path)
+        out.append(os.path.relpath(path, outdir))
+    return out
+
+
 def write_summary(outdir, header, rows, no_plot):
     abouts = {}
     for m in rows:
@@ -466,6 +494,8 @@ def write_summary(outdir, header, rows, no_plot):
     text = header + "\n" + legend + "\n\n" + table(rows) + "\n"
     pics = [m["png"] for m in rows if "png" in m and not no_plot]
     if pics:
+        text += "\nSide by side: " + ", ".join(
+            f"[{p}]({p})" for p in draw_comparisons(outdir, rows)) + "\n"
         text += "\nTimelines: " + ", ".join(f"[{p}]({p})" for p in pics) + "\n"
     with open(os.path.join(outdir, "summary.md"), "w") as f:
         f.write(text)

@@ -115,3 +115,69 @@ def draw(meta, metrics, series, path):
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def compare(runs, path):
+    """One scenario, every setup: client outcomes per second with the breaker band beneath."""
+    n = len(runs)
+    fig = plt.figure(figsize=(12.5, 2.3 * n + 0.9))
+    outer = fig.add_gridspec(n, 1, hspace=0.32)
+    first = None
+    kinds_seen = {}
+    states_seen = set()
+    for j, (meta, m, series) in enumerate(runs):
+        inner = outer[j].subgridspec(2, 1, height_ratios=[3, 0.35], hspace=0.06)
+        ax = fig.add_subplot(inner[0], sharex=first)
+        band_ax = fig.add_subplot(inner[1], sharex=ax)
+        first = first or ax
+        nsec = len(series["received"])
+        xs = list(range(nsec))
+        bottom = [0] * nsec
+        for key, label, colour in KINDS:
+            vals = series["kinds"].get(key)
+            if not vals or not any(vals):
+                continue
+            ax.bar(xs, vals, width=1.0, bottom=bottom, color=colour, align="edge", lw=0)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+            kinds_seen[label] = colour
+        ax.stairs(series["attempts_bad"], list(range(nsec + 1)), color="black", lw=1.2,
+                  label="attempts to the sick server(s)")
+        for _name, a, b, fault in meta["phases"]:
+            if fault is not None:
+                for x in (a, b):
+                    ax.axvline(x, color="#444444", lw=0.8, ls="--")
+                    band_ax.axvline(x, color="#444444", lw=0.8, ls="--")
+        ok = "-" if m["sick_ok_share"] is None else f"{m['sick_ok_share'] * 100:.1f} %"
+        ax.set_title(
+            f"{meta['variant_about']}: protect {fmt_s(m['protect_s'])}, ok while sick {ok}, "
+            f"recover {fmt_s(m['recover_s'], m['recover_horizon_s'])}",
+            fontsize=8, loc="left",
+        )
+        ax.set_ylabel("req/s", fontsize=8)
+        ax.tick_params(labelbottom=False, labelsize=7)
+        band = series["band"]
+        for k, (t, state) in enumerate(band):
+            t_next = band[k + 1][0] if k + 1 < len(band) else t + 0.1
+            band_ax.axvspan(t, t_next, color=STATE_COLOURS.get(state, "#7f7f7f"), lw=0)
+            states_seen.add(state)
+        if not band:
+            band_ax.text(0.5, 0.5, "no breaker", ha="center", va="center",
+                         transform=band_ax.transAxes, fontsize=7, color="#555555")
+        band_ax.set_yticks([])
+        band_ax.tick_params(labelbottom=(j == n - 1), labelsize=7)
+        band_ax.set_xlim(0, nsec)
+    handles = [Patch(color=c, label=lbl) for lbl, c in kinds_seen.items()]
+    handles.append(plt.Line2D([], [], color="black", lw=1.2, label="attempts to the sick server(s)"))
+    handles += [Patch(color=STATE_COLOURS.get(s, "#7f7f7f"), label=f"breaker {s}")
+                for s in sorted(states_seen, key=_state_order)]
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=7, frameon=False)
+    meta = runs[0][0]
+    fig.suptitle(
+        f"{meta['scenario']}: {meta['scenario_about']} ({meta['rate']:.0f} req/s open loop; "
+        "dashed: sick phase)",
+        fontsize=9, x=0.01, ha="left",
+    )
+    fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.45 / fig.get_figheight(),
+                        bottom=0.75 / fig.get_figheight())
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
