@@ -342,9 +342,12 @@ def main(argv=None):
     ap.add_argument("--scenario", help="comma-separated scenario names (instead of a suite)")
     ap.add_argument("--variant", help="comma-separated variants to keep")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each (scenario, variant)")
-    ap.add_argument("--module", default=os.path.join(ROOT, "build/ngx_http_circuit_breaker_module.so"))
-    ap.add_argument("--nginx", default=os.path.join(ROOT, "build/nginx/sbin/nginx"))
-    ap.add_argument("--config", default=os.path.join(HERE, "scenarios.toml"))
+    ap.add_argument("--module", default=os.path.join(ROOT, "build/ngx_http_circuit_breaker_module.so"),
+                    help="the module to load in module setups (a private copy is loaded)")
+    ap.add_argument("--nginx", default=os.path.join(ROOT, "build/nginx/sbin/nginx"),
+                    help="the nginx binary, for every setup")
+    ap.add_argument("--config", default=os.path.join(HERE, "scenarios.toml"),
+                    help="scenarios, setups and module parameters")
     ap.add_argument("--out", help="results folder (default build/lab/<timestamp>)")
     ap.add_argument("--list", action="store_true", help="list suites, scenarios and variants")
     ap.add_argument("--no-plot", action="store_true", help="skip the PNGs")
@@ -449,7 +452,8 @@ def main(argv=None):
     elapsed = time.time() - started
 
     order = [s for s, _ in pairs]
-    rows.sort(key=lambda m: (order.index(m["scenario"]), m["variant"], m["repeat"]))
+    rows.sort(key=lambda m: (order.index(m["scenario"]),
+                             pairs.index((m["scenario"], m["variant"])), m["repeat"]))
     header = (
         f"# Lab results {stamp}\n\n"
         f"- command: `scripts/lab {' '.join(sys.argv[1:] if argv is None else argv)}`\n"
@@ -523,7 +527,13 @@ def report_folder(args, argv):
         print(f"error: no runs in {outdir}", file=sys.stderr)
         return 2
     rows = [report_run(meta, rundir, outdir, args.no_plot) for rundir, meta in metas]
-    rows.sort(key=lambda m: (m["scenario"], m["variant"], m["repeat"]))
+    # the order they were run in: the config's order of scenarios and setups
+    first = {}
+    for _rundir, meta in sorted(metas, key=lambda x: x[1]["t0"]):
+        first.setdefault(meta["scenario"], meta["t0"])
+        first.setdefault((meta["scenario"], meta["variant"]), meta["t0"])
+    rows.sort(key=lambda m: (first[m["scenario"]], first[(m["scenario"], m["variant"])],
+                             m["repeat"]))
     header = (
         f"# Lab results {os.path.basename(outdir)} (figures recomputed)\n\n"
         f"- command: `scripts/lab {' '.join(sys.argv[1:] if argv is None else argv)}`\n"
