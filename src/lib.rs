@@ -7,6 +7,7 @@ mod clock;
 mod conf;
 pub mod eject;
 mod ffi;
+mod fleet;
 pub mod net;
 mod request;
 mod respond;
@@ -52,6 +53,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
+        let rc = fleet::postconfiguration(cf);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
         respond::add_header_filter();
         setup::add_phase_handler(
             cf,
@@ -90,7 +95,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 9] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -139,6 +144,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
         0,
         // The content handler the directive installs.
         status::handler as *mut c_void,
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_fleet"),
+        NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE,
+        directives::set_fleet,
+        NGX_HTTP_MAIN_CONF_OFFSET,
+        0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker_header"),
@@ -193,5 +206,6 @@ pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
     init_module: Some(init_module),
+    init_process: Some(fleet::init_process),
     ..ngx_module_t::default()
 };

@@ -26,6 +26,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 view: br.view(now + 8_000),
                 servers: Vec::new(),
                 retry: None,
+                fingerprint: None,
             }
         })
         .collect()
@@ -41,6 +42,7 @@ fn bench(c: &mut Criterion) {
         module_version: env!("CARGO_PKG_VERSION"),
         nginx_version: "1.28.3",
         control: false,
+        fleet_json: None,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();
