@@ -346,15 +346,6 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"closed\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
-    if let Some(fp) = entry.fingerprint {
-        out.extend_from_slice(b",\"fingerprint\":\"");
-        out.extend_from_slice(crate::fleet::fingerprint::hex(fp).as_bytes());
-        out.extend_from_slice(match v.suspect_until_ms {
-            Some(_) => b"\",\"suspicious\":true,\"suspicious_until\":",
-            None => b"\",\"suspicious\":false,\"suspicious_until\":",
-        });
-        write_opt(out, v.suspect_until_ms.map(secs));
-    }
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -377,6 +368,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         int(out, b"},\"total\":", r.retries_total);
         int(out, b",\"denied\":", r.retries_denied_total);
         out.push(b'}');
+    }
+    if let Some(fp) = entry.fingerprint {
+        out.extend_from_slice(b",\"fingerprint\":\"");
+        out.extend_from_slice(crate::fleet::fingerprint::hex(fp).as_bytes());
+        out.extend_from_slice(match v.suspect_until_ms {
+            Some(_) => b"\",\"suspicious\":true,\"suspicious_until\":",
+            None => b"\",\"suspicious\":false,\"suspicious_until\":",
+        });
+        write_opt(out, v.suspect_until_ms.map(secs));
     }
     out.push(b'}');
 }
