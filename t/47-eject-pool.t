@@ -29,7 +29,7 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(41);
+my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(43);
 
 # 8081 good, 8082 answers 500 until told otherwise, 8083 refuses connections
 # until an origin is started there, 8084 hangs until told otherwise, 8085
@@ -106,6 +106,14 @@ $t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
         circuit_breaker_eject min_requests=4 time=30s;
     }
 
+    # a dry run: the server's breaker runs, the balancer is left alone
+    upstream dry {
+        server 127.0.0.1:%%PORT_8082%% max_fails=0;
+        server 127.0.0.1:%%PORT_8081%% max_fails=0;
+        circuit_breaker jitter=0% dry_run;
+        $eject
+    }
+
     upstream ctl {
         zone ctl 64k;
         server 127.0.0.1:%%PORT_8081%% max_fails=0;
@@ -132,6 +140,7 @@ $t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
         location /backupz/ { proxy_pass http://backupz; }
         location /all/ { proxy_pass http://all; }
         location /kept/ { proxy_pass http://kept; }
+        location /dry/ { proxy_pass http://dry; }
         location /ctl2/ { proxy_pass http://ctl2; }
 
         location = /status { circuit_breaker_status control=on; }
@@ -234,6 +243,16 @@ my $b = breaker('all');
 is(join(' ', sort map { $_->{state} } @{$b->{servers}}), 'ejected in',
 	'all bad: the other server stays in');
 
+# a dry run: ejected as far as its breaker and the log say, but still sent
+# traffic
+
+until_ejected($t, 'dry', $p{8082});
+my $dry = CB::Origin::hits($hits{8082}, qr!^/dry/!);
+http_get('/dry/x') for 1 .. 8;
+ok(place(breaker('dry'), $p{8082}) eq 'ejected'
+	&& CB::Origin::hits($hits{8082}, qr!^/dry/!) > $dry,
+	'dry run: ejected, and still used');
+
 # an ejection survives a reload with the same servers
 
 until_ejected($t, 'kept', $p{8082});
@@ -253,7 +272,7 @@ CB::Origin::mode($hits{8084}, '');
 CB::Origin::mode($hits{8082}, '');
 sleep 1.1;
 
-for my $name (qw/ refused refusedz hang hangz backup backupz /) {
+for my $name (qw/ refused refusedz hang hangz backup backupz dry /) {
 	http_get("/$name/x") for 1 .. 4;
 	my $port = $name =~ /^refused/ ? $p{8083}
 		: $name =~ /^hang/ ? $p{8084} : $p{8082};

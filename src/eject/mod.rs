@@ -182,6 +182,8 @@ fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
         let due = match (state, b.gate()) {
             _ if b.config().active || b.forced().is_some() => u64::MAX,
             (State::Open, Gate::Reject { until_ms, .. }) => until_ms,
+            // A dry run's gate never rejects: its view says when the probe may start.
+            (State::Open, _) => b.view(now).retry_at_ms.unwrap_or(now),
             (State::HalfOpen, _) => now,
             _ => u64::MAX,
         };
