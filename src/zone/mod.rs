@@ -7,6 +7,7 @@
 //! table and the breakers are touched only under the mutex ([`Locked`]).
 
 mod init;
+mod limit;
 mod node;
 mod reload;
 mod slot;
@@ -20,6 +21,7 @@ use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
 pub use init::{init_zone, ZoneName};
+pub use limit::{Acquired, LimitPtr};
 pub use reload::Wanted;
 pub use table::{Entry, Locked, Missing};
 
@@ -93,6 +95,11 @@ impl Handle {
     /// Whether this names no breaker.
     pub fn is_none(&self) -> bool {
         self.ident == 0
+    }
+
+    /// The slot's index: small and dense, for tables kept per breaker in worker memory.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
     }
 }
 
@@ -242,11 +249,14 @@ impl Zone {
                 None => continue,
             };
             // SAFETY: as above.
+            let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
+            // SAFETY: as above.
             let (upstream, route) = unsafe { locked.names_of(n) };
             f(Entry {
                 upstream,
                 route,
                 view,
+                limit,
             });
         }
         usage

@@ -1,0 +1,571 @@
+//! The adaptive limit's shared memory. Beside the slot of each breaker whose upstream has
+//! `limit=adaptive` lies a [`Block`]: the controller (core's `Limiter`, touched under the
+//! mutex), and what requests touch without the lock — one word that holds the limit and the
+//! in-flight count, and a table of the processes holding slots, so that a dead worker's
+//! slots are returned.
+//!
+//! A block hangs off its slot and, like slots, is never freed: a worker still serving an
+//! older configuration may give a slot back at any time. It passes from tenant to tenant with
+//! the slot; its word carries the tenant's tag and each table entry its owner's pid, and every
+//! lock-free change is a compare-and-swap on one of them, so a release meant for a former
+//! tenant, or for an entry that was reclaimed, changes nothing.
+//!
+//! Admission increments the table entry, then the word; a release decrements the word, then
+//! the entry. A worker killed between the two steps leaves its entry one ahead of the word,
+//! and the reclaim then returns one slot too many (in-flight reads one low until it drains);
+//! the window is a few instructions wide.
+
+use core::alloc::Layout;
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
+use circuit_breaker_core::status::LimitStatus;
+use ngx::allocator::Allocator;
+
+use super::node::Node;
+use super::table::Locked;
+use super::{Handle, Zone};
+
+/// In-flight count and limit: 24 bits each. A limit above this is taken as this.
+const COUNT_BITS: u32 = 24;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const TAG_SHIFT: u32 = 2 * COUNT_BITS;
+/// The largest limit the word holds (about 16.7 million requests in flight).
+pub const MAX_LIMIT: u32 = COUNT_MASK as u32;
+
+/// The tag of tenant `ident` in the word: never 0, which no tenant has.
+fn tag_of(ident: u64) -> u64 {
+    ident.wrapping_sub(1) % 0xffff + 1
+}
+
+fn pack(tag: u64, limit: u32, inflight: u64) -> u64 {
+    (tag << TAG_SHIFT) | ((u64::from(limit) & COUNT_MASK) << COUNT_BITS) | (inflight & COUNT_MASK)
+}
+
+/// (tag, limit, in-flight) of a word.
+fn unpack(w: u64) -> (u64, u32, u64) {
+    (
+        w >> TAG_SHIFT,
+        ((w >> COUNT_BITS) & COUNT_MASK) as u32,
+        w & COUNT_MASK,
+    )
+}
+
+fn owner(pid: u32, count: u32) -> u64 {
+    (u64::from(pid) << 32) | u64::from(count)
+}
+
+/// What a lock-free reader may touch: atomics, and the table's length, which never changes.
+#[repr(C)]
+struct Shared {
+    /// tag (16 bits) | limit (24) | in-flight (24).
+    word: AtomicU64,
+    /// Requests shed (in dry run: that would have been) since the controller started.
+    shed: AtomicU64,
+    /// The tenant the block is set up for (written under the mutex).
+    tenant: AtomicU64,
+    /// Whether the tenant's configuration has the limit (written under the mutex).
+    enabled: AtomicU32,
+    /// Entries of the owners table that follows the block.
+    owners: u32,
+}
+
+/// Touched under the mutex only.
+#[repr(C)]
+struct Controller {
+    cfg: LimitConfig,
+    limiter: Limiter,
+}
+
+/// A limiter beside a slot, followed by its owners table: `owners` entries of
+/// `pid << 32 | slots held`, one per process that admitted requests.
+#[repr(C)]
+pub struct Block {
+    shared: Shared,
+    controller: UnsafeCell<Controller>,
+}
+
+/// How many processes one limiter tracks: the workers of two configurations side by side
+/// during a reload (`worker_processes auto` is one per CPU), dead ones not reclaimed yet,
+/// and room to spare. A process that finds no entry is counted in the word only, and the
+/// slots it holds if it dies are not returned.
+fn owners_capacity() -> u32 {
+    // SAFETY: set once at process start by nginx's os init.
+    let cpus = unsafe { nginx_sys::ngx_ncpu }.max(1) as u32;
+    cpus.saturating_mul(4).clamp(32, 1024)
+}
+
+fn block_layout(owners: u32) -> Option<Layout> {
+    let (l, _) = Layout::new::<Block>()
+        .extend(Layout::array::<AtomicU64>(owners as usize).ok()?)
+        .ok()?;
+    Some(l.pad_to_align())
+}
+
+/// A block and the tag of the tenant it was found for. Blocks are never freed and a worker's
+/// zone stays mapped as long as it runs, so holding one in worker memory is sound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitPtr {
+    block: NonNull<Block>,
+    ident: u64,
+}
+
+/// What an admission got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// A slot: in-flight is now `inflight`; `over` in dry run when it was past the limit.
+    Slot { inflight: u32, over: bool },
+    /// In-flight is at the limit.
+    Full,
+    /// The block belongs to another tenant now.
+    Stale,
+}
+
+impl LimitPtr {
+    fn shared(&self) -> &Shared {
+        // SAFETY: a block stays allocated and mapped (see the type), and its shared part is
+        // atomics or never changes.
+        unsafe { &self.block.as_ref().shared }
+    }
+
+    fn owners(&self) -> &[AtomicU64] {
+        let n = self.shared().owners;
+        // SAFETY: the table follows the block in its allocation (block_layout), initialised
+        // when the block was made; entries are atomics.
+        unsafe {
+            let base = self
+                .block
+                .as_ptr()
+                .cast::<u8>()
+                .add(core::mem::size_of::<Block>())
+                .cast::<AtomicU64>();
+            core::slice::from_raw_parts(base, n as usize)
+        }
+    }
+
+    fn tag(&self) -> u64 {
+        tag_of(self.ident)
+    }
+
+    /// (limit, in-flight) as of now, if the block still belongs to this tenant.
+    #[inline]
+    pub fn counts(&self) -> Option<(u32, u32)> {
+        let (tag, limit, inflight) = unpack(self.shared().word.load(Ordering::Acquire));
+        (tag == self.tag()).then_some((limit, inflight as u32))
+    }
+
+    /// Takes a slot if in-flight is below the limit (or past it in dry run).
+    #[inline]
+    pub fn acquire(&self, dry_run: bool) -> Acquired {
+        let word = &self.shared().word;
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let (tag, limit, inflight) = unpack(w);
+            if tag != self.tag() {
+                return Acquired::Stale;
+            }
+            let over = inflight >= u64::from(limit);
+            if (over && !dry_run) || inflight == COUNT_MASK {
+                return Acquired::Full;
+            }
+            match word.compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    return Acquired::Slot {
+                        inflight: inflight as u32 + 1,
+                        over,
+                    }
+                }
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Gives a slot back; returns in-flight before the decrement, `None` when the block
+    /// belongs to another tenant now.
+    #[inline]
+    pub fn release(&self) -> Option<u32> {
+        let word = &self.shared().word;
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let (tag, _, inflight) = unpack(w);
+            if tag != self.tag() || inflight == 0 {
+                return None;
+            }
+            match word.compare_exchange_weak(w, w - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(inflight as u32),
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Counts a request shed (or, in dry run, one that would have been).
+    #[inline]
+    pub fn count_shed(&self) {
+        self.shared().shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Moves entry `index` of `pid` from `held` to `to` slots; false if the entry is no
+    /// longer what this process left (reclaimed, or the block changed tenant).
+    #[inline]
+    pub fn move_owner(&self, index: u32, pid: u32, held: u32, to: u32) -> bool {
+        self.owners().get(index as usize).is_some_and(|e| {
+            e.compare_exchange(
+                owner(pid, held),
+                owner(pid, to),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        })
+    }
+}
+
+/// A block borrowed under the mutex.
+pub struct LimitMut<'l> {
+    ptr: LimitPtr,
+    controller: &'l mut Controller,
+}
+
+impl LimitMut<'_> {
+    /// The block, to be used without the lock from now on.
+    pub fn ptr(&self) -> LimitPtr {
+        self.ptr
+    }
+
+    /// Merges a worker's samples; when the interval ends, updates the limit and publishes it.
+    /// Nothing while the tenant's configuration has no limit.
+    pub fn record(
+        &mut self,
+        now_ms: u64,
+        samples: &circuit_breaker_core::limit::Samples,
+        rnd: u32,
+    ) -> Option<Update> {
+        if self.ptr.shared().enabled.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let u = self.controller.limiter.record(now_ms, samples, rnd)?;
+        self.publish(self.controller.limiter.limit());
+        Some(u)
+    }
+
+    fn publish(&self, limit: u32) {
+        let word = &self.ptr.shared().word;
+        let limit = limit.min(MAX_LIMIT);
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let (tag, old, inflight) = unpack(w);
+            if old == limit {
+                return;
+            }
+            match word.compare_exchange_weak(
+                w,
+                pack(tag, limit, inflight),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Returns `count` slots to the word (never below zero).
+    fn give_back(&self, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let word = &self.ptr.shared().word;
+        let mut w = word.load(Ordering::Acquire);
+        loop {
+            let (_, _, inflight) = unpack(w);
+            let back = count.min(inflight);
+            match word.compare_exchange_weak(w, w - back, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Returns the slots of owners that no longer run (`alive` says), and frees their entries;
+    /// returns how many slots came back.
+    pub fn reclaim(&mut self, alive: &dyn Fn(u32) -> bool) -> u64 {
+        let mut back = 0;
+        let ptr = self.ptr;
+        for e in ptr.owners() {
+            let v = e.load(Ordering::Acquire);
+            let pid = (v >> 32) as u32;
+            if pid == 0 || alive(pid) {
+                continue;
+            }
+            // The owner is dead: nobody else changes its entry.
+            let count = e.swap(0, Ordering::AcqRel) & 0xffff_ffff;
+            self.give_back(count);
+            back += count;
+        }
+        back
+    }
+
+    /// An entry of the owners table for process `pid`. An entry that already names `pid` is
+    /// a dead predecessor's that had the same pid (a live process claims once per tenant):
+    /// its slots are returned. `None` when the table is full of live owners.
+    pub fn claim_owner(&mut self, pid: u32, alive: &dyn Fn(u32) -> bool) -> Option<u32> {
+        let ptr = self.ptr;
+        let owners = ptr.owners();
+        if let Some(i) = owners
+            .iter()
+            .position(|e| (e.load(Ordering::Acquire) >> 32) as u32 == pid)
+        {
+            let count = owners[i].swap(owner(pid, 0), Ordering::AcqRel) & 0xffff_ffff;
+            self.give_back(count);
+            return Some(i as u32);
+        }
+        for round in 0..2 {
+            if round == 1 {
+                self.reclaim(alive);
+            }
+            for (i, e) in owners.iter().enumerate() {
+                if e.compare_exchange(0, owner(pid, 0), Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some(i as u32);
+                }
+            }
+        }
+        None
+    }
+
+    /// The figures of the status page.
+    pub fn status(&self) -> LimitStatus {
+        let (_, limit, inflight) = unpack(self.ptr.shared().word.load(Ordering::Acquire));
+        let v = self.controller.limiter.view();
+        LimitStatus {
+            limit,
+            in_flight: inflight as u32,
+            min_latency_ms: v.min_latency_ms,
+            last_latency_ms: v.sample_latency_ms,
+            shed: self.ptr.shared().shed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Zone {
+    /// The limit block of `handle`'s breaker, without the lock, if one is set up for it.
+    pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
+        let slot = self.slot(handle.slot)?;
+        let block = NonNull::new(slot.limit_block())?;
+        let ptr = LimitPtr {
+            block,
+            ident: handle.ident,
+        };
+        (ptr.shared().tenant.load(Ordering::Acquire) == handle.ident).then_some(ptr)
+    }
+}
+
+/// What reconciliation or a worker's first use asks of a breaker's block.
+enum Want<'a> {
+    /// The configuration has this limit: set the block up, and (reconciliation only) start
+    /// the controller afresh if its parameters changed.
+    On(&'a LimitConfig, bool),
+    /// The configuration has no limit.
+    Off,
+}
+
+impl Locked<'_> {
+    /// The block `ptr` names, under the lock, if it still belongs to that tenant.
+    pub fn limit_mut(&mut self, ptr: LimitPtr) -> Option<LimitMut<'_>> {
+        if ptr.shared().tenant.load(Ordering::Relaxed) != ptr.ident {
+            return None;
+        }
+        // SAFETY: the controller is touched only under the mutex, which `self` holds for as
+        // long as the borrow lives.
+        let controller = unsafe { &mut *ptr.block.as_ref().controller.get() };
+        Some(LimitMut { ptr, controller })
+    }
+
+    /// The block of `handle`'s breaker, set up with `cfg` if it is not yet (a breaker created
+    /// on first use, or a block that belonged to another tenant). A block already set up is
+    /// left as it is: only a new configuration changes its parameters. `None` when the
+    /// breaker is gone or the zone is full.
+    pub fn limit_set_up(
+        &mut self,
+        handle: Handle,
+        cfg: &LimitConfig,
+        now_ms: u64,
+    ) -> Option<LimitMut<'_>> {
+        let slot = self.zone().slot(handle.slot)?;
+        slot.node(handle.ident)?;
+        let ptr = self.set_up(handle, Want::On(cfg, false), now_ms)?;
+        self.limit_mut(ptr)
+    }
+
+    /// Brings node `n`'s block in line with a new configuration's `want`: set up, started
+    /// afresh when its parameters changed (in-flight requests keep their slots), or turned off
+    /// (the limit no longer applies; workers of the old configuration still count).
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn limit_reconcile(
+        &mut self,
+        n: NonNull<Node>,
+        want: Option<&LimitConfig>,
+        now_ms: u64,
+    ) {
+        // SAFETY: per the contract.
+        let Some(handle) = (unsafe { self.handle_of(n) }) else {
+            return;
+        };
+        match want {
+            Some(cfg) => {
+                self.set_up(handle, Want::On(cfg, true), now_ms);
+            }
+            None => {
+                self.set_up(handle, Want::Off, now_ms);
+            }
+        }
+    }
+
+    /// The limit of `handle`'s breaker for the status page, when its configuration has one.
+    pub fn limit_status(&mut self, handle: Handle) -> Option<LimitStatus> {
+        let ptr = self.zone().limit(handle)?;
+        if ptr.shared().enabled.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.limit_mut(ptr).map(|l| l.status())
+    }
+
+    /// The handle of a published node.
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn handle_of(&self, n: NonNull<Node>) -> Option<Handle> {
+        // SAFETY: per the contract.
+        let index = unsafe { n.as_ref() }.slot;
+        let slot = self.zone().slot(index)?;
+        Some(Handle {
+            slot: index,
+            ident: slot.ident(),
+        })
+    }
+
+    fn set_up(&mut self, handle: Handle, want: Want, now_ms: u64) -> Option<LimitPtr> {
+        let slot = self.zone().slot(handle.slot)?;
+        let block = match NonNull::new(slot.limit_block()) {
+            Some(b) => b,
+            None if matches!(want, Want::Off) => return None,
+            None => {
+                let b = self.allocate_block()?;
+                slot.set_limit_block(b.as_ptr());
+                b
+            }
+        };
+        let ptr = LimitPtr {
+            block,
+            ident: handle.ident,
+        };
+        let shared = ptr.shared();
+        let ours = shared.tenant.load(Ordering::Relaxed) == handle.ident;
+        // SAFETY: under the mutex, which `self` holds.
+        let controller = unsafe { &mut *block.as_ref().controller.get() };
+        match want {
+            Want::Off => {
+                if ours && shared.enabled.swap(0, Ordering::Relaxed) != 0 {
+                    LimitMut { ptr, controller }.publish(MAX_LIMIT);
+                }
+                return None;
+            }
+            Want::On(cfg, _) if !ours => {
+                // A new tenant: every count starts at zero. The owners are cleared before the
+                // word names the tenant, so an admission that sees the new tag finds them so.
+                for e in ptr.owners() {
+                    e.store(0, Ordering::Relaxed);
+                }
+                shared.shed.store(0, Ordering::Relaxed);
+                controller.cfg = *cfg;
+                controller.limiter = Limiter::new(*cfg, now_ms);
+                shared.enabled.store(1, Ordering::Relaxed);
+                shared.tenant.store(handle.ident, Ordering::Release);
+                let limit = controller.limiter.limit().min(MAX_LIMIT);
+                shared
+                    .word
+                    .store(pack(ptr.tag(), limit, 0), Ordering::Release);
+            }
+            Want::On(cfg, reconciling) => {
+                let off = shared.enabled.load(Ordering::Relaxed) == 0;
+                if reconciling && (off || controller.cfg != *cfg) {
+                    // New parameters: the controller starts afresh; requests in flight keep
+                    // their slots and the owners table.
+                    controller.cfg = *cfg;
+                    controller.limiter = Limiter::new(*cfg, now_ms);
+                    shared.shed.store(0, Ordering::Relaxed);
+                    shared.enabled.store(1, Ordering::Relaxed);
+                    let limit = controller.limiter.limit();
+                    LimitMut { ptr, controller }.publish(limit);
+                }
+            }
+        }
+        Some(ptr)
+    }
+
+    fn allocate_block(&mut self) -> Option<NonNull<Block>> {
+        let owners = owners_capacity();
+        let layout = block_layout(owners)?;
+        let p = self.pool_mut().allocate(layout).ok()?.cast::<Block>();
+        // SAFETY: a fresh allocation of `layout`, which holds the block and `owners` entries;
+        // nothing else can reach it until the slot publishes it.
+        unsafe {
+            p.as_ptr().write(Block {
+                shared: Shared {
+                    word: AtomicU64::new(0),
+                    shed: AtomicU64::new(0),
+                    tenant: AtomicU64::new(0),
+                    enabled: AtomicU32::new(0),
+                    owners,
+                },
+                controller: UnsafeCell::new(Controller {
+                    cfg: LimitConfig::default(),
+                    limiter: Limiter::new(LimitConfig::default(), 0),
+                }),
+            });
+            let table = p
+                .as_ptr()
+                .cast::<u8>()
+                .add(core::mem::size_of::<Block>())
+                .cast::<AtomicU64>();
+            for i in 0..owners as usize {
+                table.add(i).write(AtomicU64::new(0));
+            }
+        }
+        Some(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_word_packs_three_fields() {
+        let w = pack(7, 1000, 42);
+        assert_eq!(unpack(w), (7, 1000, 42));
+        assert_eq!(unpack(w + 1), (7, 1000, 43), "in-flight is the low bits");
+        assert_eq!(
+            unpack(pack(0xffff, MAX_LIMIT, COUNT_MASK)),
+            (0xffff, MAX_LIMIT, COUNT_MASK)
+        );
+        assert_eq!(
+            unpack(pack(1, u32::MAX, 0)).1,
+            MAX_LIMIT,
+            "a larger limit is clipped"
+        );
+    }
+
+    #[test]
+    fn tags_are_never_zero() {
+        assert_eq!(tag_of(1), 1);
+        assert_eq!(tag_of(0xffff), 0xffff);
+        assert_eq!(tag_of(0x10000), 1);
+        assert!((1..200_000u64).all(|i| (1..=0xffff).contains(&tag_of(i))));
+    }
+}
