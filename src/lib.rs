@@ -6,6 +6,7 @@
 mod clock;
 mod conf;
 mod ffi;
+mod limit;
 pub mod net;
 mod request;
 mod respond;
