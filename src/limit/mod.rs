@@ -24,7 +24,7 @@ use nginx_sys::{ngx_event_t, ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};
 use crate::ffi::{guard, pid, process_alive};
-use crate::zone::{Acquired, Handle, LimitPtr, Zone};
+use crate::zone::{Acquired, Handle, LimitPtr, Owner, Zone};
 
 /// A worker flushes its samples once it has this many...
 const FLUSH_SAMPLES: u32 = 32;
@@ -70,16 +70,12 @@ pub enum Sample {
     Drop,
 }
 
-const NO_OWNER: u32 = u32::MAX;
-
 /// This worker's view of one limited breaker.
 struct Local {
     handle: Handle,
     ptr: LimitPtr,
-    /// This worker's entry in the owners table (`NO_OWNER`: the table was full).
-    owner: u32,
-    /// Slots this worker holds, as its entry says.
-    held: u32,
+    /// This worker's entry in the owners table (`None`: the table was full).
+    owner: Option<Owner>,
     samples: Samples,
     /// Shed since the last flush.
     shed: bool,
@@ -134,9 +130,9 @@ impl Registry {
             if !l.dirty {
                 l.dirty = true;
                 self.dirty.push(i as u32);
+                self.arm();
             }
         }
-        self.arm();
     }
 
     /// Arms the flush timer unless it is pending.
@@ -163,8 +159,12 @@ impl Registry {
             let Some(mut m) = locked.limit_set_up(handle, cfg, mono_ms()) else {
                 return false;
             };
-            let owner = m.claim_owner(pid(), &process_alive).unwrap_or(NO_OWNER);
-            (m.ptr(), owner)
+            let me = pid();
+            let ptr = m.ptr();
+            let owner = m
+                .claim_owner(me, &process_alive)
+                .and_then(|i| ptr.owner(i, me));
+            (ptr, owner)
         };
         let i = handle.slot_index();
         if self.locals.len() <= i {
@@ -175,7 +175,6 @@ impl Registry {
             handle,
             ptr,
             owner,
-            held: 0,
             samples: Samples::EMPTY,
             shed: false,
             dirty,
@@ -249,32 +248,8 @@ impl Local {
     /// `Some(true)`: a slot; `Some(false)`: shed; `None`: the block changed tenant.
     #[inline]
     fn acquire(&mut self, dry_run: bool) -> Option<bool> {
-        // At the limit, shed without touching the owners table.
-        let (limit, inflight) = self.ptr.counts()?;
-        if inflight >= limit && !dry_run {
-            self.ptr.count_shed();
-            self.shed = true;
-            return Some(false);
-        }
-        let me = pid();
-        let tracked = self.owner != NO_OWNER;
-        if tracked
-            && !self
-                .ptr
-                .move_owner(self.owner, me, self.held, self.held + 1)
-        {
-            return None;
-        }
-        let undo = |l: &Local| {
-            if tracked {
-                l.ptr.move_owner(l.owner, me, l.held + 1, l.held);
-            }
-        };
-        match self.ptr.acquire(dry_run) {
+        match self.ptr.acquire(self.owner.as_mut(), dry_run) {
             Acquired::Slot { inflight, over } => {
-                if tracked {
-                    self.held += 1;
-                }
                 self.samples.note_inflight(inflight);
                 if over {
                     self.ptr.count_shed();
@@ -282,65 +257,85 @@ impl Local {
                 Some(true)
             }
             Acquired::Full => {
-                undo(self);
                 self.ptr.count_shed();
                 self.shed = true;
                 Some(false)
             }
-            Acquired::Stale => {
-                undo(self);
-                None
-            }
+            Acquired::Stale => None,
         }
     }
 }
 
 /// Admits a request of `handle`'s breaker under its limit `cfg`: a slot, or shed. `dry_run`
 /// admits past the limit and counts the shed. The first request of a breaker in this worker
-/// takes the lock once, to set up the limit and this worker's owner entry.
+/// takes the lock once (`zone`), to set up the limit and this worker's owner entry.
+#[inline]
 pub fn acquire(
-    zone: &Zone,
     handle: Handle,
     cfg: &LimitConfig,
     dry_run: bool,
+    zone: impl FnOnce() -> Option<Zone>,
     log: *mut ngx_log_t,
     name: impl FnOnce() -> String,
 ) -> Admit {
     let reg = registry();
-    if reg.zone.is_none() {
-        reg.zone = Some(zone.clone());
-    }
-    for first in [true, false] {
-        if let Some((i, l)) = reg.local(handle) {
-            match l.acquire(dry_run) {
-                Some(true) => return Admit::Slot(Hold(handle)),
-                Some(false) => {
-                    reg.mark_dirty(i);
-                    return Admit::Shed;
-                }
-                None => reg.locals[i] = None,
+    if let Some((i, l)) = reg.local(handle) {
+        match l.acquire(dry_run) {
+            Some(true) => return Admit::Slot(Hold(handle)),
+            Some(false) => {
+                reg.mark_dirty(i);
+                return Admit::Shed;
             }
-        }
-        if !first {
-            break;
-        }
-        if !reg.set_up(zone, handle, cfg) {
-            if !core::mem::replace(&mut reg.logged_full, true) {
-                ngx::ngx_log_error!(
-                    NGX_LOG_ERR,
-                    log,
-                    "circuit breaker \"{}\" limit not created: the zone is full, its traffic passes unlimited",
-                    name()
-                );
-            }
-            return Admit::Unlimited;
+            None => reg.locals[i] = None,
         }
     }
-    Admit::Unlimited
+    acquire_first(handle, cfg, dry_run, zone, log, name)
 }
 
-/// Records one attempt of a request holding `hold`.
-pub fn sample(hold: Hold, s: Sample) {
+/// [`acquire`] for a breaker this worker has no view of yet (or one that changed tenant).
+#[cold]
+#[inline(never)]
+fn acquire_first(
+    handle: Handle,
+    cfg: &LimitConfig,
+    dry_run: bool,
+    zone: impl FnOnce() -> Option<Zone>,
+    log: *mut ngx_log_t,
+    name: impl FnOnce() -> String,
+) -> Admit {
+    let reg = registry();
+    let Some(zone) = zone() else {
+        return Admit::Unlimited;
+    };
+    if !reg.set_up(&zone, handle, cfg) {
+        if !core::mem::replace(&mut reg.logged_full, true) {
+            ngx::ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "circuit breaker \"{}\" limit not created: the zone is full, its traffic passes unlimited",
+                name()
+            );
+        }
+        return Admit::Unlimited;
+    }
+    reg.zone.get_or_insert(zone);
+    match reg.local(handle) {
+        Some((i, l)) => match l.acquire(dry_run) {
+            Some(true) => Admit::Slot(Hold(handle)),
+            Some(false) => {
+                reg.mark_dirty(i);
+                Admit::Shed
+            }
+            None => Admit::Unlimited,
+        },
+        None => Admit::Unlimited,
+    }
+}
+
+/// The end of an attempt of a request holding `hold`: its sample, and its slot back when it
+/// was the request's last attempt.
+#[inline]
+pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
     let reg = registry();
     let Some((i, l)) = reg.local(hold.0) else {
         return;
@@ -349,25 +344,29 @@ pub fn sample(hold: Hold, s: Sample) {
         Sample::Latency(ms) => l.samples.add(ms),
         Sample::Drop => l.samples.add_drop(),
     }
+    if last {
+        if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+            l.samples.note_inflight(before);
+        }
+    }
     if l.samples.count >= FLUSH_SAMPLES {
         reg.flush(i);
-    } else {
+    } else if !l.dirty {
         reg.mark_dirty(i);
     }
 }
 
-/// Gives `hold`'s slot back: its request's last attempt ended.
+/// Gives `hold`'s slot back: its request ended without a last attempt (the client went away
+/// before one, or nginx gave up after a failed attempt without freeing the peer again).
 pub fn release(hold: Hold) {
     let reg = registry();
     let Some((i, l)) = reg.local(hold.0) else {
         return;
     };
-    let Some(before) = l.ptr.release() else {
-        return;
-    };
-    l.samples.note_inflight(before);
-    if l.owner != NO_OWNER && l.held > 0 && l.ptr.move_owner(l.owner, pid(), l.held, l.held - 1) {
-        l.held -= 1;
+    if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+        l.samples.note_inflight(before);
+        if !l.dirty {
+            reg.mark_dirty(i);
+        }
     }
-    reg.mark_dirty(i);
 }

@@ -34,10 +34,8 @@ pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
         return true;
     }
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    let Some((zone, _)) = state.zone() else {
-        return true;
-    };
-    match limit::acquire(&zone, state.handle, cfg, dry_run, log, || state.name()) {
+    let zone = || state.zone().map(|(z, _)| z);
+    match limit::acquire(state.handle, cfg, dry_run, zone, log, || state.name()) {
         Admit::Slot(hold) => {
             state.limit = hold;
             true
@@ -76,10 +74,11 @@ pub unsafe fn attempt_ended(
     if !state.limit.is_held() {
         return;
     }
-    limit::sample(state.limit, sample_of(a));
     // SAFETY: per the contract.
-    if !unsafe { retry_follows(r, u, pc, ngx_state, a) } {
-        release(state);
+    let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
+    limit::attempt_ended(state.limit, sample_of(a), last);
+    if last {
+        state.limit = Hold::NONE;
     }
 }
 

@@ -104,12 +104,45 @@ fn block_layout(owners: u32) -> Option<Layout> {
     Some(l.pad_to_align())
 }
 
-/// A block and the tag of the tenant it was found for. Blocks are never freed and a worker's
-/// zone stays mapped as long as it runs, so holding one in worker memory is sound.
+/// A block and the tenant it was found for. Blocks are never freed and a worker's zone stays
+/// mapped as long as it runs, so holding one in worker memory is sound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitPtr {
     block: NonNull<Block>,
     ident: u64,
+    /// `tag_of(ident)`, as the word carries it.
+    tag: u64,
+}
+
+/// This process's entry in a block's owners table, and the slots it holds there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    entry: NonNull<AtomicU64>,
+    pid: u32,
+    /// Slots this process holds, as the entry says.
+    pub held: u32,
+}
+
+impl Owner {
+    /// Moves the entry to `to` slots; false if it no longer says what this process left
+    /// (the block changed tenant).
+    #[inline]
+    fn move_to(&mut self, to: u32) -> bool {
+        // SAFETY: an entry of a block's table, which is never freed (see LimitPtr).
+        let e = unsafe { self.entry.as_ref() };
+        let ok = e
+            .compare_exchange(
+                owner(self.pid, self.held),
+                owner(self.pid, to),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            self.held = to;
+        }
+        ok
+    }
 }
 
 /// What an admission got.
@@ -124,6 +157,14 @@ pub enum Acquired {
 }
 
 impl LimitPtr {
+    fn new(block: NonNull<Block>, ident: u64) -> LimitPtr {
+        LimitPtr {
+            block,
+            ident,
+            tag: tag_of(ident),
+        }
+    }
+
     fn shared(&self) -> &Shared {
         // SAFETY: a block stays allocated and mapped (see the type), and its shared part is
         // atomics or never changes.
@@ -145,30 +186,51 @@ impl LimitPtr {
         }
     }
 
-    fn tag(&self) -> u64 {
-        tag_of(self.ident)
+    /// Entry `index` of the owners table, as process `pid` claimed it (holding nothing).
+    pub fn owner(&self, index: u32, pid: u32) -> Option<Owner> {
+        let entry = NonNull::from(self.owners().get(index as usize)?);
+        Some(Owner {
+            entry,
+            pid,
+            held: 0,
+        })
     }
 
-    /// (limit, in-flight) as of now, if the block still belongs to this tenant.
+    /// Takes a slot if in-flight is below the limit (or past it in dry run), counting it in
+    /// `owner` first (see the module's note on the order).
     #[inline]
-    pub fn counts(&self) -> Option<(u32, u32)> {
-        let (tag, limit, inflight) = unpack(self.shared().word.load(Ordering::Acquire));
-        (tag == self.tag()).then_some((limit, inflight as u32))
-    }
-
-    /// Takes a slot if in-flight is below the limit (or past it in dry run).
-    #[inline]
-    pub fn acquire(&self, dry_run: bool) -> Acquired {
+    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Acquired {
         let word = &self.shared().word;
         let mut w = word.load(Ordering::Acquire);
-        loop {
-            let (tag, limit, inflight) = unpack(w);
-            if tag != self.tag() {
+        let (tag, limit, inflight) = unpack(w);
+        if tag != self.tag {
+            return Acquired::Stale;
+        }
+        if (inflight >= u64::from(limit) && !dry_run) || inflight == COUNT_MASK {
+            // At the limit: shed without touching the owners table.
+            return Acquired::Full;
+        }
+        let mut owner = owner;
+        if let Some(o) = owner.as_deref_mut() {
+            if !o.move_to(o.held + 1) {
                 return Acquired::Stale;
             }
+        }
+        loop {
+            let (tag, limit, inflight) = unpack(w);
             let over = inflight >= u64::from(limit);
-            if (over && !dry_run) || inflight == COUNT_MASK {
-                return Acquired::Full;
+            let refused = if tag != self.tag {
+                Some(Acquired::Stale)
+            } else if (over && !dry_run) || inflight == COUNT_MASK {
+                Some(Acquired::Full)
+            } else {
+                None
+            };
+            if let Some(r) = refused {
+                if let Some(o) = owner.as_deref_mut() {
+                    o.move_to(o.held - 1);
+                }
+                return r;
             }
             match word.compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
@@ -182,43 +244,34 @@ impl LimitPtr {
         }
     }
 
-    /// Gives a slot back; returns in-flight before the decrement, `None` when the block
-    /// belongs to another tenant now.
+    /// Gives a slot back, then uncounts it in `owner`; returns in-flight before the
+    /// decrement, `None` when the block belongs to another tenant now.
     #[inline]
-    pub fn release(&self) -> Option<u32> {
+    pub fn release(&self, owner: Option<&mut Owner>) -> Option<u32> {
         let word = &self.shared().word;
         let mut w = word.load(Ordering::Acquire);
-        loop {
+        let before = loop {
             let (tag, _, inflight) = unpack(w);
-            if tag != self.tag() || inflight == 0 {
+            if tag != self.tag || inflight == 0 {
                 return None;
             }
             match word.compare_exchange_weak(w, w - 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(inflight as u32),
+                Ok(_) => break inflight as u32,
                 Err(now) => w = now,
             }
+        };
+        if let Some(o) = owner {
+            if o.held > 0 {
+                o.move_to(o.held - 1);
+            }
         }
+        Some(before)
     }
 
     /// Counts a request shed (or, in dry run, one that would have been).
     #[inline]
     pub fn count_shed(&self) {
         self.shared().shed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Moves entry `index` of `pid` from `held` to `to` slots; false if the entry is no
-    /// longer what this process left (reclaimed, or the block changed tenant).
-    #[inline]
-    pub fn move_owner(&self, index: u32, pid: u32, held: u32, to: u32) -> bool {
-        self.owners().get(index as usize).is_some_and(|e| {
-            e.compare_exchange(
-                owner(pid, held),
-                owner(pid, to),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        })
     }
 }
 
@@ -355,10 +408,7 @@ impl Zone {
     pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
         let slot = self.slot(handle.slot)?;
         let block = NonNull::new(slot.limit_block())?;
-        let ptr = LimitPtr {
-            block,
-            ident: handle.ident,
-        };
+        let ptr = LimitPtr::new(block, handle.ident);
         (ptr.shared().tenant.load(Ordering::Acquire) == handle.ident).then_some(ptr)
     }
 }
@@ -460,10 +510,7 @@ impl Locked<'_> {
                 b
             }
         };
-        let ptr = LimitPtr {
-            block,
-            ident: handle.ident,
-        };
+        let ptr = LimitPtr::new(block, handle.ident);
         let shared = ptr.shared();
         let ours = shared.tenant.load(Ordering::Relaxed) == handle.ident;
         // SAFETY: under the mutex, which `self` holds.
@@ -489,7 +536,7 @@ impl Locked<'_> {
                 let limit = controller.limiter.limit().min(MAX_LIMIT);
                 shared
                     .word
-                    .store(pack(ptr.tag(), limit, 0), Ordering::Release);
+                    .store(pack(ptr.tag, limit, 0), Ordering::Release);
             }
             Want::On(cfg, reconciling) => {
                 let off = shared.enabled.load(Ordering::Relaxed) == 0;
