@@ -10,8 +10,8 @@
 //! lock-free change is a compare-and-swap on one of them, so a release meant for a former
 //! tenant, or for an entry that was reclaimed, changes nothing.
 //!
-//! Admission increments the table entry, then the word; a release decrements the word, then
-//! the entry. A worker killed between the two steps leaves its entry one ahead of the word,
+//! The word's format and its steps are core's (`circuit_breaker_core::limit::word`). Admission
+//! increments the table entry, then the word; a release decrements the word, then the entry. A worker killed between the two steps leaves its entry one ahead of the word,
 //! and the reclaim then returns one slot too many (in-flight reads one low until it drains);
 //! the window is a few instructions wide.
 
@@ -20,6 +20,7 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use circuit_breaker_core::limit::word::{self, owner, pack, tag_of, unpack, Take};
 use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
 use circuit_breaker_core::status::LimitStatus;
 use ngx::allocator::Allocator;
@@ -27,35 +28,6 @@ use ngx::allocator::Allocator;
 use super::node::Node;
 use super::table::Locked;
 use super::{Handle, Zone};
-
-/// In-flight count and limit: 24 bits each. A limit above this is taken as this.
-const COUNT_BITS: u32 = 24;
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-const TAG_SHIFT: u32 = 2 * COUNT_BITS;
-/// The largest limit the word holds (about 16.7 million requests in flight).
-pub const MAX_LIMIT: u32 = COUNT_MASK as u32;
-
-/// The tag of tenant `ident` in the word: never 0, which no tenant has.
-fn tag_of(ident: u64) -> u64 {
-    ident.wrapping_sub(1) % 0xffff + 1
-}
-
-fn pack(tag: u64, limit: u32, inflight: u64) -> u64 {
-    (tag << TAG_SHIFT) | ((u64::from(limit) & COUNT_MASK) << COUNT_BITS) | (inflight & COUNT_MASK)
-}
-
-/// (tag, limit, in-flight) of a word.
-fn unpack(w: u64) -> (u64, u32, u64) {
-    (
-        w >> TAG_SHIFT,
-        ((w >> COUNT_BITS) & COUNT_MASK) as u32,
-        w & COUNT_MASK,
-    )
-}
-
-fn owner(pid: u32, count: u32) -> u64 {
-    (u64::from(pid) << 32) | u64::from(count)
-}
 
 /// What a lock-free reader may touch: atomics, and the table's length, which never changes.
 #[repr(C)]
@@ -200,15 +172,13 @@ impl LimitPtr {
     /// `owner` first (see the module's note on the order).
     #[inline]
     pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Acquired {
-        let word = &self.shared().word;
-        let mut w = word.load(Ordering::Acquire);
-        let (tag, limit, inflight) = unpack(w);
-        if tag != self.tag {
-            return Acquired::Stale;
-        }
-        if (inflight >= u64::from(limit) && !dry_run) || inflight == COUNT_MASK {
+        let cell = &self.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
+        match word::take(w, self.tag, dry_run) {
             // At the limit: shed without touching the owners table.
-            return Acquired::Full;
+            Take::Full => return Acquired::Full,
+            Take::Stale => return Acquired::Stale,
+            Take::Slot { .. } => {}
         }
         let mut owner = owner;
         if let Some(o) = owner.as_deref_mut() {
@@ -217,28 +187,24 @@ impl LimitPtr {
             }
         }
         loop {
-            let (tag, limit, inflight) = unpack(w);
-            let over = inflight >= u64::from(limit);
-            let refused = if tag != self.tag {
-                Some(Acquired::Stale)
-            } else if (over && !dry_run) || inflight == COUNT_MASK {
-                Some(Acquired::Full)
-            } else {
-                None
-            };
-            if let Some(r) = refused {
-                if let Some(o) = owner.as_deref_mut() {
-                    o.move_to(o.held - 1);
-                }
-                return r;
-            }
-            match word.compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    return Acquired::Slot {
-                        inflight: inflight as u32 + 1,
-                        over,
+            let (next, inflight, over) = match word::take(w, self.tag, dry_run) {
+                Take::Slot {
+                    next,
+                    inflight,
+                    over,
+                } => (next, inflight, over),
+                refused => {
+                    if let Some(o) = owner.as_deref_mut() {
+                        o.move_to(o.held - 1);
                     }
+                    return match refused {
+                        Take::Full => Acquired::Full,
+                        _ => Acquired::Stale,
+                    };
                 }
+            };
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Acquired::Slot { inflight, over },
                 Err(now) => w = now,
             }
         }
@@ -248,15 +214,12 @@ impl LimitPtr {
     /// decrement, `None` when the block belongs to another tenant now.
     #[inline]
     pub fn release(&self, owner: Option<&mut Owner>) -> Option<u32> {
-        let word = &self.shared().word;
-        let mut w = word.load(Ordering::Acquire);
+        let cell = &self.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
         let before = loop {
-            let (tag, _, inflight) = unpack(w);
-            if tag != self.tag || inflight == 0 {
-                return None;
-            }
-            match word.compare_exchange_weak(w, w - 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break inflight as u32,
+            let (next, before) = word::give(w, self.tag)?;
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break before,
                 Err(now) => w = now,
             }
         };
@@ -304,37 +267,25 @@ impl LimitMut<'_> {
     }
 
     fn publish(&self, limit: u32) {
-        let word = &self.ptr.shared().word;
-        let limit = limit.min(MAX_LIMIT);
-        let mut w = word.load(Ordering::Acquire);
-        loop {
-            let (tag, old, inflight) = unpack(w);
-            if old == limit {
-                return;
-            }
-            match word.compare_exchange_weak(
-                w,
-                pack(tag, limit, inflight),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(now) => w = now,
-            }
-        }
+        self.update(|w| word::with_limit(w, limit));
     }
 
     /// Returns `count` slots to the word (never below zero).
-    fn give_back(&self, count: u64) {
-        if count == 0 {
-            return;
+    fn give_back(&self, count: u32) {
+        if count > 0 {
+            self.update(|w| word::give_back(w, count));
         }
-        let word = &self.ptr.shared().word;
-        let mut w = word.load(Ordering::Acquire);
+    }
+
+    fn update(&self, f: impl Fn(u64) -> u64) {
+        let cell = &self.ptr.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
         loop {
-            let (_, _, inflight) = unpack(w);
-            let back = count.min(inflight);
-            match word.compare_exchange_weak(w, w - back, Ordering::AcqRel, Ordering::Acquire) {
+            let next = f(w);
+            if next == w {
+                return;
+            }
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(now) => w = now,
             }
@@ -347,15 +298,14 @@ impl LimitMut<'_> {
         let mut back = 0;
         let ptr = self.ptr;
         for e in ptr.owners() {
-            let v = e.load(Ordering::Acquire);
-            let pid = (v >> 32) as u32;
+            let (pid, _) = word::owner_of(e.load(Ordering::Acquire));
             if pid == 0 || alive(pid) {
                 continue;
             }
             // The owner is dead: nobody else changes its entry.
-            let count = e.swap(0, Ordering::AcqRel) & 0xffff_ffff;
+            let (_, count) = word::owner_of(e.swap(0, Ordering::AcqRel));
             self.give_back(count);
-            back += count;
+            back += u64::from(count);
         }
         back
     }
@@ -368,9 +318,9 @@ impl LimitMut<'_> {
         let owners = ptr.owners();
         if let Some(i) = owners
             .iter()
-            .position(|e| (e.load(Ordering::Acquire) >> 32) as u32 == pid)
+            .position(|e| word::owner_of(e.load(Ordering::Acquire)).0 == pid)
         {
-            let count = owners[i].swap(owner(pid, 0), Ordering::AcqRel) & 0xffff_ffff;
+            let (_, count) = word::owner_of(owners[i].swap(owner(pid, 0), Ordering::AcqRel));
             self.give_back(count);
             return Some(i as u32);
         }
@@ -395,7 +345,7 @@ impl LimitMut<'_> {
         let v = self.controller.limiter.view();
         LimitStatus {
             limit,
-            in_flight: inflight as u32,
+            in_flight: inflight,
             min_latency_ms: v.min_latency_ms,
             last_latency_ms: v.sample_latency_ms,
             shed: self.ptr.shared().shed.load(Ordering::Relaxed),
@@ -518,7 +468,7 @@ impl Locked<'_> {
         match want {
             Want::Off => {
                 if ours && shared.enabled.swap(0, Ordering::Relaxed) != 0 {
-                    LimitMut { ptr, controller }.publish(MAX_LIMIT);
+                    LimitMut { ptr, controller }.publish(word::MAX);
                 }
                 return None;
             }
@@ -533,7 +483,7 @@ impl Locked<'_> {
                 controller.limiter = Limiter::new(*cfg, now_ms);
                 shared.enabled.store(1, Ordering::Relaxed);
                 shared.tenant.store(handle.ident, Ordering::Release);
-                let limit = controller.limiter.limit().min(MAX_LIMIT);
+                let limit = controller.limiter.limit();
                 shared
                     .word
                     .store(pack(ptr.tag, limit, 0), Ordering::Release);
@@ -585,34 +535,5 @@ impl Locked<'_> {
             }
         }
         Some(p)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_word_packs_three_fields() {
-        let w = pack(7, 1000, 42);
-        assert_eq!(unpack(w), (7, 1000, 42));
-        assert_eq!(unpack(w + 1), (7, 1000, 43), "in-flight is the low bits");
-        assert_eq!(
-            unpack(pack(0xffff, MAX_LIMIT, COUNT_MASK)),
-            (0xffff, MAX_LIMIT, COUNT_MASK)
-        );
-        assert_eq!(
-            unpack(pack(1, u32::MAX, 0)).1,
-            MAX_LIMIT,
-            "a larger limit is clipped"
-        );
-    }
-
-    #[test]
-    fn tags_are_never_zero() {
-        assert_eq!(tag_of(1), 1);
-        assert_eq!(tag_of(0xffff), 0xffff);
-        assert_eq!(tag_of(0x10000), 1);
-        assert!((1..200_000u64).all(|i| (1..=0xffff).contains(&tag_of(i))));
     }
 }
