@@ -40,7 +40,8 @@ use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
-use Test::Nginx qw/ :DEFAULT http_end /;
+use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start reload workers /;
 use CB::Origin;
 
 ###############################################################################
@@ -50,31 +51,20 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(41)->todo_alerts();
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(42)->todo_alerts();
 
-my $conf = <<'EOF';
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+sub http_conf {
+	my ($fixed) = @_;
+	return conf(4, <<"EOF");
     circuit_breaker_zone cb:1m;
 
-    log_format cb '$request_uri $status "$circuit_breaker_state"';
+    log_format cb '\$request_uri \$status "\$circuit_breaker_state"';
     access_log %%TESTDIR%%/access.log cb;
 
     # the breaker itself never opens here
     upstream fixed {
         server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker min_requests=10000 limit=adaptive
-                        limit_min=2 limit_max=2 limit_initial=2;
+        circuit_breaker min_requests=10000 limit=adaptive $fixed;
     }
 
     upstream dry {
@@ -98,7 +88,7 @@ http {
         proxy_read_timeout 30s;
         proxy_http_version 1.1;
         proxy_set_header Connection "";
-        add_header X-Pid $pid always;
+        add_header X-Pid \$pid always;
 
         location /f/ { proxy_pass http://fixed; }
         location /d/ { proxy_pass http://dry; }
@@ -106,19 +96,13 @@ http {
 
         location = /status { circuit_breaker_status; }
     }
+EOF
 }
 
-EOF
+$t->write_file_expand('nginx.conf',
+	http_conf('limit_min=2 limit_max=2 limit_initial=2'));
 
-$t->write_file_expand('nginx.conf', $conf);
-
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
-
-my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : die "no pid\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 
@@ -127,11 +111,11 @@ my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : die "no pid\n";
 
 sub request {
 	my ($uri, $timeout) = @_;
-	my $s = start($uri) or return ('connect');
+	my $s = send_req($uri) or return ('connect');
 	return finish($s, $timeout);
 }
 
-sub start {
+sub send_req {
 	my ($uri) = @_;
 	my $s = IO::Socket::INET->new(
 		Proto => 'tcp',
@@ -184,35 +168,10 @@ sub breaker {
 	return $v->{breakers}[0] // {};
 }
 
-sub cmdline {
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/cmdline" or return '';
-	local $/;
-	my $c = <$fh> // '';
-	$c =~ s/\0+/ /g;
-	$c =~ s/\s+\z//;
-	return $c;
-}
-
-sub workers {
-	my @w;
-	opendir my $dh, '/proc' or return ();
-	for my $p (grep { /^\d+$/ } readdir $dh) {
-		open my $fh, '<', "/proc/$p/stat" or next;
-		my $stat = <$fh> // '';
-		close $fh;
-		next unless $stat =~ /\)\s+(\S+)\s+(\d+)/;
-		next unless $2 == $master && $1 ne 'Z';
-		push @w, $p if cmdline($p) eq 'nginx: worker process';
-	}
-	closedir $dh;
-	return sort { $a <=> $b } @w;
-}
-
 # the worker holding the server side of a client connection
 
 sub owner_of {
-	my ($client_port) = @_;
+	my ($t, $client_port) = @_;
 	my $np = port(8080);
 	my $inode;
 
@@ -228,7 +187,7 @@ sub owner_of {
 	close $fh;
 	return unless $inode;
 
-	for my $w (workers()) {
+	for my $w (workers($t)) {
 		opendir my $dh, "/proc/$w/fd" or next;
 		for my $fd (grep { /^\d+$/ } readdir $dh) {
 			my $l = readlink("/proc/$w/fd/$fd") // next;
@@ -260,7 +219,7 @@ my @kept;
 sub burst {
 	my ($prefix, $n) = @_;
 	CB::Origin::clear_concurrency($hits);
-	my @s = map { start("/$prefix/?conc=1&delay=800&b=$_") } 1 .. $n;
+	my @s = map { send_req("/$prefix/?conc=1&delay=800&b=$_") } 1 .. $n;
 	my @r = map { [finish($_)] } @s;
 	return @r;
 }
@@ -298,7 +257,7 @@ is($b->{limit}{in_flight}, 0, 'dry run: in-flight counted, back to 0');
 
 # 2. slots come back from a client that went away and from a killed worker
 
-my @a = map { start("/f/?delay=5000&abort=$_") } 1 .. 2;
+my @a = map { send_req("/f/?delay=5000&abort=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/abort=/) == 2 }, 5);
 my ($s, $state) = request('/f/?abort=3');
 is("$s $state", '503 limited', 'abort: both slots taken');
@@ -308,18 +267,18 @@ ok(wait_for(sub { (breaker('fixed')->{limit}{in_flight} // -1) == 0 }, 3),
 ($s) = request('/f/?abort=4');
 is($s, '200', 'abort: next request passes');
 
-my @h = map { start("/f/?hang=1&kill=$_") } 1 .. 2;
+my @h = map { send_req("/f/?hang=1&kill=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/hang=1/) == 2 }, 5);
 ($s, $state) = request('/f/?kill=3');
 is("$s $state", '503 limited', 'kill: both slots taken');
 
-my %owners = map { (owner_of($_->sockport()) // 0) => 1 } grep { $_ } @h;
+my %owners = map { (owner_of($t, $_->sockport()) // 0) => 1 } grep { $_ } @h;
 delete $owners{0};
 my @killed = keys %owners;
 ok(@killed && kill('KILL', @killed) == @killed, 'kill: holders killed')
 	or diag('owners: ' . join ' ', @killed);
 ok(wait_for(sub {
-	my @w = workers();
+	my @w = workers($t);
 	my %dead = map { $_ => 1 } @killed;
 	@w == 4 && !grep { $dead{$_} } @w;
 }, 5), 'kill: workers replaced');
@@ -530,17 +489,14 @@ like($prom, qr/^nginx_circuit_breaker_limited_total\{$lb\} [1-9]\d*$/m,
 	'prometheus: limited_total');
 
 my $fixed_shed = breaker('fixed')->{limit}{shed};
-$t->reload();
-ok(wait_for(sub { (request('/f/?reload=1'))[0] eq '200' }, 5),
-	'reload: serving');
+ok(reload($t), 'reload: serving');
 is(breaker('fixed')->{limit}{shed}, $fixed_shed,
 	'reload, same parameters: the controller kept');
 
-$conf =~ s/limit_min=2 limit_max=2 limit_initial=2;/limit_min=3 limit_max=3 limit_initial=3;/;
-$t->write_file_expand('nginx.conf', $conf);
-$t->reload();
-ok(wait_for(sub { (breaker('fixed')->{limit}{limit} // 0) == 3 }, 5),
-	'reload, new parameters: the new limit');
+$t->write_file_expand('nginx.conf',
+	http_conf('limit_min=3 limit_max=3 limit_initial=3'));
+ok(reload($t), 'reload, new parameters: serving');
+is(breaker('fixed')->{limit}{limit}, 3, 'reload, new parameters: the new limit');
 is(breaker('fixed')->{limit}{shed}, 0, 'reload, new parameters: counts afresh');
 
 ###############################################################################

@@ -268,13 +268,13 @@ impl Local {
 
 /// Admits a request of `handle`'s breaker under its limit `cfg`: a slot, or shed. `dry_run`
 /// admits past the limit and counts the shed. The first request of a breaker in this worker
-/// takes the lock once (`zone`), to set up the limit and this worker's owner entry.
+/// takes the lock once, to set up the limit and this worker's owner entry.
 #[inline]
 pub fn acquire(
+    zone: &Zone,
     handle: Handle,
     cfg: &LimitConfig,
     dry_run: bool,
-    zone: impl FnOnce() -> Option<Zone>,
     log: *mut ngx_log_t,
     name: impl FnOnce() -> String,
 ) -> Admit {
@@ -289,25 +289,22 @@ pub fn acquire(
             None => reg.locals[i] = None,
         }
     }
-    acquire_first(handle, cfg, dry_run, zone, log, name)
+    acquire_first(zone, handle, cfg, dry_run, log, name)
 }
 
 /// [`acquire`] for a breaker this worker has no view of yet (or one that changed tenant).
 #[cold]
 #[inline(never)]
 fn acquire_first(
+    zone: &Zone,
     handle: Handle,
     cfg: &LimitConfig,
     dry_run: bool,
-    zone: impl FnOnce() -> Option<Zone>,
     log: *mut ngx_log_t,
     name: impl FnOnce() -> String,
 ) -> Admit {
     let reg = registry();
-    let Some(zone) = zone() else {
-        return Admit::Unlimited;
-    };
-    if !reg.set_up(&zone, handle, cfg) {
+    if !reg.set_up(zone, handle, cfg) {
         if !core::mem::replace(&mut reg.logged_full, true) {
             ngx::ngx_log_error!(
                 NGX_LOG_ERR,
@@ -318,7 +315,7 @@ fn acquire_first(
         }
         return Admit::Unlimited;
     }
-    reg.zone.get_or_insert(zone);
+    reg.zone.get_or_insert_with(|| zone.clone());
     match reg.local(handle) {
         Some((i, l)) => match l.acquire(dry_run) {
             Some(true) => Admit::Slot(Hold(handle)),

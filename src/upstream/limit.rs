@@ -34,8 +34,10 @@ pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
         return true;
     }
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    let zone = || state.zone().map(|(z, _)| z);
-    match limit::acquire(state.handle, cfg, dry_run, zone, log, || state.name()) {
+    let Some((zone, _)) = state.zone() else {
+        return true;
+    };
+    match limit::acquire(zone, state.handle, cfg, dry_run, log, || state.name()) {
         Admit::Slot(hold) => {
             state.limit = hold;
             true

@@ -6,6 +6,12 @@ package CB::Origin;
 #		$t->testdir() . '/origin-8081.hits');
 #	$t->waitforsocket('127.0.0.1:' . port(8081));
 #
+# (CB::Nginx::start does this for the test files.)  run() never returns: it
+# is a daemon's body, and nginx-tests' run_daemon() would go on running the
+# rest of the test script in the forked child if it did.  The daemon exits
+# on TERM/INT, and by itself once the test process that forked it is gone
+# (killed, or its library did not stop its daemons).
+#
 # Forks one process per connection (so slow/hanging responses do not block
 # other connections), supports keep-alive (Content-Length framing, chunked
 # request bodies are accepted too), and appends one line per request to the
@@ -29,6 +35,14 @@ package CB::Origin;
 #			invalid_header, 502)
 #	garbage=status	invalid status line (note: nginx proxy treats this
 #			as an HTTP/0.9 response, not as invalid_header)
+#	partial=1	a status line and half a header, then close (nginx:
+#			"upstream prematurely closed connection", error)
+#	truncate=N	a whole header announcing the body, then only N bytes
+#			of it, then what then= says: close (default), reset,
+#			or hang
+#	drop_next=1	answer keep-alive, then close the connection as soon
+#			as the next request on it arrives, unanswered (what a
+#			kept-alive connection the origin had closed looks like)
 #	conc=1		count this request in the origin's concurrency: from
 #			when it is read until its response is sent, in
 #			"$hits_file.conc" (see concurrency())
@@ -41,6 +55,10 @@ package CB::Origin;
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
 # "X-Origin-Body-Length: N" (request body bytes received).
+#
+# run($port, sub { my ($socket) = @_; ... }) serves every connection with that
+# code instead, for peers no HTTP origin plays (a server that resets every
+# connection, a memcached that answers SERVER_ERROR).
 #
 # Only core Perl modules are used.
 
@@ -70,10 +88,15 @@ my %reason = (
 
 our $IDLE_TIMEOUT = 60;
 
+# in a connection process: the pid of the daemon that forked it
+our $DAEMON;
+
 ###############################################################################
 
 sub run {
 	my ($port, $hits_file) = @_;
+
+	my $test = getppid();
 
 	my $server = IO::Socket::INET->new(
 		Proto => 'tcp',
@@ -81,7 +104,7 @@ sub run {
 		Listen => 128,
 		ReuseAddr => 1,
 	)
-		or die "CB::Origin: can't listen on 127.0.0.1:$port: $!\n";
+		or _fail("can't listen on 127.0.0.1:$port: $!");
 
 	my %kids;
 
@@ -102,14 +125,21 @@ sub run {
 
 	local $SIG{PIPE} = 'IGNORE';
 
+	my $sel = IO::Select->new($server);
+
 	while (1) {
+		$quit->() if getppid() != $test;
+
+		next unless $sel->can_read(0.5);
+
 		my $client = $server->accept();
 
 		if (!defined $client) {
-			next if $!{EINTR} || $!{ECONNABORTED};
-			die "CB::Origin: accept() failed: $!\n";
+			next if $!{EINTR} || $!{ECONNABORTED} || $!{EAGAIN};
+			_fail("accept() failed: $!");
 		}
 
+		my $daemon = $$;
 		my $pid = fork();
 
 		if (!defined $pid) {
@@ -122,13 +152,29 @@ sub run {
 			$SIG{TERM} = 'DEFAULT';
 			$SIG{INT} = 'DEFAULT';
 			close $server;
-			eval { _connection($client, $port, $hits_file); };
+			$DAEMON = $daemon;
+			eval {
+				ref $hits_file eq 'CODE' ? $hits_file->($client)
+					: _connection($client, $port, $hits_file);
+			};
 			POSIX::_exit(0);
 		}
 
 		$kids{$pid} = 1;
 		close $client;
 	}
+}
+
+sub _fail {
+	my ($msg) = @_;
+	print STDERR "CB::Origin: $msg\n";
+	POSIX::_exit(1);
+}
+
+# in a connection process: the daemon that forked it has gone
+
+sub _orphan {
+	return defined $DAEMON && getppid() != $DAEMON;
 }
 
 ###############################################################################
@@ -216,7 +262,7 @@ sub _log_hit {
 }
 
 # read more data into $$buf; returns bytes read, 0 on EOF, undef on timeout
-# or error; gives up if the parent process (the daemon) has gone
+# or error; gives up if the daemon has gone
 
 sub _fill {
 	my ($sock, $buf, $timeout) = @_;
@@ -227,7 +273,7 @@ sub _fill {
 	while (1) {
 		my $left = $end - time();
 		return undef if $left <= 0;
-		return undef if getppid() == 1;
+		return undef if _orphan();
 
 		next unless $sel->can_read($left > 1 ? 1 : $left);
 
@@ -243,6 +289,7 @@ sub _connection {
 	binmode $sock;
 	my $buf = '';
 	my $seq = 0;
+	my $drop = 0;
 
 	while (1) {
 
@@ -328,9 +375,13 @@ sub _connection {
 
 		sleep($delay / 1000) if $delay;
 
-		$done->() if $q{close} || $q{reset};
+		# out of the count before a byte of the answer leaves: the
+		# client can never see it in progress after its answer (a hung
+		# request counts until its client goes away)
 
-		if ($q{close}) {
+		$done->() unless $q{hang};
+
+		if ($drop || $q{close}) {
 			close $sock;
 			return;
 		}
@@ -348,7 +399,7 @@ sub _connection {
 				my $n = _fill($sock, \$buf, $end - time());
 				last if defined $n && $n == 0;
 				$buf = '';
-				last if getppid() == 1;
+				last if _orphan();
 			}
 			$done->();
 			return;
@@ -368,6 +419,11 @@ sub _connection {
 		if (($q{garbage} // '') eq 'status') {
 			$r .= "HTTP/1.1 abc\r\nX-Origin: $port\r\n\r\n";
 			$keepalive = 0;
+
+		} elsif ($q{partial}) {
+			_write($sock, "HTTP/1.1 $status $reason\r\nX-Origin: $port\r\n");
+			close $sock;
+			return;
 
 		} else {
 			$r .= "HTTP/1.1 $status $reason\r\n";
@@ -393,12 +449,27 @@ sub _connection {
 			$r .= $body unless $method eq 'HEAD';
 		}
 
-		# out of the count before a byte of the answer leaves: the
-		# client can never see it in progress after its answer
+		if (defined $q{truncate}) {
+			my $cut = length($r) - length($body) + $q{truncate};
+			_write($sock, substr($r, 0, $cut)) or return;
+			my $then = $q{then} // 'close';
+			if ($then eq 'reset') {
+				setsockopt($sock, SOL_SOCKET, SO_LINGER,
+					pack('ii', 1, 0));
+			} elsif ($then eq 'hang') {
+				my $end = time() + $IDLE_TIMEOUT;
+				while (time() < $end && !_orphan()) {
+					my $n = _fill($sock, \$buf, 1);
+					last if defined $n && $n == 0;
+				}
+			}
+			close $sock;
+			return;
+		}
 
-		$done->();
 		_write($sock, $r) or return;
 
+		$drop = 1 if $q{drop_next};
 		return unless $keepalive;
 	}
 }
