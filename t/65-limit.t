@@ -9,7 +9,10 @@
 #    $circuit_breaker_state "limited"; the breaker does not count them.  In
 #    dry run all 8 pass and the 6 would-be sheds are counted.
 # 2. A client that goes away gives its slot back; so does a worker killed
-#    with SIGKILL while its requests hold both slots.
+#    with SIGKILL while its requests hold both slots.  A request retried on
+#    another server (proxy_next_upstream) keeps its one slot through the
+#    retry.  Where the location can serve a stale cache entry, a shed
+#    request gets it (200, X-Circuit-State: limited).
 # 3. An adaptive limit in front of an origin of 4 "cores" (its latency
 #    grows with the requests in progress past 4), under 32 clients:
 #    healthy (20 ms): nothing shed; the service time rises six-fold: the
@@ -51,14 +54,16 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(42)->todo_alerts();
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(49)
+	->todo_alerts();
 
 sub http_conf {
 	my ($fixed) = @_;
 	return conf(4, <<"EOF");
     circuit_breaker_zone cb:1m;
 
-    log_format cb '\$request_uri \$status "\$circuit_breaker_state"';
+    log_format cb '\$request_uri \$status "\$circuit_breaker_state" '
+                  '\$upstream_addr';
     access_log %%TESTDIR%%/access.log cb;
 
     # the breaker itself never opens here
@@ -66,6 +71,16 @@ sub http_conf {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=10000 limit=adaptive $fixed;
     }
+
+    # the first server refuses: every request is retried on the second
+    upstream retry {
+        server 127.0.0.1:%%PORT_8082%% weight=100 max_fails=0;
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000 limit=adaptive
+                        limit_min=2 limit_max=2 limit_initial=2;
+    }
+
+    proxy_cache_path %%TESTDIR%%/cache keys_zone=c:1m;
 
     upstream dry {
         server 127.0.0.1:%%PORT_8081%%;
@@ -92,6 +107,14 @@ sub http_conf {
 
         location /f/ { proxy_pass http://fixed; }
         location /d/ { proxy_pass http://dry; }
+        location /r/ { proxy_pass http://retry; }
+        location /c/ {
+            proxy_pass http://fixed;
+            proxy_cache c;
+            proxy_cache_valid 200 1s;
+            proxy_cache_use_stale error;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }
         location /a/ { proxy_pass http://adaptive; }
 
         location = /status { circuit_breaker_status; }
@@ -147,7 +170,8 @@ sub finish {
 	my ($state) = $buf =~ /^X-Circuit-State: (\w+)\x0d?$/m;
 	my ($ra) = $buf =~ /^Retry-After: (\d+)\x0d?$/m;
 	my ($pid) = $buf =~ /^X-Pid: (\d+)\x0d?$/m;
-	return ($status, $state // '', $ra // '', $pid // 0);
+	my ($cache) = $buf =~ /^X-Cache-Status: (\w+)\x0d?$/m;
+	return ($status, $state // '', $ra // '', $pid // 0, $cache // '');
 }
 
 # the status page's breaker of an upstream
@@ -242,7 +266,7 @@ is($b->{limit}{shed}, 6, 'fixed: shed counted');
 is($b->{limit}{in_flight}, 0, 'fixed: every slot back');
 
 my $log = $t->read_file('access.log');
-is(scalar(() = $log =~ m!^/f/\S+ 503 "limited"$!gm), 6,
+is(scalar(() = $log =~ m!^/f/\S+ 503 "limited" -$!gm), 6,
 	'$circuit_breaker_state is "limited"');
 
 @r = burst('d', 8);
@@ -289,6 +313,31 @@ my $back = wait_for(sub { (request('/f/?after_kill=1'))[0] eq '200' }, 3);
 ok($back, 'kill: slots of the killed worker returned');
 is(breaker('fixed')->{limit}{in_flight}, 0, 'kill: in-flight back to 0');
 close $_ for grep { $_ } @h;
+
+# a retry keeps its slot: two requests refused by the first server and
+# served by the second hold both slots, and a third is shed
+
+my @rt = map { send_req("/r/?delay=1000&retry=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/retry=/) == 2 }, 5);
+is(breaker('retry')->{limit}{in_flight}, 2, 'retry: each request holds its slot');
+($s, $state) = request('/r/?retry=3');
+is("$s $state", '503 limited', 'retry: the third is shed');
+is(join(' ', map { (finish($_))[0] } @rt), '200 200', 'retry: both served');
+$log = $t->read_file('access.log');
+is(scalar(() = $log =~ m!^/r/\?delay=1000&retry=\d 200 "closed" \S+, \S+$!gm), 2,
+	'retry: each after a refused attempt');
+is(breaker('retry')->{limit}{in_flight}, 0, 'retry: one slot back each');
+
+# stale instead of a 503
+
+($s) = request('/c/entry');
+is($s, '200', 'stale: cached');
+sleep 2.1;
+my @hold = map { send_req("/f/?delay=1000&hold=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/hold=/) == 2 }, 5);
+my ($cs, $cstate, undef, undef, $cache) = request('/c/entry');
+is("$cs $cstate $cache", '200 limited STALE', 'stale: served stale when shed');
+finish($_) for @hold;
 
 ###############################################################################
 
