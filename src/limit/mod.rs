@@ -4,13 +4,14 @@
 //!   balancer is asked): one compare-and-swap on the breaker's shared word takes a slot while
 //!   in-flight is below the limit; at the limit the request is shed at once, never queued.
 //! - **Slots** are held per request, through its `proxy_next_upstream` retries, until its last
-//!   attempt ends ([`release`], from `peer.free`, or from the request's pool cleanup when nginx
-//!   ended the request without a last `peer.free`). Each worker also counts what it holds in
-//!   its entry of the block's owners table, so that a worker that dies holding slots has them
-//!   returned by the next update of the controller (or the next shed, if nothing completes).
-//! - **Samples** ([`sample`], one per attempt) are aggregated in worker memory, with no lock,
-//!   and flushed to the controller under the zone lock every 32 samples or 25 ms — a timer
-//!   armed while samples wait, so a quiet worker's samples still arrive. The controller
+//!   attempt ends ([`attempt_ended`] from `peer.free`, or [`release`] from the request's pool
+//!   cleanup when nginx ended the request without a last `peer.free`). Each worker also counts
+//!   what it holds in its entry of the block's owners table, so that a worker that dies
+//!   holding slots has them returned by the next update of the controller (or the next shed,
+//!   if nothing completes).
+//! - **Samples** (one per attempt, [`attempt_ended`]) are aggregated in worker memory, with no
+//!   lock, and flushed to the controller under the zone lock every 32 samples or 25 ms — a
+//!   timer armed while samples wait, so a quiet worker's samples still arrive. The controller
 //!   (`circuit_breaker_core::limit`) updates the limit from the flushes.
 //!
 //! Imports: request → limit → zone. This room keeps its own per-worker state; it knows

@@ -11,9 +11,11 @@
 //! tenant, or for an entry that was reclaimed, changes nothing.
 //!
 //! The word's format and its steps are core's (`circuit_breaker_core::limit::word`). Admission
-//! increments the table entry, then the word; a release decrements the word, then the entry. A worker killed between the two steps leaves its entry one ahead of the word,
-//! and the reclaim then returns one slot too many (in-flight reads one low until it drains);
-//! the window is a few instructions wide.
+//! increments the table entry, then the word; a release decrements the word, then the entry.
+//! A worker killed between the two steps leaves its entry one ahead of the word, and the
+//! reclaim then returns one slot too many: in-flight reads one low until it drains to zero,
+//! where a release finds nothing to take and the count is right again. The window is a few
+//! instructions wide.
 
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
