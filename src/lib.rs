@@ -6,6 +6,7 @@
 mod clock;
 mod conf;
 mod ffi;
+mod fleet;
 mod limit;
 pub mod net;
 mod request;
@@ -48,6 +49,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
+        let rc = fleet::postconfiguration(cf);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
         respond::add_header_filter();
         setup::add_phase_handler(
             cf,
@@ -86,7 +91,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 9] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -135,6 +140,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
         0,
         // The content handler the directive installs.
         status::handler as *mut c_void,
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_fleet"),
+        NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE,
+        directives::set_fleet,
+        NGX_HTTP_MAIN_CONF_OFFSET,
+        0,
+        null_mut(),
     ),
     cmd(
         ngx_string!("circuit_breaker_header"),
@@ -189,5 +202,6 @@ pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
     init_module: Some(init_module),
+    init_process: Some(fleet::init_process),
     ..ngx_module_t::default()
 };

@@ -24,6 +24,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 upstream: format!("upstream_{}", i / 10),
                 route: format!("route_{i}"),
                 view: br.view(now + 8_000),
+                fingerprint: None,
                 limit: None,
             }
         })
@@ -40,6 +41,7 @@ fn bench(c: &mut Criterion) {
         module_version: env!("CARGO_PKG_VERSION"),
         nginx_version: "1.28.3",
         control: false,
+        fleet_json: None,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{EjectSpec, ProbeSpec};
+use circuit_breaker_core::fleet::FleetSpec;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use nginx_sys::{
@@ -84,6 +85,10 @@ pub struct MainConf {
     /// `ctx_index` of the content modules whose location conf starts with an
     /// `ngx_http_upstream_conf_t` (proxy, grpc, fastcgi, uwsgi, scgi, memcached).
     pub(crate) upstream_modules: Vec<usize>,
+    /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
+    /// (registered by `crate::fleet` once the http block is parsed).
+    pub fleet: Option<FleetSpec>,
+    pub fleet_zone: *mut ngx_shm_zone_t,
 }
 
 impl Default for MainConf {
@@ -99,6 +104,8 @@ impl Default for MainConf {
             dynamic_routes: Vec::new(),
             generation: 0,
             upstream_modules: Vec::new(),
+            fleet: None,
+            fleet_zone: null_mut(),
         }
     }
 }

@@ -52,6 +52,10 @@ pub struct ZoneView {
     /// The location has `control=on`: shown as `"control":true` (and left out otherwise) for
     /// the dashboard to offer its buttons.
     pub control: bool,
+    /// The fleet exchange's own JSON object (`crate::fleet::status::render_json`, as the
+    /// exchange worker last published it), shown as the page's `fleet` member; `None` without
+    /// `circuit_breaker_fleet`.
+    pub fleet_json: Option<String>,
 }
 
 /// One breaker as the status location shows it.
@@ -63,6 +67,10 @@ pub struct Entry {
     pub route: String,
     /// The breaker's figures, taken under the zone lock.
     pub view: BreakerView,
+    /// The breaker's configuration fingerprint (`crate::fleet::Fingerprint`) when the
+    /// instance is in a fleet: then the breaker object also shows it, and whether peers make
+    /// the breaker suspicious.
+    pub fingerprint: Option<u64>,
     /// The adaptive in-flight limit beside the breaker (`limit=adaptive`), if any.
     pub limit: Option<LimitStatus>,
 }
@@ -86,7 +94,8 @@ pub struct LimitStatus {
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
 /// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
-/// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
+/// per entry, in the order given (see [`render_breaker_json`] for the breaker object), and
+/// then `"fleet":{...}` when the zone view has [`ZoneView::fleet_json`].
 /// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
 /// SPEC's bytes, and before the breakers, so the head of a long page still shows it. With
 /// [`ZoneView::control`], `"control":true` follows it.
@@ -113,7 +122,12 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         }
         write_breaker_json(&mut out, entry);
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
+    if let Some(fleet) = &zone.fleet_json {
+        out.extend_from_slice(b",\"fleet\":");
+        out.extend_from_slice(fleet.as_bytes());
+    }
+    out.push(b'}');
     out
 }
 
@@ -123,13 +137,18 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// "window":{"seconds","requests","failures","slow","failure_rate","slow_rate"},
 /// "latency_ms":{"p50","p95","p99"},"cooldown_ms","consecutive_probe_successes",
 /// "totals":{"requests","failures","short_circuited","probes","tls_errors","retry_after_503",
-/// "opened","half_opened","closed"},"last_transition"}`, followed, for a breaker with an
-/// adaptive limit, by `"limit":{"limit","in_flight","min_latency_ms","last_latency_ms","shed"}`.
+/// "opened","half_opened","closed"},"last_transition"}`.
 ///
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
 /// 4 decimals; latency percentiles are `null` without samples, and so are the limit's
 /// latencies before its first update (to the microsecond otherwise).
+///
+/// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
+/// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
+/// `suspect_min` local failures instead of `min_requests`) and `"suspicious_until"` (Unix
+/// seconds, or `null`). A breaker with an adaptive limit ends with
+/// `"limit":{"limit","in_flight","min_latency_ms","last_latency_ms","shed"}`.
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -325,6 +344,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"closed\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    if let Some(fp) = entry.fingerprint {
+        out.extend_from_slice(b",\"fingerprint\":\"");
+        out.extend_from_slice(crate::fleet::fingerprint::hex(fp).as_bytes());
+        out.extend_from_slice(match v.suspect_until_ms {
+            Some(_) => b"\",\"suspicious\":true,\"suspicious_until\":",
+            None => b"\",\"suspicious\":false,\"suspicious_until\":",
+        });
+        write_opt(out, v.suspect_until_ms.map(secs));
+    }
     if let Some(l) = &entry.limit {
         int(out, b",\"limit\":{\"limit\":", u64::from(l.limit));
         int(out, b",\"in_flight\":", u64::from(l.in_flight));
@@ -386,6 +414,7 @@ pub(crate) mod tests {
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
+            fingerprint: None,
             limit: None,
         }
     }
@@ -414,6 +443,7 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
             },
+            fingerprint: None,
             limit: None,
         }
     }
@@ -441,6 +471,7 @@ pub(crate) mod tests {
             module_version: "1.2.3",
             nginx_version: "1.28.3",
             control: false,
+            fleet_json: None,
         }
     }
 
@@ -593,6 +624,7 @@ pub(crate) mod tests {
             module_version: "0.2.0-rc.1+g\"x\"",
             nginx_version: "1.22.1",
             control: false,
+            fleet_json: None,
         };
         assert_eq!(
             std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
@@ -657,6 +689,38 @@ pub(crate) mod tests {
         assert!(page.contains("'format', 'json'"));
         assert!(page.contains("method: 'POST'"));
         assert!(page.contains("confirm("));
+    }
+
+    #[test]
+    fn json_in_a_fleet() {
+        let mut e = example_entry();
+        e.fingerprint = Some(0x9f3c_2a1b_00d4_e5f6);
+        e.view.suspect_until_ms = Some(1_764_484_801_250);
+        let mut closed = closed_entry();
+        closed.fingerprint = Some(1);
+        let zone = ZoneView {
+            fleet_json: Some(r#"{"instance":"10.0.0.5:80","peers":[]}"#.into()),
+            ..example_zone()
+        };
+        let out = render_json(&zone, &[e, closed]);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.ends_with(r#"}],"fleet":{"instance":"10.0.0.5:80","peers":[]}}"#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#""last_transition":"failure rate 55% (22/40) >= 50% in 10s","fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+        ), "{text}");
+        let v = parse(&out);
+        assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
+        assert_eq!(v["breakers"][1]["suspicious"], false);
+        assert!(v["breakers"][1]["suspicious_until"].is_null());
+        assert_eq!(v["fleet"]["instance"], "10.0.0.5:80");
+        // Outside a fleet the page is the SPEC's: no fleet member, no fingerprint.
+        let alone = parse(&render_json(&example_zone(), &[example_entry()]));
+        assert!(alone.get("fleet").is_none());
+        assert!(alone["breakers"][0].get("fingerprint").is_none());
+        assert!(alone["breakers"][0].get("suspicious").is_none());
     }
 
     #[test]
