@@ -17,7 +17,6 @@
 //! where a release finds nothing to take and the count is right again. The window is a few
 //! instructions wide.
 
-use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -27,56 +26,10 @@ use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
 use circuit_breaker_core::status::LimitStatus;
 use ngx::allocator::Allocator;
 
+use super::block::{block_layout, owners_capacity, Block, Controller, Shared};
 use super::node::Node;
 use super::table::Locked;
 use super::{Handle, Zone};
-
-/// What a lock-free reader may touch: atomics, and the table's length, which never changes.
-#[repr(C)]
-struct Shared {
-    /// tag (16 bits) | limit (24) | in-flight (24).
-    word: AtomicU64,
-    /// Requests shed (in dry run: that would have been) since the controller started.
-    shed: AtomicU64,
-    /// The tenant the block is set up for (written under the mutex).
-    tenant: AtomicU64,
-    /// Whether the tenant's configuration has the limit (written under the mutex).
-    enabled: AtomicU32,
-    /// Entries of the owners table that follows the block.
-    owners: u32,
-}
-
-/// Touched under the mutex only.
-#[repr(C)]
-struct Controller {
-    cfg: LimitConfig,
-    limiter: Limiter,
-}
-
-/// A limiter beside a slot, followed by its owners table: `owners` entries of
-/// `pid << 32 | slots held`, one per process that admitted requests.
-#[repr(C)]
-pub struct Block {
-    shared: Shared,
-    controller: UnsafeCell<Controller>,
-}
-
-/// How many processes one limiter tracks: the workers of two configurations side by side
-/// during a reload (`worker_processes auto` is one per CPU), dead ones not reclaimed yet,
-/// and room to spare. A process that finds no entry is counted in the word only, and the
-/// slots it holds if it dies are not returned.
-fn owners_capacity() -> u32 {
-    // SAFETY: set once at process start by nginx's os init.
-    let cpus = unsafe { nginx_sys::ngx_ncpu }.max(1) as u32;
-    cpus.saturating_mul(4).clamp(32, 1024)
-}
-
-fn block_layout(owners: u32) -> Option<Layout> {
-    let (l, _) = Layout::new::<Block>()
-        .extend(Layout::array::<AtomicU64>(owners as usize).ok()?)
-        .ok()?;
-    Some(l.pad_to_align())
-}
 
 /// A block and the tenant it was found for. Blocks are never freed and a worker's zone stays
 /// mapped as long as it runs, so holding one in worker memory is sound.

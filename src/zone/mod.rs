@@ -6,6 +6,7 @@
 //! (its `Gate`); slots are never freed, so a lock-free read can never touch freed memory. The
 //! table and the breakers are touched only under the mutex ([`Locked`]).
 
+mod block;
 mod init;
 mod limit;
 mod node;

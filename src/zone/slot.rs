@@ -7,7 +7,7 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::Gate;
 
-use super::limit::Block;
+use super::block::Block;
 use super::node::Node;
 use super::pending::Pending;
 
