@@ -8,6 +8,7 @@ mod conf;
 pub mod eject;
 mod ffi;
 mod fleet;
+mod limit;
 pub mod net;
 mod request;
 mod respond;

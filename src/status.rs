@@ -7,11 +7,12 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::Control;
+use circuit_breaker_core::retry_budget::RetryBudgetView;
 use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
 use circuit_breaker_core::status::{
-    self, Entry, ServerEntry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE,
-    PROMETHEUS_CONTENT_TYPE,
+    self, Entry, LimitStatus, ServerEntry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE,
+    JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
 };
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
@@ -124,6 +125,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
                 view,
                 servers: Vec::new(),
                 retry: e.retry,
+                limit: e.limit,
             });
         });
     }
@@ -265,10 +267,11 @@ fn control_breaker(
             .find_or_create(&scf.key(&route), cfg, mcf.generation, mono)
             .map(|mut b| {
                 b.control(mono, rnd(), ctl);
-                b.view(mono)
+                (b.view(mono), b.handle())
             })
+            .map(|(view, handle)| (view, locked.limit_status(handle)))
     };
-    let mut view = match outcome {
+    let (mut view, limit) = match outcome {
         Ok(v) => v,
         Err(Missing::Stale) => return not_found(r),
         Err(Missing::Full) => {
@@ -306,6 +309,7 @@ fn control_breaker(
         view,
         servers: Vec::new(),
         retry: None,
+        limit,
     };
     if format == Format::Prometheus {
         let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
@@ -376,7 +380,7 @@ fn control_server(
         String::from_utf8_lossy(c.addr_text.as_bytes())
     );
     let backup = eject::servers(scf).any(|(a, b)| a == server && b);
-    let Some(home) = home_view(&zone, scf, mono, wall) else {
+    let Some((home, retry, limit)) = home_view(&zone, scf, mono, wall) else {
         return send_text(
             r,
             NGX_HTTP_NOT_FOUND,
@@ -392,8 +396,9 @@ fn control_server(
             backup,
             view,
         }],
-        retry: None,
+        retry,
         fingerprint: fingerprint_of(mcf, upstream),
+        limit,
     };
     if format == Format::Prometheus {
         let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
@@ -404,13 +409,21 @@ fn control_server(
     }
 }
 
-/// The upstream's own breaker's view.
-fn home_view(zone: &Zone, scf: &crate::conf::SrvConf, mono: u64, wall: u64) -> Option<BreakerView> {
+/// The upstream's own breaker's view, its retry budget's and its limit's.
+fn home_view(
+    zone: &Zone,
+    scf: &crate::conf::SrvConf,
+    mono: u64,
+    wall: u64,
+) -> Option<(BreakerView, Option<RetryBudgetView>, Option<LimitStatus>)> {
     let mut locked = zone.lock();
-    let b = locked.find(&scf.key(crate::conf::default_route()))?;
-    let mut v = b.view(mono);
+    let (mut v, retry, handle) = {
+        let mut b = locked.find(&scf.key(crate::conf::default_route()))?;
+        let retry = b.retry_budget().map(|r| r.view(mono));
+        (b.view(mono), retry, b.handle())
+    };
     v.on_wall_clock(mono, wall);
-    Some(v)
+    Some((v, retry, locked.limit_status(handle)))
 }
 
 fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {

@@ -27,6 +27,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 servers: Vec::new(),
                 retry: None,
                 fingerprint: None,
+                limit: None,
             }
         })
         .collect()

@@ -292,6 +292,7 @@ pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
                 cfg,
                 eager,
                 retry: if own { s.retry } else { None },
+                limit: s.limit,
             });
         }
         for server in s
@@ -304,6 +305,7 @@ pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
                 cfg: server.0.cfg,
                 eager: true,
                 retry: None,
+                limit: None,
             });
         }
     }

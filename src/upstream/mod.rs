@@ -1,8 +1,9 @@
-//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit), follows
-//! the pool's ejections and wraps the balancer's callbacks; `peer.get` times each attempt,
-//! sends a server probe where it is due, and notes the server the balancer chose;
-//! `peer.free` classifies the attempt, records it on its server's breaker, and settles the
-//! request's verdict (see [`settle`]).
+//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit), then the
+//! adaptive limit (a slot, or shed), follows the pool's ejections and wraps the balancer's
+//! callbacks; `peer.get` times each attempt, sends a server probe where it is due, and notes
+//! the server the balancer chose; `peer.free` classifies the attempt, records it on its
+//! server's breaker, settles the request's verdict (see [`settle`]), and gives the limit's
+//! slot back after the last attempt.
 //!
 //! # A request's verdict
 //!
@@ -18,6 +19,7 @@
 //! nginx decide otherwise than foreseen, the request's end (a pool cleanup).
 
 mod admit;
+mod limit;
 mod outcome;
 pub mod precontent;
 mod retry;
@@ -128,6 +130,15 @@ unsafe fn init_peer_inner(
             }
         }
         Some(Admission::Probe(_)) => Plan::Normal { probe: !dry_run },
+        // Closed: the adaptive limit, if any, has the last word.
+        Some(Admission::Pass { .. }) if !limit::admit(state, log) => {
+            // SAFETY: the request and its upstream are live in peer.init.
+            if respond::can_serve_stale(req, unsafe { &*req.upstream }) {
+                Plan::Stale
+            } else {
+                Plan::ShortCircuit(Label::Limited, limit::RETRY_AFTER_MS)
+            }
+        }
         _ => Plan::Normal { probe: false },
     };
     // SAFETY: peer.init runs with the request's upstream set up.
@@ -162,6 +173,7 @@ unsafe fn init_peer_inner(
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
             if rc != NGX_OK as ngx_int_t {
+                limit::release(state);
                 return rc;
             }
             wrap_balancer(u, state);
@@ -275,7 +287,8 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
 }
 
 /// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
-/// and settles the request's verdict (see the module's documentation).
+/// settles the request's verdict (see the module's documentation), and gives the limit's
+/// slot back after the last attempt.
 unsafe extern "C" fn free_peer(
     pc: *mut ngx_peer_connection_t,
     data: *mut c_void,
@@ -301,29 +314,31 @@ unsafe extern "C" fn free_peer(
             unsafe { free(pc, state.balancer.data, ngx_state) };
         }
         if outcome.free_retry {
-            // nginx gives this try back; the probe ticket, if any, goes with the retry.
+            // nginx gives this try back; the probe ticket, if any, goes with the retry, and
+            // so does the limit's slot.
             return;
         }
-        let Some((zone, _)) = state.zone() else {
-            return;
-        };
         let attempt = outcome.attempt;
-        let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
-        // SAFETY: the request, its upstream and its peer, in free.
-        let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
-            Settle::Retried(pcr)
-        } else {
-            Settle::Final
-        };
-        if attempt.ending == Ending::Tls {
-            ngx::ngx_log_error!(
-                NGX_LOG_ERR,
-                connection_log(req),
-                "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
-                state.name()
-            );
+        if let Some((zone, _)) = state.zone() {
+            let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
+            // SAFETY: the request, its upstream and its peer, in free.
+            let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
+                Settle::Retried(&mut *pcr)
+            } else {
+                Settle::Final
+            };
+            if attempt.ending == Ending::Tls {
+                ngx::ngx_log_error!(
+                    NGX_LOG_ERR,
+                    connection_log(req),
+                    "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
+                    state.name()
+                );
+            }
+            settle(state, zone, &attempt, how);
         }
-        settle(state, zone, &attempt, how);
+        // SAFETY: request, upstream and peer are live in peer.free.
+        unsafe { limit::attempt_ended(state, req, u, pcr, ngx_state, &attempt) };
     })
 }
 

@@ -11,7 +11,9 @@
 //! retry budget, and its slot a stamp that changes whenever one of the upstream's servers
 //! leaves or rejoins the pool, so that every worker follows without the lock.
 
+mod block;
 mod init;
+mod limit;
 mod node;
 mod pending;
 mod reload;
@@ -26,6 +28,7 @@ use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
 pub use init::{init_zone, ZoneName};
+pub use limit::{Acquired, LimitPtr, Owner};
 pub use reload::Wanted;
 pub use table::{Entry, Locked, Missing};
 
@@ -100,6 +103,11 @@ impl Handle {
     /// Whether this names no breaker.
     pub fn is_none(&self) -> bool {
         self.ident == 0
+    }
+
+    /// The slot's index: small and dense, for tables kept per breaker in worker memory.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
     }
 }
 
@@ -330,6 +338,8 @@ impl Zone {
                 None => continue,
             };
             // SAFETY: as above.
+            let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
+            // SAFETY: as above.
             let (upstream, route) = unsafe { locked.names_of(n) };
             f(Entry {
                 upstream,
@@ -338,6 +348,7 @@ impl Zone {
                 kind: unsafe { n.as_ref() }.kind(),
                 view,
                 retry,
+                limit,
             });
         }
         usage

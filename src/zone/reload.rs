@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, Control};
+use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use circuit_breaker_core::snapshot::Forced;
 
@@ -25,6 +26,8 @@ pub struct Wanted<'a> {
     /// The upstream's retry budget, which its own breaker carries; kept across a reload with
     /// the same parameters.
     pub retry: Option<RetryBudgetConfig>,
+    /// The adaptive limit (`limit=adaptive`), kept beside the breaker.
+    pub limit: Option<LimitConfig>,
 }
 
 /// What a reconciliation did.
@@ -108,6 +111,8 @@ impl Zone {
             }
             if let Some(n) = kept {
                 locked.set_retry(n, w.retry, now_ms);
+                // SAFETY: `n` is published (kept, or created just above).
+                unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
             }
             node = next;
         }
@@ -123,6 +128,8 @@ impl Zone {
             if locked.find(&w.key).is_none() {
                 if let Some(n) = locked.create(&w.key, &w.cfg, now_ms) {
                     locked.set_retry(n, w.retry, now_ms);
+                    // SAFETY: created and published just above.
+                    unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
                 }
             }
         }
