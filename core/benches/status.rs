@@ -24,6 +24,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 upstream: format!("upstream_{}", i / 10),
                 route: format!("route_{i}"),
                 view: br.view(now + 8_000),
+                probe_uri: None,
             }
         })
         .collect()

@@ -3,6 +3,7 @@ pub mod breaker;
 pub mod directive;
 pub mod fleet;
 pub mod limit;
+pub mod probe;
 pub mod retry_budget;
 pub mod snapshot;
 pub mod status;

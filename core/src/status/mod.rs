@@ -47,6 +47,9 @@ pub struct Entry {
     pub route: String,
     /// The breaker's figures, taken under the zone lock.
     pub view: BreakerView,
+    /// Recovery (`probe_uri`): the path and query active probes request while the breaker is
+    /// open; `None` for a breaker that probes with user requests.
+    pub probe_uri: Option<String>,
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
@@ -83,12 +86,19 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `{"upstream","route","state","state_code","dry_run","forced","since","retry_at",
 /// "window":{"seconds","requests","failures","slow","failure_rate","slow_rate"},
 /// "latency_ms":{"p50","p95","p99"},"cooldown_ms","consecutive_probe_successes",
+/// "probes_needed","ramp_share","probe_uri",
 /// "totals":{"requests","failures","short_circuited","probes","tls_errors","retry_after_503",
-/// "opened","half_opened","closed"},"last_transition"}`.
+/// "opened","half_opened","closed","ramp_shed"},"last_transition"}`.
 ///
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
 /// 4 decimals; latency percentiles are `null` without samples.
+///
+/// Recovery adds to the SPEC's object: `probes_needed` (good probes in a row that close it, 0
+/// when closed), `ramp_share` (the share of requests let through, 0..1 with 4 decimals: below
+/// 1 while a recovery ramp runs), `probe_uri` (what active probes request, `null` without
+/// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
+/// `short_circuited`).
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -114,11 +124,14 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
 /// | `cooldown_seconds` | gauge | current cooldown |
 /// | `consecutive_probe_successes` | gauge | good probes in a row |
+/// | `probes_needed` | gauge | good probes in a row that close the breaker (0 when closed) |
+/// | `ramp_share` | gauge | share of requests let through, 0..1 (below 1 while a recovery ramp runs) |
 /// | `window_seconds`, `window_requests`, `window_failures`, `window_slow` | gauge | the live window |
 /// | `failure_rate`, `slow_rate` | gauge | window ratios, rounded to 4 decimals |
 /// | `latency_seconds{percentile="50"\|"95"\|"99"}` | gauge | window percentiles (absent without samples) |
 /// | `requests_total`, `failures_total`, `slow_total`, `short_circuited_total`, `probes_total`, `tls_errors_total`, `retry_after_503_total` | counter | running totals |
 /// | `transitions_total{to="open"\|"half_open"\|"closed"}` | counter | transitions |
+/// | `ramp_shed_total` | counter | requests a recovery ramp turned away |
 ///
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
@@ -128,7 +141,10 @@ pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 
 /// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
 fn json_size_hint(entry: &Entry) -> usize {
-    560 + entry.upstream.len() + entry.route.len() + entry.view.last_transition.len()
+    640 + entry.upstream.len()
+        + entry.route.len()
+        + entry.view.last_transition.len()
+        + entry.probe_uri.as_ref().map_or(0, String::len)
 }
 
 /// `part / whole` rounded half-up to 4 decimals (0 when `whole` is 0), as a count of
@@ -152,6 +168,11 @@ enum Num {
 /// Unix milliseconds as seconds.
 fn secs(ms: u64) -> Num {
     Num::Scaled(ms, 3)
+}
+
+/// A share in hundredths of a percent (10 000 is all) as a ratio with 4 decimals.
+fn share(hundredths_of_percent: u32) -> Num {
+    Num::Scaled(u64::from(hundredths_of_percent.min(10_000)), 4)
 }
 
 /// A ratio rounded to 4 decimals.
@@ -248,6 +269,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         b",\"consecutive_probe_successes\":",
         u64::from(v.consecutive_probe_successes),
     );
+    // Recovery: not in the SPEC's object.
+    int(out, b",\"probes_needed\":", u64::from(v.probes_needed));
+    out.extend_from_slice(b",\"ramp_share\":");
+    write_num(out, share(v.ramp_share));
+    out.extend_from_slice(b",\"probe_uri\":");
+    match &entry.probe_uri {
+        Some(uri) => json_str(out, uri),
+        None => out.extend_from_slice(b"null"),
+    }
     // The SPEC's `totals` has no `slow`: slow calls show in the window and in Prometheus.
     int(out, b",\"totals\":{\"requests\":", t.requests);
     int(out, b",\"failures\":", t.failures);
@@ -258,6 +288,8 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"opened\":", t.opened);
     int(out, b",\"half_opened\":", t.half_opened);
     int(out, b",\"closed\":", t.closed);
+    // Recovery: not in the SPEC's totals.
+    int(out, b",\"ramp_shed\":", t.ramp_shed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     out.push(b'}');
@@ -311,6 +343,7 @@ pub(crate) mod tests {
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
+            probe_uri: None,
         }
     }
 
@@ -338,6 +371,7 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
             },
+            probe_uri: None,
         }
     }
 
@@ -376,12 +410,23 @@ pub(crate) mod tests {
             .map(str::trim)
             .collect::<Vec<_>>()
             .concat();
-        let expected = spec.replacen(
-            r#""alloc_failures":0,"breakers""#,
-            r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
-            1,
+        let expected = spec
+            .replacen(
+                r#""alloc_failures":0,"breakers""#,
+                r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
+                1,
+            )
+            .replacen(
+                r#""consecutive_probe_successes":0,"totals""#,
+                r#""consecutive_probe_successes":0,"probes_needed":3,"ramp_share":1.0,"probe_uri":null,"totals""#,
+                1,
+            )
+            .replacen(r#""closed":1},"#, r#""closed":1,"ramp_shed":0},"#, 1);
+        assert_eq!(
+            expected.len(),
+            spec.len() + 25 + 52 + 14,
+            "every addition made"
         );
-        assert_ne!(expected, spec);
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
     }
 
@@ -426,12 +471,16 @@ pub(crate) mod tests {
         assert_eq!(t["opened"], 3);
         assert_eq!(t["half_opened"], 2);
         assert_eq!(t["closed"], 1);
-        assert_eq!(t.as_object().unwrap().len(), 9);
+        assert_eq!(t["ramp_shed"], 0);
+        assert_eq!(t.as_object().unwrap().len(), 10);
         assert_eq!(
             b["last_transition"],
             "failure rate 55% (22/40) >= 50% in 10s"
         );
-        assert_eq!(b.as_object().unwrap().len(), 14);
+        assert_eq!(b["probes_needed"], 3);
+        assert_eq!(b["ramp_share"].as_f64(), Some(1.0));
+        assert!(b["probe_uri"].is_null());
+        assert_eq!(b.as_object().unwrap().len(), 17);
     }
 
     #[test]
@@ -476,6 +525,25 @@ pub(crate) mod tests {
         assert_eq!(v["consecutive_probe_successes"], 2);
         e.view.forced = Some(Forced::Open);
         assert_eq!(parse(&render_breaker_json(&e))["forced"], "open");
+    }
+
+    #[test]
+    fn json_recovery_fields() {
+        let mut e = closed_entry();
+        e.view.ramp_share = 1234;
+        e.view.totals.ramp_shed = 77;
+        e.probe_uri = Some("/health?deep=\"1\"".into());
+        let v = parse(&render_breaker_json(&e));
+        assert_eq!(v["probes_needed"], 0);
+        assert_eq!(v["ramp_share"].as_f64(), Some(0.1234));
+        assert_eq!(v["probe_uri"], "/health?deep=\"1\"");
+        assert_eq!(v["totals"]["ramp_shed"], 77);
+        e.view.ramp_share = 0;
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(out.contains(r#""ramp_share":0.0,"#), "{out}");
+        e.view.ramp_share = 500;
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(out.contains(r#""ramp_share":0.05,"#), "{out}");
     }
 
     #[test]
