@@ -7,6 +7,7 @@ mod clock;
 mod conf;
 mod ffi;
 pub mod net;
+mod probe;
 mod request;
 mod respond;
 mod status;
@@ -176,6 +177,15 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
+/// `init_process`: worker processes start the active prober.
+unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    guard(NGX_OK as ngx_int_t, || {
+        // SAFETY: nginx passes the worker's cycle.
+        probe::start(unsafe { &*cycle });
+        NGX_OK as ngx_int_t
+    })
+}
+
 ngx::ngx_modules!(ngx_http_circuit_breaker_module);
 
 /// The module nginx loads (exported by name: `conf::Module` refers to it).
@@ -188,5 +198,6 @@ pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
     init_module: Some(init_module),
+    init_process: Some(init_process),
     ..ngx_module_t::default()
 };

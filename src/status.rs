@@ -83,6 +83,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
                 let mut view = e.view;
                 view.on_wall_clock(mono, wall);
                 entries.push(Entry {
+                    probe_uri: probe_uri(mcf, &u),
                     upstream: u.into_owned(),
                     route: rt.into_owned(),
                     view,
@@ -99,6 +100,12 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         let body = status::render_json(&zview, &entries);
         send(r, NGX_HTTP_OK, "application/json", &body)
     }
+}
+
+/// What active probes of `upstream`'s breakers request, if it has `probe_uri`.
+fn probe_uri(mcf: &MainConf, upstream: &str) -> Option<String> {
+    let probe = mcf.upstream(upstream)?.probe.as_ref()?;
+    Some(probe.uri.clone())
 }
 
 fn accept_header(r: &ngx_http_request_t) -> Option<&[u8]> {
@@ -201,6 +208,7 @@ fn control_breaker(
         upstream: upstream.to_owned(),
         route: route.name.clone(),
         view,
+        probe_uri: probe_uri(mcf, upstream),
     });
     send(r, NGX_HTTP_OK, "application/json", &body)
 }

@@ -15,7 +15,7 @@ mod table;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use circuit_breaker_core::breaker::{Admission, BreakerHeader, Bucket};
+use circuit_breaker_core::breaker::{Admission, BreakerHeader, Bucket, Gate};
 use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
@@ -177,6 +177,13 @@ impl Zone {
             _ => {}
         }
         Some(admission)
+    }
+
+    /// The gate the breaker `handle` names last published, read without the lock and without
+    /// counting anything (the prober's look), or `None` when the handle no longer names
+    /// `key_hash`'s breaker or a writer was publishing.
+    pub fn gate(&self, handle: Handle, key_hash: u64) -> Option<Gate> {
+        self.slot(handle.slot)?.read_gate(handle.ident, key_hash)
     }
 
     /// Takes the zone's mutex until the guard drops.

@@ -30,9 +30,21 @@ package CB::Origin;
 #	garbage=status	invalid status line (note: nginx proxy treats this
 #			as an HTTP/0.9 response, not as invalid_header)
 #
+#	fail=P		answer "status=500" to P percent of requests, at random
+#
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
 # "X-Origin-Body-Length: N" (request body bytes received).
+#
+# Behaviour over time, without restarting the origin: the file
+# "$hits_file.mode" (see behave()), re-read for every request, holds lines
+# "PREFIX QUERY": a request whose path starts with PREFIX ("*" matches any)
+# gets QUERY's parameters on top of its own (the first matching line wins).
+# A line "refuse" makes the daemon close its listening socket, so that
+# connections are refused, until the line is gone.  Each request also
+# appends "START END PATH" (Unix seconds, when its head was read and when
+# the origin was done with it) to "$hits_file.times", to measure how many
+# were in flight at once (in_flight()).
 #
 # Only core Perl modules are used.
 
@@ -67,13 +79,9 @@ our $IDLE_TIMEOUT = 60;
 sub run {
 	my ($port, $hits_file) = @_;
 
-	my $server = IO::Socket::INET->new(
-		Proto => 'tcp',
-		LocalAddr => "127.0.0.1:$port",
-		Listen => 128,
-		ReuseAddr => 1,
-	)
+	my $server = _listen($port)
 		or die "CB::Origin: can't listen on 127.0.0.1:$port: $!\n";
+	my $mode = defined $hits_file ? "$hits_file.mode" : undef;
 
 	my %kids;
 
@@ -95,6 +103,22 @@ sub run {
 	local $SIG{PIPE} = 'IGNORE';
 
 	while (1) {
+		if (defined $mode) {
+			# "refuse": no listening socket, connections are refused
+			my $refuse = _refusing($mode);
+			if ($refuse && $server) {
+				close $server;
+				undef $server;
+			} elsif (!$refuse && !$server) {
+				$server = _listen($port);
+			}
+			if (!$server) {
+				sleep 0.02;
+				next;
+			}
+			next unless IO::Select->new($server)->can_read(0.05);
+		}
+
 		my $client = $server->accept();
 
 		if (!defined $client) {
@@ -121,6 +145,118 @@ sub run {
 		$kids{$pid} = 1;
 		close $client;
 	}
+}
+
+sub _listen {
+	my ($port) = @_;
+
+	return IO::Socket::INET->new(
+		Proto => 'tcp',
+		LocalAddr => "127.0.0.1:$port",
+		Listen => 128,
+		ReuseAddr => 1,
+	);
+}
+
+###############################################################################
+
+# Sets the origin's behaviour from now on (see "Behaviour over time" above):
+#
+#	CB::Origin::behave($hits, '/health hang=1', '* status=500');
+#	CB::Origin::behave($hits, 'refuse');
+#	CB::Origin::behave($hits);		# back to the query strings alone
+
+sub behave {
+	my ($hits_file, @lines) = @_;
+
+	my $tmp = "$hits_file.mode.$$";
+	open my $fh, '>', $tmp or die "Can't write $tmp: $!\n";
+	print $fh map { "$_\n" } @lines;
+	close $fh;
+	rename $tmp, "$hits_file.mode" or die "Can't rename $tmp: $!\n";
+
+	return 1;
+}
+
+sub _mode_lines {
+	my ($mode) = @_;
+
+	open my $fh, '<', $mode or return ();
+	my @lines = grep { /\S/ } map { s/^\s+|\s+$//gr } <$fh>;
+	close $fh;
+
+	return @lines;
+}
+
+sub _refusing {
+	my ($mode) = @_;
+	return grep { $_ eq 'refuse' } _mode_lines($mode);
+}
+
+# the parameters the mode file adds to a request for PATH
+
+sub _mode_query {
+	my ($hits_file, $path) = @_;
+
+	return '' unless defined $hits_file;
+
+	for (_mode_lines("$hits_file.mode")) {
+		my ($prefix, $query) = split ' ', $_, 2;
+		next if $prefix eq 'refuse';
+		return $query // ''
+			if $prefix eq '*' || index($path, $prefix) == 0;
+	}
+
+	return '';
+}
+
+# [START, END, PATH] of each request for a path matching RE, from the times
+# file, in the order they ended
+
+sub timings {
+	my ($hits_file, $re) = @_;
+
+	open my $fh, '<', "$hits_file.times" or return ();
+	flock($fh, LOCK_SH);
+	my @r = grep { defined $_->[2] && $_->[2] =~ $re }
+		map { chomp; [ split ' ', $_, 3 ] } <$fh>;
+	close $fh;
+
+	return @r;
+}
+
+# The most requests for paths matching RE that were in flight at the origin at
+# once, from the times file.  Options: since => T (only requests that ended
+# after T), slack => S (each request counts as ending S seconds earlier: the
+# origin sees a connection close a little after the client closed it, while
+# the next request may already be on its way).
+
+sub in_flight {
+	my ($hits_file, $re, %opts) = @_;
+
+	my $slack = $opts{slack} // 0;
+
+	open my $fh, '<', "$hits_file.times" or return 0;
+	flock($fh, LOCK_SH);
+	my @iv;
+	for (<$fh>) {
+		my ($start, $end, $path) = split ' ', $_, 3;
+		next unless defined $path && $path =~ $re;
+		next if defined $opts{since} && $end < $opts{since};
+		$end -= $slack;
+		push @iv, [ $start, $end > $start ? $end : $start ];
+	}
+	close $fh;
+
+	my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+		(map { [ $_->[0], 1 ] } @iv), (map { [ $_->[1], -1 ] } @iv);
+	my ($now, $max) = (0, 0);
+	for (@ev) {
+		$now += $_->[1];
+		$max = $now if $now > $max;
+	}
+
+	return $max;
 }
 
 ###############################################################################
@@ -188,6 +324,9 @@ sub _fill {
 sub _connection {
 	my ($sock, $port, $hits_file) = @_;
 
+	# a fork of the daemon: its own random numbers ("fail")
+	srand();
+
 	binmode $sock;
 	my $buf = '';
 	my $seq = 0;
@@ -253,9 +392,13 @@ sub _connection {
 		my ($path, $query) = split /\?/, $uri, 2;
 		_log_hit($hits_file, defined $query ? "$path?$query" : $path);
 
+		my $t0 = time();
+		my $done = sub { _log_time($hits_file, $t0, $path); };
+
 		my %q;
 		my @hdr;
-		for my $pair (split /&/, $query // '') {
+		my $mode = _mode_query($hits_file, $path);
+		for my $pair (split(/&/, $query // ''), split(/&/, $mode)) {
 			my ($k, $v) = split /=/, $pair, 2;
 			next unless defined $k && length $k;
 			$v = _unescape($v // '');
@@ -271,13 +414,13 @@ sub _connection {
 
 		if ($q{close}) {
 			close $sock;
-			return;
+			return $done->();
 		}
 
 		if ($q{reset}) {
 			setsockopt($sock, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
 			close $sock;
-			return;
+			return $done->();
 		}
 
 		if ($q{hang}) {
@@ -285,12 +428,14 @@ sub _connection {
 			my $end = time() + $IDLE_TIMEOUT;
 			while (time() < $end) {
 				my $n = _fill($sock, \$buf, $end - time());
-				return if defined $n && $n == 0;
+				return $done->() if defined $n && $n == 0;
 				$buf = '';
-				return if getppid() == 1;
+				return $done->() if getppid() == 1;
 			}
-			return;
+			return $done->();
 		}
+
+		$q{status} = 500 if $q{fail} && rand(100) < $q{fail};
 
 		my $status = $q{status} || 200;
 		my $body = defined $q{body} ? $q{body} : "origin $port ok\n";
@@ -331,10 +476,23 @@ sub _connection {
 			$r .= $body unless $method eq 'HEAD';
 		}
 
-		_write($sock, $r) or return;
+		my $written = _write($sock, $r);
+		$done->();
 
-		return unless $keepalive;
+		return unless $written && $keepalive;
 	}
+}
+
+sub _log_time {
+	my ($hits_file, $start, $path) = @_;
+
+	return unless defined $hits_file;
+
+	open my $fh, '>>', "$hits_file.times" or return;
+	flock($fh, LOCK_EX);
+	seek($fh, 0, SEEK_END);
+	printf $fh "%.6f %.6f %s\n", $start, time(), $path;
+	close $fh;
 }
 
 sub _write {

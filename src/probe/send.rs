@@ -1,0 +1,122 @@
+//! Sending one probe: `GET probe_uri` with its `Host`, under `probe_timeout` from connect to
+//! the response head (the body is not read: the status decides), over TLS when the upstream's
+//! locations use it.
+
+use core::time::Duration;
+
+use circuit_breaker_core::directive::ProbeSpec;
+use circuit_breaker_core::probe::ProbeEnd;
+use hyper::HeaderMap;
+use nginx_sys::{ngx_parse_http_time, ngx_time};
+
+use super::target::Upstream;
+use crate::clock::mono_ms;
+use crate::net::{self, Error, Options, Peer, Request, Response};
+
+/// What nginx's error log says a probe's connection was for ("while probing upstream").
+const ACTION: &str = "probing upstream";
+
+/// How a probe went.
+pub struct Sent {
+    /// `None`: no verdict on the origin (the worker is exiting, or had no free connection).
+    pub end: Option<ProbeEnd>,
+    /// What went wrong, for the log.
+    error: Option<Error>,
+}
+
+impl Sent {
+    /// Why no response came, if none did.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// Why the probe failed, for the log; `None` when it was healthy.
+    pub fn failure(&self, spec: &ProbeSpec, took_ms: u64, latency_ms: u32) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(e.to_string());
+        }
+        match self.end? {
+            ProbeEnd::Response { status, .. } if !spec.healthy(status) => {
+                Some(format!("status {status}"))
+            }
+            _ if latency_ms > 0 && took_ms > u64::from(latency_ms) => {
+                Some(format!("took {took_ms}ms > {latency_ms}ms"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Sends the probe of `up` to `server`.
+pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
+    let req = Request {
+        method: "GET",
+        target: &up.spec.uri,
+        host: &up.host,
+        headers: &[("User-Agent", "nginx circuit breaker probe")],
+        body: &[],
+    };
+    let timeout = u64::from(up.spec.timeout_ms);
+    let plain = Options::new(Duration::from_millis(timeout))
+        .max_body(0)
+        .action(ACTION);
+    #[cfg(ngx_ssl)]
+    if let Some(tls) = up.tls.as_ref() {
+        let scheme = up.scheme.get();
+        if scheme.starts_with_tls() {
+            let started = mono_ms();
+            let r = net::fetch(server, &req, &plain.tls(tls)).await;
+            up.scheme.set(scheme.learn(r.is_ok(), false));
+            if !(scheme.falls_back() && r.as_ref().is_err_and(|e| *e == Error::Tls)) {
+                return sent(r);
+            }
+            // The server did not answer in TLS: plain HTTP, within what is left.
+            let left = timeout.saturating_sub(mono_ms().saturating_sub(started));
+            if left == 0 {
+                return sent(Err(Error::Timeout));
+            }
+            let options = Options::new(Duration::from_millis(left))
+                .max_body(0)
+                .action(ACTION);
+            let r = net::fetch(server, &req, &options).await;
+            let healthy = r.as_ref().is_ok_and(|r| up.spec.healthy(r.status));
+            up.scheme.set(up.scheme.get().learn(false, healthy));
+            return sent(r);
+        }
+    }
+    sent(net::fetch(server, &req, &plain).await)
+}
+
+fn sent(r: Result<Response, Error>) -> Sent {
+    let end = match &r {
+        Ok(resp) => Some(ProbeEnd::Response {
+            status: resp.status,
+            retry_after_s: retry_after(&resp.headers),
+        }),
+        Err(Error::Exiting | Error::NoConnection | Error::InvalidRequest(_)) => None,
+        Err(Error::Timeout) => Some(ProbeEnd::Timeout),
+        Err(Error::Protocol(_)) => Some(ProbeEnd::Invalid),
+        Err(Error::Tls | Error::TlsVerify(_) | Error::TlsName) => Some(ProbeEnd::Tls),
+        Err(Error::Refused | Error::Connect(_) | Error::Reset | Error::Closed | Error::Io(_)) => {
+            Some(ProbeEnd::Error)
+        }
+    };
+    Sent {
+        end,
+        error: r.err(),
+    }
+}
+
+/// `Retry-After` in seconds: delta-seconds, or an HTTP date as nginx reads it.
+fn retry_after(headers: &HeaderMap) -> Option<u32> {
+    let v = headers.get(hyper::header::RETRY_AFTER)?.as_bytes();
+    if let Some(n) = core::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        return Some(n);
+    }
+    // SAFETY: nginx's parser reads exactly `len` bytes.
+    let t = unsafe { ngx_parse_http_time(v.as_ptr().cast_mut(), v.len()) };
+    (t > 0).then(|| (t - ngx_time()).clamp(0, i64::from(u32::MAX)) as u32)
+}
