@@ -50,7 +50,8 @@ pub fn look(gate: Gate, now_ms: u64, probe_interval_ms: u32) -> Look {
 /// when every server is down (or there is none).
 pub fn next_server(down: &[bool], cursor: usize) -> Option<usize> {
     let n = down.len();
-    (0..n).map(|i| (cursor + i) % n).find(|&i| !down[i])
+    let start = cursor.checked_rem(n)?;
+    (0..n).map(|i| (start + i) % n).find(|&i| !down[i])
 }
 
 /// How a probe request ended, as the shell's HTTP client saw it.
@@ -270,6 +271,11 @@ mod tests {
         assert_eq!(next_server(&[true, true], 0), None);
         assert_eq!(next_server(&[], 3), None);
         assert_eq!(next_server(&[false], 5), Some(0));
+        assert_eq!(
+            next_server(&[true, false], usize::MAX),
+            Some(1),
+            "any cursor"
+        );
     }
 
     #[test]
