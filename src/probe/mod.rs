@@ -37,13 +37,17 @@ use crate::conf::Module;
 use crate::ffi::{pid, process_alive};
 use crate::net;
 use crate::upstream::log_transition;
-use crate::zone::{Handle, Zone};
+use crate::zone::{Handle, Locked, Zone};
 
 use self::target::Target;
 
 /// How often a breaker the zone does not hold (yet) is looked for: a route whose upstream is
 /// picked at run time gets its breaker on first use.
 const FIND_MS: u64 = 1000;
+
+/// Breakers handled per hold of the zone lock, as the status walk does, so that thousands of
+/// breakers not found yet never hold the lock long.
+const LOCK_BATCH: usize = 256;
 
 /// Starts the prober in a worker process (`init_process`), if any upstream has `probe_uri`.
 /// Cache manager and loader processes never probe.
@@ -80,61 +84,39 @@ struct Prober {
 
 impl Prober {
     /// Looks at the breakers whose time has come; returns how long to sleep.
+    ///
+    /// First without the lock: each breaker's gate says when its next probe is due. Those due
+    /// (or not found in the zone yet) are then handled under the lock, a batch at a time, and
+    /// the probes claimed are sent once it is released.
     fn tick(&self, now: u64) -> Duration {
-        let mut wake = u64::MAX;
+        let mut due = Vec::new();
         for t in &self.targets {
-            let watch = now.saturating_add(probe::watch_ms(t.up.interval_ms));
-            if t.in_flight.get() {
-                wake = wake.min(watch);
+            if t.in_flight.get() || t.next_look.get() > now {
                 continue;
             }
-            if t.next_look.get() <= now {
-                self.look_at(t, now);
+            let gate = match t.handle.get() {
+                h if h.is_none() => None,
+                h => self.zone.gate(h, t.key_hash),
+            };
+            match gate.map(|g| probe::look(g, now, t.up.interval_ms)) {
+                Some(Look::At(at)) => t.next_look.set(at),
+                // Due (or not found yet): the server first, outside the zone lock.
+                Some(Look::Lock) => due.push((t, t.up.next_server())),
+                None if t.handle.get().is_none() => due.push((t, None)),
+                None => due.push((t, t.up.next_server())),
             }
-            wake = wake.min(t.next_look.get());
         }
-        Duration::from_millis(wake.saturating_sub(now).max(1))
-    }
-
-    fn look_at(&self, t: &Rc<Target>, now: u64) {
-        let interval = t.up.interval_ms;
-        let handle = t.handle.get();
-        if !handle.is_none() {
-            if let Some(gate) = self.zone.gate(handle, t.key_hash) {
-                if let Look::At(at) = probe::look(gate, now, interval) {
-                    t.next_look.set(at);
-                    return;
+        let mut claimed = Vec::new();
+        for batch in due.chunks(LOCK_BATCH) {
+            let mut locked = self.zone.lock();
+            for (t, server) in batch {
+                let ticket = self.claim(&mut locked, t, server.is_some(), now);
+                if let (Some(ticket), Some(server)) = (ticket, server) {
+                    claimed.push((*t, ticket, server.clone()));
                 }
             }
         }
-        // A probe may be due: the server first, outside the zone lock.
-        let server = t.up.next_server();
-        let (ticket, next) = {
-            let mut locked = self.zone.lock();
-            let known = locked.get(handle, t.key_hash).is_some();
-            let found = if known {
-                locked.get(handle, t.key_hash)
-            } else {
-                locked.find(&t.key())
-            };
-            let Some(mut b) = found else {
-                t.handle.set(Handle::NONE);
-                t.next_look.set(now.saturating_add(FIND_MS));
-                return;
-            };
-            t.handle.set(b.handle());
-            let ticket = match server {
-                Some(_) => b.active_probe(now, rnd(), pid(), &process_alive),
-                None => None,
-            };
-            let next = match probe::look(b.gate(), now, interval) {
-                Look::At(at) => at,
-                Look::Lock => now.saturating_add(probe::watch_ms(interval)),
-            };
-            (ticket, next)
-        };
-        t.next_look.set(next);
-        if let (Some(ticket), Some(server)) = (ticket, server) {
+        for (t, ticket, server) in claimed {
             // Marked before the task starts: it may end within `spawn`.
             t.in_flight.set(true);
             let held = Held {
@@ -144,6 +126,49 @@ impl Prober {
             };
             net::spawn(run(held, server)).detach();
         }
+        let wake = self
+            .targets
+            .iter()
+            .map(|t| match t.in_flight.get() {
+                true => now.saturating_add(probe::watch_ms(t.up.interval_ms)),
+                false => t.next_look.get(),
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        Duration::from_millis(wake.saturating_sub(now).max(1))
+    }
+
+    /// Under the lock: finds the breaker if need be, asks for its probe slot when a server can
+    /// be probed, and plans the next look.
+    fn claim(&self, locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<Ticket> {
+        let interval = t.up.interval_ms;
+        let handle = t.handle.get();
+        let known = !handle.is_none() && locked.get(handle, t.key_hash).is_some();
+        let found = if known {
+            locked.get(handle, t.key_hash)
+        } else {
+            locked.find(&t.key())
+        };
+        let Some(mut b) = found else {
+            t.handle.set(Handle::NONE);
+            t.next_look.set(now.saturating_add(FIND_MS));
+            return None;
+        };
+        t.handle.set(b.handle());
+        let ticket = if server {
+            b.active_probe(now, rnd(), pid(), &process_alive)
+        } else {
+            None
+        };
+        t.next_look.set(match probe::look(b.gate(), now, interval) {
+            Look::At(at) => at,
+            // Just found: the next tick claims it.
+            Look::Lock if !known => now,
+            // Due but taken (in flight elsewhere, or held by a worker that died: reclaimed
+            // at the next look), a dry run, or no server to probe.
+            Look::Lock => now.saturating_add(probe::watch_ms(interval)),
+        });
+        ticket
     }
 }
 
