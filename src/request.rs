@@ -81,9 +81,6 @@ pub struct RequestState {
     /// What the request was told, for the variables and the header; `None` while no breaker
     /// has answered.
     pub label: Option<Label>,
-    /// The PRECONTENT phase already let it through (closed), for `peer.init` not to ask
-    /// twice.
-    pub passed_early: bool,
     /// Answered without touching the origin.
     pub short_circuited: bool,
     /// ... by letting nginx serve a stale cache entry.
@@ -111,12 +108,14 @@ impl RequestState {
     }
 
     /// The zone and the main conf, when a zone exists.
-    pub fn zone(&self) -> Option<(Zone, &MainConf)> {
-        // SAFETY: set in setup; lives as long as the configuration.
-        let mcf = unsafe { self.srv_conf().main.as_ref()? };
-        // SAFETY: our own zone, mapped in every worker.
-        let zone = unsafe { Zone::from_shm(mcf.zone)? };
-        Some((zone, mcf))
+    /// Both live as long as the configuration the request runs under, longer than any
+    /// borrow of the request's state: their lifetime is not tied to it.
+    #[inline]
+    pub fn zone<'c>(&self) -> Option<(&'c Zone, &'c MainConf)> {
+        // SAFETY: `scf` and its `main` are set from confs that live as long as the
+        // configuration, which outlives every request run under it.
+        let mcf: &'c MainConf = unsafe { (*self.scf).main.as_ref()? };
+        Some((mcf.zone()?, mcf))
     }
 
     /// `upstream/route`, as log lines name a breaker.
@@ -209,7 +208,6 @@ pub fn attach<'r>(
         balancer: Balancer::NONE,
         attempt_started: 0,
         label: None,
-        passed_early: false,
         short_circuited: false,
         stale: false,
         header_added: false,
@@ -224,7 +222,7 @@ pub fn attach<'r>(
     Some(unsafe { &mut *state.as_ptr() })
 }
 
-fn set_ctx(r: &mut ngx_http_request_t, state: *mut RequestState) {
+fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
     // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
     unsafe {
         *r.ctx
@@ -232,16 +230,41 @@ fn set_ctx(r: &mut ngx_http_request_t, state: *mut RequestState) {
     }
 }
 
+/// The module ctx of a request the PRECONTENT phase let through (its breaker closed)
+/// without creating a state: `peer.init` creates it, and does not ask the breaker again.
+static PASSED: u8 = 0;
+
+fn ctx(r: &ngx_http_request_t) -> *mut c_void {
+    // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
+    unsafe {
+        *r.ctx
+            .add(<Module as ngx::http::HttpModule>::module().ctx_index)
+    }
+}
+
+/// Notes that the PRECONTENT phase let the request through.
+pub fn mark_passed(r: &mut ngx_http_request_t) {
+    set_ctx(r, core::ptr::addr_of!(PASSED).cast_mut());
+}
+
+/// Whether the PRECONTENT phase let the request through; clears the mark.
+pub fn take_passed(r: &mut ngx_http_request_t) -> bool {
+    let passed = core::ptr::eq(ctx(r), core::ptr::addr_of!(PASSED).cast());
+    if passed {
+        set_ctx::<u8>(r, core::ptr::null_mut());
+    }
+    passed
+}
+
 /// The request's state, if its current location set it (the module ctx).
 pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
-    // SAFETY: r->ctx has a slot per http module; only `set_ctx` writes ours, with a state
-    // that lives as long as the request's pool. The borrow is tied to the request's.
-    unsafe {
-        let ctx = *r
-            .ctx
-            .add(<Module as ngx::http::HttpModule>::module().ctx_index);
-        ctx.cast::<RequestState>().as_mut()
+    let ctx = ctx(r);
+    if core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast()) {
+        return None;
     }
+    // SAFETY: only `set_ctx` writes our slot: the mark above, or a state that lives as long
+    // as the request's pool. The borrow is tied to the request's.
+    unsafe { ctx.cast::<RequestState>().as_mut() }
 }
 
 /// The request's state: the module ctx, or, after an internal redirect cleared it (an

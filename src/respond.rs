@@ -24,7 +24,7 @@ static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 /// into the pool and hashes a lower-cased copy of the name: on the open path that is ~10 %
 /// of a short-circuit's work (see `scripts/bench-instructions`). nginx's own
 /// `add_header` builds output headers the same way.
-fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_str_t) -> bool {
+pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_str_t) -> bool {
     // SAFETY: a request's headers list holds ngx_table_elt_t elements.
     let h = unsafe { ngx_list_push(list) }.cast::<ngx_table_elt_t>();
     // SAFETY: null or the element just pushed, which we fill whole.
@@ -45,7 +45,7 @@ fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_str_t) -> bo
     true
 }
 
-fn static_value(s: &'static str) -> ngx_str_t {
+pub(crate) fn static_value(s: &'static str) -> ngx_str_t {
     ngx_str_t {
         len: s.len(),
         data: s.as_ptr().cast_mut(),

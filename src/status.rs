@@ -1,11 +1,15 @@
-//! The status location: JSON or Prometheus text of every breaker, and with `control=on` the
-//! operator's force_open / force_close / reset. Each breaker's view is taken under the zone
-//! lock (in batches, see `Zone::visit`) and the page is rendered after the lock is released,
-//! so a large page never holds the lock while formatting.
+//! The status location: JSON or Prometheus text of every breaker, or the dashboard page that
+//! polls the JSON, and with `control=on` the operator's force_open / force_close / reset.
+//! Each breaker's view is taken under the zone lock (in batches, see `Zone::visit`) and the
+//! page is rendered after the lock is released, so a large page never holds the lock while
+//! formatting.
 
 use circuit_breaker_core::breaker::Control;
-use circuit_breaker_core::status::query::{self, parse_query, Action, Query};
-use circuit_breaker_core::status::{self, Entry, ZoneView, PROMETHEUS_CONTENT_TYPE};
+use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
+use circuit_breaker_core::status::{
+    self, Entry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE,
+    PROMETHEUS_CONTENT_TYPE,
+};
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
@@ -18,6 +22,7 @@ use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::{MainConf, Route, StatusMode};
 use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::request;
+use crate::respond::{push_header, static_value};
 use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
 
 /// The content handler of `circuit_breaker_status`.
@@ -50,10 +55,17 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         Ok(q) => q,
         Err(reason) => return send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
     };
+    let accept = accept_headers(r);
+    let method = match method {
+        NGX_HTTP_POST => Method::Post,
+        NGX_HTTP_HEAD => Method::Head,
+        _ => Method::Get,
+    };
+    let format = query::negotiate(&query, &accept, method);
     // SAFETY: our own zone (or none), mapped in every worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) };
     if control {
-        return control_breaker(r, mcf, zone, &query);
+        return control_breaker(r, mcf, zone, &query, format);
     }
     if query.action.is_some() {
         return send_text(
@@ -61,6 +73,10 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
             NGX_HTTP_BAD_REQUEST,
             "\"action\" needs a POST request to a location with \"control=on\"",
         );
+    }
+    if format == Format::Html {
+        let page = DASHBOARD_HTML.as_bytes();
+        return send(r, NGX_HTTP_OK, HTML_CONTENT_TYPE, page, &query);
     }
     let mono = mono_ms();
     let wall = zone
@@ -70,6 +86,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         name: mcf.zone_name.0.clone(),
         module_version: MODULE_VERSION,
         nginx_version: nginx_version(),
+        control: lcf.status == StatusMode::Control,
         ..ZoneView::default()
     };
     let mut entries = Vec::new();
@@ -93,12 +110,12 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     }
     // Oldest first: nodes are pushed at the head, so reverse for configuration order.
     entries.reverse();
-    if query::wants_prometheus(&query, accept_header(r)) {
+    if format == Format::Prometheus {
         let body = status::render_prometheus(&zview, &entries);
-        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body)
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, &query)
     } else {
         let body = status::render_json(&zview, &entries);
-        send(r, NGX_HTTP_OK, "application/json", &body)
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, &query)
     }
 }
 
@@ -108,11 +125,13 @@ fn probe_uri(mcf: &MainConf, upstream: &str) -> Option<String> {
     Some(probe.uri.clone())
 }
 
-fn accept_header(r: &ngx_http_request_t) -> Option<&[u8]> {
+/// Every `Accept` field's value: HTTP reads several as one comma-separated list.
+fn accept_headers(r: &ngx_http_request_t) -> Vec<&[u8]> {
     // SAFETY: headers_in is the request's parsed headers list.
-    let mut it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
-    it.find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
+    let it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    it.filter(|(k, _)| k.as_bytes().eq_ignore_ascii_case(b"accept"))
         .map(|(_, v)| v.as_bytes())
+        .collect()
 }
 
 /// `POST ?upstream=…&route=…&action=…`: changes one breaker and answers with its new JSON.
@@ -121,6 +140,7 @@ fn control_breaker(
     mcf: &MainConf,
     zone: Option<Zone>,
     q: &Query,
+    format: Format,
 ) -> ngx_int_t {
     let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
         let missing = if q.upstream.is_none() {
@@ -204,28 +224,43 @@ fn control_breaker(
         verb,
         String::from_utf8_lossy(c.addr_text.as_bytes())
     );
-    let body = status::render_breaker_json(&Entry {
+    let entry = Entry {
         upstream: upstream.to_owned(),
         route: route.name.clone(),
         view,
         probe_uri: probe_uri(mcf, upstream),
-    });
-    send(r, NGX_HTTP_OK, "application/json", &body)
+    };
+    if format == Format::Prometheus {
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
+    } else {
+        let body = status::render_breaker_json(&entry);
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
+    }
 }
 
 fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {
     let mut body = line.as_bytes().to_vec();
     body.push(b'\n');
-    send(r, status, "text/plain", &body)
+    send(r, status, "text/plain", &body, &Query::default())
 }
 
-/// Sends a whole response from one buffer, as the stub_status module does.
+/// Sends a whole response from one buffer, as the stub_status module does; with
+/// `Vary: Accept` when the format came from `Accept` (no `format=` in `q`), so that a cache
+/// does not hand the page to a scraper.
 fn send(
     r: &mut ngx_http_request_t,
     status: u32,
     content_type: &'static str,
     body: &[u8],
+    q: &Query,
 ) -> ngx_int_t {
+    if status == NGX_HTTP_OK
+        && q.format.is_none()
+        && !push_header(&mut r.headers_out.headers, "Vary", static_value("Accept"))
+    {
+        return NGX_ERROR as ngx_int_t;
+    }
     r.headers_out.status = status as ngx_uint_t;
     r.headers_out.content_type = ngx_str_t {
         len: content_type.len(),

@@ -1,8 +1,8 @@
 #!/usr/bin/perl
 
-# Self-test of the test harness: t/lib/Test/Nginx.pm and t/lib/CB/Origin.pm.
-# Uses plain nginx features only (proxy, cache, upstream keepalive); our
-# module is not loaded.  Run:
+# Self-test of the test harness: t/lib/Test/Nginx.pm, t/lib/CB/Origin.pm and
+# t/lib/CB/Nginx.pm.  Uses plain nginx features only (proxy, cache, upstream
+# keepalive); our module is not loaded.  Run:
 #
 #	TEST_NGINX_BINARY=/usr/sbin/nginx prove -v -I t/lib t/00-harness.t
 #
@@ -16,8 +16,8 @@
 # dynamic modules are not installed, the original also emits load_module
 # lines for missing .so files (point TEST_NGINX_MODULES at them).
 #
-# (the CB::Origin checks do not depend on which Test::Nginx is used; the
-# harness-only checks are skipped there).
+# (the CB::Origin and CB::Nginx checks do not depend on which Test::Nginx is
+# used; the harness-only checks are skipped there).
 
 ###############################################################################
 
@@ -34,6 +34,8 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end http_content /;
+use CB::Nginx qw/ conf start reload workers masters /;
+use CB::Proc qw/ alive /;
 use CB::Origin;
 
 ###############################################################################
@@ -44,21 +46,9 @@ select STDOUT; $| = 1;
 my $ours = defined &Test::Nginx::_finish;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->plan(27);
+	->plan(34);
 
-my $conf = <<'EOF';
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+my $conf = conf(2, <<'EOF');
     proxy_cache_path %%TESTDIR%%/cache keys_zone=one:1m;
 
     upstream u {
@@ -96,16 +86,12 @@ http {
             return 200 "generation GEN\n";
         }
     }
-}
-
 EOF
 
 (my $conf1 = $conf) =~ s/GEN/1/;
 $t->write_file_expand('nginx.conf', $conf1);
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
+my $hits = start($t, 8081);
 ok($t->waitforsocket('127.0.0.1:' . port(8081)), 'origin listens');
 
 ###############################################################################
@@ -190,27 +176,31 @@ Content-Length: 20000
 EOF
 	'request body');
 
-# reload
+# reload: the library's reload() only sends HUP (in nginx-tests' as in
+# ours); CB::Nginx::reload() waits until the new workers serve
 
-SKIP: {
-skip 'reload() waits for new workers only in our harness', 3 unless $ours;
-
-my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : 0;
-my @before = Test::Nginx::_children($master);
+my @before = workers($t);
 
 (my $conf2 = $conf) =~ s/GEN/2/;
 $t->write_file_expand('nginx.conf', $conf2);
-$t->reload();
+is(reload($t), 1, 'reload: done');
 
-my @after = Test::Nginx::_children($master);
+my @after = workers($t);
 my %b = map { $_ => 1 } @before;
-ok((grep { !$b{$_} } @after) >= 2, 'reload: new workers');
+ok(@before == 2 && @after == 2 && !grep({ $b{$_} } @after),
+	'reload: new workers') or diag("before @before, after @after");
 
 my @gen = map { http_get('/generation') =~ /generation (\d)/ ? $1 : 'x' }
 	1 .. 6;
 is(join('', @gen), '222222', 'reload: new configuration');
 like(http_get('/?after=reload'), qr/origin $p ok/, 'reload: proxy works');
-}
+
+# a configuration the master refuses: reload() says so, the workers stay
+
+(my $conf3 = $conf2) =~ s/proxy_read_timeout 1s;/proxy_read_timeout never;/;
+$t->write_file_expand('nginx.conf', $conf3);
+is(reload($t), 0, 'reload: configuration refused');
+is(join(' ', workers($t)), join(' ', @after), 'reload refused: same workers');
 
 # TEST_NGINX_LEAVE
 
@@ -248,15 +238,92 @@ my ($kept, $removed);
 ok($kept && $removed, 'TEST_NGINX_LEAVE keeps the directory');
 }
 
+# A test file that dies, is killed, or keeps its Test::Nginx object past its
+# end (a named sub closing over "my $t") fails and leaves nothing running:
+# neither nginx nor the origin, with either library.  Nor does one whose
+# nginx is gone before the end (nginx-tests' stop() then dies on the
+# missing pid file and skips stop_daemons()).
+
+my $child = <<'EOS';
+use warnings;
+use strict;
+use Test::More;
+use Test::Nginx;
+use CB::Nginx qw/ conf start workers master /;
+
+my $t = Test::Nginx->new()->plan(1);
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
+    server {
+        listen       127.0.0.1:8080;
+        location / {
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
+    }
+EOF
+start($t, 8081);
+
+# (the second worker may still be starting)
+for (1 .. 100) { last if workers($t) == 2; select undef, undef, undef, 0.05; }
+
+print "DIR=", $t->testdir(), "\n";
+print "PIDS=", join(' ', master($t), workers($t), @{$t->{_daemons}}), "\n";
+like(http_get('/'), qr/origin \d+ ok/, 'proxied');
+
+MODE
+EOS
+
+# mode => [ the end of the file, whether the file fails ]
+
+my %modes = (
+	die => [ 'die "on purpose\n";', 1 ],
+	kill => [ 'kill "KILL", $$;', 1 ],
+	keep => [ 'sub errors { $t->read_file("error.log") }', 1 ],
+	gone => [ 'kill "QUIT", master($t); select undef, undef, undef, 0.1 '
+		. 'while -e $t->testdir() . "/nginx.pid";', 0 ],
+);
+
+for my $mode (sort keys %modes) {
+	my ($last, $fails) = @{$modes{$mode}};
+	(my $script = $child) =~ s/^MODE$/$last/m;
+	$t->write_file("$mode.pl", $script);
+
+	# (the child's test directory inside ours: removed with it even when
+	# the child's library leaves it)
+	my $dir = $t->testdir();
+	local $ENV{TMPDIR} = $dir;
+	system(join ' ', $^X, (map { "-I$_" } grep { !ref } @INC),
+		"$dir/$mode.pl", ">$dir/$mode.out", '2>&1');
+	my $rc = $?;
+
+	my $out = $t->read_file("$mode.out");
+	my ($d) = $out =~ /^DIR=(.*)$/m;
+	my @pids = split ' ', ($out =~ /^PIDS=(.*)$/m)[0] // '';
+
+	my @left;
+	my $end = time() + 5;
+	while (time() < $end) {
+		@left = grep { alive($_) } @pids;
+		push @left, masters($d) if defined $d;
+		last unless @left;
+		sleep 0.1;
+	}
+
+	ok((!$fails || $rc != 0) && defined $d && @pids == 5 && !@left,
+		"$mode: " . ($fails ? 'the file fails and ' : '')
+		. 'nothing is left running')
+		or diag("exit $rc, left: @left, pids: @pids\n$out");
+}
+
 # stop() and stop_daemons() leave nothing running
 
 my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : 0;
-my ($origin) = @{$t->{_daemons} || []};
+my @daemons = @{$t->{_daemons} || []};
 
 $t->stop();
 ok($master && !kill(0, $master), 'nginx stopped');
 
 $t->stop_daemons();
-ok($origin && !kill(0, $origin), 'origin stopped');
+ok(@daemons == 2 && !grep({ kill 0, $_ } @daemons),
+	'origin and watchdog stopped');
 
 ###############################################################################

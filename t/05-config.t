@@ -13,12 +13,13 @@ use strict;
 use Test::More;
 
 use FindBin;
-use POSIX qw//;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ start nginx_t /;
 use CB::Origin;
+use CB::Response qw/ status /;
 
 ###############################################################################
 
@@ -26,25 +27,14 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(42);
+	->has(qw/upstream_least_conn/)->plan(54);
 
 ###############################################################################
 
 # A configuration around the parts under test: UPSTREAM (inside
 # "upstream u"), HTTP (http level), LOCATION (inside "location /").
 
-my $template = <<'EOF';
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+my $template = CB::Nginx::conf(1, <<'EOF');
 HTTP
 
     upstream u {
@@ -61,38 +51,11 @@ UPSTREAM
 LOCATION
         }
     }
-}
-
 EOF
 
 my $n = 0;
 
-# runs "nginx -t" on a configuration file in the test directory;
-# returns (exit status, stderr + stdout)
-
-sub nginx_t {
-	my ($file) = @_;
-	my $dir = $t->testdir();
-
-	my $pid = open(my $fh, '-|');
-	die "Unable to fork(): $!\n" unless defined $pid;
-
-	if ($pid == 0) {
-		open STDERR, '>&', \*STDOUT;
-		exec($Test::Nginx::NGINX, '-p', "$dir/", '-c', $file,
-			'-e', 'error-t.log', '-t')
-			or print "exec: $!\n";
-		POSIX::_exit(1);
-	}
-
-	local $/;
-	my $out = <$fh> // '';
-	close $fh;
-
-	return ($? >> 8, $out);
-}
-
-sub conf {
+sub template {
 	my (%parts) = @_;
 	my $c = $template;
 	for my $k (qw/ HTTP UPSTREAM LOCATION /) {
@@ -107,16 +70,16 @@ sub conf {
 # the (first, or "nth") line containing AT in the expanded file
 
 sub bad {
-	my ($name, $parts, $at, $msg, %opts) = @_;
+	my ($t, $name, $parts, $at, $msg, %opts) = @_;
 	my $file = sprintf('bad-%02d.conf', ++$n);
 
-	$t->write_file_expand($file, conf(%$parts));
+	$t->write_file_expand($file, template(%$parts));
 
 	my @lines = split /\n/, $t->read_file($file);
 	my @at = grep { index($lines[$_ - 1], $at) >= 0 } 1 .. @lines;
 	my $line = $at[($opts{nth} || 1) - 1] // '?';
 
-	my ($rc, $out) = nginx_t($file);
+	my ($rc, $out) = nginx_t($t, $file);
 	my @emerg = $out =~ /^(nginx: \[emerg\] .*)$/mg;
 	my $path = $t->testdir() . "/$file";
 
@@ -126,11 +89,11 @@ sub bad {
 }
 
 sub good {
-	my ($name, $conf) = @_;
+	my ($t, $name, $conf) = @_;
 	my $file = sprintf('good-%02d.conf', ++$n);
 
 	$t->write_file_expand($file, $conf);
-	my ($rc, $out) = nginx_t($file);
+	my ($rc, $out) = nginx_t($t, $file);
 
 	ok($rc == 0 && $out =~ /syntax is ok/ && $out =~ /test is successful/
 		&& $out !~ /\[(?:emerg|alert|crit|error|warn)\]/, $name)
@@ -143,103 +106,143 @@ my $cb = 'circuit_breaker';
 
 # circuit_breaker parameters
 
-bad('window not a duration', { UPSTREAM => "$cb window=abc;" },
+bad($t, 'window not a duration', { UPSTREAM => "$cb window=abc;" },
 	"$cb window=abc",
 	qq{invalid value "window=abc" in "$cb" directive});
 
-bad('window not whole seconds', { UPSTREAM => "$cb window=1500ms;" },
+bad($t, 'window not whole seconds', { UPSTREAM => "$cb window=1500ms;" },
 	"$cb window=",
 	qq{invalid value "window=1500ms" in "$cb" directive, }
 	. 'must be whole seconds from 1s to 300s');
 
-bad('window over 300s', { UPSTREAM => "$cb window=301s;" },
+bad($t, 'window over 300s', { UPSTREAM => "$cb window=301s;" },
 	"$cb window=",
 	qq{invalid value "window=301s" in "$cb" directive, }
 	. 'must be whole seconds from 1s to 300s');
 
-bad('window 0s', { UPSTREAM => "$cb window=0s;" },
+bad($t, 'window 0s', { UPSTREAM => "$cb window=0s;" },
 	"$cb window=",
 	qq{invalid value "window=0s" in "$cb" directive, }
 	. 'must be whole seconds from 1s to 300s');
 
-bad('min_requests=0', { UPSTREAM => "$cb window=5s min_requests=0;" },
+bad($t, 'min_requests=0', { UPSTREAM => "$cb window=5s min_requests=0;" },
 	"$cb window=",
 	qq{invalid value "min_requests=0" in "$cb" directive, }
 	. 'must be at least 1');
 
-bad('probes not a number', { UPSTREAM => "$cb probes=x;" },
+bad($t, 'probes not a number', { UPSTREAM => "$cb probes=x;" },
 	"$cb probes",
 	qq{invalid value "probes=x" in "$cb" directive});
 
-bad('failure_rate over 100%', { UPSTREAM => "$cb failure_rate=150%;" },
+bad($t, 'failure_rate over 100%', { UPSTREAM => "$cb failure_rate=150%;" },
 	"$cb failure_rate",
 	qq{invalid value "failure_rate=150%" in "$cb" directive, }
 	. 'must be a percentage from 0% to 100%');
 
-bad('failure_rate without %', { UPSTREAM => "$cb failure_rate=50;" },
+bad($t, 'failure_rate without %', { UPSTREAM => "$cb failure_rate=50;" },
 	"$cb failure_rate",
 	qq{invalid value "failure_rate=50" in "$cb" directive, }
 	. 'must be a percentage from 0% to 100%');
 
-bad('slow_rate without %', { UPSTREAM => "$cb slow=1s slow_rate=50;" },
+bad($t, 'slow_rate without %', { UPSTREAM => "$cb slow=1s slow_rate=50;" },
 	"$cb slow",
 	qq{invalid value "slow_rate=50" in "$cb" directive, }
 	. 'must be a percentage from 0% to 100%');
 
-bad('open=0s', { UPSTREAM => "$cb open=0s;" },
+bad($t, 'failure_rate=0%', { UPSTREAM => "$cb failure_rate=0%;" },
+	"$cb failure_rate=0%",
+	qq{invalid value "failure_rate=0%" in "$cb" directive, must be more than 0%});
+
+bad($t, 'slow_rate=0%', { UPSTREAM => "$cb slow=1s slow_rate=0%;" },
+	"$cb slow=1s slow_rate=0%",
+	qq{invalid value "slow_rate=0%" in "$cb" directive, must be more than 0%});
+
+# nginx's own time parser: a millisecond value refuses years and months, as
+# proxy_read_timeout does
+
+bad($t, 'probe_interval=1y', { UPSTREAM => "$cb probe_interval=1y;" },
+	"$cb probe_interval=1y",
+	qq{invalid value "probe_interval=1y" in "$cb" directive});
+
+bad($t, 'probe_status out of range', {
+	UPSTREAM => "$cb probe_uri=/health probe_status=200-600;" },
+	"$cb probe_uri",
+	qq{invalid value "probe_status=200-600" in "$cb" directive, }
+	. 'must be statuses or ranges from 100 to 599, such as 200-399');
+
+bad($t, 'probe_timeout without probe_uri', {
+	UPSTREAM => "$cb probe_timeout=1s;" },
+	"$cb probe_timeout",
+	qq{"probe_timeout" requires "probe_uri" in "$cb" directive});
+
+bad($t, 'limit_max below limit_min', {
+	UPSTREAM => "$cb limit=adaptive limit_min=10 limit_max=5;" },
+	"$cb limit=adaptive",
+	qq{"limit_max" must not be less than "limit_min" in "$cb" directive});
+
+bad($t, 'eject time 0', { UPSTREAM => "$cb;\n        ${cb}_eject time=0s;" },
+	"${cb}_eject",
+	qq{invalid value "time=0s" in "${cb}_eject" directive, must be positive});
+
+bad($t, 'eject in a location', { UPSTREAM => "$cb;",
+	LOCATION => "${cb}_eject off;" },
+	"${cb}_eject",
+	qq{"${cb}_eject" directive is not allowed here});
+
+bad($t, 'open=0s', { UPSTREAM => "$cb open=0s;" },
 	"$cb open",
 	qq{invalid value "open=0s" in "$cb" directive, must be positive});
 
-bad('max_open below open', { UPSTREAM => "$cb open=1m max_open=30s;" },
+bad($t, 'max_open below open', { UPSTREAM => "$cb open=1m max_open=30s;" },
 	"$cb open",
 	qq{"max_open" must not be less than "open" in "$cb" directive});
 
-bad('slow_rate without slow', { UPSTREAM => "$cb slow_rate=10%;" },
+bad($t, 'slow_rate without slow', { UPSTREAM => "$cb slow_rate=10%;" },
 	"$cb slow_rate",
 	qq{"slow_rate" requires "slow" in "$cb" directive});
 
-bad('unknown parameter', { UPSTREAM => "$cb window=5s colour=red;" },
+bad($t, 'unknown parameter', { UPSTREAM => "$cb window=5s colour=red;" },
 	"$cb window",
 	'invalid parameter "colour=red"');
 
-bad('unknown flag', { UPSTREAM => "$cb dry;" },
+bad($t, 'unknown flag', { UPSTREAM => "$cb dry;" },
 	"$cb dry",
 	'invalid parameter "dry"');
 
-bad('duplicate parameter', { UPSTREAM => "$cb open=1s open=2s;" },
+bad($t, 'duplicate parameter', { UPSTREAM => "$cb open=1s open=2s;" },
 	"$cb open",
 	qq{duplicate parameter "open" in "$cb" directive});
 
 # the directive itself: twice, outside an upstream
 
-bad('circuit_breaker twice', {
+bad($t, 'circuit_breaker twice', {
 	UPSTREAM => "$cb window=5s;\n        $cb window=6s;" },
 	"$cb window=6s",
 	qq{"$cb" directive is duplicate});
 
-bad('circuit_breaker in a location', { UPSTREAM => "$cb;",
+bad($t, 'circuit_breaker in a location', { UPSTREAM => "$cb;",
 	LOCATION => "$cb window=7s;" },
 	"$cb window=7s",
 	qq{"$cb" directive is not allowed here});
 
-bad('circuit_breaker at http level', { HTTP => "$cb window=7s;" },
+bad($t, 'circuit_breaker at http level', { HTTP => "$cb window=7s;" },
 	"$cb window=7s",
 	qq{"$cb" directive is not allowed here});
 
 # circuit_breaker_failure
 
-bad('circuit_breaker_failure twice', {
+bad($t, 'circuit_breaker_failure twice', {
 	UPSTREAM => "$cb;\n        ${cb}_failure error;\n"
 		. "        ${cb}_failure http_500;" },
 	"${cb}_failure http_500",
 	qq{"${cb}_failure" directive is duplicate});
 
-bad('unknown failure class', {
+bad($t, 'unknown failure class', {
 	UPSTREAM => "$cb;\n        ${cb}_failure error http_404 timeout;" },
 	"${cb}_failure",
 	qq{invalid value "http_404" in "${cb}_failure" directive});
 
-bad('failure class http_600', {
+bad($t, 'failure class http_600', {
 	UPSTREAM => "$cb;\n        ${cb}_failure http_600;" },
 	"${cb}_failure",
 	qq{invalid value "http_600" in "${cb}_failure" directive});
@@ -247,60 +250,66 @@ bad('failure class http_600', {
 # found once the upstream block is parsed: named at the block, as nginx's own
 # "no servers are inside upstream"
 
-bad('circuit_breaker_failure without circuit_breaker', {
+bad($t, 'circuit_breaker_failure without circuit_breaker', {
 	UPSTREAM => "${cb}_failure error timeout;" },
 	'upstream u {',
 	qq{"${cb}_failure" requires "$cb" in upstream "u"});
 
 # circuit_breaker_zone
 
-bad('zone bad size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:lots;" },
+bad($t, 'zone bad size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:lots;" },
 	"${cb}_zone",
 	'invalid zone size "lots"');
 
-bad('zone too small', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:8k;" },
+# nginx's own size parser: no "g", as limit_req_zone says
+
+bad($t, 'zone of 100g', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:100g;" },
+	"${cb}_zone",
+	'invalid zone size "100g"');
+
+bad($t, 'zone too small', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:8k;" },
 	"${cb}_zone",
 	'zone "cb" is too small');
 
-bad('zone without size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb;" },
+bad($t, 'zone without size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb;" },
 	"${cb}_zone",
 	qq{invalid value "cb" in "${cb}_zone" directive});
 
-bad('zone without name', { UPSTREAM => "$cb;", HTTP => "${cb}_zone :1m;" },
+bad($t, 'zone without name', { UPSTREAM => "$cb;", HTTP => "${cb}_zone :1m;" },
 	"${cb}_zone",
 	'invalid zone name ":1m"');
 
-bad('zone twice', { UPSTREAM => "$cb;",
+bad($t, 'zone twice', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m;\n    ${cb}_zone cb2:1m;" },
 	"${cb}_zone cb2",
 	qq{"${cb}_zone" directive is duplicate});
 
-bad('zone name used by limit_req', { UPSTREAM => "$cb;",
+bad($t, 'zone name used by limit_req', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m;\n"
 		. '    limit_req_zone $binary_remote_addr zone=cb:1m rate=1r/s;' },
 	'limit_req_zone',
 	'the shared memory zone "cb" is already declared for a different use');
 
-bad('zone in a location', { UPSTREAM => "$cb;",
+bad($t, 'zone in a location', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_zone cb:1m;" },
 	"${cb}_zone",
 	qq{"${cb}_zone" directive is not allowed here});
 
 # circuit_breaker_route
 
-bad('bad route name', { UPSTREAM => "$cb;",
+bad($t, 'bad route name', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_route \"a b\";" },
 	"${cb}_route",
 	qq{invalid value "a b" in "${cb}_route" directive, }
 	. 'a route is 1 to 64 letters, digits, "_", "-" or "."');
 
-bad('route name too long', { UPSTREAM => "$cb;",
+bad($t, 'route name too long', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_route " . ('r' x 65) . ';' },
 	"${cb}_route",
 	qq{invalid value "} . ('r' x 65) . qq{" in "${cb}_route" directive, }
 	. 'a route is 1 to 64 letters, digits, "_", "-" or "."');
 
-bad('route named default', { UPSTREAM => "$cb;",
+bad($t, 'route named default', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_route default;" },
 	"${cb}_route",
 	qq{invalid value "default" in "${cb}_route" directive, }
@@ -308,17 +317,32 @@ bad('route named default', { UPSTREAM => "$cb;",
 
 # circuit_breaker_status, circuit_breaker_header
 
-bad('status control=maybe', { UPSTREAM => "$cb;",
+bad($t, 'status control=maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status control=maybe;" },
 	"${cb}_status",
 	'invalid parameter "control=maybe"');
 
-bad('status at http level', { UPSTREAM => "$cb;",
+# the status location answers itself: no other content handler, whichever
+# directive comes first
+
+bad($t, 'status after proxy_pass', { UPSTREAM => "$cb;",
+	LOCATION => "${cb}_status;" },
+	"${cb}_status",
+	qq{"${cb}_status" cannot share a location with another content handler});
+
+bad($t, 'status before proxy_pass', { UPSTREAM => "$cb;",
+	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
+		. "        location /s {\n            ${cb}_status;\n"
+		. "            proxy_pass http://u;\n        }\n    }" },
+	"${cb}_status;",
+	qq{"${cb}_status" cannot share a location with another content handler});
+
+bad($t, 'status at http level', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_status;" },
 	"${cb}_status",
 	qq{"${cb}_status" directive is not allowed here});
 
-bad('header maybe', { UPSTREAM => "$cb;",
+bad($t, 'header maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_header maybe;" },
 	"${cb}_header",
 	qq{invalid value "maybe" in "${cb}_header" directive, }
@@ -328,18 +352,7 @@ bad('header maybe', { UPSTREAM => "$cb;",
 
 # good configurations
 
-good('SPEC.md example', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+good($t, 'SPEC.md example', CB::Nginx::conf(1, <<'EOF'));
     proxy_cache_path %%TESTDIR%%/catalog keys_zone=catalog:1m;
 
     circuit_breaker_zone cb:10m;          # optional; without it a 1m zone named
@@ -362,11 +375,9 @@ http {
         }
         location = /circuit_breaker { circuit_breaker_status; allow 127.0.0.1; deny all; }
     }
-}
-
 EOF
 
-good('every parameter and class, default zone', conf(
+good($t, 'every parameter and class, default zone', template(
 	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0.01% "
 		. 'slow=off slow_rate=100% open=1h max_open=2h jitter=0% '
 		. 'probes=1 probe_interval=500ms probe_latency=off dry_run;'
@@ -379,7 +390,7 @@ good('every parameter and class, default zone', conf(
 		. "        }\n        location /s2 {\n"
 		. "            ${cb}_status control=off;"));
 
-good('open above max_open default raises the cap', conf(
+good($t, 'open above max_open default raises the cap', template(
 	UPSTREAM => "$cb open=10m;"));
 
 ###############################################################################
@@ -388,19 +399,7 @@ good('open above max_open default raises the cap', conf(
 # front of whatever balancer and keepalive the upstream has, whether
 # circuit_breaker comes first or last
 
-my $order = <<'EOF';
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 1;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+my $order = CB::Nginx::conf(1, <<'EOF');
     upstream first {
         circuit_breaker_failure http_500;
         circuit_breaker window=5s min_requests=2 open=10s jitter=0%;
@@ -444,23 +443,21 @@ http {
             proxy_pass http://middle;
         }
     }
-}
-
 EOF
 
-good('order: nginx -t', $order);
+good($t, 'order: nginx -t', $order);
+
+# "nginx -t" creates the pid file; left there, nginx-tests' run() would
+# take it for a started nginx
+
+ok(!-e $t->testdir() . '/nginx.pid', 'nginx -t leaves no pid file');
 
 $t->write_file_expand('nginx.conf', $order);
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 for my $u (qw/ first last middle /) {
-	my @s = map { http_get("/$u/?status=500") =~ m!^HTTP/1\.1 (\d+)! ? $1 : 0 }
-		1 .. 2;
+	my @s = map { status(http_get("/$u/?status=500")) } 1 .. 2;
 	my $r = http_get("/$u/?status=200");
 
 	ok("@s" eq '500 500' && $r =~ m!^HTTP/1\.1 503 !

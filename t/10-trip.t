@@ -19,6 +19,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_content /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -30,19 +31,7 @@ select STDOUT; $| = 1;
 my $t = Test::Nginx->new()->has(qw/http proxy http_ssl/)
 	->has_daemon('openssl')->plan(31);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     log_format cb '$request_uri $status "$circuit_breaker_state" '
                   '"$circuit_breaker_route"';
 
@@ -197,8 +186,6 @@ http {
             return 200 "plain\n";
         }
     }
-}
-
 EOF
 
 $t->write_file('sorry.html', "sorry, try later\n");
@@ -221,11 +208,7 @@ for my $name ('localhost', 'other') {
 		or die "Can't create certificate for $name: $!\n";
 }
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 

@@ -18,6 +18,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 
 ###############################################################################
@@ -27,19 +28,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache rewrite/)->plan(19);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     proxy_cache_path %%TESTDIR%%/cache keys_zone=c:1m;
 
     upstream up {
@@ -77,14 +66,9 @@ http {
             add_header X-Cache $upstream_cache_status always;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = start($t, 8081);
 
 ###############################################################################
 

@@ -23,6 +23,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start log_count /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -33,19 +34,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(65);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     log_format cb '$pid $uri $status "$circuit_breaker_state"';
     access_log %%TESTDIR%%/cb.log cb;
 
@@ -118,17 +107,9 @@ http {
             proxy_next_upstream_tries 0;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-my $hits2 = $t->testdir() . '/hits2';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run_daemon(\&CB::Origin::run, port(8082), $hits2);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
-$t->waitforsocket('127.0.0.1:' . port(8082));
+my ($hits, $hits2) = start($t, 8081, 8082);
 
 ###############################################################################
 
@@ -150,12 +131,6 @@ sub fmt { join ' ', map { sprintf '%.3f', $_ } @_ }
 
 sub hits { CB::Origin::hits($hits, @_) }
 sub hits2 { CB::Origin::hits($hits2, @_) }
-
-sub log_count {
-	my ($re) = @_;
-	my @l = $t->read_file('error.log') =~ /$re/g;
-	return scalar @l;
-}
 
 ###############################################################################
 
@@ -287,11 +262,11 @@ ok(@bp == 2 && !$overlap, 'b: probes do not overlap')
 my %pids = map { /^(\d+) / ? ($1 => 1) : () } split /\n/, $t->read_file('cb.log');
 cmp_ok(scalar keys %pids, '>=', 2, 'several workers served');
 
-is(log_count(qr/circuit breaker "a\/default" opened/), 1, 'a: opened once');
-is(log_count(qr/circuit breaker "a\/default" half-opened/), 1,
+is(log_count($t, qr/circuit breaker "a\/default" opened/), 1, 'a: opened once');
+is(log_count($t, qr/circuit breaker "a\/default" half-opened/), 1,
 	'a: half-opened once');
-is(log_count(qr/circuit breaker "a\/default" closed/), 1, 'a: closed once');
-is(log_count(qr/circuit breaker "b\/default" closed/), 1, 'b: closed once');
+is(log_count($t, qr/circuit breaker "a\/default" closed/), 1, 'a: closed once');
+is(log_count($t, qr/circuit breaker "b\/default" closed/), 1, 'b: closed once');
 
 ###############################################################################
 
@@ -439,12 +414,12 @@ is(status($r), 200, 'c: good probe 2');
 is("@s", '200 200 200', 'c: closed');
 is(hits(qr!^/c/!) - $c, 5, 'c: origin hits');
 
-is(log_count(qr/circuit breaker "c\/default" opened/), 3,
+is(log_count($t, qr/circuit breaker "c\/default" opened/), 3,
 	'c: opened logged once per opening');
-is(log_count(qr/circuit breaker "c\/default" opened: probe failed.*retry in 2s/),
+is(log_count($t, qr/circuit breaker "c\/default" opened: probe failed.*retry in 2s/),
 	1, 'c: failed probe logged, retry in 2s');
-is(log_count(qr/circuit breaker "c\/default" opened: probe failed.*retry in 3s/),
+is(log_count($t, qr/circuit breaker "c\/default" opened: probe failed.*retry in 3s/),
 	1, 'c: failed probe logged, retry in 3s');
-is(log_count(qr/circuit breaker "c\/default" closed/), 1, 'c: closed logged once');
+is(log_count($t, qr/circuit breaker "c\/default" closed/), 1, 'c: closed logged once');
 
 ###############################################################################

@@ -20,6 +20,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end http_content /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -30,19 +31,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(48);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     proxy_cache_path %%TESTDIR%%/cache keys_zone=one:1m;
 
     log_format cb '$uri $status "$upstream_cache_status" "$circuit_breaker_state"';
@@ -101,14 +90,9 @@ http {
             proxy_cache_use_stale timeout http_500;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = start($t, 8081);
 
 ###############################################################################
 

@@ -20,6 +20,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end http_content /;
+use CB::Nginx qw/ conf start log_count /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -30,19 +31,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy rewrite/)->plan(53);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     log_format cb '$server_port $uri $status '
                   'route="$circuit_breaker_route" '
                   'state="$circuit_breaker_state"';
@@ -106,14 +95,9 @@ http {
             circuit_breaker_header off;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = start($t, 8081);
 
 ###############################################################################
 
@@ -125,16 +109,11 @@ sub nheaders {
 }
 sub hits { CB::Origin::hits($hits, @_) }
 sub get8085 { http_get($_[0], PeerAddr => '127.0.0.1:' . port(8085)) }
-sub errlog { $t->read_file('error.log') }
 
-sub count_log {
-	my ($re) = @_;
-	my @l = errlog() =~ /$re/g;
-	return scalar @l;
-}
+# lines of cb.log (the access log) that match
 
 sub access {
-	my ($re) = @_;
+	my ($t, $re) = @_;
 	return grep { $_ =~ $re } split /\n/, $t->read_file('cb.log');
 }
 
@@ -179,7 +158,7 @@ my @s = map { status(http_get("/checkout/c?n=$_")) } 1 .. 5;
 is("@s", '503 503 503 503 503', 'checkout: stays open');
 is(hits(qr!^/checkout/!), 4, 'checkout: no origin hits while open');
 
-is(count_log(qr/\[warn\].*circuit breaker "up\/checkout" opened: failure rate 100% \(4\/4\) >= 50% in 10s, retry in 5s/),
+is(log_count($t, qr/\[warn\].*circuit breaker "up\/checkout" opened: failure rate 100% \(4\/4\) >= 50% in 10s, retry in 5s/),
 	1, 'warn line names "up/checkout"');
 
 # catalog and the default breaker of the same upstream are unaffected
@@ -204,7 +183,7 @@ ok(status($r) == 500 && header($r, 'X-Circuit-State') eq 'closed',
 	'catalog: one failure, still closed');
 is(status(http_get('/catalog/f')), 200, 'catalog: still served');
 
-unlike(errlog(), qr/circuit breaker "up\/(catalog|default)"/,
+unlike($t->read_file('error.log'), qr/circuit breaker "up\/(catalog|default)"/,
 	'no transition logged for catalog or default');
 
 # now the default breaker opens: catalog is still served, checkout still open
@@ -213,7 +192,7 @@ unlike(errlog(), qr/circuit breaker "up\/(catalog|default)"/,
 
 @s = map { status(http_get("/default/fail?status=500&n=$_")) } 1 .. 7;
 is("@s", '500 500 500 500 500 500 503', 'default: opens at 6/12');
-is(count_log(qr/circuit breaker "up\/default" opened: failure rate 50% \(6\/12\)/),
+is(log_count($t, qr/circuit breaker "up\/default" opened: failure rate 50% \(6\/12\)/),
 	1, 'default: warn line');
 
 $r = http_get('/default/g');
@@ -241,7 +220,7 @@ ok(status($r) == 503 && header($r, 'X-Circuit-State') eq 'open',
 	'server level route: open') or diag($r);
 is(nheaders($r, 'X-Circuit-State'), 1,
 	'X-Circuit-State once with header on and short-circuited');
-like(errlog(), qr/circuit breaker "up\/srv" opened: failure rate 75% \(3\/4\)/,
+like($t->read_file('error.log'), qr/circuit breaker "up\/srv" opened: failure rate 75% \(3\/4\)/,
 	'server level route: warn line names "up/srv"');
 
 $r = get8085('/own/b');
@@ -256,35 +235,35 @@ is(hits(qr!^/catalog/!) - $h, 1, 'catalog: still reaches origin');
 my $p = port(8080);
 my $p2 = port(8085);
 
-is(scalar(access(qr!^$p /catalog/d 200 route="catalog" state="closed"$!)), 5,
+is(scalar(access($t, qr!^$p /catalog/d 200 route="catalog" state="closed"$!)), 5,
 	'log: catalog closed');
-is(scalar(access(qr!^$p /checkout/fail 500 route="checkout" state="closed"$!)),
+is(scalar(access($t, qr!^$p /checkout/fail 500 route="checkout" state="closed"$!)),
 	3, 'log: checkout closed before opening');
-is(scalar(access(qr!^$p /checkout/c 503 route="checkout" state="open"$!)), 5,
+is(scalar(access($t, qr!^$p /checkout/c 503 route="checkout" state="open"$!)), 5,
 	'log: checkout open');
-is(scalar(access(qr!^$p /default/d 200 route="default" state="closed"$!)), 5,
+is(scalar(access($t, qr!^$p /default/d 200 route="default" state="closed"$!)), 5,
 	'log: default route name');
-is(scalar(access(qr!^$p /default/g 503 route="default" state="open"$!)), 1,
+is(scalar(access($t, qr!^$p /default/g 503 route="default" state="open"$!)), 1,
 	'log: default open');
-is(scalar(access(qr!^$p /nobreaker/a 200 route="" state=""$!)), 1,
+is(scalar(access($t, qr!^$p /nobreaker/a 200 route="" state=""$!)), 1,
 	'log: empty without a breaker on the upstream');
-is(scalar(access(qr!^$p /static 200 route="" state=""$!)), 1,
+is(scalar(access($t, qr!^$p /static 200 route="" state=""$!)), 1,
 	'log: empty without an upstream');
-is(scalar(access(qr!^$p2 /inh/a 200 route="srv" state="closed"$!)), 1,
+is(scalar(access($t, qr!^$p2 /inh/a 200 route="srv" state="closed"$!)), 1,
 	'log: route inherited from server level');
-is(scalar(access(qr!^$p2 /inh/b 503 route="srv" state="open"$!)), 1,
+is(scalar(access($t, qr!^$p2 /inh/b 503 route="srv" state="open"$!)), 1,
 	'log: inherited route open');
-is(scalar(access(qr!^$p2 /own/b 200 route="own" state="closed"$!)), 1,
+is(scalar(access($t, qr!^$p2 /own/b 200 route="own" state="closed"$!)), 1,
 	'log: own route');
 
 # each breaker opened exactly once
 
-is(count_log(qr/circuit breaker "up\/checkout" opened/), 1,
+is(log_count($t, qr/circuit breaker "up\/checkout" opened/), 1,
 	'checkout opened once');
-is(count_log(qr/circuit breaker "up\/srv" opened/), 1, 'srv opened once');
-is(count_log(qr/circuit breaker "[^"]*" opened/), 3, 'three openings in all');
-unlike(errlog(), qr/circuit breaker "up\/(catalog|own)"/,
+is(log_count($t, qr/circuit breaker "up\/srv" opened/), 1, 'srv opened once');
+is(log_count($t, qr/circuit breaker "[^"]*" opened/), 3, 'three openings in all');
+unlike($t->read_file('error.log'), qr/circuit breaker "up\/(catalog|own)"/,
 	'catalog and own never transitioned');
-unlike(errlog(), qr/circuit breaker "plain/, 'no breaker on "plain"');
+unlike($t->read_file('error.log'), qr/circuit breaker "plain/, 'no breaker on "plain"');
 
 ###############################################################################

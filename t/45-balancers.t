@@ -21,6 +21,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -78,36 +79,16 @@ for (@ups) {
 		. "        }\n\n";
 }
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 1;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
 $upstreams
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
 $locations    }
-}
-
 EOF
 
-my $hits1 = $t->testdir() . '/hits1';
-my $hits2 = $t->testdir() . '/hits2';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits1);
-$t->run_daemon(\&CB::Origin::run, port(8082), $hits2);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
-$t->waitforsocket('127.0.0.1:' . port(8082));
+my ($hits1, $hits2) = start($t, 8081, 8082);
 
 ###############################################################################
 

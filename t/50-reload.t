@@ -35,6 +35,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ start reload nginx_t log_size log_since /;
 use CB::Origin;
 use CB::Response qw/ status /;
 
@@ -72,19 +73,7 @@ EOF
 EOF
 	}
 
-	return <<"EOF";
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+	return CB::Nginx::conf(2, <<"EOF");
     circuit_breaker_zone cb:$size;
 
     upstream a {
@@ -123,18 +112,12 @@ $cloc
             return 200 "generation $gen\\n";
         }
     }
-}
-
 EOF
 }
 
 $t->write_file_expand('nginx.conf', conf(gen => 1));
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 
@@ -173,6 +156,7 @@ sub generations {
 
 # the reconciliation notices (not the one a new zone logs at start)
 sub notices {
+	my ($t) = @_;
 	return $t->read_file('error.log') =~ /^.*\[notice\].*circuit breaker zone "[^"]*": .*$/gm;
 }
 
@@ -195,7 +179,7 @@ sleep(2);
 # reload 1: a unchanged, b's min_requests changed, c removed
 
 $t->write_file_expand('nginx.conf', conf(gen => 2, bmin => 3, c => 0));
-$t->reload();
+reload($t);
 
 is(generations(), '222222', 'reload 1: new configuration');
 
@@ -215,7 +199,7 @@ ok(defined $ra1 && $ra1 >= 1 && $ra1 <= $ra0 - floor($elapsed),
 is(statuses('b', 4, 'r1'), '500 500 500 503',
 	'reload 1: b reset, fresh window with new min_requests');
 
-my @n = notices();
+my @n = notices($t);
 is(scalar @n, 1, 'reload 1: one notice');
 like($n[0] // '',
 	qr/circuit breaker zone "cb": 1 breaker\(s\) dropped, 1 reset by the new configuration/,
@@ -226,7 +210,7 @@ like($n[0] // '',
 # reload 2: c back, with the same parameters as before its removal
 
 $t->write_file_expand('nginx.conf', conf(gen => 3, bmin => 3));
-$t->reload();
+reload($t);
 
 is(generations(), '333333', 'reload 2: new configuration');
 is(statuses('c', 3, 'r2'), '500 500 503', 'reload 2: c re-added starts fresh');
@@ -238,23 +222,16 @@ ok(still_open('b', 'r2'), 'reload 2: b (unchanged now) still open');
 # bad configuration 1: an invalid directive value.  nginx -t fails, and
 # so does the reload: the old configuration keeps serving.
 
-sub nginx_t {
-	my $d = $t->testdir();
-	my $out = `$Test::Nginx::NGINX -t -p $d/ -c nginx.conf -e $d/test.log 2>&1`;
-	return ($? >> 8, $out);
-}
-
 $t->write_file_expand('nginx.conf',
 	conf(gen => 4, bmin => 3, abad => 'max_open=forever'));
 
-my ($rc, $out) = nginx_t();
+my ($rc, $out) = nginx_t($t, 'nginx.conf');
 ok($rc != 0 && $out =~ /\[emerg\].*max_open=forever.*circuit_breaker/,
 	'bad config 1: nginx -t fails') or diag("rc $rc: $out");
 
-my $size = -s $t->testdir() . '/error.log';
-$t->reload();
-like(substr($t->read_file('error.log'), $size), qr/\[emerg\]/,
-	'bad config 1: reload rejected');
+my $size = log_size($t);
+reload($t);
+like(log_since($t, $size), qr/\[emerg\]/, 'bad config 1: reload rejected');
 
 is(generations(), '333333', 'bad config 1: old configuration serves');
 ok(still_open('a', 'bad1'), 'bad config 1: a still open');
@@ -269,14 +246,13 @@ ok(still_open('c', 'bad1'), 'bad config 1: c still open');
 $t->write_file_expand('nginx.conf', conf(gen => 5, bmin => 5, c => 0,
 	extra => 'listen unix:%%TESTDIR%%/no/such/dir/nginx.sock;'));
 
-($rc, $out) = nginx_t();
+($rc, $out) = nginx_t($t, 'nginx.conf');
 ok($rc != 0 && $out =~ /\[emerg\].*bind\(\)/,
 	'bad config 2: nginx -t fails') or diag("rc $rc: $out");
 
-$size = -s $t->testdir() . '/error.log';
-$t->reload();
-like(substr($t->read_file('error.log'), $size), qr/\[emerg\]/,
-	'bad config 2: reload rejected');
+$size = log_size($t);
+reload($t);
+like(log_since($t, $size), qr/\[emerg\]/, 'bad config 2: reload rejected');
 
 is(generations(), '333333', 'bad config 2: old configuration serves');
 ok(still_open('a', 'bad2'), 'bad config 2: a still open');
@@ -288,7 +264,7 @@ ok(still_open('c', 'bad2'), 'bad config 2: c still open');
 
 is(statuses('ar', 3, 'bad2'), '500 500 503',
 	'bad config 2: a new route breaker still works');
-@n = notices();
+@n = notices($t);
 is(scalar @n, 1, 'bad configs: no reconcile notice');
 
 $r = http_get('/a/?ra=2');
@@ -304,7 +280,7 @@ ok(defined $ra2 && $ra2 >= 1 && $ra2 <= $ra0 - floor($elapsed),
 # zone size changed: nginx creates a new zone, every breaker starts fresh
 
 $t->write_file_expand('nginx.conf', conf(gen => 6, bmin => 3, size => '128k'));
-$t->reload();
+reload($t);
 
 is(generations(), '666666', 'new zone size: new configuration');
 

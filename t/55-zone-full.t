@@ -26,6 +26,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status /;
 
@@ -45,19 +46,7 @@ my $routes = join '', map { <<"EOF" } 1 .. $N;
         }
 EOF
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 1;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
     circuit_breaker_zone cb:32k;
     circuit_breaker_header on;
 
@@ -77,15 +66,9 @@ http {
 
 $routes
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 

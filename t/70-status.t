@@ -25,8 +25,9 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
-use CB::Response qw/ body /;
+use CB::Response qw/ status body /;
 use CB::Release qw/ version /;
 
 ###############################################################################
@@ -36,19 +37,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(121);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     # opens on the 4th request when 3 of them failed; two good probes close
@@ -86,15 +75,9 @@ http {
             circuit_breaker_status;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 
@@ -176,9 +159,9 @@ sub check_breaker_types {
 		check_fields("$name.totals", $b->{totals}, \%totals_fields));
 }
 
-# GET /status$query: (raw response, decoded JSON or undef, type problems)
+# GET /status$query (the status page): (raw response, decoded JSON or undef, type problems)
 
-sub status {
+sub status_page {
 	my ($query) = @_;
 	my $r = http_get('/status' . ($query // ''));
 	return ($r) unless defined $r && $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s;
@@ -206,12 +189,6 @@ sub names {
 		@{ $json->{breakers} || [] };
 }
 
-sub code {
-	my ($r) = @_;
-	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
-}
-
-
 # a time near now (Unix seconds with milliseconds)
 
 sub near {
@@ -223,9 +200,9 @@ sub near {
 
 # the zone and the JSON response
 
-my ($r, $j, $bad) = status();
+my ($r, $j, $bad) = status_page();
 
-is(code($r), 200, 'status 200');
+is(status($r), 200, 'status 200');
 like($r, qr!^Content-Type: application/json\x0d$!mi, 'content type json');
 ok($j, 'valid JSON') or diag($r);
 is_deeply($bad, [], 'zone fields and types');
@@ -265,7 +242,7 @@ for (1 .. 5) {
 	$slowest = $ms if $ms > $slowest;
 }
 
-($r, $j, $bad) = status();
+($r, $j, $bad) = status_page();
 is_deeply($bad, [], 'types after route traffic');
 my $rb = breaker($j, 'up', 'checkout');
 ok($rb, 'route breaker listed') or diag($r);
@@ -305,7 +282,7 @@ like(http_get('/d/good'), qr!^HTTP/1\.1 200 !, 'default good');
 like(http_get('/d/bad?status=500&n=1'), qr!^HTTP/1\.1 500 !, 'default 500 1');
 like(http_get('/d/bad?status=500&n=2'), qr!^HTTP/1\.1 500 !, 'default 500 2');
 
-($r, $j, $bad) = status();
+($r, $j, $bad) = status_page();
 is_deeply($bad, [], 'types with two breakers');
 my $db = breaker($j, 'up', 'default') || {};
 $rb = breaker($j, 'up', 'checkout') || {};
@@ -329,7 +306,7 @@ my $before = CB::Origin::hits($hits);
 like(http_get('/d/bad?status=500&n=3'), qr!^HTTP/1\.1 500 !, 'default 500 3');
 my $opened = time();
 
-($r, $j, $bad) = status();
+($r, $j, $bad) = status_page();
 is_deeply($bad, [], 'types when open');
 $db = breaker($j, 'up', 'default') || {};
 $rb = breaker($j, 'up', 'checkout') || {};
@@ -360,7 +337,7 @@ like(http_get('/d/sc?n=1'), qr!^HTTP/1\.1 503 !, 'short-circuit 1');
 like(http_get('/d/sc?n=2'), qr!^HTTP/1\.1 503 !, 'short-circuit 2');
 is(CB::Origin::hits($hits) - $before, 1, 'open: no origin hits');
 
-($r, $j) = status();
+($r, $j) = status_page();
 $db = breaker($j, 'up', 'default') || {};
 is($db->{totals}{short_circuited}, 2, 'short_circuited 2');
 is($db->{totals}{requests}, 4, 'short-circuited not counted as requests');
@@ -375,7 +352,7 @@ my $s = http_get('/d/probe?delay=400&n=1', start => 1);
 my $half = time();
 sleep(0.15);
 
-($r, $j, $bad) = status();
+($r, $j, $bad) = status_page();
 is_deeply($bad, [], 'types when half-open');
 $db = breaker($j, 'up', 'default') || {};
 
@@ -398,7 +375,7 @@ like(http_get('/d/sc?n=3'), qr!^HTTP/1\.1 503 (?s:.*)^X-Circuit-State: half_open
 
 like(http_end($s), qr!^HTTP/1\.1 200 !, 'probe 1 good');
 
-($r, $j) = status();
+($r, $j) = status_page();
 $db = breaker($j, 'up', 'default') || {};
 is($db->{state}, 'half_open', 'one good probe of two: still half-open');
 is($db->{consecutive_probe_successes}, 1, 'consecutive_probe_successes 1');
@@ -410,7 +387,7 @@ sleep(0.15);
 like(http_get('/d/probe?n=2'), qr!^HTTP/1\.1 200 !, 'probe 2 good');
 my $closed = time();
 
-($r, $j, $bad) = status();
+($r, $j, $bad) = status_page();
 is_deeply($bad, [], 'types when closed again');
 $db = breaker($j, 'up', 'default') || {};
 
@@ -435,41 +412,41 @@ is(CB::Origin::hits($hits, qr!^/d/sc!), 0, 'origin saw no short-circuited');
 
 http_get('/o/x');
 
-($r, $j) = status();
+($r, $j) = status_page();
 is(names($j), 'other/default up/checkout up/default', 'all breakers');
 
-($r, $j) = status('?upstream=up');
+($r, $j) = status_page('?upstream=up');
 is(names($j), 'up/checkout up/default', 'filter upstream=up');
 is($j->{zone}, 'cb', 'filtered: zone still shown');
 
-($r, $j) = status('?upstream=other');
+($r, $j) = status_page('?upstream=other');
 is(names($j), 'other/default', 'filter upstream=other');
 
-($r, $j) = status('?route=checkout');
+($r, $j) = status_page('?route=checkout');
 is(names($j), 'up/checkout', 'filter route=checkout');
 
-($r, $j) = status('?route=default');
+($r, $j) = status_page('?route=default');
 is(names($j), 'other/default up/default', 'filter route=default');
 
-($r, $j) = status('?upstream=up&route=default');
+($r, $j) = status_page('?upstream=up&route=default');
 is(names($j), 'up/default', 'filter upstream and route');
 
-($r, $j, $bad) = status('?upstream=nosuch');
-is(code($r), 200, 'unknown upstream: 200');
+($r, $j, $bad) = status_page('?upstream=nosuch');
+is(status($r), 200, 'unknown upstream: 200');
 ok($j && ref $j->{breakers} eq 'ARRAY' && @{ $j->{breakers} } == 0,
 	'unknown upstream: empty list') or diag($r);
 is_deeply($bad, [], 'unknown upstream: zone fields');
 
-($r, $j) = status('?upstream=other&route=checkout');
+($r, $j) = status_page('?upstream=other&route=checkout');
 ok($j && @{ $j->{breakers} } == 0, 'route of another upstream: empty list');
 
-($r, $j) = status('?format=json&upstream=up&route=checkout');
+($r, $j) = status_page('?format=json&upstream=up&route=checkout');
 is(names($j), 'up/checkout', 'format=json with filters');
 
 # HEAD: the headers of GET, no body
 
 $r = http_head('/status');
-is(code($r), 200, 'HEAD 200');
+is(status($r), 200, 'HEAD 200');
 like($r, qr!^Content-Type: application/json\x0d$!mi, 'HEAD content type');
 is(body($r), '', 'HEAD: no body');
 
@@ -486,7 +463,7 @@ for my $case (
 ) {
 	my ($q, $reason) = @$case;
 	$r = http_get("/status$q");
-	ok(code($r) == 400 && body($r) eq "$reason\n", "400 for $q")
+	ok(status($r) == 400 && body($r) eq "$reason\n", "400 for $q")
 		or diag($r);
 }
 
@@ -496,7 +473,7 @@ Host: localhost
 Content-Length: 0
 
 EOF
-is(code($r), 405, 'POST without control: 405');
+is(status($r), 405, 'POST without control: 405');
 
 cmp_ok(time() - $t0, '<', 15, 'timeline kept short');
 

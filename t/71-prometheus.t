@@ -17,14 +17,14 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
-use CB::Response qw/ body /;
+use CB::Response qw/ status body json /;
 use CB::Release qw/ version nginx_version /;
 
 ###############################################################################
@@ -34,19 +34,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(74);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     upstream up {
@@ -94,15 +82,9 @@ http {
             circuit_breaker_status control=on;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
 
@@ -116,11 +98,6 @@ GET $uri HTTP/1.0
 Host: localhost
 $h
 EOF
-}
-
-sub code {
-	my ($r) = @_;
-	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
 }
 
 
@@ -216,7 +193,7 @@ my $promtool = (grep { -x } '/usr/bin/promtool',
 	map { "$_/promtool" } split /:/, $ENV{PATH} // '')[0];
 
 sub promtool_ok {
-	my ($text, $name) = @_;
+	my ($t, $text, $name) = @_;
 
 	SKIP: {
 	skip 'promtool not installed', 2 unless $promtool;
@@ -265,10 +242,10 @@ get("/o/bad?status=502&n=$_") for 1 .. 3;
 
 my $rj = get('/status');
 my $rp = get('/status?format=prometheus');
-my $j = eval { JSON::PP->new->decode(body($rj)) };
+my $j = json($rj);
 ok($j, 'JSON') or diag($rj);
 
-is(code($rp), 200, 'prometheus: 200');
+is(status($rp), 200, 'prometheus: 200');
 is(ctype($rp), 'text/plain; version=0.0.4; charset=utf-8',
 	'prometheus: content type');
 
@@ -278,7 +255,7 @@ is_deeply($bad, [], 'well-formed exposition') or diag($text);
 
 # promtool: a real Prometheus parser and its linter
 
-promtool_ok($text, 'promtool');
+promtool_ok($t, $text, 'promtool');
 
 # families and types
 
@@ -447,7 +424,7 @@ like($r, qr!^HTTP/1\.1 200 !, 'force_open up/checkout');
 $text = body(get('/status?format=prometheus')) // '';
 ($s, undef, $bad) = parse_prometheus($text);
 is_deeply($bad, [], 'forced: well-formed');
-promtool_ok($text, 'forced');
+promtool_ok($t, $text, 'forced');
 is(metric($s, 'forced', 'up', 'checkout', state => 'open'), 1,
 	'forced{state="open"} 1');
 is(metric($s, 'forced', 'up', 'checkout', state => 'closed'), 0,
@@ -483,13 +460,13 @@ like(ctype($r), qr!^text/plain; version=0\.0\.4!,
 	'format=prometheus wins over Accept');
 
 $r = get('/status?format=yaml');
-ok(code($r) == 400 && body($r) eq "invalid value \"yaml\" for \"format\"\n",
+ok(status($r) == 400 && body($r) eq "invalid value \"yaml\" for \"format\"\n",
 	'bad format: 400') or diag($r);
 
 # HEAD: headers only
 
 $r = http_head('/status?format=prometheus');
-ok(code($r) == 200 && ctype($r) =~ m!^text/plain; version=0\.0\.4!
+ok(status($r) == 200 && ctype($r) =~ m!^text/plain; version=0\.0\.4!
 	&& body($r) eq '', 'HEAD prometheus');
 
 ###############################################################################

@@ -17,14 +17,14 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
+use CB::Nginx qw/ conf start req reload log_size log_since /;
 use CB::Origin;
-use CB::Response qw/ body header /;
+use CB::Response qw/ status body header json /;
 
 ###############################################################################
 
@@ -33,19 +33,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(72);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
 
     log_format cb '$pid $uri $status "$circuit_breaker_state"';
@@ -111,46 +99,15 @@ http {
             deny all;
         }
     }
-}
-
 EOF
 
-my $hits = $t->testdir() . '/origin-8081.hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081))
-	or die "origin did not start\n";
+my $hits = start($t, 8081);
 
 ###############################################################################
-
-sub req {
-	my ($method, $uri, @headers) = @_;
-	my $h = join '', map { "$_\n" } @headers;
-	return http(<<EOF);
-$method $uri HTTP/1.0
-Host: localhost
-Content-Length: 0
-$h
-EOF
-}
 
 sub control {
 	my ($query, @headers) = @_;
 	return req('POST', "/control?$query", @headers);
-}
-
-sub code {
-	my ($r) = @_;
-	return $r && $r =~ m!^HTTP/1\.[01] (\d{3}) ! ? $1 : 0;
-}
-
-
-
-sub json {
-	my ($r) = @_;
-	my $b = body($r);
-	return undef unless defined $b && length $b;
-	return eval { JSON::PP->new->decode($b) };
 }
 
 # a breaker as GET /status shows it
@@ -173,16 +130,6 @@ sub hits {
 	return CB::Origin::hits($hits, @_);
 }
 
-sub log_since {
-	my ($offset) = @_;
-	my $log = $t->read_file('error.log');
-	return substr($log, $offset);
-}
-
-sub log_size {
-	return length $t->read_file('error.log');
-}
-
 ###############################################################################
 
 # the default breaker exists from the start
@@ -191,7 +138,7 @@ is(breaker('up', 'default')->{state}, 'closed', 'up/default closed at start');
 
 # bad requests: nothing changes, nothing is logged
 
-my $log0 = log_size();
+my $log0 = log_size($t);
 
 for my $case (
 	[ 'POST', '', 400, 'missing parameter "upstream"' ],
@@ -217,40 +164,40 @@ for my $case (
 ) {
 	my ($method, $q, $code, $reason) = @$case;
 	my $r = req($method, "/control?$q");
-	ok(code($r) == $code && body($r) eq "$reason\n"
+	ok(status($r) == $code && body($r) eq "$reason\n"
 		&& header($r, 'Content-Type') =~ m!^text/plain!,
 		"$method ?$q: $code") or diag($r);
 }
 
 for my $method (qw/ PUT DELETE PATCH /) {
-	is(code(req($method, '/control?upstream=up&action=force_open')), 405,
+	is(status(req($method, '/control?upstream=up&action=force_open')), 405,
 		"$method: 405");
 }
 
-is(code(req('POST', '/status?upstream=up&action=force_open')), 405,
+is(status(req('POST', '/status?upstream=up&action=force_open')), 405,
 	'POST without control=on: 405');
-is(code(req('POST', '/denied?upstream=up&action=force_open')), 403,
+is(status(req('POST', '/denied?upstream=up&action=force_open')), 403,
 	'deny all: 403');
-is(code(control('upstream=up&action=force_open', 'X-Real-IP: 192.0.2.1')),
+is(status(control('upstream=up&action=force_open', 'X-Real-IP: 192.0.2.1')),
 	403, 'allow 127.0.0.1 only: another client address gets 403');
-is(code(req('GET', '/denied')), 403, 'deny all: GET 403 too');
+is(status(req('GET', '/denied')), 403, 'deny all: GET 403 too');
 
 my $b = breaker('up', 'default');
 ok($b->{state} eq 'closed' && !defined $b->{forced}
 	&& $b->{totals}{opened} == 0, 'rejected requests changed nothing');
-unlike(log_since($log0), qr/circuit breaker "/,
+unlike(log_since($t, $log0), qr/circuit breaker "/,
 	'rejected requests logged no action');
 
 # GET on the control location is the plain status page
 
 my $r = http_get('/control?upstream=up');
-ok(code($r) == 200 && json($r) && json($r)->{zone} eq 'cb',
+ok(status($r) == 200 && json($r) && json($r)->{zone} eq 'cb',
 	'GET on the control location: status JSON');
 
 # force_open (route defaults to "default"), with a request body discarded
 
 my $before = hits();
-$log0 = log_size();
+$log0 = log_size($t);
 
 $r = http(<<EOF);
 POST /control?upstream=up&action=force_open HTTP/1.0
@@ -260,7 +207,7 @@ Content-Length: 5
 hello
 EOF
 
-is(code($r), 200, 'force_open: 200');
+is(status($r), 200, 'force_open: 200');
 is(header($r, 'Content-Type'), 'application/json', 'force_open: JSON');
 my $j = json($r) || {};
 ok($j->{upstream} eq 'up' && $j->{route} eq 'default',
@@ -272,14 +219,14 @@ is_deeply([ sort keys %$j ], [ sort qw/ upstream route state state_code
 	consecutive_probe_successes totals last_transition
 	probes_needed ramp_share probe_uri / ],
 	'force_open: the breaker object of the status page');
-like(log_since($log0),
+like(log_since($t, $log0),
 	qr/\[warn\] .*circuit breaker "up\/default" forced open by 127\.0\.0\.1/,
 	'force_open: logged at warn with the client');
 
 # every worker short-circuits, with no origin hit
 
 my @r = parallel(map { "/d/x?n=$_" } 1 .. 32);
-is(scalar(grep { code($_) == 503
+is(scalar(grep { status($_) == 503
 	&& (header($_, 'X-Circuit-State') // '') eq 'open'
 	&& (header($_, 'Retry-After') // '') =~ /^[1-9]\d*$/ } @r), 32,
 	'forced open: 32 concurrent requests: 503, X-Circuit-State: open');
@@ -294,7 +241,7 @@ cmp_ok(scalar keys %pids, '>=', 2, 'forced open: several workers answered');
 sleep(1.3);
 
 @r = parallel(map { "/d/later?n=$_" } 1 .. 8);
-is(scalar(grep { code($_) == 503
+is(scalar(grep { status($_) == 503
 	&& (header($_, 'X-Circuit-State') // '') eq 'open' } @r), 8,
 	'forced open: still open after the cooldown');
 is(hits() - $before, 0, 'forced open: still no origin hit');
@@ -306,22 +253,22 @@ is($b->{totals}{short_circuited}, 40, 'forced open: short_circuited 40');
 
 # force_close: a 100% failing origin never opens it
 
-$log0 = log_size();
+$log0 = log_size($t);
 $r = control('upstream=up&route=default&action=force_close');
 $j = json($r) || {};
-ok(code($r) == 200 && $j->{state} eq 'closed' && $j->{state_code} == 0
+ok(status($r) == 200 && $j->{state} eq 'closed' && $j->{state_code} == 0
 	&& $j->{forced} eq 'closed', 'force_close: closed, forced "closed"')
 	or diag($r);
-like(log_since($log0),
+like(log_since($t, $log0),
 	qr/\[warn\] .*circuit breaker "up\/default" forced closed by 127\.0\.0\.1/,
 	'force_close: logged');
 
 $before = hits();
 @r = parallel(map { "/d/fail?status=500&n=$_" } 1 .. 12);
-is(join(' ', map { code($_) } @r), join(' ', (500) x 12),
+is(join(' ', map { status($_) } @r), join(' ', (500) x 12),
 	'forced closed: every failure passed through');
 is(hits() - $before, 12, 'forced closed: every request reached the origin');
-is(code(http_get('/d/after')), 200, 'forced closed: still passes');
+is(status(http_get('/d/after')), 200, 'forced closed: still passes');
 
 $b = breaker('up', 'default');
 ok($b->{state} eq 'closed' && $b->{forced} eq 'closed',
@@ -331,20 +278,20 @@ is($b->{window}{failures}, 12, 'forced closed: failures still recorded');
 
 # reset: closed, fresh, not forced; then it trips as usual
 
-$log0 = log_size();
+$log0 = log_size($t);
 $r = control('upstream=up&action=reset');
 $j = json($r) || {};
-ok(code($r) == 200 && $j->{state} eq 'closed' && !defined $j->{forced}
+ok(status($r) == 200 && $j->{state} eq 'closed' && !defined $j->{forced}
 	&& exists $j->{forced}, 'reset: closed, forced null') or diag($r);
 ok($j->{window}{requests} == 0 && $j->{window}{failures} == 0
 	&& $j->{consecutive_probe_successes} == 0 && $j->{cooldown_ms} == 1000,
 	'reset: fresh window') or diag($r);
 is($j->{totals}{requests}, 13, 'reset: totals kept');
-like(log_since($log0),
+like(log_since($t, $log0),
 	qr/\[warn\] .*circuit breaker "up\/default" reset by 127\.0\.0\.1/,
 	'reset: logged');
 
-is(join(' ', map { code(http_get("/d/fail?status=500&again=$_")) } 1 .. 5),
+is(join(' ', map { status(http_get("/d/fail?status=500&again=$_")) } 1 .. 5),
 	'500 500 500 500 503', 'after reset: trips on the 4th failure');
 $b = breaker('up', 'default');
 ok($b->{state} eq 'open' && !defined $b->{forced} && $b->{totals}{opened} == 2,
@@ -354,37 +301,37 @@ ok($b->{state} eq 'open' && !defined $b->{forced} && $b->{totals}{opened} == 2,
 
 $j = json(control('upstream=up&action=reset')) || {};
 is($j->{state}, 'closed', 'reset of a tripped breaker: closed');
-is(code(http_get('/d/fine')), 200, 'reset of a tripped breaker: passes');
+is(status(http_get('/d/fine')), 200, 'reset of a tripped breaker: passes');
 
 # a route breaker, controlled before it saw any traffic
 
 $before = hits(qr!^/r/!);
 $r = control('upstream=up&route=checkout&action=force_open');
 $j = json($r) || {};
-ok(code($r) == 200 && $j->{route} eq 'checkout' && $j->{forced} eq 'open',
+ok(status($r) == 200 && $j->{route} eq 'checkout' && $j->{forced} eq 'open',
 	'route force_open before any traffic') or diag($r);
-is(join(' ', map { code($_) } parallel(map { "/r/x?n=$_" } 1 .. 8)),
+is(join(' ', map { status($_) } parallel(map { "/r/x?n=$_" } 1 .. 8)),
 	join(' ', (503) x 8), 'route forced open: 503');
 is(hits(qr!^/r/!) - $before, 0, 'route forced open: no origin hit');
-is(code(http_get('/d/unaffected')), 200, 'the default breaker unaffected');
+is(status(http_get('/d/unaffected')), 200, 'the default breaker unaffected');
 is(breaker('up', 'default')->{forced}, undef, 'default not forced');
 
 # forced states survive a reload with the same configuration
 
 control('upstream=up&action=force_close');
 my %old = map { /^(\d+) / ? ($1 => 1) : () } split /\n/, $t->read_file('cb.log');
-$t->reload();
+reload($t);
 
 is(breaker('up', 'checkout')->{forced}, 'open', 'reload: forced open kept');
 is(breaker('up', 'default')->{forced}, 'closed', 'reload: forced closed kept');
 
 $before = hits();
 @r = parallel(map { "/r/x?after=reload&n=$_" } 1 .. 8);
-is(scalar(grep { code($_) == 503
+is(scalar(grep { status($_) == 503
 	&& (header($_, 'X-Circuit-State') // '') eq 'open' } @r), 8,
 	'reload: route still short-circuited');
 @r = parallel(map { "/d/fail?status=500&after=reload&n=$_" } 1 .. 8);
-is(join(' ', map { code($_) } @r), join(' ', (500) x 8),
+is(join(' ', map { status($_) } @r), join(' ', (500) x 8),
 	'reload: default still forced closed');
 is(hits() - $before, 8, 'reload: origin saw the default route only');
 
@@ -398,12 +345,12 @@ ok($b->{state} eq 'closed' && $b->{forced} eq 'closed',
 
 # reset both
 
-$log0 = log_size();
+$log0 = log_size($t);
 ok(json(control('upstream=up&route=checkout&action=reset'))->{state}
 	eq 'closed', 'route reset');
-is(code(http_get('/r/back')), 200, 'route reset: passes');
+is(status(http_get('/r/back')), 200, 'route reset: passes');
 ok(!defined breaker('up', 'checkout')->{forced}, 'route reset: not forced');
-like(log_since($log0),
+like(log_since($t, $log0),
 	qr/circuit breaker "up\/checkout" reset by 127\.0\.0\.1/,
 	'route reset: logged');
 
@@ -411,7 +358,7 @@ like(log_since($log0),
 # (an operator's slip in an incident must not be taken as done)
 
 $r = control('upstream=other&route=checkout&action=force_open');
-ok(code($r) == 404 && body($r) eq
+ok(status($r) == 404 && body($r) eq
 	"no circuit breaker for upstream \"other\" route \"checkout\"\n",
 	'route of another upstream: 404') or diag($r);
 $j = json(http_get('/status?upstream=other')) || {};

@@ -16,6 +16,7 @@ use JSON::PP;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start /;
 
 ###############################################################################
 
@@ -29,19 +30,7 @@ my $ups = join "\n", map {
 	"    upstream u$_ { server 127.0.0.1:8081; circuit_breaker; }"
 } 1 .. $n;
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
     circuit_breaker_zone cb:4m;
 
 $ups
@@ -63,11 +52,9 @@ $ups
         listen       127.0.0.1:8081;
         return 200 "ok\\n";
     }
-}
-
 EOF
 
-$t->run();
+start($t);
 
 ###############################################################################
 

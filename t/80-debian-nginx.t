@@ -23,13 +23,13 @@ plan(skip_all => 'TEST_NGINX_DEBIAN_MODULE not set') unless $so;
 plan(skip_all => "no $so") unless -f $so;
 plan(skip_all => "no $bin") unless -x $bin;
 
-# Before Test::Nginx reads them: this file runs another nginx with another .so.
+# Before Test::Nginx reads it: this file runs another nginx.
 $ENV{TEST_NGINX_BINARY} = $bin;
-$ENV{TEST_NGINX_GLOBALS} = "load_module $so;";
 
 require Test::Nginx;
 Test::Nginx->import(qw/ :DEFAULT /);
-require CB::Origin;
+require CB::Nginx;
+require CB::Debian;
 
 ###############################################################################
 
@@ -40,60 +40,20 @@ my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(8);
 
 like(`$bin -v 2>&1`, qr{nginx/1\.22\.}, 'Debian nginx 1.22');
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', CB::Debian::conf("load_module $so;"));
 
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
-    upstream api {
-        server 127.0.0.1:8081;
-        circuit_breaker window=10s min_requests=4 failure_rate=50% open=30s jitter=0%;
-    }
-
-    server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
-
-        location / {
-            proxy_pass http://api;
-        }
-
-        location = /status {
-            circuit_breaker_status;
-        }
-    }
-}
-
-EOF
-
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = CB::Nginx::start($t, 8081);
 
 ###############################################################################
 
-like(http_get('/ok'), qr!^HTTP/1.1 200.*origin \d+ ok!s, 'served through the breaker');
+my ($ok, $failed, $r, $open) = CB::Debian::trip($hits);
 
-# 1 success + 3 failures: 4 requests (min_requests) at 75 % >= 50 %: the third failure opens it.
-for (1 .. 3) {
-	http_get('/fail?status=500');
-}
-is(CB::Origin::hits($hits), 4, 'failures reached the origin');
-
-my $r = http_get('/fail?status=500');
+like($ok, qr!^HTTP/1.1 200.*origin \d+ ok!s, 'served through the breaker');
+is($failed, 4, 'failures reached the origin');
 like($r, qr!^HTTP/1.1 503!, 'open: 503');
 like($r, qr!X-Circuit-State: open!, 'open: header');
 like($r, qr!Retry-After: (\d+)!, 'open: Retry-After');
-is(CB::Origin::hits($hits), 4, 'open: origin untouched');
+is($open, 4, 'open: origin untouched');
 
 like(http_get('/status'), qr!"state":"open"!, 'status page');
 

@@ -25,7 +25,6 @@ use strict;
 use Test::More;
 
 use Fcntl qw/ :flock /;
-use File::Temp qw/ tempdir /;
 use FindBin;
 use JSON::PP qw//;
 
@@ -91,15 +90,13 @@ unless (-f $deb) {
 	BAIL_OUT("scripts/package-deb failed:\n$out") if $rc || !-f $deb;
 }
 
-# Before Test::Nginx reads them: Debian's nginx, loading what modules-enabled/ holds (and no
-# module of its own choosing: TEST_NGINX_MODULES names an empty directory).
+# Before Test::Nginx reads it: Debian's nginx.
 $ENV{TEST_NGINX_BINARY} = $bin;
-$ENV{TEST_NGINX_GLOBALS} = 'include /etc/nginx/modules-enabled/*.conf;';
-$ENV{TEST_NGINX_MODULES} = tempdir('cb-no-modules-XXXXXX', TMPDIR => 1, CLEANUP => 1);
 
 require Test::Nginx;
 Test::Nginx->import(qw/ :DEFAULT http_end /);
-require CB::Origin;
+require CB::Nginx;
+require CB::Debian;
 require CB::Response;
 CB::Response->import(qw/ body header /);
 
@@ -180,64 +177,25 @@ is(-e $service_pid, $had_service, 'no nginx service started');
 symlink('/usr/lib/nginx/modules', $t->testdir() . '/modules')
 	or die "symlink: $!\n";
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+# the modules that modules-enabled/ holds, and no other
 
-%%TEST_GLOBALS%%
+$t->write_file_expand('nginx.conf',
+	CB::Debian::conf('include /etc/nginx/modules-enabled/*.conf;'));
 
-daemon off;
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
-    circuit_breaker_zone cb:1m;
-
-    upstream api {
-        server 127.0.0.1:8081;
-        circuit_breaker window=10s min_requests=4 failure_rate=50% open=30s jitter=0%;
-    }
-
-    server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
-
-        location / {
-            proxy_pass http://api;
-        }
-
-        location = /status {
-            circuit_breaker_status;
-        }
-    }
-}
-
-EOF
-
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081)) or die "origin did not start\n";
+my $hits = CB::Nginx::start($t, 8081);
 
 my $nginx = nginx_version($bin);
 like($t->read_file('error.log'),
 	qr/\[notice\] .*circuit breaker zone "cb" initialized: 1048576 bytes, module \Q$version\E built for nginx \Q$nginx\E$/m,
 	'zone notice names the versions');
 
-like(http_get('/ok'), qr!^HTTP/1.1 200.*origin \d+ ok!s, 'served through the breaker');
+my ($ok, $failed, $r, $open) = CB::Debian::trip($hits);
 
-# 1 success + 3 failures: 4 requests (min_requests) at 75 % >= 50 %: the third failure opens it.
-for (1 .. 3) {
-	http_get('/fail?status=500');
-}
-is(CB::Origin::hits($hits), 4, 'failures reached the origin');
-
-my $r = http_get('/fail?status=500');
+like($ok, qr!^HTTP/1.1 200.*origin \d+ ok!s, 'served through the breaker');
+is($failed, 4, 'failures reached the origin');
 like($r, qr!^HTTP/1.1 503!, 'open: 503');
 is(header($r, 'X-Circuit-State'), 'open', 'open: header');
-is(CB::Origin::hits($hits), 4, 'open: origin untouched');
+is($open, 4, 'open: origin untouched');
 
 my $j = eval { JSON::PP->new->decode(body(http_get('/status')) // '') } || {};
 is($j->{module_version}, $version, 'status: module_version');

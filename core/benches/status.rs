@@ -39,6 +39,7 @@ fn bench(c: &mut Criterion) {
         alloc_failures: 0,
         module_version: env!("CARGO_PKG_VERSION"),
         nginx_version: "1.28.3",
+        control: false,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();

@@ -6,7 +6,7 @@
 pub mod directives;
 pub mod setup;
 
-use core::cell::Cell;
+use core::cell::{Cell, OnceCell};
 use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
@@ -24,7 +24,7 @@ use ngx::http::{
 };
 
 use crate::ffi::{hash_name, key_hash};
-use crate::zone::{Handle, Key, ZoneName, DEFAULT_ROUTE};
+use crate::zone::{Handle, Key, Zone, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
     /// The module nginx loads, defined where the module is registered.
@@ -64,6 +64,8 @@ pub fn module_ptr() -> *mut nginx_sys::ngx_module_t {
 /// `http {}` level: the zone and every breaker-enabled upstream.
 pub struct MainConf {
     pub zone: *mut ngx_shm_zone_t,
+    /// The zone as this process sees it, once mapped (workers inherit the master's).
+    zone_cache: OnceCell<Zone>,
     /// The zone's name; the shm zone's `data` points here.
     pub zone_name: ZoneName,
     /// Breaker-enabled upstreams, in configuration order (filled in by `setup`).
@@ -96,6 +98,7 @@ impl Default for MainConf {
     fn default() -> Self {
         MainConf {
             zone: null_mut(),
+            zone_cache: OnceCell::new(),
             zone_name: ZoneName(String::new()),
             upstreams: Vec::new(),
             by_name: HashMap::new(),
@@ -111,6 +114,18 @@ impl Default for MainConf {
 }
 
 impl MainConf {
+    /// The zone, once nginx has mapped and laid it out.
+    #[inline]
+    pub fn zone(&self) -> Option<&Zone> {
+        if let Some(z) = self.zone_cache.get() {
+            return Some(z);
+        }
+        // SAFETY: our own zone, registered by conf; mapped in the master after its init
+        // and in every worker.
+        let z = unsafe { Zone::from_shm(self.zone)? };
+        Some(self.zone_cache.get_or_init(|| z))
+    }
+
     /// The breaker-enabled upstream called `name`.
     pub fn upstream(&self, name: &str) -> Option<&SrvConf> {
         // SAFETY: upstream confs live as long as this configuration.
@@ -201,6 +216,8 @@ pub struct LocConf {
     pub main: *const MainConf,
     /// The upstream this location passes to, when fixed (`proxy_pass http://name`).
     pub upstream: *mut ngx_http_upstream_srv_conf_t,
+    /// The key hash of (that upstream, this location's route), when fixed.
+    pub key_hash: u64,
     /// The location caches upstream responses: a hit or a stale entry may answer while open.
     pub cached: bool,
     /// Where this location's breaker was last found (per worker: written after fork, in the
@@ -218,6 +235,7 @@ impl Default for LocConf {
             status_at: (String::new(), 0),
             main: null_mut(),
             upstream: null_mut(),
+            key_hash: 0,
             cached: false,
             hint: Cell::new(Handle::NONE),
         }

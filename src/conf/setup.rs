@@ -134,6 +134,12 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         Some(ucf) => {
             lcf.upstream = ucf.upstream;
             lcf.cached = cached(ucf);
+            // SAFETY: the upstream's conf lives as long as the configuration; every upstream
+            // block has been parsed by the time locations are merged.
+            if let Some(scf) = Module::server_conf(unsafe { &*ucf.upstream }) {
+                let route = lcf.route.as_ref().unwrap_or_else(|| super::default_route());
+                lcf.key_hash = crate::ffi::key_hash(scf.name_hash, route.hash);
+            }
         }
         None => {
             // No fixed upstream, but a content handler (other than ours) may pick one at

@@ -16,13 +16,12 @@ use crate::zone::{Handle, Key, Missing, Zone};
 /// the locked path can tell (a cooldown that ended, half-open, the first request of a
 /// location in this worker). A probe is never claimed here.
 pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Option<Admission> {
-    state.srv_conf().breaker.as_ref()?;
     let (zone, _) = state.zone()?;
     let handle = match (state.handle.is_none(), hint) {
         (true, Some(h)) => h.get(),
         _ => state.handle,
     };
-    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms(), rnd())?;
+    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms())?;
     state.handle = handle;
     note(state, &a, None);
     Some(a)
@@ -43,7 +42,7 @@ pub fn ask(
     let (zone, mcf) = state.zone()?;
     let now = mono_ms();
     let handle = hint.map_or(state.handle, Cell::get);
-    let answer = admit_locked(&zone, handle, &state.key(), &cfg, mcf.generation, now);
+    let answer = admit_locked(zone, handle, &state.key(), &cfg, mcf.generation, now);
     let (decision, breaker_state, found) = match answer {
         Ok(a) => a,
         Err(Missing::Full) => {

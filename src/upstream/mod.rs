@@ -6,6 +6,7 @@ mod admit;
 mod outcome;
 pub mod precontent;
 
+use core::cell::Cell;
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::{Admission, Ending, Ticket};
@@ -65,6 +66,7 @@ unsafe fn init_peer_inner(
         .filter(|l| core::ptr::eq(l.upstream, us))
         .map(|l| &l.hint);
     let log = connection_log(req);
+    let passed_early = request::take_passed(req);
     let me: *const ngx_http_request_t = req;
     let reuse = request::here(req).is_some_and(|s| {
         s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf) && core::ptr::eq(s.route(), route)
@@ -86,7 +88,9 @@ unsafe fn init_peer_inner(
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
     // A request the PRECONTENT phase let through (closed) is not asked again: it is
     // admitted, as one already in flight would be.
-    let answer = if core::mem::take(&mut state.passed_early) {
+    let answer = if passed_early {
+        state.handle = hint.map_or(state.handle, Cell::get);
+        state.label = Some(Label::State(State::Closed));
         Some(Admission::Pass {
             would_reject: false,
         })
@@ -222,13 +226,20 @@ unsafe extern "C" fn free_peer(
         let Some((zone, _)) = state.zone() else {
             return;
         };
+        let now = mono_ms();
+        if state.ticket == Ticket::Normal && is_success(state, &outcome.attempt) {
+            let ms = outcome.attempt.response_ms;
+            if zone.add_success(state.handle, state.key_hash, now, ms) {
+                return;
+            }
+        }
         let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
         let recorded = {
             let mut locked = zone.lock();
             let Some(mut b) = locked.get(state.handle, state.key_hash) else {
                 return;
             };
-            b.record(mono_ms(), rnd(), ticket, &outcome.attempt, true)
+            b.record(now, rnd(), ticket, &outcome.attempt, true)
         };
         let log = connection_log(req);
         if outcome.attempt.ending == Ending::Tls {
@@ -249,6 +260,18 @@ unsafe extern "C" fn free_peer(
             pcr.tries = 0;
         }
     })
+}
+
+/// An attempt that counts, neither failed nor was slow, by the upstream's classes.
+fn is_success(state: &RequestState, a: &circuit_breaker_core::breaker::Attempt) -> bool {
+    let Some(cfg) = state.srv_conf().breaker.as_ref() else {
+        return false;
+    };
+    if a.ending != Ending::Response || (cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms)) {
+        return false;
+    }
+    let v = circuit_breaker_core::breaker::classify(a, cfg);
+    v.counted && !v.failure && !v.slow && !v.tls
 }
 
 unsafe extern "C" fn notify_peer(

@@ -10,8 +10,9 @@ use circuit_breaker_core::breaker::Admission;
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR};
 use ngx::http::HttpModuleServerConf;
 
-use super::admit::ask_unlocked;
+use crate::clock::mono_ms;
 use crate::conf::Module;
+use crate::conf::{LocConf, SrvConf};
 use crate::ffi::guard;
 use crate::request::{self, Label};
 use crate::respond;
@@ -33,25 +34,43 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         if scf.breaker.is_none() || scf.original_init.is_none() || request::here(req).is_some() {
             return NGX_DECLINED as ngx_int_t;
         }
-        let route = request::route_of(Some(lcf));
-        let hint = &lcf.hint;
-        let Some(state) = request::attach(req, scf, route) else {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        // SAFETY: the main conf outlives the requests run under its configuration.
+        let Some(zone) = (unsafe { scf.main.as_ref() }).and_then(|m| m.zone()) else {
+            return NGX_DECLINED as ngx_int_t;
         };
-        match ask_unlocked(state, Some(hint)) {
-            Some(
-                Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms },
-            ) => {
-                let label = state
-                    .label
-                    .unwrap_or(Label::State(circuit_breaker_core::snapshot::State::Open));
-                respond::reject(req, label, retry_after_ms)
-            }
+        // The common case, a closed breaker, creates no state here: peer.init does, and does
+        // not ask again.
+        match zone.admit_unlocked(lcf.hint.get(), lcf.key_hash, mono_ms()) {
             Some(Admission::Pass { .. }) => {
-                state.passed_early = true;
+                request::mark_passed(req);
                 NGX_DECLINED as ngx_int_t
+            }
+            Some(Admission::Reject { retry_after_ms }) => {
+                let label = Label::State(circuit_breaker_core::snapshot::State::Open);
+                short_circuit(req, lcf, scf, label, retry_after_ms)
+            }
+            Some(Admission::Recovering { retry_after_ms }) => {
+                short_circuit(req, lcf, scf, Label::Recovering, retry_after_ms)
             }
             _ => NGX_DECLINED as ngx_int_t,
         }
     })
+}
+
+/// Answers a request the breaker turns away, with its state for the variables and filters.
+fn short_circuit(
+    req: &mut ngx_http_request_t,
+    lcf: &LocConf,
+    scf: &SrvConf,
+    label: Label,
+    retry_after_ms: u64,
+) -> ngx_int_t {
+    let route = request::route_of(Some(lcf));
+    let Some(state) = request::attach(req, scf, route) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    state.handle = lcf.hint.get();
+    state.label = Some(label);
+    state.short_circuited = true;
+    respond::reject(req, label, retry_after_ms)
 }

@@ -8,6 +8,7 @@
 
 mod init;
 mod node;
+mod pending;
 mod reload;
 mod slot;
 mod table;
@@ -156,20 +157,19 @@ impl Zone {
         Some(unsafe { &*base.as_ptr().add((index % slot::PER_CHUNK) as usize) })
     }
 
-    /// What the breaker `handle` names says to a request at `now_ms` (drawing `rnd` for a
-    /// ramp's share) without the lock, or `None` when only the locked path can tell (or the
+    /// What the breaker `handle` names says to a request at `now_ms` without the lock, or `None` when only the locked path can tell (or the
     /// handle no longer names `key_hash`'s breaker). A rejection or a ramp's turn-away is
     /// counted in the slot's lock-free counters.
     #[inline]
-    pub fn admit_unlocked(
-        &self,
-        handle: Handle,
-        key_hash: u64,
-        now_ms: u64,
-        rnd: u32,
-    ) -> Option<Admission> {
+    pub fn admit_unlocked(&self, handle: Handle, key_hash: u64, now_ms: u64) -> Option<Admission> {
         let slot = self.slot(handle.slot)?;
         let gate = slot.read_gate(handle.ident, key_hash)?;
+        // Only a ramp draws a share.
+        let rnd = if matches!(gate, Gate::Ramp { .. }) {
+            crate::clock::rnd()
+        } else {
+            0
+        };
         let admission = gate.admit(now_ms, rnd)?;
         match admission {
             Admission::Reject { .. } => slot.count_reject(),
@@ -184,6 +184,18 @@ impl Zone {
     /// `key_hash`'s breaker or a writer was publishing.
     pub fn gate(&self, handle: Handle, key_hash: u64) -> Option<Gate> {
         self.slot(handle.slot)?.read_gate(handle.ident, key_hash)
+    }
+
+    /// Records a success of the breaker `handle` names — a counted attempt of a normal request
+    /// that neither failed nor was slow, `ms` long — without the lock, if the breaker allows
+    /// it now (see [`pending`]); false when the caller must record it under the lock.
+    #[inline]
+    pub fn add_success(&self, handle: Handle, key_hash: u64, now_ms: u64, ms: u64) -> bool {
+        let Some(slot) = self.slot(handle.slot) else {
+            return false;
+        };
+        let now_s = now_ms / 1000;
+        slot.lock_free_second(handle.ident, key_hash) == Some(now_s) && slot.pending.add(now_s, ms)
     }
 
     /// Takes the zone's mutex until the guard drops.

@@ -8,10 +8,13 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use circuit_breaker_core::breaker::Gate;
 
 use super::node::Node;
+use super::pending::Pending;
 
-/// Slots per chunk: a chunk fits the slab's 1 KiB class, so that a small zone does not spend
-/// a whole page on slots.
-pub const PER_CHUNK: u32 = (1024 / core::mem::size_of::<Slot>()) as u32;
+/// Slots per chunk: a chunk fills one slab page.
+pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Slot>()) as u32;
+
+/// No second: successes are recorded under the lock.
+const NO_SECOND: u64 = u64::MAX;
 
 const MODE_ASK: u64 = 0;
 const MODE_PASS: u64 = 1;
@@ -30,6 +33,10 @@ pub struct Slot {
     mode: AtomicU64,
     until: AtomicU64,
     wait: AtomicU64,
+    /// The second successes may be gathered in without the lock (`NO_SECOND`: none).
+    lock_free_second: AtomicU64,
+    /// Successes gathered without the lock, absorbed at the next locked call.
+    pub pending: Pending,
     /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
     /// breaker's totals when shown.
     rejects: AtomicU64,
@@ -50,6 +57,8 @@ impl Slot {
             mode: AtomicU64::new(MODE_ASK),
             until: AtomicU64::new(0),
             wait: AtomicU64::new(0),
+            lock_free_second: AtomicU64::new(NO_SECOND),
+            pending: Pending::new(),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
@@ -61,6 +70,18 @@ impl Slot {
     /// the middle of publishing.
     #[inline]
     pub fn read_gate(&self, ident: u64, key: u64) -> Option<Gate> {
+        self.read(ident, key).map(|(g, _)| g)
+    }
+
+    /// The second successes may be gathered in without the lock, as [`Slot::read_gate`].
+    #[inline]
+    pub fn lock_free_second(&self, ident: u64, key: u64) -> Option<u64> {
+        self.read(ident, key)
+            .and_then(|(_, s)| (s != NO_SECOND).then_some(s))
+    }
+
+    #[inline]
+    fn read(&self, ident: u64, key: u64) -> Option<(Gate, u64)> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
@@ -69,16 +90,17 @@ impl Slot {
             self.ident.load(Ordering::Relaxed),
             self.key.load(Ordering::Relaxed),
         );
-        let (mode, until, wait) = (
+        let (mode, until, wait, second) = (
             self.mode.load(Ordering::Relaxed),
             self.until.load(Ordering::Relaxed),
             self.wait.load(Ordering::Relaxed),
+            self.lock_free_second.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
         if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
             return None;
         }
-        Some(match mode {
+        let gate = match mode {
             MODE_PASS => Gate::Pass,
             MODE_REJECT => Gate::Reject {
                 until_ms: until,
@@ -90,7 +112,8 @@ impl Slot {
                 start: wait as u32,
             },
             _ => Gate::Ask,
-        })
+        };
+        Some((gate, second))
     }
 
     /// Counts a request short-circuited without the lock.
@@ -114,8 +137,10 @@ impl Slot {
         )
     }
 
-    /// Publishes `gate` (under the mutex), skipping the write when nothing changed.
-    pub fn publish(&self, gate: Gate) {
+    /// Publishes `gate` and the second successes may be gathered in without the lock (under
+    /// the mutex), skipping the write when nothing changed.
+    pub fn publish(&self, gate: Gate, lock_free_second: Option<u64>) {
+        let second = lock_free_second.unwrap_or(NO_SECOND);
         let (mode, until, wait) = match gate {
             Gate::Pass => (MODE_PASS, 0, 0),
             Gate::Reject { until_ms, wait_ms } => (MODE_REJECT, until_ms, wait_ms),
@@ -133,6 +158,7 @@ impl Slot {
         if self.mode.load(Ordering::Relaxed) == mode
             && self.until.load(Ordering::Relaxed) == until
             && self.wait.load(Ordering::Relaxed) == wait
+            && self.lock_free_second.load(Ordering::Relaxed) == second
         {
             return;
         }
@@ -140,6 +166,7 @@ impl Slot {
             s.mode.store(mode, Ordering::Relaxed);
             s.until.store(until, Ordering::Relaxed);
             s.wait.store(wait, Ordering::Relaxed);
+            s.lock_free_second.store(second, Ordering::Relaxed);
         });
     }
 
@@ -147,13 +174,14 @@ impl Slot {
     /// starts at `gate` and its lock-free counter at 0.
     pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
         self.node.store(node, Ordering::Relaxed);
+        self.pending.clear();
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
         });
-        self.publish(gate);
+        self.publish(gate, None);
     }
 
     /// Moves the tenant out (under the mutex): no handle names this slot any more.
@@ -162,6 +190,7 @@ impl Slot {
             s.ident.store(0, Ordering::Relaxed);
             s.key.store(0, Ordering::Relaxed);
             s.mode.store(MODE_ASK, Ordering::Relaxed);
+            s.lock_free_second.store(NO_SECOND, Ordering::Relaxed);
         });
         self.node.store(core::ptr::null_mut(), Ordering::Relaxed);
         self.next_free.store(next_free, Ordering::Relaxed);

@@ -58,7 +58,8 @@ impl core::ops::DerefMut for BreakerMut<'_> {
 
 impl Drop for BreakerMut<'_> {
     fn drop(&mut self) {
-        self.slot.publish(self.breaker.gate());
+        self.slot
+            .publish(self.breaker.gate(), self.breaker.successes_lock_free());
     }
 }
 
@@ -201,7 +202,11 @@ impl<'z> Locked<'z> {
         };
         // SAFETY: the breaker memory follows the node and is touched only under the mutex,
         // which `self` holds for as long as the borrow lives.
-        let breaker = unsafe { breaker_of(n) };
+        let mut breaker = unsafe { breaker_of(n) };
+        // Successes gathered without the lock come first, as they happened first.
+        if let Some((second, count, latency)) = slot.pending.take() {
+            breaker.absorb_successes(second, count, &latency);
+        }
         Some(BreakerMut {
             breaker,
             slot,

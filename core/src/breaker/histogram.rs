@@ -85,6 +85,13 @@ impl Histogram {
         let c = &mut self.counts[bin_of(ms)];
         *c = c.saturating_add(1);
     }
+
+    /// Adds every sample of `other`.
+    pub fn merge_counts(&mut self, other: &Histogram) {
+        for (c, o) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *c = c.saturating_add(*o);
+        }
+    }
 }
 
 /// A histogram summed over several buckets, wide enough not to saturate.

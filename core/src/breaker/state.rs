@@ -49,7 +49,7 @@ use std::mem::{align_of, size_of};
 
 use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
-use super::histogram::HistogramSum;
+use super::histogram::{Histogram, HistogramSum};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
@@ -398,6 +398,43 @@ impl<'a> Breaker<'a> {
     /// The parameters the breaker runs with.
     pub fn config(&self) -> &BreakerConfig {
         &self.hdr.cfg
+    }
+
+    /// The second (of the monotonic clock) during which successes — counted attempts of
+    /// normal requests that neither fail nor are slow — may be gathered without the lock and
+    /// absorbed later with [`Breaker::absorb_successes`], until the breaker next changes; `None`
+    /// when every outcome must be recorded under the lock.
+    ///
+    /// Some while closed with the window's rates below their thresholds: a success only
+    /// lowers a rate, so none of them could open the breaker — as long as no second leaves
+    /// the window meanwhile, which is why it holds for the window's latest second only.
+    pub fn successes_lock_free(&self) -> Option<u64> {
+        let h = &*self.hdr;
+        if h.state != STATE_CLOSED || h.forced == FORCED_OPEN {
+            return None;
+        }
+        let s = &h.sums;
+        let below = |part: u64, rate: u32| {
+            part == 0 || part.saturating_mul(10_000) < u64::from(rate).saturating_mul(s.requests)
+        };
+        let ok = below(s.failures, h.cfg.failure_rate)
+            && (h.cfg.slow_ms == 0 || below(s.slow, h.cfg.slow_rate));
+        ok.then_some(s.second)
+    }
+
+    /// Absorbs `count` successes gathered without the lock in monotonic second `second`,
+    /// with their latencies: as if each had been recorded, in the order they happened, before
+    /// whatever this call is followed by.
+    pub fn absorb_successes(&mut self, second: u64, count: u32, latency: &Histogram) {
+        if count == 0 {
+            return;
+        }
+        let h = &mut *self.hdr;
+        h.totals.requests = h.totals.requests.saturating_add(u64::from(count));
+        if h.state == STATE_CLOSED {
+            h.sums.absorb(self.ring, second, count, latency);
+            h.run = 0;
+        }
     }
 
     /// The operator-forced state, if any.

@@ -129,6 +129,40 @@ impl Sums {
         b.latency.add(response_ms);
     }
 
+    /// Adds `count` successes that happened in second `second` (and their latencies),
+    /// recorded elsewhere meanwhile: into that second's bucket if the window still holds it,
+    /// moving the window forward first if that second is newer. Returns whether they entered
+    /// the window (a second that already left it is too old).
+    pub fn absorb(
+        &mut self,
+        ring: &mut [Bucket],
+        second: u64,
+        count: u32,
+        latency: &Histogram,
+    ) -> bool {
+        if ring.is_empty() || count == 0 {
+            return false;
+        }
+        let len = ring.len() as u64;
+        if second > self.second {
+            self.advance(ring, second);
+        } else if self.second - second >= len {
+            return false;
+        }
+        let i = (second % len) as usize;
+        let Some(b) = ring.get_mut(i) else {
+            return false;
+        };
+        if b.second != second as u32 {
+            // The bucket was never touched since the window passed that second.
+            self.evict(b, second);
+        }
+        b.requests = b.requests.saturating_add(count);
+        self.requests = self.requests.saturating_add(u64::from(count));
+        b.latency.merge_counts(latency);
+        true
+    }
+
     /// The live buckets' sums at `now_s`, walked bucket by bucket (for views and checks);
     /// merges their histograms into `hist` if given. Nothing is live once `now_s` is a whole
     /// window past the latest second the ring was advanced to.

@@ -1,9 +1,12 @@
 //! The status location's output, free of nginx: JSON and Prometheus rendering of breaker
-//! snapshots, and parsing of the location's query string ([`query`]).
+//! snapshots, the live dashboard page ([`DASHBOARD_HTML`]), and parsing of the location's
+//! query string and `Accept` header ([`query`]).
 //!
-//! The handler copies every breaker into an [`Entry`] under the zone lock, releases the lock,
-//! then renders with [`render_json`] or [`render_prometheus`]; control requests answer with
-//! [`render_breaker_json`] of the breaker they changed.
+//! The handler picks a format with [`query::negotiate`]. For JSON or Prometheus it copies
+//! every breaker into an [`Entry`] under the zone lock, releases the lock, then renders with
+//! [`render_json`] or [`render_prometheus`]; the page is a constant, which polls the JSON.
+//! Control requests answer with [`render_breaker_json`] (or [`render_breaker_prometheus`]) of
+//! the breaker they changed.
 
 use crate::snapshot::BreakerView;
 
@@ -19,7 +22,17 @@ pub const JSON_CONTENT_TYPE: &str = "application/json";
 /// `Content-Type` of [`render_prometheus`] output (text exposition format 0.0.4).
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The shared-memory zone's figures, shown at the top of the status output.
+/// `Content-Type` of [`DASHBOARD_HTML`].
+pub const HTML_CONTENT_TYPE: &str = "text/html; charset=utf-8";
+
+/// The live dashboard: one self-contained page (inline style and script, nothing fetched
+/// from elsewhere, enforced by its own Content-Security-Policy) that polls this same location
+/// with `?format=json` every second and, when the JSON says `"control":true`, offers
+/// force open / force close / reset, each confirmed first.
+pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+
+/// The top of the status output: the shared-memory zone's figures, and whether the location
+/// serving it has `control=on`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ZoneView {
     /// The zone's name (`circuit_breaker_zone name:size`).
@@ -36,6 +49,9 @@ pub struct ZoneView {
     /// The nginx version the module was built for, and so runs in (nginx refuses a module
     /// built for another version); Prometheus's `build_info` shows it.
     pub nginx_version: &'static str,
+    /// The location has `control=on`: shown as `"control":true` (and left out otherwise) for
+    /// the dashboard to offer its buttons.
+    pub control: bool,
 }
 
 /// One breaker as the status location shows it.
@@ -56,7 +72,8 @@ pub struct Entry {
 /// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
 /// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
 /// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
-/// SPEC's bytes, and before the breakers, so the head of a long page still shows it.
+/// SPEC's bytes, and before the breakers, so the head of a long page still shows it. With
+/// [`ZoneView::control`], `"control":true` follows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
     let mut out = Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry);
@@ -70,6 +87,9 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     write_num(&mut out, Num::Int(zone.alloc_failures));
     out.extend_from_slice(b",\"module_version\":");
     json_str(&mut out, zone.module_version);
+    if zone.control {
+        out.extend_from_slice(b",\"control\":true");
+    }
     out.extend_from_slice(b",\"breakers\":[");
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
@@ -136,7 +156,17 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
 pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
-    prometheus::render(zone, entries)
+    prometheus::render(zone, entries, true)
+}
+
+/// One breaker's families of [`render_prometheus`], without the zone's (`build_info`, `zone_*`,
+/// `breakers`): the answer to a control request with `format=prometheus`.
+pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
+    let zone = ZoneView {
+        name: zone_name.into(),
+        ..ZoneView::default()
+    };
+    prometheus::render(&zone, std::slice::from_ref(entry), false)
 }
 
 /// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
@@ -383,6 +413,7 @@ pub(crate) mod tests {
             alloc_failures: 0,
             module_version: "1.2.3",
             nginx_version: "1.28.3",
+            control: false,
         }
     }
 
@@ -561,18 +592,78 @@ pub(crate) mod tests {
 
     #[test]
     fn json_empty_breakers() {
-        let zone = ZoneView {
+        let mut zone = ZoneView {
             name: "z".into(),
             size: 1,
             used: 2,
             alloc_failures: 3,
             module_version: "0.2.0-rc.1+g\"x\"",
             nginx_version: "1.22.1",
+            control: false,
         };
         assert_eq!(
             std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
             r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","breakers":[]}"#
         );
+        zone.control = true;
+        assert_eq!(
+            std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
+            r#"{"zone":"z","size":1,"used":2,"alloc_failures":3,"module_version":"0.2.0-rc.1+g\"x\"","control":true,"breakers":[]}"#
+        );
+    }
+
+    #[test]
+    fn json_control_flag() {
+        let zone = ZoneView {
+            control: true,
+            ..example_zone()
+        };
+        let v = parse(&render_json(&zone, &[example_entry()]));
+        assert_eq!(v["control"], true);
+        assert_eq!(
+            v["breakers"][0],
+            parse(&render_breaker_json(&example_entry()))
+        );
+        let v = parse(&render_json(&example_zone(), &[example_entry()]));
+        assert!(v.get("control").is_none(), "left out without control=on");
+    }
+
+    #[test]
+    fn dashboard_is_self_contained() {
+        let page = DASHBOARD_HTML;
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert!(page.len() < 40 * 1024, "{} bytes", page.len());
+        let lower = page.to_ascii_lowercase();
+        // Nothing fetched from elsewhere: no absolute or scheme-relative address anywhere, no
+        // element that loads a file, and a policy that forbids it even if one slipped in.
+        for needle in [
+            "http://",
+            "https://",
+            "src=\"//",
+            "href=\"//",
+            "src='//",
+            "href='//",
+            "url(",
+            "@import",
+            "<link",
+            "<iframe",
+            "<img",
+            "<object",
+            "<embed",
+            "<script src",
+            "import(",
+            "websocket",
+        ] {
+            assert!(!lower.contains(needle), "the page contains {needle:?}");
+        }
+        assert_eq!(lower.matches("<script").count(), 1, "one inline script");
+        let csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
+        assert!(page.contains(csp), "the page carries its own CSP");
+        // It polls this same location, whatever its path, and posts control requests there.
+        assert!(page.contains("'format', 'json'"));
+        assert!(page.contains("method: 'POST'"));
+        assert!(page.contains("confirm("));
     }
 
     #[test]

@@ -29,7 +29,8 @@ struct Renderer<'a> {
     ends: Vec<usize>,
 }
 
-pub(super) fn render(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
+/// Renders `entries`, after the zone's own families when `with_zone`.
+pub(super) fn render(zone: &ZoneView, entries: &[Entry], with_zone: bool) -> Vec<u8> {
     let mut labels = Vec::with_capacity(
         32 + zone.name.len()
             + entries
@@ -61,12 +62,15 @@ pub(super) fn render(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         labels,
         ends,
     };
-    r.render(zone);
+    if with_zone {
+        r.zone_families(zone);
+    }
+    r.breaker_families();
     r.out
 }
 
 impl Renderer<'_> {
-    fn render(&mut self, zone: &ZoneView) {
+    fn zone_families(&mut self, zone: &ZoneView) {
         use Kind::{Counter, Gauge};
 
         self.build_info(zone);
@@ -94,7 +98,10 @@ impl Renderer<'_> {
             "Number of breakers shown (all in the zone unless filtered).",
             self.entries.len() as u64,
         );
+    }
 
+    fn breaker_families(&mut self) {
+        use Kind::{Counter, Gauge};
         self.family(
             "state",
             Gauge,
@@ -369,7 +376,7 @@ fn escape_label_value(out: &mut Vec<u8>, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{closed_entry, example_entry, example_zone, many_entries};
-    use super::super::{render_prometheus, Entry, ZoneView};
+    use super::super::{render_breaker_prometheus, render_prometheus, Entry, ZoneView};
     use crate::snapshot::Forced;
     use std::collections::{HashMap, HashSet};
 
@@ -643,6 +650,21 @@ mod tests {
         assert_eq!(types.len(), 5);
         assert_eq!(samples.len(), 5);
         assert!(text.contains("nginx_circuit_breaker_breakers{zone=\"cb\"} 0\n"));
+    }
+
+    #[test]
+    fn one_breaker_without_zone_families() {
+        let e = example_entry();
+        let one = String::from_utf8(render_breaker_prometheus("cb", &e)).expect("UTF-8");
+        let (samples, _) = validate(&one);
+        assert!(!one.contains("zone_"), "{one}");
+        assert!(!one.contains("nginx_circuit_breaker_breakers"), "{one}");
+        assert!(samples.iter().all(|s| s.labels[..3]
+            == labels(&[("zone", "cb"), ("upstream", "api"), ("route", "checkout")])));
+        // Exactly the breaker part of the whole page for that breaker.
+        let page = render(&example_zone(), &[e]);
+        let from = page.find("# HELP nginx_circuit_breaker_state ").unwrap();
+        assert_eq!(one, page[from..]);
     }
 
     #[test]

@@ -1,12 +1,28 @@
-//! The status location's query string: `format`, `upstream`, `route` and `action`.
+//! The status location's query string (`format`, `upstream`, `route` and `action`), and the
+//! choice of output format from it and the `Accept` header ([`negotiate`]).
 
-/// The output format asked for with `format=`.
+use super::{HTML_CONTENT_TYPE, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE};
+
+/// An output format: asked for with `format=`, or chosen from `Accept` by [`negotiate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// `format=json`.
+    /// `format=json`, [`JSON_CONTENT_TYPE`]: the default.
     Json,
-    /// `format=prometheus`.
+    /// `format=prometheus`, [`PROMETHEUS_CONTENT_TYPE`].
     Prometheus,
+    /// `format=html`, [`HTML_CONTENT_TYPE`]: the live dashboard page (`GET`/`HEAD` only).
+    Html,
+}
+
+/// The request method, as far as [`negotiate`] cares (the handler refuses the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`.
+    Get,
+    /// `HEAD`: negotiated as `GET`.
+    Head,
+    /// `POST`, a control request: its answer is one breaker, never the dashboard page.
+    Post,
 }
 
 /// A control action asked for with `action=` (`POST` with `control=on` only; the handler
@@ -24,7 +40,7 @@ pub enum Action {
 /// A parsed query string; `None` for each parameter not given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Query {
-    /// `format=json|prometheus`.
+    /// `format=json|prometheus|html`.
     pub format: Option<Format>,
     /// `upstream=NAME`: only that upstream's breakers (or, with `action`, the one to change).
     pub upstream: Option<String>,
@@ -89,6 +105,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                 q.format = Some(match value.as_str() {
                     "json" => Format::Json,
                     "prometheus" => Format::Prometheus,
+                    "html" => Format::Html,
                     _ => return Err(invalid()),
                 })
             }
@@ -115,23 +132,215 @@ pub fn matches(q: &Query, upstream: &str, route: &str) -> bool {
     q.upstream.iter().all(|u| u == upstream) && q.route.iter().all(|r| r == route)
 }
 
-/// Whether to answer in Prometheus text rather than JSON: `format=` decides when given;
-/// otherwise an `Accept` header naming `text/plain` and not `application/json` (compared
-/// case-insensitively, as Prometheus scrapers send) asks for Prometheus. JSON is the default.
-pub fn wants_prometheus(q: &Query, accept: Option<&[u8]>) -> bool {
+/// Chooses the output format as RFC 9110 §12.5.1 says for `Accept`:
+///
+/// - An explicit `format=` wins over `Accept`. A `POST` (a control request) answers with one
+///   breaker, so there `format=html` gives JSON: the page is no answer to an action.
+/// - Otherwise every `Accept` field, taken together as one comma-separated list, is matched
+///   against what the location serves: [`JSON_CONTENT_TYPE`], [`PROMETHEUS_CONTENT_TYPE`]
+///   and, except for a `POST`, [`HTML_CONTENT_TYPE`]. Each format takes the weight (`q`) of the
+///   most specific media range that matches it: `type/subtype` with parameters (more is more
+///   specific), then without, then `type/*`, then `*/*`; of equally specific ranges the
+///   highest weight counts. A range matches only if each of its parameters is one of the
+///   format's own (`charset` compared case-insensitively), so `text/plain;version=1.0.0` is
+///   not our Prometheus text and `application/openmetrics-text`, which is not served, never
+///   selects it. `q=0` means "not acceptable". The highest weight wins; ties go to JSON, then
+///   Prometheus, then HTML, so `*/*` gets JSON and a browser's `text/html,…,*/*;q=0.8` the
+///   page.
+/// - Malformed elements (`text`, `*/plain`, a parameter without `=`, a bad `q`) are skipped,
+///   as if absent.
+/// - No `Accept`, or one that allows nothing served here, gives JSON rather than `406`: RFC
+///   9110 lets a server disregard the header, nginx's own modules do, and an operator's
+///   `curl` or a monitoring probe gets an answer it can read instead of an error.
+pub fn negotiate(q: &Query, accept: &[&[u8]], method: Method) -> Format {
+    let page = method != Method::Post;
     match q.format {
-        Some(Format::Prometheus) => true,
-        Some(Format::Json) => false,
-        None => accept.is_some_and(|a| {
-            contains_ignore_case(a, b"text/plain") && !contains_ignore_case(a, b"application/json")
-        }),
+        Some(Format::Html) if !page => Format::Json,
+        Some(format) => format,
+        None => {
+            let ranges: Vec<MediaRange> = accept
+                .iter()
+                .flat_map(|field| split_unquoted(field, b','))
+                .filter_map(MediaRange::parse)
+                .collect();
+            let offers = [
+                (Format::Json, JSON_CONTENT_TYPE),
+                (Format::Prometheus, PROMETHEUS_CONTENT_TYPE),
+                (Format::Html, HTML_CONTENT_TYPE),
+            ];
+            let mut best = (Format::Json, 0);
+            for (format, content_type) in offers {
+                if format == Format::Html && !page {
+                    continue;
+                }
+                let offer = MediaRange::parse(content_type.as_bytes())
+                    .expect("our own content types parse");
+                let weight = weight(&ranges, &offer);
+                if weight > best.1 {
+                    best = (format, weight);
+                }
+            }
+            best.0
+        }
     }
 }
 
-fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
+/// One element of `Accept` (or one of our content types): type and subtype in lower case,
+/// parameters before the weight (names in lower case, values unquoted), and the weight in
+/// thousandths.
+#[derive(Debug)]
+struct MediaRange {
+    kind: Vec<u8>,
+    subtype: Vec<u8>,
+    params: Vec<(Vec<u8>, Vec<u8>)>,
+    q: u16,
+}
+
+impl MediaRange {
+    /// `type/subtype *( OWS ";" OWS name=value )`, where `q=` ends the media range's own
+    /// parameters (what follows it are extensions, ignored). `None` for anything malformed.
+    fn parse(element: &[u8]) -> Option<MediaRange> {
+        let mut parts = split_unquoted(element, b';').into_iter();
+        let range = trim(parts.next()?);
+        let slash = range.iter().position(|&b| b == b'/')?;
+        let (kind, subtype) = (&range[..slash], &range[slash + 1..]);
+        if !is_token(kind) || !is_token(subtype) || (kind == b"*" && subtype != b"*") {
+            return None;
+        }
+        let mut r = MediaRange {
+            kind: kind.to_ascii_lowercase(),
+            subtype: subtype.to_ascii_lowercase(),
+            params: Vec::new(),
+            q: 1000,
+        };
+        for param in parts {
+            let param = trim(param);
+            if param.is_empty() {
+                continue;
+            }
+            let eq = param.iter().position(|&b| b == b'=')?;
+            let (name, value) = (trim(&param[..eq]), trim(&param[eq + 1..]));
+            if !is_token(name) {
+                return None;
+            }
+            if name.eq_ignore_ascii_case(b"q") {
+                r.q = qvalue(value)?;
+                break;
+            }
+            r.params.push((name.to_ascii_lowercase(), unquote(value)?));
+        }
+        Some(r)
+    }
+
+    /// `*/*` 0, `type/*` 1, `type/subtype` 2, plus one per parameter.
+    fn specificity(&self) -> usize {
+        match (self.kind.as_slice(), self.subtype.as_slice()) {
+            (b"*", _) => 0,
+            (_, b"*") => 1,
+            _ => 2 + self.params.len(),
+        }
+    }
+
+    fn matches(&self, offer: &MediaRange) -> bool {
+        (self.kind == b"*" || self.kind == offer.kind)
+            && (self.subtype == b"*" || self.subtype == offer.subtype)
+            && self.params.iter().all(|(name, value)| {
+                offer.params.iter().any(|(n, v)| {
+                    n == name
+                        && match name.as_slice() {
+                            b"charset" => v.eq_ignore_ascii_case(value),
+                            _ => v == value,
+                        }
+                })
+            })
+    }
+}
+
+/// The weight `ranges` give `offer`, in thousandths: that of the most specific range that
+/// matches it (the highest of equally specific ones), 0 when none does.
+fn weight(ranges: &[MediaRange], offer: &MediaRange) -> u16 {
+    ranges
+        .iter()
+        .filter(|r| r.matches(offer))
+        .map(|r| (r.specificity(), r.q))
+        .max()
+        .map_or(0, |(_, q)| q)
+}
+
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
+fn qvalue(v: &[u8]) -> Option<u16> {
+    let (int, frac) = match v.iter().position(|&b| b == b'.') {
+        Some(dot) => (&v[..dot], &v[dot + 1..]),
+        None => (v, &v[v.len()..]),
+    };
+    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let thousandths = frac
+        .iter()
+        .chain(std::iter::repeat(&b'0'))
+        .take(3)
+        .fold(0, |n, &d| n * 10 + u16::from(d - b'0'));
+    match int {
+        b"0" => Some(thousandths),
+        b"1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// Splits at `sep` outside quoted strings (`"a,b"`, with `\"` escapes inside).
+fn split_unquoted(s: &[u8], sep: u8) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, &b) in s.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if quoted && b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            quoted = !quoted;
+        } else if b == sep && !quoted {
+            parts.push(&s[start..i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// Strips HTTP's optional whitespace (spaces and tabs) from both ends.
+fn trim(s: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = s.iter().position(|b| !ows(b)).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+    &s[start..end]
+}
+
+/// A parameter value: a token, or a quoted string with its escapes undone.
+fn unquote(v: &[u8]) -> Option<Vec<u8>> {
+    match v {
+        [b'"', inner @ .., b'"'] => {
+            let mut out = Vec::with_capacity(inner.len());
+            let mut it = inner.iter();
+            while let Some(&b) = it.next() {
+                match b {
+                    b'\\' => out.push(*it.next()?),
+                    b'"' => return None,
+                    _ => out.push(b),
+                }
+            }
+            Some(out)
+        }
+        _ if is_token(v) => Some(v.to_vec()),
+        _ => None,
+    }
+}
+
+/// RFC 9110's `token`: one or more `tchar`.
+fn is_token(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Decodes `%XX` escapes and `+`; `None` on a `%` not followed by two hex digits.
@@ -337,30 +546,261 @@ mod tests {
         assert!(!matches(&one, "web", "checkout"));
     }
 
+    /// [`negotiate`] for a `GET` without `format=`, one `Accept` field.
+    fn accept(value: &str) -> Format {
+        negotiate(&Query::default(), &[value.as_bytes()], Method::Get)
+    }
+
     #[test]
-    fn prometheus_negotiation() {
+    fn negotiation_without_accept_is_json() {
+        for method in [Method::Get, Method::Head, Method::Post] {
+            assert_eq!(negotiate(&Query::default(), &[], method), Format::Json);
+        }
+    }
+
+    #[test]
+    fn negotiation_picks_what_is_asked_for() {
+        use Format::*;
+        let prometheus_2 = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
+        let prometheus_2_om = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        let firefox = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+        let chrome = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,application/signed-exchange;v=b3;q=0.7";
+        let cases: &[(&str, Format)] = &[
+            ("*/*", Json),
+            ("", Json),
+            (" , ,", Json),
+            ("application/json", Json),
+            ("application/*", Json),
+            ("Application/JSON", Json),
+            ("text/plain", Prometheus),
+            ("TEXT/PLAIN", Prometheus),
+            ("text/plain; charset=UTF-8", Prometheus),
+            ("text/plain;version=0.0.4", Prometheus),
+            ("text/plain;version=\"0.0.4\"", Prometheus),
+            ("text/plain ; version=0.0.4 ; charset=utf-8", Prometheus),
+            ("\ttext/plain\t;\tq=0.5\t", Prometheus),
+            (prometheus_2, Prometheus),
+            (prometheus_2_om, Prometheus),
+            (prometheus_3, Prometheus),
+            ("text/html", Html),
+            ("text/html; charset=utf-8", Html),
+            (firefox, Html),
+            (chrome, Html),
+            // Equal weights: JSON, then Prometheus, then HTML.
+            ("application/json, text/plain, */*", Json),
+            ("text/plain, application/json", Json),
+            ("text/html, text/plain", Prometheus),
+            ("text/*", Prometheus),
+            (
+                "text/html;q=0.5, text/plain;q=0.5, application/json;q=0.5",
+                Json,
+            ),
+            // Higher weight wins.
+            ("application/json;q=0.5, text/plain;q=0.6", Prometheus),
+            ("application/json;q=0.9, text/html", Html),
+            ("text/plain;q=0.001, */*;q=0", Prometheus),
+            ("text/html;q=0.3, */*;q=0.2", Html),
+        ];
+        for (value, want) in cases {
+            assert_eq!(accept(value), *want, "Accept: {value}");
+        }
+    }
+
+    #[test]
+    fn negotiation_is_not_a_substring_match() {
+        use Format::*;
+        for (value, want) in [
+            ("text/plainx", Json),
+            ("text/plain+x", Json),
+            ("xtext/plain", Json),
+            ("text/html5", Json),
+            ("application/jsonx, text/plain", Prometheus),
+            ("application/openmetrics-text", Json),
+            ("application/openmetrics-text;version=1.0.0", Json),
+            ("text/plain;version=1.0.0", Json),
+            ("text/plain;version=1.0.0;escaping=allow-utf-8", Json),
+            ("text/plain;charset=iso-8859-1", Json),
+            ("text/plain;format=flowed", Json),
+            ("text/html;level=1", Json),
+            ("image/png", Json),
+        ] {
+            assert_eq!(accept(value), want, "Accept: {value}");
+        }
+    }
+
+    #[test]
+    fn negotiation_q_zero_is_not_acceptable() {
+        use Format::*;
+        for (value, want) in [
+            ("text/plain;q=0", Json),
+            ("text/plain;q=0.000", Json),
+            ("text/plain;Q=0", Json),
+            ("text/plain;q=0.", Json),
+            ("text/plain;q=0, */*", Json),
+            ("text/html;q=0", Json),
+            ("text/html;q=0, text/plain;q=0.1", Prometheus),
+            ("*/*;q=0", Json),
+            ("*/*;q=0, text/html", Html),
+            ("application/json;q=0, */*", Prometheus),
+            ("application/json;q=0, text/plain;q=0, */*", Html),
+            ("application/json;q=0, text/*;q=0", Json),
+        ] {
+            assert_eq!(accept(value), want, "Accept: {value}");
+        }
+    }
+
+    #[test]
+    fn negotiation_most_specific_range_wins() {
+        use Format::*;
+        for (value, want) in [
+            // A range with parameters beats one without, which beats type/*, then */*.
+            ("text/plain;q=0, text/plain;version=0.0.4", Prometheus),
+            ("text/plain;version=0.0.4;q=0, text/plain", Json),
+            (
+                "text/plain;version=0.0.4;q=0.1, text/plain;q=1, application/json;q=0.5",
+                Json,
+            ),
+            (
+                "text/plain;version=0.0.4;charset=utf-8;q=0.9, text/plain;version=0.0.4;q=0",
+                Prometheus,
+            ),
+            ("text/*;q=0, text/plain", Prometheus),
+            ("text/plain, text/*;q=0", Prometheus),
+            ("*/*, text/*;q=0", Json),
+            ("text/html, text/*;q=0", Html),
+            ("*/*;q=0.1, application/*;q=0", Prometheus),
+            ("application/*;q=0.2, */*;q=0.9", Prometheus),
+            // Equally specific: the highest weight counts.
+            (
+                "text/plain;q=0.2, text/plain;q=0.8, application/json;q=0.5",
+                Prometheus,
+            ),
+            ("text/plain, text/plain;q=0", Prometheus),
+            // Parameters after q are extensions, not part of the range.
+            ("text/plain;q=0.5;version=1.0.0", Prometheus),
+        ] {
+            assert_eq!(accept(value), want, "Accept: {value}");
+        }
+    }
+
+    #[test]
+    fn negotiation_skips_malformed_elements() {
+        use Format::*;
+        for (value, want) in [
+            ("text", Json),
+            ("*/plain", Json),
+            ("/plain", Json),
+            ("text/", Json),
+            ("text/plain/x", Json),
+            ("te xt/plain", Json),
+            ("text/plain;foo", Json),
+            ("text/plain;=1", Json),
+            ("text/plain;q=2", Json),
+            ("text/plain;q=1.5", Json),
+            ("text/plain;q=1.001", Json),
+            ("text/plain;q=0.5000", Json),
+            ("text/plain;q=.5", Json),
+            ("text/plain;q=", Json),
+            ("text/plain;q=-0", Json),
+            ("text/plain;q=0x1", Json),
+            ("text/plain;version=\"0.0.4", Json),
+            ("text/plain;version=a\"b", Json),
+            ("garbage, text/plain;q=2, text/html;q=0.4, */*;q=0.3", Html),
+            ("text/plain;q=1.000", Prometheus),
+            ("text/plain;q=1.", Prometheus),
+            ("text/plain;;q=0.7;", Prometheus),
+            ("text/plain;version=\"0.0.\\4\"", Prometheus),
+        ] {
+            assert_eq!(accept(value), want, "Accept: {value}");
+        }
+        // A comma inside a quoted string does not end the element.
+        assert_eq!(
+            accept("application/json;q=0.5;ext=\"a, text/plain;q=1, b\""),
+            Json
+        );
+    }
+
+    #[test]
+    fn negotiation_reads_every_accept_field() {
+        use Format::*;
         let none = Query::default();
-        let json = parse_query(b"format=json").unwrap();
-        let prom = parse_query(b"format=prometheus").unwrap();
-        let scraper: &[u8] = b"application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert!(!wants_prometheus(&none, None));
-        assert!(wants_prometheus(&none, Some(scraper)));
-        assert!(wants_prometheus(&none, Some(b"text/plain")));
-        assert!(wants_prometheus(&none, Some(b"Text/Plain; charset=utf-8")));
-        assert!(!wants_prometheus(&none, Some(b"*/*")));
-        assert!(!wants_prometheus(&none, Some(b"")));
-        assert!(!wants_prometheus(&none, Some(b"application/json")));
-        assert!(!wants_prometheus(
-            &none,
-            Some(b"application/json, text/plain, */*")
-        ));
-        assert!(!wants_prometheus(
-            &none,
-            Some(b"text/html,application/xhtml+xml,*/*;q=0.8")
-        ));
-        assert!(wants_prometheus(&prom, None));
-        assert!(wants_prometheus(&prom, Some(b"application/json")));
-        assert!(!wants_prometheus(&json, Some(scraper)));
-        assert!(!wants_prometheus(&json, Some(b"text/plain")));
+        let fields = |values: &[&'static str]| -> Vec<&'static [u8]> {
+            values.iter().map(|v| v.as_bytes()).collect()
+        };
+        for (values, want) in [
+            (&["application/json;q=0.1", "text/plain"][..], Prometheus),
+            (&["text/plain;q=0", "application/json"], Json),
+            (&["application/json", "text/plain;q=0"], Json),
+            (&["", "text/plain"], Prometheus),
+            (&["text/plain", ""], Prometheus),
+            (&["*/*;q=0.1", "text/html", "text/plain;q=0.9"], Html),
+            (&["text/*;q=0", "text/plain"], Prometheus),
+            (&["text/plain, */*;q=0.1", "text/plain;q=0"], Prometheus),
+        ] {
+            assert_eq!(
+                negotiate(&none, &fields(values), Method::Get),
+                want,
+                "Accept: {values:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn negotiation_explicit_format_wins() {
+        use Format::*;
+        let format = |f: &str| parse_query(format!("format={f}").as_bytes()).unwrap();
+        let (json, prom, html) = (format("json"), format("prometheus"), format("html"));
+        let all: &[&[u8]] = &[
+            b"text/plain",
+            b"application/json",
+            b"text/html",
+            b"*/*;q=0",
+            b"application/openmetrics-text",
+        ];
+        for method in [Method::Get, Method::Head, Method::Post] {
+            for a in all {
+                let a = &[*a][..];
+                assert_eq!(negotiate(&json, a, method), Json);
+                assert_eq!(negotiate(&prom, a, method), Prometheus);
+                let page = if method == Method::Post { Json } else { Html };
+                assert_eq!(negotiate(&html, a, method), page);
+            }
+            assert_eq!(negotiate(&prom, &[], method), Prometheus);
+        }
+    }
+
+    #[test]
+    fn negotiation_for_a_control_post() {
+        use Format::*;
+        let none = Query::default();
+        let post = |value: &str| negotiate(&none, &[value.as_bytes()], Method::Post);
+        assert_eq!(post("*/*"), Json);
+        assert_eq!(post("text/plain"), Prometheus);
+        // The page is never the answer to an action: a browser's form post gets JSON.
+        assert_eq!(post("text/html"), Json);
+        assert_eq!(
+            post("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"),
+            Json
+        );
+        assert_eq!(post("text/html, text/plain;q=0.1"), Prometheus);
+        // HEAD is negotiated as GET.
+        let head = negotiate(&none, &[b"text/html".as_slice()], Method::Head);
+        assert_eq!(head, Html);
+    }
+
+    #[test]
+    fn negotiation_offers_our_own_content_types() {
+        for (ct, want) in [
+            (JSON_CONTENT_TYPE, Format::Json),
+            (PROMETHEUS_CONTENT_TYPE, Format::Prometheus),
+            (HTML_CONTENT_TYPE, Format::Html),
+        ] {
+            assert_eq!(accept(ct), want, "{ct}");
+        }
+        assert_eq!(
+            parse_query(b"format=html").unwrap().format,
+            Some(Format::Html)
+        );
     }
 }

@@ -6,6 +6,12 @@ package CB::Origin;
 #		$t->testdir() . '/origin-8081.hits');
 #	$t->waitforsocket('127.0.0.1:' . port(8081));
 #
+# (CB::Nginx::start does this for the test files.)  run() never returns: it
+# is a daemon's body, and nginx-tests' run_daemon() would go on running the
+# rest of the test script in the forked child if it did.  The daemon exits
+# on TERM/INT, and by itself once the test process that forked it is gone
+# (killed, or its library did not stop its daemons).
+#
 # Forks one process per connection (so slow/hanging responses do not block
 # other connections), supports keep-alive (Content-Length framing, chunked
 # request bodies are accepted too), and appends one line per request to the
@@ -29,12 +35,23 @@ package CB::Origin;
 #			invalid_header, 502)
 #	garbage=status	invalid status line (note: nginx proxy treats this
 #			as an HTTP/0.9 response, not as invalid_header)
-#
+#	partial=1	a status line and half a header, then close (nginx:
+#			"upstream prematurely closed connection", error)
+#	truncate=N	a whole header announcing the body, then only N bytes
+#			of it, then what then= says: close (default), reset,
+#			or hang
+#	drop_next=1	answer keep-alive, then close the connection as soon
+#			as the next request on it arrives, unanswered (what a
+#			kept-alive connection the origin had closed looks like)
 #	fail=P		answer "status=500" to P percent of requests, at random
 #
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
 # "X-Origin-Body-Length: N" (request body bytes received).
+#
+# run($port, sub { my ($socket) = @_; ... }) serves every connection with that
+# code instead, for peers no HTTP origin plays (a server that resets every
+# connection, a memcached that answers SERVER_ERROR).
 #
 # Behaviour over time, without restarting the origin: the file
 # "$hits_file.mode" (see behave()), re-read for every request, holds lines
@@ -74,14 +91,20 @@ my %reason = (
 
 our $IDLE_TIMEOUT = 60;
 
+# in a connection process: the pid of the daemon that forked it
+our $DAEMON;
+
 ###############################################################################
 
 sub run {
 	my ($port, $hits_file) = @_;
 
+	my $test = getppid();
+
 	my $server = _listen($port)
-		or die "CB::Origin: can't listen on 127.0.0.1:$port: $!\n";
-	my $mode = defined $hits_file ? "$hits_file.mode" : undef;
+		or _fail("can't listen on 127.0.0.1:$port: $!");
+	my $mode = defined $hits_file && !ref $hits_file
+		? "$hits_file.mode" : undef;
 
 	my %kids;
 
@@ -102,7 +125,11 @@ sub run {
 
 	local $SIG{PIPE} = 'IGNORE';
 
+	my $sel = IO::Select->new($server);
+
 	while (1) {
+		$quit->() if getppid() != $test;
+
 		if (defined $mode) {
 			# "refuse": no listening socket, connections are refused
 			my $refuse = _refusing($mode);
@@ -111,21 +138,24 @@ sub run {
 				undef $server;
 			} elsif (!$refuse && !$server) {
 				$server = _listen($port);
+				$sel = IO::Select->new($server) if $server;
 			}
 			if (!$server) {
 				sleep 0.02;
 				next;
 			}
-			next unless IO::Select->new($server)->can_read(0.05);
 		}
+
+		next unless $sel->can_read(defined $mode ? 0.05 : 0.5);
 
 		my $client = $server->accept();
 
 		if (!defined $client) {
-			next if $!{EINTR} || $!{ECONNABORTED};
-			die "CB::Origin: accept() failed: $!\n";
+			next if $!{EINTR} || $!{ECONNABORTED} || $!{EAGAIN};
+			_fail("accept() failed: $!");
 		}
 
+		my $daemon = $$;
 		my $pid = fork();
 
 		if (!defined $pid) {
@@ -138,13 +168,29 @@ sub run {
 			$SIG{TERM} = 'DEFAULT';
 			$SIG{INT} = 'DEFAULT';
 			close $server;
-			eval { _connection($client, $port, $hits_file); };
+			$DAEMON = $daemon;
+			eval {
+				ref $hits_file eq 'CODE' ? $hits_file->($client)
+					: _connection($client, $port, $hits_file);
+			};
 			POSIX::_exit(0);
 		}
 
 		$kids{$pid} = 1;
 		close $client;
 	}
+}
+
+sub _fail {
+	my ($msg) = @_;
+	print STDERR "CB::Origin: $msg\n";
+	POSIX::_exit(1);
+}
+
+# in a connection process: the daemon that forked it has gone
+
+sub _orphan {
+	return defined $DAEMON && getppid() != $DAEMON;
 }
 
 sub _listen {
@@ -300,7 +346,7 @@ sub _log_hit {
 }
 
 # read more data into $$buf; returns bytes read, 0 on EOF, undef on timeout
-# or error; gives up if the parent process (the daemon) has gone
+# or error; gives up if the daemon has gone
 
 sub _fill {
 	my ($sock, $buf, $timeout) = @_;
@@ -311,7 +357,7 @@ sub _fill {
 	while (1) {
 		my $left = $end - time();
 		return undef if $left <= 0;
-		return undef if getppid() == 1;
+		return undef if _orphan();
 
 		next unless $sel->can_read($left > 1 ? 1 : $left);
 
@@ -330,6 +376,7 @@ sub _connection {
 	binmode $sock;
 	my $buf = '';
 	my $seq = 0;
+	my $drop = 0;
 
 	while (1) {
 
@@ -392,8 +439,9 @@ sub _connection {
 		my ($path, $query) = split /\?/, $uri, 2;
 		_log_hit($hits_file, defined $query ? "$path?$query" : $path);
 
-		my $t0 = time();
-		my $done = sub { _log_time($hits_file, $t0, $path); };
+		# the request's times are logged when this goes out of scope,
+		# however it ends
+		my $timing = CB::Origin::Timing->new($hits_file, $path);
 
 		my %q;
 		my @hdr;
@@ -412,15 +460,15 @@ sub _connection {
 
 		sleep($q{delay} / 1000) if $q{delay};
 
-		if ($q{close}) {
+		if ($drop || $q{close}) {
 			close $sock;
-			return $done->();
+			return;
 		}
 
 		if ($q{reset}) {
 			setsockopt($sock, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
 			close $sock;
-			return $done->();
+			return;
 		}
 
 		if ($q{hang}) {
@@ -428,11 +476,11 @@ sub _connection {
 			my $end = time() + $IDLE_TIMEOUT;
 			while (time() < $end) {
 				my $n = _fill($sock, \$buf, $end - time());
-				return $done->() if defined $n && $n == 0;
+				return if defined $n && $n == 0;
 				$buf = '';
-				return $done->() if getppid() == 1;
+				return if _orphan();
 			}
-			return $done->();
+			return;
 		}
 
 		$q{status} = 500 if $q{fail} && rand(100) < $q{fail};
@@ -451,6 +499,11 @@ sub _connection {
 		if (($q{garbage} // '') eq 'status') {
 			$r .= "HTTP/1.1 abc\r\nX-Origin: $port\r\n\r\n";
 			$keepalive = 0;
+
+		} elsif ($q{partial}) {
+			_write($sock, "HTTP/1.1 $status $reason\r\nX-Origin: $port\r\n");
+			close $sock;
+			return;
 
 		} else {
 			$r .= "HTTP/1.1 $status $reason\r\n";
@@ -476,23 +529,29 @@ sub _connection {
 			$r .= $body unless $method eq 'HEAD';
 		}
 
-		my $written = _write($sock, $r);
-		$done->();
+		if (defined $q{truncate}) {
+			my $cut = length($r) - length($body) + $q{truncate};
+			_write($sock, substr($r, 0, $cut)) or return;
+			my $then = $q{then} // 'close';
+			if ($then eq 'reset') {
+				setsockopt($sock, SOL_SOCKET, SO_LINGER,
+					pack('ii', 1, 0));
+			} elsif ($then eq 'hang') {
+				my $end = time() + $IDLE_TIMEOUT;
+				while (time() < $end && !_orphan()) {
+					my $n = _fill($sock, \$buf, 1);
+					last if defined $n && $n == 0;
+				}
+			}
+			close $sock;
+			return;
+		}
 
-		return unless $written && $keepalive;
+		_write($sock, $r) or return;
+
+		$drop = 1 if $q{drop_next};
+		return unless $keepalive;
 	}
-}
-
-sub _log_time {
-	my ($hits_file, $start, $path) = @_;
-
-	return unless defined $hits_file;
-
-	open my $fh, '>>', "$hits_file.times" or return;
-	flock($fh, LOCK_EX);
-	seek($fh, 0, SEEK_END);
-	printf $fh "%.6f %.6f %s\n", $start, time(), $path;
-	close $fh;
 }
 
 sub _write {
@@ -515,6 +574,34 @@ sub _unescape {
 	$s =~ tr/+/ /;
 	$s =~ s/%([0-9a-fA-F]{2})/chr(hex($1))/ge;
 	return $s;
+}
+
+###############################################################################
+
+# A request's start, and its end once the object goes: "START END PATH" in the
+# times file.
+
+package CB::Origin::Timing;
+
+use Fcntl qw/ :flock SEEK_END /;
+use Time::HiRes qw/ time /;
+
+sub new {
+	my ($class, $hits_file, $path) = @_;
+	return bless [ $hits_file, $path, time() ], $class;
+}
+
+sub DESTROY {
+	my ($self) = @_;
+	my ($hits_file, $path, $start) = @$self;
+
+	return unless defined $hits_file;
+
+	open my $fh, '>>', "$hits_file.times" or return;
+	flock($fh, LOCK_EX);
+	seek($fh, 0, SEEK_END);
+	printf $fh "%.6f %.6f %s\n", $start, time(), $path;
+	close $fh;
 }
 
 1;

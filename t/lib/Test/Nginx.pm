@@ -35,6 +35,8 @@ use Socket qw/ CRLF /;
 use Test::More qw//;
 use Time::HiRes qw/ sleep time /;
 
+use CB::Proc;
+
 our $NGINX = _find_binary();
 our %ports = ();
 
@@ -98,19 +100,35 @@ sub new {
 	return $self;
 }
 
+# As the original, the object is finished (nginx and daemons stopped, the
+# "no alerts" and "no sanitizer errors" checks, the directory removed) when
+# it is destroyed: normally when the test file's "my $t" goes out of scope,
+# before Test::More's END block checks the plan.
+
 sub DESTROY {
 	my ($self) = @_;
 	$self->_finish();
 }
 
 END {
-	# Safety net: objects that survive until global destruction (e.g.
-	# package variables or reference cycles) are finished here, while
-	# Test::More is still fully functional.
+	# An object still alive here outlives the file (a named sub closing
+	# over "my $t", a package variable, a reference cycle): the original
+	# destroys it only in global destruction, after Test::More has ended,
+	# so its last checks come too late and the file fails.  So it does
+	# here: we only stop nginx and the daemons now, so that nothing is
+	# left running, and say why.
+	#
+	# DIFF: the original stops them in global destruction, if at all.
 
 	local $?;
-	for my $t (grep { defined } @instances) {
-		$t->_finish();
+	for my $t (grep { defined($_) && $_->{_pid} == $$ } @instances) {
+		next if $t->{_finished};
+		Test::More::diag('Test::Nginx object still alive at END '
+			. '(a named sub closing over "my $t"?): its checks '
+			. 'come too late');
+		local $@;
+		eval { $t->stop(); };
+		eval { $t->stop_daemons(); };
 	}
 }
 
@@ -127,7 +145,10 @@ sub _finish {
 
 	my $log = $self->_read_file_safe('error.log');
 
-	if (Test::More->builder->expected_tests) {
+	# in global destruction Test::More is gone (the original dies here)
+	my $late = ${^GLOBAL_PHASE} eq 'DESTRUCT';
+
+	if (!$late && Test::More->builder->expected_tests) {
 		local $Test::Nginx::TODO = 'alerts' unless $self->{_alerts};
 
 		# DIFF: the original only looks for [alert]
@@ -135,7 +156,7 @@ sub _finish {
 		Test::More::is(join("\n", @alerts), '', 'no alerts');
 	}
 
-	if (Test::More->builder->expected_tests) {
+	if (!$late && Test::More->builder->expected_tests) {
 		local $Test::Nginx::TODO;
 		my $errors = join "\n", $log =~ /^.*Sanitizer.*$/gm;
 		Test::More::is($errors, '', 'no sanitizer errors');
@@ -381,8 +402,8 @@ sub run {
 		$self->write_file_expand('nginx.conf', scalar <$fh>);
 	}
 
-	# a stale pid file would make us think nginx has started
-	unlink "$testdir/nginx.pid";
+	# As the original, a pid file already there (e.g. the empty one
+	# "nginx -t" leaves) counts as started: remove it before run().
 
 	my @cmd = ($NGINX, '-p', "$testdir/", '-c', 'nginx.conf',
 		'-e', 'error.log', @{$self->{_args} || []},
@@ -401,7 +422,7 @@ sub run {
 	# wait for nginx to start (pid file) or for it to exit
 
 	unless ($self->waitforfile("$testdir/nginx.pid", $pid)) {
-		if (_alive($pid)) {
+		if (CB::Proc::alive($pid)) {
 			kill 'KILL', $pid;
 			waitpid($pid, 0);
 		}
@@ -448,135 +469,17 @@ sub _master_pid {
 	return ($pid && $pid =~ /^\d+$/) ? $pid : $self->{_nginx_pid};
 }
 
-# true while $pid exists; reaps it if it is our child and has exited
-
-sub _alive {
-	my ($pid) = @_;
-
-	my $r = waitpid($pid, WNOHANG);
-	return 0 if $r == $pid;
-	return 1 if $r == 0;
-
-	# not our child (e.g. nginx with "daemon on"): exists and not a zombie
-	return 0 unless kill(0, $pid);
-
-	if (open my $fh, '<', "/proc/$pid/stat") {
-		my $stat = <$fh> // '';
-		return 0 if $stat =~ /\)\s+Z/;
-	}
-
-	return 1;
-}
-
-# direct children of a process, via /proc (Linux); empty list elsewhere
-
-sub _children {
-	my ($ppid) = @_;
-	my @kids;
-
-	opendir my $dh, '/proc' or return ();
-	for my $p (grep { /^\d+$/ } readdir $dh) {
-		open my $fh, '<', "/proc/$p/stat" or next;
-		my $stat = <$fh>;
-		close $fh;
-		next unless defined $stat && $stat =~ /\)\s+\S+\s+(\d+)/;
-		push @kids, $p if $1 == $ppid;
-	}
-	closedir $dh;
-
-	return @kids;
-}
-
-sub _cmdline {
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/cmdline" or return '';
-	local $/;
-	my $c = <$fh> // '';
-	$c =~ s/\0/ /g;
-	$c =~ s/\s+\z//;
-	return $c;
-}
-
-sub _wait_exit {
-	my ($pid, $timeout) = @_;
-	my $end = time() + $timeout;
-
-	while (time() < $end) {
-		return 1 unless _alive($pid);
-		sleep 0.05;
-	}
-
-	return !_alive($pid);
-}
-
 sub reload {
 	my ($self) = @_;
 
 	return $self unless $self->{_started};
 
-	my $pid = $self->_master_pid();
+	# As the original: HUP, and return at once.  The new workers may not
+	# be serving yet (CB::Nginx::reload waits for them).
 
-	# DIFF: the original sends HUP and returns at once.  We also wait
-	# (up to 10s, Linux /proc only) until the master has forked new
-	# worker processes and the old ones have entered graceful shutdown
-	# ("worker process is shutting down": listening sockets closed), so
-	# that requests sent after reload() hit the new configuration.
-	# Old workers may still be finishing their requests.  If the new
-	# configuration is invalid, no workers appear and we return after
-	# [emerg] appears in error.log (the master keeps the old workers).
-
-	my %old = map { $_ => 1 } _children($pid);
-	my @oldw = grep { _cmdline($_) =~ /worker process/ } keys %old;
-	my $nold = @oldw;
-
-	my $logsize = -s "$self->{_testdir}/error.log" || 0;
-
-	kill 'HUP', $pid;
-
-	return $self unless -d '/proc/self';
-
-	my $end = time() + 10;
-	my ($seen, $since) = (-1, 0);
-
-	while (time() < $end) {
-
-		# configuration rejected: old workers keep running
-
-		last if $self->_log_since($logsize) =~ /\[emerg\]/;
-
-		my @new = grep { !$old{$_} && _cmdline($_) =~ /worker process/ }
-			_children($pid);
-
-		# old workers retitle themselves right before closing
-		# their listening sockets
-
-		my $old_busy = grep { _cmdline($_) =~ /worker process$/ }
-			@oldw;
-
-		if (@new && !$old_busy) {
-			last if @new >= $nold;
-			last if @new == $seen && time() - $since > 0.5;
-		}
-		if (@new != $seen) {
-			($seen, $since) = (scalar @new, time());
-		}
-
-		sleep 0.05;
-	}
-
-	sleep 0.02;
+	kill 'HUP', $self->_master_pid();
 
 	return $self;
-}
-
-sub _log_since {
-	my ($self, $offset) = @_;
-
-	open my $fh, '<', "$self->{_testdir}/error.log" or return '';
-	seek($fh, $offset, 0);
-	local $/;
-	my $s = <$fh>;
-	return defined $s ? $s : '';
 }
 
 sub stop {
@@ -585,25 +488,24 @@ sub stop {
 	return $self unless $self->{_started};
 
 	my $pid = $self->_master_pid();
-	my @workers = _children($pid);
+	my @workers = CB::Proc::children($pid);
 
 	kill 'QUIT', $pid;
 
-	# DIFF: the original waits 90s for a graceful stop, then sends TERM
-	# and waits forever.  We wait TEST_NGINX_STOP_TIMEOUT (default 30s),
-	# then TERM, then after 5s KILL the master and its workers, so that
-	# nothing is left running.
+	# As the original, wait 90s for a graceful stop, then send TERM.
+	# DIFF: the original then waits forever; after 5s we KILL the master
+	# and its workers, so that nothing is left running.
 
-	my $timeout = $ENV{TEST_NGINX_STOP_TIMEOUT} || 30;
+	my $timeout = $ENV{TEST_NGINX_STOP_TIMEOUT} || 90;
 
-	if (!_wait_exit($pid, $timeout)) {
-		push @workers, _children($pid);
+	if (!CB::Proc::wait_exit($pid, $timeout)) {
+		push @workers, CB::Proc::children($pid);
 		kill 'TERM', $pid;
 
-		if (!_wait_exit($pid, 5)) {
-			push @workers, _children($pid);
+		if (!CB::Proc::wait_exit($pid, 5)) {
+			push @workers, CB::Proc::children($pid);
 			kill 'KILL', $pid;
-			_wait_exit($pid, 5);
+			CB::Proc::wait_exit($pid, 5);
 		}
 	}
 
@@ -611,7 +513,7 @@ sub stop {
 
 	for my $w (@workers) {
 		next unless kill 0, $w;
-		next unless _cmdline($w) =~ /^nginx:/;
+		next unless CB::Proc::cmdline($w) =~ /^nginx:/;
 		kill 'KILL', $w;
 	}
 
@@ -665,7 +567,7 @@ sub stop_daemons {
 		my $p = shift @{$self->{_daemons}};
 
 		kill 'TERM', $p;
-		next if _wait_exit($p, 5);
+		next if CB::Proc::wait_exit($p, 5);
 
 		kill 'KILL', $p;
 		waitpid($p, 0);
@@ -787,25 +689,20 @@ sub test_globals {
 sub test_globals_modules {
 	my ($self) = @_;
 
-	# DIFF: the original always emits load_module for modules configured
-	# as dynamic, from TEST_NGINX_MODULES or the binary's directory.  We
-	# also try the --modules-path from "nginx -V" and skip modules whose
-	# .so file is not found (e.g. a packaged nginx without them), so that
-	# configs not using them still start.
+	# As the original: a load_module line for every module configured as
+	# dynamic, from TEST_NGINX_MODULES or the binary's directory, whether
+	# the .so is there or not (a test running a packaged nginx without
+	# them writes its own main-level lines instead of %%TEST_GLOBALS%%).
 
-	my @dirs;
+	my $dir = $ENV{TEST_NGINX_MODULES};
 
-	if (defined $ENV{TEST_NGINX_MODULES}) {
-		push @dirs, $ENV{TEST_NGINX_MODULES};
-	} else {
-		my ($volume, $dir) = File::Spec->splitpath($NGINX);
-		push @dirs, File::Spec->catpath($volume, $dir, '');
-		push @dirs, $1
-			if $self->_configure_args() =~ /--modules-path=(\S+)/;
+	if (!defined $dir) {
+		my ($volume, $d) = File::Spec->splitpath($NGINX);
+		$dir = File::Spec->catpath($volume, $d, '');
 	}
 
-	@dirs = map { my $d = File::Spec->rel2abs($_); $d =~ s!/+$!!; $d }
-		@dirs;
+	$dir = File::Spec->rel2abs($dir);
+	$dir =~ s!/+$!!;
 
 	my $s = '';
 
@@ -818,12 +715,7 @@ sub test_globals_modules {
 		['stream_geoip\S+=dynamic', 'ngx_stream_geoip_module'])
 	{
 		my ($re, $so) = @$_;
-		next unless $self->has_module($re);
-
-		my ($dir) = grep { -f "$_/$so.so" } @dirs;
-		next unless defined $dir;
-
-		$s .= "load_module $dir/$so.so;\n";
+		$s .= "load_module $dir/$so.so;\n" if $self->has_module($re);
 	}
 
 	return $s;
@@ -1188,9 +1080,17 @@ Test::Nginx - our implementation of the nginx-tests harness API
 TEST_NGINX_BINARY, TEST_NGINX_LEAVE, TEST_NGINX_VERBOSE, TEST_NGINX_CATLOG,
 TEST_NGINX_GLOBALS, TEST_NGINX_GLOBALS_HTTP, TEST_NGINX_GLOBALS_STREAM,
 TEST_NGINX_MODULES as in nginx-tests; additionally TEST_NGINX_STOP_TIMEOUT
-(seconds to wait for a graceful stop, default 30).
+(seconds to wait for a graceful stop, default 90).
 
 =head1 DIFFERENCES FROM THE ORIGINAL
+
+Where the t/*.t files could come to depend on a difference, there is none:
+reload() sends HUP and returns (CB::Nginx::reload waits for the new
+workers), run() takes an existing pid file for a started nginx, stop()
+waits 90s for a graceful stop, load_module lines are written for every
+module configured as dynamic, and an object still alive after the file's
+end gets its last checks too late (the file fails, as with the original).
+What remains:
 
 =over
 
@@ -1200,18 +1100,18 @@ TEST_NGINX_MODULES as in nginx-tests; additionally TEST_NGINX_STOP_TIMEOUT
 
 =item * TEST_NGINX_LEAVE prints the directory path (diag)
 
-=item * reload() waits for the new worker processes
-
-=item * stop() escalates QUIT -> TERM -> KILL and never blocks forever;
+=item * stop() sends KILL 5s after TERM and never blocks forever;
 works also when nginx runs with "daemon on"
 
-=item * load_module lines are emitted only for .so files that exist
-(also searched in nginx's --modules-path)
+=item * run() kills an nginx that did not write its pid file in time
 
 =item * INT/TERM handlers (if none set) so that ^C still stops nginx;
-an END block finishes objects that survive to global destruction
+an END block stops nginx and the daemons of objects still alive then
+(without their checks), and says so
 
 =item * run_daemon children leave with POSIX::_exit
+
+=item * port() makes 50 attempts, then takes an ephemeral port
 
 =item * when run as root, the test directory is made mode 0755 so that
 worker processes (user nobody) can reach temp and cache paths

@@ -1,0 +1,301 @@
+#!/usr/bin/perl
+
+# The live dashboard in a real browser: Debian's chromium, headless, driven
+# by t/browser/drive.mjs (playwright-core, no browser download). The page is
+# asked for as a browser asks (Accept: text/html) under a prefix location; a
+# breaker shows closed, the origin fails until it opens and the page shows it
+# open (state text, colour, sorted first, history strip), a dismissed confirm
+# changes nothing, reset (confirmed) closes it, the filter box filters, a
+# location without control=on shows no buttons, and the page loads nothing
+# from elsewhere. Screenshots go to the test's directory (keep it with
+# TEST_NGINX_LEAVE=1).
+#
+# Skips when chromium, node or t/browser/node_modules (scripts/setup) are
+# missing, unless TEST_NGINX_BROWSER_REQUIRED is set: then it fails.
+#
+#	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
+#	prove -v -I t/lib t/75-dashboard.t
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use File::Spec;
+use FindBin;
+use IO::Select;
+use IPC::Open2 qw/ open2 /;
+use JSON::PP qw//;
+use POSIX qw//;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start /;
+use CB::Origin;
+use CB::Response qw/ status header body /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $chromium = $ENV{TEST_NGINX_CHROMIUM} || '/usr/bin/chromium';
+my ($node) = grep { -f && -x _ }
+	map { File::Spec->catfile($_, 'node') } File::Spec->path();
+my $driver = "$FindBin::Bin/browser/drive.mjs";
+
+my @missing;
+push @missing, "no chromium at $chromium" unless -x $chromium;
+push @missing, 'no node in PATH' unless $node;
+push @missing, 'no t/browser/node_modules/playwright-core (run scripts/setup)'
+	unless -d "$FindBin::Bin/browser/node_modules/playwright-core";
+
+if (@missing) {
+	my $why = join '; ', @missing;
+	if ($ENV{TEST_NGINX_BROWSER_REQUIRED}) {
+		plan(tests => 1);
+		fail("the browser test is required (TEST_NGINX_BROWSER_REQUIRED): $why");
+		exit;
+	}
+	plan(skip_all => "$why (TEST_NGINX_BROWSER_REQUIRED=1 makes this fail)");
+}
+
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(33);
+
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
+    circuit_breaker_zone cb:1m;
+
+    # opens on the 4th request when 3 of them failed; stays open well past
+    # the test's steps (no half-open while the page is looked at)
+    upstream up {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 failure_rate=50% open=60s
+                        jitter=0%;
+    }
+
+    upstream other {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=10s min_requests=4 open=60s jitter=0%;
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        proxy_read_timeout 5s;
+
+        location /d/ {
+            proxy_pass http://up;
+        }
+
+        location /o/ {
+            proxy_pass http://other;
+            circuit_breaker_route shop;
+        }
+
+        # a prefix location: the page at /ops/breakers/ polls and posts to
+        # its own path
+        location /ops/ {
+            circuit_breaker_status control=on;
+        }
+
+        location = /ro {
+            circuit_breaker_status;
+        }
+    }
+EOF
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+# the browser: one JSON command per line, one JSON answer per line
+
+my $profile = $t->testdir() . '/chromium-profile';
+mkdir $profile or die "mkdir $profile: $!\n";
+local $ENV{CHROMIUM} = $chromium;
+my ($from, $to);
+my $driver_pid = open2($from, $to, $node, $driver, $profile);
+my $sel = IO::Select->new($from);
+my $buffer = '';
+my $json = JSON::PP->new->canonical;
+
+END {
+	# a test that dies must not leave the browser behind
+	local $?;
+	kill 'TERM', $driver_pid
+		if $driver_pid && waitpid($driver_pid, POSIX::WNOHANG()) == 0;
+}
+
+sub drive {
+	my ($op, %args) = @_;
+	print $to $json->encode({ op => $op, %args }), "\n";
+	my $deadline = time() + 60;
+	while ($buffer !~ /\n/) {
+		my $left = $deadline - time();
+		last if $left <= 0 || !$sel->can_read($left);
+		last unless sysread($from, $buffer, 65536, length $buffer);
+	}
+	return { ok => 0, error => "no answer to $op" }
+		unless $buffer =~ s/^(.*)\n//;
+	my $answer = eval { $json->decode($1) }
+		|| { ok => 0, error => "bad answer to $op: $1" };
+	diag("$op: $answer->{error}") unless $answer->{ok};
+	return $answer;
+}
+
+sub url {
+	my ($path) = @_;
+	return 'http://127.0.0.1:' . port(8080) . $path;
+}
+
+# a breaker's row once it shows $state (within a few polls)
+
+sub row {
+	my ($upstream, $route, $state) = @_;
+	my $r = drive('row', upstream => $upstream, route => $route,
+		($state ? (state => $state) : ()), timeout_ms => 6000);
+	diag(explain($r)) unless $r->{found};
+	return $r;
+}
+
+sub breaker {
+	my ($upstream, $route) = @_;
+	my $j = eval { JSON::PP->new->decode(body(http_get(
+		"/ops/x?format=json&upstream=$upstream&route=$route"))) } || {};
+	return @{ $j->{breakers} || [] } == 1 ? $j->{breakers}[0] : {};
+}
+
+sub png_ok {
+	my ($path, $name) = @_;
+	open my $fh, '<:raw', $path or return fail("$name: $path: $!");
+	read $fh, my $magic, 8;
+	ok($magic eq "\x89PNG\x0d\x0a\x1a\x0a" && -s $path > 10000,
+		"$name: $path") or diag(-s $path);
+}
+
+my $green = 'rgb(46, 125, 50)';
+my $red = 'rgb(211, 47, 47)';
+
+###############################################################################
+
+# one request to the route creates its breaker
+
+is(status(http_get('/o/x')), 200, 'route shop: 200');
+
+# the page, asked for as a browser asks (Accept: text/html, no format=)
+
+my $r = drive('open', url => url('/ops/breakers/'));
+ok($r->{ok} && $r->{status} == 200
+	&& $r->{contentType} eq 'text/html; charset=utf-8',
+	'browser Accept: the page') or diag(explain($r));
+
+$r = row('up', 'default', 'closed');
+ok($r->{found} && $r->{label} eq 'closed', 'up/default shows closed');
+is($r->{color}, $green, 'closed is green');
+is(join(' ', @{ $r->{buttons} || [] }), 'force_open force_close reset',
+	'control=on: the three buttons');
+
+$r = drive('rows');
+is(join(', ', @{ $r->{rows} || [] }),
+	'other/default closed, other/shop closed, up/default closed',
+	'all closed: sorted by name');
+
+# the origin fails: the breaker opens, and the page follows
+
+is(join(' ', map { status(http_get("/d/fail?status=500&n=$_")) } 1 .. 5),
+	'500 500 500 500 503', 'origin fails: the 4th failure opens');
+is(breaker('up', 'default')->{state}, 'open', 'status JSON: open');
+
+$r = row('up', 'default', 'open');
+ok($r->{found} && $r->{label} eq 'open', 'up/default shows open');
+is($r->{color}, $red, 'open is red');
+like($r->{text}, qr/100% · 0% of 4/, 'failure and slow rates of the window');
+like($r->{text}, qr/failure rate 100% \(4\/4\) >= 50%/,
+	'the last transition');
+ok($r->{spark}{'p-open'} && $r->{spark}{'p-closed'}
+	&& $r->{spark}{'p-fail'} =~ /L/,
+	'history: closed then open, and a failure-rate line');
+
+$r = drive('rows');
+is($r->{rows}[0], 'up/default open', 'worst first: the open breaker on top');
+is($r->{counts}, '1 open, 2 closed', 'counts: 1 open, 2 closed');
+like($r->{status}, qr/^updated /, 'polling');
+
+png_ok(drive('screenshot', path => $t->testdir() . '/dashboard-open.png')
+	->{path} // '', 'screenshot, open');
+
+# a dismissed confirm changes nothing
+
+my $log = $t->read_file('error.log');
+$r = drive('click', upstream => 'up', route => 'default',
+	action => 'force_open', confirm => 0);
+like($r->{dialog}{message} // '', qr!^force open: up / default\?!,
+	'force open asks first');
+sleep(1.2);
+ok(!defined breaker('up', 'default')->{forced}
+	&& $t->read_file('error.log') !~ /forced open/,
+	'dismissed: nothing forced, nothing logged');
+
+# reset, confirmed: closed again
+
+$r = drive('click', upstream => 'up', route => 'default',
+	action => 'reset', confirm => 1);
+is($r->{dialog}{type}, 'confirm', 'reset asks with a confirm dialog');
+like($r->{dialog}{message} // '', qr!^reset: up / default\?!,
+	'the dialog names the breaker');
+
+$r = row('up', 'default', 'closed');
+ok($r->{found} && $r->{label} eq 'closed', 'after reset: shows closed');
+is($r->{color}, $green, 'after reset: green');
+like(substr($t->read_file('error.log'), length $log),
+	qr/circuit breaker "up\/default" reset by 127\.0\.0\.1/,
+	'reset: done by the module, logged');
+is(status(http_get('/d/fine')), 200, 'after reset: traffic passes');
+
+$r = drive('rows');
+is($r->{counts}, '0 open, 3 closed', 'counts: 0 open, 3 closed');
+
+# the filter box
+
+drive('fill', selector => '#filter', value => 'shop');
+is(join(', ', @{ drive('rows')->{rows} || [] }), 'other/shop closed',
+	'filter "shop": one row');
+drive('fill', selector => '#filter', value => 'up/ closed');
+is(join(', ', @{ drive('rows')->{rows} || [] }), 'up/default closed',
+	'filter "up/ closed": every word matches');
+drive('fill', selector => '#filter', value => '');
+
+png_ok(drive('screenshot', path => $t->testdir() . '/dashboard.png')->{path}
+	// '', 'screenshot, after reset');
+
+# nothing from elsewhere, no script error
+
+$r = drive('report');
+is_deeply([ @{ $r->{offsite} || [] }, @{ $r->{csp} || [] } ], [],
+	'no request outside the location\'s origin, no CSP violation');
+is_deeply([ @{ $r->{consoleErrors} || [] }, @{ $r->{pageErrors} || [] } ],
+	[], 'no script errors');
+
+# without control=on: no buttons, and ?format=html asks for the page
+
+$r = drive('open', url => url('/ro?format=html'));
+ok($r->{ok} && $r->{status} == 200, '/ro?format=html: the page');
+$r = row('up', 'default', 'closed');
+ok($r->{found} && !@{ $r->{buttons} || [1] }, 'control off: no buttons');
+
+drive('quit');
+close $to;
+for (1 .. 100) {
+	if (waitpid($driver_pid, POSIX::WNOHANG()) == $driver_pid) {
+		$driver_pid = 0;
+		last;
+	}
+	sleep(0.1);
+}
+
+###############################################################################

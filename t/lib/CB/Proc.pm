@@ -1,0 +1,88 @@
+package CB::Proc;
+
+# The processes of a test, through Linux's /proc: all pids, a process's live children, its
+# command line (nginx puts its process title there), whether it still runs, waiting for it
+# to exit.  Used by our Test::Nginx (stop) and by CB::Nginx (workers, reload, watchdog);
+# elsewhere than Linux the lists are empty.
+
+use warnings;
+use strict;
+
+use Exporter qw/ import /;
+our @EXPORT_OK = qw/ pids children cmdline alive wait_exit /;
+
+use POSIX qw/ WNOHANG /;
+use Time::HiRes qw/ sleep time /;
+
+sub pids {
+	opendir my $dh, '/proc' or return ();
+	my @p = grep { /^\d+$/ } readdir $dh;
+	closedir $dh;
+	return @p;
+}
+
+# direct children of a process, zombies left out
+
+sub children {
+	my ($ppid) = @_;
+	my @kids;
+
+	for my $p (pids()) {
+		open my $fh, '<', "/proc/$p/stat" or next;
+		my $stat = <$fh> // '';
+		close $fh;
+		next unless $stat =~ /\)\s+(\S+)\s+(\d+)/;
+		push @kids, $p if $2 == $ppid && $1 ne 'Z';
+	}
+
+	return @kids;
+}
+
+# the command line, NULs as spaces, or '' when the process is gone
+
+sub cmdline {
+	my ($pid) = @_;
+
+	open my $fh, '<', "/proc/$pid/cmdline" or return '';
+	local $/;
+	my $c = <$fh> // '';
+	$c =~ s/\0+/ /g;
+	$c =~ s/\s+\z//;
+	return $c;
+}
+
+# true while the process exists and is not a zombie; reaps it if it is our child and has
+# exited
+
+sub alive {
+	my ($pid) = @_;
+
+	my $r = waitpid($pid, WNOHANG);
+	return 0 if $r == $pid;
+	return 1 if $r == 0;
+
+	return 0 unless kill(0, $pid) || $!{EPERM};
+
+	if (open my $fh, '<', "/proc/$pid/stat") {
+		my $stat = <$fh> // '';
+		return 0 if $stat =~ /\)\s+Z/;
+	}
+
+	return 1;
+}
+
+# waits up to TIMEOUT seconds for the process to exit; true if it did
+
+sub wait_exit {
+	my ($pid, $timeout) = @_;
+	my $end = time() + $timeout;
+
+	while (time() < $end) {
+		return 1 unless alive($pid);
+		sleep 0.05;
+	}
+
+	return !alive($pid);
+}
+
+1;
