@@ -23,8 +23,6 @@ use strict;
 use Test::More;
 
 use FindBin;
-use IO::Select;
-use IO::Socket::INET;
 use JSON::PP qw//;
 use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
@@ -32,6 +30,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start log_count /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -42,19 +41,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(33);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
     circuit_breaker_header on;
 
@@ -101,18 +88,10 @@ http {
             circuit_breaker_status;
         }
     }
-}
 
 EOF
 
-my $hits = $t->testdir() . '/hits';
-my $hits2 = $t->testdir() . '/hits2';
-my $hits3 = $t->testdir() . '/hits3';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run_daemon(\&CB::Origin::run, port(8082), $hits2);
-$t->run_daemon(\&CB::Origin::run, port(8083), $hits3);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port($_)) for 8081, 8082, 8083;
+my ($hits, $hits2, $hits3) = start($t, 8081, 8082, 8083);
 
 ###############################################################################
 
@@ -138,18 +117,12 @@ sub wait_state {
 	return;
 }
 
-sub log_count {
-	my ($re) = @_;
-	my @l = $t->read_file('error.log') =~ /$re/g;
-	return scalar @l;
-}
-
 # a client process sending GET PATH every 20 ms on a new connection (so
 # that reuseport spreads them over the workers), writing "time status
 # state" lines to FILE, until STOP exists
 
 sub client {
-	my ($path, $file, $stop) = @_;
+	my ($t, $path, $file, $stop) = @_;
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	return $pid if $pid;
@@ -172,7 +145,7 @@ sub client {
 # 1. refused, then hanging, then healed, with probe_uri
 
 my $stop = $t->testdir() . '/stop';
-my $kid = client('/act/x', 'client-act', $stop);
+my $kid = client($t, '/act/x', 'client-act', $stop);
 
 sleep 0.5;
 CB::Origin::behave($hits, 'refuse');
@@ -239,12 +212,12 @@ is(scalar @bad, 0, 'act: only 200, 502 (before the trip) and 503')
 	or diag(join ',', map { $_->[1] } @bad);
 ok(!grep({ $_->[1] != 200 && $_->[0] > $closed_at + 0.05 } @rec),
 	'act: every request passes once closed');
-is(log_count(qr/circuit breaker "act\/default" opened: /), 1, 'act: opened logged');
-is(log_count(qr/circuit breaker "act\/default" closed: 3 good probes/), 1,
+is(log_count($t, qr/circuit breaker "act\/default" opened: /), 1, 'act: opened logged');
+is(log_count($t, qr/circuit breaker "act\/default" closed: 3 good probes/), 1,
 	'act: closed logged');
-cmp_ok(log_count(qr/"act\/default" probe to 127\.0\.0\.1:\d+ failed: connection refused/),
+cmp_ok(log_count($t, qr/"act\/default" probe to 127\.0\.0\.1:\d+ failed: connection refused/),
 	'>=', 2, 'act: refused probes logged at info');
-cmp_ok(log_count(qr/"act\/default" probe to 127\.0\.0\.1:\d+ failed: timed out/),
+cmp_ok(log_count($t, qr/"act\/default" probe to 127\.0\.0\.1:\d+ failed: timed out/),
 	'>=', 2, 'act: timed-out probes logged at info');
 
 ###############################################################################
@@ -259,7 +232,7 @@ sleep 0.7;
 @s = map { sleep 0.15; status(http_get("/pas/p$_")) } 1 .. 3;
 is("@s", '200 200 200', 'pas: user requests are the probes, then it closes');
 is(breaker('pas')->{state}, 'closed', 'pas: closed by user requests');
-is(log_count(qr/"pas\/default" half-opened/), 1, 'pas: half-opened');
+is(log_count($t, qr/"pas\/default" half-opened/), 1, 'pas: half-opened');
 is(CB::Origin::hits($hits2, qr!health!), 0, 'pas: no health check');
 is(breaker('pas')->{probe_uri}, undef, 'pas: no probe_uri in status');
 

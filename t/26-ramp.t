@@ -29,6 +29,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
 
@@ -39,19 +40,7 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(28);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
     circuit_breaker_header on;
 
@@ -88,14 +77,10 @@ http {
             circuit_breaker_status;
         }
     }
-}
 
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = start($t, 8081);
 
 ###############################################################################
 

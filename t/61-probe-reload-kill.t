@@ -28,7 +28,9 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Nginx qw/ conf start reload master workers /;
 use CB::Origin;
+use CB::Proc qw/ children cmdline /;
 use CB::Response qw/ body header /;
 
 ###############################################################################
@@ -40,19 +42,7 @@ plan(skip_all => 'needs Linux /proc') unless -e '/proc/net/tcp';
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(15)->todo_alerts();
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-daemon off;
-worker_processes 4;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
+$t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
     circuit_breaker_header on;
 
@@ -77,43 +67,19 @@ http {
             circuit_breaker_status;
         }
     }
-}
 
 EOF
 
-my $hits = $t->testdir() . '/hits';
-$t->run_daemon(\&CB::Origin::run, port(8081), $hits);
-$t->run();
-$t->waitforsocket('127.0.0.1:' . port(8081));
+my $hits = start($t, 8081);
 
 ###############################################################################
 
-my $master = $t->read_file('nginx.pid') =~ /(\d+)/ ? $1 : die "no pid\n";
+my $master = master($t) or die "no master\n";
 
-sub cmdline {
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/cmdline" or return '';
-	local $/;
-	my $c = <$fh> // '';
-	$c =~ s/\0+/ /g;
-	$c =~ s/\s+\z//;
-	return $c;
-}
+# the master's nginx children: its workers, new or shutting down
 
-# the master's children that are nginx processes (workers, old or new)
-
-sub children {
-	my @w;
-	opendir my $dh, '/proc' or return ();
-	for my $p (grep { /^\d+$/ } readdir $dh) {
-		open my $fh, '<', "/proc/$p/stat" or next;
-		my $stat = <$fh> // '';
-		close $fh;
-		next unless $stat =~ /\)\s+(\S+)\s+(\d+)/;
-		push @w, $p if $2 == $master && $1 ne 'Z' && cmdline($p) =~ /^nginx: /;
-	}
-	closedir $dh;
-	return sort { $a <=> $b } @w;
+sub nginx_children {
+	return grep { cmdline($_) =~ /^nginx: / } children($master);
 }
 
 # the nginx processes holding a connection to the origin (the probes in
@@ -134,7 +100,7 @@ sub origin_peers {
 	close $fh;
 
 	my @owners;
-	for my $w (children()) {
+	for my $w (nginx_children()) {
 		opendir my $dh, "/proc/$w/fd" or next;
 		for my $fd (grep { /^\d+$/ } readdir $dh) {
 			my $l = readlink("/proc/$w/fd/$fd") // next;
@@ -184,9 +150,9 @@ is(breaker()->{state}, 'open', 'reload: open');
 
 CB::Origin::behave($hits);
 my $reloaded = time();
-$t->reload();
+reload($t);
 
-ok(wait_for(sub { !grep({ $_ == $owner } children()) }, 2),
+ok(wait_for(sub { !grep({ $_ == $owner } nginx_children()) }, 2),
 	'reload: the old worker exits at once');
 my $hung = wait_for(sub {
 	(grep { $_->[0] < $reloaded && $_->[1] > $reloaded }
@@ -213,7 +179,7 @@ my $killed = time();
 kill 'KILL', $owner;
 
 ok(wait_for(sub {
-	my @w = grep { cmdline($_) eq 'nginx: worker process' } children();
+	my @w = workers($t);
 	return @w == 4 && !grep { $_ == $owner } @w;
 }, 3), 'kill: the master replaces the worker');
 

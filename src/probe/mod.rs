@@ -216,15 +216,19 @@ async fn run(mut held: Held, server: net::Peer) {
         return;
     };
     let attempt = probe::attempt(&t.up.spec, t.up.failures, end, now.saturating_sub(started));
+    // Recorded with the ticket: nothing is left for `held` to give back.
+    let Some(ticket) = held.ticket.take() else {
+        return;
+    };
+    let zone = held.zone.clone();
+    drop(held);
     let recorded = {
-        let mut locked = held.zone.lock();
+        let mut locked = zone.lock();
         let Some(mut b) = locked.get(t.handle.get(), t.key_hash) else {
             return;
         };
-        let ticket = held.ticket.take().unwrap_or(Ticket::Normal);
         b.record(now, rnd(), ticket, &attempt, true)
     };
-    drop(held);
     let log = ngx_cycle_log().as_ptr();
     if let Some(why) = sent.failure(&t.up.spec, attempt.response_ms, t.up.latency_ms) {
         // A TLS failure is no verdict on the origin and keeps the breaker open: said once at
