@@ -163,39 +163,58 @@ fn class_of(a: &Attempt) -> Option<FailureClass> {
 /// the TLS context it builds for such a location — and a location without `proxy_ssl_*`
 /// settings of its own shares the context of its `server` (or `http`) block with its
 /// siblings, plain ones included. So a TLS context in a location that passes to the upstream
-/// means "probably TLS": the probe tries TLS first and, when the server does not speak it,
-/// plain HTTP in the same probe; what worked is then kept.
+/// means "TLS, perhaps". Such a probe asks in plain HTTP first: a plain server answers it
+/// (and the scheme is learnt), while a TLS server answers plain HTTP at once with a `400` or
+/// by closing the connection, and the probe asks again over TLS within the same
+/// `probe_timeout`. (TLS first would not do: a plain server may wait for the end of a request
+/// line that a TLS handshake never sends, until the probe times out.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
-    /// No location that passes to the upstream has a TLS context.
+    /// Plain HTTP: no location that passes to the upstream has a TLS context, or a server
+    /// answered in plain HTTP.
     Plain,
-    /// A TLS handshake with the upstream completed: TLS from now on.
+    /// TLS: a server spoke it.
     Tls,
-    /// TLS context seen, nothing learnt yet: TLS first, plain HTTP after a failed handshake.
+    /// A TLS context seen, nothing learnt yet.
     Unsure,
 }
 
+/// What a plain-HTTP probe heard, as far as the scheme goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// A response with this status.
+    Status(u16),
+    /// Something that was no HTTP response, or a connection closed or reset before one.
+    Garbled,
+    /// Nothing to go by (refused, timed out, ...).
+    Nothing,
+}
+
 impl Scheme {
-    /// Whether to start a probe with TLS.
+    /// Whether the probe starts in TLS.
     pub fn starts_with_tls(self) -> bool {
-        self != Scheme::Plain
+        self == Scheme::Tls
     }
 
-    /// Whether a probe whose TLS handshake failed (not a refused certificate: a server that
-    /// did not answer in TLS) tries plain HTTP next.
-    pub fn falls_back(self) -> bool {
-        self == Scheme::Unsure
+    /// After a plain-HTTP probe: what is learnt, and whether to ask again over TLS. Any
+    /// status but `400` proves plain HTTP; a `400` or a garbled answer is what a TLS server
+    /// says to plain HTTP, when the scheme is unsure.
+    pub fn after_plain(self, heard: Heard) -> (Scheme, bool) {
+        match (self, heard) {
+            (Scheme::Unsure, Heard::Status(400) | Heard::Garbled) => (self, true),
+            (Scheme::Unsure, Heard::Status(_)) => (Scheme::Plain, false),
+            _ => (self, false),
+        }
     }
 
-    /// What is known after a probe: a completed handshake proves TLS; a healthy answer in
-    /// plain HTTP after a failed handshake proves plain. Anything else teaches nothing (an
-    /// HTTPS server answers plain HTTP with an error status, and a handshake may fail for
-    /// other reasons than the scheme).
-    pub fn learn(self, handshake_done: bool, healthy_in_plain: bool) -> Scheme {
-        match self {
-            Scheme::Unsure if handshake_done => Scheme::Tls,
-            Scheme::Unsure if healthy_in_plain => Scheme::Plain,
-            s => s,
+    /// After asking again over TLS: what is learnt. `spoke_tls` (the handshake completed, or
+    /// the server's certificate was refused) proves TLS, and the TLS attempt's outcome is the
+    /// probe's; otherwise the plain one's stands.
+    pub fn after_tls(self, spoke_tls: bool) -> Scheme {
+        if spoke_tls {
+            Scheme::Tls
+        } else {
+            self
         }
     }
 }
@@ -371,19 +390,36 @@ mod tests {
     }
 
     #[test]
-    fn the_scheme_is_learnt_from_what_worked() {
-        assert!(!Scheme::Plain.starts_with_tls());
-        assert!(Scheme::Unsure.starts_with_tls() && Scheme::Tls.starts_with_tls());
-        assert!(Scheme::Unsure.falls_back());
-        assert!(!Scheme::Tls.falls_back() && !Scheme::Plain.falls_back());
-        assert_eq!(Scheme::Unsure.learn(true, false), Scheme::Tls);
-        assert_eq!(Scheme::Unsure.learn(false, true), Scheme::Plain);
+    fn the_scheme_is_learnt_from_what_answered() {
+        let u = Scheme::Unsure;
+        assert!(!u.starts_with_tls() && !Scheme::Plain.starts_with_tls());
+        assert!(Scheme::Tls.starts_with_tls());
+        assert_eq!(u.after_plain(Heard::Status(200)), (Scheme::Plain, false));
         assert_eq!(
-            Scheme::Unsure.learn(false, false),
-            Scheme::Unsure,
-            "an unhealthy plain answer may come from an HTTPS server"
+            u.after_plain(Heard::Status(503)),
+            (Scheme::Plain, false),
+            "a TLS server never answers plain HTTP with a 503"
         );
-        assert_eq!(Scheme::Tls.learn(false, true), Scheme::Tls);
-        assert_eq!(Scheme::Plain.learn(true, false), Scheme::Plain);
+        assert_eq!(
+            u.after_plain(Heard::Status(400)),
+            (u, true),
+            "nginx's HTTPS port"
+        );
+        assert_eq!(
+            u.after_plain(Heard::Garbled),
+            (u, true),
+            "a TLS alert or a close"
+        );
+        assert_eq!(
+            u.after_plain(Heard::Nothing),
+            (u, false),
+            "refused or timed out"
+        );
+        assert_eq!(
+            Scheme::Plain.after_plain(Heard::Status(400)),
+            (Scheme::Plain, false)
+        );
+        assert_eq!(u.after_tls(true), Scheme::Tls);
+        assert_eq!(u.after_tls(false), u, "a failed handshake proves nothing");
     }
 }

@@ -5,6 +5,8 @@
 use core::time::Duration;
 
 use circuit_breaker_core::directive::ProbeSpec;
+#[cfg(ngx_ssl)]
+use circuit_breaker_core::probe::Heard;
 use circuit_breaker_core::probe::ProbeEnd;
 use hyper::HeaderMap;
 use nginx_sys::{ngx_parse_http_time, ngx_time};
@@ -47,7 +49,9 @@ impl Sent {
     }
 }
 
-/// Sends the probe of `up` to `server`.
+/// Sends the probe of `up` to `server`: in plain HTTP or TLS as the upstream's scheme says,
+/// and when it is unsure, in plain HTTP and then, if the server sounded like a TLS server,
+/// again over TLS within what is left of `probe_timeout`.
 pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
     let req = Request {
         method: "GET",
@@ -57,34 +61,41 @@ pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
         body: &[],
     };
     let timeout = u64::from(up.spec.timeout_ms);
-    let plain = Options::new(Duration::from_millis(timeout))
-        .max_body(0)
-        .action(ACTION);
+    let options = |ms: u64| {
+        Options::new(Duration::from_millis(ms))
+            .max_body(0)
+            .action(ACTION)
+    };
     #[cfg(ngx_ssl)]
     if let Some(tls) = up.tls.as_ref() {
         let scheme = up.scheme.get();
         if scheme.starts_with_tls() {
-            let started = mono_ms();
-            let r = net::fetch(server, &req, &plain.tls(tls)).await;
-            up.scheme.set(scheme.learn(r.is_ok(), false));
-            if !(scheme.falls_back() && r.as_ref().is_err_and(|e| *e == Error::Tls)) {
-                return sent(r);
-            }
-            // The server did not answer in TLS: plain HTTP, within what is left.
-            let left = timeout.saturating_sub(mono_ms().saturating_sub(started));
-            if left == 0 {
-                return sent(Err(Error::Timeout));
-            }
-            let options = Options::new(Duration::from_millis(left))
-                .max_body(0)
-                .action(ACTION);
-            let r = net::fetch(server, &req, &options).await;
-            let healthy = r.as_ref().is_ok_and(|r| up.spec.healthy(r.status));
-            up.scheme.set(up.scheme.get().learn(false, healthy));
-            return sent(r);
+            return sent(net::fetch(server, &req, &options(timeout).tls(tls)).await);
         }
+        let started = mono_ms();
+        let plain = net::fetch(server, &req, &options(timeout)).await;
+        let (scheme, again) = scheme.after_plain(heard(&plain));
+        up.scheme.set(scheme);
+        let left = timeout.saturating_sub(mono_ms().saturating_sub(started));
+        if !again || left == 0 {
+            return sent(plain);
+        }
+        let secure = net::fetch(server, &req, &options(left).tls(tls)).await;
+        let spoke_tls = matches!(secure, Ok(_) | Err(Error::TlsVerify(_) | Error::TlsName));
+        up.scheme.set(scheme.after_tls(spoke_tls));
+        return sent(if spoke_tls { secure } else { plain });
     }
-    sent(net::fetch(server, &req, &plain).await)
+    sent(net::fetch(server, &req, &options(timeout)).await)
+}
+
+/// What a plain-HTTP attempt says of the server's scheme.
+#[cfg(ngx_ssl)]
+fn heard(r: &Result<Response, Error>) -> Heard {
+    match r {
+        Ok(resp) => Heard::Status(resp.status),
+        Err(Error::Protocol(_) | Error::Closed | Error::Reset) => Heard::Garbled,
+        Err(_) => Heard::Nothing,
+    }
 }
 
 fn sent(r: Result<Response, Error>) -> Sent {

@@ -112,6 +112,7 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
         // configuration.
         let tls = unsafe { tls_of(mcf, s.uscf, &s.name) };
         #[cfg(ngx_ssl)]
+        // A TLS context may be a plain location's, shared with an https one (see Scheme).
         let scheme = if tls.is_some() {
             Scheme::Unsure
         } else {
