@@ -82,9 +82,10 @@ pub enum ProbeEnd {
 /// `circuit_breaker_failure` lists (that directive judges user requests; an operator who
 /// points a probe at `/health` has said what healthy means). The breaker judges through its
 /// failure classes, so a failed probe is reported with its own class when that class counts
-/// as a failure, else with the first class that does (`failures` is never empty). A healthy
-/// response is reported as a status that is no failure. `response_ms` is the probe's time,
-/// which `probe_latency` judges.
+/// as a failure, else with the first class that does (`failures` is never empty; a stand-in
+/// carries no `Retry-After`, which therefore delays the next probe only when its class,
+/// `http_503_retry_after`, is a failure). A healthy response is reported as a status that is
+/// no failure. `response_ms` is the probe's time, which `probe_latency` judges.
 pub fn attempt(spec: &ProbeSpec, failures: FailureSet, end: ProbeEnd, response_ms: u64) -> Attempt {
     let own = match end {
         ProbeEnd::Response {
