@@ -110,20 +110,15 @@ impl Prober {
         for batch in due.chunks(LOCK_BATCH) {
             let mut locked = self.zone.lock();
             for (t, server) in batch {
-                let ticket = self.claim(&mut locked, t, server.is_some(), now);
+                let ticket = claim(&mut locked, t, server.is_some(), now);
                 if let (Some(ticket), Some(server)) = (ticket, server) {
                     claimed.push((*t, ticket, server.clone()));
                 }
             }
         }
         for (t, ticket, server) in claimed {
-            // Marked before the task starts: it may end within `spawn`.
-            t.in_flight.set(true);
-            let held = Held {
-                zone: self.zone.clone(),
-                target: Rc::clone(t),
-                ticket: Some(ticket),
-            };
+            // Held (in flight) before the task starts: it may end within `spawn`.
+            let held = Held::new(&self.zone, t, ticket);
             net::spawn(run(held, server)).detach();
         }
         let wake = self
@@ -137,39 +132,39 @@ impl Prober {
             .unwrap_or(u64::MAX);
         Duration::from_millis(wake.saturating_sub(now).max(1))
     }
+}
 
-    /// Under the lock: finds the breaker if need be, asks for its probe slot when a server can
-    /// be probed, and plans the next look.
-    fn claim(&self, locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<Ticket> {
-        let interval = t.up.interval_ms;
-        let handle = t.handle.get();
-        let known = !handle.is_none() && locked.get(handle, t.key_hash).is_some();
-        let found = if known {
-            locked.get(handle, t.key_hash)
-        } else {
-            locked.find(&t.key())
-        };
-        let Some(mut b) = found else {
-            t.handle.set(Handle::NONE);
-            t.next_look.set(now.saturating_add(FIND_MS));
-            return None;
-        };
-        t.handle.set(b.handle());
-        let ticket = if server {
-            b.active_probe(now, rnd(), pid(), &process_alive)
-        } else {
-            None
-        };
-        t.next_look.set(match probe::look(b.gate(), now, interval) {
-            Look::At(at) => at,
-            // Just found: the next tick claims it.
-            Look::Lock if !known => now,
-            // Due but taken (in flight elsewhere, or held by a worker that died: reclaimed
-            // at the next look), a dry run, or no server to probe.
-            Look::Lock => now.saturating_add(probe::watch_ms(interval)),
-        });
-        ticket
-    }
+/// Under the lock: finds the breaker if need be, asks for its probe slot when a server can
+/// be probed, and plans the next look.
+fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<Ticket> {
+    let interval = t.up.interval_ms;
+    let handle = t.handle.get();
+    let known = !handle.is_none() && locked.get(handle, t.key_hash).is_some();
+    let found = if known {
+        locked.get(handle, t.key_hash)
+    } else {
+        locked.find(&t.key())
+    };
+    let Some(mut b) = found else {
+        t.handle.set(Handle::NONE);
+        t.next_look.set(now.saturating_add(FIND_MS));
+        return None;
+    };
+    t.handle.set(b.handle());
+    let ticket = if server {
+        b.active_probe(now, rnd(), pid(), &process_alive)
+    } else {
+        None
+    };
+    t.next_look.set(match probe::look(b.gate(), now, interval) {
+        Look::At(at) => at,
+        // Just found: the next tick claims it.
+        Look::Lock if !known => now,
+        // Due but taken (in flight elsewhere, or held by a worker that died: reclaimed
+        // at the next look), a dry run, or no server to probe.
+        Look::Lock => now.saturating_add(probe::watch_ms(interval)),
+    });
+    ticket
 }
 
 /// A probe slot this worker holds: given back if the probe ends without an answer, or its task
@@ -178,6 +173,18 @@ struct Held {
     zone: Zone,
     target: Rc<Target>,
     ticket: Option<Ticket>,
+}
+
+impl Held {
+    /// The slot of `t`, held by this worker's probe in flight.
+    fn new(zone: &Zone, t: &Rc<Target>, ticket: Ticket) -> Held {
+        t.in_flight.set(true);
+        Held {
+            zone: zone.clone(),
+            target: Rc::clone(t),
+            ticket: Some(ticket),
+        }
+    }
 }
 
 impl Drop for Held {
@@ -193,8 +200,19 @@ impl Drop for Held {
     }
 }
 
-/// Sends one probe and records its answer.
-async fn run(mut held: Held, server: net::Peer) {
+/// Sends probes and records their answers: one, and the next at once when it is due as this
+/// one ends (a probe that took its whole spacing, such as one that hung until
+/// `probe_timeout`), rather than at the next look.
+async fn run(held: Held, server: net::Peer) {
+    let mut next = Some((held, server));
+    while let Some((held, server)) = next {
+        next = probe_once(held, server).await;
+    }
+}
+
+/// Sends one probe and records its answer; returns the next probe's slot and server when it
+/// is due already.
+async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Peer)> {
     let t = Rc::clone(&held.target);
     let started = mono_ms();
     let sent = send::probe(&t.up, &server).await;
@@ -213,20 +231,16 @@ async fn run(mut held: Held, server: net::Peer) {
                 );
             }
         }
-        return;
+        return None;
     };
     let attempt = probe::attempt(&t.up.spec, t.up.failures, end, now.saturating_sub(started));
     // Recorded with the ticket: nothing is left for `held` to give back.
-    let Some(ticket) = held.ticket.take() else {
-        return;
-    };
+    let ticket = held.ticket.take()?;
     let zone = held.zone.clone();
     drop(held);
     let recorded = {
         let mut locked = zone.lock();
-        let Some(mut b) = locked.get(t.handle.get(), t.key_hash) else {
-            return;
-        };
+        let mut b = locked.get(t.handle.get(), t.key_hash)?;
         b.record(now, rnd(), ticket, &attempt, true)
     };
     let log = ngx_cycle_log().as_ptr();
@@ -256,6 +270,14 @@ async fn run(mut held: Held, server: net::Peer) {
     if let Some(tr) = &recorded.transition {
         log_transition(log, &t.name(), tr);
     }
-    // The breaker may be due again before the next look planned at the claim.
-    t.next_look.set(0);
+    // The next probe may be due already: the server first, outside the zone lock.
+    let now = mono_ms();
+    let gate = zone.gate(t.handle.get(), t.key_hash)?;
+    if probe::look(gate, now, t.up.interval_ms) != Look::Lock {
+        t.next_look.set(0);
+        return None;
+    }
+    let server = t.up.next_server()?;
+    let ticket = claim(&mut zone.lock(), &t, true, now)?;
+    Some((Held::new(&zone, &t, ticket), server))
 }
