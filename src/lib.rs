@@ -6,6 +6,7 @@
 mod clock;
 mod conf;
 mod ffi;
+mod fleet;
 pub mod net;
 mod probe;
 mod request;
@@ -48,6 +49,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
+        let rc = fleet::postconfiguration(cf);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
         respond::add_header_filter();
         setup::add_phase_handler(
             cf,
@@ -86,7 +91,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 9] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -137,6 +142,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 8] = [
         status::handler as *mut c_void,
     ),
     cmd(
+        ngx_string!("circuit_breaker_fleet"),
+        NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE,
+        directives::set_fleet,
+        NGX_HTTP_MAIN_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
         ngx_string!("circuit_breaker_header"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
         ngx_conf_set_flag_slot,
@@ -177,12 +190,14 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
-/// `init_process`: worker processes start the active prober.
+/// `init_process`: worker 0 starts the fleet exchange, and every worker the active prober.
 unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    // SAFETY: nginx passes the worker's cycle, which the fleet's hook takes as it is.
+    let rc = unsafe { fleet::init_process(cycle) };
     guard(NGX_OK as ngx_int_t, || {
-        // SAFETY: nginx passes the worker's cycle.
+        // SAFETY: as above.
         probe::start(unsafe { &*cycle });
-        NGX_OK as ngx_int_t
+        rc
     })
 }
 

@@ -13,14 +13,16 @@ use circuit_breaker_core::status::{
 use nginx_sys::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_discard_request_body,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
-    ngx_uint_t, NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_GET, NGX_HTTP_HEAD,
+    ngx_uint_t, NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_FORBIDDEN, NGX_HTTP_GET, NGX_HTTP_HEAD,
     NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED,
-    NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_LOG_WARN, NGX_OK,
+    NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_HTTP_SERVICE_UNAVAILABLE, NGX_LOG_WARN,
+    NGX_OK,
 };
 
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::{MainConf, Route, StatusMode};
 use crate::ffi::{guard, nginx_version, MODULE_VERSION};
+use crate::fleet::{self, NoMessage};
 use crate::request;
 use crate::respond::{push_header, static_value};
 use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
@@ -78,10 +80,14 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         let page = DASHBOARD_HTML.as_bytes();
         return send(r, NGX_HTTP_OK, HTML_CONTENT_TYPE, page, &query);
     }
+    if format == Format::Fleet {
+        return fleet_message(r, mcf, &query);
+    }
     let mono = mono_ms();
     let wall = zone
         .as_ref()
         .map_or_else(wall_ms, |z| z.wall_clock(mono, wall_ms()));
+    let on_wall = |t: u64| wall.saturating_sub(mono.saturating_sub(t));
     let mut zview = ZoneView {
         name: mcf.zone_name.0.clone(),
         module_version: MODULE_VERSION,
@@ -101,6 +107,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
                 view.on_wall_clock(mono, wall);
                 entries.push(Entry {
                     probe_uri: probe_uri(mcf, &u),
+                    fingerprint: fingerprint_of(mcf, &u),
                     upstream: u.into_owned(),
                     route: rt.into_owned(),
                     view,
@@ -111,9 +118,13 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     // Oldest first: nodes are pushed at the head, so reverse for configuration order.
     entries.reverse();
     if format == Format::Prometheus {
-        let body = status::render_prometheus(&zview, &entries);
+        let mut body = status::render_prometheus(&zview, &entries);
+        if let Some(f) = fleet::status_prometheus(mcf, on_wall) {
+            body.extend_from_slice(f.as_bytes());
+        }
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, &query)
     } else {
+        zview.fleet_json = fleet::status_json(mcf, on_wall);
         let body = status::render_json(&zview, &entries);
         send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, &query)
     }
@@ -123,6 +134,46 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
 fn probe_uri(mcf: &MainConf, upstream: &str) -> Option<String> {
     let probe = mcf.upstream(upstream)?.probe.as_ref()?;
     Some(probe.uri.clone())
+}
+
+/// The breaker's fingerprint, shown only when the instance is in a fleet.
+fn fingerprint_of(mcf: &MainConf, upstream: &str) -> Option<u64> {
+    mcf.fleet.as_ref()?;
+    fleet::fingerprint(mcf.upstream(upstream)?)
+}
+
+/// `?format=fleet`: the message for peers, as the exchange worker last published it.
+fn fleet_message(r: &mut ngx_http_request_t, mcf: &MainConf, q: &Query) -> ngx_int_t {
+    let secret = header(r, fleet::secret_header().as_bytes());
+    match fleet::message(mcf, secret, mono_ms()) {
+        Ok(body) => send(r, NGX_HTTP_OK, "text/plain", body.as_bytes(), q),
+        Err(NoMessage::NoFleet) => send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            "no \"circuit_breaker_fleet\" is configured",
+        ),
+        Err(NoMessage::Forbidden) => send_text(
+            r,
+            NGX_HTTP_FORBIDDEN,
+            &format!(
+                "the fleet secret is missing or wrong in \"{}\"",
+                fleet::secret_header()
+            ),
+        ),
+        Err(NoMessage::NotYet) => send_text(
+            r,
+            NGX_HTTP_SERVICE_UNAVAILABLE,
+            "the fleet exchange has published nothing yet",
+        ),
+    }
+}
+
+/// The first request header called `name` (case-insensitively).
+fn header<'r>(r: &'r ngx_http_request_t, name: &[u8]) -> Option<&'r [u8]> {
+    // SAFETY: headers_in is the request's parsed headers list.
+    let mut it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    it.find(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_bytes())
 }
 
 /// Every `Accept` field's value: HTTP reads several as one comma-separated list.
@@ -225,6 +276,7 @@ fn control_breaker(
         String::from_utf8_lossy(c.addr_text.as_bytes())
     );
     let entry = Entry {
+        fingerprint: fingerprint_of(mcf, upstream),
         upstream: upstream.to_owned(),
         route: route.name.clone(),
         view,

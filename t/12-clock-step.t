@@ -32,8 +32,12 @@ select STDOUT; $| = 1;
 my $lib = (grep { -e } map { "/usr/lib/$_/faketime/libfaketime.so.1" }
 	qw/ x86_64-linux-gnu aarch64-linux-gnu /)[0];
 
-plan(skip_all => 'libfaketime is not installed (Debian package "faketime")')
-	unless $lib;
+if (!$lib) {
+	plan(skip_all => 'libfaketime is not installed (Debian package "faketime")')
+		unless $ENV{TEST_NGINX_FAKETIME_REQUIRED};
+	BAIL_OUT('libfaketime is not installed (Debian package "faketime"), '
+		. 'and TEST_NGINX_FAKETIME_REQUIRED is set');
+}
 
 my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(9);
 

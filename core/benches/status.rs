@@ -25,6 +25,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 route: format!("route_{i}"),
                 view: br.view(now + 8_000),
                 probe_uri: None,
+                fingerprint: None,
             }
         })
         .collect()
@@ -40,6 +41,7 @@ fn bench(c: &mut Criterion) {
         module_version: env!("CARGO_PKG_VERSION"),
         nginx_version: "1.28.3",
         control: false,
+        fleet_json: None,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();

@@ -5,6 +5,7 @@
 use core::ffi::{c_char, c_void};
 
 use circuit_breaker_core::directive::{self, ConfError, Units};
+use circuit_breaker_core::fleet::conf as fleet_conf;
 use nginx_sys::{
     ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_shared_memory_add, ngx_str_t,
     NGX_LOG_EMERG,
@@ -43,7 +44,7 @@ macro_rules! handler {
     )+};
 }
 
-handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status);
+handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet);
 
 /// nginx's own parsers for time and size values, so that a value means here what it means
 /// to nginx.
@@ -156,6 +157,21 @@ pub unsafe fn add_zone(
     z.data = core::ptr::from_mut(&mut mcf.zone_name).cast();
     mcf.zone = zone;
     Ok(())
+}
+
+/// `circuit_breaker_fleet address ... id=address [interval=] [fanout=] [uri=] [secret=]`
+unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
+    let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+    if mcf.fleet.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: called while parsing.
+    match words(unsafe { args(cf) }).and_then(|w| fleet_conf::parse_fleet_args(w, &NginxUnits)) {
+        Ok(spec) => mcf.fleet = Some(spec),
+        Err(e) => return fail(cf, e),
+    }
+    NGX_CONF_OK
 }
 
 /// `circuit_breaker [param=value ...] [dry_run]`

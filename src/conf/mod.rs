@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{EjectSpec, ProbeSpec};
+use circuit_breaker_core::fleet::FleetSpec;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use nginx_sys::{
@@ -92,6 +93,10 @@ pub struct MainConf {
         *mut ngx_http_upstream_srv_conf_t,
         *mut ngx_http_upstream_conf_t,
     )>,
+    /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
+    /// (registered by `crate::fleet` once the http block is parsed).
+    pub fleet: Option<FleetSpec>,
+    pub fleet_zone: *mut ngx_shm_zone_t,
 }
 
 impl Default for MainConf {
@@ -109,6 +114,8 @@ impl Default for MainConf {
             upstream_modules: Vec::new(),
             proxy_module: None,
             proxied: Vec::new(),
+            fleet: None,
+            fleet_zone: null_mut(),
         }
     }
 }

@@ -90,7 +90,7 @@ impl Shared {
             return;
         }
         #[cfg(ngx_ssl)]
-        super::tls::close(c);
+        shutdown_tls(c);
         // SAFETY: `c` is the open connection this peer connection made; clearing the pointer
         // first makes the close happen once. ngx_close_connection removes its events and
         // timers and returns it to the free list; the log it uses (ours) is still alive. The
@@ -474,4 +474,22 @@ unsafe extern "C" fn log_handler(log: *mut ngx_log_t, buf: *mut u8, len: usize) 
         left -= n;
     }
     p
+}
+
+#[cfg(ngx_ssl)]
+/// Frees a connection's TLS state before it closes, without waiting for (or sending) a
+/// close_notify: a one-shot exchange framed by HTTP has nothing left to protect, and a
+/// shutdown that waited would outlive the connection.
+fn shutdown_tls(c: *mut ngx_connection_t) {
+    // SAFETY: `c` is an open connection; `c->ssl`, when set, is its live TLS state.
+    unsafe {
+        let ssl = (*c).ssl;
+        if ssl.is_null() {
+            return;
+        }
+        (*ssl).set_no_wait_shutdown(1);
+        (*ssl).set_no_send_shutdown(1);
+        // With both flags set the shutdown is quiet: it completes at once and frees the SSL.
+        nginx_sys::ngx_ssl_shutdown(c);
+    }
 }

@@ -11,7 +11,7 @@ use std::ffi::CString;
 
 use nginx_sys::{
     ngx_connection_t, ngx_create_pool, ngx_int_t, ngx_ssl_check_host, ngx_ssl_create_connection,
-    ngx_ssl_handshake, ngx_ssl_shutdown, ngx_ssl_t, ngx_str_t, SSL_ctrl, SSL_get_verify_result,
+    ngx_ssl_handshake, ngx_ssl_t, ngx_str_t, SSL_ctrl, SSL_get_verify_result,
     TLSEXT_NAMETYPE_host_name, NGX_AGAIN, NGX_OK, NGX_SSL_CLIENT, SSL_CTRL_SET_TLSEXT_HOSTNAME,
     X509_V_OK,
 };
@@ -129,21 +129,4 @@ fn verify(c: *mut ngx_connection_t, tls: &Tls) -> Result<(), Error> {
         return Err(Error::TlsName);
     }
     Ok(())
-}
-
-/// Frees a connection's TLS state before it closes, without waiting for (or sending) a
-/// close_notify: a one-shot exchange framed by HTTP has nothing left to protect, and a
-/// shutdown that waited would outlive the connection.
-pub(super) fn close(c: *mut ngx_connection_t) {
-    // SAFETY: `c` is an open connection; `c->ssl`, when set, is its live TLS state.
-    unsafe {
-        let ssl = (*c).ssl;
-        if ssl.is_null() {
-            return;
-        }
-        (*ssl).set_no_wait_shutdown(1);
-        (*ssl).set_no_send_shutdown(1);
-        // With both flags set the shutdown is quiet: it completes at once and frees the SSL.
-        ngx_ssl_shutdown(c);
-    }
 }

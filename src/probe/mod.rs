@@ -151,7 +151,8 @@ fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<
         return None;
     };
     t.handle.set(b.handle());
-    let ticket = if server {
+    // In a fleet, only the instance the fleet names probes (`may_probe`).
+    let ticket = if server && b.may_probe(now) {
         b.active_probe(now, rnd(), pid(), &process_alive)
     } else {
         None
@@ -161,7 +162,7 @@ fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<
         // Just found: the next tick claims it.
         Look::Lock if !known => now,
         // Due but taken (in flight elsewhere, or held by a worker that died: reclaimed
-        // at the next look), a dry run, or no server to probe.
+        // at the next look), another fleet member's to probe, a dry run, or no server.
         Look::Lock => now.saturating_add(probe::watch_ms(interval)),
     });
     ticket

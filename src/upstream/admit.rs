@@ -75,7 +75,10 @@ fn admit_locked(
 ) -> Result<(Decision, State, Handle), Missing> {
     let mut locked = zone.lock();
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
-    let d = b.admit(now, rnd(), pid(), &process_alive, true);
+    // The fleet names one prober per open episode; a half-open breaker is already this
+    // instance's probe, whose good answers in a row it still needs.
+    let may_probe = b.state() == State::HalfOpen || b.may_probe(now);
+    let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
     Ok((d, b.state(), b.handle()))
 }
 

@@ -41,6 +41,11 @@ pub struct Slot {
     /// breaker's totals when shown.
     rejects: AtomicU64,
     ramp_shed: AtomicU64,
+    /// The fleet's verdict (`crate::fleet`), written by the exchange worker and read by the
+    /// locked path, both under the mutex: from when this instance may start a probe, and
+    /// until when the verdict holds (0: no verdict, the breaker acts alone).
+    fleet_probe_from: AtomicU64,
+    fleet_until: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
@@ -61,6 +66,8 @@ impl Slot {
             pending: Pending::new(),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
+            fleet_probe_from: AtomicU64::new(0),
+            fleet_until: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
         }
@@ -137,6 +144,23 @@ impl Slot {
         )
     }
 
+    /// Records the fleet's verdict (under the mutex): this instance may start a probe from
+    /// `probe_from_ms` (`u64::MAX`: another instance probes), and the verdict holds until
+    /// `until_ms`.
+    pub fn set_fleet(&self, probe_from_ms: u64, until_ms: u64) {
+        self.fleet_probe_from
+            .store(probe_from_ms, Ordering::Relaxed);
+        self.fleet_until.store(until_ms, Ordering::Relaxed);
+    }
+
+    /// Whether the fleet lets this instance start a probe at `now_ms` (under the mutex): yes
+    /// when no verdict holds (no fleet, or its exchange worker is gone).
+    #[inline]
+    pub fn fleet_may_probe(&self, now_ms: u64) -> bool {
+        now_ms > self.fleet_until.load(Ordering::Relaxed)
+            || self.fleet_probe_from.load(Ordering::Relaxed) <= now_ms
+    }
+
     /// Publishes `gate` and the second successes may be gathered in without the lock (under
     /// the mutex), skipping the write when nothing changed.
     pub fn publish(&self, gate: Gate, lock_free_second: Option<u64>) {
@@ -181,6 +205,7 @@ impl Slot {
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
         });
+        self.set_fleet(0, 0);
         self.publish(gate, None);
     }
 

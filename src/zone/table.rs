@@ -69,6 +69,19 @@ impl BreakerMut<'_> {
         self.handle
     }
 
+    /// Whether the fleet lets this instance start a probe now (see `crate::fleet`): always,
+    /// unless the exchange worker published a verdict that still holds and names another
+    /// prober.
+    pub fn may_probe(&self, now_ms: u64) -> bool {
+        self.slot.fleet_may_probe(now_ms)
+    }
+
+    /// Records the fleet's verdict: probes from `probe_from_ms` (`u64::MAX`: not this
+    /// instance), until `until_ms`.
+    pub fn set_fleet_verdict(&self, probe_from_ms: u64, until_ms: u64) {
+        self.slot.set_fleet(probe_from_ms, until_ms);
+    }
+
     /// The status view, with the requests short-circuited lock-free counted in.
     pub fn view(&self, now_ms: u64) -> BreakerView {
         let mut v = self.breaker.view(now_ms);

@@ -40,12 +40,14 @@
 //! `?format=fleet` sends the published body through [`wire::delayed`] with the body's age,
 //! so that ages stay true without re-rendering.
 
+pub mod conf;
 pub mod fingerprint;
 pub mod select;
 pub mod status;
 pub mod store;
 pub mod wire;
 
+pub use conf::FleetSpec;
 pub use fingerprint::Fingerprint;
 pub use store::{
     default_expire_intervals, default_fanout, BreakerFleetView, Counters, FleetConfig, FleetError,

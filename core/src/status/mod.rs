@@ -52,6 +52,10 @@ pub struct ZoneView {
     /// The location has `control=on`: shown as `"control":true` (and left out otherwise) for
     /// the dashboard to offer its buttons.
     pub control: bool,
+    /// The fleet exchange's own JSON object (`crate::fleet::status::render_json`, as the
+    /// exchange worker last published it), shown as the page's `fleet` member; `None` without
+    /// `circuit_breaker_fleet`.
+    pub fleet_json: Option<String>,
 }
 
 /// One breaker as the status location shows it.
@@ -66,11 +70,16 @@ pub struct Entry {
     /// Recovery (`probe_uri`): the path and query active probes request while the breaker is
     /// open; `None` for a breaker that probes with user requests.
     pub probe_uri: Option<String>,
+    /// The breaker's configuration fingerprint (`crate::fleet::Fingerprint`) when the
+    /// instance is in a fleet: then the breaker object also shows it, and whether peers make
+    /// the breaker suspicious.
+    pub fingerprint: Option<u64>,
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
 /// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
-/// per entry, in the order given (see [`render_breaker_json`] for the breaker object).
+/// per entry, in the order given (see [`render_breaker_json`] for the breaker object), and
+/// then `"fleet":{...}` when the zone view has [`ZoneView::fleet_json`].
 /// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
 /// SPEC's bytes, and before the breakers, so the head of a long page still shows it. With
 /// [`ZoneView::control`], `"control":true` follows it.
@@ -97,7 +106,12 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         }
         write_breaker_json(&mut out, entry);
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
+    if let Some(fleet) = &zone.fleet_json {
+        out.extend_from_slice(b",\"fleet\":");
+        out.extend_from_slice(fleet.as_bytes());
+    }
+    out.push(b'}');
     out
 }
 
@@ -119,6 +133,11 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// 1 while a recovery ramp runs), `probe_uri` (what active probes request, `null` without
 /// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
 /// `short_circuited`).
+///
+/// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
+/// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
+/// `suspect_min` local failures instead of `min_requests`) and `"suspicious_until"` (Unix
+/// seconds, or `null`).
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -322,6 +341,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"ramp_shed\":", t.ramp_shed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    if let Some(fp) = entry.fingerprint {
+        out.extend_from_slice(b",\"fingerprint\":\"");
+        out.extend_from_slice(crate::fleet::fingerprint::hex(fp).as_bytes());
+        out.extend_from_slice(match v.suspect_until_ms {
+            Some(_) => b"\",\"suspicious\":true,\"suspicious_until\":",
+            None => b"\",\"suspicious\":false,\"suspicious_until\":",
+        });
+        write_opt(out, v.suspect_until_ms.map(secs));
+    }
     out.push(b'}');
 }
 
@@ -374,6 +402,7 @@ pub(crate) mod tests {
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
             probe_uri: None,
+            fingerprint: None,
         }
     }
 
@@ -402,6 +431,7 @@ pub(crate) mod tests {
                 last_transition: String::new(),
             },
             probe_uri: None,
+            fingerprint: None,
         }
     }
 
@@ -414,6 +444,7 @@ pub(crate) mod tests {
             module_version: "1.2.3",
             nginx_version: "1.28.3",
             control: false,
+            fleet_json: None,
         }
     }
 
@@ -600,6 +631,7 @@ pub(crate) mod tests {
             module_version: "0.2.0-rc.1+g\"x\"",
             nginx_version: "1.22.1",
             control: false,
+            fleet_json: None,
         };
         assert_eq!(
             std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
@@ -664,6 +696,38 @@ pub(crate) mod tests {
         assert!(page.contains("'format', 'json'"));
         assert!(page.contains("method: 'POST'"));
         assert!(page.contains("confirm("));
+    }
+
+    #[test]
+    fn json_in_a_fleet() {
+        let mut e = example_entry();
+        e.fingerprint = Some(0x9f3c_2a1b_00d4_e5f6);
+        e.view.suspect_until_ms = Some(1_764_484_801_250);
+        let mut closed = closed_entry();
+        closed.fingerprint = Some(1);
+        let zone = ZoneView {
+            fleet_json: Some(r#"{"instance":"10.0.0.5:80","peers":[]}"#.into()),
+            ..example_zone()
+        };
+        let out = render_json(&zone, &[e, closed]);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.ends_with(r#"}],"fleet":{"instance":"10.0.0.5:80","peers":[]}}"#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#""last_transition":"failure rate 55% (22/40) >= 50% in 10s","fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+        ), "{text}");
+        let v = parse(&out);
+        assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
+        assert_eq!(v["breakers"][1]["suspicious"], false);
+        assert!(v["breakers"][1]["suspicious_until"].is_null());
+        assert_eq!(v["fleet"]["instance"], "10.0.0.5:80");
+        // Outside a fleet the page is the SPEC's: no fleet member, no fingerprint.
+        let alone = parse(&render_json(&example_zone(), &[example_entry()]));
+        assert!(alone.get("fleet").is_none());
+        assert!(alone["breakers"][0].get("fingerprint").is_none());
+        assert!(alone["breakers"][0].get("suspicious").is_none());
     }
 
     #[test]

@@ -12,6 +12,9 @@ pub enum Format {
     Prometheus,
     /// `format=html`, [`HTML_CONTENT_TYPE`]: the live dashboard page (`GET`/`HEAD` only).
     Html,
+    /// `format=fleet`: the fleet exchange's message, for peers (`crate::fleet::wire`); only
+    /// ever asked for by name, never chosen from `Accept`.
+    Fleet,
 }
 
 /// The request method, as far as [`negotiate`] cares (the handler refuses the others).
@@ -40,7 +43,7 @@ pub enum Action {
 /// A parsed query string; `None` for each parameter not given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Query {
-    /// `format=json|prometheus|html`.
+    /// `format=json|prometheus|html|fleet`.
     pub format: Option<Format>,
     /// `upstream=NAME`: only that upstream's breakers (or, with `action`, the one to change).
     pub upstream: Option<String>,
@@ -106,6 +109,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "json" => Format::Json,
                     "prometheus" => Format::Prometheus,
                     "html" => Format::Html,
+                    "fleet" => Format::Fleet,
                     _ => return Err(invalid()),
                 })
             }
@@ -414,6 +418,7 @@ mod tests {
             (b"&&", Query::default()),
             (b"format=json", q(Some(Json), None, None, None)),
             (b"format=prometheus", q(Some(Prometheus), None, None, None)),
+            (b"format=fleet", q(Some(Fleet), None, None, None)),
             (b"upstream=api", q(None, Some("api"), None, None)),
             (b"route=default", q(None, None, Some("default"), None)),
             (
@@ -549,6 +554,17 @@ mod tests {
     /// [`negotiate`] for a `GET` without `format=`, one `Accept` field.
     fn accept(value: &str) -> Format {
         negotiate(&Query::default(), &[value.as_bytes()], Method::Get)
+    }
+
+    #[test]
+    fn the_fleet_format_is_only_asked_for_by_name() {
+        let fleet = parse_query(b"format=fleet").unwrap();
+        for method in [Method::Get, Method::Head, Method::Post] {
+            assert_eq!(negotiate(&fleet, &[b"text/html"], method), Format::Fleet);
+        }
+        for value in ["*/*", "text/plain", "text/*", "application/json"] {
+            assert_ne!(accept(value), Format::Fleet, "Accept: {value}");
+        }
     }
 
     #[test]

@@ -1,0 +1,190 @@
+"""The lab's open-loop client and status poller.
+
+    client.py SPEC.json
+
+Request i is sent at T0 + i/rate whatever is still outstanding (a slow proxy cannot slow the
+offered load), on its own connection, with `X-Request-Id: i.k` (k: the client's try, 0 or 1)
+so that nginx's log and the origin's log join to it. A try that fails (anything but 2xx) is
+retried at once while tries are left. Each try is logged (TSV): schedule, send and end
+times, status, kind and the X-Circuit-State / X-Cache-Status / Retry-After it carried.
+
+With a status URL, the breaker status JSON is polled every `poll` seconds; each answer is
+kept whole (JSON lines), so new status fields are there for the report without a change here.
+"""
+
+import asyncio
+import gc
+import json
+import resource
+import sys
+import time
+
+import stalls
+
+try:
+    import uvloop
+except ImportError:
+    uvloop = None
+
+SHED_STATES = ("open", "half_open", "recovering", "limited")
+
+
+def classify(status, cstate, cache):
+    """The outcome kind of one answer (see README: "Outcome kinds")."""
+    if status == 0:
+        return "timeout"
+    if 200 <= status < 300:
+        # X-Circuit-State alone says nothing here: a successful probe answers "half_open"
+        return "stale" if cache in ("STALE", "UPDATING") else "ok"
+    if status == 503 and cstate in SHED_STATES:
+        return "shed_" + cstate
+    if status == 504:
+        return "timeout"
+    return "error"
+
+
+class Client:
+    def __init__(self, spec):
+        self.spec = spec
+        self.host = "127.0.0.1"
+        self.port = spec["port"]
+        self.rate = float(spec["rate"])
+        self.count = int(round(spec["duration"] * self.rate))
+        self.timeout = spec["client_timeout_s"]
+        self.tries = 1 + int(spec.get("client_retries", 0))
+        self.path = spec.get("path", "/")
+        self.keys = int(spec.get("keys", 0))  # >0: cycle over this many URLs (cache scenarios)
+        self.t0 = spec["t0"]
+        self.log = []
+        self.polls = []
+        self.stalls = []
+
+    async def attempt(self, i, k, t_sched):
+        t_sent = time.time()
+        path = f"{self.path}?k={i % self.keys}" if self.keys else self.path
+        status, cstate, cache, retry_after, note = 0, "-", "-", "-", "-"
+        writer = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+                writer.write(
+                    (
+                        f"GET {path} HTTP/1.1\r\nHost: lab\r\nX-Request-Id: {i}.{k}\r\n"
+                        "Connection: close\r\n\r\n"
+                    ).encode()
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.read()  # the body, to EOF: nginx closes after it
+            lines = head.split(b"\r\n")
+            status = int(lines[0].split(b" ")[1])
+            for line in lines[1:]:
+                key, _, val = line.partition(b":")
+                key = key.strip().lower()
+                val = val.strip().decode("latin-1")
+                if key == b"x-circuit-state":
+                    cstate = val
+                elif key == b"x-cache-status":
+                    cache = val
+                elif key == b"retry-after":
+                    retry_after = val
+        except TimeoutError:
+            note = "client_timeout"
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+            status, note = -1, "conn_" + type(e).__name__
+        finally:
+            if writer is not None:
+                writer.close()
+        t_done = time.time()
+        kind = "error" if status == -1 else classify(status, cstate, cache)
+        self.log.append(
+            (i, k, t_sched, t_sent, t_done, status, kind, cstate, cache, retry_after, note)
+        )
+        return kind
+
+    async def request(self, i, t_sched):
+        for k in range(self.tries):
+            kind = await self.attempt(i, k, t_sched)
+            if kind in ("ok", "stale"):
+                return
+
+    async def poll(self, stop):
+        url = self.spec.get("status_path")
+        if not url:
+            return
+        interval = self.spec["poll_s"]
+        req = f"GET {url} HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n".encode()
+        while not stop.is_set():
+            t = time.time()
+            writer = None
+            try:
+                async with asyncio.timeout(1.0):
+                    reader, writer = await asyncio.open_connection(self.host, self.port)
+                    writer.write(req)
+                    data = await reader.read()
+                body = data.split(b"\r\n\r\n", 1)[1]
+                self.polls.append({"t": t, "status": json.loads(body)})
+            except (OSError, TimeoutError, ValueError, IndexError) as e:
+                self.polls.append({"t": t, "error": type(e).__name__})
+            finally:
+                if writer is not None:
+                    writer.close()
+            await asyncio.sleep(max(0.0, t + interval - time.time()))
+
+    async def main(self):
+        stop = asyncio.Event()
+        poller = asyncio.create_task(self.poll(stop))
+        watcher = asyncio.create_task(stalls.watch(stop, self.stalls))
+        tasks = set()
+        i = 0
+        while i < self.count:
+            due = self.t0 + i / self.rate
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = time.time()
+            # everything that is due goes out now, however many are outstanding
+            while i < self.count and self.t0 + i / self.rate <= now:
+                task = asyncio.create_task(self.request(i, self.t0 + i / self.rate))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                i += 1
+        # every try is bounded by the client timeout
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.tries * self.timeout + 2.0)
+        for task in tasks:
+            task.cancel()
+        stop.set()
+        await poller
+        await watcher
+        self.write()
+
+    def write(self):
+        with open(self.spec["log"], "w") as f:
+            f.write(
+                "i\tk\tt_sched\tt_sent\tt_done\tstatus\tkind\tcstate\tcache\tretry_after\tnote\n"
+            )
+            for r in self.log:
+                f.write("%d\t%d\t%.6f\t%.6f\t%.6f\t%d\t%s\t%s\t%s\t%s\t%s\n" % r)
+        with open(self.spec["stalls"], "w") as f:
+            json.dump(self.stalls, f)
+        if self.spec.get("status_path"):
+            with open(self.spec["polls"], "w") as f:
+                for p in self.polls:
+                    f.write(json.dumps(p) + "\n")
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # A run lives a minute: the cyclic collector's full passes over the growing log stalled the
+    # loop by 100-600 ms under load, so it stays off (reference counting frees the rest).
+    gc.disable()
+    if uvloop is not None:
+        uvloop.install()
+    asyncio.run(Client(spec).main())
+
+
+if __name__ == "__main__":
+    main()

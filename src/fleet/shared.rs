@@ -1,0 +1,210 @@
+//! Where the exchange worker publishes for every worker: its message for peers, the fleet's
+//! JSON object and its Prometheus families, and when they were rendered. A shared zone of its
+//! own (`circuit_breaker_fleet`), sized from the configuration, so that the fleet's text never
+//! takes room from breakers; touched only under its slab pool's mutex, never by a request
+//! that goes to an upstream.
+
+use core::alloc::Layout;
+use core::ffi::c_void;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use nginx_sys::{ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
+use ngx::allocator::Allocator;
+use ngx::core::SlabPool;
+
+use crate::ffi::guard;
+
+/// The zone's name.
+pub const ZONE_NAME: &str = "circuit_breaker_fleet";
+
+/// Identifies this layout, so that a zone kept across a reload that loaded another build of
+/// the module is refused rather than misread.
+const MAGIC: u64 = 0x6362_5f66_6c65_6501 ^ ((core::mem::size_of::<Header>() as u64) << 32);
+
+/// What is published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The message served at `?format=fleet` (`circuit_breaker_core::fleet::wire`).
+    Wire = 0,
+    /// The status page's `fleet` object.
+    Json = 1,
+    /// The fleet's Prometheus families.
+    Prometheus = 2,
+}
+
+const PARTS: usize = 3;
+
+/// One published text: a buffer in the pool, reused while it is large enough.
+#[repr(C)]
+struct Text {
+    ptr: AtomicPtr<u8>,
+    len: AtomicUsize,
+    cap: AtomicUsize,
+}
+
+/// At the slab pool's `data`. Atomics only, so that a shared reference is sound while other
+/// processes write; every access is under the mutex, which orders them (`Relaxed`).
+#[repr(C)]
+struct Header {
+    magic: u64,
+    /// When the texts were rendered (monotonic ms); 0 before the first publication.
+    at_ms: AtomicU64,
+    /// Publications that had to leave a text out for lack of room.
+    short: AtomicU64,
+    texts: [Text; PARTS],
+}
+
+/// The fleet zone as a process sees it.
+pub struct FleetZone {
+    pool: SlabPool,
+}
+
+impl FleetZone {
+    /// The zone behind an nginx shm zone, once [`init_zone`] has laid it out.
+    ///
+    /// # Safety
+    /// `shm` must be null or the fleet zone registered by this module, in a process where it
+    /// is mapped (a worker, or the master between init and the next reload).
+    pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<FleetZone> {
+        // SAFETY: per the contract.
+        let shm = unsafe { shm.as_ref()? };
+        // SAFETY: a mapped zone starts with its slab pool.
+        let pool = unsafe { SlabPool::from_shm_zone(shm)? };
+        if pool.as_ref().data.is_null() {
+            return None;
+        }
+        Some(FleetZone { pool })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: `data` points at the header init_zone wrote; its fields are atomics.
+        unsafe { &*self.pool.as_ref().data.cast::<Header>() }
+    }
+
+    /// Replaces the published texts with `texts` (in [`Part`] order), rendered at `at_ms`.
+    /// Returns false when a text did not fit: the zone then serves nothing for that part
+    /// rather than an older text under the new time.
+    pub fn publish(&self, at_ms: u64, texts: [&[u8]; PARTS]) -> bool {
+        let locked = self.pool.lock();
+        let h = self.header();
+        let mut whole = true;
+        for (t, bytes) in h.texts.iter().zip(texts) {
+            let mut ptr = t.ptr.load(Ordering::Relaxed);
+            let cap = t.cap.load(Ordering::Relaxed);
+            if ptr.is_null() || bytes.len() > cap {
+                if let Some(old) = NonNull::new(ptr) {
+                    // SAFETY: allocated by an earlier publication from this pool with this layout,
+                    // published nowhere else; the mutex is held.
+                    unsafe { locked.deallocate(old, Layout::from_size_align_unchecked(cap, 1)) };
+                }
+                t.ptr.store(ptr::null_mut(), Ordering::Relaxed);
+                t.cap.store(0, Ordering::Relaxed);
+                t.len.store(0, Ordering::Relaxed);
+                // Room to grow a little, so that a message that gains a record does not
+                // reallocate at every round.
+                let want = bytes.len().saturating_add(bytes.len() / 4).max(256);
+                let Ok(layout) = Layout::from_size_align(want, 1) else {
+                    whole = false;
+                    continue;
+                };
+                match locked.allocate(layout) {
+                    Ok(p) => {
+                        ptr = p.cast::<u8>().as_ptr();
+                        t.ptr.store(ptr, Ordering::Relaxed);
+                        t.cap.store(want, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        whole = false;
+                        continue;
+                    }
+                }
+            }
+            // SAFETY: `ptr` holds `cap >= bytes.len()` bytes of this pool, and the mutex is
+            // held, so no reader copies them meanwhile.
+            unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+            t.len.store(bytes.len(), Ordering::Relaxed);
+        }
+        h.at_ms.store(at_ms, Ordering::Relaxed);
+        if !whole {
+            h.short.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(locked);
+        whole
+    }
+
+    /// A copy of the published `part` and when it was rendered, or `None` before the first
+    /// publication (or when it did not fit).
+    pub fn read(&self, part: Part) -> Option<(u64, Vec<u8>)> {
+        let _locked = self.pool.lock();
+        let h = self.header();
+        let at = h.at_ms.load(Ordering::Relaxed);
+        let t = &h.texts[part as usize];
+        let ptr = t.ptr.load(Ordering::Relaxed);
+        if at == 0 || ptr.is_null() {
+            return None;
+        }
+        let len = t.len.load(Ordering::Relaxed);
+        // SAFETY: `ptr` holds `len` bytes written by `publish`; the mutex is held.
+        let bytes = unsafe { core::slice::from_raw_parts(ptr, len) }.to_vec();
+        Some((at, bytes))
+    }
+
+    /// Publications that left a text out for lack of room.
+    pub fn short(&self) -> u64 {
+        let _locked = self.pool.lock();
+        self.header().short.load(Ordering::Relaxed)
+    }
+}
+
+/// `shm_zone->init`: lays out the header, or keeps the previous configuration's zone on
+/// reload (same size): its texts age truthfully until the new exchange worker replaces them.
+pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls init with our registered zone, mapped.
+        let z = unsafe { &mut *shm_zone };
+        // SAFETY: the zone is mapped and starts with its slab pool.
+        let Some(pool) = (unsafe { SlabPool::from_shm_zone(z) }) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        let existing = pool.as_ref().data;
+        if !old.is_null() && !existing.is_null() {
+            // SAFETY: our header, written by a previous init of this zone.
+            if unsafe { (*existing.cast::<Header>()).magic } == MAGIC {
+                return NGX_OK as ngx_int_t;
+            }
+            ngx::ngx_log_error!(
+                NGX_LOG_EMERG,
+                z.shm.log,
+                "circuit breaker zone \"{}\" was laid out by another build of the module; \
+                 restart nginx",
+                ZONE_NAME
+            );
+            return NGX_ERROR as ngx_int_t;
+        }
+        let Ok(hdr) = pool.allocate(Layout::new::<Header>()) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        let hdr = hdr.cast::<Header>().as_ptr();
+        let text = || Text {
+            ptr: AtomicPtr::new(ptr::null_mut()),
+            len: AtomicUsize::new(0),
+            cap: AtomicUsize::new(0),
+        };
+        // SAFETY: a fresh allocation of a Header; nothing else uses the zone until init
+        // returns.
+        unsafe {
+            hdr.write(Header {
+                magic: MAGIC,
+                at_ms: AtomicU64::new(0),
+                short: AtomicU64::new(0),
+                texts: [text(), text(), text()],
+            });
+            let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();
+            (*raw).data = hdr.cast();
+            // A text that does not fit is counted, not logged at [crit] at every round.
+            (*raw).set_log_nomem(0);
+        }
+        NGX_OK as ngx_int_t
+    })
+}

@@ -1,0 +1,438 @@
+package CB::Fleet;
+
+# A fleet of nginx instances with the module on loopback, one directory each under DIR,
+# for t/78-fleet.t and scripts/fleet-measure: their configuration (with or without
+# circuit_breaker_fleet), start and stop, signals to an instance's processes (kill, hang
+# with SIGSTOP), each instance's status page, and users: one process per instance sending
+# requests at a fixed rate, each logged with its time, status and latency.
+#
+#	my $f = CB::Fleet->new(dir => $dir, nginx => $bin, module => $so,
+#		ports => [ ... ], origin => $origin_port);
+#	$f->start($_, fleet => 1) for 0 .. $f->size - 1;
+#	my $users = $f->users(rate => 2, seconds => 10, query => 'status=500');
+#	...
+#	$f->stop_users($users);
+#
+# Instances are daemons (master and one worker); an END block stops those still running,
+# and a watchdog process stops them if the creating process is killed, so that a test
+# that dies leaves none behind.  Only core Perl modules are used.
+
+use warnings;
+use strict;
+
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP qw//;
+use POSIX qw/ WNOHANG /;
+use Time::HiRes qw/ sleep time /;
+
+my @all;
+
+sub new {
+	my ($class, %o) = @_;
+	my $self = bless { %o, started => {}, owner => $$ }, $class;
+	$self->{breaker} //= 'window=30s min_requests=20 failure_rate=50% '
+		. 'open=5s max_open=5s suspect_min=3';
+	$self->{interval} //= '1s';
+	push @all, $self;
+	$self->_watchdog();
+	return $self;
+}
+
+# once the creating process is gone, or told to (TERM), stops every instance whose pid
+# file is still there
+
+sub _watchdog {
+	my ($self) = @_;
+	my $owner = $$;
+	my $pid = fork();
+	die "fork: $!\n" unless defined $pid;
+	if ($pid == 0) {
+		my $stop = 0;
+		local $SIG{TERM} = sub { $stop = 1 };
+		sleep 0.2 while !$stop && getppid() == $owner;
+		if (!$stop) {
+			for my $i (0 .. $self->size - 1) {
+				my @p = $self->pids($i);
+				kill 'CONT', @p;
+				kill 'KILL', @p;
+			}
+		}
+		POSIX::_exit(0);
+	}
+	$self->{watchdog} = $pid;
+}
+
+sub size { scalar @{$_[0]{ports}} }
+sub port { $_[0]{ports}[$_[1]] }
+sub dir { "$_[0]{dir}/i$_[1]" }
+sub id { '127.0.0.1:' . $_[0]->port($_[1]) }
+
+# nginx.conf of instance I: one worker, an upstream with a breaker in front of the origin,
+# the status location, and with fleet => 1 the fleet of every instance (the same list on
+# each, ids included)
+
+sub conf {
+	my ($self, $i, %o) = @_;
+
+	my $dir = $self->dir($i);
+	my $port = $self->port($i);
+	my $fleet = '';
+
+	if ($o{fleet}) {
+		my @peers = map { $self->id($_) } 0 .. $self->size - 1;
+		$fleet = "circuit_breaker_fleet\n        "
+			. join("\n        ", @peers)
+			. "\n        id=" . $self->id($i)
+			. " interval=$self->{interval};";
+	}
+
+	# with local_ports: "/l" passes through a breaker of its own to a server
+	# of the same nginx, an origin that never forks nor waits
+	my ($local, $local_location) = ('', '');
+	if (my $lp = $self->{local_ports}) {
+		$local = <<"EOF";
+
+    upstream local {
+        server 127.0.0.1:$lp->[$i];
+        circuit_breaker;
+    }
+
+    server {
+        listen 127.0.0.1:$lp->[$i];
+        return 200 "local\\n";
+    }
+EOF
+		$local_location = <<"EOF";
+
+        location /l {
+            proxy_pass http://local;
+        }
+EOF
+	}
+
+	return <<"EOF";
+load_module $self->{module};
+pid $dir/nginx.pid;
+error_log $dir/error.log info;
+worker_processes 1;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    access_log off;
+
+    $fleet
+
+    upstream origin {
+        server 127.0.0.1:$self->{origin};
+        circuit_breaker $self->{breaker};
+    }
+$local
+    server {
+        listen 127.0.0.1:$port;
+
+        location / {
+            proxy_pass http://origin;
+        }
+$local_location
+        location = /circuit_breaker {
+            circuit_breaker_status;
+            allow 127.0.0.1;
+            deny all;
+        }
+    }
+}
+EOF
+}
+
+# starts instance I (fleet => 0|1) and waits until it answers; dies if it does not
+
+sub start {
+	my ($self, $i, %o) = @_;
+
+	my $dir = $self->dir($i);
+	mkdir $self->{dir};
+	mkdir $dir;
+	chmod 0755, $self->{dir}, $dir;
+	unlink "$dir/nginx.pid";
+
+	open my $fh, '>', "$dir/nginx.conf" or die "$dir/nginx.conf: $!\n";
+	print $fh $self->conf($i, %o);
+	close $fh;
+
+	my $rc = system($self->{nginx}, '-p', "$dir/", '-c', 'nginx.conf',
+		'-e', 'error.log');
+	die "instance $i did not start (see $dir/error.log)\n" if $rc != 0;
+	$self->{started}{$i} = 1;
+
+	my $end = time() + 10;
+	while (time() < $end) {
+		return 1 if defined $self->status($i);
+		sleep 0.05;
+	}
+	die "instance $i does not answer\n";
+}
+
+sub master {
+	my ($self, $i) = @_;
+	open my $fh, '<', $self->dir($i) . '/nginx.pid' or return undef;
+	my $pid = <$fh> // '';
+	return $pid =~ /^(\d+)/ ? $1 : undef;
+}
+
+# the master and its children (the worker)
+
+sub pids {
+	my ($self, $i) = @_;
+	my $m = $self->master($i) // return ();
+	return ($m, _children($m));
+}
+
+sub _children {
+	my ($ppid) = @_;
+	my @kids;
+	opendir my $dh, '/proc' or return ();
+	for my $p (grep { /^\d+$/ } readdir $dh) {
+		open my $fh, '<', "/proc/$p/stat" or next;
+		my $stat = <$fh> // '';
+		push @kids, $p if $stat =~ /\)\s+\S+\s+(\d+)/ && $1 == $ppid;
+	}
+	return @kids;
+}
+
+# sends SIG to every process of instance I (KILL: it is gone; STOP: it hangs, its
+# listening socket still accepting connections into the backlog; CONT: it goes on)
+
+sub signal {
+	my ($self, $i, $sig) = @_;
+	my @p = $self->pids($i);
+	kill $sig, @p;
+	delete $self->{started}{$i} if $sig eq 'KILL';
+	return scalar @p;
+}
+
+# stops instance I: QUIT, then KILL after 5 s
+
+sub stop {
+	my ($self, $i) = @_;
+	my @p = $self->pids($i);
+	delete $self->{started}{$i};
+	return unless @p;
+	kill 'CONT', @p;
+	kill 'QUIT', $p[0];
+	my $end = time() + 5;
+	sleep 0.02 while time() < $end && grep { _alive($_) } @p;
+	kill 'KILL', grep { _alive($_) } @p;
+}
+
+# a process that exists and is not a zombie (a daemon's master is no child of ours)
+
+sub _alive {
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 0;
+	my $stat = <$fh> // '';
+	return $stat !~ /\)\s+Z\s/;
+}
+
+sub stop_all {
+	my ($self) = @_;
+	$self->stop($_) for sort keys %{$self->{started}};
+}
+
+END {
+	for my $f (@all) {
+		next unless $f->{owner} == $$;
+		local $?;
+		$f->stop_all();
+		if (my $w = $f->{watchdog}) {
+			kill 'TERM', $w;
+			waitpid($w, 0);
+		}
+	}
+}
+
+# [alert] and [crit] lines of every instance's error.log
+
+sub alerts {
+	my ($self) = @_;
+	my @lines;
+	for my $i (0 .. $self->size - 1) {
+		open my $fh, '<', $self->dir($i) . '/error.log' or next;
+		push @lines, grep { /\[(?:alert|crit)\]/ } <$fh>;
+	}
+	return @lines;
+}
+
+###############################################################################
+# HTTP
+
+# GET URI from instance I: (status, body, milliseconds); status 0 on no answer within
+# TIMEOUT seconds
+
+sub get {
+	my ($self, $i, $uri, $timeout) = @_;
+	return _get($self->port($i), $uri, $timeout // 3);
+}
+
+sub _get {
+	my ($port, $uri, $timeout) = @_;
+
+	my $t0 = time();
+	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+		Timeout => $timeout) or return (0, undef, (time() - $t0) * 1000);
+	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\n\r\n";
+
+	my $sel = IO::Select->new($s);
+	my $buf = '';
+	my $end = $t0 + $timeout;
+	while (1) {
+		my $left = $end - time();
+		last if $left <= 0 || !$sel->can_read($left);
+		my $n = sysread($s, $buf, 65536, length $buf);
+		last if !$n;
+	}
+	close $s;
+
+	my $ms = (time() - $t0) * 1000;
+	return (0, undef, $ms) unless $buf =~ m!^HTTP/1\.[01] (\d{3})!;
+	my $status = $1;
+	my (undef, $body) = split /\r\n\r\n/, $buf, 2;
+	return ($status, $body, $ms);
+}
+
+# the status page of instance I, decoded, or undef
+
+sub status {
+	my ($self, $i) = @_;
+	my ($st, $body) = $self->get($i, '/circuit_breaker', 2);
+	return undef unless $st == 200;
+	return eval { JSON::PP::decode_json($body) };
+}
+
+# the breaker of instance I in front of the origin (or of UPSTREAM), or undef
+
+sub breaker {
+	my ($self, $i, $upstream) = @_;
+	my $s = $self->status($i) or return undef;
+	my ($b) = grep { $_->{upstream} eq ($upstream // 'origin') }
+		@{$s->{breakers}};
+	return $b;
+}
+
+###############################################################################
+# users
+
+# Starts one user process per instance of INSTANCES (default: all): RATE requests per
+# second for SECONDS, each "GET PATH?QUERY&i=I&t=MS" (PATH: /u unless given; MS: Unix
+# milliseconds when sent),
+# one at a time; the first at a random point of the first period when SPREAD, so that the
+# instances' users are not in step.  Each request is logged to DIR/users-I.log as
+# "time status milliseconds".  Returns the user processes.
+
+sub users {
+	my ($self, %o) = @_;
+	my @pids;
+	for my $i (@{$o{instances} // [0 .. $self->size - 1]}) {
+		my $pid = fork();
+		die "fork: $!\n" unless defined $pid;
+		if ($pid == 0) {
+			@all = ();
+			$SIG{TERM} = 'DEFAULT';
+			eval { $self->_user($i, %o) };
+			POSIX::_exit(0);
+		}
+		push @pids, $pid;
+	}
+	return \@pids;
+}
+
+sub _user {
+	my ($self, $i, %o) = @_;
+	my $period = 1 / $o{rate};
+	my $start = time() + ($o{spread} ? rand($period) : 0);
+	my $end = time() + $o{seconds};
+	my $parent = getppid();
+
+	open my $log, '>>', "$self->{dir}/users-$i.log" or die;
+	$log->autoflush(1);
+
+	for (my $k = 0; ; $k++) {
+		my $at = $start + $k * $period;
+		last if $at >= $end || getppid() != $parent;
+		my $wait = $at - time();
+		sleep $wait if $wait > 0;
+		my $sent = time();
+		my ($st, undef, $ms) = $self->get($i,
+			($o{path} // '/u') . "?$o{query}&i=$i&t=" . int($sent * 1000), 3);
+		printf $log "%.3f %d %.2f\n", $sent, $st, $ms;
+	}
+}
+
+sub stop_users {
+	my ($self, $pids) = @_;
+	kill 'TERM', @$pids;
+	waitpid($_, 0) for @$pids;
+}
+
+# latencies (ms) of instance I's users' requests sent in [FROM, TO)
+
+sub latencies {
+	my ($self, $i, $from, $to) = @_;
+	open my $fh, '<', "$self->{dir}/users-$i.log" or return ();
+	my @ms;
+	while (<$fh>) {
+		my ($t, $st, $ms) = split;
+		push @ms, $ms if $t >= $from && $t < $to && $st > 0;
+	}
+	return @ms;
+}
+
+# the origin's hits (CB::Origin's hits file) from these users: [time, instance, query]
+# sorted by time
+
+sub hits {
+	my ($self, $file) = @_;
+	open my $fh, '<', $file or return ();
+	my @h;
+	while (<$fh>) {
+		next unless /^\/u\?(\S*)&i=(\d+)&t=(\d+)/;
+		push @h, [ $3 / 1000, $2, $1 ];
+	}
+	return sort { $a->[0] <=> $b->[0] } @h;
+}
+
+# the PCT-th percentile of a list
+
+sub percentile {
+	my ($pct, @v) = @_;
+	return 0 unless @v;
+	@v = sort { $a <=> $b } @v;
+	my $k = int($pct / 100 * $#v + 0.5);
+	return $v[$k];
+}
+
+# polls until CHECK(breaker of instance I, I) holds for every instance of INSTANCES
+# (default: all), or TIMEOUT seconds; returns the time the round that saw it hold
+# ended, or undef
+
+sub wait_all {
+	my ($self, $timeout, $check, @instances) = @_;
+	@instances = 0 .. $self->size - 1 unless @instances;
+	my $end = time() + $timeout;
+	while (time() < $end) {
+		my $ok = 1;
+		for my $i (@instances) {
+			my $b = $self->breaker($i);
+			$ok = 0, last unless $b && $check->($b, $i);
+		}
+		# it held by the end of the round: the last instance was read then
+		return time() if $ok;
+		sleep 0.05;
+	}
+	return undef;
+}
+
+1;
