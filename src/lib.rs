@@ -7,6 +7,7 @@ mod clock;
 mod conf;
 mod ffi;
 mod fleet;
+mod limit;
 pub mod net;
 mod probe;
 mod request;

@@ -1,7 +1,8 @@
 //! A request's state: which breaker it belongs to, what the breaker said, the balancer
 //! callbacks it wraps. It lives in the request pool, is the module's request ctx, and has a
-//! pool cleanup that gives back a probe slot the request still holds — and by which it is
-//! found again after an internal redirect cleared the ctx (as the realip module does).
+//! pool cleanup that gives back a probe slot or a slot of the adaptive limit the request still
+//! holds — and by which it is found again after an internal redirect cleared the ctx (as the
+//! realip module does).
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -17,6 +18,7 @@ use nginx_sys::{
 use crate::conf::Module;
 use crate::conf::{default_route, LocConf, MainConf, Route, SrvConf};
 use crate::ffi::{guard, key_hash};
+use crate::limit::{self, Hold};
 use crate::zone::{Handle, Key, Zone};
 
 /// What `$circuit_breaker_state` and `X-Circuit-State` say of a request.
@@ -26,6 +28,8 @@ pub enum Label {
     State(State),
     /// Turned away by the recovery ramp of a breaker that just closed.
     Recovering,
+    /// Shed by the adaptive in-flight limit (the breaker is closed).
+    Limited,
 }
 
 impl Label {
@@ -33,6 +37,7 @@ impl Label {
         match self {
             Label::State(s) => s.name(),
             Label::Recovering => "recovering",
+            Label::Limited => "limited",
         }
     }
 }
@@ -75,6 +80,8 @@ pub struct RequestState {
     pub handle: Handle,
     /// A probe ticket, while the request holds the probe slot.
     pub ticket: Ticket,
+    /// A slot of the adaptive limit, until the request's last upstream attempt ends.
+    pub limit: Hold,
     pub balancer: Balancer,
     /// When the current attempt started (`ngx_current_msec`).
     pub attempt_started: ngx_msec_t,
@@ -205,6 +212,7 @@ pub fn attach<'r>(
         key_hash: key_hash(scf.name_hash, route.hash),
         handle: Handle::NONE,
         ticket: Ticket::Normal,
+        limit: Hold::NONE,
         balancer: Balancer::NONE,
         attempt_started: 0,
         label: None,
@@ -305,7 +313,9 @@ pub unsafe fn from_peer_data<'a>(data: *mut c_void) -> &'a mut RequestState {
 }
 
 /// Pool cleanup: a probe slot the request still holds (it ended before its attempt was
-/// recorded) goes back without a verdict; the state is kept for reuse.
+/// recorded) goes back without a verdict, and so does a slot of the adaptive limit (the
+/// client went away before any attempt, or nginx ended the request after a failed attempt
+/// without a last `peer.free`); the state is kept for reuse.
 unsafe extern "C" fn release(data: *mut c_void) {
     let Some(ptr) = NonNull::new(data.cast::<RequestState>()) else {
         return;
@@ -313,6 +323,9 @@ unsafe extern "C" fn release(data: *mut c_void) {
     guard((), || {
         // SAFETY: `attach` handed this state to the cleanup, which runs once, last.
         let state = unsafe { ptr.as_ref() };
+        if state.limit.is_held() {
+            limit::release(state.limit);
+        }
         if let Ticket::Probe(_) = state.ticket {
             if let Some((zone, _)) = state.zone() {
                 let mut locked = zone.lock();

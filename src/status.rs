@@ -111,6 +111,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
                     upstream: u.into_owned(),
                     route: rt.into_owned(),
                     view,
+                    limit: e.limit,
                 });
             }
         });
@@ -241,10 +242,11 @@ fn control_breaker(
             .find_or_create(&scf.key(&route), cfg, mcf.generation, mono)
             .map(|mut b| {
                 b.control(mono, rnd(), ctl);
-                b.view(mono)
+                (b.view(mono), b.handle())
             })
+            .map(|(view, handle)| (view, locked.limit_status(handle)))
     };
-    let mut view = match outcome {
+    let (mut view, limit) = match outcome {
         Ok(v) => v,
         Err(Missing::Stale) => return not_found(r),
         Err(Missing::Full) => {
@@ -281,6 +283,7 @@ fn control_breaker(
         route: route.name.clone(),
         view,
         probe_uri: probe_uri(mcf, upstream),
+        limit,
     };
     if format == Format::Prometheus {
         let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);

@@ -26,6 +26,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 view: br.view(now + 8_000),
                 probe_uri: None,
                 fingerprint: None,
+                limit: None,
             }
         })
         .collect()

@@ -296,6 +296,7 @@ pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
                 },
                 cfg,
                 eager,
+                limit: s.limit,
             });
         }
     }

@@ -1,8 +1,10 @@
-//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit) and wraps
-//! the balancer's callbacks; `peer.get` times each attempt; `peer.free` classifies and
-//! records it, and stops retries once the breaker is no longer closed.
+//! The upstream hooks. `peer.init` asks the breaker (pass, probe or short-circuit), then the
+//! adaptive limit (a slot, or shed), and wraps the balancer's callbacks; `peer.get` times each
+//! attempt; `peer.free` classifies and records it, stops retries once the breaker is no longer
+//! closed, and gives the limit's slot back after the last attempt.
 
 mod admit;
+mod limit;
 mod outcome;
 pub mod precontent;
 
@@ -109,6 +111,15 @@ unsafe fn init_peer_inner(
             }
         }
         Some(Admission::Probe(_)) => Plan::Normal { probe: !dry_run },
+        // Closed: the adaptive limit, if any, has the last word.
+        Some(Admission::Pass { .. }) if !limit::admit(state, log) => {
+            // SAFETY: the request and its upstream are live in peer.init.
+            if respond::can_serve_stale(req, unsafe { &*req.upstream }) {
+                Plan::Stale
+            } else {
+                Plan::ShortCircuit(Label::Limited, limit::RETRY_AFTER_MS)
+            }
+        }
         _ => Plan::Normal { probe: false },
     };
     // SAFETY: peer.init runs with the request's upstream set up.
@@ -135,11 +146,12 @@ unsafe fn init_peer_inner(
         Plan::Normal { probe } => {
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
-            if rc != NGX_OK as ngx_int_t {
-                return rc;
-            }
             // SAFETY: as above.
             let state = unsafe { &mut *state_ptr };
+            if rc != NGX_OK as ngx_int_t {
+                limit::release(state);
+                return rc;
+            }
             wrap_balancer(u, state);
             if probe {
                 // One probe is one attempt: no proxy_next_upstream retry on its behalf.
@@ -200,7 +212,7 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
 }
 
 /// The wrapped `peer.free`: records the attempt's outcome, then stops retries when the
-/// breaker is no longer closed.
+/// breaker is no longer closed, and gives the limit's slot back after the last attempt.
 unsafe extern "C" fn free_peer(
     pc: *mut ngx_peer_connection_t,
     data: *mut c_void,
@@ -214,52 +226,68 @@ unsafe extern "C" fn free_peer(
         // SAFETY: as above; ngx_current_msec is a plain integer.
         let elapsed = unsafe { ngx_current_msec }.saturating_sub(state.attempt_started) as u64;
         // SAFETY: the request's upstream is live during free.
-        let outcome = unsafe { outcome::classify(&*req.upstream, pcr, ngx_state, elapsed) };
+        let u = unsafe { &*req.upstream };
+        // SAFETY: as above.
+        let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
         if let Some(free) = state.balancer.free {
             // SAFETY: the balancer's own free with its own data.
             unsafe { free(pc, state.balancer.data, ngx_state) };
         }
         if outcome.free_retry {
-            // nginx gives this try back; the probe ticket, if any, goes with the retry.
+            // nginx gives this try back; the probe ticket, if any, goes with the retry, and
+            // so does the limit's slot.
             return;
         }
-        let Some((zone, _)) = state.zone() else {
-            return;
-        };
-        let now = mono_ms();
-        if state.ticket == Ticket::Normal && is_success(state, &outcome.attempt) {
-            let ms = outcome.attempt.response_ms;
-            if zone.add_success(state.handle, state.key_hash, now, ms) {
-                return;
-            }
-        }
-        let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
-        let recorded = {
-            let mut locked = zone.lock();
-            let Some(mut b) = locked.get(state.handle, state.key_hash) else {
-                return;
-            };
-            b.record(now, rnd(), ticket, &outcome.attempt, true)
-        };
-        let log = connection_log(req);
-        if outcome.attempt.ending == Ending::Tls {
-            ngx::ngx_log_error!(
-                NGX_LOG_ERR,
-                log,
-                "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
-                state.name()
-            );
-        }
-        if let Some(t) = &recorded.transition {
-            log_transition(log, &state.name(), t);
-        }
-        state.label = Some(Label::State(recorded.state));
-        let dry_run = state.srv_conf().breaker.is_some_and(|c| c.dry_run);
-        if recorded.state != State::Closed && !dry_run {
-            // No proxy_next_upstream retries while open or half-open.
-            pcr.tries = 0;
-        }
+        record(state, req, pcr, &outcome);
+        // SAFETY: request, upstream and peer are live in peer.free.
+        unsafe { limit::attempt_ended(state, req, u, pcr, ngx_state, &outcome.attempt) };
     })
+}
+
+/// Records an attempt's outcome in its breaker (a success of a closed breaker without the
+/// lock); no retries once the breaker is no longer closed.
+fn record(
+    state: &mut RequestState,
+    req: &ngx_http_request_t,
+    pcr: &mut ngx_peer_connection_t,
+    outcome: &outcome::Outcome,
+) {
+    let Some((zone, _)) = state.zone() else {
+        return;
+    };
+    let now = mono_ms();
+    if state.ticket == Ticket::Normal && is_success(state, &outcome.attempt) {
+        let ms = outcome.attempt.response_ms;
+        if zone.add_success(state.handle, state.key_hash, now, ms) {
+            return;
+        }
+    }
+    let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
+    let recorded = {
+        let mut locked = zone.lock();
+        let Some(mut b) = locked.get(state.handle, state.key_hash) else {
+            return;
+        };
+        b.record(now, rnd(), ticket, &outcome.attempt, true)
+    };
+    let log = connection_log(req);
+    if outcome.attempt.ending == Ending::Tls {
+        ngx::ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
+            state.name()
+        );
+    }
+    if let Some(t) = &recorded.transition {
+        log_transition(log, &state.name(), t);
+    }
+    state.label = Some(Label::State(recorded.state));
+    let dry_run = state.srv_conf().breaker.is_some_and(|c| c.dry_run);
+    if recorded.state != State::Closed && !dry_run {
+        // No proxy_next_upstream retries while open or half-open.
+        pcr.tries = 0;
+    }
 }
 
 /// An attempt that counts, neither failed nor was slow, by the upstream's classes.

@@ -6,7 +6,9 @@
 //! (its `Gate`); slots are never freed, so a lock-free read can never touch freed memory. The
 //! table and the breakers are touched only under the mutex ([`Locked`]).
 
+mod block;
 mod init;
+mod limit;
 mod node;
 mod pending;
 mod reload;
@@ -21,6 +23,7 @@ use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
 pub use init::{init_zone, ZoneName};
+pub use limit::{Acquired, LimitPtr, Owner};
 pub use reload::Wanted;
 pub use table::{Entry, Locked, Missing};
 
@@ -94,6 +97,11 @@ impl Handle {
     /// Whether this names no breaker.
     pub fn is_none(&self) -> bool {
         self.ident == 0
+    }
+
+    /// The slot's index: small and dense, for tables kept per breaker in worker memory.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
     }
 }
 
@@ -261,11 +269,14 @@ impl Zone {
                 None => continue,
             };
             // SAFETY: as above.
+            let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
+            // SAFETY: as above.
             let (upstream, route) = unsafe { locked.names_of(n) };
             f(Entry {
                 upstream,
                 route,
                 view,
+                limit,
             });
         }
         usage

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, Control};
+use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::snapshot::Forced;
 
 use super::{Key, Zone};
@@ -20,6 +21,8 @@ pub struct Wanted<'a> {
     /// Created now (an upstream's own breaker, or a route whose locations pass to it), rather
     /// than on first use (a route that may meet the upstream at run time).
     pub eager: bool,
+    /// The adaptive limit (`limit=adaptive`), kept beside the breaker.
+    pub limit: Option<LimitConfig>,
 }
 
 /// What a reconciliation did.
@@ -74,6 +77,7 @@ impl Zone {
                     continue;
                 }
             };
+            let mut limited = Some(n);
             if current != w.cfg {
                 out.reset += 1;
                 // SAFETY: as above.
@@ -86,12 +90,17 @@ impl Zone {
                     }
                 } else {
                     locked.remove(n);
-                    if locked.create(&w.key, &w.cfg, now_ms).is_some() {
+                    limited = locked.create(&w.key, &w.cfg, now_ms);
+                    if limited.is_some() {
                         if let Some(mut b) = locked.find(&w.key) {
                             reapply(&mut b, forced, now_ms);
                         }
                     }
                 }
+            }
+            if let Some(n) = limited {
+                // SAFETY: `n` is published (kept, or created just above).
+                unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
             }
             node = next;
         }
@@ -105,7 +114,10 @@ impl Zone {
                 locked = self.lock();
             }
             if locked.find(&w.key).is_none() {
-                locked.create(&w.key, &w.cfg, now_ms);
+                if let Some(n) = locked.create(&w.key, &w.cfg, now_ms) {
+                    // SAFETY: created and published just above.
+                    unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
+                }
             }
         }
         out

@@ -7,6 +7,7 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::Gate;
 
+use super::block::Block;
 use super::node::Node;
 use super::pending::Pending;
 
@@ -50,6 +51,9 @@ pub struct Slot {
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
     next_free: AtomicU32,
+    /// The adaptive limit's block, made for the first tenant with a limit and kept with the
+    /// slot from then on (never freed).
+    limit: AtomicPtr<Block>,
 }
 
 impl Slot {
@@ -70,7 +74,19 @@ impl Slot {
             fleet_until: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
+            limit: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// The limit block, if one was ever made for this slot.
+    #[inline]
+    pub fn limit_block(&self) -> *mut Block {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Attaches a limit block, once built (under the mutex).
+    pub fn set_limit_block(&self, block: *mut Block) {
+        self.limit.store(block, Ordering::Release);
     }
 
     /// The gate, if the slot still holds tenant `ident` with key `key` and no writer was in

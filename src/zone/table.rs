@@ -6,6 +6,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use circuit_breaker_core::breaker::{BreakerConfig, Gate};
 use circuit_breaker_core::snapshot::BreakerView;
+use circuit_breaker_core::status::LimitStatus;
 use ngx::allocator::Allocator;
 use ngx::core::slab::LockedSlabPool;
 
@@ -27,6 +28,8 @@ pub struct Entry<'a> {
     pub upstream: &'a [u8],
     pub route: &'a [u8],
     pub view: BreakerView,
+    /// The adaptive limit, when the breaker's configuration has one.
+    pub limit: Option<LimitStatus>,
 }
 
 /// The zone with its mutex held.
@@ -102,6 +105,14 @@ impl<'z> Locked<'z> {
 
     fn header(&self) -> &'z Header {
         self.zone.header()
+    }
+
+    pub(super) fn zone(&self) -> &'z Zone {
+        self.zone
+    }
+
+    pub(super) fn pool_mut(&mut self) -> &mut LockedSlabPool {
+        &mut self.pool
     }
 
     /// Bytes of the zone in use (whole slab pages), its size, and breakers that could not be

@@ -74,6 +74,25 @@ pub struct Entry {
     /// instance is in a fleet: then the breaker object also shows it, and whether peers make
     /// the breaker suspicious.
     pub fingerprint: Option<u64>,
+    /// The adaptive in-flight limit beside the breaker (`limit=adaptive`), if any.
+    pub limit: Option<LimitStatus>,
+}
+
+/// The adaptive in-flight limit of one breaker, as the status location shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LimitStatus {
+    /// The limit requests are admitted under now.
+    pub limit: u32,
+    /// Requests holding a slot now (all workers).
+    pub in_flight: u32,
+    /// The minimum latency the limit is computed from, milliseconds (0 before the first
+    /// update).
+    pub min_latency_ms: f64,
+    /// Mean latency of the last interval, milliseconds (0 before the first update).
+    pub last_latency_ms: f64,
+    /// Requests shed by the limit (in dry run: that would have been) since the controller
+    /// started (created, or its parameters changed).
+    pub shed: u64,
 }
 
 /// Renders the whole status page as JSON, in the SPEC's field order:
@@ -126,7 +145,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 ///
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
-/// 4 decimals; latency percentiles are `null` without samples.
+/// 4 decimals; latency percentiles are `null` without samples, and so are the limit's
+/// latencies before its first update (to the microsecond otherwise).
 ///
 /// Recovery adds to the SPEC's object: `probes_needed` (good probes in a row that close it, 0
 /// when closed), `ramp_share` (the share of requests let through, 0..1 with 4 decimals: below
@@ -137,7 +157,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
 /// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
 /// `suspect_min` local failures instead of `min_requests`) and `"suspicious_until"` (Unix
-/// seconds, or `null`).
+/// seconds, or `null`). A breaker with an adaptive limit ends with
+/// `"limit":{"limit","in_flight","min_latency_ms","last_latency_ms","shed"}`.
 pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::with_capacity(json_size_hint(entry));
     write_breaker_json(&mut out, entry);
@@ -171,6 +192,9 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `requests_total`, `failures_total`, `slow_total`, `short_circuited_total`, `probes_total`, `tls_errors_total`, `retry_after_503_total` | counter | running totals |
 /// | `transitions_total{to="open"\|"half_open"\|"closed"}` | counter | transitions |
 /// | `ramp_shed_total` | counter | requests a recovery ramp turned away |
+/// | `limit`, `in_flight` | gauge | the adaptive limit and the requests holding a slot (breakers with `limit=adaptive` only) |
+/// | `limit_min_latency_seconds`, `limit_latency_seconds` | gauge | the minimum latency the limit works from, and the last interval's mean (absent before the first update) |
+/// | `limited_total` | counter | requests shed by the limit (in dry run: that would have been) |
 ///
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
@@ -190,10 +214,22 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
 
 /// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
 fn json_size_hint(entry: &Entry) -> usize {
-    640 + entry.upstream.len()
+    let limit = if entry.limit.is_some() { 160 } else { 0 };
+    640 + limit
+        + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
         + entry.probe_uri.as_ref().map_or(0, String::len)
+}
+
+/// Milliseconds as a float, to the microsecond; `None` for 0 (nothing measured yet).
+fn latency_ms(ms: f64) -> Option<Num> {
+    (ms > 0.0 && ms.is_finite()).then(|| Num::Scaled((ms * 1000.0).round() as u64, 3))
+}
+
+/// Milliseconds as seconds, to the microsecond; `None` for 0 (nothing measured yet).
+fn latency_s(ms: f64) -> Option<Num> {
+    (ms > 0.0 && ms.is_finite()).then(|| Num::Scaled((ms * 1000.0).round() as u64, 6))
 }
 
 /// `part / whole` rounded half-up to 4 decimals (0 when `whole` is 0), as a count of
@@ -350,6 +386,16 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         });
         write_opt(out, v.suspect_until_ms.map(secs));
     }
+    if let Some(l) = &entry.limit {
+        int(out, b",\"limit\":{\"limit\":", u64::from(l.limit));
+        int(out, b",\"in_flight\":", u64::from(l.in_flight));
+        out.extend_from_slice(b",\"min_latency_ms\":");
+        write_opt(out, latency_ms(l.min_latency_ms));
+        out.extend_from_slice(b",\"last_latency_ms\":");
+        write_opt(out, latency_ms(l.last_latency_ms));
+        int(out, b",\"shed\":", l.shed);
+        out.push(b'}');
+    }
     out.push(b'}');
 }
 
@@ -403,6 +449,7 @@ pub(crate) mod tests {
             },
             probe_uri: None,
             fingerprint: None,
+            limit: None,
         }
     }
 
@@ -432,6 +479,21 @@ pub(crate) mod tests {
             },
             probe_uri: None,
             fingerprint: None,
+            limit: None,
+        }
+    }
+
+    /// A closed breaker with an adaptive limit that has measured its origin.
+    pub(crate) fn limited_entry() -> Entry {
+        Entry {
+            limit: Some(LimitStatus {
+                limit: 12,
+                in_flight: 7,
+                min_latency_ms: 5.25,
+                last_latency_ms: 31.0,
+                shed: 4321,
+            }),
+            ..closed_entry()
         }
     }
 
@@ -751,6 +813,35 @@ pub(crate) mod tests {
             v["breakers"][0]["last_transition"],
             "line1\nline2 \"quoted\" \\"
         );
+    }
+
+    #[test]
+    fn json_limit_object_follows_the_breaker() {
+        let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
+        assert!(
+            out.ends_with(r#","last_transition":"","limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            "{out}"
+        );
+        let v = parse(out.as_bytes());
+        assert_eq!(
+            v.as_object().unwrap().len(),
+            15 + 3,
+            "with the recovery fields"
+        );
+        let mut fresh = limited_entry();
+        fresh.limit = Some(LimitStatus {
+            limit: 20,
+            ..LimitStatus::default()
+        });
+        let v = parse(&render_breaker_json(&fresh));
+        assert!(
+            v["limit"]["min_latency_ms"].is_null(),
+            "nothing measured yet"
+        );
+        assert!(v["limit"]["last_latency_ms"].is_null());
+        assert_eq!(v["limit"]["limit"], 20);
+        let v = parse(&render_breaker_json(&closed_entry()));
+        assert!(v.get("limit").is_none(), "no limit, no object");
     }
 
     fn rate(part: u64, whole: u64) -> f64 {

@@ -1,6 +1,6 @@
 //! Prometheus text exposition format 0.0.4 (see [`super::render_prometheus`] for the families).
 
-use super::{ratio, secs, share, write_num, Entry, Num, ZoneView};
+use super::{latency_s, ratio, secs, share, write_num, Entry, LimitStatus, Num, ZoneView};
 use crate::snapshot::BreakerView;
 
 const PREFIX: &str = "nginx_circuit_breaker_";
@@ -255,6 +255,59 @@ impl Renderer<'_> {
             "Requests a recovery ramp turned away (not in short_circuited_total).",
             |v| Some(Num::Int(v.totals.ramp_shed)),
         );
+        self.limit_family(
+            "limit",
+            Gauge,
+            "Adaptive in-flight limit: requests admitted while fewer than this are in flight.",
+            |l| Some(Num::Int(u64::from(l.limit))),
+        );
+        self.limit_family(
+            "in_flight",
+            Gauge,
+            "Requests holding a slot of the adaptive limit (all workers).",
+            |l| Some(Num::Int(u64::from(l.in_flight))),
+        );
+        self.limit_family(
+            "limit_min_latency_seconds",
+            Gauge,
+            "Minimum latency the adaptive limit works from (mean of a drained interval).",
+            |l| latency_s(l.min_latency_ms),
+        );
+        self.limit_family(
+            "limit_latency_seconds",
+            Gauge,
+            "Mean upstream latency of the adaptive limit's last interval.",
+            |l| latency_s(l.last_latency_ms),
+        );
+        self.limit_family(
+            "limited_total",
+            Counter,
+            "Requests shed by the adaptive limit (in dry run: that would have been).",
+            |l| Some(Num::Int(l.shed)),
+        );
+    }
+
+    /// A family with a sample for each breaker that has an adaptive limit.
+    fn limit_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        value: impl Fn(&LimitStatus) -> Option<Num>,
+    ) {
+        let head = [PREFIX, name, "{"].concat();
+        let mut headed = false;
+        let entries = self.entries;
+        for (i, e) in entries.iter().enumerate() {
+            let Some(v) = e.limit.as_ref().and_then(&value) else {
+                continue;
+            };
+            if !headed {
+                self.header(name, kind, help);
+                headed = true;
+            }
+            self.sample(head.as_bytes(), (self.ends[i], self.ends[i + 1]), b"} ", v);
+        }
     }
 
     fn header(&mut self, name: &str, kind: Kind, help: &str) {
@@ -375,7 +428,9 @@ fn escape_label_value(out: &mut Vec<u8>, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{closed_entry, example_entry, example_zone, many_entries};
+    use super::super::tests::{
+        closed_entry, example_entry, example_zone, limited_entry, many_entries,
+    };
     use super::super::{render_breaker_prometheus, render_prometheus, Entry, ZoneView};
     use crate::snapshot::Forced;
     use std::collections::{HashMap, HashSet};
@@ -798,6 +853,42 @@ mod tests {
         ] {
             assert!(text.contains(&line), "{line}");
         }
+    }
+
+    #[test]
+    fn limit_families_only_for_limited_breakers() {
+        let text = render(&example_zone(), &[example_entry(), limited_entry()]);
+        let (samples, types) = validate(&text);
+        let l = r#"{zone="cb",upstream="backend",route="default"}"#;
+        let p = "nginx_circuit_breaker_";
+        for (name, kind, value) in [
+            ("limit", "gauge", "12"),
+            ("in_flight", "gauge", "7"),
+            ("limit_min_latency_seconds", "gauge", "0.00525"),
+            ("limit_latency_seconds", "gauge", "0.031"),
+            ("limited_total", "counter", "4321"),
+        ] {
+            assert_eq!(types[&format!("{p}{name}")], kind);
+            assert!(
+                text.contains(&format!("\n{p}{name}{l} {value}\n")),
+                "{name}"
+            );
+            let n = samples.iter().filter(|s| s.name == format!("{p}{name}"));
+            assert_eq!(n.count(), 1, "{name}: the breaker without a limit has none");
+        }
+        let json: serde_json::Value =
+            serde_json::from_slice(&super::super::render_breaker_json(&limited_entry())).unwrap();
+        assert_eq!(json["limit"]["min_latency_ms"].as_f64(), Some(5.25));
+        // Before the first update the latencies are absent, the counts present.
+        let mut fresh = limited_entry();
+        fresh.limit.as_mut().unwrap().min_latency_ms = 0.0;
+        fresh.limit.as_mut().unwrap().last_latency_ms = 0.0;
+        let text = render(&example_zone(), &[fresh]);
+        validate(&text);
+        assert!(!text.contains("limit_min_latency_seconds") && !text.contains("limit_latency"));
+        assert!(text.contains(&format!("{p}in_flight{l} 7\n")));
+        // Without limits, no family.
+        assert!(!render(&example_zone(), &[example_entry()]).contains("in_flight"));
     }
 
     #[test]

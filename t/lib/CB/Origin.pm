@@ -43,6 +43,14 @@ package CB::Origin;
 #	drop_next=1	answer keep-alive, then close the connection as soon
 #			as the next request on it arrives, unanswered (what a
 #			kept-alive connection the origin had closed looks like)
+#	conc=1		count this request in the origin's concurrency: from
+#			when it is read until its response is sent, in
+#			"$hits_file.conc" (see concurrency())
+#	cores=C		an origin of C cores: counted as conc=1, and the
+#			delay is stretched by the requests in progress at
+#			arrival, delay * max(1, K / C) with K counting this
+#			one (a processor-sharing server: latency grows with
+#			concurrency past C)
 #	fail=P		answer "status=500" to P percent of requests, at random
 #
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
@@ -320,6 +328,29 @@ sub hits {
 	return scalar @lines;
 }
 
+# (requests in progress, most ever in progress) of the requests counted with
+# conc=1 or cores=C
+
+sub concurrency {
+	my ($hits_file) = @_;
+
+	open my $fh, '<', "$hits_file.conc" or return (0, 0);
+	flock($fh, LOCK_SH);
+	my $line = <$fh> // '';
+	close $fh;
+
+	my ($cur, $max) = split ' ', $line;
+	return ($cur // 0, $max // 0);
+}
+
+# starts the high-water mark again from the requests in progress
+
+sub clear_concurrency {
+	my ($hits_file) = @_;
+	_conc($hits_file, 0);
+	return 1;
+}
+
 sub clear {
 	my ($hits_file) = @_;
 
@@ -332,6 +363,27 @@ sub clear {
 }
 
 ###############################################################################
+
+# adds $d to the requests in progress (0: resets the high-water mark);
+# returns the count after
+
+sub _conc {
+	my ($hits_file, $d) = @_;
+
+	open my $fh, '+>>', "$hits_file.conc" or return 0;
+	flock($fh, LOCK_EX);
+	seek($fh, 0, 0);
+	my ($cur, $max) = split ' ', (<$fh> // '');
+	$cur = ($cur // 0) + $d;
+	$cur = 0 if $cur < 0;
+	$max = $d ? ($max // 0) : $cur;
+	$max = $cur if $cur > $max;
+	truncate($fh, 0);
+	print $fh "$cur $max\n";
+	close $fh;
+
+	return $cur;
+}
 
 sub _log_hit {
 	my ($hits_file, $line) = @_;
@@ -458,7 +510,20 @@ sub _connection {
 			}
 		}
 
-		sleep($q{delay} / 1000) if $q{delay};
+		my $counted = $q{conc} || $q{cores};
+		my $k = $counted ? _conc($hits_file, 1) : 0;
+		my $delay = $q{delay} // 0;
+		$delay *= $k / $q{cores} if $q{cores} && $k > $q{cores};
+
+		my $done = sub { _conc($hits_file, -1) if $counted; $counted = 0 };
+
+		sleep($delay / 1000) if $delay;
+
+		# out of the count before a byte of the answer leaves: the
+		# client can never see it in progress after its answer (a hung
+		# request counts until its client goes away)
+
+		$done->() unless $q{hang};
 
 		if ($drop || $q{close}) {
 			close $sock;
@@ -476,10 +541,11 @@ sub _connection {
 			my $end = time() + $IDLE_TIMEOUT;
 			while (time() < $end) {
 				my $n = _fill($sock, \$buf, $end - time());
-				return if defined $n && $n == 0;
+				last if defined $n && $n == 0;
 				$buf = '';
-				return if _orphan();
+				last if _orphan();
 			}
+			$done->();
 			return;
 		}
 

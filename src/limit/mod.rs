@@ -1,0 +1,370 @@
+//! The adaptive in-flight limit in a worker process (`limit=adaptive`).
+//!
+//! - **Admission** ([`acquire`], from `peer.init`, once the body is read and just before the
+//!   balancer is asked): one compare-and-swap on the breaker's shared word takes a slot while
+//!   in-flight is below the limit; at the limit the request is shed at once, never queued.
+//! - **Slots** are held per request, through its `proxy_next_upstream` retries, until its last
+//!   attempt ends ([`attempt_ended`] from `peer.free`, or [`release`] from the request's pool
+//!   cleanup when nginx ended the request without a last `peer.free`). Each worker also counts
+//!   what it holds in its entry of the block's owners table, so that a worker that dies
+//!   holding slots has them returned by the next update of the controller (or the next shed,
+//!   if nothing completes).
+//! - **Samples** (one per attempt, [`attempt_ended`]) are aggregated in worker memory, with no
+//!   lock, and flushed to the controller under the zone lock every 32 samples or 25 ms — a
+//!   timer armed while samples wait, so a quiet worker's samples still arrive. The controller
+//!   (`circuit_breaker_core::limit`) updates the limit from the flushes.
+//!
+//! Imports: request → limit → zone. This room keeps its own per-worker state; it knows
+//! nothing of requests.
+
+use core::cell::UnsafeCell;
+use core::ptr::addr_of_mut;
+
+use circuit_breaker_core::limit::{LimitConfig, Samples};
+use nginx_sys::{ngx_event_t, ngx_log_t, NGX_LOG_ERR};
+
+use crate::clock::{mono_ms, rnd};
+use crate::ffi::{guard, pid, process_alive};
+use crate::zone::{Acquired, Handle, LimitPtr, Owner, Zone};
+
+/// A worker flushes its samples once it has this many...
+const FLUSH_SAMPLES: u32 = 32;
+/// ... or this long after the first of them (milliseconds): well inside the controller's
+/// shortest sensible interval, so that an update sees every worker's share of it.
+const FLUSH_MS: nginx_sys::ngx_msec_t = 25;
+/// While it sheds, a worker looks for dead owners at most this often (milliseconds): slots a
+/// dead worker held can fill the limit, and then nothing completes to update the controller.
+const RECLAIM_MS: u64 = 500;
+
+/// A request's slot: the breaker it was taken from. `Copy`, kept in the request's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold(Handle);
+
+impl Hold {
+    /// No slot.
+    pub const NONE: Hold = Hold(Handle::NONE);
+
+    /// Whether a slot is held.
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        !self.0.is_none()
+    }
+}
+
+/// What an admission got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// A slot: send the request (in dry run also past the limit; the shed is counted).
+    Slot(Hold),
+    /// In-flight is at the limit: answer at once (`limited`).
+    Shed,
+    /// No limit could be set up (the zone is full): the request passes unlimited.
+    Unlimited,
+}
+
+/// An upstream attempt as the controller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sample {
+    /// The origin answered (or timed out) after this many milliseconds.
+    Latency(u64),
+    /// No latency worth averaging: refused, reset, a client that went away.
+    Drop,
+}
+
+/// This worker's view of one limited breaker.
+struct Local {
+    handle: Handle,
+    ptr: LimitPtr,
+    /// This worker's entry in the owners table (`None`: the table was full).
+    owner: Option<Owner>,
+    samples: Samples,
+    /// Shed since the last flush.
+    shed: bool,
+    /// Listed in `Registry::dirty`.
+    dirty: bool,
+    reclaimed_ms: u64,
+}
+
+struct Registry {
+    zone: Option<Zone>,
+    /// By slot index: dense and small.
+    locals: Vec<Option<Local>>,
+    /// Slot indexes with something to flush.
+    dirty: Vec<u32>,
+    timer: ngx_event_t,
+    /// Logged that a limit could not be created (once per worker).
+    logged_full: bool,
+}
+
+struct Worker(UnsafeCell<Registry>);
+
+// SAFETY: a worker runs nginx's event loop on one thread, the only one that touches this.
+unsafe impl Sync for Worker {}
+
+static WORKER: Worker = Worker(UnsafeCell::new(Registry {
+    zone: None,
+    locals: Vec::new(),
+    dirty: Vec::new(),
+    // SAFETY: all-zero is nginx's own initial state of an event (ngx_pcalloc'd ones).
+    timer: unsafe { core::mem::zeroed() },
+    logged_full: false,
+}));
+
+/// This worker's registry. Every caller returns before the next one starts (nginx's event
+/// loop is single-threaded and none of these calls re-enters another).
+fn registry() -> &'static mut Registry {
+    // SAFETY: single-threaded, and no borrow outlives the call that took it (see above).
+    unsafe { &mut *WORKER.0.get() }
+}
+
+impl Registry {
+    fn local(&mut self, handle: Handle) -> Option<(usize, &mut Local)> {
+        let i = handle.slot_index();
+        match self.locals.get_mut(i) {
+            Some(Some(l)) if l.handle == handle => Some((i, l)),
+            _ => None,
+        }
+    }
+
+    fn mark_dirty(&mut self, i: usize) {
+        if let Some(Some(l)) = self.locals.get_mut(i) {
+            if !l.dirty {
+                l.dirty = true;
+                self.dirty.push(i as u32);
+                self.arm();
+            }
+        }
+    }
+
+    /// Arms the flush timer unless it is pending.
+    fn arm(&mut self) {
+        let ev = addr_of_mut!(self.timer);
+        // SAFETY: our own event, in this worker's memory; nginx's timer tree is this
+        // worker's, and the event is cancelable, so a pending flush never delays an exit.
+        unsafe {
+            if (*ev).timer_set() != 0 {
+                return;
+            }
+            (*ev).handler = Some(on_timer);
+            (*ev).log = (*nginx_sys::ngx_cycle).log;
+            (*ev).set_cancelable(1);
+            nginx_sys::ngx_add_timer(ev, FLUSH_MS);
+        }
+    }
+
+    /// Sets up this worker's view of `handle`'s limit: the block (made and set up under the
+    /// lock if needed) and an entry in its owners table.
+    fn set_up(&mut self, zone: &Zone, handle: Handle, cfg: &LimitConfig) -> bool {
+        let (ptr, owner) = {
+            let mut locked = zone.lock();
+            let Some(mut m) = locked.limit_set_up(handle, cfg, mono_ms()) else {
+                return false;
+            };
+            let me = pid();
+            let ptr = m.ptr();
+            let owner = m
+                .claim_owner(me, &process_alive)
+                .and_then(|i| ptr.owner(i, me));
+            (ptr, owner)
+        };
+        let i = handle.slot_index();
+        if self.locals.len() <= i {
+            self.locals.resize_with(i + 1, || None);
+        }
+        let dirty = self.locals[i].as_ref().is_some_and(|l| l.dirty);
+        self.locals[i] = Some(Local {
+            handle,
+            ptr,
+            owner,
+            samples: Samples::EMPTY,
+            shed: false,
+            dirty,
+            reclaimed_ms: 0,
+        });
+        true
+    }
+
+    /// Hands slot `i`'s samples to the controller under the lock; returns the dead owners'
+    /// slots when the limit was updated, or while shedding.
+    fn flush(&mut self, i: usize) {
+        let Some(zone) = self.zone.clone() else {
+            return;
+        };
+        let Some(Some(l)) = self.locals.get_mut(i) else {
+            return;
+        };
+        let samples = core::mem::replace(&mut l.samples, Samples::EMPTY);
+        let shed = core::mem::take(&mut l.shed);
+        if samples.is_empty() && !shed {
+            return;
+        }
+        let now = mono_ms();
+        let mut locked = zone.lock();
+        let Some(mut m) = locked.limit_mut(l.ptr) else {
+            return;
+        };
+        let u = m.record(now, &samples, rnd());
+        if let Some(u) = &u {
+            ngx::ngx_log_debug!(
+                ngx::log::ngx_cycle_log().as_ptr(),
+                "circuit breaker limit {} -> {}: mean {:.1}ms of {}, minimum {:.1}ms, reached {}, {:?}",
+                u.from,
+                u.to,
+                u.sample_ms,
+                u.samples,
+                u.min_latency_ms,
+                u.reached,
+                u.min_change
+            );
+        }
+        let updated = u.is_some();
+        if updated || (shed && now.saturating_sub(l.reclaimed_ms) >= RECLAIM_MS) {
+            l.reclaimed_ms = now;
+            m.reclaim(&process_alive);
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        let dirty = core::mem::take(&mut self.dirty);
+        for &i in &dirty {
+            if let Some(Some(l)) = self.locals.get_mut(i as usize) {
+                l.dirty = false;
+            }
+            self.flush(i as usize);
+        }
+        // Keep the list's memory for next time.
+        let mut dirty = dirty;
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+    }
+}
+
+unsafe extern "C" fn on_timer(_ev: *mut ngx_event_t) {
+    guard((), || registry().flush_dirty());
+}
+
+impl Local {
+    /// `Some(true)`: a slot; `Some(false)`: shed; `None`: the block changed tenant.
+    #[inline]
+    fn acquire(&mut self, dry_run: bool) -> Option<bool> {
+        match self.ptr.acquire(self.owner.as_mut(), dry_run) {
+            Acquired::Slot { inflight, over } => {
+                self.samples.note_inflight(inflight);
+                if over {
+                    self.ptr.count_shed();
+                }
+                Some(true)
+            }
+            Acquired::Full => {
+                self.ptr.count_shed();
+                self.shed = true;
+                Some(false)
+            }
+            Acquired::Stale => None,
+        }
+    }
+}
+
+/// Admits a request of `handle`'s breaker under its limit `cfg`: a slot, or shed. `dry_run`
+/// admits past the limit and counts the shed. The first request of a breaker in this worker
+/// takes the lock once, to set up the limit and this worker's owner entry.
+#[inline]
+pub fn acquire(
+    zone: &Zone,
+    handle: Handle,
+    cfg: &LimitConfig,
+    dry_run: bool,
+    log: *mut ngx_log_t,
+    name: impl FnOnce() -> String,
+) -> Admit {
+    let reg = registry();
+    if let Some((i, l)) = reg.local(handle) {
+        match l.acquire(dry_run) {
+            Some(true) => return Admit::Slot(Hold(handle)),
+            Some(false) => {
+                reg.mark_dirty(i);
+                return Admit::Shed;
+            }
+            None => reg.locals[i] = None,
+        }
+    }
+    acquire_first(zone, handle, cfg, dry_run, log, name)
+}
+
+/// [`acquire`] for a breaker this worker has no view of yet (or one that changed tenant).
+#[cold]
+#[inline(never)]
+fn acquire_first(
+    zone: &Zone,
+    handle: Handle,
+    cfg: &LimitConfig,
+    dry_run: bool,
+    log: *mut ngx_log_t,
+    name: impl FnOnce() -> String,
+) -> Admit {
+    let reg = registry();
+    if !reg.set_up(zone, handle, cfg) {
+        if !core::mem::replace(&mut reg.logged_full, true) {
+            ngx::ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "circuit breaker \"{}\" limit not created: the zone is full, its traffic passes unlimited",
+                name()
+            );
+        }
+        return Admit::Unlimited;
+    }
+    reg.zone.get_or_insert_with(|| zone.clone());
+    match reg.local(handle) {
+        Some((i, l)) => match l.acquire(dry_run) {
+            Some(true) => Admit::Slot(Hold(handle)),
+            Some(false) => {
+                reg.mark_dirty(i);
+                Admit::Shed
+            }
+            None => Admit::Unlimited,
+        },
+        None => Admit::Unlimited,
+    }
+}
+
+/// The end of an attempt of a request holding `hold`: its sample, and its slot back when it
+/// was the request's last attempt.
+#[inline]
+pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
+    let reg = registry();
+    let Some((i, l)) = reg.local(hold.0) else {
+        return;
+    };
+    match s {
+        Sample::Latency(ms) => l.samples.add(ms),
+        Sample::Drop => l.samples.add_drop(),
+    }
+    if last {
+        if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+            l.samples.note_inflight(before);
+        }
+    }
+    if l.samples.count >= FLUSH_SAMPLES {
+        reg.flush(i);
+    } else if !l.dirty {
+        reg.mark_dirty(i);
+    }
+}
+
+/// Gives `hold`'s slot back: its request ended without a last attempt (the client went away
+/// before one, or nginx gave up after a failed attempt without freeing the peer again).
+pub fn release(hold: Hold) {
+    let reg = registry();
+    let Some((i, l)) = reg.local(hold.0) else {
+        return;
+    };
+    if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+        l.samples.note_inflight(before);
+        if !l.dirty {
+            reg.mark_dirty(i);
+        }
+    }
+}

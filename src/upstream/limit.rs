@@ -1,0 +1,148 @@
+//! The adaptive in-flight limit at the upstream hooks: a request the breaker lets through
+//! (closed) takes a slot in `peer.init`, just before the balancer is asked — after the
+//! PRECONTENT phase and the request body, so a slow upload never holds one; each attempt is
+//! a latency sample; the slot goes back when the request's last attempt ends.
+
+use circuit_breaker_core::breaker::{Attempt, Ending};
+use nginx_sys::{
+    ngx_current_msec, ngx_http_request_t, ngx_http_upstream_t, ngx_log_t, ngx_peer_connection_t,
+    ngx_uint_t, NGX_HTTP_LOCK, NGX_HTTP_PATCH, NGX_HTTP_POST, NGX_HTTP_UPSTREAM_FT_ERROR,
+    NGX_HTTP_UPSTREAM_FT_HTTP_403, NGX_HTTP_UPSTREAM_FT_HTTP_404, NGX_HTTP_UPSTREAM_FT_HTTP_429,
+    NGX_HTTP_UPSTREAM_FT_HTTP_500, NGX_HTTP_UPSTREAM_FT_HTTP_502, NGX_HTTP_UPSTREAM_FT_HTTP_503,
+    NGX_HTTP_UPSTREAM_FT_HTTP_504, NGX_HTTP_UPSTREAM_FT_INVALID_HEADER,
+    NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT, NGX_HTTP_UPSTREAM_FT_TIMEOUT,
+};
+
+use crate::limit::{self, Admit, Hold, Sample};
+use crate::request::{Label, RequestState};
+
+/// `Retry-After` of a request the limit shed: HTTP's smallest. The limit moves every
+/// interval (100 ms by default) and in-flight drops within a round trip of the origin, so a
+/// slot is usually free again long before; a longer wait would only idle clients the origin
+/// could serve.
+pub const RETRY_AFTER_MS: u64 = 1000;
+
+/// Takes a slot of the request's limit, if its upstream has one; false when the request is
+/// shed (its label then says `limited`). A request already holding a slot (`peer.init`
+/// again for the same request) keeps it.
+pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
+    let scf = state.srv_conf();
+    let Some(cfg) = scf.limit.as_ref() else {
+        return true;
+    };
+    if state.limit.is_held() || state.handle.is_none() {
+        return true;
+    }
+    let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
+    let Some((zone, _)) = state.zone() else {
+        return true;
+    };
+    match limit::acquire(zone, state.handle, cfg, dry_run, log, || state.name()) {
+        Admit::Slot(hold) => {
+            state.limit = hold;
+            true
+        }
+        Admit::Unlimited => true,
+        Admit::Shed => {
+            state.label = Some(Label::Limited);
+            state.short_circuited = true;
+            false
+        }
+    }
+}
+
+/// Gives the request's slot back, if it holds one.
+pub fn release(state: &mut RequestState) {
+    let hold = core::mem::replace(&mut state.limit, Hold::NONE);
+    if hold.is_held() {
+        limit::release(hold);
+    }
+}
+
+/// An attempt of a request holding a slot ended (`peer.free`, after the balancer's free and
+/// the breaker's record): its sample goes to the controller, and the slot goes back unless
+/// nginx is about to retry on another server.
+///
+/// # Safety
+/// `r`, `u` and `pc` must be the live request, its upstream and peer, in `peer.free`.
+pub unsafe fn attempt_ended(
+    state: &mut RequestState,
+    r: &ngx_http_request_t,
+    u: &ngx_http_upstream_t,
+    pc: &ngx_peer_connection_t,
+    ngx_state: ngx_uint_t,
+    a: &Attempt,
+) {
+    if !state.limit.is_held() {
+        return;
+    }
+    // SAFETY: per the contract.
+    let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
+    limit::attempt_ended(state.limit, sample_of(a), last);
+    if last {
+        state.limit = Hold::NONE;
+    }
+}
+
+/// What the controller learns from an attempt: timeouts are latency at their elapsed time
+/// (the clearest sign of a queue); errors with no answer (refused, reset, a client that went
+/// away) carry no latency worth averaging, and fast ones would drag the minimum down.
+fn sample_of(a: &Attempt) -> Sample {
+    match a.ending {
+        Ending::Response | Ending::Timeout | Ending::InvalidHeader => {
+            Sample::Latency(a.response_ms)
+        }
+        Ending::Error | Ending::Tls | Ending::NoVerdict => Sample::Drop,
+    }
+}
+
+/// Whether nginx will make another attempt for this request after this `peer.free`: the
+/// conditions of `ngx_http_upstream_next`. A free from the request's finalization (state 0)
+/// is the last; so is one with no tries left or whose failure `proxy_next_upstream` does not
+/// name. When this says yes and nginx still gives up, the pool cleanup returns the slot.
+///
+/// # Safety
+/// As for [`attempt_ended`].
+unsafe fn retry_follows(
+    r: &ngx_http_request_t,
+    u: &ngx_http_upstream_t,
+    pc: &ngx_peer_connection_t,
+    ngx_state: ngx_uint_t,
+    a: &Attempt,
+) -> bool {
+    if ngx_state == 0 || pc.tries == 0 {
+        return false;
+    }
+    // SAFETY: a live request's connection.
+    if unsafe { (*r.connection).error() } != 0 {
+        return false;
+    }
+    let mut ft = match (a.ending, a.status) {
+        (Ending::Timeout, _) => NGX_HTTP_UPSTREAM_FT_TIMEOUT,
+        (Ending::InvalidHeader, _) => NGX_HTTP_UPSTREAM_FT_INVALID_HEADER,
+        (Ending::Response, 500) => NGX_HTTP_UPSTREAM_FT_HTTP_500,
+        (Ending::Response, 502) => NGX_HTTP_UPSTREAM_FT_HTTP_502,
+        (Ending::Response, 503) => NGX_HTTP_UPSTREAM_FT_HTTP_503,
+        (Ending::Response, 504) => NGX_HTTP_UPSTREAM_FT_HTTP_504,
+        (Ending::Response, 403) => NGX_HTTP_UPSTREAM_FT_HTTP_403,
+        (Ending::Response, 404) => NGX_HTTP_UPSTREAM_FT_HTTP_404,
+        (Ending::Response, 429) => NGX_HTTP_UPSTREAM_FT_HTTP_429,
+        _ => NGX_HTTP_UPSTREAM_FT_ERROR,
+    } as ngx_uint_t;
+    if u.request_sent() != 0
+        && r.method & (NGX_HTTP_POST | NGX_HTTP_LOCK | NGX_HTTP_PATCH) as ngx_uint_t != 0
+    {
+        ft |= NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT as ngx_uint_t;
+    }
+    // SAFETY: the location's upstream conf, live for the configuration.
+    let conf = unsafe { &*u.conf };
+    if conf.next_upstream & ft != ft
+        || (u.request_sent() != 0 && r.request_body_no_buffering() != 0)
+    {
+        return false;
+    }
+    // SAFETY: a plain integer nginx's event loop maintains.
+    let now = unsafe { ngx_current_msec };
+    let timeout = conf.next_upstream_timeout;
+    timeout == 0 || now.wrapping_sub(pc.start_time) < timeout
+}

@@ -1,0 +1,56 @@
+//! The layout of a limit block (see [`super::limit`]): what requests touch without the lock,
+//! the controller, and the owners table that follows. Apart from the rest so that a slot can
+//! point at one without depending on the code that uses it.
+
+use core::alloc::Layout;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use circuit_breaker_core::limit::{LimitConfig, Limiter};
+
+/// What a lock-free reader may touch: atomics, and the table's length, which never changes.
+#[repr(C)]
+pub(super) struct Shared {
+    /// tag (16 bits) | limit (24) | in-flight (24).
+    pub(super) word: AtomicU64,
+    /// Requests shed (in dry run: that would have been) since the controller started.
+    pub(super) shed: AtomicU64,
+    /// The tenant the block is set up for (written under the mutex).
+    pub(super) tenant: AtomicU64,
+    /// Whether the tenant's configuration has the limit (written under the mutex).
+    pub(super) enabled: AtomicU32,
+    /// Entries of the owners table that follows the block.
+    pub(super) owners: u32,
+}
+
+/// Touched under the mutex only.
+#[repr(C)]
+pub(super) struct Controller {
+    pub(super) cfg: LimitConfig,
+    pub(super) limiter: Limiter,
+}
+
+/// A limiter beside a slot, followed by its owners table: `owners` entries of
+/// `pid << 32 | slots held`, one per process that admitted requests.
+#[repr(C)]
+pub struct Block {
+    pub(super) shared: Shared,
+    pub(super) controller: UnsafeCell<Controller>,
+}
+
+/// How many processes one limiter tracks: the workers of two configurations side by side
+/// during a reload (`worker_processes auto` is one per CPU), dead ones not reclaimed yet,
+/// and room to spare. A process that finds no entry is counted in the word only, and the
+/// slots it holds if it dies are not returned.
+pub(super) fn owners_capacity() -> u32 {
+    // SAFETY: set once at process start by nginx's os init.
+    let cpus = unsafe { nginx_sys::ngx_ncpu }.max(1) as u32;
+    cpus.saturating_mul(4).clamp(32, 1024)
+}
+
+pub(super) fn block_layout(owners: u32) -> Option<Layout> {
+    let (l, _) = Layout::new::<Block>()
+        .extend(Layout::array::<AtomicU64>(owners as usize).ok()?)
+        .ok()?;
+    Some(l.pad_to_align())
+}

@@ -1,0 +1,494 @@
+//! The adaptive limit's shared memory. Beside the slot of each breaker whose upstream has
+//! `limit=adaptive` lies a [`Block`]: the controller (core's `Limiter`, touched under the
+//! mutex), and what requests touch without the lock — one word that holds the limit and the
+//! in-flight count, and a table of the processes holding slots, so that a dead worker's
+//! slots are returned.
+//!
+//! A block hangs off its slot and, like slots, is never freed: a worker still serving an
+//! older configuration may give a slot back at any time. It passes from tenant to tenant with
+//! the slot; its word carries the tenant's tag and each table entry its owner's pid, and every
+//! lock-free change is a compare-and-swap on one of them, so a release meant for a former
+//! tenant, or for an entry that was reclaimed, changes nothing.
+//!
+//! The word's format and its steps are core's (`circuit_breaker_core::limit::word`). Admission
+//! increments the table entry, then the word; a release decrements the word, then the entry.
+//! A worker killed between the two steps leaves its entry one ahead of the word, and the
+//! reclaim then returns one slot too many: in-flight reads one low until it drains to zero,
+//! where a release finds nothing to take and the count is right again. The window is a few
+//! instructions wide.
+
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use circuit_breaker_core::limit::word::{self, owner, pack, tag_of, unpack, Take};
+use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
+use circuit_breaker_core::status::LimitStatus;
+use ngx::allocator::Allocator;
+
+use super::block::{block_layout, owners_capacity, Block, Controller, Shared};
+use super::node::Node;
+use super::table::Locked;
+use super::{Handle, Zone};
+
+/// A block and the tenant it was found for. Blocks are never freed and a worker's zone stays
+/// mapped as long as it runs, so holding one in worker memory is sound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitPtr {
+    block: NonNull<Block>,
+    ident: u64,
+    /// `tag_of(ident)`, as the word carries it.
+    tag: u64,
+}
+
+/// This process's entry in a block's owners table, and the slots it holds there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    entry: NonNull<AtomicU64>,
+    pid: u32,
+    /// Slots this process holds, as the entry says.
+    pub held: u32,
+}
+
+impl Owner {
+    /// Moves the entry to `to` slots; false if it no longer says what this process left
+    /// (the block changed tenant).
+    #[inline]
+    fn move_to(&mut self, to: u32) -> bool {
+        // SAFETY: an entry of a block's table, which is never freed (see LimitPtr).
+        let e = unsafe { self.entry.as_ref() };
+        let ok = e
+            .compare_exchange(
+                owner(self.pid, self.held),
+                owner(self.pid, to),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            self.held = to;
+        }
+        ok
+    }
+}
+
+/// What an admission got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// A slot: in-flight is now `inflight`; `over` in dry run when it was past the limit.
+    Slot { inflight: u32, over: bool },
+    /// In-flight is at the limit.
+    Full,
+    /// The block belongs to another tenant now.
+    Stale,
+}
+
+impl LimitPtr {
+    fn new(block: NonNull<Block>, ident: u64) -> LimitPtr {
+        LimitPtr {
+            block,
+            ident,
+            tag: tag_of(ident),
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: a block stays allocated and mapped (see the type), and its shared part is
+        // atomics or never changes.
+        unsafe { &self.block.as_ref().shared }
+    }
+
+    fn owners(&self) -> &[AtomicU64] {
+        let n = self.shared().owners;
+        // SAFETY: the table follows the block in its allocation (block_layout), initialised
+        // when the block was made; entries are atomics.
+        unsafe {
+            let base = self
+                .block
+                .as_ptr()
+                .cast::<u8>()
+                .add(core::mem::size_of::<Block>())
+                .cast::<AtomicU64>();
+            core::slice::from_raw_parts(base, n as usize)
+        }
+    }
+
+    /// Entry `index` of the owners table, as process `pid` claimed it (holding nothing).
+    pub fn owner(&self, index: u32, pid: u32) -> Option<Owner> {
+        let entry = NonNull::from(self.owners().get(index as usize)?);
+        Some(Owner {
+            entry,
+            pid,
+            held: 0,
+        })
+    }
+
+    /// Takes a slot if in-flight is below the limit (or past it in dry run), counting it in
+    /// `owner` first (see the module's note on the order).
+    #[inline]
+    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Acquired {
+        let cell = &self.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
+        match word::take(w, self.tag, dry_run) {
+            // At the limit: shed without touching the owners table.
+            Take::Full => return Acquired::Full,
+            Take::Stale => return Acquired::Stale,
+            Take::Slot { .. } => {}
+        }
+        let mut owner = owner;
+        if let Some(o) = owner.as_deref_mut() {
+            if !o.move_to(o.held + 1) {
+                return Acquired::Stale;
+            }
+        }
+        loop {
+            let (next, inflight, over) = match word::take(w, self.tag, dry_run) {
+                Take::Slot {
+                    next,
+                    inflight,
+                    over,
+                } => (next, inflight, over),
+                refused => {
+                    if let Some(o) = owner.as_deref_mut() {
+                        o.move_to(o.held - 1);
+                    }
+                    return match refused {
+                        Take::Full => Acquired::Full,
+                        _ => Acquired::Stale,
+                    };
+                }
+            };
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Acquired::Slot { inflight, over },
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Gives a slot back, then uncounts it in `owner`; returns in-flight before the
+    /// decrement, `None` when the block belongs to another tenant now.
+    #[inline]
+    pub fn release(&self, owner: Option<&mut Owner>) -> Option<u32> {
+        let cell = &self.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
+        let before = loop {
+            let (next, before) = word::give(w, self.tag)?;
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break before,
+                Err(now) => w = now,
+            }
+        };
+        if let Some(o) = owner {
+            if o.held > 0 {
+                o.move_to(o.held - 1);
+            }
+        }
+        Some(before)
+    }
+
+    /// Counts a request shed (or, in dry run, one that would have been).
+    #[inline]
+    pub fn count_shed(&self) {
+        self.shared().shed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A block borrowed under the mutex.
+pub struct LimitMut<'l> {
+    ptr: LimitPtr,
+    controller: &'l mut Controller,
+}
+
+impl LimitMut<'_> {
+    /// The block, to be used without the lock from now on.
+    pub fn ptr(&self) -> LimitPtr {
+        self.ptr
+    }
+
+    /// Merges a worker's samples; when the interval ends, updates the limit and publishes it.
+    /// Nothing while the tenant's configuration has no limit.
+    pub fn record(
+        &mut self,
+        now_ms: u64,
+        samples: &circuit_breaker_core::limit::Samples,
+        rnd: u32,
+    ) -> Option<Update> {
+        if self.ptr.shared().enabled.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let u = self.controller.limiter.record(now_ms, samples, rnd)?;
+        self.publish(self.controller.limiter.limit());
+        Some(u)
+    }
+
+    fn publish(&self, limit: u32) {
+        self.update(|w| word::with_limit(w, limit));
+    }
+
+    /// Returns `count` slots to the word (never below zero).
+    fn give_back(&self, count: u32) {
+        if count > 0 {
+            self.update(|w| word::give_back(w, count));
+        }
+    }
+
+    fn update(&self, f: impl Fn(u64) -> u64) {
+        let cell = &self.ptr.shared().word;
+        let mut w = cell.load(Ordering::Acquire);
+        loop {
+            let next = f(w);
+            if next == w {
+                return;
+            }
+            match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Returns the slots of owners that no longer run (`alive` says), and frees their entries;
+    /// returns how many slots came back.
+    pub fn reclaim(&mut self, alive: &dyn Fn(u32) -> bool) -> u64 {
+        let mut back = 0;
+        let ptr = self.ptr;
+        for e in ptr.owners() {
+            let (pid, _) = word::owner_of(e.load(Ordering::Acquire));
+            if pid == 0 || alive(pid) {
+                continue;
+            }
+            // The owner is dead: nobody else changes its entry.
+            let (_, count) = word::owner_of(e.swap(0, Ordering::AcqRel));
+            self.give_back(count);
+            back += u64::from(count);
+        }
+        back
+    }
+
+    /// An entry of the owners table for process `pid`. An entry that already names `pid` is
+    /// a dead predecessor's that had the same pid (a live process claims once per tenant):
+    /// its slots are returned. `None` when the table is full of live owners.
+    pub fn claim_owner(&mut self, pid: u32, alive: &dyn Fn(u32) -> bool) -> Option<u32> {
+        let ptr = self.ptr;
+        let owners = ptr.owners();
+        if let Some(i) = owners
+            .iter()
+            .position(|e| word::owner_of(e.load(Ordering::Acquire)).0 == pid)
+        {
+            let (_, count) = word::owner_of(owners[i].swap(owner(pid, 0), Ordering::AcqRel));
+            self.give_back(count);
+            return Some(i as u32);
+        }
+        for round in 0..2 {
+            if round == 1 {
+                self.reclaim(alive);
+            }
+            for (i, e) in owners.iter().enumerate() {
+                if e.compare_exchange(0, owner(pid, 0), Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some(i as u32);
+                }
+            }
+        }
+        None
+    }
+
+    /// The figures of the status page.
+    pub fn status(&self) -> LimitStatus {
+        let (_, limit, inflight) = unpack(self.ptr.shared().word.load(Ordering::Acquire));
+        let v = self.controller.limiter.view();
+        LimitStatus {
+            limit,
+            in_flight: inflight,
+            min_latency_ms: v.min_latency_ms,
+            last_latency_ms: v.sample_latency_ms,
+            shed: self.ptr.shared().shed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Zone {
+    /// The limit block of `handle`'s breaker, without the lock, if one is set up for it.
+    pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
+        let slot = self.slot(handle.slot)?;
+        let block = NonNull::new(slot.limit_block())?;
+        let ptr = LimitPtr::new(block, handle.ident);
+        (ptr.shared().tenant.load(Ordering::Acquire) == handle.ident).then_some(ptr)
+    }
+}
+
+/// What reconciliation or a worker's first use asks of a breaker's block.
+enum Want<'a> {
+    /// The configuration has this limit: set the block up, and (reconciliation only) start
+    /// the controller afresh if its parameters changed.
+    On(&'a LimitConfig, bool),
+    /// The configuration has no limit.
+    Off,
+}
+
+impl Locked<'_> {
+    /// The block `ptr` names, under the lock, if it still belongs to that tenant.
+    pub fn limit_mut(&mut self, ptr: LimitPtr) -> Option<LimitMut<'_>> {
+        if ptr.shared().tenant.load(Ordering::Relaxed) != ptr.ident {
+            return None;
+        }
+        // SAFETY: the controller is touched only under the mutex, which `self` holds for as
+        // long as the borrow lives.
+        let controller = unsafe { &mut *ptr.block.as_ref().controller.get() };
+        Some(LimitMut { ptr, controller })
+    }
+
+    /// The block of `handle`'s breaker, set up with `cfg` if it is not yet (a breaker created
+    /// on first use, or a block that belonged to another tenant). A block already set up is
+    /// left as it is: only a new configuration changes its parameters. `None` when the
+    /// breaker is gone or the zone is full.
+    pub fn limit_set_up(
+        &mut self,
+        handle: Handle,
+        cfg: &LimitConfig,
+        now_ms: u64,
+    ) -> Option<LimitMut<'_>> {
+        let slot = self.zone().slot(handle.slot)?;
+        slot.node(handle.ident)?;
+        let ptr = self.set_up(handle, Want::On(cfg, false), now_ms)?;
+        self.limit_mut(ptr)
+    }
+
+    /// Brings node `n`'s block in line with a new configuration's `want`: set up, started
+    /// afresh when its parameters changed (in-flight requests keep their slots), or turned off
+    /// (the limit no longer applies; workers of the old configuration still count).
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn limit_reconcile(
+        &mut self,
+        n: NonNull<Node>,
+        want: Option<&LimitConfig>,
+        now_ms: u64,
+    ) {
+        // SAFETY: per the contract.
+        let Some(handle) = (unsafe { self.handle_of(n) }) else {
+            return;
+        };
+        match want {
+            Some(cfg) => {
+                self.set_up(handle, Want::On(cfg, true), now_ms);
+            }
+            None => {
+                self.set_up(handle, Want::Off, now_ms);
+            }
+        }
+    }
+
+    /// The limit of `handle`'s breaker for the status page, when its configuration has one.
+    pub fn limit_status(&mut self, handle: Handle) -> Option<LimitStatus> {
+        let ptr = self.zone().limit(handle)?;
+        if ptr.shared().enabled.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.limit_mut(ptr).map(|l| l.status())
+    }
+
+    /// The handle of a published node.
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    pub(super) unsafe fn handle_of(&self, n: NonNull<Node>) -> Option<Handle> {
+        // SAFETY: per the contract.
+        let index = unsafe { n.as_ref() }.slot;
+        let slot = self.zone().slot(index)?;
+        Some(Handle {
+            slot: index,
+            ident: slot.ident(),
+        })
+    }
+
+    fn set_up(&mut self, handle: Handle, want: Want, now_ms: u64) -> Option<LimitPtr> {
+        let slot = self.zone().slot(handle.slot)?;
+        let block = match NonNull::new(slot.limit_block()) {
+            Some(b) => b,
+            None if matches!(want, Want::Off) => return None,
+            None => {
+                let b = self.allocate_block()?;
+                slot.set_limit_block(b.as_ptr());
+                b
+            }
+        };
+        let ptr = LimitPtr::new(block, handle.ident);
+        let shared = ptr.shared();
+        let ours = shared.tenant.load(Ordering::Relaxed) == handle.ident;
+        // SAFETY: under the mutex, which `self` holds.
+        let controller = unsafe { &mut *block.as_ref().controller.get() };
+        match want {
+            Want::Off => {
+                if ours && shared.enabled.swap(0, Ordering::Relaxed) != 0 {
+                    LimitMut { ptr, controller }.publish(word::MAX);
+                }
+                return None;
+            }
+            Want::On(cfg, _) if !ours => {
+                // A new tenant: every count starts at zero. The owners are cleared before the
+                // word names the tenant, so an admission that sees the new tag finds them so.
+                for e in ptr.owners() {
+                    e.store(0, Ordering::Relaxed);
+                }
+                shared.shed.store(0, Ordering::Relaxed);
+                controller.cfg = *cfg;
+                controller.limiter = Limiter::new(*cfg, now_ms);
+                shared.enabled.store(1, Ordering::Relaxed);
+                shared.tenant.store(handle.ident, Ordering::Release);
+                let limit = controller.limiter.limit();
+                shared
+                    .word
+                    .store(pack(ptr.tag, limit, 0), Ordering::Release);
+            }
+            Want::On(cfg, reconciling) => {
+                let off = shared.enabled.load(Ordering::Relaxed) == 0;
+                if reconciling && (off || controller.cfg != *cfg) {
+                    // New parameters: the controller starts afresh; requests in flight keep
+                    // their slots and the owners table.
+                    controller.cfg = *cfg;
+                    controller.limiter = Limiter::new(*cfg, now_ms);
+                    shared.shed.store(0, Ordering::Relaxed);
+                    shared.enabled.store(1, Ordering::Relaxed);
+                    let limit = controller.limiter.limit();
+                    LimitMut { ptr, controller }.publish(limit);
+                }
+            }
+        }
+        Some(ptr)
+    }
+
+    fn allocate_block(&mut self) -> Option<NonNull<Block>> {
+        let owners = owners_capacity();
+        let layout = block_layout(owners)?;
+        let p = self.pool_mut().allocate(layout).ok()?.cast::<Block>();
+        // SAFETY: a fresh allocation of `layout`, which holds the block and `owners` entries;
+        // nothing else can reach it until the slot publishes it.
+        unsafe {
+            p.as_ptr().write(Block {
+                shared: Shared {
+                    word: AtomicU64::new(0),
+                    shed: AtomicU64::new(0),
+                    tenant: AtomicU64::new(0),
+                    enabled: AtomicU32::new(0),
+                    owners,
+                },
+                controller: UnsafeCell::new(Controller {
+                    cfg: LimitConfig::default(),
+                    limiter: Limiter::new(LimitConfig::default(), 0),
+                }),
+            });
+            let table = p
+                .as_ptr()
+                .cast::<u8>()
+                .add(core::mem::size_of::<Block>())
+                .cast::<AtomicU64>();
+            for i in 0..owners as usize {
+                table.add(i).write(AtomicU64::new(0));
+            }
+        }
+        Some(p)
+    }
+}

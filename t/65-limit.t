@@ -1,0 +1,563 @@
+#!/usr/bin/perl
+
+# The adaptive in-flight limit (circuit_breaker ... limit=adaptive), with four
+# worker processes sharing it.
+#
+# 1. A fixed limit of 2 (limit_min = limit_max): of 8 simultaneous slow
+#    requests, exactly 2 reach the origin (counted there, concurrently) and
+#    6 are shed at once: 503, Retry-After: 1, X-Circuit-State: limited,
+#    $circuit_breaker_state "limited"; the breaker does not count them.  In
+#    dry run all 8 pass and the 6 would-be sheds are counted.
+# 2. A client that goes away gives its slot back; so does a worker killed
+#    with SIGKILL while its requests hold both slots.  A request retried on
+#    another server (proxy_next_upstream) keeps its one slot through the
+#    retry.  Where the location can serve a stale cache entry, a shed
+#    request gets it (200, X-Circuit-State: limited).
+# 3. An adaptive limit in front of an origin of 4 "cores" (its latency
+#    grows with the requests in progress past 4), under 32 clients:
+#    healthy (20 ms): nothing shed; the service time rises six-fold: the
+#    limit falls and sheds the excess, and the origin never has more
+#    requests in progress than the limit let in; healthy again: the
+#    shedding stops, and under a burst the limit rises back to its
+#    maximum, which the origin's concurrency reaches and never exceeds.
+# 4. Status: the "limit" object and the Prometheus families; a reload with
+#    the same parameters keeps the controller, changed ones restart it.
+#
+# nginx logs "[alert] ... worker process N exited on signal 9" for the
+# kill: the harness's "no alerts" check is marked TODO, and this test
+# checks that the kills are the only alerts.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP qw//;
+use POSIX qw/ WNOHANG /;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start reload workers /;
+use CB::Origin;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
+
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(49)
+	->todo_alerts();
+
+sub http_conf {
+	my ($fixed) = @_;
+	return conf(4, <<"EOF");
+    circuit_breaker_zone cb:1m;
+
+    log_format cb '\$request_uri \$status "\$circuit_breaker_state" '
+                  '\$upstream_addr';
+    access_log %%TESTDIR%%/access.log cb;
+
+    # the breaker itself never opens here
+    upstream fixed {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000 limit=adaptive $fixed;
+    }
+
+    # the first server refuses: every request is retried on the second
+    upstream retry {
+        server 127.0.0.1:%%PORT_8082%% weight=100 max_fails=0;
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000 limit=adaptive
+                        limit_min=2 limit_max=2 limit_initial=2;
+    }
+
+    proxy_cache_path %%TESTDIR%%/cache keys_zone=c:1m;
+
+    upstream dry {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000 limit=adaptive
+                        limit_min=2 limit_max=2 limit_initial=2 dry_run;
+    }
+
+    upstream adaptive {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000 limit=adaptive
+                        limit_min=2 limit_max=16 limit_initial=8
+                        limit_interval=100ms limit_samples=10 limit_probe=2s;
+        keepalive 32;
+    }
+
+    server {
+        listen       127.0.0.1:8080 reuseport;
+        server_name  localhost;
+
+        proxy_read_timeout 30s;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        add_header X-Pid \$pid always;
+
+        location /f/ { proxy_pass http://fixed; }
+        location /d/ { proxy_pass http://dry; }
+        location /r/ { proxy_pass http://retry; }
+        location /c/ {
+            proxy_pass http://fixed;
+            proxy_cache c;
+            proxy_cache_valid 200 1s;
+            proxy_cache_use_stale error;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }
+        location /a/ { proxy_pass http://adaptive; }
+
+        location = /status { circuit_breaker_status; }
+    }
+EOF
+}
+
+$t->write_file_expand('nginx.conf',
+	http_conf('limit_min=2 limit_max=2 limit_initial=2'));
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+# one request on its own connection: (status, X-Circuit-State, Retry-After,
+# X-Pid), or (failure reason)
+
+sub request {
+	my ($uri, $timeout) = @_;
+	my $s = send_req($uri) or return ('connect');
+	return finish($s, $timeout);
+}
+
+sub send_req {
+	my ($uri) = @_;
+	my $s = IO::Socket::INET->new(
+		Proto => 'tcp',
+		PeerAddr => '127.0.0.1:' . port(8080),
+		Timeout => 2,
+	) or return;
+	local $SIG{PIPE} = 'IGNORE';
+	syswrite($s, "GET $uri HTTP/1.0\r\nHost: localhost\r\n\r\n") or return;
+	return $s;
+}
+
+sub finish {
+	my ($s, $timeout) = @_;
+	my $deadline = time() + ($timeout // 10);
+	my $sel = IO::Select->new($s);
+	my $buf = '';
+	while (1) {
+		my $left = $deadline - time();
+		return ('timeout') if $left <= 0;
+		next unless $sel->can_read($left);
+		my $n = sysread($s, $buf, 65536, length $buf);
+		next if !defined $n && $!{EINTR};
+		return ('read') unless defined $n;
+		last if $n == 0;
+	}
+	close $s;
+	return ('empty') unless $buf =~ m!^HTTP/1\.1 (\d{3}) !;
+	my $status = $1;
+	my ($state) = $buf =~ /^X-Circuit-State: (\w+)\x0d?$/m;
+	my ($ra) = $buf =~ /^Retry-After: (\d+)\x0d?$/m;
+	my ($pid) = $buf =~ /^X-Pid: (\d+)\x0d?$/m;
+	my ($cache) = $buf =~ /^X-Cache-Status: (\w+)\x0d?$/m;
+	return ($status, $state // '', $ra // '', $pid // 0, $cache // '');
+}
+
+# the status page's breaker of an upstream
+
+sub breaker {
+	my ($upstream) = @_;
+	my ($s) = IO::Socket::INET->new(
+		Proto => 'tcp',
+		PeerAddr => '127.0.0.1:' . port(8080),
+		Timeout => 2,
+	) or return {};
+	syswrite($s, "GET /status?upstream=$upstream HTTP/1.0\r\n"
+		. "Host: localhost\r\n\r\n");
+	local $/;
+	my $r = <$s> // '';
+	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
+	my $v = eval { JSON::PP->new->decode($body // '') } // {};
+	return $v->{breakers}[0] // {};
+}
+
+# the worker holding the server side of a client connection
+
+sub owner_of {
+	my ($t, $client_port) = @_;
+	my $np = port(8080);
+	my $inode;
+
+	open my $fh, '<', '/proc/net/tcp' or return;
+	while (my $line = <$fh>) {
+		my @f = split ' ', $line;
+		next unless @f > 9 && $f[1] =~ /:([0-9A-F]{4})$/;
+		next unless hex($1) == $np;
+		next unless $f[2] =~ /:([0-9A-F]{4})$/ && hex($1) == $client_port;
+		$inode = $f[9];
+		last;
+	}
+	close $fh;
+	return unless $inode;
+
+	for my $w (workers($t)) {
+		opendir my $dh, "/proc/$w/fd" or next;
+		for my $fd (grep { /^\d+$/ } readdir $dh) {
+			my $l = readlink("/proc/$w/fd/$fd") // next;
+			return $w if $l eq "socket:[$inode]";
+		}
+	}
+
+	return;
+}
+
+# waits until COND holds, up to SECONDS
+
+sub wait_for {
+	my ($cond, $seconds) = @_;
+	my $end = time() + $seconds;
+	while (time() < $end) {
+		return 1 if $cond->();
+		sleep 0.05;
+	}
+	return $cond->();
+}
+
+###############################################################################
+
+# 1. a fixed limit of 2: exactly two in flight, the rest shed at once
+
+my @kept;
+
+sub burst {
+	my ($prefix, $n) = @_;
+	CB::Origin::clear_concurrency($hits);
+	my @s = map { send_req("/$prefix/?conc=1&delay=800&b=$_") } 1 .. $n;
+	my @r = map { [finish($_)] } @s;
+	return @r;
+}
+
+my $t0 = time();
+my @r = burst('f', 8);
+my $took = time() - $t0;
+my @st = sort map { $_->[0] } @r;
+is("@st", '200 200 503 503 503 503 503 503', 'fixed: 2 of 8 passed');
+is((CB::Origin::concurrency($hits))[1], 2,
+	'fixed: 2 in progress at the origin, never more');
+my @shed = grep { $_->[0] eq '503' } @r;
+is(scalar(grep { $_->[1] eq 'limited' && $_->[2] eq '1' } @shed), 6,
+	'fixed: X-Circuit-State: limited, Retry-After: 1');
+cmp_ok($took, '<', 3, 'fixed: shed at once, not queued');
+
+my $b = breaker('fixed');
+is($b->{totals}{requests}, 2, 'fixed: sheds are no samples of the breaker');
+is($b->{limit}{shed}, 6, 'fixed: shed counted');
+is($b->{limit}{in_flight}, 0, 'fixed: every slot back');
+
+my $log = $t->read_file('access.log');
+is(scalar(() = $log =~ m!^/f/\S+ 503 "limited" -$!gm), 6,
+	'$circuit_breaker_state is "limited"');
+
+@r = burst('d', 8);
+@st = sort map { $_->[0] } @r;
+is("@st", '200 200 200 200 200 200 200 200', 'dry run: every request passes');
+is((CB::Origin::concurrency($hits))[1], 8, 'dry run: 8 at the origin');
+$b = breaker('dry');
+is($b->{limit}{shed}, 6, 'dry run: would-be sheds counted');
+is($b->{limit}{in_flight}, 0, 'dry run: in-flight counted, back to 0');
+
+###############################################################################
+
+# 2. slots come back from a client that went away and from a killed worker
+
+my @a = map { send_req("/f/?delay=5000&abort=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/abort=/) == 2 }, 5);
+my ($s, $state) = request('/f/?abort=3');
+is("$s $state", '503 limited', 'abort: both slots taken');
+close $_ for @a;
+ok(wait_for(sub { (breaker('fixed')->{limit}{in_flight} // -1) == 0 }, 3),
+	'abort: clients gone, slots back');
+($s) = request('/f/?abort=4');
+is($s, '200', 'abort: next request passes');
+
+my @h = map { send_req("/f/?hang=1&kill=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/hang=1/) == 2 }, 5);
+($s, $state) = request('/f/?kill=3');
+is("$s $state", '503 limited', 'kill: both slots taken');
+
+my %owners = map { (owner_of($t, $_->sockport()) // 0) => 1 } grep { $_ } @h;
+delete $owners{0};
+my @killed = keys %owners;
+ok(@killed && kill('KILL', @killed) == @killed, 'kill: holders killed')
+	or diag('owners: ' . join ' ', @killed);
+ok(wait_for(sub {
+	my @w = workers($t);
+	my %dead = map { $_ => 1 } @killed;
+	@w == 4 && !grep { $dead{$_} } @w;
+}, 5), 'kill: workers replaced');
+
+# the next shed finds the dead owners and returns their slots
+
+my $back = wait_for(sub { (request('/f/?after_kill=1'))[0] eq '200' }, 3);
+ok($back, 'kill: slots of the killed worker returned');
+is(breaker('fixed')->{limit}{in_flight}, 0, 'kill: in-flight back to 0');
+close $_ for grep { $_ } @h;
+
+# a retry keeps its slot: two requests refused by the first server and
+# served by the second hold both slots, and a third is shed
+
+my @rt = map { send_req("/r/?delay=1000&retry=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/retry=/) == 2 }, 5);
+is(breaker('retry')->{limit}{in_flight}, 2, 'retry: each request holds its slot');
+($s, $state) = request('/r/?retry=3');
+is("$s $state", '503 limited', 'retry: the third is shed');
+is(join(' ', map { (finish($_))[0] } @rt), '200 200', 'retry: both served');
+$log = $t->read_file('access.log');
+is(scalar(() = $log =~ m!^/r/\?delay=1000&retry=\d 200 "closed" \S+, \S+$!gm), 2,
+	'retry: each after a refused attempt');
+is(breaker('retry')->{limit}{in_flight}, 0, 'retry: one slot back each');
+
+# stale instead of a 503
+
+($s) = request('/c/entry');
+is($s, '200', 'stale: cached');
+sleep 2.1;
+my @hold = map { send_req("/f/?delay=1000&hold=$_") } 1 .. 2;
+wait_for(sub { CB::Origin::hits($hits, qr/hold=/) == 2 }, 5);
+my ($cs, $cstate, undef, undef, $cache) = request('/c/entry');
+is("$cs $cstate $cache", '200 limited STALE', 'stale: served stale when shed');
+finish($_) for @hold;
+
+###############################################################################
+
+# 3. an adaptive limit under 32 clients: healthy, six times slower, healthy,
+# then a burst
+
+my $phase_file = $t->testdir() . '/phase';
+
+sub phase {
+	my ($uri) = @_;
+	open my $fh, '>', "$phase_file.tmp" or die "phase: $!\n";
+	print $fh $uri;
+	close $fh;
+	rename "$phase_file.tmp", $phase_file;
+}
+
+# named subs take what they need as arguments: one that closed over $t
+# would keep it alive until global destruction, too late for its last checks
+
+sub client {
+	my ($c, $until, $dir) = @_;
+	my $out = '';
+	my $i = 0;
+	srand($$);
+	# not all at once
+	sleep(rand(0.3));
+	while (time() < $until) {
+		open my $fh, '<', $phase_file or last;
+		my ($uri, $think) = split ' ', <$fh> // '';
+		close $fh;
+		$i++;
+		my $t0 = time();
+		my ($s, $state) = request("$uri&c=$c&i=$i", 20);
+		$out .= sprintf("%.3f %s %s\n", $t0, $s, $state || '-');
+		sleep(($think // 0) / 1000 * (0.5 + rand()));
+	}
+	open my $fh, '>', "$dir/client-$c.log" or POSIX::_exit(1);
+	print $fh $out;
+	close $fh;
+	POSIX::_exit(0);
+}
+
+my @timeline = (
+	[healthy => 3, '/a/?cores=4&delay=20 380'],
+	[sick => 4, '/a/?cores=4&delay=120 380'],
+	[healed => 4, '/a/?cores=4&delay=20 380'],
+	[burst => 3, '/a/?cores=64&delay=20 10'],
+);
+my $total = 0;
+$total += $_->[1] for @timeline;
+
+phase($timeline[0][2]);
+CB::Origin::clear_concurrency($hits);
+
+my $start = time();
+my $until = $start + $total;
+my @kids;
+for my $c (1 .. 32) {
+	my $pid = fork();
+	die "fork: $!\n" unless defined $pid;
+	client($c, $until, $t->testdir()) if $pid == 0;
+	push @kids, $pid;
+}
+
+# the phases, and a poll of the limit and the origin every 50 ms
+
+my (@polls, %phase_at);
+my $at = $start;
+for my $p (@timeline) {
+	my ($name, $secs, $uri) = @$p;
+	phase($uri);
+	$phase_at{$name} = time() - $start;
+	my $end = $at + $secs;
+	while (time() < $end) {
+		my $l = breaker('adaptive')->{limit} // {};
+		my ($cur, $max) = CB::Origin::concurrency($hits);
+		push @polls, [time() - $start, $name, $l->{limit} // 0,
+			$l->{in_flight} // 0, $l->{shed} // 0, $cur];
+		sleep 0.05;
+	}
+	$at = $end;
+}
+
+for my $pid (@kids) {
+	my $end = time() + 30;
+	while (waitpid($pid, WNOHANG) == 0) {
+		if (time() > $end) {
+			kill 'KILL', $pid;
+			waitpid($pid, 0);
+			last;
+		}
+		sleep 0.05;
+	}
+}
+
+my $origin_max = (CB::Origin::concurrency($hits))[1];
+
+my @answers;
+for my $c (1 .. 32) {
+	for (split /\n/, eval { $t->read_file("client-$c.log") } // '') {
+		my ($t0, $s, $state) = split / /;
+		push @answers, [$t0 - $start, $s, $state];
+	}
+}
+
+sub phase_of {
+	my ($when) = @_;
+	my $name = $timeline[0][0];
+	for my $p (@timeline) {
+		$name = $p->[0] if $when >= $phase_at{$p->[0]};
+	}
+	return $name;
+}
+
+# the first second warms the controller up
+
+my %count;
+for my $a (grep { $_->[0] >= 1 } @answers) {
+	my $ph = phase_of($a->[0]);
+	$count{$ph}{all}++;
+	$count{$ph}{$a->[1] eq '503' && $a->[2] eq 'limited' ? 'shed'
+		: $a->[1] eq '200' ? 'ok' : 'other'}++;
+}
+
+# the last 1.5 s of the healed phase
+
+my $tail_from = $phase_at{burst} - 1.5;
+my ($tail, $tail_shed) = (0, 0);
+for my $a (grep { $_->[0] >= $tail_from && $_->[0] < $phase_at{burst} } @answers) {
+	$tail++;
+	$tail_shed++ if $a->[2] eq 'limited';
+}
+
+my %lim;
+for my $p (@polls) {
+	my $l = $lim{$p->[1]} //= { min => 1e9, max => 0 };
+	$l->{min} = $p->[2] if $p->[2] < $l->{min};
+	$l->{max} = $p->[2] if $p->[2] > $l->{max};
+	$l->{last} = $p->[2];
+}
+
+diag(join '; ', map {
+	my $c = $count{$_} // {};
+	sprintf('%s: %d answers, %d ok, %d shed, %d other, limit %s..%s',
+		$_, $c->{all} // 0, $c->{ok} // 0, $c->{shed} // 0,
+		$c->{other} // 0, $lim{$_}{min} // '-', $lim{$_}{max} // '-')
+	} map { $_->[0] } @timeline);
+diag("healed tail: $tail_shed of $tail shed; origin at most $origin_max");
+
+cmp_ok($count{healthy}{all} // 0, '>=', 60, 'healthy: clients were served');
+is($count{healthy}{shed} // 0, 0, 'healthy: nothing shed');
+is($count{$_}{other} // 0, 0, "$_: only 200 and 503 limited")
+	for qw/ healthy sick /;
+cmp_ok($lim{sick}{min}, '<', $lim{healthy}{last},
+	'sick: the limit fell');
+cmp_ok($count{sick}{shed} // 0, '>=', ($count{sick}{all} // 0) * 0.2,
+	'sick: the excess shed');
+cmp_ok($lim{sick}{min}, '<=', 10, 'sick: down to about the origin\'s cores');
+
+# Admissions never exceed the limit: what the origin has in progress was let
+# in by a limit of the last second at most (latency stays well below it).
+
+my @over;
+for my $i (0 .. $#polls) {
+	my $p = $polls[$i];
+	my $allowed = 0;
+	for my $q (@polls[0 .. $i]) {
+		$allowed = $q->[2] if $q->[0] >= $p->[0] - 1 && $q->[2] > $allowed;
+	}
+	push @over, sprintf('%.2fs: %d > %d', $p->[0], $p->[5], $allowed)
+		if $p->[5] > $allowed;
+}
+is(join(', ', @over), '', 'origin in progress never above the limit');
+
+cmp_ok($tail_shed, '<=', $tail * 0.05, 'healed: the shedding stopped');
+cmp_ok($lim{burst}{max}, '>=', 2 * $lim{sick}{min}, 'burst: the limit rose back');
+ok($origin_max >= 8 && $origin_max <= 16,
+	"burst: origin at most limit_max ($origin_max)");
+
+###############################################################################
+
+# 4. status and Prometheus; reloads
+
+$b = breaker('adaptive');
+my $l = $b->{limit};
+ok($l && $l->{min_latency_ms} > 0 && $l->{last_latency_ms} > 0
+	&& $l->{shed} > 0, 'status: limit object')
+	or diag(explain($l));
+ok(!exists breaker('fixed')->{limit}{probing}, 'status: the five fields');
+
+my $prom = http_get('/status?format=prometheus');
+my $lb = 'zone="cb",upstream="adaptive",route="default"';
+like($prom, qr/^nginx_circuit_breaker_limit\{$lb\} \d+$/m,
+	'prometheus: limit');
+like($prom, qr/^nginx_circuit_breaker_in_flight\{$lb\} \d+$/m,
+	'prometheus: in_flight');
+like($prom, qr/^nginx_circuit_breaker_limited_total\{$lb\} [1-9]\d*$/m,
+	'prometheus: limited_total');
+
+my $fixed_shed = breaker('fixed')->{limit}{shed};
+ok(reload($t), 'reload: serving');
+is(breaker('fixed')->{limit}{shed}, $fixed_shed,
+	'reload, same parameters: the controller kept');
+
+$t->write_file_expand('nginx.conf',
+	http_conf('limit_min=3 limit_max=3 limit_initial=3'));
+ok(reload($t), 'reload, new parameters: serving');
+is(breaker('fixed')->{limit}{limit}, 3, 'reload, new parameters: the new limit');
+is(breaker('fixed')->{limit}{shed}, 0, 'reload, new parameters: counts afresh');
+
+###############################################################################
+
+$t->stop();
+
+my $errors = $t->read_file('error.log');
+my @alerts = $errors =~ /^.*\[(?:alert|crit|emerg)\].*$/gm;
+my @unexpected = grep {
+	my $line = $_;
+	!grep { $line =~ /worker process $_ exited on signal 9/ } @killed
+} @alerts;
+is(join("\n", @unexpected), '', 'no alerts but the kills');
+
+###############################################################################
