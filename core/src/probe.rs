@@ -7,7 +7,7 @@
 //! takes the lock only when a probe may be due ([`look`]), so that thousands of closed
 //! breakers cost a few atomic reads per worker and look.
 
-use crate::breaker::{Attempt, Ending, FailureClass, FailureSet, Gate};
+use crate::breaker::{Gate, ProbeFailure, ProbeResult};
 use crate::directive::ProbeSpec;
 
 /// What a worker does with a breaker now.
@@ -75,86 +75,33 @@ pub enum ProbeEnd {
     Tls,
 }
 
-/// The attempt that reports a probe to the breaker.
+/// What a probe found, for [`crate::breaker::Breaker::record_probe`].
 ///
 /// A probe is healthy when a response arrives with a status in `probe_status`; anything else
 /// — another status, no response within `probe_timeout`, an error — fails it, whatever
 /// `circuit_breaker_failure` lists (that directive judges user requests; an operator who
-/// points a probe at `/health` has said what healthy means). The breaker judges through its
-/// failure classes, so a failed probe is reported with its own class when that class counts
-/// as a failure, else with the first class that does (`failures` is never empty; a stand-in
-/// carries no `Retry-After`, which therefore delays the next probe only when its class,
-/// `http_503_retry_after`, is a failure). A healthy response is reported as a status that is
-/// no failure. `response_ms` is the probe's time, which `probe_latency` judges.
-pub fn attempt(spec: &ProbeSpec, failures: FailureSet, end: ProbeEnd, response_ms: u64) -> Attempt {
-    let own = match end {
+/// points a probe at `/health` has said what healthy means). `response_ms` is the probe's
+/// time, which `probe_latency` judges; an answer's `Retry-After` delays the next probe.
+pub fn result(spec: &ProbeSpec, end: ProbeEnd, response_ms: u64) -> ProbeResult {
+    let (failure, tls, retry_after_s) = match end {
         ProbeEnd::Response {
             status,
             retry_after_s,
-        } => {
-            if spec.healthy(status) {
-                let status = if (500..=599).contains(&status) || status == 429 {
-                    200
-                } else {
-                    status
-                };
-                return Attempt::http(status, response_ms);
-            }
-            Attempt {
-                retry_after_s,
-                ..Attempt::http(status, response_ms)
-            }
-        }
-        ProbeEnd::Timeout => Attempt::ended(Ending::Timeout, response_ms),
-        ProbeEnd::Error => Attempt::ended(Ending::Error, response_ms),
-        ProbeEnd::Invalid => Attempt::ended(Ending::InvalidHeader, response_ms),
-        ProbeEnd::Tls => return Attempt::ended(Ending::Tls, response_ms),
+        } => (
+            (!spec.healthy(status)).then_some(ProbeFailure::Status(status)),
+            false,
+            retry_after_s.unwrap_or(0),
+        ),
+        ProbeEnd::Timeout => (Some(ProbeFailure::Timeout), false, 0),
+        ProbeEnd::Error => (Some(ProbeFailure::Error), false, 0),
+        ProbeEnd::Invalid => (Some(ProbeFailure::InvalidResponse), false, 0),
+        ProbeEnd::Tls => (None, true, 0),
     };
-    if class_of(&own).is_some_and(|c| failures.contains(c)) {
-        return own;
-    }
-    // The probe failed, but its own class does not count: report it as one that does.
-    let stand_in = STAND_INS
-        .iter()
-        .copied()
-        .chain((500..=599).map(FailureClass::Http5xx))
-        .find(|&c| failures.contains(c))
-        .unwrap_or(FailureClass::Error);
-    let with = |a: Attempt| Attempt { response_ms, ..a };
-    with(match stand_in {
-        FailureClass::Error => Attempt::ended(Ending::Error, 0),
-        FailureClass::Timeout => Attempt::ended(Ending::Timeout, 0),
-        FailureClass::InvalidHeader => Attempt::ended(Ending::InvalidHeader, 0),
-        FailureClass::Http5xx(code) => Attempt::http(code, 0),
-        FailureClass::Http429 => Attempt::http(429, 0),
-        FailureClass::Http503RetryAfter => Attempt {
-            retry_after_s: Some(own.retry_after_s.unwrap_or(0)),
-            ..Attempt::http(503, 0)
-        },
-    })
-}
-
-/// Classes tried, in order, to report a failed probe whose own class does not count.
-const STAND_INS: [FailureClass; 5] = [
-    FailureClass::Error,
-    FailureClass::Timeout,
-    FailureClass::InvalidHeader,
-    FailureClass::Http429,
-    FailureClass::Http503RetryAfter,
-];
-
-fn class_of(a: &Attempt) -> Option<FailureClass> {
-    match a.ending {
-        Ending::Error => Some(FailureClass::Error),
-        Ending::Timeout => Some(FailureClass::Timeout),
-        Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
-        Ending::Response => match a.status {
-            503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
-            500..=599 => Some(FailureClass::Http5xx(a.status)),
-            429 => Some(FailureClass::Http429),
-            _ => None,
-        },
-        Ending::Tls | Ending::NoVerdict => None,
+    ProbeResult {
+        failure,
+        tls,
+        retry_after_s,
+        response_ms,
     }
 }
 
@@ -223,7 +170,6 @@ impl Scheme {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::breaker::{classify, BreakerConfig};
 
     fn spec() -> ProbeSpec {
         ProbeSpec {
@@ -234,14 +180,10 @@ mod tests {
         }
     }
 
-    fn failed(spec: &ProbeSpec, failures: FailureSet, end: ProbeEnd) -> bool {
-        let cfg = BreakerConfig {
-            failures,
-            ..BreakerConfig::default()
-        };
-        let v = classify(&attempt(spec, failures, end, 5), &cfg);
-        assert!(v.counted);
-        v.failure
+    fn failed(spec: &ProbeSpec, end: ProbeEnd) -> bool {
+        let r = result(spec, end, 5);
+        assert!(!r.tls);
+        r.failure.is_some()
     }
 
     #[test]
@@ -301,58 +243,32 @@ mod tests {
     #[test]
     fn a_probe_is_healthy_by_probe_status_only() {
         let s = spec();
-        let d = FailureSet::DEFAULT;
         let resp = |status| ProbeEnd::Response {
             status,
             retry_after_s: None,
         };
-        assert!(!failed(&s, d, resp(200)));
-        assert!(!failed(&s, d, resp(302)));
+        assert!(!failed(&s, resp(200)));
+        assert!(!failed(&s, resp(302)));
         assert!(
-            failed(&s, d, resp(404)),
+            failed(&s, resp(404)),
             "404 is no failure class, but unhealthy"
         );
-        assert!(failed(&s, d, resp(500)));
-        assert!(failed(&s, d, resp(429)));
-        assert!(failed(&s, d, ProbeEnd::Timeout));
-        assert!(failed(&s, d, ProbeEnd::Error));
-        assert!(failed(&s, d, ProbeEnd::Invalid));
+        assert!(failed(&s, resp(500)));
+        assert!(failed(&s, resp(429)));
+        assert!(failed(&s, ProbeEnd::Timeout));
+        assert!(failed(&s, ProbeEnd::Error));
+        assert!(failed(&s, ProbeEnd::Invalid));
         let lenient = ProbeSpec {
             statuses: vec![(200, 599)],
             ..spec()
         };
         assert!(
-            !failed(&lenient, d, resp(503)),
+            !failed(&lenient, resp(503)),
             "healthy by the operator's word"
         );
-        assert_eq!(attempt(&lenient, d, resp(503), 7), Attempt::http(200, 7));
-    }
-
-    #[test]
-    fn a_failed_probe_fails_whatever_circuit_breaker_failure_lists() {
-        let s = spec();
-        let mut only_503 = FailureSet::EMPTY;
-        only_503.insert(FailureClass::Http5xx(503));
-        for end in [
-            ProbeEnd::Timeout,
-            ProbeEnd::Error,
-            ProbeEnd::Invalid,
-            ProbeEnd::Response {
-                status: 404,
-                retry_after_s: None,
-            },
-        ] {
-            assert!(failed(&s, only_503, end), "{end:?}");
-            assert_eq!(attempt(&s, only_503, end, 9).response_ms, 9, "{end:?}");
-        }
-        let mut only_ra = FailureSet::EMPTY;
-        only_ra.insert(FailureClass::Http503RetryAfter);
-        assert!(failed(&s, only_ra, ProbeEnd::Error));
-        let mut timeouts = FailureSet::EMPTY;
-        timeouts.insert(FailureClass::Timeout);
         assert_eq!(
-            attempt(&s, timeouts, ProbeEnd::Error, 3),
-            Attempt::ended(Ending::Timeout, 3)
+            result(&s, resp(404), 9).failure,
+            Some(ProbeFailure::Status(404))
         );
     }
 
@@ -362,32 +278,30 @@ mod tests {
             status: 503,
             retry_after_s: Some(30),
         };
-        let mut with_ra = FailureSet::DEFAULT;
-        with_ra.insert(FailureClass::Http503RetryAfter);
-        let a = attempt(&spec(), with_ra, busy, 42);
+        let r = result(&spec(), busy, 42);
         assert_eq!(
-            (a.status, a.retry_after_s, a.response_ms),
-            (503, Some(30), 42)
+            (r.failure, r.retry_after_s, r.response_ms),
+            (Some(ProbeFailure::Status(503)), 30, 42)
         );
-        // By default a 503 with Retry-After is no failure class: the probe still fails.
-        assert!(failed(&spec(), FailureSet::DEFAULT, busy));
-        let ok = attempt(
+        let ok = result(
             &spec(),
-            FailureSet::DEFAULT,
             ProbeEnd::Response {
                 status: 200,
                 retry_after_s: None,
             },
             900,
         );
-        assert_eq!(ok.response_ms, 900, "probe_latency judges it");
+        assert_eq!(
+            (ok.failure, ok.response_ms),
+            (None, 900),
+            "probe_latency judges it"
+        );
     }
 
     #[test]
     fn a_tls_failure_is_no_verdict_on_the_origin() {
-        let cfg = BreakerConfig::default();
-        let v = classify(&attempt(&spec(), cfg.failures, ProbeEnd::Tls, 5), &cfg);
-        assert!(v.tls && !v.failure);
+        let r = result(&spec(), ProbeEnd::Tls, 5);
+        assert!(r.tls && r.failure.is_none());
     }
 
     #[test]

@@ -234,7 +234,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
         }
         return None;
     };
-    let attempt = probe::attempt(&t.up.spec, t.up.failures, end, now.saturating_sub(started));
+    let result = probe::result(&t.up.spec, end, now.saturating_sub(started));
     // Recorded with the ticket: nothing is left for `held` to give back.
     let ticket = held.ticket.take()?;
     let zone = held.zone.clone();
@@ -242,10 +242,10 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     let recorded = {
         let mut locked = zone.lock();
         let mut b = locked.get(t.handle.get(), t.key_hash)?;
-        b.record(now, rnd(), ticket, &attempt, true)
+        b.record_probe(now, rnd(), ticket, &result)
     };
     let log = ngx_cycle_log().as_ptr();
-    if let Some(why) = sent.failure(&t.up.spec, attempt.response_ms, t.up.latency_ms) {
+    if let Some(why) = sent.failure(&t.up.spec, result.response_ms, t.up.latency_ms) {
         // A TLS failure is no verdict on the origin and keeps the breaker open: said once at
         // `error` (until the next answer), as the user path does; other failures at `info`.
         let tls = end == probe::ProbeEnd::Tls;

@@ -4,7 +4,6 @@
 use core::cell::Cell;
 use std::rc::Rc;
 
-use circuit_breaker_core::breaker::FailureSet;
 use circuit_breaker_core::directive::ProbeSpec;
 use circuit_breaker_core::probe::{next_server, Scheme};
 use nginx_sys::{ngx_http_upstream_srv_conf_t, NGX_LOG_WARN};
@@ -25,7 +24,6 @@ pub struct Upstream {
     pub spec: ProbeSpec,
     /// `probe_host`, or the upstream's name as `proxy_pass http://name` sends it.
     pub host: String,
-    pub failures: FailureSet,
     pub interval_ms: u32,
     /// `probe_latency` (0: off), to say why a probe failed.
     pub latency_ms: u32,
@@ -126,7 +124,6 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
             uscf: s.uscf,
             spec: spec.clone(),
             host: spec.host.clone().unwrap_or_else(|| s.name.clone()),
-            failures: cfg.failures,
             interval_ms: cfg.probe_interval_ms,
             latency_ms: cfg.probe_latency_ms,
             #[cfg(ngx_ssl)]
