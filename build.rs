@@ -3,8 +3,8 @@
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(ngx_ssl)");
     println!("cargo::rustc-check-cfg=cfg(ngx_http_cache)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_http_upstream_zone)");
     println!("cargo::rustc-check-cfg=cfg(ngx_table_elt_next)");
-    println!("cargo::rustc-check-cfg=cfg(ngx_upstream_zone)");
     println!("cargo::rustc-check-cfg=cfg(ngx_zone_peers_config)");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_FEATURES");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
@@ -26,7 +26,7 @@ fn main() {
         match f {
             "http_ssl" => println!("cargo::rustc-cfg=ngx_ssl"),
             "http_cache" => println!("cargo::rustc-cfg=ngx_http_cache"),
-            "http_upstream_zone" => println!("cargo::rustc-cfg=ngx_upstream_zone"),
+            "http_upstream_zone" => println!("cargo::rustc-cfg=ngx_http_upstream_zone"),
             _ => {}
         }
     }

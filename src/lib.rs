@@ -10,6 +10,7 @@ mod ffi;
 mod fleet;
 mod limit;
 pub mod net;
+mod probe;
 mod request;
 mod respond;
 mod status;
@@ -195,6 +196,17 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
+/// `init_process`: worker 0 starts the fleet exchange, and every worker the active prober.
+unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    // SAFETY: nginx passes the worker's cycle, which the fleet's hook takes as it is.
+    let rc = unsafe { fleet::init_process(cycle) };
+    guard(NGX_OK as ngx_int_t, || {
+        // SAFETY: as above.
+        probe::start(unsafe { &*cycle });
+        rc
+    })
+}
+
 ngx::ngx_modules!(ngx_http_circuit_breaker_module);
 
 /// The module nginx loads (exported by name: `conf::Module` refers to it).
@@ -207,6 +219,6 @@ pub static mut ngx_http_circuit_breaker_module: ngx_module_t = ngx_module_t {
     commands: unsafe { addr_of_mut!(NGX_HTTP_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as _,
     init_module: Some(init_module),
-    init_process: Some(fleet::init_process),
+    init_process: Some(init_process),
     ..ngx_module_t::default()
 };

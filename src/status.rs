@@ -119,6 +119,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
                 return;
             }
             entries.push(Entry {
+                probe_uri: probe_uri(mcf, &u),
                 fingerprint: fingerprint_of(mcf, &u),
                 upstream: u.into_owned(),
                 route: rt.into_owned(),
@@ -157,6 +158,12 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         let body = status::render_json(&zview, &entries);
         send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, &query)
     }
+}
+
+/// What active probes of `upstream`'s breakers request, if it has `probe_uri`.
+fn probe_uri(mcf: &MainConf, upstream: &str) -> Option<String> {
+    let probe = mcf.upstream(upstream)?.probe.as_ref()?;
+    Some(probe.uri.clone())
 }
 
 /// The breaker's fingerprint, shown only when the instance is in a fleet.
@@ -309,6 +316,7 @@ fn control_breaker(
         view,
         servers: Vec::new(),
         retry: None,
+        probe_uri: probe_uri(mcf, upstream),
         limit,
     };
     if format == Format::Prometheus {
@@ -397,6 +405,7 @@ fn control_server(
             view,
         }],
         retry,
+        probe_uri: probe_uri(mcf, upstream),
         fingerprint: fingerprint_of(mcf, upstream),
         limit,
     };

@@ -101,7 +101,7 @@ sub server_state {
 	return $s ? $s->{state} : 'none';
 }
 
-CB::Origin::mode($bad, 'status=500');
+CB::Origin::behave($bad, '* status=500');
 
 my $k = 0;
 
@@ -142,7 +142,7 @@ for (@ups) {
 
 # the bad server answers again: one probe after 1s returns it everywhere
 
-CB::Origin::mode($bad, '');
+CB::Origin::behave($bad);
 sleep 1.1;
 
 for (@ups) {

@@ -150,9 +150,9 @@ EOF
 my %hits;
 @hits{8081, 8082, 8084, 8085, 8086} = start($t, 8081, 8082, 8084, 8085, 8086);
 $hits{8083} = $t->testdir() . '/origin-8083.hits';
-CB::Origin::mode($hits{8082}, 'status=500');
-CB::Origin::mode($hits{8084}, 'hang=1');
-CB::Origin::mode($hits{8085}, 'status=500');
+CB::Origin::behave($hits{8082}, '* status=500');
+CB::Origin::behave($hits{8084}, '* hang=1');
+CB::Origin::behave($hits{8085}, '* status=500');
 
 ###############################################################################
 
@@ -268,8 +268,8 @@ is(CB::Origin::hits($hits{8082}, qr!^/kept/!), $kept,
 
 $t->run_daemon(\&CB::Origin::run, port(8083), $hits{8083});
 $t->waitforsocket('127.0.0.1:' . port(8083));
-CB::Origin::mode($hits{8084}, '');
-CB::Origin::mode($hits{8082}, '');
+CB::Origin::behave($hits{8084});
+CB::Origin::behave($hits{8082});
 sleep 1.1;
 
 for my $name (qw/ refused refusedz hang hangz backup backupz dry /) {

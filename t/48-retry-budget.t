@@ -74,8 +74,8 @@ EOF
 
 my %hits;
 @hits{8081 .. 8085} = start($t, 8081 .. 8085);
-CB::Origin::mode($hits{8082}, 'status=500');
-CB::Origin::mode($hits{8085}, 'status=500');
+CB::Origin::behave($hits{8082}, '* status=500');
+CB::Origin::behave($hits{8085}, '* status=500');
 
 ###############################################################################
 
@@ -111,8 +111,8 @@ is(CB::Origin::hits($hits{8082}, qr!^/failing/!)
 # budget: while every server fails, retries stay within 20% of first
 # attempts (no floor here)
 
-CB::Origin::mode($hits{8083}, 'status=500');
-CB::Origin::mode($hits{8084}, 'status=500');
+CB::Origin::behave($hits{8083}, '* status=500');
+CB::Origin::behave($hits{8084}, '* status=500');
 
 @s = map { status(http_get("/budget/x")) } 1 .. 50;
 my $origin = CB::Origin::hits($hits{8083}) + CB::Origin::hits($hits{8084});
@@ -124,12 +124,12 @@ is(join(' ', @{$b->{retries}}{qw/ total denied /}), '10 40',
 
 # the origin recovers: with more first attempts, retries are allowed again
 
-CB::Origin::mode($hits{8083}, '');
-CB::Origin::mode($hits{8084}, '');
+CB::Origin::behave($hits{8083});
+CB::Origin::behave($hits{8084});
 @s = map { status(http_get("/budget/x")) } 1 .. 50;
 is(join(' ', grep { $_ != 200 } @s), '', 'budget: recovered');
 
-CB::Origin::mode($hits{8083}, 'status=500');
+CB::Origin::behave($hits{8083}, '* status=500');
 my $bad = CB::Origin::hits($hits{8083});
 @s = map { status(http_get("/budget/x")) } 1 .. 10;
 $bad = CB::Origin::hits($hits{8083}) - $bad;

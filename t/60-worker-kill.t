@@ -44,7 +44,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
-use CB::Nginx qw/ conf start workers /;
+use CB::Nginx qw/ conf start workers workers_up /;
 use CB::Proc qw/ cmdline /;
 use CB::Origin;
 
@@ -204,7 +204,7 @@ sub request {
 	return ($status, $took, $pid, $state, $origin);
 }
 
-my @original = workers($t);
+my @original = workers_up($t, 4);
 is(scalar @original, 4, 'four workers');
 
 ###############################################################################

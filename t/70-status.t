@@ -105,6 +105,8 @@ my %breaker_fields = (
 	window => 'hash', latency_ms => 'hash', cooldown_ms => 'int',
 	consecutive_probe_successes => 'int', totals => 'hash',
 	last_transition => 'string',
+	# recovery, beyond the SPEC
+	probes_needed => 'int', ramp_share => 'float', probe_uri => 'string?',
 );
 my %window_fields = (
 	seconds => 'int', requests => 'int', failures => 'int', slow => 'int',
@@ -113,7 +115,7 @@ my %window_fields = (
 my %latency_fields = (p50 => 'int?', p95 => 'int?', p99 => 'int?');
 my %totals_fields = map { $_ => 'int' }
 	qw/ requests failures short_circuited probes tls_errors
-		retry_after_503 opened half_opened closed /;
+		retry_after_503 opened half_opened closed ramp_shed /;
 my %zone_fields = (
 	zone => 'string', size => 'int', used => 'int', alloc_failures => 'int',
 	module_version => 'string', breakers => 'array',

@@ -26,6 +26,7 @@ fn entries(n: usize) -> Vec<Entry> {
                 view: br.view(now + 8_000),
                 servers: Vec::new(),
                 retry: None,
+                probe_uri: None,
                 fingerprint: None,
                 limit: None,
             }

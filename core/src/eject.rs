@@ -31,9 +31,13 @@ use crate::snapshot::State;
 /// ejection time (`time` the first cooldown, `max_time` its cap), `probes=1` (a server that
 /// answers again is let back in by one good probe after a hard failure), `repeat_backoff`
 /// (a flapping server stays out longer each time), no recovery ramp (a server is in or out),
-/// and no fleet suspicion (peers judge origins, not one instance's view of a server).
+/// and no fleet suspicion (peers judge origins, not one instance's view of a server). An
+/// ejected server is probed by one user request even when the upstream has `probe_uri`
+/// (`active` off): the prober probes the upstream's breakers, and skips the servers that
+/// are out; a prober of servers sets `active` and drives [`Breaker::active_probe`].
 pub fn server_config(upstream: &BreakerConfig, spec: &EjectSpec) -> BreakerConfig {
     BreakerConfig {
+        active: false,
         min_requests: spec.min_requests.max(1),
         failure_rate: spec.failure_rate.unwrap_or(upstream.failure_rate),
         slow_rate: spec.slow_rate.unwrap_or(upstream.slow_rate),
@@ -188,6 +192,7 @@ mod tests {
         let up = BreakerConfig {
             slow_ms: 800,
             slow_rate: 4000,
+            active: true,
             ..upstream()
         };
         let c = server_config(&up, &EjectSpec::default());
@@ -197,6 +202,7 @@ mod tests {
         );
         assert_eq!((c.open_ms, c.max_open_ms, c.probes), (10_000, 300_000, 1));
         assert!(c.repeat_backoff && c.ramp_ms == 0);
+        assert!(!c.active, "a user request probes an ejected server");
         assert_eq!((c.window_s, c.failures, c.jitter), (10, up.failures, 0));
         let own = server_config(
             &up,

@@ -4,6 +4,7 @@ pub mod directive;
 pub mod eject;
 pub mod fleet;
 pub mod limit;
+pub mod probe;
 pub mod retry_budget;
 pub mod snapshot;
 pub mod status;

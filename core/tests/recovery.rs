@@ -490,3 +490,48 @@ fn active_probes_close_into_the_ramp() {
     assert_eq!(t.detail.as_deref(), Some("ramp from 25% over 20s"));
     assert_eq!(s.view().ramp_share, 2500);
 }
+
+#[test]
+fn an_active_probe_is_judged_by_its_own_verdict_not_the_failure_classes() {
+    use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult};
+    // Failure classes that a 404 is not in: the probe still fails, and a good answer closes.
+    let mut s = Story::new(BreakerConfig {
+        active: true,
+        probes: 1,
+        probe_interval_ms: 1000,
+        ..cfg()
+    });
+    s.trip();
+    s.wait(1000);
+    let now = s.now;
+    let t =
+        s.b.breaker()
+            .active_probe(now, 0, 1, &|_| true)
+            .expect("a probe is due");
+    let failed = ProbeResult {
+        failure: Some(ProbeFailure::Status(404)),
+        tls: false,
+        retry_after_s: 5,
+        response_ms: 10,
+    };
+    let r = s.b.breaker().record_probe(now, 0, t, &failed);
+    assert_eq!(r.state, State::Open);
+    assert_eq!(s.view().consecutive_probe_successes, 0);
+    assert!(
+        s.view().retry_at_ms.unwrap() >= now + 5000,
+        "the origin's Retry-After delays the next probe"
+    );
+    s.wait(5000);
+    let now = s.now;
+    let t =
+        s.b.breaker()
+            .active_probe(now, 0, 1, &|_| true)
+            .expect("due again");
+    let good = ProbeResult {
+        failure: None,
+        ..failed
+    };
+    let r = s.b.breaker().record_probe(now, 0, t, &good);
+    assert_eq!(r.state, State::Closed);
+    assert_eq!(r.transition.map(|t| t.reason), Some("1 good probe".into()));
+}

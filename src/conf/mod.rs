@@ -16,8 +16,8 @@ use circuit_breaker_core::fleet::FleetSpec;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use nginx_sys::{
-    ngx_flag_t, ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_shm_zone_t,
-    NGX_CONF_UNSET,
+    ngx_flag_t, ngx_http_upstream_conf_t, ngx_http_upstream_init_peer_pt,
+    ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, NGX_CONF_UNSET,
 };
 use ngx::http::{
     HttpModule, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Merge,
@@ -85,6 +85,14 @@ pub struct MainConf {
     /// `ctx_index` of the content modules whose location conf starts with an
     /// `ngx_http_upstream_conf_t` (proxy, grpc, fastcgi, uwsgi, scgi, memcached).
     pub(crate) upstream_modules: Vec<usize>,
+    /// `ctx_index` of the proxy module, and the upstream conf of every location it passes to
+    /// a fixed upstream (`(upstream srv conf, upstream conf)`): active probes take their TLS
+    /// settings from them.
+    pub(crate) proxy_module: Option<usize>,
+    pub proxied: Vec<(
+        *mut ngx_http_upstream_srv_conf_t,
+        *mut ngx_http_upstream_conf_t,
+    )>,
     /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
     /// (registered by `crate::fleet` once the http block is parsed).
     pub fleet: Option<FleetSpec>,
@@ -104,6 +112,8 @@ impl Default for MainConf {
             dynamic_routes: Vec::new(),
             generation: 0,
             upstream_modules: Vec::new(),
+            proxy_module: None,
+            proxied: Vec::new(),
             fleet: None,
             fleet_zone: null_mut(),
         }
@@ -150,6 +160,8 @@ pub struct SrvConf {
     pub name_hash: u64,
     /// The balancer's `peer.init`, which ours wraps.
     pub original_init: ngx_http_upstream_init_peer_pt,
+    /// The upstream block itself (its servers are what active probes reach).
+    pub uscf: *mut ngx_http_upstream_srv_conf_t,
     pub main: *const MainConf,
     /// Routes whose locations pass to this upstream, in configuration order.
     pub routes: Vec<String>,

@@ -55,6 +55,9 @@ pub unsafe fn find_upstream_modules(cf: *mut ngx_conf_t) -> ngx_int_t {
         if UPSTREAM_MODULES.contains(&name) {
             mcf.upstream_modules.push(m.ctx_index);
         }
+        if name == UPSTREAM_MODULES[0] {
+            mcf.proxy_module = Some(m.ctx_index);
+        }
     }
     NGX_OK as ngx_int_t
 }
@@ -110,6 +113,10 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         };
         if ucf.upstream.is_null() {
             continue;
+        }
+        if mcf.proxy_module == Some(index) {
+            mcf.proxied
+                .push((ucf.upstream, core::ptr::from_ref(ucf).cast_mut()));
         }
         several |= fixed.is_some();
         fixed = Some(ucf);
@@ -211,6 +218,7 @@ pub unsafe fn collect_upstreams(
             continue;
         }
         scf.original_init = uscf.peer.init;
+        scf.uscf = &mut *uscf as *mut _;
         uscf.peer.init = wrap;
         scf.main = mcf;
         let key = uscf as *mut ngx_http_upstream_srv_conf_t as usize;

@@ -14,8 +14,10 @@
 //!   left alone.
 //! - **Probes.** Once an ejected server's cooldown ends, one request of the whole instance
 //!   is sent to it ([`claim_probe`]): the wrapped `peer.get` answers with that server's
-//!   address instead of asking the balancer. With active probes (`probe_uri`) no request is
-//!   ever sent to an ejected server; [`probes_due`] and [`record_probe`] are for the prober.
+//!   address instead of asking the balancer, also when the upstream has `probe_uri` (its
+//!   prober probes the upstream's breakers and skips servers that are `down`). For a prober
+//!   of servers, [`probes_due`] and [`record_probe`] claim and report active probes of the
+//!   servers whose breakers have `active` set (`eject::server_config` leaves it off today).
 
 mod peers;
 
@@ -437,7 +439,8 @@ pub fn servers(scf: &SrvConf) -> impl Iterator<Item = (&str, bool)> {
         .flat_map(|p| p.servers.iter().map(|s| (s.name.as_str(), s.backup)))
 }
 
-/// For active probes (`probe_uri`): the ejected servers of `scf` whose probe is due at `now`,
+/// For active probes of servers (breakers with `active`): the ejected servers of `scf` whose
+/// probe is due at `now`,
 /// each claimed for the caller — send one probe to each address and report it with
 /// [`record_probe`] and the ticket (or give it back with [`release`]).
 pub fn probes_due(zone: &Zone, scf: &SrvConf, now: u64) -> Vec<(u16, String, Ticket)> {

@@ -71,7 +71,7 @@ pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> b
 ///
 /// # Safety
 /// As for [`lists`].
-#[cfg(all(ngx_upstream_zone, ngx_zone_peers_config))]
+#[cfg(all(ngx_http_upstream_zone, ngx_zone_peers_config))]
 #[inline]
 unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
@@ -84,7 +84,7 @@ unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     }
 }
 
-#[cfg(not(all(ngx_upstream_zone, ngx_zone_peers_config)))]
+#[cfg(not(all(ngx_http_upstream_zone, ngx_zone_peers_config)))]
 #[inline]
 unsafe fn config(_uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     None
@@ -94,7 +94,7 @@ unsafe fn config(_uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
 struct Write<'a>(&'a mut ngx_http_upstream_rr_peers_t);
 
 impl<'a> Write<'a> {
-    #[cfg(ngx_upstream_zone)]
+    #[cfg(ngx_http_upstream_zone)]
     fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
         if !list.shpool.is_null() {
             // SAFETY: the list's own lock in the upstream zone, as nginx's macro takes it.
@@ -103,7 +103,7 @@ impl<'a> Write<'a> {
         Write(list)
     }
 
-    #[cfg(not(ngx_upstream_zone))]
+    #[cfg(not(ngx_http_upstream_zone))]
     fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
         Write(list)
     }
@@ -111,7 +111,7 @@ impl<'a> Write<'a> {
 
 impl Drop for Write<'_> {
     fn drop(&mut self) {
-        #[cfg(ngx_upstream_zone)]
+        #[cfg(ngx_http_upstream_zone)]
         if !self.0.shpool.is_null() {
             // SAFETY: taken in `lock`.
             unsafe { nginx_sys::ngx_rwlock_unlock(&mut self.0.rwlock) };

@@ -211,6 +211,13 @@ impl Zone {
         Some(admission)
     }
 
+    /// The gate the breaker `handle` names last published, read without the lock and without
+    /// counting anything (the prober's look), or `None` when the handle no longer names
+    /// `key_hash`'s breaker or a writer was publishing.
+    pub fn gate(&self, handle: Handle, key_hash: u64) -> Option<Gate> {
+        self.slot(handle.slot)?.read_gate(handle.ident, key_hash)
+    }
+
     /// Records a success of the breaker `handle` names — a counted attempt of a normal request
     /// that neither failed nor was slow, `ms` long — without the lock, if the breaker allows
     /// it now (see [`pending`]); false when the caller must record it under the lock.

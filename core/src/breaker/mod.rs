@@ -18,6 +18,6 @@ pub use owned::OwnedBreaker;
 pub use ramp::RAMP_RETRY_AFTER_MS;
 pub use state::{
     jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
-    Recorded, Ticket, Transition, PROBE_LEASE_MS,
+    ProbeFailure, ProbeResult, Recorded, Ticket, Transition, PROBE_LEASE_MS,
 };
 pub use window::Bucket;

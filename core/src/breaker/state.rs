@@ -352,6 +352,43 @@ impl Gate {
     }
 }
 
+/// Why an active probe failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeFailure {
+    /// It answered with a status outside `probe_status`.
+    Status(u16),
+    /// No answer within `probe_timeout`.
+    Timeout,
+    /// Refused, reset, closed early, unreachable.
+    Error,
+    /// Not an HTTP/1.x response head.
+    InvalidResponse,
+}
+
+impl core::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ProbeFailure::Status(s) => write!(f, "status {s}"),
+            ProbeFailure::Timeout => f.write_str("timeout"),
+            ProbeFailure::Error => f.write_str("error"),
+            ProbeFailure::InvalidResponse => f.write_str("invalid response"),
+        }
+    }
+}
+
+/// What an active probe found (see [`Breaker::record_probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeResult {
+    /// Why it failed; `None`: healthy (a `probe_status` answer).
+    pub failure: Option<ProbeFailure>,
+    /// A TLS handshake or certificate failure: no verdict on the origin.
+    pub tls: bool,
+    /// The answer's `Retry-After`, in seconds (0 without one).
+    pub retry_after_s: u32,
+    /// How long it took.
+    pub response_ms: u64,
+}
+
 /// An operator action from the control endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -827,11 +864,27 @@ impl<'a> Breaker<'a> {
         v: &Verdict,
         a: &Attempt,
     ) -> Option<Transition> {
+        let limit = u64::from(self.hdr.cfg.probe_latency_ms);
+        let failed = match v.class {
+            Some(class) if v.failure => Some(format!("probe failed: {}", class_name(class))),
+            _ => None,
+        };
+        let slow = (limit > 0 && a.response_ms > limit)
+            .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
+        self.probe_verdict(now, rnd, failed.or(slow), v.retry_after_s)
+    }
+
+    /// Judges the probe: `failed` says why it failed, `None` for a good one.
+    fn probe_verdict(
+        &mut self,
+        now: u64,
+        rnd: u32,
+        failed: Option<String>,
+        retry_after_s: u32,
+    ) -> Option<Transition> {
         let h = &mut *self.hdr;
         h.probe_busy = 0;
-        let limit = u64::from(h.cfg.probe_latency_ms);
-        let too_slow = limit > 0 && a.response_ms > limit;
-        if !v.failure && !too_slow {
+        let Some(text) = failed else {
             h.consecutive = h.consecutive.saturating_add(1);
             h.flags |= GOOD_SEEN;
             let needed = h.needed.max(1);
@@ -844,7 +897,7 @@ impl<'a> Breaker<'a> {
                 format!("{needed} good probes")
             };
             return Some(self.close_now(now, text, true));
-        }
+        };
         if h.flags & GOOD_SEEN != 0 {
             h.needed = judge::relapse(h.needed.max(1), h.soft_needed.max(1));
         }
@@ -853,19 +906,55 @@ impl<'a> Breaker<'a> {
         if h.cfg.active {
             // Stays open; the next probe is one spacing away (set when this one was granted),
             // or later if the origin asked for it.
-            let floor = now.saturating_add((u64::from(v.retry_after_s) * 1000).min(max));
+            let floor = now.saturating_add((u64::from(retry_after_s) * 1000).min(max));
             h.next_probe_at_ms = h.next_probe_at_ms.max(floor);
             h.retry_at_ms = h.next_probe_at_ms;
             return None;
         }
         h.base_cooldown_ms = h.base_cooldown_ms.saturating_mul(2).min(max);
-        let text = match v.class {
-            Some(class) if v.failure => format!("probe failed: {}", class_name(class)),
-            _ => format!("probe too slow: {}ms > {}ms", a.response_ms, limit),
-        };
-        Some(self.open_now(now, rnd, text, v.retry_after_s))
+        Some(self.open_now(now, rnd, text, retry_after_s))
     }
 
+    /// Records the outcome of an active probe sent with `ticket`. An active probe is judged
+    /// by what the operator said healthy means (`probe_status`), not by the failure classes
+    /// that judge user requests; an origin's `Retry-After` delays the next probe, and a probe
+    /// slower than `probe_latency` fails too. A TLS failure is no verdict on the origin:
+    /// counted apart, the slot freed.
+    pub fn record_probe(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        ticket: Ticket,
+        probe: &ProbeResult,
+    ) -> Recorded {
+        let now = self.clock(now_ms);
+        let held = self.holds_probe(ticket);
+        let t = &mut self.hdr.totals;
+        let transition = if probe.tls {
+            t.tls_errors = t.tls_errors.saturating_add(1);
+            if held {
+                self.hdr.probe_busy = 0;
+            }
+            None
+        } else if held {
+            let limit = u64::from(self.hdr.cfg.probe_latency_ms);
+            let failed = match probe.failure {
+                Some(why) => Some(format!("probe failed: {why}")),
+                None if limit > 0 && probe.response_ms > limit => Some(format!(
+                    "probe too slow: {}ms > {}ms",
+                    probe.response_ms, limit
+                )),
+                None => None,
+            };
+            self.probe_verdict(now, rnd, failed, probe.retry_after_s)
+        } else {
+            None
+        };
+        Recorded {
+            transition,
+            state: self.hdr.state(),
+        }
+    }
     fn set_state(&mut self, now: u64, to: u8, reason: &str) -> State {
         let h = &mut *self.hdr;
         let from = h.state();

@@ -74,6 +74,9 @@ pub struct Entry {
     pub servers: Vec<ServerEntry>,
     /// An upstream's own breaker: the upstream's retry budget, when it has one.
     pub retry: Option<RetryBudgetView>,
+    /// Recovery (`probe_uri`): the path and query active probes request while the breaker is
+    /// open; `None` for a breaker that probes with user requests.
+    pub probe_uri: Option<String>,
     /// The breaker's configuration fingerprint (`crate::fleet::Fingerprint`) when the
     /// instance is in a fleet: then the breaker object also shows it, and whether peers make
     /// the breaker suspicious.
@@ -155,13 +158,20 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `{"upstream","route","state","state_code","dry_run","forced","since","retry_at",
 /// "window":{"seconds","requests","failures","slow","failure_rate","slow_rate"},
 /// "latency_ms":{"p50","p95","p99"},"cooldown_ms","consecutive_probe_successes",
+/// "probes_needed","ramp_share","probe_uri",
 /// "totals":{"requests","failures","short_circuited","probes","tls_errors","retry_after_503",
-/// "opened","half_opened","closed"},"last_transition"}`.
+/// "opened","half_opened","closed","ramp_shed"},"last_transition"}`.
 ///
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
 /// 4 decimals; latency percentiles are `null` without samples, and so are the limit's
 /// latencies before its first update (to the microsecond otherwise).
+///
+/// Recovery adds to the SPEC's object: `probes_needed` (good probes in a row that close it, 0
+/// when closed), `ramp_share` (the share of requests let through, 0..1 with 4 decimals: below
+/// 1 while a recovery ramp runs), `probe_uri` (what active probes request, `null` without
+/// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
+/// `short_circuited`).
 ///
 /// An upstream's own breaker adds, after `last_transition`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
@@ -200,6 +210,8 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
 /// | `cooldown_seconds` | gauge | current cooldown |
 /// | `consecutive_probe_successes` | gauge | good probes in a row |
+/// | `probes_needed` | gauge | good probes in a row that close the breaker (0 when closed) |
+/// | `ramp_share` | gauge | share of requests let through, 0..1 (below 1 while a recovery ramp runs) |
 /// | `window_seconds`, `window_requests`, `window_failures`, `window_slow` | gauge | the live window |
 /// | `failure_rate`, `slow_rate` | gauge | window ratios, rounded to 4 decimals |
 /// | `latency_seconds{percentile="50"\|"95"\|"99"}` | gauge | window percentiles (absent without samples) |
@@ -211,6 +223,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `server_cooldown_seconds` | gauge | the server's current ejection time |
 /// | `server_window_requests`, `server_window_failures`, `server_failure_rate` | gauge | the server's window |
 /// | `server_requests_total`, `server_failures_total`, `server_ejections_total`, `server_returns_total` | counter | the server's totals |
+/// | `ramp_shed_total` | counter | requests a recovery ramp turned away |
 /// | `limit`, `in_flight` | gauge | the adaptive limit and the requests holding a slot (breakers with `limit=adaptive` only) |
 /// | `limit_min_latency_seconds`, `limit_latency_seconds` | gauge | the minimum latency the limit works from, and the last interval's mean (absent before the first update) |
 /// | `limited_total` | counter | requests shed by the limit (in dry run: that would have been) |
@@ -239,10 +252,11 @@ fn json_size_hint(entry: &Entry) -> usize {
         .map(|s| 420 + s.address.len() + s.view.last_transition.len())
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
-    560 + limit
+    640 + limit
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
+        + entry.probe_uri.as_ref().map_or(0, String::len)
         + servers
 }
 
@@ -277,6 +291,11 @@ enum Num {
 /// Unix milliseconds as seconds.
 fn secs(ms: u64) -> Num {
     Num::Scaled(ms, 3)
+}
+
+/// A share in hundredths of a percent (10 000 is all) as a ratio with 4 decimals.
+fn share(hundredths_of_percent: u32) -> Num {
+    Num::Scaled(u64::from(hundredths_of_percent.min(10_000)), 4)
 }
 
 /// A ratio rounded to 4 decimals.
@@ -373,6 +392,15 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         b",\"consecutive_probe_successes\":",
         u64::from(v.consecutive_probe_successes),
     );
+    // Recovery: not in the SPEC's object.
+    int(out, b",\"probes_needed\":", u64::from(v.probes_needed));
+    out.extend_from_slice(b",\"ramp_share\":");
+    write_num(out, share(v.ramp_share));
+    out.extend_from_slice(b",\"probe_uri\":");
+    match &entry.probe_uri {
+        Some(uri) => json_str(out, uri),
+        None => out.extend_from_slice(b"null"),
+    }
     // The SPEC's `totals` has no `slow`: slow calls show in the window and in Prometheus.
     int(out, b",\"totals\":{\"requests\":", t.requests);
     int(out, b",\"failures\":", t.failures);
@@ -383,6 +411,8 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"opened\":", t.opened);
     int(out, b",\"half_opened\":", t.half_opened);
     int(out, b",\"closed\":", t.closed);
+    // Recovery: not in the SPEC's totals.
+    int(out, b",\"ramp_shed\":", t.ramp_shed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     if !entry.servers.is_empty() {
@@ -523,6 +553,7 @@ pub(crate) mod tests {
             },
             servers: Vec::new(),
             retry: None,
+            probe_uri: None,
             fingerprint: None,
             limit: None,
         }
@@ -554,6 +585,7 @@ pub(crate) mod tests {
             },
             servers: Vec::new(),
             retry: None,
+            probe_uri: None,
             fingerprint: None,
             limit: None,
         }
@@ -648,7 +680,7 @@ pub(crate) mod tests {
             (Some(30), Some(4))
         );
         // The breaker's own fields come first, unchanged.
-        assert_eq!(v.as_object().unwrap().len(), 16);
+        assert_eq!(v.as_object().unwrap().len(), 19);
         let mut half = pool_entry();
         half.servers[0].view.state = crate::snapshot::State::HalfOpen;
         half.retry = None;
@@ -694,12 +726,23 @@ pub(crate) mod tests {
             .map(str::trim)
             .collect::<Vec<_>>()
             .concat();
-        let expected = spec.replacen(
-            r#""alloc_failures":0,"breakers""#,
-            r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
-            1,
+        let expected = spec
+            .replacen(
+                r#""alloc_failures":0,"breakers""#,
+                r#""alloc_failures":0,"module_version":"1.2.3","breakers""#,
+                1,
+            )
+            .replacen(
+                r#""consecutive_probe_successes":0,"totals""#,
+                r#""consecutive_probe_successes":0,"probes_needed":3,"ramp_share":1.0,"probe_uri":null,"totals""#,
+                1,
+            )
+            .replacen(r#""closed":1},"#, r#""closed":1,"ramp_shed":0},"#, 1);
+        assert_eq!(
+            expected.len(),
+            spec.len() + 25 + 52 + 14,
+            "every addition made"
         );
-        assert_ne!(expected, spec);
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
     }
 
@@ -744,12 +787,16 @@ pub(crate) mod tests {
         assert_eq!(t["opened"], 3);
         assert_eq!(t["half_opened"], 2);
         assert_eq!(t["closed"], 1);
-        assert_eq!(t.as_object().unwrap().len(), 9);
+        assert_eq!(t["ramp_shed"], 0);
+        assert_eq!(t.as_object().unwrap().len(), 10);
         assert_eq!(
             b["last_transition"],
             "failure rate 55% (22/40) >= 50% in 10s"
         );
-        assert_eq!(b.as_object().unwrap().len(), 14);
+        assert_eq!(b["probes_needed"], 3);
+        assert_eq!(b["ramp_share"].as_f64(), Some(1.0));
+        assert!(b["probe_uri"].is_null());
+        assert_eq!(b.as_object().unwrap().len(), 17);
     }
 
     #[test]
@@ -794,6 +841,25 @@ pub(crate) mod tests {
         assert_eq!(v["consecutive_probe_successes"], 2);
         e.view.forced = Some(Forced::Open);
         assert_eq!(parse(&render_breaker_json(&e))["forced"], "open");
+    }
+
+    #[test]
+    fn json_recovery_fields() {
+        let mut e = closed_entry();
+        e.view.ramp_share = 1234;
+        e.view.totals.ramp_shed = 77;
+        e.probe_uri = Some("/health?deep=\"1\"".into());
+        let v = parse(&render_breaker_json(&e));
+        assert_eq!(v["probes_needed"], 0);
+        assert_eq!(v["ramp_share"].as_f64(), Some(0.1234));
+        assert_eq!(v["probe_uri"], "/health?deep=\"1\"");
+        assert_eq!(v["totals"]["ramp_shed"], 77);
+        e.view.ramp_share = 0;
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(out.contains(r#""ramp_share":0.0,"#), "{out}");
+        e.view.ramp_share = 500;
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(out.contains(r#""ramp_share":0.05,"#), "{out}");
     }
 
     #[test]
@@ -949,7 +1015,11 @@ pub(crate) mod tests {
             "{out}"
         );
         let v = parse(out.as_bytes());
-        assert_eq!(v.as_object().unwrap().len(), 15);
+        assert_eq!(
+            v.as_object().unwrap().len(),
+            15 + 3,
+            "with the recovery fields"
+        );
         let mut fresh = limited_entry();
         fresh.limit = Some(LimitStatus {
             limit: 20,

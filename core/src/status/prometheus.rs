@@ -1,6 +1,8 @@
 //! Prometheus text exposition format 0.0.4 (see [`super::render_prometheus`] for the families).
 
-use super::{latency_s, ratio, secs, write_num, Entry, LimitStatus, Num, ServerEntry, ZoneView};
+use super::{
+    latency_s, ratio, secs, share, write_num, Entry, LimitStatus, Num, ServerEntry, ZoneView,
+};
 use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
 
@@ -81,10 +83,10 @@ pub(super) fn render(zone: &ZoneView, entries: &[Entry], with_zone: bool) -> Vec
         }
     }
 
-    // Each breaker yields up to 27 samples of about 40 bytes plus its labels and value.
+    // Each breaker yields up to 30 samples of about 40 bytes plus its labels and value.
     let per_sample = labels.len() - zone_label_len + entries.len() * 56;
     let mut r = Renderer {
-        out: Vec::with_capacity(8192 + 27 * per_sample + servers.len() * 600),
+        out: Vec::with_capacity(8192 + 30 * per_sample + servers.len() * 600),
         entries,
         labels,
         ends,
@@ -177,6 +179,19 @@ impl Renderer<'_> {
             "Good probes in a row in the current half-open period.",
             |v| Some(Num::Int(u64::from(v.consecutive_probe_successes))),
         );
+        // Recovery.
+        self.family(
+            "probes_needed",
+            Gauge,
+            "Good probes in a row that close the breaker (0 when closed).",
+            |v| Some(Num::Int(u64::from(v.probes_needed))),
+        );
+        self.family(
+            "ramp_share",
+            Gauge,
+            "Share of requests let through, 0 to 1: below 1 while a recovery ramp runs.",
+            |v| Some(share(v.ramp_share)),
+        );
         self.family(
             "window_seconds",
             Gauge,
@@ -263,6 +278,13 @@ impl Renderer<'_> {
                 let t = &v.totals;
                 Some(Num::Int([t.opened, t.half_opened, t.closed][i]))
             },
+        );
+        // Recovery.
+        self.family(
+            "ramp_shed_total",
+            Counter,
+            "Requests a recovery ramp turned away (not in short_circuited_total).",
+            |v| Some(Num::Int(v.totals.ramp_shed)),
         );
 
         self.limit_family(
@@ -709,6 +731,8 @@ mod tests {
             ("retry_at_seconds", "gauge", "1764484830.5"),
             ("cooldown_seconds", "gauge", "30.0"),
             ("consecutive_probe_successes", "gauge", "0"),
+            ("probes_needed", "gauge", "3"),
+            ("ramp_share", "gauge", "1.0"),
             ("window_seconds", "gauge", "10"),
             ("window_requests", "gauge", "40"),
             ("window_failures", "gauge", "22"),
@@ -728,6 +752,7 @@ mod tests {
             ("transitions_total", "counter", r#"{to="open"} 3"#),
             ("", "", r#"{to="half_open"} 2"#),
             ("", "", r#"{to="closed"} 1"#),
+            ("ramp_shed_total", "counter", "0"),
         ];
         let mut family = "";
         for (name, kind, value) in samples {
@@ -842,7 +867,7 @@ mod tests {
         let text = render(&example_zone(), &many_entries(50));
         let (samples, types) = validate(&text);
         // Every family is present (the example breakers have latency and retry_at).
-        assert_eq!(types.len(), 5 + 22);
+        assert_eq!(types.len(), 5 + 25);
         let count = |name: &str| {
             samples
                 .iter()
@@ -872,7 +897,7 @@ mod tests {
         let (samples, types) = validate(&text);
         assert!(!text.contains("retry_at_seconds"));
         assert!(!text.contains("latency_seconds"));
-        assert_eq!(types.len(), 5 + 20);
+        assert_eq!(types.len(), 5 + 23);
         let l = labels(&[
             ("zone", "cb"),
             ("upstream", "backend"),
@@ -1029,6 +1054,25 @@ mod tests {
     }
 
     #[test]
+    fn recovery_families() {
+        let mut e = closed_entry();
+        e.view.ramp_share = 2550;
+        e.view.totals.ramp_shed = 12;
+        let text = render(&example_zone(), &[e]);
+        validate(&text);
+        let l = r#"{zone="cb",upstream="backend",route="default"}"#;
+        for line in [
+            format!("nginx_circuit_breaker_probes_needed{l} 0\n"),
+            format!("nginx_circuit_breaker_ramp_share{l} 0.255\n"),
+            format!("nginx_circuit_breaker_ramp_shed_total{l} 12\n"),
+            "# TYPE nginx_circuit_breaker_ramp_shed_total counter\n".to_string(),
+            "# TYPE nginx_circuit_breaker_ramp_share gauge\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line}");
+        }
+    }
+
+    #[test]
     fn write_num_forms() {
         use super::super::{write_num, Num};
         for (v, s) in [
@@ -1056,6 +1100,6 @@ mod tests {
         // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
         let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
-        assert_eq!(samples.len(), 5 + 10_000 * 23 + 5_000 * 4);
+        assert_eq!(samples.len(), 5 + 10_000 * 26 + 5_000 * 4);
     }
 }

@@ -26,7 +26,7 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ conf env_globals start req reload master masters workers
+our @EXPORT_OK = qw/ conf env_globals start req reload master masters workers workers_up
 	nginx_t log_size log_since log_count /;
 
 use POSIX qw//;
@@ -178,6 +178,22 @@ sub workers {
 	my $m = master($t) or return ();
 	my @w = sort { $a <=> $b }
 		grep { cmdline($_) eq 'nginx: worker process' } children($m);
+	return @w;
+}
+
+# the worker processes once N of them serve (a worker takes its title when its
+# initialisation is done, a little after nginx answers), or what there is after
+# 5 s
+
+sub workers_up {
+	my ($t, $n) = @_;
+
+	my @w;
+	for (1 .. 100) {
+		@w = workers($t);
+		last if @w >= $n;
+		sleep 0.05;
+	}
 	return @w;
 }
 

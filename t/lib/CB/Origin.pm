@@ -51,11 +51,7 @@ package CB::Origin;
 #			arrival, delay * max(1, K / C) with K counting this
 #			one (a processor-sharing server: latency grows with
 #			concurrency past C)
-#
-# A test can also set an origin's behaviour whatever the request says (to make one
-# server of a pool bad, then good again): CB::Origin::mode($hits_file, 'status=500')
-# writes "$hits_file.mode", whose parameters then override the request's;
-# CB::Origin::mode($hits_file, '') goes back to the request's own.
+#	fail=P		answer "status=500" to P percent of requests, at random
 #
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
@@ -64,6 +60,16 @@ package CB::Origin;
 # run($port, sub { my ($socket) = @_; ... }) serves every connection with that
 # code instead, for peers no HTTP origin plays (a server that resets every
 # connection, a memcached that answers SERVER_ERROR).
+#
+# Behaviour over time, without restarting the origin: the file
+# "$hits_file.mode" (see behave()), re-read for every request, holds lines
+# "PREFIX QUERY": a request whose path starts with PREFIX ("*" matches any)
+# gets QUERY's parameters on top of its own (the first matching line wins).
+# A line "refuse" makes the daemon close its listening socket, so that
+# connections are refused, until the line is gone.  Each request also
+# appends "START END PATH" (Unix seconds, when its head was read and when
+# the origin was done with it) to "$hits_file.times", to measure how many
+# were in flight at once (in_flight()).
 #
 # Only core Perl modules are used.
 
@@ -103,13 +109,10 @@ sub run {
 
 	my $test = getppid();
 
-	my $server = IO::Socket::INET->new(
-		Proto => 'tcp',
-		LocalAddr => "127.0.0.1:$port",
-		Listen => 128,
-		ReuseAddr => 1,
-	)
+	my $server = _listen($port)
 		or _fail("can't listen on 127.0.0.1:$port: $!");
+	my $mode = defined $hits_file && !ref $hits_file
+		? "$hits_file.mode" : undef;
 
 	my %kids;
 
@@ -135,7 +138,23 @@ sub run {
 	while (1) {
 		$quit->() if getppid() != $test;
 
-		next unless $sel->can_read(0.5);
+		if (defined $mode) {
+			# "refuse": no listening socket, connections are refused
+			my $refuse = _refusing($mode);
+			if ($refuse && $server) {
+				close $server;
+				undef $server;
+			} elsif (!$refuse && !$server) {
+				$server = _listen($port);
+				$sel = IO::Select->new($server) if $server;
+			}
+			if (!$server) {
+				sleep 0.02;
+				next;
+			}
+		}
+
+		next unless $sel->can_read(defined $mode ? 0.05 : 0.5);
 
 		my $client = $server->accept();
 
@@ -182,6 +201,118 @@ sub _orphan {
 	return defined $DAEMON && getppid() != $DAEMON;
 }
 
+sub _listen {
+	my ($port) = @_;
+
+	return IO::Socket::INET->new(
+		Proto => 'tcp',
+		LocalAddr => "127.0.0.1:$port",
+		Listen => 128,
+		ReuseAddr => 1,
+	);
+}
+
+###############################################################################
+
+# Sets the origin's behaviour from now on (see "Behaviour over time" above):
+#
+#	CB::Origin::behave($hits, '/health hang=1', '* status=500');
+#	CB::Origin::behave($hits, 'refuse');
+#	CB::Origin::behave($hits);		# back to the query strings alone
+
+sub behave {
+	my ($hits_file, @lines) = @_;
+
+	my $tmp = "$hits_file.mode.$$";
+	open my $fh, '>', $tmp or die "Can't write $tmp: $!\n";
+	print $fh map { "$_\n" } @lines;
+	close $fh;
+	rename $tmp, "$hits_file.mode" or die "Can't rename $tmp: $!\n";
+
+	return 1;
+}
+
+sub _mode_lines {
+	my ($mode) = @_;
+
+	open my $fh, '<', $mode or return ();
+	my @lines = grep { /\S/ } map { s/^\s+|\s+$//gr } <$fh>;
+	close $fh;
+
+	return @lines;
+}
+
+sub _refusing {
+	my ($mode) = @_;
+	return grep { $_ eq 'refuse' } _mode_lines($mode);
+}
+
+# the parameters the mode file adds to a request for PATH
+
+sub _mode_query {
+	my ($hits_file, $path) = @_;
+
+	return '' unless defined $hits_file;
+
+	for (_mode_lines("$hits_file.mode")) {
+		my ($prefix, $query) = split ' ', $_, 2;
+		next if $prefix eq 'refuse';
+		return $query // ''
+			if $prefix eq '*' || index($path, $prefix) == 0;
+	}
+
+	return '';
+}
+
+# [START, END, PATH] of each request for a path matching RE, from the times
+# file, in the order they ended
+
+sub timings {
+	my ($hits_file, $re) = @_;
+
+	open my $fh, '<', "$hits_file.times" or return ();
+	flock($fh, LOCK_SH);
+	my @r = grep { defined $_->[2] && $_->[2] =~ $re }
+		map { chomp; [ split ' ', $_, 3 ] } <$fh>;
+	close $fh;
+
+	return @r;
+}
+
+# The most requests for paths matching RE that were in flight at the origin at
+# once, from the times file.  Options: since => T (only requests that ended
+# after T), slack => S (each request counts as ending S seconds earlier: the
+# origin sees a connection close a little after the client closed it, while
+# the next request may already be on its way).
+
+sub in_flight {
+	my ($hits_file, $re, %opts) = @_;
+
+	my $slack = $opts{slack} // 0;
+
+	open my $fh, '<', "$hits_file.times" or return 0;
+	flock($fh, LOCK_SH);
+	my @iv;
+	for (<$fh>) {
+		my ($start, $end, $path) = split ' ', $_, 3;
+		next unless defined $path && $path =~ $re;
+		next if defined $opts{since} && $end < $opts{since};
+		$end -= $slack;
+		push @iv, [ $start, $end > $start ? $end : $start ];
+	}
+	close $fh;
+
+	my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+		(map { [ $_->[0], 1 ] } @iv), (map { [ $_->[1], -1 ] } @iv);
+	my ($now, $max) = (0, 0);
+	for (@ev) {
+		$now += $_->[1];
+		$max = $now if $now > $max;
+	}
+
+	return $max;
+}
+
 ###############################################################################
 
 sub hits {
@@ -195,30 +326,6 @@ sub hits {
 	@lines = grep { $_ =~ $re } @lines if defined $re;
 
 	return scalar @lines;
-}
-
-sub mode {
-	my ($hits_file, $mode) = @_;
-
-	my $tmp = "$hits_file.mode.$$";
-	open my $fh, '>', $tmp or die "Can't open $tmp: $!\n";
-	print $fh $mode;
-	close $fh;
-	rename $tmp, "$hits_file.mode" or die "Can't rename $tmp: $!\n";
-
-	return 1;
-}
-
-sub _read_mode {
-	my ($hits_file) = @_;
-
-	return '' unless defined $hits_file;
-	open my $fh, '<', "$hits_file.mode" or return '';
-	local $/;
-	my $mode = <$fh> // '';
-	close $fh;
-	$mode =~ s/\s+//g;
-	return $mode;
 }
 
 # (requests in progress, most ever in progress) of the requests counted with
@@ -315,6 +422,9 @@ sub _fill {
 sub _connection {
 	my ($sock, $port, $hits_file) = @_;
 
+	# a fork of the daemon: its own random numbers ("fail")
+	srand();
+
 	binmode $sock;
 	my $buf = '';
 	my $seq = 0;
@@ -381,9 +491,13 @@ sub _connection {
 		my ($path, $query) = split /\?/, $uri, 2;
 		_log_hit($hits_file, defined $query ? "$path?$query" : $path);
 
+		# the request's times are logged when this goes out of scope,
+		# however it ends
+		my $timing = CB::Origin::Timing->new($hits_file, $path);
+
 		my %q;
 		my @hdr;
-		my $mode = _read_mode($hits_file);
+		my $mode = _mode_query($hits_file, $path);
 		for my $pair (split(/&/, $query // ''), split(/&/, $mode)) {
 			my ($k, $v) = split /=/, $pair, 2;
 			next unless defined $k && length $k;
@@ -434,6 +548,8 @@ sub _connection {
 			$done->();
 			return;
 		}
+
+		$q{status} = 500 if $q{fail} && rand(100) < $q{fail};
 
 		my $status = $q{status} || 200;
 		my $body = defined $q{body} ? $q{body} : "origin $port ok\n";
@@ -524,6 +640,34 @@ sub _unescape {
 	$s =~ tr/+/ /;
 	$s =~ s/%([0-9a-fA-F]{2})/chr(hex($1))/ge;
 	return $s;
+}
+
+###############################################################################
+
+# A request's start, and its end once the object goes: "START END PATH" in the
+# times file.
+
+package CB::Origin::Timing;
+
+use Fcntl qw/ :flock SEEK_END /;
+use Time::HiRes qw/ time /;
+
+sub new {
+	my ($class, $hits_file, $path) = @_;
+	return bless [ $hits_file, $path, time() ], $class;
+}
+
+sub DESTROY {
+	my ($self) = @_;
+	my ($hits_file, $path, $start) = @$self;
+
+	return unless defined $hits_file;
+
+	open my $fh, '>>', "$hits_file.times" or return;
+	flock($fh, LOCK_EX);
+	seek($fh, 0, SEEK_END);
+	printf $fh "%.6f %.6f %s\n", $start, time(), $path;
+	close $fh;
 }
 
 1;

@@ -1,0 +1,133 @@
+//! Sending one probe: `GET probe_uri` with its `Host`, under `probe_timeout` from connect to
+//! the response head (the body is not read: the status decides), over TLS when the upstream's
+//! locations use it.
+
+use core::time::Duration;
+
+use circuit_breaker_core::directive::ProbeSpec;
+#[cfg(ngx_ssl)]
+use circuit_breaker_core::probe::Heard;
+use circuit_breaker_core::probe::ProbeEnd;
+use hyper::HeaderMap;
+use nginx_sys::{ngx_parse_http_time, ngx_time};
+
+use super::target::Upstream;
+use crate::clock::mono_ms;
+use crate::net::{self, Error, Options, Peer, Request, Response};
+
+/// What nginx's error log says a probe's connection was for ("while probing upstream").
+const ACTION: &str = "probing upstream";
+
+/// How a probe went.
+pub struct Sent {
+    /// `None`: no verdict on the origin (the worker is exiting, or had no free connection).
+    pub end: Option<ProbeEnd>,
+    /// What went wrong, for the log.
+    error: Option<Error>,
+}
+
+impl Sent {
+    /// Why no response came, if none did.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// Why the probe failed, for the log; `None` when it was healthy.
+    pub fn failure(&self, spec: &ProbeSpec, took_ms: u64, latency_ms: u32) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(e.to_string());
+        }
+        match self.end? {
+            ProbeEnd::Response { status, .. } if !spec.healthy(status) => {
+                Some(format!("status {status}"))
+            }
+            _ if latency_ms > 0 && took_ms > u64::from(latency_ms) => {
+                Some(format!("took {took_ms}ms > {latency_ms}ms"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Sends the probe of `up` to `server`: in plain HTTP or TLS as the upstream's scheme says,
+/// and when it is unsure, in plain HTTP and then, if the server sounded like a TLS server,
+/// again over TLS within what is left of `probe_timeout`.
+pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
+    let req = Request {
+        method: "GET",
+        target: &up.spec.uri,
+        host: &up.host,
+        headers: &[("User-Agent", "nginx circuit breaker probe")],
+        body: &[],
+    };
+    let timeout = u64::from(up.spec.timeout_ms);
+    let options = |ms: u64| {
+        Options::new(Duration::from_millis(ms))
+            .max_body(0)
+            .action(ACTION)
+    };
+    #[cfg(ngx_ssl)]
+    if let Some(tls) = up.tls.as_ref() {
+        let scheme = up.scheme.get();
+        if scheme.starts_with_tls() {
+            return sent(net::fetch(server, &req, &options(timeout).tls(tls)).await);
+        }
+        let started = mono_ms();
+        let plain = net::fetch(server, &req, &options(timeout)).await;
+        let (scheme, again) = scheme.after_plain(heard(&plain));
+        up.scheme.set(scheme);
+        let left = timeout.saturating_sub(mono_ms().saturating_sub(started));
+        if !again || left == 0 {
+            return sent(plain);
+        }
+        let secure = net::fetch(server, &req, &options(left).tls(tls)).await;
+        let spoke_tls = matches!(secure, Ok(_) | Err(Error::TlsVerify(_) | Error::TlsName));
+        up.scheme.set(scheme.after_tls(spoke_tls));
+        return sent(if spoke_tls { secure } else { plain });
+    }
+    sent(net::fetch(server, &req, &options(timeout)).await)
+}
+
+/// What a plain-HTTP attempt says of the server's scheme.
+#[cfg(ngx_ssl)]
+fn heard(r: &Result<Response, Error>) -> Heard {
+    match r {
+        Ok(resp) => Heard::Status(resp.status),
+        Err(Error::Protocol(_) | Error::Closed | Error::Reset) => Heard::Garbled,
+        Err(_) => Heard::Nothing,
+    }
+}
+
+fn sent(r: Result<Response, Error>) -> Sent {
+    let end = match &r {
+        Ok(resp) => Some(ProbeEnd::Response {
+            status: resp.status,
+            retry_after_s: retry_after(&resp.headers),
+        }),
+        Err(Error::Exiting | Error::NoConnection | Error::InvalidRequest(_)) => None,
+        Err(Error::Timeout) => Some(ProbeEnd::Timeout),
+        Err(Error::Protocol(_)) => Some(ProbeEnd::Invalid),
+        Err(Error::Tls | Error::TlsVerify(_) | Error::TlsName) => Some(ProbeEnd::Tls),
+        Err(Error::Refused | Error::Connect(_) | Error::Reset | Error::Closed | Error::Io(_)) => {
+            Some(ProbeEnd::Error)
+        }
+    };
+    Sent {
+        end,
+        error: r.err(),
+    }
+}
+
+/// `Retry-After` in seconds: delta-seconds, or an HTTP date as nginx reads it.
+fn retry_after(headers: &HeaderMap) -> Option<u32> {
+    let v = headers.get(hyper::header::RETRY_AFTER)?.as_bytes();
+    if let Some(n) = core::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        return Some(n);
+    }
+    // SAFETY: nginx's parser reads exactly `len` bytes.
+    let t = unsafe { ngx_parse_http_time(v.as_ptr().cast_mut(), v.len()) };
+    (t > 0).then(|| (t - ngx_time()).clamp(0, i64::from(u32::MAX)) as u32)
+}

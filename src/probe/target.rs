@@ -1,0 +1,197 @@
+//! What the prober watches, built once per worker from the configuration: each upstream with
+//! `probe_uri` (how to probe it) and each of its breakers (where the zone keeps it).
+
+use core::cell::Cell;
+use std::rc::Rc;
+
+use circuit_breaker_core::directive::ProbeSpec;
+use circuit_breaker_core::probe::{next_server, Scheme};
+use nginx_sys::{ngx_http_upstream_srv_conf_t, NGX_LOG_WARN};
+use ngx::log::ngx_cycle_log;
+
+use super::servers;
+use crate::clock::rnd;
+use crate::conf::{default_route, MainConf, Route};
+use crate::ffi::key_hash;
+use crate::net::Peer;
+use crate::zone::{Handle, Key, Kind};
+
+/// An upstream with `probe_uri`: how its probes are sent and judged.
+pub struct Upstream {
+    pub name: String,
+    name_hash: u64,
+    uscf: *const ngx_http_upstream_srv_conf_t,
+    pub spec: ProbeSpec,
+    /// `probe_host`, or the upstream's name as `proxy_pass http://name` sends it.
+    pub host: String,
+    pub interval_ms: u32,
+    /// `probe_latency` (0: off), to say why a probe failed.
+    pub latency_ms: u32,
+    #[cfg(ngx_ssl)]
+    pub tls: Option<crate::net::Tls>,
+    pub scheme: Cell<Scheme>,
+    /// The next server to try, rotating over the servers not marked down.
+    cursor: Cell<usize>,
+    /// Told once that its servers cannot be read.
+    warned: Cell<bool>,
+}
+
+impl Upstream {
+    /// The server the next probe goes to, or `None` when none can be probed (all marked
+    /// `down`, or a balancer that keeps no round-robin peers).
+    pub fn next_server(&self) -> Option<Peer> {
+        // SAFETY: the upstream block lives as long as the configuration; this worker's.
+        let list = unsafe { servers::primaries(&*self.uscf) };
+        let Some(list) = list else {
+            if !self.warned.replace(true) {
+                ngx::ngx_log_error!(
+                    NGX_LOG_WARN,
+                    ngx_cycle_log().as_ptr(),
+                    "circuit breaker: upstream \"{}\" keeps its servers in a way active probes cannot read, \"probe_uri\" is ignored",
+                    self.name
+                );
+            }
+            return None;
+        };
+        let down: Vec<bool> = list.iter().map(|(_, down)| *down).collect();
+        let i = next_server(&down, self.cursor.get())?;
+        self.cursor.set(i.wrapping_add(1));
+        list.into_iter().nth(i).map(|(peer, _)| peer)
+    }
+}
+
+/// One breaker of such an upstream.
+pub struct Target {
+    pub up: Rc<Upstream>,
+    route: Route,
+    pub key_hash: u64,
+    /// Where the zone keeps it, once found.
+    pub handle: Cell<Handle>,
+    /// When to look at it again (on the monotonic clock).
+    pub next_look: Cell<u64>,
+    /// This worker's probe of it is in flight.
+    pub in_flight: Cell<bool>,
+    /// Its probes fail in a way the operator must fix (TLS, a request that cannot be sent):
+    /// said once at `error`, until the next answer.
+    pub complained: Cell<bool>,
+}
+
+impl Target {
+    pub fn key(&self) -> Key<'_> {
+        Key {
+            hash: self.key_hash,
+            upstream: self.up.name.as_bytes(),
+            route: self.route.name.as_bytes(),
+            kind: Kind::Route,
+        }
+    }
+
+    /// `upstream/route`, as log lines name a breaker.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.up.name, self.route.name)
+    }
+}
+
+/// Every breaker of every upstream with `probe_uri`: the upstream's own, those of the routes
+/// that pass to it, and those of routes that pick their upstream at run time (found once
+/// they exist).
+pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
+    let mut out = Vec::new();
+    for &s in &mcf.upstreams {
+        // SAFETY: upstream confs live as long as the configuration.
+        let s = unsafe { &*s };
+        let (Some(cfg), Some(spec)) = (s.breaker, s.probe.as_ref()) else {
+            continue;
+        };
+        if s.uscf.is_null() {
+            continue;
+        }
+        #[cfg(ngx_ssl)]
+        // SAFETY: the upstream block and the proxied locations' confs live as long as the
+        // configuration.
+        let tls = unsafe { tls_of(mcf, s.uscf, &s.name) };
+        #[cfg(ngx_ssl)]
+        // A TLS context may be a plain location's, shared with an https one (see Scheme).
+        let scheme = if tls.is_some() {
+            Scheme::Unsure
+        } else {
+            Scheme::Plain
+        };
+        #[cfg(not(ngx_ssl))]
+        let scheme = Scheme::Plain;
+        let up = Rc::new(Upstream {
+            name: s.name.clone(),
+            name_hash: s.name_hash,
+            uscf: s.uscf,
+            spec: spec.clone(),
+            host: spec.host.clone().unwrap_or_else(|| s.name.clone()),
+            interval_ms: cfg.probe_interval_ms,
+            latency_ms: cfg.probe_latency_ms,
+            #[cfg(ngx_ssl)]
+            tls,
+            scheme: Cell::new(scheme),
+            // Workers start their rotations at different servers.
+            cursor: Cell::new(rnd() as usize),
+            warned: Cell::new(false),
+        });
+        let dynamic = mcf.dynamic_routes.iter().filter(|r| !s.routes.contains(r));
+        let routes = core::iter::once(&default_route().name)
+            .chain(&s.routes)
+            .chain(dynamic);
+        for name in routes {
+            let route = Route::new(name);
+            out.push(Rc::new(Target {
+                key_hash: key_hash(up.name_hash, route.hash),
+                up: Rc::clone(&up),
+                route,
+                handle: Cell::new(Handle::NONE),
+                next_look: Cell::new(0),
+                in_flight: Cell::new(false),
+                complained: Cell::new(false),
+            }));
+        }
+    }
+    out
+}
+
+/// The TLS settings of the first location that proxies to the upstream with a TLS context
+/// (`proxy_pass https://…`, its `proxy_ssl_*`): the context, the name sent as SNI and
+/// checked with `proxy_ssl_verify` (`proxy_ssl_name` when it holds no variables, else the
+/// upstream's name, as nginx does), and whether to verify.
+///
+/// # Safety
+/// `mcf.proxied` must hold live upstream confs of this configuration.
+#[cfg(ngx_ssl)]
+unsafe fn tls_of(
+    mcf: &MainConf,
+    uscf: *mut ngx_http_upstream_srv_conf_t,
+    upstream: &str,
+) -> Option<crate::net::Tls> {
+    for &(u, ucf) in &mcf.proxied {
+        if u != uscf {
+            continue;
+        }
+        // SAFETY: per the contract.
+        let ucf = unsafe { &*ucf };
+        // SAFETY: null or the location's SSL settings, from configuration memory.
+        let Some(ssl) = (unsafe { ucf.ssl.as_ref() }) else {
+            continue;
+        };
+        if ssl.ctx.is_null() {
+            continue;
+        }
+        // SAFETY: null or a compiled complex value from configuration memory.
+        let fixed_name = unsafe { ucf.ssl_name.as_ref() }
+            .filter(|cv| cv.lengths.is_null())
+            .map(|cv| cv.value.as_bytes());
+        let name = fixed_name.unwrap_or(upstream.as_bytes());
+        // nginx sends SNI with `proxy_ssl_server_name on` and checks the name with
+        // `proxy_ssl_verify on`; the client sends it in both cases.
+        let send_name = ucf.ssl_server_name != 0 || ucf.ssl_verify != 0;
+        // SAFETY: an initialised context (ctx set) in configuration memory.
+        return unsafe {
+            crate::net::Tls::new(ucf.ssl, send_name.then_some(name), ucf.ssl_verify != 0)
+        };
+    }
+    None
+}

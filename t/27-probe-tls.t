@@ -1,0 +1,202 @@
+#!/usr/bin/perl
+
+# Active probes to upstreams reached with proxy_pass https://: the probe
+# speaks TLS with the location's proxy_ssl_* settings (verification, name,
+# SNI); a certificate the location would refuse keeps the breaker open, said
+# once at "error"; a plain upstream whose location shares its TLS settings
+# with an https one is probed in plain HTTP, and an https one without
+# settings of its own over TLS after a plain-HTTP try.
+#
+# The TLS origin is a server block of the same nginx in front of CB::Origin,
+# so one behaviour file drives both.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use JSON::PP qw//;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start log_count /;
+use CB::Origin;
+use CB::Response qw/ body header /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy http_ssl/)
+	->has_daemon('openssl')->plan(13);
+
+$t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
+    circuit_breaker_zone cb:1m;
+    circuit_breaker_header on;
+
+    log_format sni '$uri "$ssl_server_name" "$http_host" "$http_user_agent"';
+
+    upstream sec {
+        server 127.0.0.1:%%PORT_8084%%;
+        circuit_breaker window=5s min_requests=4 failure_rate=50%
+                        probes=2 probe_interval=200ms
+                        probe_uri=/sec/health probe_host=api.test;
+    }
+
+    upstream bad {
+        server 127.0.0.1:%%PORT_8084%%;
+        circuit_breaker window=5s min_requests=4 failure_rate=50%
+                        probes=2 probe_interval=200ms probe_uri=/bad/health;
+    }
+
+    upstream plain {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=5s min_requests=4 failure_rate=50%
+                        probes=2 probe_interval=200ms probe_uri=/plain/health;
+    }
+
+    upstream anon {
+        server 127.0.0.1:%%PORT_8084%%;
+        circuit_breaker window=5s min_requests=4 failure_rate=50%
+                        probes=2 probe_interval=200ms probe_uri=/anon/health;
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        # verified, by name, with SNI
+        location /sec/ {
+            proxy_pass https://sec;
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_server_name on;
+            proxy_ssl_trusted_certificate localhost.crt;
+        }
+
+        # the first location passing to "bad" sets its probes' TLS: a name
+        # the certificate does not have; users pass through the second
+        location /badv/ {
+            proxy_pass https://bad;
+            proxy_ssl_verify on;
+            proxy_ssl_name wrong.test;
+            proxy_ssl_trusted_certificate localhost.crt;
+        }
+
+        location /bad/ {
+            proxy_pass https://bad;
+        }
+
+        # no proxy_ssl_* of their own: both share the server's TLS settings
+        location /plain/ {
+            proxy_pass http://plain;
+        }
+
+        location /anon/ {
+            proxy_pass https://anon;
+        }
+
+        location = /cb {
+            circuit_breaker_status;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:%%PORT_8084%% ssl;
+        server_name  localhost;
+
+        ssl_certificate     localhost.crt;
+        ssl_certificate_key localhost.key;
+
+        access_log %%TESTDIR%%/tls.log sni;
+
+        location / {
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
+    }
+EOF
+
+$t->write_file('openssl.conf', <<EOF);
+[ req ]
+default_bits = 2048
+encrypt_key = no
+distinguished_name = req_distinguished_name
+[ req_distinguished_name ]
+EOF
+
+my $d = $t->testdir();
+
+system('openssl req -x509 -new '
+	. "-config $d/openssl.conf -subj /CN=localhost/ "
+	. "-out $d/localhost.crt -keyout $d/localhost.key "
+	. ">>$d/openssl.out 2>&1") == 0
+	or die "Can't create certificate for localhost: $!\n";
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+sub breaker {
+	my ($upstream) = @_;
+	my $r = http_get("/cb?upstream=$upstream");
+	my $j = eval { JSON::PP::decode_json(body($r) // '') } or return {};
+	return $j->{breakers}[0] // {};
+}
+
+sub wait_state {
+	my ($upstream, $state, $timeout) = @_;
+	my $end = time() + $timeout;
+	while (time() < $end) {
+		my $b = breaker($upstream);
+		return $b if ($b->{state} // '') eq $state;
+		sleep 0.01;
+	}
+	return;
+}
+
+sub trip {
+	my ($prefix) = @_;
+	for my $i (1 .. 20) {
+		my $r = http_get("${prefix}trip$i");
+		return 1 if (header($r, 'X-Circuit-State') // '') eq 'open';
+	}
+	return 0;
+}
+
+###############################################################################
+
+CB::Origin::behave($hits, '* status=500');
+ok(trip("/$_/"), "$_: opens") for qw/ sec bad plain anon /;
+
+CB::Origin::behave($hits);
+
+my $b = wait_state('sec', 'closed', 3);
+is($b && $b->{last_transition}, '2 good probes', 'sec: closed by probes over TLS');
+my $tls = $t->read_file('tls.log');
+like($tls, qr!^/sec/health "localhost" "api\.test" "nginx circuit breaker probe"$!m,
+	'sec: TLS with SNI, probe_host');
+
+ok(wait_state('plain', 'closed', 3), 'plain: closed by probes');
+is(CB::Origin::hits($hits, qr!^/plain/health!), 2, 'plain: probed in plain HTTP');
+
+ok(wait_state('anon', 'closed', 3), 'anon: closed by probes');
+like($t->read_file('tls.log'), qr!^/anon/health !m, 'anon: probed over TLS');
+
+sleep 1;
+$b = breaker('bad');
+ok($b->{state} eq 'open' && $b->{totals}{probes} >= 3 && $b->{totals}{tls_errors} >= 3,
+	'bad: a refused certificate keeps it open, counted in tls_errors')
+	or diag(explain $b);
+my $errors = log_count($t, qr/\[error\].*circuit breaker "bad\/default" probe to 127\.0\.0\.1:\d+ failed: SSL certificate does not match/);
+ok($errors >= 1 && $errors <= 2, 'bad: said at error once per worker')
+	or diag($errors);
+cmp_ok(log_count($t, qr/\[info\].*circuit breaker "bad\/default" probe to .* failed: SSL certificate does not match/),
+	'>=', 2, 'bad: then at info');
+
+###############################################################################
