@@ -8,6 +8,11 @@
 //! | open | `ejected` | skips it, until its cooldown ends |
 //! | half-open | `probing` | still skips it: one request of the whole instance is sent to it |
 //!
+//! With `probe_uri` on the upstream the server's breaker has active probes: it stays open
+//! (`ejected`) until the module's own probes of that server, one per `probe_interval`,
+//! return it ([`record_probe`]), and no user request is sent to it as a probe
+//! ([`claim_probe`] never claims one).
+//!
 //! A server's breaker takes every attempt sent to it, and trips on the server's own rates
 //! ([`server_config`]). At most [`max_ejected`] servers of a pool are out at once (Envoy's
 //! `max_ejection_percent`): past that, [`record`] lets the window keep counting but the
@@ -20,7 +25,7 @@
 //! servers out beside them.
 
 use crate::breaker::{
-    Admission, Attempt, Breaker, BreakerConfig, Decision, Recorded, Ticket, Transition,
+    Admission, Attempt, Breaker, BreakerConfig, Decision, ProbeResult, Recorded, Ticket, Transition,
 };
 use crate::directive::EjectSpec;
 use crate::snapshot::State;
@@ -31,13 +36,19 @@ use crate::snapshot::State;
 /// ejection time (`time` the first cooldown, `max_time` its cap), `probes=1` (a server that
 /// answers again is let back in by one good probe after a hard failure), `repeat_backoff`
 /// (a flapping server stays out longer each time), no recovery ramp (a server is in or out),
-/// and no fleet suspicion (peers judge origins, not one instance's view of a server). An
-/// ejected server is probed by one user request even when the upstream has `probe_uri`
-/// (`active` off): the prober probes the upstream's breakers, and skips the servers that
-/// are out; a prober of servers sets `active` and drives [`Breaker::active_probe`].
+/// and no fleet suspicion (peers judge origins, not one instance's view of a server).
+///
+/// Active probes follow the upstream's: with `probe_uri` an ejected server is probed by the
+/// module's prober, never by a user request, as any active-probe breaker is — the first
+/// probe one `probe_interval` after the ejection (doubled on each ejection soon after a
+/// return, up to `max_time`; `time` is not used), then one per `probe_interval`, a failed
+/// one doubling nothing; without it, one user request is the probe, once `time` (doubled
+/// after a failed probe) is over. Either way one good probe returns a
+/// server ejected by a hard failure (`probes=1`): a returning server takes only its share of
+/// the traffic, a relapse ejects it again within `min_requests` attempts for twice as long
+/// (`repeat_backoff`), and a brownout still needs its run of good probes.
 pub fn server_config(upstream: &BreakerConfig, spec: &EjectSpec) -> BreakerConfig {
     BreakerConfig {
-        active: false,
         min_requests: spec.min_requests.max(1),
         failure_rate: spec.failure_rate.unwrap_or(upstream.failure_rate),
         slow_rate: spec.slow_rate.unwrap_or(upstream.slow_rate),
@@ -148,6 +159,25 @@ pub fn record(
     (r, m)
 }
 
+/// Records the module's own probe of the ejected server whose breaker is `b` (see
+/// [`server_config`]: with `probe_uri`), sent with `ticket` from [`Breaker::active_probe`]:
+/// judged by `probe_status` alone; a good one (or the run a brownout needs) returns the
+/// server, a failed one keeps it out until the next probe, one `probe_interval` later.
+/// Keeps `pool.out` in step.
+pub fn record_probe(
+    b: &mut Breaker<'_>,
+    pool: &mut Pool,
+    now_ms: u64,
+    rnd: u32,
+    ticket: Ticket,
+    probe: &ProbeResult,
+) -> (Recorded, Option<Move>) {
+    let r = b.record_probe(now_ms, rnd, ticket, probe);
+    let m = r.transition.clone().and_then(Move::of);
+    pool.follow(&m);
+    (r, m)
+}
+
 /// Asks whether a request may probe the ejected server whose breaker is `b` (its cooldown
 /// over): `Some(ticket)` for the one request of the instance that goes to it. `retry_in_ms`
 /// is set to when to ask again otherwise (`None`: do not ask; an active-probe breaker, or a
@@ -202,7 +232,15 @@ mod tests {
         );
         assert_eq!((c.open_ms, c.max_open_ms, c.probes), (10_000, 300_000, 1));
         assert!(c.repeat_backoff && c.ramp_ms == 0);
-        assert!(!c.active, "a user request probes an ejected server");
+        assert!(c.active, "probe_uri: the prober probes an ejected server");
+        let passive = server_config(
+            &BreakerConfig {
+                active: false,
+                ..up
+            },
+            &EjectSpec::default(),
+        );
+        assert!(!passive.active, "no probe_uri: a user request probes it");
         assert_eq!((c.window_s, c.failures, c.jitter), (10, up.failures, 0));
         let own = server_config(
             &up,
@@ -390,5 +428,110 @@ mod tests {
             claim_probe(&mut f.breaker(), T0 + 3_600_000, 0, 1, &|_| true),
             (None, None)
         );
+    }
+
+    fn probe(status: u16) -> ProbeResult {
+        let spec = crate::directive::ProbeSpec {
+            uri: "/health".into(),
+            host: None,
+            statuses: vec![(200, 399)],
+            timeout_ms: 1000,
+        };
+        let end = crate::probe::ProbeEnd::Response {
+            status,
+            retry_after_s: None,
+        };
+        crate::probe::result(&spec, end, 5)
+    }
+
+    fn active_server() -> (OwnedBreaker, Pool) {
+        let up = BreakerConfig {
+            active: true,
+            probe_interval_ms: 1000,
+            ..upstream()
+        };
+        // Active probes need no ejection time: the first probe is one interval away.
+        let spec = EjectSpec {
+            time_ms: 30_000,
+            ..EjectSpec::default()
+        };
+        (
+            OwnedBreaker::new(server_config(&up, &spec), T0),
+            Pool { out: 0, max: 1 },
+        )
+    }
+
+    #[test]
+    fn with_probe_uri_the_prober_alone_returns_an_ejected_server() {
+        let (mut s, mut pool) = active_server();
+        let alive = |_| true;
+        for i in 0..10 {
+            let bad = Attempt::http(502, 5);
+            record(&mut s.breaker(), &mut pool, T0 + i, 0, Ticket::Normal, &bad);
+        }
+        assert_eq!((s.breaker().state(), pool.out), (State::Open, 1));
+        // One probe_interval first (not `time`), and never a user request.
+        let ejected = T0 + 9;
+        assert_eq!(s.breaker().active_probe(ejected + 999, 0, 1, &alive), None);
+        let end = ejected + 1000;
+        assert_eq!(
+            claim_probe(&mut s.breaker(), end, 0, 1, &alive),
+            (None, None)
+        );
+        let Some(p) = s.breaker().active_probe(end, 0, 1, &alive) else {
+            panic!("probe due one probe_interval after the ejection")
+        };
+        assert_eq!(
+            s.breaker().active_probe(end, 0, 2, &alive),
+            None,
+            "one at a time for the instance"
+        );
+        // A failed probe keeps it out, quietly, and the next is one interval away (no doubling).
+        let (r, m) = record_probe(&mut s.breaker(), &mut pool, end + 5, 0, p, &probe(500));
+        assert_eq!((r.state, m, pool.out), (State::Open, None, 1));
+        assert_eq!(s.breaker().active_probe(end + 999, 0, 1, &alive), None);
+        let Some(p) = s.breaker().active_probe(end + 1000, 0, 1, &alive) else {
+            panic!("the next probe one probe_interval later")
+        };
+        // A stale ticket changes nothing; the good probe returns the server.
+        let stale = Ticket::Probe(0);
+        let (_, m) = record_probe(
+            &mut s.breaker(),
+            &mut pool,
+            end + 1001,
+            0,
+            stale,
+            &probe(200),
+        );
+        assert_eq!((m, pool.out), (None, 1));
+        let (r, m) = record_probe(&mut s.breaker(), &mut pool, end + 1005, 0, p, &probe(200));
+        assert_eq!(r.state, State::Closed);
+        assert!(matches!(m, Some(Move::Returned(ref t)) if t.reason == "1 good probe"));
+        assert_eq!(pool.out, 0);
+        assert_eq!(s.breaker().active_probe(end + 5000, 0, 1, &alive), None);
+    }
+
+    #[test]
+    fn with_probe_uri_a_brownout_needs_its_run_of_good_probes() {
+        let (mut s, mut pool) = active_server();
+        let alive = |_| true;
+        // Every other attempt fails: a soft trip at 50 %.
+        for i in 0..10 {
+            let a = Attempt::http(if i % 2 == 1 { 500 } else { 200 }, 5);
+            record(&mut s.breaker(), &mut pool, T0 + i, 0, Ticket::Normal, &a);
+        }
+        assert_eq!(pool.out, 1);
+        let mut now = T0 + 1009;
+        let mut good = 0;
+        while s.breaker().state() == State::Open {
+            let Some(p) = s.breaker().active_probe(now, 0, 1, &alive) else {
+                panic!("a probe every interval")
+            };
+            record_probe(&mut s.breaker(), &mut pool, now, 0, p, &probe(200));
+            good += 1;
+            now += 1000;
+        }
+        assert_eq!(good, crate::breaker::judge::soft_run(5000, 1));
+        assert!(good > 1 && pool.out == 0);
     }
 }

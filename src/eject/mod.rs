@@ -12,16 +12,16 @@
 //!   `down` of that value is cleared: a configured `down`, another module's (lua's
 //!   `set_peer_down`) and nginx's own `max_fails` state (which is not `down` at all) are
 //!   left alone.
-//! - **Probes.** Once an ejected server's cooldown ends, one request of the whole instance
-//!   is sent to it ([`claim_probe`]): the wrapped `peer.get` answers with that server's
-//!   address instead of asking the balancer, also when the upstream has `probe_uri` (its
-//!   prober probes the upstream's breakers and skips servers that are `down`). For a prober
-//!   of servers, [`probes_due`] and [`record_probe`] claim and report active probes of the
-//!   servers whose breakers have `active` set (`eject::server_config` leaves it off today).
+//! - **Probes.** Without `probe_uri`, once an ejected server's cooldown ends, one request of
+//!   the whole instance is sent to it ([`claim_probe`]): the wrapped `peer.get` answers with
+//!   that server's address instead of asking the balancer. With `probe_uri` the servers'
+//!   breakers have active probes (`eject::server_config`): no request is ever sent to an
+//!   ejected server; the prober (`crate::probe`) sends its own probe to the server and
+//!   reports it with [`record_probe`], which returns the server as [`record`] does.
 
 mod peers;
 
-use circuit_breaker_core::breaker::{Attempt, Control, Gate, Ticket};
+use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket};
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{
@@ -317,13 +317,47 @@ pub fn record(
     now: u64,
     log: *mut ngx_log_t,
 ) {
+    judge(locked, up, server, now, log, |b, count| {
+        eject::record(b, count, now, rnd(), ticket, attempt).1
+    });
+}
+
+/// Reports the prober's probe of the ejected server `server` (with `probe_uri`), sent with
+/// the ticket its breaker's `active_probe` gave: a good one returns the server to the pool in
+/// every worker, logged as any return.
+pub fn record_probe(
+    up: Upstream<'_>,
+    server: u16,
+    ticket: Ticket,
+    probe: &ProbeResult,
+    now: u64,
+    log: *mut ngx_log_t,
+) {
+    let mut locked = up.zone.lock();
+    judge(&mut locked, up, server, now, log, |b, count| {
+        eject::record_probe(b, count, now, rnd(), ticket, probe).1
+    });
+}
+
+/// Lets `verdict` judge server `server`'s breaker with the pool's count of servers out, under
+/// the lock held through `locked`; then logs the move, and when the pool changed bumps the
+/// stamp (every worker follows) and applies it to this worker's peers.
+fn judge(
+    locked: &mut Locked<'_>,
+    up: Upstream<'_>,
+    server: u16,
+    now: u64,
+    log: *mut ngx_log_t,
+    verdict: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
+) {
     let scf = up.scf;
     let Some(pool) = scf.pool.as_ref() else {
         return;
     };
     let local = &pool.local;
-    if local.stamp.get().read() != local.applied.get() {
-        // Another worker moved a server since this one looked: the cap must count it.
+    if local.applied.get().is_none() || local.stamp.get().read() != local.applied.get() {
+        // Another worker moved a server since this one looked (or this one never looked: the
+        // prober's worker may have served no request yet): the cap must count it.
         sync(locked, up, pool, now);
     }
     let Some(s) = pool.servers.get(server as usize) else {
@@ -334,11 +368,11 @@ pub fn record(
         max: pool.max_ejected,
     };
     let m = {
-        let Some(mut b) = locked.get(s.handle.get(), s.key_hash) else {
+        let Some(mut b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
             return;
         };
-        let (_, m) = eject::record(&mut b, &mut count, now, rnd(), ticket, attempt);
-        m
+        s.handle.set(b.handle());
+        verdict(&mut b, &mut count)
     };
     let Some(m) = m else { return };
     log_move(log, scf, s, &m);
@@ -437,40 +471,4 @@ pub fn servers(scf: &SrvConf) -> impl Iterator<Item = (&str, bool)> {
     scf.pool
         .iter()
         .flat_map(|p| p.servers.iter().map(|s| (s.name.as_str(), s.backup)))
-}
-
-/// For active probes of servers (breakers with `active`): the ejected servers of `scf` whose
-/// probe is due at `now`,
-/// each claimed for the caller — send one probe to each address and report it with
-/// [`record_probe`] and the ticket (or give it back with [`release`]).
-pub fn probes_due(zone: &Zone, scf: &SrvConf, now: u64) -> Vec<(u16, String, Ticket)> {
-    let Some(pool) = scf.pool.as_ref() else {
-        return Vec::new();
-    };
-    let mut locked = zone.lock();
-    let mut due = Vec::new();
-    for (i, s) in pool.servers.iter().enumerate() {
-        let Some(mut b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
-            continue;
-        };
-        s.handle.set(b.handle());
-        if let Some(t) = b.active_probe(now, rnd(), pid(), &process_alive) {
-            due.push((i as u16, s.name.clone(), t));
-        }
-    }
-    due
-}
-
-/// Reports an active probe of server `server` (see [`probes_due`]): a good one returns the
-/// server to the pool in every worker.
-pub fn record_probe(
-    up: Upstream<'_>,
-    server: u16,
-    ticket: Ticket,
-    attempt: &Attempt,
-    now: u64,
-    log: *mut ngx_log_t,
-) {
-    let mut locked = up.zone.lock();
-    record(&mut locked, up, server, ticket, attempt, now, log);
 }

@@ -11,6 +11,10 @@
 //! it, the others find it taken. The winner sends the probe from a task of its own, so that a
 //! hanging server holds up no other breaker, and records the answer with the slot's ticket.
 //!
+//! An upstream that ejects servers has a breaker per server, with active probes too: while a
+//! server is ejected its probes go to that server alone, and a good one returns it to the pool
+//! of every worker (`eject::record_probe`). No user request is ever sent to it meanwhile.
+//!
 //! - **Exiting**: no look and no probe starts once the worker is exiting; a probe in flight
 //!   ends with `net::Error::Exiting` when nginx closes its connection, and gives the slot
 //!   back.
@@ -34,12 +38,13 @@ use ngx::log::ngx_cycle_log;
 
 use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
+use crate::eject;
 use crate::ffi::{pid, process_alive};
 use crate::net;
 use crate::upstream::log_transition;
 use crate::zone::{Handle, Locked, Zone};
 
-use self::target::Target;
+use self::target::{Target, Watched};
 
 /// How often a breaker the zone does not hold (yet) is looked for: a route whose upstream is
 /// picked at run time gets its breaker on first use.
@@ -101,9 +106,9 @@ impl Prober {
             match gate.map(|g| probe::look(g, now, t.up.interval_ms)) {
                 Some(Look::At(at)) => t.next_look.set(at),
                 // Due (or not found yet): the server first, outside the zone lock.
-                Some(Look::Lock) => due.push((t, t.up.next_server())),
+                Some(Look::Lock) => due.push((t, t.peer())),
                 None if t.handle.get().is_none() => due.push((t, None)),
-                None => due.push((t, t.up.next_server())),
+                None => due.push((t, t.peer())),
             }
         }
         let mut claimed = Vec::new();
@@ -151,8 +156,10 @@ fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<
         return None;
     };
     t.handle.set(b.handle());
-    // In a fleet, only the instance the fleet names probes (`may_probe`).
-    let ticket = if server && b.may_probe(now) {
+    // In a fleet, only the instance the fleet names probes (`may_probe`); a server's breaker
+    // is this instance's view of the server alone.
+    let routed = matches!(t.what, Watched::Route(_));
+    let ticket = if server && (!routed || b.may_probe(now)) {
         b.active_probe(now, rnd(), pid(), &process_alive)
     } else {
         None
@@ -239,12 +246,20 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     let ticket = held.ticket.take()?;
     let zone = held.zone.clone();
     drop(held);
-    let recorded = {
-        let mut locked = zone.lock();
-        let mut b = locked.get(t.handle.get(), t.key_hash)?;
-        b.record_probe(now, rnd(), ticket, &result)
-    };
     let log = ngx_cycle_log().as_ptr();
+    let transition = match &t.what {
+        Watched::Route(_) => {
+            let mut locked = zone.lock();
+            let mut b = locked.get(t.handle.get(), t.key_hash)?;
+            b.record_probe(now, rnd(), ticket, &result).transition
+        }
+        Watched::Server { index, .. } => {
+            // Logs a return itself, and has every worker follow it.
+            let up = t.up.pool(&zone)?;
+            eject::record_probe(up, *index, ticket, &result, now, log);
+            None
+        }
+    };
     if let Some(why) = sent.failure(&t.up.spec, result.response_ms, t.up.latency_ms) {
         // A TLS failure is no verdict on the origin and keeps the breaker open: said once at
         // `error` (until the next answer), as the user path does; other failures at `info`.
@@ -268,7 +283,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     } else {
         t.complained.set(false);
     }
-    if let Some(tr) = &recorded.transition {
+    if let Some(tr) = &transition {
         log_transition(log, &t.name(), tr);
     }
     // The next probe may be due already: the server first, outside the zone lock.
@@ -278,7 +293,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
         t.next_look.set(0);
         return None;
     }
-    let server = t.up.next_server()?;
+    let server = t.peer()?;
     let ticket = claim(&mut zone.lock(), &t, true, now)?;
     Some((Held::new(&zone, &t, ticket), server))
 }

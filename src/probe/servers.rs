@@ -36,6 +36,40 @@ pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer
     Some(out)
 }
 
+/// The peer with address `name`, among the primary servers and then the backups, whether
+/// marked `down` or not (an ejected server is probed). `None` when there is none (a name
+/// an upstream `zone` has not resolved yet) or the balancer keeps no round-robin peers.
+///
+/// # Safety
+/// As for [`primaries`].
+pub unsafe fn named(uscf: &ngx_http_upstream_srv_conf_t, name: &[u8]) -> Option<Peer> {
+    let primary = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
+    // SAFETY: as in `primaries`.
+    if !is_round_robin(uscf, unsafe { primary.as_ref()? }) {
+        return None;
+    }
+    // SAFETY: round-robin peers; the backup list, if any, is the primary's `next`.
+    let backup = unsafe { (*primary).next };
+    for list in [primary, backup] {
+        if list.is_null() {
+            continue;
+        }
+        let _shared = ReadLock::new(list);
+        // SAFETY: a list of round-robin peers, read under its own lock when it lives in a
+        // zone.
+        let mut peer = unsafe { (*list).peer };
+        // SAFETY: as above.
+        while let Some(one) = unsafe { peer.as_ref() } {
+            if one.name.as_bytes() == name {
+                // SAFETY: the peer's address and name are `socklen` and `name.len` bytes.
+                return unsafe { Peer::from_raw(one.sockaddr, one.socklen, name) };
+            }
+            peer = one.next;
+        }
+    }
+    None
+}
+
 /// nginx's round-robin init names its peers after the upstream block (`peers->name =
 /// &us->host`); a zone keeps a copy of that name in shared memory.
 fn is_round_robin(uscf: &ngx_http_upstream_srv_conf_t, p: &ngx_http_upstream_rr_peers_t) -> bool {

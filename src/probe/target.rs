@@ -1,5 +1,6 @@
 //! What the prober watches, built once per worker from the configuration: each upstream with
-//! `probe_uri` (how to probe it) and each of its breakers (where the zone keeps it).
+//! `probe_uri` (how to probe it) and each of its breakers (where the zone keeps it): those of
+//! its routes, and those of its servers when it ejects them.
 
 use core::cell::Cell;
 use std::rc::Rc;
@@ -11,15 +12,17 @@ use ngx::log::ngx_cycle_log;
 
 use super::servers;
 use crate::clock::rnd;
-use crate::conf::{default_route, MainConf, Route};
+use crate::conf::{default_route, MainConf, Route, SrvConf};
+use crate::eject;
 use crate::ffi::key_hash;
 use crate::net::Peer;
-use crate::zone::{Handle, Key, Kind};
+use crate::zone::{Handle, Key, Kind, Zone};
 
 /// An upstream with `probe_uri`: how its probes are sent and judged.
 pub struct Upstream {
     pub name: String,
     name_hash: u64,
+    scf: *const SrvConf,
     uscf: *const ngx_http_upstream_srv_conf_t,
     pub spec: ProbeSpec,
     /// `probe_host`, or the upstream's name as `proxy_pass http://name` sends it.
@@ -58,12 +61,36 @@ impl Upstream {
         self.cursor.set(i.wrapping_add(1));
         list.into_iter().nth(i).map(|(peer, _)| peer)
     }
+
+    /// The server with address `name`, ejected or not, primary or backup.
+    pub fn server(&self, name: &str) -> Option<Peer> {
+        // SAFETY: as in `next_server`.
+        unsafe { servers::named(&*self.uscf, name.as_bytes()) }
+    }
+
+    /// The module's conf of the upstream and nginx's, for the pool of servers.
+    pub fn pool<'a>(&'a self, zone: &'a Zone) -> Option<eject::Upstream<'a>> {
+        // SAFETY: both live as long as the configuration, this worker's; the module's conf is
+        // that of `uscf`.
+        let (scf, uscf) = unsafe { (&*self.scf, &*self.uscf) };
+        scf.pool.as_ref()?;
+        // SAFETY: as above, in a worker.
+        Some(unsafe { eject::Upstream::new(zone, scf, uscf) })
+    }
+}
+
+/// What a target is the breaker of.
+pub enum Watched {
+    /// An (upstream, route): probes go to the upstream's servers in turn.
+    Route(Route),
+    /// The upstream's server `index` (of its pool), at `address`: probes go to it alone.
+    Server { index: u16, address: String },
 }
 
 /// One breaker of such an upstream.
 pub struct Target {
     pub up: Rc<Upstream>,
-    route: Route,
+    pub what: Watched,
     pub key_hash: u64,
     /// Where the zone keeps it, once found.
     pub handle: Cell<Handle>,
@@ -78,23 +105,52 @@ pub struct Target {
 
 impl Target {
     pub fn key(&self) -> Key<'_> {
+        let (route, kind) = match &self.what {
+            Watched::Route(r) => (r.name.as_bytes(), Kind::Route),
+            Watched::Server { address, .. } => (address.as_bytes(), Kind::Server),
+        };
         Key {
             hash: self.key_hash,
             upstream: self.up.name.as_bytes(),
-            route: self.route.name.as_bytes(),
-            kind: Kind::Route,
+            route,
+            kind,
         }
     }
 
-    /// `upstream/route`, as log lines name a breaker.
+    /// `upstream/route` as log lines name a breaker, or `upstream` for a server's (its lines
+    /// name the server).
     pub fn name(&self) -> String {
-        format!("{}/{}", self.up.name, self.route.name)
+        match &self.what {
+            Watched::Route(r) => format!("{}/{}", self.up.name, r.name),
+            Watched::Server { .. } => self.up.name.clone(),
+        }
+    }
+
+    /// Where its next probe goes: the upstream's next server not marked down, or the server.
+    pub fn peer(&self) -> Option<Peer> {
+        match &self.what {
+            Watched::Route(_) => self.up.next_server(),
+            Watched::Server { address, .. } => self.up.server(address),
+        }
+    }
+
+    fn new(up: &Rc<Upstream>, what: Watched, key_hash: u64) -> Target {
+        Target {
+            up: Rc::clone(up),
+            what,
+            key_hash,
+            handle: Cell::new(Handle::NONE),
+            next_look: Cell::new(0),
+            in_flight: Cell::new(false),
+            complained: Cell::new(false),
+        }
     }
 }
 
 /// Every breaker of every upstream with `probe_uri`: the upstream's own, those of the routes
-/// that pass to it, and those of routes that pick their upstream at run time (found once
-/// they exist).
+/// that pass to it, those of routes that pick their upstream at run time (found once they
+/// exist), and those of its servers when it ejects them (their breakers then have active
+/// probes: `eject::server_config`).
 pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
     let mut out = Vec::new();
     for &s in &mcf.upstreams {
@@ -122,6 +178,7 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
         let up = Rc::new(Upstream {
             name: s.name.clone(),
             name_hash: s.name_hash,
+            scf: s,
             uscf: s.uscf,
             spec: spec.clone(),
             host: spec.host.clone().unwrap_or_else(|| s.name.clone()),
@@ -140,15 +197,16 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
             .chain(dynamic);
         for name in routes {
             let route = Route::new(name);
-            out.push(Rc::new(Target {
-                key_hash: key_hash(up.name_hash, route.hash),
-                up: Rc::clone(&up),
-                route,
-                handle: Cell::new(Handle::NONE),
-                next_look: Cell::new(0),
-                in_flight: Cell::new(false),
-                complained: Cell::new(false),
-            }));
+            let key_hash = key_hash(up.name_hash, route.hash);
+            out.push(Rc::new(Target::new(&up, Watched::Route(route), key_hash)));
+        }
+        let servers = s.pool.iter().filter(|p| p.cfg.active);
+        for (i, server) in servers.flat_map(|p| p.servers.iter().enumerate()) {
+            let what = Watched::Server {
+                index: i as u16,
+                address: server.name.clone(),
+            };
+            out.push(Rc::new(Target::new(&up, what, server.key_hash)));
         }
     }
     out
