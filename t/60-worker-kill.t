@@ -36,14 +36,14 @@ use strict;
 use Test::More;
 
 use FindBin;
-use POSIX qw/ WNOHANG /;
+use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Nginx qw/ conf start workers workers_up /;
-use CB::Proc qw/ cmdline /;
+use CB::Proc qw/ cmdline reap /;
 use CB::Workers qw/ send_get read_response owner_of /;
 use CB::Origin;
 
@@ -252,17 +252,7 @@ for my $k (1 .. 5) {
 
 $t->write_file('killed', '');
 
-for my $pid (@kids) {
-	my $end = time() + 15;
-	while (waitpid($pid, WNOHANG) == 0) {
-		if (time() > $end) {
-			kill 'KILL', $pid;
-			waitpid($pid, 0);
-			last;
-		}
-		sleep 0.05;
-	}
-}
+reap($_, 15) for @kids;
 
 is(join('', @replaced), '11111', 'master replaced every killed worker');
 ok(!grep({ $original{$_} } workers($t)),

@@ -35,13 +35,14 @@ use strict;
 use Test::More;
 
 use FindBin;
-use POSIX qw/ WNOHANG /;
+use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
 use CB::Nginx qw/ conf start reload workers /;
+use CB::Proc qw/ reap /;
 use CB::Origin;
 use CB::Response qw/ json /;
 use CB::Workers qw/ send_get read_response owner_of /;
@@ -358,17 +359,7 @@ for my $p (@timeline) {
 	$at = $end;
 }
 
-for my $pid (@kids) {
-	my $end = time() + 30;
-	while (waitpid($pid, WNOHANG) == 0) {
-		if (time() > $end) {
-			kill 'KILL', $pid;
-			waitpid($pid, 0);
-			last;
-		}
-		sleep 0.05;
-	}
-}
+reap($_, 30) for @kids;
 
 my $origin_max = (CB::Origin::concurrency($hits))[1];
 
