@@ -23,7 +23,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start log_count /;
+use CB::Nginx qw/ conf start self_signed log_count /;
 use CB::Origin;
 use CB::Status qw/ breaker_at wait_state /;
 use CB::Response qw/ header /;
@@ -122,21 +122,7 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     }
 EOF
 
-$t->write_file('openssl.conf', <<EOF);
-[ req ]
-default_bits = 2048
-encrypt_key = no
-distinguished_name = req_distinguished_name
-[ req_distinguished_name ]
-EOF
-
-my $d = $t->testdir();
-
-system('openssl req -x509 -new '
-	. "-config $d/openssl.conf -subj /CN=localhost/ "
-	. "-out $d/localhost.crt -keyout $d/localhost.key "
-	. ">>$d/openssl.out 2>&1") == 0
-	or die "Can't create certificate for localhost: $!\n";
+self_signed($t, 'localhost');
 
 my $hits = start($t, 8081);
 
