@@ -17,7 +17,8 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
-use CB::Nginx qw/ start nginx_t /;
+use CB::Nginx qw/ start /;
+use CB::Config qw/ fill conf_fails conf_passes /;
 use CB::Origin;
 use CB::Response qw/ status /;
 
@@ -53,51 +54,12 @@ LOCATION
     }
 EOF
 
-my $n = 0;
-
-sub template {
-	my (%parts) = @_;
-	my $c = $template;
-	for my $k (qw/ HTTP UPSTREAM LOCATION /) {
-		my $v = $parts{$k} // '';
-		$c =~ s/^$k\n/$v\n/m;
-	}
-	return $c;
-}
-
-# writes the configuration, runs "nginx -t", and checks that it fails with
-# exactly one [emerg] line: MESSAGE in FILE:LINE, where LINE is the line of
-# the (first, or "nth") line containing AT in the expanded file
+# a configuration that "nginx -t" must refuse: the template with PARTS
+# filled in (see CB::Config::conf_fails for the rest)
 
 sub bad {
-	my ($t, $name, $parts, $at, $msg, %opts) = @_;
-	my $file = sprintf('bad-%02d.conf', ++$n);
-
-	$t->write_file_expand($file, template(%$parts));
-
-	my @lines = split /\n/, $t->read_file($file);
-	my @at = grep { index($lines[$_ - 1], $at) >= 0 } 1 .. @lines;
-	my $line = $at[($opts{nth} || 1) - 1] // '?';
-
-	my ($rc, $out) = nginx_t($t, $file);
-	my @emerg = $out =~ /^(nginx: \[emerg\] .*)$/mg;
-	my $path = $t->testdir() . "/$file";
-
-	is(join("\n", @emerg) . ($rc ? '' : ' (nginx -t succeeded)'),
-		"nginx: [emerg] $msg in $path:$line", $name)
-		or diag($out);
-}
-
-sub good {
-	my ($t, $name, $conf) = @_;
-	my $file = sprintf('good-%02d.conf', ++$n);
-
-	$t->write_file_expand($file, $conf);
-	my ($rc, $out) = nginx_t($t, $file);
-
-	ok($rc == 0 && $out =~ /syntax is ok/ && $out =~ /test is successful/
-		&& $out !~ /\[(?:emerg|alert|crit|error|warn)\]/, $name)
-		or diag($out);
+	my ($t, $name, $parts, @emerg) = @_;
+	conf_fails($t, $name, fill($template, %$parts), @emerg);
 }
 
 ###############################################################################
@@ -352,7 +314,7 @@ bad($t, 'header maybe', { UPSTREAM => "$cb;",
 
 # good configurations
 
-good($t, 'SPEC.md example', CB::Nginx::conf(1, <<'EOF'));
+conf_passes($t, 'SPEC.md example', CB::Nginx::conf(1, <<'EOF'));
     proxy_cache_path %%TESTDIR%%/catalog keys_zone=catalog:1m;
 
     circuit_breaker_zone cb:10m;          # optional; without it a 1m zone named
@@ -377,7 +339,7 @@ good($t, 'SPEC.md example', CB::Nginx::conf(1, <<'EOF'));
     }
 EOF
 
-good($t, 'every parameter and class, default zone', template(
+conf_passes($t, 'every parameter and class, default zone', fill($template,
 	UPSTREAM => "$cb window=300s min_requests=1 failure_rate=0.01% "
 		. 'slow=off slow_rate=100% open=1h max_open=2h jitter=0% '
 		. 'probes=1 probe_interval=500ms probe_latency=off dry_run;'
@@ -390,7 +352,7 @@ good($t, 'every parameter and class, default zone', template(
 		. "        }\n        location /s2 {\n"
 		. "            ${cb}_status control=off;"));
 
-good($t, 'open above max_open default raises the cap', template(
+conf_passes($t, 'open above max_open default raises the cap', fill($template,
 	UPSTREAM => "$cb open=10m;"));
 
 ###############################################################################
@@ -445,7 +407,7 @@ my $order = CB::Nginx::conf(1, <<'EOF');
     }
 EOF
 
-good($t, 'order: nginx -t', $order);
+conf_passes($t, 'order: nginx -t', $order);
 
 # "nginx -t" creates the pid file; left there, nginx-tests' run() would
 # take it for a started nginx

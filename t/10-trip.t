@@ -19,7 +19,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_content /;
-use CB::Nginx qw/ conf start /;
+use CB::Nginx qw/ conf start self_signed /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -190,23 +190,7 @@ EOF
 
 $t->write_file('sorry.html', "sorry, try later\n");
 
-$t->write_file('openssl.conf', <<EOF);
-[ req ]
-default_bits = 2048
-encrypt_key = no
-distinguished_name = req_distinguished_name
-[ req_distinguished_name ]
-EOF
-
-my $d = $t->testdir();
-
-for my $name ('localhost', 'other') {
-	system('openssl req -x509 -new '
-		. "-config $d/openssl.conf -subj /CN=$name/ "
-		. "-out $d/$name.crt -keyout $d/$name.key "
-		. ">>$d/openssl.out 2>&1") == 0
-		or die "Can't create certificate for $name: $!\n";
-}
+self_signed($t, 'localhost', 'other');
 
 my $hits = start($t, 8081);
 

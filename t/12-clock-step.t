@@ -21,8 +21,8 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
-use CB::Response qw/ status body /;
-use JSON::PP;
+use CB::Status qw/ breaker_at /;
+use CB::Response qw/ status /;
 
 ###############################################################################
 
@@ -93,12 +93,7 @@ sub codes {
 	return join ' ', map { status(http_get($path)) } 1 .. $n;
 }
 
-sub breaker {
-	my ($upstream) = @_;
-	my $j = eval { decode_json(body(http_get('/status')) // '') } || {};
-	my ($b) = grep { $_->{upstream} eq $upstream } @{ $j->{breakers} || [] };
-	return $b || {};
-}
+sub breaker { breaker_at('/status', upstream => $_[0]) }
 
 # before the step: "win" sees two failures, "ck" trips
 

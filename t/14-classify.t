@@ -30,8 +30,8 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
-use CB::Response qw/ status body /;
-use JSON::PP;
+use CB::Status qw/ breaker_at /;
+use CB::Response qw/ status /;
 
 ###############################################################################
 
@@ -119,13 +119,7 @@ $t->waitforsocket('127.0.0.1:' . port(8084)) or die "no memcached daemon\n";
 
 ###############################################################################
 
-sub breaker {
-	my ($upstream) = @_;
-	my $j = eval { decode_json(body(http_get('/status')) // '') } || {};
-	my ($b) = grep { $_->{upstream} eq $upstream && $_->{route} eq 'default' }
-		@{ $j->{breakers} || [] };
-	return $b || {};
-}
+sub breaker { breaker_at('/status', upstream => $_[0], route => 'default') }
 
 sub codes {
 	my ($path, $n) = @_;

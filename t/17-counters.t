@@ -24,8 +24,8 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::Status qw/ status_json /;
 use CB::Response qw/ status body /;
-use JSON::PP;
 
 ###############################################################################
 
@@ -80,11 +80,6 @@ start($t, 8081);
 
 ###############################################################################
 
-sub status_json {
-	my $r = http_get('/status');
-	return eval { decode_json(body($r) // '') } || {};
-}
-
 sub breaker {
 	my ($j, $upstream, $route) = @_;
 	my ($b) = grep { $_->{upstream} eq $upstream && $_->{route} eq $route }
@@ -94,7 +89,7 @@ sub breaker {
 
 # alloc_failures: breakers, not requests
 
-my $j = status_json();
+my $j = status_json('/status');
 my @missing = grep { !breaker($j, 'full', "r$_") } 1 .. $N;
 my $failures = $j->{alloc_failures} // -1;
 ok(@missing > 0 && breaker($j, 'slow', 'default') && breaker($j, 'dry', 'default'),
@@ -104,7 +99,7 @@ is($failures, @missing + (breaker($j, 'full', 'default') ? 0 : 1),
 	'alloc_failures counts them');
 
 http_get("/r$missing[0]/x") for 1 .. 10;
-is(status_json()->{alloc_failures}, $failures,
+is(status_json('/status')->{alloc_failures}, $failures,
 	'ten requests to a missing breaker change nothing');
 
 my $r = http(<<"EOF");
@@ -126,7 +121,7 @@ my $probe = IO::Socket::INET->new('127.0.0.1:' . port(8080))
 print $probe "GET /slow/x?delay=2000 HTTP/1.0\r\nHost: localhost\r\n\r\n";
 sleep 0.5;
 
-my $b = breaker(status_json(), 'slow', 'default') || {};
+my $b = breaker(status_json('/status'), 'slow', 'default') || {};
 is($b->{state}, 'half_open', 'slow: a probe is in flight');
 cmp_ok($b->{retry_at} // 0, '>=', time() - 0.1,
 	'retry_at is not in the past while a probe is in flight');
@@ -145,14 +140,14 @@ is(join(' ', map { status(http_get('/dry/x?status=500')) } 1 .. 2), '500 500',
 	'dry: two requests failed');
 is(join(' ', map { status(http_get('/dry/x')) } 1 .. 3), '200 200 200',
 	'dry: every request rescued by the backup');
-is(breaker(status_json(), 'dry', 'default')->{state} // '', 'open',
+is(breaker(status_json('/status'), 'dry', 'default')->{state} // '', 'open',
 	'dry: the breaker runs for real, "open"');
 
 # after the cooldown, the next request is the dry run's probe: still retried
 
 sleep 1.2;
 is(status(http_get('/dry/x')), '200', 'dry: its probe is rescued too');
-is(breaker(status_json(), 'dry', 'default')->{totals}{probes}, 1,
+is(breaker(status_json('/status'), 'dry', 'default')->{totals}{probes}, 1,
 	'dry: that request was the probe');
 
 ###############################################################################

@@ -23,7 +23,6 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
@@ -32,6 +31,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start log_count /;
 use CB::Origin;
+use CB::Status qw/ breaker_at wait_state /;
 use CB::Response qw/ status header /;
 
 ###############################################################################
@@ -95,27 +95,9 @@ my ($hits, $hits2, $hits3) = start($t, 8081, 8082, 8083);
 
 ###############################################################################
 
-sub breaker {
-	my ($upstream) = @_;
-	my $r = http_get("/cb?upstream=$upstream");
-	my ($body) = $r =~ /\x0d\x0a\x0d\x0a(.*)\z/s;
-	my $j = eval { JSON::PP::decode_json($body // '') } or return {};
-	return $j->{breakers}[0] // {};
-}
+# the breaker that the status location shows (see CB::Status)
 
-# polls the breaker until its state is STATE: the breaker, or undef after
-# TIMEOUT seconds
-
-sub wait_state {
-	my ($upstream, $state, $timeout) = @_;
-	my $end = time() + $timeout;
-	while (time() < $end) {
-		my $b = breaker($upstream);
-		return $b if ($b->{state} // '') eq $state;
-		sleep 0.01;
-	}
-	return;
-}
+sub breaker { breaker_at("/cb?upstream=$_[0]") }
 
 # a client process sending GET PATH every 20 ms on a new connection (so
 # that reuseport spreads them over the workers), writing "time status
@@ -150,7 +132,7 @@ my $kid = client($t, '/act/x', 'client-act', $stop);
 sleep 0.5;
 CB::Origin::behave($hits, 'refuse');
 
-my $open = wait_state('act', 'open', 5);
+my $open = wait_state('/cb?upstream=act', 'open', 5);
 ok($open, 'act: opens when the origin refuses');
 my $opened_at = $open ? $open->{since} : time();
 is($open && $open->{probe_uri}, '/act/health', 'act: status shows the probe');
@@ -162,7 +144,7 @@ is(breaker('act')->{state}, 'open', 'act: open while refusing and hanging');
 
 CB::Origin::behave($hits);
 my $healed = time();
-my $closed = wait_state('act', 'closed', 6);
+my $closed = wait_state('/cb?upstream=act', 'closed', 6);
 my $took = time() - $healed;
 
 # probe_interval + probes x probe_interval, each spacing up to 20 % longer,

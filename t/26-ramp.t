@@ -23,7 +23,6 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
@@ -31,6 +30,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::Status qw/ breaker_at wait_state /;
 use CB::Response qw/ status header body /;
 
 ###############################################################################
@@ -84,23 +84,9 @@ my $hits = start($t, 8081);
 
 ###############################################################################
 
-sub breaker {
-	my ($route) = @_;
-	my $r = http_get("/cb?upstream=r&route=$route");
-	my $j = eval { JSON::PP::decode_json(body($r) // '') } or return {};
-	return $j->{breakers}[0] // {};
-}
+# the breaker that the status location shows (see CB::Status)
 
-sub wait_state {
-	my ($route, $state, $timeout) = @_;
-	my $end = time() + $timeout;
-	while (time() < $end) {
-		my $b = breaker($route);
-		return $b if ($b->{state} // '') eq $state;
-		sleep 0.01;
-	}
-	return;
-}
+sub breaker { breaker_at("/cb?upstream=r&route=$_[0]") }
 
 sub get_nocache {
 	my ($uri) = @_;
@@ -131,7 +117,7 @@ CB::Origin::behave($hits, '* status=500');
 ok(trip('/r/'), 'r: opens');
 
 CB::Origin::behave($hits);
-my $closed = wait_state('default', 'closed', 3);
+my $closed = wait_state('/cb?upstream=r&route=default', 'closed', 3);
 my $t0 = $closed ? $closed->{since} : time();
 like($closed && $closed->{last_transition}, qr/^1 good probe$/, 'r: closed by a probe');
 
@@ -224,7 +210,7 @@ ok(status($r) == 200 && body($r) eq 'stale one'
 	&& header($r, 'X-Circuit-State') eq 'open', 'c: stale while open');
 
 CB::Origin::behave($hits);
-ok(wait_state('c', 'closed', 3), 'c: closed by probes');
+ok(wait_state('/cb?upstream=r&route=c', 'closed', 3), 'c: closed by probes');
 
 my ($stale, $through) = (0, 0);
 my $before = CB::Origin::hits($hits, qr!^/c/item!);

@@ -18,15 +18,15 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start log_count /;
+use CB::Nginx qw/ conf start self_signed log_count /;
 use CB::Origin;
-use CB::Response qw/ body header /;
+use CB::Status qw/ breaker_at wait_state /;
+use CB::Response qw/ header /;
 
 ###############################################################################
 
@@ -122,43 +122,15 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     }
 EOF
 
-$t->write_file('openssl.conf', <<EOF);
-[ req ]
-default_bits = 2048
-encrypt_key = no
-distinguished_name = req_distinguished_name
-[ req_distinguished_name ]
-EOF
-
-my $d = $t->testdir();
-
-system('openssl req -x509 -new '
-	. "-config $d/openssl.conf -subj /CN=localhost/ "
-	. "-out $d/localhost.crt -keyout $d/localhost.key "
-	. ">>$d/openssl.out 2>&1") == 0
-	or die "Can't create certificate for localhost: $!\n";
+self_signed($t, 'localhost');
 
 my $hits = start($t, 8081);
 
 ###############################################################################
 
-sub breaker {
-	my ($upstream) = @_;
-	my $r = http_get("/cb?upstream=$upstream");
-	my $j = eval { JSON::PP::decode_json(body($r) // '') } or return {};
-	return $j->{breakers}[0] // {};
-}
+# the breaker that the status location shows (see CB::Status)
 
-sub wait_state {
-	my ($upstream, $state, $timeout) = @_;
-	my $end = time() + $timeout;
-	while (time() < $end) {
-		my $b = breaker($upstream);
-		return $b if ($b->{state} // '') eq $state;
-		sleep 0.01;
-	}
-	return;
-}
+sub breaker { breaker_at("/cb?upstream=$_[0]") }
 
 sub trip {
 	my ($prefix) = @_;
@@ -176,16 +148,16 @@ ok(trip("/$_/"), "$_: opens") for qw/ sec bad plain anon /;
 
 CB::Origin::behave($hits);
 
-my $b = wait_state('sec', 'closed', 3);
+my $b = wait_state('/cb?upstream=sec', 'closed', 3);
 is($b && $b->{last_transition}, '2 good probes', 'sec: closed by probes over TLS');
 my $tls = $t->read_file('tls.log');
 like($tls, qr!^/sec/health "localhost" "api\.test" "nginx circuit breaker probe"$!m,
 	'sec: TLS with SNI, probe_host');
 
-ok(wait_state('plain', 'closed', 3), 'plain: closed by probes');
+ok(wait_state('/cb?upstream=plain', 'closed', 3), 'plain: closed by probes');
 is(CB::Origin::hits($hits, qr!^/plain/health!), 2, 'plain: probed in plain HTTP');
 
-ok(wait_state('anon', 'closed', 3), 'anon: closed by probes');
+ok(wait_state('/cb?upstream=anon', 'closed', 3), 'anon: closed by probes');
 like($t->read_file('tls.log'), qr!^/anon/health !m, 'anon: probed over TLS');
 
 sleep 1;

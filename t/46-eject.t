@@ -16,7 +16,6 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
@@ -24,6 +23,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::Status qw/ breaker_at /;
 use CB::Response qw/ status header /;
 
 ###############################################################################
@@ -88,12 +88,7 @@ my ($good, $bad) = start($t, 8081, 8082);
 
 my ($pg, $pb) = (port(8081), port(8082));
 
-sub status_of {
-	my ($name) = @_;
-	my $r = http_get("/status?upstream=$name");
-	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
-	return decode_json($body)->{breakers}[0];
-}
+sub status_of { breaker_at("/status?upstream=$_[0]") }
 
 sub server_state {
 	my ($b, $port) = @_;

@@ -22,6 +22,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start req reload /;
 use CB::Origin;
+use CB::Status qw/ breaker_at /;
 use CB::Response qw/ status header /;
 
 ###############################################################################
@@ -185,12 +186,7 @@ sub tried {
 	return scalar @l;
 }
 
-sub breaker {
-	my ($name) = @_;
-	my $r = http_get("/status?upstream=$name&route=default");
-	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
-	return decode_json($body)->{breakers}[0];
-}
+sub breaker { breaker_at("/status?upstream=$_[0]&route=default") }
 
 sub place {
 	my ($b, $port) = @_;

@@ -15,13 +15,13 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::Status qw/ breaker_at /;
 use CB::Response qw/ status header /;
 
 ###############################################################################
@@ -79,12 +79,7 @@ CB::Origin::behave($hits{8085}, '* status=500');
 
 ###############################################################################
 
-sub breaker {
-	my ($name) = @_;
-	my $r = http_get("/status?upstream=$name&route=default");
-	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
-	return decode_json($body)->{breakers}[0];
-}
+sub breaker { breaker_at("/status?upstream=$_[0]&route=default") }
 
 # rescued: half the requests fail on 8082 and are retried on 8081
 

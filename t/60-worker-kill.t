@@ -36,16 +36,15 @@ use strict;
 use Test::More;
 
 use FindBin;
-use IO::Select;
-use IO::Socket::INET;
-use POSIX qw/ WNOHANG /;
+use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Nginx qw/ conf start workers workers_up /;
-use CB::Proc qw/ cmdline /;
+use CB::Proc qw/ cmdline reap /;
+use CB::Workers qw/ send_get read_response owner_of /;
 use CB::Origin;
 
 ###############################################################################
@@ -129,69 +128,17 @@ sub kill_worker {
 	return 0;
 }
 
-# the worker holding the server side of a client connection:
-# /proc/net/tcp gives the socket inode, a worker's fd links to it
-
-sub owner_of {
-	my ($t, $client_port) = @_;
-	my $np = port(8080);
-	my $inode;
-
-	open my $fh, '<', '/proc/net/tcp' or return;
-	while (<$fh>) {
-		my @f = split;
-		next unless @f > 9 && $f[1] =~ /:([0-9A-F]{4})$/;
-		next unless hex($1) == $np;
-		next unless $f[2] =~ /:([0-9A-F]{4})$/ && hex($1) == $client_port;
-		$inode = $f[9];
-		last;
-	}
-	close $fh;
-	return unless $inode;
-
-	for my $w (workers($t)) {
-		opendir my $dh, "/proc/$w/fd" or next;
-		for my $fd (grep { /^\d+$/ } readdir $dh) {
-			my $l = readlink("/proc/$w/fd/$fd") // next;
-			return $w if $l eq "socket:[$inode]";
-		}
-	}
-
-	return;
-}
-
 # one request on its own connection, with a deadline: (status or failure
 # reason, seconds, worker pid)
 
 sub request {
 	my ($uri, $timeout) = @_;
 	my $start = time();
-	my $deadline = $start + ($timeout // 5);
 
-	my $s = IO::Socket::INET->new(
-		Proto => 'tcp',
-		PeerAddr => '127.0.0.1:' . port(8080),
-		Timeout => 2,
-	) or return ("connect:$!", time() - $start, 0);
+	my $s = send_get($uri) or return ("send:$!", time() - $start, 0);
 
-	local $SIG{PIPE} = 'IGNORE';
-	syswrite($s, "GET $uri HTTP/1.0\r\nHost: localhost\r\n\r\n")
-		or return ("write:$!", time() - $start, 0);
-
-	my $sel = IO::Select->new($s);
-	my $buf = '';
-
-	while (1) {
-		my $left = $deadline - time();
-		return ('timeout', time() - $start, 0) if $left <= 0;
-		next unless $sel->can_read($left);
-		my $n = sysread($s, $buf, 65536, length $buf);
-		next if !defined $n && $!{EINTR};
-		return ("read:$!", time() - $start, 0) unless defined $n;
-		last if $n == 0;
-	}
-
-	close $s;
+	my ($buf, $why) = read_response($s, $start + ($timeout // 5));
+	return ($why, time() - $start, 0) unless defined $buf;
 
 	my $took = time() - $start;
 	return ('empty', $took, 0) unless $buf =~ m!^HTTP/1\.1 (\d{3}) !;
@@ -305,17 +252,7 @@ for my $k (1 .. 5) {
 
 $t->write_file('killed', '');
 
-for my $pid (@kids) {
-	my $end = time() + 15;
-	while (waitpid($pid, WNOHANG) == 0) {
-		if (time() > $end) {
-			kill 'KILL', $pid;
-			waitpid($pid, 0);
-			last;
-		}
-		sleep 0.05;
-	}
-}
+reap($_, 15) for @kids;
 
 is(join('', @replaced), '11111', 'master replaced every killed worker');
 ok(!grep({ $original{$_} } workers($t)),

@@ -22,7 +22,6 @@ use strict;
 use Test::More;
 
 use FindBin;
-use JSON::PP qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
@@ -30,8 +29,9 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start reload master workers /;
 use CB::Origin;
+use CB::Status qw/ breaker_at /;
 use CB::Proc qw/ children cmdline /;
-use CB::Response qw/ body header /;
+use CB::Response qw/ header /;
 
 ###############################################################################
 
@@ -111,11 +111,7 @@ sub origin_peers {
 	return @owners;
 }
 
-sub breaker {
-	my $r = http_get('/cb?upstream=k');
-	my $j = eval { JSON::PP::decode_json(body($r) // '') } or return {};
-	return $j->{breakers}[0] // {};
-}
+sub breaker { breaker_at('/cb?upstream=k') }
 
 sub wait_for {
 	my ($cond, $timeout) = @_;

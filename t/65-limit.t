@@ -35,17 +35,17 @@ use strict;
 use Test::More;
 
 use FindBin;
-use IO::Select;
-use IO::Socket::INET;
-use JSON::PP qw//;
-use POSIX qw/ WNOHANG /;
+use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
 use CB::Nginx qw/ conf start reload workers /;
+use CB::Proc qw/ reap /;
 use CB::Origin;
+use CB::Response qw/ json /;
+use CB::Workers qw/ send_get read_response owner_of /;
 
 ###############################################################################
 
@@ -134,37 +134,14 @@ my $hits = start($t, 8081);
 
 sub request {
 	my ($uri, $timeout) = @_;
-	my $s = send_req($uri) or return ('connect');
+	my $s = send_get($uri) or return ('connect');
 	return finish($s, $timeout);
-}
-
-sub send_req {
-	my ($uri) = @_;
-	my $s = IO::Socket::INET->new(
-		Proto => 'tcp',
-		PeerAddr => '127.0.0.1:' . port(8080),
-		Timeout => 2,
-	) or return;
-	local $SIG{PIPE} = 'IGNORE';
-	syswrite($s, "GET $uri HTTP/1.0\r\nHost: localhost\r\n\r\n") or return;
-	return $s;
 }
 
 sub finish {
 	my ($s, $timeout) = @_;
-	my $deadline = time() + ($timeout // 10);
-	my $sel = IO::Select->new($s);
-	my $buf = '';
-	while (1) {
-		my $left = $deadline - time();
-		return ('timeout') if $left <= 0;
-		next unless $sel->can_read($left);
-		my $n = sysread($s, $buf, 65536, length $buf);
-		next if !defined $n && $!{EINTR};
-		return ('read') unless defined $n;
-		last if $n == 0;
-	}
-	close $s;
+	my ($buf, $why) = read_response($s, time() + ($timeout // 10));
+	return ($why) unless defined $buf;
 	return ('empty') unless $buf =~ m!^HTTP/1\.1 (\d{3}) !;
 	my $status = $1;
 	my ($state) = $buf =~ /^X-Circuit-State: (\w+)\x0d?$/m;
@@ -178,48 +155,9 @@ sub finish {
 
 sub breaker {
 	my ($upstream) = @_;
-	my ($s) = IO::Socket::INET->new(
-		Proto => 'tcp',
-		PeerAddr => '127.0.0.1:' . port(8080),
-		Timeout => 2,
-	) or return {};
-	syswrite($s, "GET /status?upstream=$upstream HTTP/1.0\r\n"
-		. "Host: localhost\r\n\r\n");
-	local $/;
-	my $r = <$s> // '';
-	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
-	my $v = eval { JSON::PP->new->decode($body // '') } // {};
-	return $v->{breakers}[0] // {};
-}
-
-# the worker holding the server side of a client connection
-
-sub owner_of {
-	my ($t, $client_port) = @_;
-	my $np = port(8080);
-	my $inode;
-
-	open my $fh, '<', '/proc/net/tcp' or return;
-	while (my $line = <$fh>) {
-		my @f = split ' ', $line;
-		next unless @f > 9 && $f[1] =~ /:([0-9A-F]{4})$/;
-		next unless hex($1) == $np;
-		next unless $f[2] =~ /:([0-9A-F]{4})$/ && hex($1) == $client_port;
-		$inode = $f[9];
-		last;
-	}
-	close $fh;
-	return unless $inode;
-
-	for my $w (workers($t)) {
-		opendir my $dh, "/proc/$w/fd" or next;
-		for my $fd (grep { /^\d+$/ } readdir $dh) {
-			my $l = readlink("/proc/$w/fd/$fd") // next;
-			return $w if $l eq "socket:[$inode]";
-		}
-	}
-
-	return;
+	my $s = send_get("/status?upstream=$upstream") or return {};
+	my ($r) = read_response($s, time() + 10);
+	return (json($r) // {})->{breakers}[0] // {};
 }
 
 # waits until COND holds, up to SECONDS
@@ -243,7 +181,7 @@ my @kept;
 sub burst {
 	my ($prefix, $n) = @_;
 	CB::Origin::clear_concurrency($hits);
-	my @s = map { send_req("/$prefix/?conc=1&delay=800&b=$_") } 1 .. $n;
+	my @s = map { send_get("/$prefix/?conc=1&delay=800&b=$_") } 1 .. $n;
 	my @r = map { [finish($_)] } @s;
 	return @r;
 }
@@ -281,7 +219,7 @@ is($b->{limit}{in_flight}, 0, 'dry run: in-flight counted, back to 0');
 
 # 2. slots come back from a client that went away and from a killed worker
 
-my @a = map { send_req("/f/?delay=5000&abort=$_") } 1 .. 2;
+my @a = map { send_get("/f/?delay=5000&abort=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/abort=/) == 2 }, 5);
 my ($s, $state) = request('/f/?abort=3');
 is("$s $state", '503 limited', 'abort: both slots taken');
@@ -291,7 +229,7 @@ ok(wait_for(sub { (breaker('fixed')->{limit}{in_flight} // -1) == 0 }, 3),
 ($s) = request('/f/?abort=4');
 is($s, '200', 'abort: next request passes');
 
-my @h = map { send_req("/f/?hang=1&kill=$_") } 1 .. 2;
+my @h = map { send_get("/f/?hang=1&kill=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/hang=1/) == 2 }, 5);
 ($s, $state) = request('/f/?kill=3');
 is("$s $state", '503 limited', 'kill: both slots taken');
@@ -317,7 +255,7 @@ close $_ for grep { $_ } @h;
 # a retry keeps its slot: two requests refused by the first server and
 # served by the second hold both slots, and a third is shed
 
-my @rt = map { send_req("/r/?delay=1000&retry=$_") } 1 .. 2;
+my @rt = map { send_get("/r/?delay=1000&retry=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/retry=/) == 2 }, 5);
 is(breaker('retry')->{limit}{in_flight}, 2, 'retry: each request holds its slot');
 ($s, $state) = request('/r/?retry=3');
@@ -333,7 +271,7 @@ is(breaker('retry')->{limit}{in_flight}, 0, 'retry: one slot back each');
 ($s) = request('/c/entry');
 is($s, '200', 'stale: cached');
 sleep 2.1;
-my @hold = map { send_req("/f/?delay=1000&hold=$_") } 1 .. 2;
+my @hold = map { send_get("/f/?delay=1000&hold=$_") } 1 .. 2;
 wait_for(sub { CB::Origin::hits($hits, qr/hold=/) == 2 }, 5);
 my ($cs, $cstate, undef, undef, $cache) = request('/c/entry');
 is("$cs $cstate $cache", '200 limited STALE', 'stale: served stale when shed');
@@ -421,17 +359,7 @@ for my $p (@timeline) {
 	$at = $end;
 }
 
-for my $pid (@kids) {
-	my $end = time() + 30;
-	while (waitpid($pid, WNOHANG) == 0) {
-		if (time() > $end) {
-			kill 'KILL', $pid;
-			waitpid($pid, 0);
-			last;
-		}
-		sleep 0.05;
-	}
-}
+reap($_, 30) for @kids;
 
 my $origin_max = (CB::Origin::concurrency($hits))[1];
 

@@ -24,6 +24,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Nginx qw/ conf start req reload log_size log_since /;
 use CB::Origin;
+use CB::Status qw/ breakers /;
 use CB::Response qw/ status body header json /;
 
 ###############################################################################
@@ -114,8 +115,8 @@ sub control {
 
 sub breaker {
 	my ($upstream, $route) = @_;
-	my $j = json(http_get("/status?upstream=$upstream&route=$route"));
-	return $j && @{ $j->{breakers} } == 1 ? $j->{breakers}[0] : {};
+	my @b = breakers("/status?upstream=$upstream&route=$route");
+	return @b == 1 ? $b[0] : {};
 }
 
 # sends @uris over as many connections at once, then reads all answers

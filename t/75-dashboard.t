@@ -36,7 +36,8 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
-use CB::Response qw/ status header body /;
+use CB::Status qw/ breakers /;
+use CB::Response qw/ status header /;
 
 ###############################################################################
 
@@ -165,9 +166,8 @@ sub row {
 
 sub breaker {
 	my ($upstream, $route) = @_;
-	my $j = eval { JSON::PP->new->decode(body(http_get(
-		"/ops/x?format=json&upstream=$upstream&route=$route"))) } || {};
-	return @{ $j->{breakers} || [] } == 1 ? $j->{breakers}[0] : {};
+	my @b = breakers("/ops/x?format=json&upstream=$upstream&route=$route");
+	return @b == 1 ? $b[0] : {};
 }
 
 sub png_ok {

@@ -22,7 +22,8 @@ use Time::HiRes qw/ sleep time /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT /;
-use CB::Nginx qw/ start nginx_t req /;
+use CB::Nginx qw/ start req /;
+use CB::Config qw/ fill conf_fails conf_passes /;
 use CB::Origin;
 use CB::Response qw/ status header body /;
 use JSON::PP qw//;
@@ -53,51 +54,17 @@ SERVER
     }
 EOF
 
-my $n = 0;
-
-sub template {
-	my (%parts) = @_;
-	my $c = $template;
-	for my $k (qw/ HTTP SERVER /) {
-		my $v = $parts{$k} // '';
-		$c =~ s/^$k\n/$v\n/m;
-	}
-	return $c;
-}
-
-# writes the configuration, runs "nginx -t", and checks that it fails with
-# exactly one [emerg] line: MESSAGE in FILE:LINE, where LINE is the first
-# line containing AT in the expanded file
+# configurations that "nginx -t" must refuse or pass: the template with
+# PARTS filled in (see CB::Config)
 
 sub bad {
-	my ($t, $name, $parts, $at, $msg) = @_;
-	my $file = sprintf('bad-%02d.conf', ++$n);
-
-	$t->write_file_expand($file, template(%$parts));
-
-	my @lines = split /\n/, $t->read_file($file);
-	my ($line) = grep { index($lines[$_ - 1], $at) >= 0 } 1 .. @lines;
-	$line //= '?';
-
-	my ($rc, $out) = nginx_t($t, $file);
-	my @emerg = $out =~ /^(nginx: \[emerg\] .*)$/mg;
-	my $path = $t->testdir() . "/$file";
-
-	is(join("\n", @emerg) . ($rc ? '' : ' (nginx -t succeeded)'),
-		"nginx: [emerg] $msg in $path:$line", $name)
-		or diag($out);
+	my ($t, $name, $parts, @emerg) = @_;
+	conf_fails($t, $name, fill($template, %$parts), @emerg);
 }
 
 sub good {
 	my ($t, $name, $parts) = @_;
-	my $file = sprintf('good-%02d.conf', ++$n);
-
-	$t->write_file_expand($file, template(%$parts));
-	my ($rc, $out) = nginx_t($t, $file);
-
-	ok($rc == 0 && $out =~ /test is successful/
-		&& $out !~ /\[(?:emerg|alert|crit|error|warn)\]/, $name)
-		or diag($out);
+	conf_passes($t, $name, fill($template, %$parts));
 }
 
 ###############################################################################
@@ -171,7 +138,7 @@ good($t, 'every parameter', { HTTP => "$f $peers [::1]:8093 10.0.0.9 "
 # origin, which answers anything with "200 origin ... ok" (a peer that lies).
 # It acts alone, and says so only in its counters.
 
-$t->write_file_expand('nginx.conf', template(
+$t->write_file_expand('nginx.conf', fill($template,
 	HTTP => "$f 127.0.0.1:%%PORT_8090%% 127.0.0.1:%%PORT_8091%% "
 		. '127.0.0.1:%%PORT_8081%% id=127.0.0.1:%%PORT_8090%% '
 		. 'interval=200ms secret=s3cr3t;',

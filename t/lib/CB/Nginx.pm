@@ -2,7 +2,7 @@ package CB::Nginx;
 
 # What the t/*.t files share around Test::Nginx: the frame of their nginx.conf, starting
 # nginx with its CB::Origin daemons, waiting for a reload, the worker processes, "nginx -t",
-# and reading error.log.  Everything here behaves the same with our harness (t/lib/Test/
+# self-signed certificates, and reading error.log.  Everything here behaves the same with our harness (t/lib/Test/
 # Nginx.pm) and with nginx-tests' own lib/Test/Nginx.pm, whose reload() sends HUP and
 # returns at once and whose run() waits only for the pid file.
 #
@@ -27,7 +27,7 @@ use strict;
 
 use Exporter qw/ import /;
 our @EXPORT_OK = qw/ conf env_globals start req reload master masters workers workers_up
-	nginx_t log_size log_since log_count /;
+	nginx_t self_signed log_size log_since log_count /;
 
 use POSIX qw//;
 use Time::HiRes qw/ sleep time /;
@@ -301,6 +301,34 @@ sub nginx_t {
 	unlink $pidfile if !$had;
 
 	return ($rc, $out);
+}
+
+###############################################################################
+# TLS
+
+# For each NAME, a self-signed certificate for CN=NAME and its key, NAME.crt and NAME.key in
+# the test directory (openssl's output goes to openssl.out); dies when openssl fails.
+
+sub self_signed {
+	my ($t, @names) = @_;
+
+	$t->write_file('openssl.conf', <<EOF);
+[ req ]
+default_bits = 2048
+encrypt_key = no
+distinguished_name = req_distinguished_name
+[ req_distinguished_name ]
+EOF
+
+	my $d = $t->testdir();
+
+	for my $name (@names) {
+		system('openssl req -x509 -new '
+			. "-config $d/openssl.conf -subj /CN=$name/ "
+			. "-out $d/$name.crt -keyout $d/$name.key "
+			. ">>$d/openssl.out 2>&1") == 0
+			or die "Can't create certificate for $name: $!\n";
+	}
 }
 
 ###############################################################################

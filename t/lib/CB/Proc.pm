@@ -2,14 +2,15 @@ package CB::Proc;
 
 # The processes of a test, through Linux's /proc: all pids, a process's live children, its
 # command line (nginx puts its process title there), whether it still runs, waiting for it
-# to exit.  Used by our Test::Nginx (stop) and by CB::Nginx (workers, reload, watchdog);
-# elsewhere than Linux the lists are empty.
+# to exit, and reaping a child of a test, killed if it will not end.  Used by our
+# Test::Nginx (stop), by CB::Nginx (workers, reload, watchdog) and by the tests that fork
+# clients; elsewhere than Linux the lists are empty.
 
 use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ pids children cmdline alive wait_exit /;
+our @EXPORT_OK = qw/ pids children cmdline alive wait_exit reap /;
 
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ sleep time /;
@@ -83,6 +84,19 @@ sub wait_exit {
 	}
 
 	return !alive($pid);
+}
+
+# waits up to TIMEOUT seconds for a child process of ours to exit, then kills it (SIGKILL);
+# reaps it either way.  True if it exited by itself
+
+sub reap {
+	my ($pid, $timeout) = @_;
+
+	return 1 if wait_exit($pid, $timeout);
+
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	return 0;
 }
 
 1;
