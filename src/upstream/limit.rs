@@ -19,15 +19,23 @@ pub const RETRY_AFTER_MS: u64 = 1000;
 
 /// Takes a slot of the request's limit, if its upstream has one; false when the request is
 /// shed (its label then says `limited`). A request already holding a slot (`peer.init`
-/// again for the same request) keeps it.
+/// again for the same request) keeps it. Inline: most upstreams have no limit, and then this
+/// is one test in `peer.init`.
+#[inline]
 pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
+    if state.srv_conf().limit.is_none() || state.limit.is_held() || state.handle.is_none() {
+        return true;
+    }
+    take_slot(state, log)
+}
+
+/// [`admit`] for an upstream with a limit.
+#[inline(never)]
+fn take_slot(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
     let scf = state.srv_conf();
     let Some(cfg) = scf.limit.as_ref() else {
         return true;
     };
-    if state.limit.is_held() || state.handle.is_none() {
-        return true;
-    }
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
     let Some((zone, _)) = state.zone() else {
         return true;
@@ -60,6 +68,7 @@ pub fn release(state: &mut RequestState) {
 ///
 /// # Safety
 /// `r`, `u` and `pc` must be the live request, its upstream and peer, in `peer.free`.
+#[inline]
 pub unsafe fn attempt_ended(
     state: &mut RequestState,
     r: &ngx_http_request_t,
@@ -68,9 +77,25 @@ pub unsafe fn attempt_ended(
     ngx_state: ngx_uint_t,
     a: &Attempt,
 ) {
-    if !state.limit.is_held() {
-        return;
+    if state.limit.is_held() {
+        // SAFETY: per the contract.
+        unsafe { sample(state, r, u, pc, ngx_state, a) };
     }
+}
+
+/// [`attempt_ended`] for a request holding a slot.
+///
+/// # Safety
+/// As for [`attempt_ended`].
+#[inline(never)]
+unsafe fn sample(
+    state: &mut RequestState,
+    r: &ngx_http_request_t,
+    u: &ngx_http_upstream_t,
+    pc: &ngx_peer_connection_t,
+    ngx_state: ngx_uint_t,
+    a: &Attempt,
+) {
     // SAFETY: per the contract.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
     limit::attempt_ended(state.limit, sample_of(a), last);
