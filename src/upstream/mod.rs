@@ -356,39 +356,76 @@ enum Settle<'a> {
 /// retry budget, and the request's verdict goes to its breaker once, when its last attempt
 /// ends. What can be is done without the lock (successes while a breaker allows it, the
 /// first attempt in the retry budget); the rest in one lock hold.
+///
+/// Inline: the lock-free half is most of the closed path's `peer.free`; the rest is
+/// [`settle_locked`].
+#[inline(always)]
 fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<'_>) {
     let now = mono_ms();
     // SAFETY: the configuration outlives its requests' states.
     let scf = unsafe { &*state.srv_conf_ptr() };
     let server = core::mem::replace(&mut state.server, NO_SERVER);
     let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
-    let mut retry = match how {
-        Settle::Retried(pc) => Some(pc),
-        Settle::Final => None,
-    };
+    let retried = matches!(how, Settle::Retried(_));
     let success = scf.breaker.as_ref().is_some_and(|c| is_success(c, attempt));
-    let ms = attempt.response_ms;
     let server_left = server != NO_SERVER
         && !(success
             && server_ticket == Ticket::Normal
             && eject::add_success(zone, scf, server, now));
-    let verdict_done = retry.is_none()
+    let verdict_done = !retried
         && success
         && state.ticket == Ticket::Normal
-        && zone.add_success(state.handle, state.key_hash, now, ms);
+        && zone.add_success(state.handle, state.key_hash, now, attempt.response_ms);
     if scf.retry.is_some() && !state.counted_first && scf.firsts.add(now) {
         state.counted_first = true;
     }
     let first_left = scf.retry.is_some() && !state.counted_first;
-    if retry.is_none() && !server_left && verdict_done && !first_left {
+    if !retried && !server_left && verdict_done && !first_left {
         state.pending = None;
         return;
     }
+    let left = Left {
+        now,
+        server: server_left.then_some((server, server_ticket)),
+        verdict_done,
+    };
+    settle_locked(state, zone, attempt, how, left);
+}
+
+/// What [`settle`] could not do without the lock.
+struct Left {
+    now: u64,
+    /// The attempt's server and its ticket, when their record waits.
+    server: Option<(u16, Ticket)>,
+    /// The request's verdict is recorded.
+    verdict_done: bool,
+}
+
+/// The locked half of [`settle`].
+#[inline(never)]
+fn settle_locked(
+    state: &mut RequestState,
+    zone: &Zone,
+    attempt: &Attempt,
+    how: Settle<'_>,
+    left: Left,
+) {
+    let Left {
+        now,
+        server,
+        verdict_done,
+    } = left;
+    // SAFETY: the configuration outlives its requests' states.
+    let scf = unsafe { &*state.srv_conf_ptr() };
+    let mut retry = match how {
+        Settle::Retried(pc) => Some(pc),
+        Settle::Final => None,
+    };
     // SAFETY: the request owning this state is live while its attempts end.
     let log = connection_log(unsafe { &*state.request() });
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
     let mut locked = zone.lock();
-    if server_left && !state.uscf.is_null() {
+    if let (Some((server, server_ticket)), false) = (server, state.uscf.is_null()) {
         // SAFETY: set in peer.init to the request's upstream conf, live in a worker.
         let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
         eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
