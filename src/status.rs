@@ -293,22 +293,12 @@ fn control_breaker(
         }
     };
     view.on_wall_clock(mono, wall);
-    // SAFETY: a live request's connection.
-    let c = unsafe { &*r.connection };
     let verb = match action {
         Action::ForceOpen => "forced open",
         Action::ForceClose => "forced closed",
         _ => "reset",
     };
-    ngx::ngx_log_error!(
-        NGX_LOG_WARN,
-        c.log,
-        "circuit breaker \"{}/{}\" {} by {}",
-        upstream,
-        route.name,
-        verb,
-        String::from_utf8_lossy(c.addr_text.as_bytes())
-    );
+    log_control(r, format_args!("\"{upstream}/{}\" {verb}", route.name));
     let entry = Entry {
         fingerprint: fingerprint_of(mcf, upstream),
         upstream: upstream.to_owned(),
@@ -319,13 +309,7 @@ fn control_breaker(
         probe_uri: probe_uri(mcf, upstream),
         limit,
     };
-    if format == Format::Prometheus {
-        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
-        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
-    } else {
-        let body = status::render_breaker_json(&entry);
-        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
-    }
+    send_entry(r, mcf, &entry, format, q)
 }
 
 /// `POST ?upstream=…&server=…&action=eject|restore`: takes one server out of its pool (until
@@ -376,17 +360,8 @@ fn control_server(
         );
     };
     view.on_wall_clock(mono, wall);
-    // SAFETY: a live request's connection.
-    let c = unsafe { &*r.connection };
-    ngx::ngx_log_error!(
-        NGX_LOG_WARN,
-        c.log,
-        "circuit breaker \"{}\" server {} {} by {}",
-        upstream,
-        server,
-        if eject { "ejected" } else { "restored" },
-        String::from_utf8_lossy(c.addr_text.as_bytes())
-    );
+    let verb = if eject { "ejected" } else { "restored" };
+    log_control(r, format_args!("\"{upstream}\" server {server} {verb}"));
     let backup = eject::servers(scf).any(|(a, b)| a == server && b);
     let Some((home, retry, limit)) = home_view(&zone, scf, mono, wall) else {
         return send_text(
@@ -409,11 +384,35 @@ fn control_server(
         fingerprint: fingerprint_of(mcf, upstream),
         limit,
     };
+    send_entry(r, mcf, &entry, format, q)
+}
+
+/// One `warn` line per operator action: what was done, by which client address.
+fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
+    // SAFETY: a live request's connection.
+    let c = unsafe { &*r.connection };
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        c.log,
+        "circuit breaker {} by {}",
+        what,
+        String::from_utf8_lossy(c.addr_text.as_bytes())
+    );
+}
+
+/// Answers a control request with one entry, in the format asked for.
+fn send_entry(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    entry: &Entry,
+    format: Format,
+    q: &Query,
+) -> ngx_int_t {
     if format == Format::Prometheus {
-        let body = status::render_breaker_prometheus(&mcf.zone_name.0, &entry);
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, entry);
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
     } else {
-        let body = status::render_breaker_json(&entry);
+        let body = status::render_breaker_json(entry);
         send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
     }
 }

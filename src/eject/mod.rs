@@ -21,7 +21,7 @@
 
 mod peers;
 
-use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket};
+use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket, Why};
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{
@@ -409,31 +409,15 @@ fn log_move(log: *mut ngx_log_t, scf: &SrvConf, s: &Server, m: &Move) {
         d.strip_prefix("retry in ")
             .map_or(d.to_owned(), |s| format!("back in {s}"))
     });
-    match back {
-        Some(d) => {
-            ngx::ngx_log_error!(
-                NGX_LOG_WARN,
-                log,
-                "circuit breaker \"{}\" server {} {}: {}, {}",
-                scf.name,
-                s.name,
-                verb,
-                t.reason,
-                d
-            );
-        }
-        None => {
-            ngx::ngx_log_error!(
-                NGX_LOG_WARN,
-                log,
-                "circuit breaker \"{}\" server {} {}: {}",
-                scf.name,
-                s.name,
-                verb,
-                t.reason
-            );
-        }
-    }
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "circuit breaker \"{}\" server {} {}: {}",
+        scf.name,
+        s.name,
+        verb,
+        Why(&t.reason, back.as_deref())
+    );
 }
 
 /// An operator's `action=eject` (out until `restore`, whatever the cap says) or

@@ -100,29 +100,14 @@ pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
         State::HalfOpen => "half-opened",
         State::Closed => "closed",
     };
-    match &t.detail {
-        Some(d) => {
-            ngx::ngx_log_error!(
-                NGX_LOG_WARN,
-                log,
-                "circuit breaker \"{}\" {}: {}, {}",
-                name,
-                verb,
-                t.reason,
-                d
-            );
-        }
-        None => {
-            ngx::ngx_log_error!(
-                NGX_LOG_WARN,
-                log,
-                "circuit breaker \"{}\" {}: {}",
-                name,
-                verb,
-                t.reason
-            );
-        }
-    }
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "circuit breaker \"{}\" {}: {}",
+        name,
+        verb,
+        t.why()
+    );
 }
 
 /// Logs a breaker that could not be created, once per worker and breaker.

@@ -16,6 +16,7 @@ pub use classify::{classify, Attempt, Ending, Verdict};
 pub use config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
 pub use owned::OwnedBreaker;
 pub use ramp::RAMP_RETRY_AFTER_MS;
+pub use reason::Why;
 pub use state::{
     jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
     ProbeFailure, ProbeResult, Recorded, Ticket, Transition, PROBE_LEASE_MS,

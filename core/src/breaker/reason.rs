@@ -46,9 +46,34 @@ pub fn load(buf: &[u8; REASON_BYTES], len: u8) -> &str {
     std::str::from_utf8(&buf[..len]).unwrap_or("")
 }
 
+/// A reason and its optional detail as one log phrase: `reason` or `reason, detail`.
+pub struct Why<'a>(pub &'a str, pub Option<&'a str>);
+
+impl core::fmt::Display for Why<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.0)?;
+        match self.1 {
+            Some(d) => write!(f, ", {d}"),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn why_joins_the_detail_when_there_is_one() {
+        assert_eq!(
+            Why("failure rate 55%", None).to_string(),
+            "failure rate 55%"
+        );
+        assert_eq!(
+            Why("failure rate 55%", Some("retry in 30s")).to_string(),
+            "failure rate 55%, retry in 30s"
+        );
+    }
 
     #[test]
     fn percentages_are_whole_or_one_decimal() {

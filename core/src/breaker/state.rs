@@ -279,6 +279,13 @@ pub struct Transition {
     pub detail: Option<String>,
 }
 
+impl Transition {
+    /// The reason and its detail, for the log line.
+    pub fn why(&self) -> reason::Why<'_> {
+        reason::Why(&self.reason, self.detail.as_deref())
+    }
+}
+
 /// What a request may be told without the zone lock, as of the breaker's last change: the
 /// shell keeps it in atomics beside the breaker and refreshes it after every locked call, so
 /// that the common cases — closed, ramping, and open — cost no lock.
