@@ -45,7 +45,9 @@ unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: as above; every upstream has its balancer's peer.init by now.
+    // SAFETY: nginx passes the configuration being parsed, inside the http block; postconfiguration
+    // runs after the upstream module's init_main_conf, so every upstream's balancer (and its
+    // peer.init) is set, as the callees ask.
     guard(NGX_ERROR as ngx_int_t, || unsafe {
         let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
         if rc != NGX_OK as ngx_int_t {
@@ -201,7 +203,7 @@ unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: nginx passes the worker's cycle, which the fleet's hook takes as it is.
     let rc = unsafe { fleet::init_process(cycle) };
     guard(NGX_OK as ngx_int_t, || {
-        // SAFETY: as above.
+        // SAFETY: `cycle` is the worker's live cycle nginx passed to init_process.
         probe::start(unsafe { &*cycle });
         rc
     })

@@ -216,7 +216,8 @@ impl Spares {
         if list.len() < MAX_SPARES {
             list.push(state);
         } else {
-            // SAFETY: per the contract, the box is ours alone.
+            // SAFETY: `state` came from `take`, a leaked `Box`, and nothing refers to it any more
+            // (this fn's contract).
             drop(unsafe { Box::from_raw(state.as_ptr()) });
         }
     }
@@ -342,7 +343,8 @@ pub fn find(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
 /// `data` must be the `peer.data` our `peer.init` set, and no other borrow of that state may
 /// be live.
 pub unsafe fn from_peer_data<'a>(data: *mut c_void) -> &'a mut RequestState {
-    // SAFETY: per the contract.
+    // SAFETY: `data` is the `RequestState` our peer.init set as `peer.data`, alive until the
+    // request's pool cleanup, and no other borrow of it is live (this fn's contract).
     unsafe { &mut *data.cast::<RequestState>() }
 }
 

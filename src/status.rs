@@ -49,7 +49,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 && !control {
         return NGX_HTTP_NOT_ALLOWED as ngx_int_t;
     }
-    // SAFETY: a live request.
+    // SAFETY: `r` is the request nginx passed this content handler, not yet finalized.
     let rc = unsafe { ngx_http_discard_request_body(r) };
     if rc != NGX_OK as ngx_int_t {
         return rc;
@@ -389,7 +389,7 @@ fn control_server(
 
 /// One `warn` line per operator action: what was done, by which client address.
 fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
-    // SAFETY: a live request's connection.
+    // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
     let c = unsafe { &*r.connection };
     ngx::ngx_log_error!(
         NGX_LOG_WARN,
@@ -463,7 +463,7 @@ fn send(
     };
     r.headers_out.content_type_len = content_type.len();
     r.headers_out.content_length_n = body.len() as i64;
-    // SAFETY: a live request.
+    // SAFETY: `r` is the status handler's live request (all callers of `send`), not finalized.
     let rc = unsafe { ngx_http_send_header(r) };
     if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || r.header_only() != 0 {
         return rc;

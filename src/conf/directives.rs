@@ -65,7 +65,8 @@ impl Units for NginxUnits {
             len: value.len(),
             data: value.as_ptr().cast_mut(),
         };
-        // SAFETY: as above.
+        // SAFETY: `s` points at `value`'s `len` bytes, which outlive the call; ngx_parse_size only
+        // reads them.
         u64::try_from(unsafe { nginx_sys::ngx_parse_size(&mut s) }).ok()
     }
 }
@@ -103,7 +104,8 @@ unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void)
     if !mcf.zone.is_null() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     let arg = unsafe { args(cf) }[0];
     let Ok(text) = arg.to_str() else {
         return fail(
@@ -119,7 +121,8 @@ unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void)
         Ok(v) => v,
         Err(e) => return fail(cf, e),
     };
-    // SAFETY: called while parsing, with our main conf.
+    // SAFETY: `cf` is the configuration being parsed and `mcf` its main conf (this handler's
+    // `conf`): what `add_zone` asks.
     match unsafe { add_zone(cf, mcf, name, size as usize) } {
         Ok(()) => NGX_CONF_OK,
         Err(()) => NGX_CONF_ERROR,
@@ -166,7 +169,8 @@ unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     if mcf.fleet.is_some() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     match words(unsafe { args(cf) }).and_then(|w| fleet_conf::parse_fleet_args(w, &NginxUnits)) {
         Ok(spec) => mcf.fleet = Some(spec),
         Err(e) => return fail(cf, e),
@@ -181,7 +185,8 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
     if scf.breaker.is_some() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     let parsed =
         words(unsafe { args(cf) }).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
     let params = match parsed {
@@ -212,12 +217,13 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
 
 /// `circuit_breaker_eject [param=value ...] | off`
 unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our upstream-level conf.
+    // SAFETY: nginx passes our `SrvConf` (the command is registered with NGX_HTTP_SRV_CONF_OFFSET).
     let scf = unsafe { &mut *conf.cast::<SrvConf>() };
     if scf.eject.is_some() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     match words(unsafe { args(cf) }).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
         Ok(e) => scf.eject = Some(e),
         Err(e) => return fail(cf, e),
@@ -227,12 +233,13 @@ unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
 
 /// `circuit_breaker_failure class ...`
 unsafe fn failure(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our upstream-level conf.
+    // SAFETY: nginx passes our `SrvConf` (the command is registered with NGX_HTTP_SRV_CONF_OFFSET).
     let scf = unsafe { &mut *conf.cast::<SrvConf>() };
     if scf.failures.is_some() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     match words(unsafe { args(cf) }).and_then(directive::parse_failure_classes) {
         Ok(set) => scf.failures = Some(set),
         Err(e) => return fail(cf, e),
@@ -247,7 +254,8 @@ unsafe fn route(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     if lcf.route.is_some() {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     let arg = unsafe { args(cf) }[0];
     let name = String::from_utf8_lossy(arg.as_bytes()).into_owned();
     if let Err(e) = directive::check_route_name(&name) {
@@ -270,12 +278,13 @@ unsafe fn route(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
 /// `circuit_breaker_status [control=on|off]`: the command's `post` is the content handler
 /// to install (set where the module is registered).
 unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our loc conf.
+    // SAFETY: nginx passes our `LocConf` (the command is registered with NGX_HTTP_LOC_CONF_OFFSET).
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     if lcf.status != StatusMode::Off {
         return c"is duplicate".as_ptr().cast_mut();
     }
-    // SAFETY: called while parsing.
+    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
+    // `args` asks.
     let a = unsafe { args(cf) };
     lcf.status = match a.first().map(|s| s.as_bytes()) {
         None | Some(b"control=off") => StatusMode::ReadOnly,
@@ -313,7 +322,8 @@ unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void
             file.line,
         );
     }
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is parsing a location inside the http block, so its context holds the http main
+    // confs.
     if let Some(mcf) = Module::main_conf(unsafe { &*cf }) {
         lcf.main = mcf;
     }

@@ -44,15 +44,18 @@ impl HttpModule for Module {
     }
 }
 
-// SAFETY: the types match what the module's create_*_conf functions allocate.
+// SAFETY: the http main conf slot holds what `Module::create_main_conf` (ngx's default, registered
+// in lib.rs) allocates: a `MainConf`.
 unsafe impl HttpModuleMainConf for Module {
     type MainConf = MainConf;
 }
-// SAFETY: as above.
+// SAFETY: every srv conf slot holds what `Module::create_srv_conf` (registered in lib.rs)
+// allocates: a `SrvConf`.
 unsafe impl HttpModuleServerConf for Module {
     type ServerConf = SrvConf;
 }
-// SAFETY: as above.
+// SAFETY: every loc conf slot holds what `Module::create_loc_conf` (registered in lib.rs)
+// allocates: a `LocConf`.
 unsafe impl HttpModuleLocationConf for Module {
     type LocationConf = LocConf;
 }

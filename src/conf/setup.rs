@@ -38,7 +38,8 @@ const UPSTREAM_MODULES: [&CStr; 6] = [
 /// # Safety
 /// `cf` must be the configuration being parsed, inside the http block.
 pub unsafe fn find_upstream_modules(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is the configuration being parsed, inside the http block (this fn's contract),
+    // so its http confs are set.
     let cfr = unsafe { &*cf };
     let Some(mcf) = Module::main_conf_mut(cfr) else {
         return NGX_ERROR as ngx_int_t;
@@ -176,7 +177,8 @@ pub unsafe fn collect_upstreams(
     cf: *mut ngx_conf_t,
     wrap: ngx_http_upstream_init_peer_pt,
 ) -> ngx_int_t {
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is the configuration being parsed, inside the http block (this fn's contract),
+    // so its http confs are set.
     let cfr = unsafe { &*cf };
     let Some(mcf) = Module::main_conf_mut(cfr) else {
         return NGX_ERROR as ngx_int_t;
@@ -192,7 +194,8 @@ pub unsafe fn collect_upstreams(
     // SAFETY: the upstream module's array holds pointers to its srv confs.
     let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
     for &uscf in upstreams {
-        // SAFETY: entries are valid for the cycle.
+        // SAFETY: each entry is an upstream block's srv conf, allocated from the configuration's
+        // pool and live for the cycle.
         let uscf = unsafe { &mut *uscf };
         let Some(scf) = Module::server_conf_mut(uscf) else {
             continue; // an implicit upstream (proxy_pass to a host) has no srv confs
@@ -249,7 +252,8 @@ pub unsafe fn add_phase_handler(
     phase: nginx_sys::ngx_http_phases,
     handler: nginx_sys::ngx_http_handler_pt,
 ) -> ngx_int_t {
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is the configuration being parsed, in postconfiguration (this fn's contract), so
+    // the core module's main conf is set.
     let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
         return NGX_ERROR as ngx_int_t;
     };

@@ -47,7 +47,8 @@ const MISSING: u64 = u64::MAX;
 /// `cf` must be the configuration being parsed, inside the http block, with every
 /// upstream's balancer initialised.
 pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is the configuration being parsed, inside the http block (this fn's contract),
+    // so its http confs are set.
     let cfr = unsafe { &*cf };
     let Some(umcf) = NgxHttpUpstreamModule::main_conf(cfr) else {
         return NGX_OK as ngx_int_t;
@@ -58,7 +59,8 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: the upstream module's array holds pointers to its srv confs.
     let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
     for &uscf in upstreams {
-        // SAFETY: entries are valid for the cycle.
+        // SAFETY: each entry is an upstream block's srv conf, allocated from the configuration's
+        // pool and live for the cycle.
         let uscf = unsafe { &mut *uscf };
         let Some(scf) = Module::server_conf_mut(uscf) else {
             continue;
@@ -136,7 +138,8 @@ pub fn follow(up: Upstream<'_>, now: u64) {
     };
     let local = &pool.local;
     let current = local.stamp.get().read();
-    // SAFETY: `Upstream::new`'s contract.
+    // SAFETY: `up.uscf` keeps round-robin peers: `scf` has a pool (checked above), and
+    // `Upstream::new`'s contract ties the two; what `moved` asks.
     if current.is_some()
         && current == local.applied.get()
         && !unsafe { peers::moved(up.uscf, local) }
@@ -194,7 +197,8 @@ fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
     local.out.set(out);
     local.next_due.set(next_due);
     local.applied.set(stamp);
-    // SAFETY: `Upstream::new`'s contract.
+    // SAFETY: `up.uscf` is live and keeps round-robin peers, as `scf.pool` exists
+    // (`Upstream::new`'s contract), in a worker: what `apply` asks.
     unsafe { peers::apply(up.uscf, pool) };
 }
 
@@ -209,7 +213,8 @@ pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
         return Some(p.server);
     }
     // A peer built after the map (an upstream `zone` that resolves names): by address.
-    // SAFETY: per the caller.
+    // SAFETY: `name` is null or the chosen peer's name (this fn's contract), which lives at least
+    // as long as the attempt.
     let name = unsafe { name.as_ref() }?.as_bytes();
     pool.servers
         .iter()

@@ -31,6 +31,8 @@ pub unsafe fn configured(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Str
         return None;
     }
     let mut out: Vec<(String, bool)> = Vec::new();
+    // SAFETY: `peers.next` is null or round robin's backup list, built with `peers` during
+    // configuration and live as long as it.
     for (list, backup) in [(Some(peers), false), (unsafe { peers.next.as_ref() }, true)] {
         let Some(list) = list else { continue };
         let mut p = list.peer;
@@ -52,7 +54,8 @@ pub unsafe fn configured(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Str
 /// `uscf` must be a live upstream conf whose balancer keeps round-robin peers.
 unsafe fn lists(uscf: &ngx_http_upstream_srv_conf_t) -> [*mut ngx_http_upstream_rr_peers_t; 2] {
     let primary = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: per the caller; the backup list, if any, is the primary's `next`.
+    // SAFETY: `uscf` is live and its `peer.data` round robin's (this fn's contract), so `primary`
+    // is null or a live peers list; the backup list, if any, is its `next`.
     let backup = unsafe { primary.as_ref() }.map_or(core::ptr::null_mut(), |p| p.next);
     [primary, backup]
 }
@@ -63,7 +66,7 @@ unsafe fn lists(uscf: &ngx_http_upstream_srv_conf_t) -> [*mut ngx_http_upstream_
 /// As for [`lists`].
 #[inline]
 pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> bool {
-    // SAFETY: per the caller.
+    // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract): what `config` asks.
     unsafe { config(uscf) }.is_some_and(|c| c != local.peers_config.get())
 }
 
@@ -75,9 +78,9 @@ pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> b
 #[inline]
 unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: per the caller; `config` is null, or a counter in the upstream zone that other
-    // workers change under the peers' lock: a word read, atomic on every platform nginx runs
-    // on, and only compared.
+    // SAFETY: `uscf.peer.data` is round robin's live, non-null peers list (this fn's contract);
+    // `config` is null, or a counter in the upstream zone that other workers change under the
+    // peers' lock: a word read, atomic on every platform nginx runs on, and only compared.
     unsafe {
         let c = (*peers).config;
         (!c.is_null()).then(|| core::ptr::read_volatile(c))
@@ -130,7 +133,7 @@ pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
     let Ok(mut map) = local.peers.try_borrow_mut() else {
         return;
     };
-    // SAFETY: per the caller.
+    // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract): what `config` asks.
     let config = unsafe { config(uscf) };
     let rebuild = map.is_empty() || config.is_some_and(|c| c != local.peers_config.get());
     if rebuild {
@@ -138,7 +141,7 @@ pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
         local.peers_config.set(config.unwrap_or(0));
     }
     let mut downed = 0;
-    // SAFETY: per the caller.
+    // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract): what `lists` asks.
     for list in unsafe { lists(uscf) } {
         // SAFETY: null or a peers list of the upstream, which lives as long as its
         // configuration; other workers change it only under its lock, taken here.

@@ -47,7 +47,8 @@ use crate::zone::{Kind, Wanted, Zone};
 /// # Safety
 /// `cf` must be the configuration being parsed, inside the http block.
 pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: `cf` is live inside the http block.
+    // SAFETY: `cf` is the configuration being parsed, inside the http block (this fn's contract),
+    // so its http confs are set.
     let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
         return NGX_ERROR as ngx_int_t;
     };
@@ -157,7 +158,8 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 fn start(mcf: &MainConf, spec: FleetSpec) -> Result<(String, usize, usize), String> {
     // SAFETY: our zones (or null), mapped in this worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) }.ok_or("no breaker to exchange about")?;
-    // SAFETY: as above.
+    // SAFETY: `mcf.fleet_zone` is null or the fleet zone this module registered, mapped in this
+    // worker (`start` runs from init_process).
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or("no fleet zone")?;
     let instances = spec.instances();
     let cfg = FleetConfig {

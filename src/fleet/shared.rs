@@ -67,7 +67,8 @@ impl FleetZone {
     /// `shm` must be null or the fleet zone registered by this module, in a process where it
     /// is mapped (a worker, or the master between init and the next reload).
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<FleetZone> {
-        // SAFETY: per the contract.
+        // SAFETY: `shm` is null or our registered, mapped fleet zone (this fn's contract); `as_ref`
+        // turns null into `None`.
         let shm = unsafe { shm.as_ref()? };
         // SAFETY: a mapped zone starts with its slab pool.
         let pool = unsafe { SlabPool::from_shm_zone(shm)? };

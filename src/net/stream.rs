@@ -223,7 +223,8 @@ impl Stream {
         };
         // SAFETY: `c` is our open connection; its events are valid while it is open.
         let (rev, wev) = unsafe { ((*c).read, (*c).write) };
-        // SAFETY: as above; plain reads of event flags.
+        // SAFETY: `rev` and `wev` are `c`'s own events, which live as long as the open connection;
+        // only their flags are read.
         if unsafe { (*wev).ready() == 0 && (*rev).ready() == 0 } {
             self.shared.reader.set(Some(cx.waker().clone()));
             self.shared.writer.set(Some(cx.waker().clone()));
@@ -434,7 +435,8 @@ unsafe extern "C" fn on_read(ev: *mut ngx_event_t) {
 
 /// The write event handler: wakes the writer.
 unsafe extern "C" fn on_write(ev: *mut ngx_event_t) {
-    // SAFETY: as in on_read.
+    // SAFETY: nginx calls this with our connection's write event; `ev->data` is the connection and
+    // `c->data` our `Shared`, alive while the connection is open.
     let shared = unsafe {
         let c = (*ev).data.cast::<ngx_connection_t>();
         &*(*c).data.cast::<Shared>()

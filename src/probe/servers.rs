@@ -13,8 +13,9 @@ use crate::net::Peer;
 /// `uscf` must be an upstream block of this worker's configuration.
 pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer, bool)>> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: per the contract, `peer.data` is null or what the balancer's init_upstream
-    // stored; only its `name` is read until it is known to be round-robin peers.
+    // SAFETY: `uscf` is a live upstream block of this worker's configuration (this fn's contract),
+    // so `peer.data` is null or what its balancer's init_upstream stored; only its `name` is read
+    // until it is known to be round-robin peers.
     let p = unsafe { peers.as_ref()? };
     if !is_round_robin(uscf, p) {
         return None;
@@ -44,7 +45,8 @@ pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer
 /// As for [`primaries`].
 pub unsafe fn named(uscf: &ngx_http_upstream_srv_conf_t, name: &[u8]) -> Option<Peer> {
     let primary = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: as in `primaries`.
+    // SAFETY: `uscf` is a live upstream block of this worker's configuration (this fn's contract):
+    // `peer.data` is null or its balancer's; `is_round_robin` reads only `name`.
     if !is_round_robin(uscf, unsafe { primary.as_ref()? }) {
         return None;
     }
@@ -58,7 +60,8 @@ pub unsafe fn named(uscf: &ngx_http_upstream_srv_conf_t, name: &[u8]) -> Option<
         // SAFETY: a list of round-robin peers, read under its own lock when it lives in a
         // zone.
         let mut peer = unsafe { (*list).peer };
-        // SAFETY: as above.
+        // SAFETY: `peer` walks the list's `next` links: round-robin peers, kept in place by the
+        // read lock `_shared` holds (zone) or for the configuration's life (no zone).
         while let Some(one) = unsafe { peer.as_ref() } {
             if one.name.as_bytes() == name {
                 // SAFETY: the peer's address and name are `socklen` and `name.len` bytes.
@@ -103,7 +106,8 @@ impl ReadLock {
 impl Drop for ReadLock {
     fn drop(&mut self) {
         #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: as in `new`, which took the lock.
+        // SAFETY: `self.0` is the live peers list `new` was given; the same `shpool` test as in
+        // `new` releases exactly the read lock it took.
         unsafe {
             if !(*self.0).shpool.is_null() {
                 nginx_sys::ngx_rwlock_unlock(&mut (*self.0).rwlock);

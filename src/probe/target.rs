@@ -64,7 +64,8 @@ impl Upstream {
 
     /// The server with address `name`, ejected or not, primary or backup.
     pub fn server(&self, name: &str) -> Option<Peer> {
-        // SAFETY: as in `next_server`.
+        // SAFETY: `self.uscf` is an upstream block of this worker's configuration, live as long as
+        // it: what `named` asks.
         unsafe { servers::named(&*self.uscf, name.as_bytes()) }
     }
 
@@ -74,7 +75,8 @@ impl Upstream {
         // that of `uscf`.
         let (scf, uscf) = unsafe { (&*self.scf, &*self.uscf) };
         scf.pool.as_ref()?;
-        // SAFETY: as above, in a worker.
+        // SAFETY: `uscf` is live and `scf` its module conf, and the prober runs in a worker, where
+        // `uscf`'s peer data is round robin's when `scf.pool` is set: what `Upstream::new` asks.
         Some(unsafe { eject::Upstream::new(zone, scf, uscf) })
     }
 }
@@ -229,7 +231,8 @@ unsafe fn tls_of(
         if u != uscf {
             continue;
         }
-        // SAFETY: per the contract.
+        // SAFETY: `ucf` comes from `mcf.proxied`, whose upstream confs are live for this
+        // configuration (this fn's contract).
         let ucf = unsafe { &*ucf };
         // SAFETY: null or the location's SSL settings, from configuration memory.
         let Some(ssl) = (unsafe { ucf.ssl.as_ref() }) else {

@@ -78,7 +78,8 @@ pub unsafe fn attempt_ended(
     a: &Attempt,
 ) {
     if state.limit.is_held() {
-        // SAFETY: per the contract.
+        // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
+        // contract), which is what `sample` asks.
         unsafe { sample(state, r, u, pc, ngx_state, a) };
     }
 }
@@ -96,7 +97,8 @@ unsafe fn sample(
     ngx_state: ngx_uint_t,
     a: &Attempt,
 ) {
-    // SAFETY: per the contract.
+    // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
+    // contract), which is what `retry_follows` asks.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
     limit::attempt_ended(state.limit, sample_of(a), last);
     if last {
@@ -130,6 +132,7 @@ unsafe fn retry_follows(
     ngx_state: ngx_uint_t,
     a: &Attempt,
 ) -> bool {
-    // SAFETY: per the contract.
+    // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
+    // contract), which is what `retry::follows` asks.
     ngx_state != 0 && unsafe { super::retry::follows(r, u, pc, a) }
 }

@@ -68,7 +68,8 @@ unsafe fn init_peer_inner(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
 ) -> ngx_int_t {
-    // SAFETY: per the caller.
+    // SAFETY: `r` and `us` are the live request and upstream conf nginx passed to `init_peer`; no
+    // other Rust borrow of either exists.
     let (req, uscf) = unsafe { (&mut *r, &mut *us) };
     let Some(scf) = Module::server_conf(uscf) else {
         return NGX_ERROR as ngx_int_t;
@@ -163,7 +164,8 @@ unsafe fn init_peer_inner(
             NGX_OK as ngx_int_t
         }
         Plan::Normal { probe } => {
-            // SAFETY: as above.
+            // SAFETY: `state_ptr` is this request's state in its pool, live as long as the request;
+            // the earlier borrow ended when the plan was made.
             let state = unsafe { &mut *state_ptr };
             state.uscf = us;
             if let (Some(_), Some((zone, _))) = (scf.pool.as_ref(), state.zone()) {
@@ -241,7 +243,8 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         state.attempt_started = unsafe { ngx_current_msec };
         state.server = NO_SERVER;
         state.attempts = state.attempts.saturating_add(1);
-        // SAFETY: the configuration outlives its requests' states.
+        // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
+        // under, which outlives the request and its state.
         let scf = unsafe { &*state.srv_conf_ptr() };
         if let Some(pool) = scf.pool.as_ref() {
             let now = mono_ms();
@@ -295,15 +298,18 @@ unsafe extern "C" fn free_peer(
     ngx_state: ngx_uint_t,
 ) {
     guard((), || {
-        // SAFETY: as in get_peer.
+        // SAFETY: nginx calls peer.free with the `peer.data` our peer.init set (no other borrow of
+        // that state is live while a hook runs) and the request's live peer.
         let (state, pcr) = unsafe { (request::from_peer_data(data), &mut *pc) };
         // SAFETY: the request owning this state is live during free.
         let req = unsafe { &*state.request() };
-        // SAFETY: as above; ngx_current_msec is a plain integer.
+        // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event loop,
+        // which is running us.
         let elapsed = unsafe { ngx_current_msec }.saturating_sub(state.attempt_started) as u64;
         // SAFETY: the request's upstream is live during free.
         let u = unsafe { &*req.upstream };
-        // SAFETY: as above.
+        // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
+        // asks.
         let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
         if core::mem::take(&mut state.probing) {
             // This module chose the peer (a server probe): the balancer has nothing to
@@ -362,7 +368,8 @@ enum Settle<'a> {
 #[inline(always)]
 fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<'_>) {
     let now = mono_ms();
-    // SAFETY: the configuration outlives its requests' states.
+    // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
+    // under, which outlives the request and its state.
     let scf = unsafe { &*state.srv_conf_ptr() };
     let server = core::mem::replace(&mut state.server, NO_SERVER);
     let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
@@ -415,7 +422,8 @@ fn settle_locked(
         server,
         verdict_done,
     } = left;
-    // SAFETY: the configuration outlives its requests' states.
+    // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
+    // under, which outlives the request and its state.
     let scf = unsafe { &*state.srv_conf_ptr() };
     let mut retry = match how {
         Settle::Retried(pc) => Some(pc),

@@ -38,7 +38,8 @@ pub unsafe fn classify(
     let c = unsafe { pc.connection.as_ref() };
     let mut free_retry = false;
     let ending = if failed {
-        // SAFETY: as above.
+        // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
+        // peer.free (this fn's contract).
         let e = unsafe { failed_ending(u, c, status) };
         free_retry = e == Ending::Error && pc.cached() != 0 && status == 0;
         e
@@ -46,7 +47,8 @@ pub unsafe fn classify(
         // Freed with no response and no failure: the client went away first.
         Ending::NoVerdict
     } else {
-        // SAFETY: as above.
+        // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
+        // peer.free (this fn's contract).
         unsafe { body_ending(u, c) }
     };
     let retry_after_s = if status == 503 && ending == Ending::Response {

@@ -367,7 +367,7 @@ impl Locked<'_> {
         want: Option<&LimitConfig>,
         now_ms: u64,
     ) {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract), which is what `handle_of` asks.
         let Some(handle) = (unsafe { self.handle_of(n) }) else {
             return;
         };
@@ -395,7 +395,8 @@ impl Locked<'_> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn handle_of(&self, n: NonNull<Node>) -> Option<Handle> {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract) and the mutex held, so it is live; `slot`
+        // is fixed at creation.
         let index = unsafe { n.as_ref() }.slot;
         let slot = self.zone().slot(index)?;
         Some(Handle {

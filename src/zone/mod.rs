@@ -151,7 +151,8 @@ impl Zone {
     /// `shm` must be null or a shm zone registered by this module, in a process where it is
     /// mapped (the master between init and the next reload, or a worker).
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<Zone> {
-        // SAFETY: per the contract.
+        // SAFETY: `shm` is null or our registered, mapped shm zone (this fn's contract); `as_ref`
+        // turns null into `None`.
         let shm = unsafe { shm.as_ref()? };
         // SAFETY: a mapped zone starts with its slab pool.
         let pool = unsafe { SlabPool::from_shm_zone(shm)? };
@@ -339,19 +340,23 @@ impl Zone {
             // SAFETY: the generation is unchanged since `n` was reached under the lock, so
             // `n` is still published.
             node = unsafe { locked.next(n) };
-            // SAFETY: as above.
+            // SAFETY: `n` is still published (same generation, lock held); the `BreakerMut` borrows
+            // `locked` mutably and is gone by the end of the match.
             let (view, retry) = match unsafe { locked.breaker_at(n) } {
                 Some(mut b) => (b.view(now_ms), b.retry_budget().map(|r| r.view(now_ms))),
                 None => continue,
             };
-            // SAFETY: as above.
+            // SAFETY: `n` is still published (same generation, lock held); only its slot index is
+            // read.
             let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
-            // SAFETY: as above.
+            // SAFETY: `n` is still published (same generation, lock held); the names borrow
+            // `locked`, which is not let go before `f` returns.
             let (upstream, route) = unsafe { locked.names_of(n) };
             f(Entry {
                 upstream,
                 route,
-                // SAFETY: as above.
+                // SAFETY: `n` is still published (same generation, lock held); `kind` is fixed at
+                // creation.
                 kind: unsafe { n.as_ref() }.kind(),
                 view,
                 retry,

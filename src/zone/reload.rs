@@ -65,9 +65,10 @@ impl Zone {
             // SAFETY: `n` is published; only this walk frees nodes, and it read `next`
             // before touching `n`.
             let next = unsafe { locked.next(n) };
-            // SAFETY: as above.
+            // SAFETY: `n` is published (as for `next`); the names borrow `locked` and are done with
+            // before `remove(n)`.
             let (upstream, route) = unsafe { locked.names_of(n) };
-            // SAFETY: as above.
+            // SAFETY: `n` is published (as for `next`); `kind` is fixed at creation.
             let kind = unsafe { n.as_ref() }.kind();
             let Some(&i) = index.get(&(upstream, route, kind)) else {
                 locked.remove(n);
@@ -77,7 +78,8 @@ impl Zone {
             };
             seen[i] = true;
             let w = &wanted[i];
-            // SAFETY: as above.
+            // SAFETY: `n` is published (as for `next`), the lock held; the `BreakerMut` borrows
+            // `locked` mutably and drops at the end of the arm.
             let (current, forced) = match unsafe { locked.breaker_at(n) } {
                 Some(b) => {
                     b.bump_stamp();
@@ -91,11 +93,12 @@ impl Zone {
             let mut kept = Some(n);
             if current != w.cfg {
                 out.reset += 1;
-                // SAFETY: as above.
+                // SAFETY: `n` is published (as for `next`); `window_s` is fixed at creation.
                 if unsafe { super::Locked::window_of(n) } == w.cfg.window_s {
                     // SAFETY: same window length: the node has room for the buckets.
                     unsafe { locked.reset(n, w.cfg, now_ms) };
-                    // SAFETY: as above.
+                    // SAFETY: `n` is still published: `reset` rewrote its breaker in place, the
+                    // node stayed linked, and the lock is still held.
                     if let Some(mut b) = unsafe { locked.breaker_at(n) } {
                         reapply(&mut b, forced, now_ms);
                     }

@@ -170,7 +170,8 @@ impl<'z> Locked<'z> {
         while let Some(node) = unsafe { n.as_ref() } {
             if node.hash == key.hash
                 && node.kind() == key.kind
-                // SAFETY: as above.
+                // SAFETY: `node` came off a chain, so it is published: `try_create` wrote its
+                // names, and only `remove` frees it, which needs the mutex we hold.
                 && unsafe { names(node) } == (key.upstream, key.route)
             {
                 return NonNull::new(n);
@@ -201,14 +202,16 @@ impl<'z> Locked<'z> {
             None if generation < self.generation() => return Err(Missing::Stale),
             None => self.create(key, cfg, now_ms).ok_or(Missing::Full)?,
         };
-        // SAFETY: as in `find`.
+        // SAFETY: `n` came off a chain or was just created, so it is published; `self` holds the
+        // mutex, and `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }.ok_or(Missing::Full)
     }
 
     /// The breaker `handle` names, if it still lives and has `key_hash`.
     pub fn get(&mut self, handle: Handle, key_hash: u64) -> Option<BreakerMut<'_>> {
         let n = self.node_of(handle, key_hash)?;
-        // SAFETY: as in `find`.
+        // SAFETY: `node_of` matched the slot's tenant ident under the mutex `self` holds, so `n` is
+        // published; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
 
@@ -218,7 +221,8 @@ impl<'z> Locked<'z> {
         let n = self
             .node_of(handle, key.hash)
             .or_else(|| self.find_node(key))?;
-        // SAFETY: as in `find`.
+        // SAFETY: `n` is the slot's tenant (ident matched) or came off a chain: published, with the
+        // mutex held by `self`; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
 
@@ -233,7 +237,8 @@ impl<'z> Locked<'z> {
         now_ms: u64,
     ) -> Result<BreakerMut<'_>, Missing> {
         match self.node_of(handle, key.hash) {
-            // SAFETY: as in `find`.
+            // SAFETY: `node_of` matched the slot's tenant ident under the mutex, so `n` is
+            // published; `&mut self` rules out a second `BreakerMut`.
             Some(n) => unsafe { self.borrow(n) }.ok_or(Missing::Full),
             None => self.find_or_create(key, cfg, generation, now_ms),
         }
@@ -249,7 +254,8 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     unsafe fn borrow(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract), and cannot be freed: `remove` needs the
+        // mutex, which `self` holds.
         let node = unsafe { n.as_ref() };
         let slot = self.zone.slot(node.slot)?;
         let handle = Handle {
@@ -517,7 +523,8 @@ impl<'z> Locked<'z> {
             }
         }
         if len < h.failed_cap {
-            // SAFETY: as above, with room for one more.
+            // SAFETY: `len < failed_cap`, so entry `len` lies within the `failed_cap` entries
+            // init_zone laid out.
             unsafe { (*h.failed.add(len as usize)).store(hash, Ordering::Relaxed) };
             h.failed_len.store(len + 1, Ordering::Relaxed);
         }
@@ -534,7 +541,7 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn next(&self, n: NonNull<Node>) -> Option<NonNull<Node>> {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract), so the node is live; `next` is an atomic.
         NonNull::new(unsafe { n.as_ref() }.next.load(Ordering::Acquire))
     }
 
@@ -543,7 +550,8 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node; the names live while it does.
     pub(super) unsafe fn names_of(&self, n: NonNull<Node>) -> (&[u8], &[u8]) {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract); the names never change, and the slices
+        // borrow `self`, so `remove(&mut self)` cannot free them meanwhile.
         unsafe { names(n.as_ref()) }
     }
 
@@ -552,7 +560,7 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn breaker_at(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract), all that `borrow` asks.
         unsafe { self.borrow(n) }
     }
 
@@ -561,7 +569,7 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn window_of(n: NonNull<Node>) -> u32 {
-        // SAFETY: per the contract.
+        // SAFETY: `n` is published (this fn's contract), so live; `window_s` is fixed at creation.
         unsafe { n.as_ref() }.window_s
     }
 
@@ -575,7 +583,8 @@ impl<'z> Locked<'z> {
             .epochs
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1) as u32;
-        // SAFETY: per the contract; the mutex is held.
+        // SAFETY: `n` is published with `cfg.window_s` buckets (this fn's contract); `&mut self`
+        // holds the mutex and rules out a live `BreakerMut`, so the breaker is not borrowed.
         unsafe { write_fresh_breaker(n, cfg, now_ms, epoch) };
     }
 }
