@@ -114,5 +114,8 @@ fn workers_hammering_one_breaker_keep_exact_totals_and_one_probe() {
     // The run went through trips and recoveries. How many closes depends on the threads'
     // scheduling (a thread preempted while holding the probe keeps the others out), so only
     // a floor that a loaded machine still reaches: 3 closes were seen with every core busy.
-    assert!(t.opened > 10 && t.half_opened > 10 && t.closed >= 2, "{t:?}");
+    assert!(
+        t.opened > 10 && t.half_opened > 10 && t.closed >= 2,
+        "{t:?}"
+    );
 }
