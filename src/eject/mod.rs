@@ -21,12 +21,14 @@
 
 mod peers;
 
+pub use peers::ReadLock;
+
 use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket, Why};
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{
-    ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_str_t, NGX_ERROR,
-    NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK,
+    ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_pool_t, ngx_str_t,
+    NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK,
 };
 use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 
@@ -258,8 +260,17 @@ pub fn probe_due(pool: &Pool, now: u64) -> bool {
 
 /// Claims the probe of an ejected server whose cooldown ended, for the request about to
 /// make its first attempt (see [`probe_due`]).
+///
+/// # Safety
+/// `uscf` must be the pool's live upstream conf, in a worker, and `r_pool` the request's pool.
 #[cold]
-pub fn claim_probe(pool: &Pool, zone: &Zone, now: u64) -> Option<Probe> {
+pub unsafe fn claim_probe(
+    pool: &Pool,
+    zone: &Zone,
+    uscf: &ngx_http_upstream_srv_conf_t,
+    r_pool: *mut ngx_pool_t,
+    now: u64,
+) -> Option<Probe> {
     let mut locked = zone.lock();
     let mut next_due = u64::MAX;
     let mut claimed = None;
@@ -284,29 +295,30 @@ pub fn claim_probe(pool: &Pool, zone: &Zone, now: u64) -> Option<Probe> {
     }
     pool.local.next_due.set(next_due);
     let (server, ticket) = claimed?;
-    let Some(peer) = pool
+    let copy = pool
         .local
         .peers
         .try_borrow()
         .ok()
         .and_then(|m| m.iter().find(|p| p.server == server).copied())
-    else {
-        // No peer to send it to (the map is not built yet): give the slot back.
-        if let Some(mut b) = locked.get(pool.servers[server as usize].handle.get(), {
-            pool.servers[server as usize].key_hash
-        }) {
+        // SAFETY: `uscf` keeps round-robin peers (a pool exists) and `r_pool` is the
+        // request's (this fn's contract); the peer comes from this upstream's map.
+        .and_then(|peer| unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) });
+    let Some((sockaddr, socklen, name)) = copy else {
+        // No peer to send it to (the map is not built yet, or the peers just changed):
+        // give the slot back.
+        let s = &pool.servers[server as usize];
+        if let Some(mut b) = locked.get(s.handle.get(), s.key_hash) {
             b.release(now, ticket);
         }
         return None;
     };
-    // SAFETY: a peer of a configured server, never freed while the configuration lives.
-    let p = unsafe { &mut *peer.peer };
     Some(Probe {
         server,
         ticket,
-        sockaddr: p.sockaddr,
-        socklen: p.socklen,
-        name: &mut p.name,
+        sockaddr,
+        socklen,
+        name,
     })
 }
 

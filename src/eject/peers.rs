@@ -6,7 +6,7 @@
 
 use nginx_sys::{
     ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_http_upstream_srv_conf_t,
-    ngx_uint_t,
+    ngx_palloc, ngx_pool_t, ngx_str_t, ngx_uint_t, sockaddr, socklen_t,
 };
 
 use crate::conf::{PeerRef, Pool, PoolLocal};
@@ -93,31 +93,124 @@ unsafe fn config(_uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     None
 }
 
-/// Holds a peers list's lock (an upstream `zone`'s; none without one) until dropped.
-struct Write<'a>(&'a mut ngx_http_upstream_rr_peers_t);
+/// A peers list's read lock (an upstream `zone`'s; none without one), held until dropped.
+pub struct ReadLock(*mut ngx_http_upstream_rr_peers_t);
 
-impl<'a> Write<'a> {
-    #[cfg(ngx_http_upstream_zone)]
-    fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
-        if !list.shpool.is_null() {
-            // SAFETY: the list's own lock in the upstream zone, as nginx's macro takes it.
-            unsafe { nginx_sys::ngx_rwlock_wlock(&mut list.rwlock) };
+impl ReadLock {
+    /// Takes the read lock of `peers`.
+    ///
+    /// # Safety
+    /// `peers` must be a live round-robin peers list, not written through a reference while
+    /// the lock is held.
+    pub unsafe fn new(peers: *mut ngx_http_upstream_rr_peers_t) -> ReadLock {
+        #[cfg(ngx_http_upstream_zone)]
+        // SAFETY: `peers` is a live round-robin list (this fn's contract); its rwlock is in
+        // the upstream zone when `shpool` is set, taken as nginx's own rlock macro does.
+        unsafe {
+            if !(*peers).shpool.is_null() {
+                nginx_sys::ngx_rwlock_rlock(core::ptr::addr_of_mut!((*peers).rwlock));
+            }
         }
-        Write(list)
+        ReadLock(peers)
     }
+}
 
-    #[cfg(not(ngx_http_upstream_zone))]
-    fn lock(list: &'a mut ngx_http_upstream_rr_peers_t) -> Write<'a> {
+impl Drop for ReadLock {
+    fn drop(&mut self) {
+        #[cfg(ngx_http_upstream_zone)]
+        // SAFETY: `self.0` is the live list `new` locked (its contract); the same `shpool`
+        // test releases exactly the lock it took.
+        unsafe {
+            if !(*self.0).shpool.is_null() {
+                nginx_sys::ngx_rwlock_unlock(core::ptr::addr_of_mut!((*self.0).rwlock));
+            }
+        }
+    }
+}
+
+/// The address and name of the mapped peer `peer`, copied into `pool` under the peers'
+/// read locks: an upstream `zone` that resolves names at run time (nginx 1.27.3 and later)
+/// may free a peer whenever its name changes, so a request that bypasses the balancer
+/// connects to its own copy. `None` when the peers changed since the map was built (the
+/// next [`super::follow`] rebuilds it) or when the pool is out of memory.
+///
+/// # Safety
+/// As for [`lists`], in a worker; `peer` from this upstream's map, `pool` the request's.
+pub unsafe fn copy_peer(
+    uscf: &ngx_http_upstream_srv_conf_t,
+    local: &PoolLocal,
+    peer: &PeerRef,
+    pool: *mut ngx_pool_t,
+) -> Option<(*mut sockaddr, socklen_t, *mut ngx_str_t)> {
+    // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract), so both lists
+    // are null or live; nothing here writes them through a reference.
+    let _locks =
+        unsafe { lists(uscf) }.map(|l| (!l.is_null()).then(|| unsafe { ReadLock::new(l) }));
+    // SAFETY: `uscf` keeps round-robin peers (this fn's contract); read under the locks, so no
+    // change slips in between this check and the copy.
+    if unsafe { moved(uscf, local) } {
+        return None;
+    }
+    // SAFETY: the peers did not change since the map was built and cannot while the locks
+    // are held, so `peer.peer` is still a live peer; only read.
+    let p = unsafe { &*peer.peer };
+    let len = p.socklen as usize;
+    if p.sockaddr.is_null() {
+        return None;
+    }
+    // One block: the name's `ngx_str_t` first (ngx_palloc aligns it), then the address (at
+    // 16 bytes, aligned for any sockaddr), then the name's bytes.
+    let head = core::mem::size_of::<ngx_str_t>();
+    // SAFETY: `pool` is the live request's pool (this fn's contract).
+    let block = unsafe { ngx_palloc(pool, head + len + p.name.len) }.cast::<u8>();
+    if block.is_null() {
+        return None;
+    }
+    // SAFETY: `block` has room for the three parts laid out above; the peer's address is
+    // `socklen` bytes and its name `name.len`, both live under the locks.
+    unsafe {
+        let addr = block.add(head);
+        let text = addr.add(len);
+        core::ptr::copy_nonoverlapping(p.sockaddr.cast::<u8>(), addr, len);
+        core::ptr::copy_nonoverlapping(p.name.data, text, p.name.len);
+        let name = block.cast::<ngx_str_t>();
+        name.write(ngx_str_t {
+            len: p.name.len,
+            data: text,
+        });
+        Some((addr.cast(), p.socklen, name))
+    }
+}
+
+/// Holds a peers list's write lock (an upstream `zone`'s; none without one) until dropped.
+/// A raw pointer, not a reference: other workers change the lock word while it is held.
+struct Write(*mut ngx_http_upstream_rr_peers_t);
+
+impl Write {
+    /// # Safety
+    /// `list` must be a live round-robin peers list, not referenced while the lock is taken.
+    unsafe fn lock(list: *mut ngx_http_upstream_rr_peers_t) -> Write {
+        #[cfg(ngx_http_upstream_zone)]
+        // SAFETY: `list` is live (this fn's contract); its rwlock is in the upstream zone when
+        // `shpool` is set, taken as nginx's own wlock macro does.
+        unsafe {
+            if !(*list).shpool.is_null() {
+                nginx_sys::ngx_rwlock_wlock(core::ptr::addr_of_mut!((*list).rwlock));
+            }
+        }
         Write(list)
     }
 }
 
-impl Drop for Write<'_> {
+impl Drop for Write {
     fn drop(&mut self) {
         #[cfg(ngx_http_upstream_zone)]
-        if !self.0.shpool.is_null() {
-            // SAFETY: taken in `lock`.
-            unsafe { nginx_sys::ngx_rwlock_unlock(&mut self.0.rwlock) };
+        // SAFETY: `self.0` is the live list `lock` locked; the same `shpool` test releases
+        // exactly the lock it took.
+        unsafe {
+            if !(*self.0).shpool.is_null() {
+                nginx_sys::ngx_rwlock_unlock(core::ptr::addr_of_mut!((*self.0).rwlock));
+            }
         }
     }
 }
@@ -143,13 +236,14 @@ pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
     let mut downed = 0;
     // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract): what `lists` asks.
     for list in unsafe { lists(uscf) } {
-        // SAFETY: null or a peers list of the upstream, which lives as long as its
-        // configuration; other workers change it only under its lock, taken here.
-        let Some(list) = (unsafe { list.as_mut() }) else {
+        if list.is_null() {
             continue;
-        };
-        let w = Write::lock(list);
-        let mut p = w.0.peer;
+        }
+        // SAFETY: a peers list of the upstream, which lives as long as its configuration;
+        // other workers change it only under this lock; no reference to it is held.
+        let _w = unsafe { Write::lock(list) };
+        // SAFETY: the list is locked; its head pointer is only read.
+        let mut p = unsafe { (*list).peer };
         // SAFETY: the list's peers, which its lock (held) keeps in place.
         while let Some(peer) = unsafe { p.as_mut() } {
             let name = peer.name.as_bytes();

@@ -3,6 +3,7 @@
 
 use nginx_sys::{ngx_http_upstream_rr_peers_t, ngx_http_upstream_srv_conf_t};
 
+use crate::eject::ReadLock;
 use crate::net::Peer;
 
 /// The upstream's primary servers (backups are for when the primaries fail, not for
@@ -16,13 +17,15 @@ pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer
     // SAFETY: `uscf` is a live upstream block of this worker's configuration (this fn's contract),
     // so `peer.data` is null or what its balancer's init_upstream stored; only its `name` is read
     // until it is known to be round-robin peers.
-    let p = unsafe { peers.as_ref()? };
-    if !is_round_robin(uscf, p) {
+    if !is_round_robin(uscf, unsafe { peers.as_ref()? }) {
         return None;
     }
-    let _shared = ReadLock::new(peers);
+    // SAFETY: round-robin peers, live with the configuration; no reference to them is held
+    // while the lock word changes.
+    let _shared = unsafe { ReadLock::new(peers) };
+    // SAFETY: `peers` is the live round-robin list just locked; its head pointer is only read.
+    let mut peer = unsafe { (*peers).peer };
     let mut out = Vec::new();
-    let mut peer = p.peer;
     // SAFETY: the peer list of round-robin peers, read under their lock when they live in a
     // zone (`ngx_http_upstream_rr_peers_rlock`).
     while let Some(one) = unsafe { peer.as_ref() } {
@@ -56,7 +59,8 @@ pub unsafe fn named(uscf: &ngx_http_upstream_srv_conf_t, name: &[u8]) -> Option<
         if list.is_null() {
             continue;
         }
-        let _shared = ReadLock::new(list);
+        // SAFETY: a live round-robin list (checked above), not referenced while locking.
+        let _shared = unsafe { ReadLock::new(list) };
         // SAFETY: a list of round-robin peers, read under its own lock when it lives in a
         // zone.
         let mut peer = unsafe { (*list).peer };
@@ -85,33 +89,4 @@ fn is_round_robin(uscf: &ngx_http_upstream_srv_conf_t, p: &ngx_http_upstream_rr_
         return unsafe { p.name.as_ref() }.is_some_and(|n| n.as_bytes() == uscf.host.as_bytes());
     }
     false
-}
-
-/// The read lock of peers that live in a zone, held until dropped.
-struct ReadLock(*mut ngx_http_upstream_rr_peers_t);
-
-impl ReadLock {
-    fn new(peers: *mut ngx_http_upstream_rr_peers_t) -> ReadLock {
-        #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: round-robin peers; their rwlock is in shared memory when `shpool` is set.
-        unsafe {
-            if !(*peers).shpool.is_null() {
-                nginx_sys::ngx_rwlock_rlock(&mut (*peers).rwlock);
-            }
-        }
-        ReadLock(peers)
-    }
-}
-
-impl Drop for ReadLock {
-    fn drop(&mut self) {
-        #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: `self.0` is the live peers list `new` was given; the same `shpool` test as in
-        // `new` releases exactly the read lock it took.
-        unsafe {
-            if !(*self.0).shpool.is_null() {
-                nginx_sys::ngx_rwlock_unlock(&mut (*self.0).rwlock);
-            }
-        }
-    }
 }

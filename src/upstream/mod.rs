@@ -248,12 +248,17 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         let scf = unsafe { &*state.srv_conf_ptr() };
         if let Some(pool) = scf.pool.as_ref() {
             let now = mono_ms();
-            if state.attempts == 1 && state.ticket == Ticket::Normal && eject::probe_due(pool, now)
+            if state.attempts == 1
+                && state.ticket == Ticket::Normal
+                && !state.uscf.is_null()
+                && eject::probe_due(pool, now)
             {
-                if let Some(p) = state
-                    .zone()
-                    .and_then(|(zone, _)| eject::claim_probe(pool, zone, now))
-                {
+                // SAFETY: `state.uscf` is this request's upstream conf, set in peer.init
+                // and live in a worker; `r` is the live request whose pool the copy uses.
+                let claimed = state.zone().and_then(|(zone, _)| unsafe {
+                    eject::claim_probe(pool, zone, &*state.uscf, (*state.request()).pool, now)
+                });
+                if let Some(p) = claimed {
                     // The balancer never sees this attempt: its free is not called for it,
                     // and the try it takes is one more than the balancer counted.
                     state.server = p.server;
@@ -317,7 +322,7 @@ unsafe extern "C" fn free_peer(
             pcr.tries = pcr.tries.saturating_sub(1);
         } else if let Some(free) = state.balancer.free {
             // SAFETY: the balancer's own free with its own data.
-            unsafe { free(pc, state.balancer.data, ngx_state) };
+            unsafe { free(pcr, state.balancer.data, ngx_state) };
         }
         if outcome.free_retry {
             // nginx gives this try back; the probe ticket, if any, goes with the retry, and

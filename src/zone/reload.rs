@@ -71,7 +71,8 @@ impl Zone {
             // SAFETY: `n` is published (as for `next`); `kind` is fixed at creation.
             let kind = unsafe { n.as_ref() }.kind();
             let Some(&i) = index.get(&(upstream, route, kind)) else {
-                locked.remove(n);
+                // SAFETY: `n` is published (as for `next`) and no longer borrowed.
+                unsafe { locked.remove(n) };
                 out.dropped += 1;
                 node = next;
                 continue;
@@ -103,7 +104,8 @@ impl Zone {
                         reapply(&mut b, forced, now_ms);
                     }
                 } else {
-                    locked.remove(n);
+                    // SAFETY: `n` is published (as for `next`); the `BreakerMut` is dropped.
+                    unsafe { locked.remove(n) };
                     kept = locked.create(&w.key, &w.cfg, now_ms);
                     if kept.is_some() {
                         if let Some(mut b) = locked.find(&w.key) {
@@ -113,9 +115,11 @@ impl Zone {
                 }
             }
             if let Some(n) = kept {
-                locked.set_retry(n, w.retry, now_ms);
                 // SAFETY: `n` is published (kept, or created just above).
-                unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
+                unsafe {
+                    locked.set_retry(n, w.retry, now_ms);
+                    locked.limit_reconcile(n, w.limit.as_ref(), now_ms);
+                }
             }
             node = next;
         }
@@ -130,9 +134,11 @@ impl Zone {
             }
             if locked.find(&w.key).is_none() {
                 if let Some(n) = locked.create(&w.key, &w.cfg, now_ms) {
-                    locked.set_retry(n, w.retry, now_ms);
                     // SAFETY: created and published just above.
-                    unsafe { locked.limit_reconcile(n, w.limit.as_ref(), now_ms) };
+                    unsafe {
+                        locked.set_retry(n, w.retry, now_ms);
+                        locked.limit_reconcile(n, w.limit.as_ref(), now_ms);
+                    }
                 }
             }
         }

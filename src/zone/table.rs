@@ -384,9 +384,12 @@ impl<'z> Locked<'z> {
 
     /// Unlinks and frees a node. Only a new configuration's reconciliation removes nodes,
     /// after bumping the generation, so a status walk never follows a freed node.
-    pub(super) fn remove(&mut self, n: NonNull<Node>) {
+    ///
+    /// # Safety
+    /// `n` must be a published node (in its chain and in the list), not borrowed.
+    pub(super) unsafe fn remove(&mut self, n: NonNull<Node>) {
         let h = self.header();
-        // SAFETY: `n` is published: in its chain and in the list.
+        // SAFETY: `n` is published (this fn's contract): in its chain and in the list.
         let node = unsafe { n.as_ref() };
         let mut link = self.chain_of(node.hash);
         loop {
@@ -420,7 +423,8 @@ impl<'z> Locked<'z> {
             slot.vacate(free);
             h.free_slot.store(node.slot, Ordering::Relaxed);
         }
-        self.set_retry(n, None, 0);
+        // SAFETY: `n` is still a node of this zone (unlinked just above, not yet freed).
+        unsafe { self.set_retry(n, None, 0) };
         let names_len = node.upstream_len as usize + node.route_len as usize;
         // SAFETY: both allocations were made in `try_create`, and the node is unreachable
         // now; names inside the node's allocation go with it.
@@ -444,13 +448,16 @@ impl<'z> Locked<'z> {
     /// Gives node `n` a retry budget with `cfg` (kept, counts and all, when it has one with
     /// the same parameters; a fresh one otherwise), or takes it away (`None`). Returns
     /// whether the node has the budget asked for: `false` when the zone is full.
-    pub(super) fn set_retry(
+    ///
+    /// # Safety
+    /// `n` must be a node of this zone, not yet freed (published, or being removed).
+    pub(super) unsafe fn set_retry(
         &mut self,
         n: NonNull<Node>,
         cfg: Option<RetryBudgetConfig>,
         now_ms: u64,
     ) -> bool {
-        // SAFETY: `n` is a published node (or one being unlinked), the mutex held.
+        // SAFETY: `n` is a live node of this zone (this fn's contract), the mutex held.
         let node = unsafe { n.as_ref() };
         let layout = Layout::new::<RetryBudget>();
         if let Some(old) = node.retry() {
