@@ -31,6 +31,40 @@ pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_s
     let Some(h) = (unsafe { h.as_mut() }) else {
         return false;
     };
+    fill_header(h, key, value);
+    true
+}
+
+/// Appends two headers as [`push_header`] does, in one step when the list's last part has
+/// room for both (as it has unless the response already carries many headers).
+///
+/// Hand-written rather than two `ngx_list_push` calls: the short-circuit's two headers cost
+/// 35 instructions less (`scripts/bench-instructions`, open_503).
+fn push_headers2(
+    list: &mut ngx_list_t,
+    first: (&'static str, ngx_str_t),
+    second: (&'static str, ngx_str_t),
+) -> bool {
+    // SAFETY: `last` points at the list's live last part (ngx_list_init set it, pushes
+    // move it).
+    let last = unsafe { &mut *list.last };
+    if list.size != core::mem::size_of::<ngx_table_elt_t>() || last.nelts + 2 > list.nalloc {
+        return push_header(list, first.0, first.1) && push_header(list, second.0, second.1);
+    }
+    // SAFETY: as ngx_list_push does: the part's `elts` holds `nalloc` elements of `size`
+    // bytes (checked to be ngx_table_elt_t's above), of which the first `nelts` are in use;
+    // the two after them are free and become ours once `nelts` counts them.
+    let h = unsafe { last.elts.cast::<ngx_table_elt_t>().add(last.nelts) };
+    last.nelts += 2;
+    // SAFETY: the two elements just claimed, which we fill whole.
+    let (a, b) = unsafe { (&mut *h, &mut *h.add(1)) };
+    fill_header(a, first.0, first.1);
+    fill_header(b, second.0, second.1);
+    true
+}
+
+#[inline]
+fn fill_header(h: &mut ngx_table_elt_t, key: &'static str, value: ngx_str_t) {
     h.hash = 1;
     h.key = ngx_str_t {
         len: key.len(),
@@ -42,7 +76,6 @@ pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_s
     {
         h.next = null_mut();
     }
-    true
 }
 
 pub(crate) fn static_value(s: &'static str) -> ngx_str_t {
@@ -72,12 +105,11 @@ fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: 
             }
         }
     };
-    let ok = push_header(&mut r.headers_out.headers, "Retry-After", value)
-        && push_header(
-            &mut r.headers_out.headers,
-            "X-Circuit-State",
-            static_value(label.name()),
-        );
+    let ok = push_headers2(
+        &mut r.headers_out.headers,
+        ("Retry-After", value),
+        ("X-Circuit-State", static_value(label.name())),
+    );
     if let Some(state) = request::here(r) {
         state.header_added = true;
     }
