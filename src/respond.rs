@@ -14,7 +14,7 @@ use nginx_sys::{
 use ngx::ngx_string;
 
 use crate::ffi::guard;
-use crate::request::{self, Label};
+use crate::request::{self, Answer, Label};
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 
@@ -232,7 +232,8 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: nginx passes a live request.
         let req = unsafe { &mut *r };
         let on = request::loc_conf(req).is_some_and(|l| l.header == 1);
-        let Some(state) = request::find(req) else {
+        // A short-circuit's header went in with its Retry-After.
+        let Some(Answer::State(state)) = request::find(req) else {
             return;
         };
         let Some(label) = state.label else { return };
@@ -298,9 +299,10 @@ unsafe extern "C" fn variable(
         // SAFETY: nginx passes a live request and a value to fill.
         let (req, v) = unsafe { (&mut *r, &mut *v) };
         let text: &str = match request::find(req) {
-            Some(s) if data == 0 => s.label.map_or("", Label::name),
-            // SAFETY-free: the route name lives in the loc conf for the configuration.
-            Some(s) if s.label.is_some() => route_name(s),
+            Some(Answer::State(s)) if data == 0 => s.label.map_or("", Label::name),
+            Some(Answer::State(s)) if s.label.is_some() => route_name(s.route()),
+            Some(Answer::Rejected(s)) if data == 0 => s.label.name(),
+            Some(Answer::Rejected(s)) => route_name(s.route()),
             _ => "",
         };
         v.set_len(text.len() as u32);
@@ -314,8 +316,8 @@ unsafe extern "C" fn variable(
 
 /// The route's name, which lives as long as the configuration (longer than the variable's
 /// value is used).
-fn route_name(s: &request::RequestState) -> &'static str {
+fn route_name(route: &crate::conf::Route) -> &'static str {
     // SAFETY: route names live in loc confs (or a static) for the configuration's lifetime,
     // which outlasts every request run under it.
-    unsafe { &*(s.route().name.as_str() as *const str) }
+    unsafe { &*(route.name.as_str() as *const str) }
 }
