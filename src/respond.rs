@@ -105,15 +105,11 @@ fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: 
             }
         }
     };
-    let ok = push_headers2(
+    push_headers2(
         &mut r.headers_out.headers,
         ("Retry-After", value),
         ("X-Circuit-State", static_value(label.name())),
-    );
-    if let Some(state) = request::here(r) {
-        state.header_added = true;
-    }
-    ok
+    )
 }
 
 /// "0" to "9999" back to back, four bytes each (zero-padded on the left): the `Retry-After`
@@ -197,6 +193,11 @@ pub unsafe fn short_circuit(
 ) -> ngx_int_t {
     if !add_reject_headers(r, label, retry_after_ms) {
         return NGX_ERROR as ngx_int_t;
+    }
+    // The header filter must not add it again. (A PRECONTENT short-circuit's `Rejected`
+    // needs no such note: the filter never adds the header for it.)
+    if let Some(state) = request::here(r) {
+        state.header_added = true;
     }
     #[cfg(ngx_http_cache)]
     // SAFETY: as ngx_http_upstream_finalize_request does: release the cache node this request
