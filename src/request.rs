@@ -12,7 +12,7 @@ use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
-    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_pool_cleanup_add,
+    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_palloc, ngx_pool_cleanup_t,
 };
 
 use crate::conf::Module;
@@ -111,6 +111,10 @@ pub struct RequestState {
     pub pending: Option<Attempt>,
     /// A pool cleanup settles `pending` should the request end with it.
     pub settles_late: bool,
+    /// The pool cleanup record that releases this state, kept in the state rather than
+    /// allocated by `ngx_pool_cleanup_add`: 47 instructions per request less
+    /// (`scripts/bench-instructions`, closed).
+    cleanup: ngx_pool_cleanup_t,
 }
 
 /// No server of the pool.
@@ -179,12 +183,22 @@ pub fn route_of(lcf: Option<&LocConf>) -> &Route {
 /// nearly fills its 4 KiB pool, and the state's ~150 bytes make it allocate one more pool
 /// block per request — `scripts/bench-instructions` counted about 900 instructions per
 /// request (a `malloc` in `ngx_palloc_block` and its `free`), half the closed path's cost.
-struct Spares(UnsafeCell<Vec<NonNull<RequestState>>>);
+struct Spares(UnsafeCell<Kept>);
+
+struct Kept {
+    list: Vec<NonNull<RequestState>>,
+    /// A state given back while the list was full, freed at the next give-back: nginx still
+    /// reads the `next` of its cleanup record after its cleanup returns.
+    doomed: Option<NonNull<RequestState>>,
+}
 
 // SAFETY: a worker runs nginx's event loop on one thread, the only one that touches this.
 unsafe impl Sync for Spares {}
 
-static SPARES: Spares = Spares(UnsafeCell::new(Vec::new()));
+static SPARES: Spares = Spares(UnsafeCell::new(Kept {
+    list: Vec::new(),
+    doomed: None,
+}));
 
 /// Most states kept for reuse: enough for a busy worker, bounded so a burst does not pin
 /// memory.
@@ -195,7 +209,7 @@ impl Spares {
     /// cleanup gives it back with [`Spares::put`].
     fn take(&self, fresh: RequestState) -> NonNull<RequestState> {
         // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
-        match unsafe { (*self.0.get()).pop() } {
+        match unsafe { (*self.0.get()).list.pop() } {
             Some(p) => {
                 // SAFETY: a spare came from `Box::leak` and nothing else refers to it; the
                 // state holds no resources, so overwriting it drops nothing.
@@ -206,32 +220,40 @@ impl Spares {
         }
     }
 
-    /// Gives a state back.
+    /// Gives a state back. Its memory stays as it is until the next `take` or `put`.
     ///
     /// # Safety
-    /// `state` came from [`Spares::take`] and nothing refers to it any more.
+    /// `state` came from [`Spares::take`], and nothing refers to it any more but the pool
+    /// cleanup list being walked, which is done with it before the next `take` or `put`.
     unsafe fn put(&self, state: NonNull<RequestState>) {
-        // SAFETY: single-threaded, as above.
-        let list = unsafe { &mut *self.0.get() };
-        if list.len() < MAX_SPARES {
-            list.push(state);
+        // SAFETY: only this worker's event-loop thread touches `SPARES` (see its `Sync`), and no
+        // other borrow of it is live during this call.
+        let kept = unsafe { &mut *self.0.get() };
+        if let Some(old) = kept.doomed.take() {
+            // SAFETY: `old` is a leaked `Box` from `take`, and the cleanup walk that still read
+            // it finished before this call (this fn's contract): nothing refers to it now.
+            drop(unsafe { Box::from_raw(old.as_ptr()) });
+        }
+        if kept.list.len() < MAX_SPARES {
+            kept.list.push(state);
         } else {
-            // SAFETY: `state` came from `take`, a leaked `Box`, and nothing refers to it any more
-            // (this fn's contract).
-            drop(unsafe { Box::from_raw(state.as_ptr()) });
+            kept.doomed = Some(state);
         }
     }
 }
 
 /// Creates the request's state for (upstream `scf`, `route`), sets it as the module ctx and
-/// registers its cleanup. Returns `None` when the pool is exhausted.
+/// registers its cleanup. Allocates nothing from the pool, so never `None` today (the
+/// callers keep the check).
+///
+/// Always inlined into `peer.init`, its one caller: 14 instructions per request less
+/// (`scripts/bench-instructions`, closed).
+#[inline(always)]
 pub fn attach<'r>(
     r: &'r mut ngx_http_request_t,
     scf: &SrvConf,
     route: &Route,
 ) -> Option<&'r mut RequestState> {
-    // SAFETY: the request pool is live; one cleanup record with room for no data.
-    let cln = unsafe { ngx_pool_cleanup_add(r.pool, 0).as_mut() }?;
     let fresh = RequestState {
         request: r,
         scf,
@@ -254,16 +276,107 @@ pub fn attach<'r>(
         counted_first: false,
         pending: None,
         settles_late: false,
+        cleanup: ngx_pool_cleanup_t {
+            handler: Some(release),
+            data: core::ptr::null_mut(),
+            next: core::ptr::null_mut(),
+        },
     };
     // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
     // the log phase: it gives back what the request holds, then keeps the state for reuse.
-    let state = SPARES.take(fresh);
-    cln.handler = Some(release);
-    cln.data = state.as_ptr().cast();
-    set_ctx(r, state.as_ptr());
+    let state = SPARES.take(fresh).as_ptr();
+    // SAFETY: the request pool is live, and so is the state (it outlives the pool: see
+    // `release`). The record is linked in as `ngx_pool_cleanup_add` links its own, first
+    // in the list, which nginx only walks (running handlers, reading `next`) and never
+    // frees record by record.
+    unsafe {
+        (*state).cleanup.data = state.cast();
+        (*state).cleanup.next = (*r.pool).cleanup;
+        (*r.pool).cleanup = core::ptr::addr_of_mut!((*state).cleanup);
+    }
+    set_ctx(r, state);
     // SAFETY: just written; the returned borrow is tied to the request's.
-    Some(unsafe { &mut *state.as_ptr() })
+    Some(unsafe { &mut *state })
 }
+
+/// What is kept of a request the PRECONTENT phase short-circuited: all that the variables
+/// read of it (the header filter has nothing left to do, `X-Circuit-State` is already in).
+///
+/// Lighter than a [`RequestState`]: it holds nothing to give back, so it lives in the request
+/// pool with its cleanup record, and its cleanup does nothing but let [`find`] find it after
+/// an internal redirect — 82 instructions per short-circuit less than a state
+/// (`scripts/bench-instructions`, open_503).
+pub struct Rejected {
+    /// As [`RequestState::request`].
+    request: *const ngx_http_request_t,
+    route: *const Route,
+    pub label: Label,
+}
+
+impl Rejected {
+    /// The request's route.
+    pub fn route(&self) -> &Route {
+        // SAFETY: routes live in loc confs (or a static) for the configuration's lifetime.
+        unsafe { &*self.route }
+    }
+}
+
+/// Marks the module ctx that points at a [`Rejected`] rather than a [`RequestState`] (both
+/// are at least 2-aligned, so the low bit is free).
+const REJECTED_TAG: usize = 1;
+
+fn tagged(rec: *mut Rejected) -> *mut Rejected {
+    rec.cast::<u8>().wrapping_add(REJECTED_TAG).cast()
+}
+
+fn is_tagged(ctx: *mut c_void) -> bool {
+    ctx as usize & REJECTED_TAG != 0
+}
+
+/// Keeps what the variables read of a request the PRECONTENT phase short-circuited with
+/// `label`, sets it as the module ctx and registers its cleanup. False when the pool is
+/// exhausted.
+pub fn attach_rejected(r: &mut ngx_http_request_t, route: &Route, label: Label) -> bool {
+    // SAFETY: the request pool is live; ngx_palloc aligns to NGX_ALIGNMENT (a word), enough
+    // for the record's pointers.
+    let kept = unsafe { ngx_palloc(r.pool, core::mem::size_of::<KeptRejected>()) };
+    let Some(kept) = NonNull::new(kept.cast::<KeptRejected>()) else {
+        return false;
+    };
+    let kept = kept.as_ptr();
+    // SAFETY: a fresh pool allocation of a `KeptRejected`, living as long as the pool, which
+    // we fill whole; its cleanup record is linked in first, as `ngx_pool_cleanup_add` links
+    // its own (nginx only walks the list, never frees a record).
+    unsafe {
+        kept.write(KeptRejected {
+            cleanup: ngx_pool_cleanup_t {
+                handler: Some(rejected_kept),
+                data: core::ptr::addr_of_mut!((*kept).rejected).cast(),
+                next: (*r.pool).cleanup,
+            },
+            rejected: Rejected {
+                request: r,
+                route,
+                label,
+            },
+        });
+        (*r.pool).cleanup = core::ptr::addr_of_mut!((*kept).cleanup);
+        set_ctx(r, tagged(core::ptr::addr_of_mut!((*kept).rejected)));
+    }
+    true
+}
+
+/// A [`Rejected`] and its pool cleanup record, in one pool allocation: 43 instructions per
+/// short-circuit less than `ngx_pool_cleanup_add` with room for the record
+/// (`scripts/bench-instructions`, open_503).
+#[repr(C)]
+struct KeptRejected {
+    cleanup: ngx_pool_cleanup_t,
+    rejected: Rejected,
+}
+
+/// The cleanup of a [`Rejected`]: nothing to give back; it names the record for [`find`].
+unsafe extern "C" fn rejected_kept(_data: *mut c_void) {}
 
 fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
     // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
@@ -275,7 +388,8 @@ fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
 
 /// The module ctx of a request the PRECONTENT phase let through (its breaker closed)
 /// without creating a state: `peer.init` creates it, and does not ask the breaker again.
-static PASSED: u8 = 0;
+/// A word, so that its address is even: an odd ctx is a [`Rejected`].
+static PASSED: u64 = 0;
 
 fn ctx(r: &ngx_http_request_t) -> *mut c_void {
     // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
@@ -294,7 +408,7 @@ pub fn mark_passed(r: &mut ngx_http_request_t) {
 pub fn take_passed(r: &mut ngx_http_request_t) -> bool {
     let passed = core::ptr::eq(ctx(r), core::ptr::addr_of!(PASSED).cast());
     if passed {
-        set_ctx::<u8>(r, core::ptr::null_mut());
+        set_ctx::<u64>(r, core::ptr::null_mut());
     }
     passed
 }
@@ -302,7 +416,7 @@ pub fn take_passed(r: &mut ngx_http_request_t) -> bool {
 /// The request's state, if its current location set it (the module ctx).
 pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
     let ctx = ctx(r);
-    if core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast()) {
+    if core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast()) || is_tagged(ctx) {
         return None;
     }
     // SAFETY: only `set_ctx` writes our slot: the mark above, or a state that lives as long
@@ -310,31 +424,62 @@ pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
     unsafe { ctx.cast::<RequestState>().as_mut() }
 }
 
-/// The request's state: the module ctx, or, after an internal redirect cleared it (an
-/// `error_page`, say), the state the pool cleanup holds for this very request. The list is
-/// walked only for internal or filter-finalized requests, as the realip module does.
-pub fn find(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
-    if here(r).is_none() && (r.internal() != 0 || r.filter_finalize() != 0) {
+/// Whether the request has an answer of this module in its current location: a state or a
+/// [`Rejected`] (not the PRECONTENT phase's mark of a pass).
+pub fn answered(r: &ngx_http_request_t) -> bool {
+    let ctx = ctx(r);
+    !ctx.is_null() && !core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast())
+}
+
+/// What the module told a request: its state, or what is kept of a short-circuit.
+pub enum Answer<'r> {
+    State(&'r mut RequestState),
+    Rejected(&'r Rejected),
+}
+
+/// The request's answer: the module ctx, or, after an internal redirect cleared it (an
+/// `error_page`, say), the state or [`Rejected`] a pool cleanup holds for this very request.
+/// The list is walked only for internal or filter-finalized requests, as the realip module
+/// does.
+pub fn find(r: &mut ngx_http_request_t) -> Option<Answer<'_>> {
+    if !answered(r) && (r.internal() != 0 || r.filter_finalize() != 0) {
         let me: *const ngx_http_request_t = r;
         // SAFETY: the pool's cleanup list is a live singly linked list.
         let mut c = unsafe { (*r.pool).cleanup };
         // SAFETY: each link is null or a live cleanup record.
         while let Some(cl) = unsafe { c.as_ref() } {
-            if cl
-                .handler
-                .is_some_and(|h| h as usize == release as *const () as usize)
-            {
-                let state = cl.data.cast::<RequestState>();
-                // SAFETY: our handler's data is always a RequestState of this pool.
-                if unsafe { (*state).belongs_to(me) } {
-                    set_ctx(r, state);
-                    break;
+            if let Some(h) = cl.handler {
+                if h as usize == release as *const () as usize {
+                    let state = cl.data.cast::<RequestState>();
+                    // SAFETY: our handler's data is always a RequestState of this pool.
+                    if unsafe { (*state).belongs_to(me) } {
+                        set_ctx(r, state);
+                        break;
+                    }
+                } else if h as usize == rejected_kept as *const () as usize {
+                    let rec = cl.data.cast::<Rejected>();
+                    // SAFETY: this handler's data is always a Rejected of this pool.
+                    if core::ptr::eq(unsafe { (*rec).request }, me) {
+                        set_ctx(r, tagged(rec));
+                        break;
+                    }
                 }
             }
             c = cl.next;
         }
     }
-    here(r)
+    let ctx = ctx(r);
+    if is_tagged(ctx) {
+        // SAFETY: a tagged ctx is a Rejected that `attach_rejected` or the walk above set,
+        // living as long as the request's pool; only read.
+        return Some(Answer::Rejected(unsafe {
+            &*ctx
+                .cast::<u8>()
+                .wrapping_sub(REJECTED_TAG)
+                .cast::<Rejected>()
+        }));
+    }
+    here(r).map(Answer::State)
 }
 
 /// The state behind a peer callback's `data`.
@@ -372,7 +517,8 @@ unsafe extern "C" fn release(data: *mut c_void) {
             }
         }
     });
-    // SAFETY: the request is gone: nothing refers to its state any more.
+    // SAFETY: the request is gone: nothing refers to its state any more but the pool's
+    // cleanup list, whose walk reads this record's `next` right after this returns.
     unsafe { SPARES.put(ptr) };
 }
 

@@ -14,7 +14,7 @@ use nginx_sys::{
 use ngx::ngx_string;
 
 use crate::ffi::guard;
-use crate::request::{self, Label};
+use crate::request::{self, Answer, Label};
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 
@@ -31,6 +31,40 @@ pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_s
     let Some(h) = (unsafe { h.as_mut() }) else {
         return false;
     };
+    fill_header(h, key, value);
+    true
+}
+
+/// Appends two headers as [`push_header`] does, in one step when the list's last part has
+/// room for both (as it has unless the response already carries many headers).
+///
+/// Hand-written rather than two `ngx_list_push` calls: the short-circuit's two headers cost
+/// 35 instructions less (`scripts/bench-instructions`, open_503).
+fn push_headers2(
+    list: &mut ngx_list_t,
+    first: (&'static str, ngx_str_t),
+    second: (&'static str, ngx_str_t),
+) -> bool {
+    // SAFETY: `last` points at the list's live last part (ngx_list_init set it, pushes
+    // move it).
+    let last = unsafe { &mut *list.last };
+    if list.size != core::mem::size_of::<ngx_table_elt_t>() || last.nelts + 2 > list.nalloc {
+        return push_header(list, first.0, first.1) && push_header(list, second.0, second.1);
+    }
+    // SAFETY: as ngx_list_push does: the part's `elts` holds `nalloc` elements of `size`
+    // bytes (checked to be ngx_table_elt_t's above), of which the first `nelts` are in use;
+    // the two after them are free and become ours once `nelts` counts them.
+    let h = unsafe { last.elts.cast::<ngx_table_elt_t>().add(last.nelts) };
+    last.nelts += 2;
+    // SAFETY: the two elements just claimed, which we fill whole.
+    let (a, b) = unsafe { (&mut *h, &mut *h.add(1)) };
+    fill_header(a, first.0, first.1);
+    fill_header(b, second.0, second.1);
+    true
+}
+
+#[inline]
+fn fill_header(h: &mut ngx_table_elt_t, key: &'static str, value: ngx_str_t) {
     h.hash = 1;
     h.key = ngx_str_t {
         len: key.len(),
@@ -42,7 +76,6 @@ pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_s
     {
         h.next = null_mut();
     }
-    true
 }
 
 pub(crate) fn static_value(s: &'static str) -> ngx_str_t {
@@ -72,16 +105,11 @@ fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: 
             }
         }
     };
-    let ok = push_header(&mut r.headers_out.headers, "Retry-After", value)
-        && push_header(
-            &mut r.headers_out.headers,
-            "X-Circuit-State",
-            static_value(label.name()),
-        );
-    if let Some(state) = request::here(r) {
-        state.header_added = true;
-    }
-    ok
+    push_headers2(
+        &mut r.headers_out.headers,
+        ("Retry-After", value),
+        ("X-Circuit-State", static_value(label.name())),
+    )
 }
 
 /// "0" to "9999" back to back, four bytes each (zero-padded on the left): the `Retry-After`
@@ -166,6 +194,11 @@ pub unsafe fn short_circuit(
     if !add_reject_headers(r, label, retry_after_ms) {
         return NGX_ERROR as ngx_int_t;
     }
+    // The header filter must not add it again. (A PRECONTENT short-circuit's `Rejected`
+    // needs no such note: the filter never adds the header for it.)
+    if let Some(state) = request::here(r) {
+        state.header_added = true;
+    }
     #[cfg(ngx_http_cache)]
     // SAFETY: as ngx_http_upstream_finalize_request does: release the cache node this request
     // may hold (the "updating" lock) before the upstream is abandoned.
@@ -200,7 +233,8 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: nginx passes a live request.
         let req = unsafe { &mut *r };
         let on = request::loc_conf(req).is_some_and(|l| l.header == 1);
-        let Some(state) = request::find(req) else {
+        // A short-circuit's header went in with its Retry-After.
+        let Some(Answer::State(state)) = request::find(req) else {
             return;
         };
         let Some(label) = state.label else { return };
@@ -266,9 +300,10 @@ unsafe extern "C" fn variable(
         // SAFETY: nginx passes a live request and a value to fill.
         let (req, v) = unsafe { (&mut *r, &mut *v) };
         let text: &str = match request::find(req) {
-            Some(s) if data == 0 => s.label.map_or("", Label::name),
-            // SAFETY-free: the route name lives in the loc conf for the configuration.
-            Some(s) if s.label.is_some() => route_name(s),
+            Some(Answer::State(s)) if data == 0 => s.label.map_or("", Label::name),
+            Some(Answer::State(s)) if s.label.is_some() => route_name(s.route()),
+            Some(Answer::Rejected(s)) if data == 0 => s.label.name(),
+            Some(Answer::Rejected(s)) => route_name(s.route()),
             _ => "",
         };
         v.set_len(text.len() as u32);
@@ -282,8 +317,8 @@ unsafe extern "C" fn variable(
 
 /// The route's name, which lives as long as the configuration (longer than the variable's
 /// value is used).
-fn route_name(s: &request::RequestState) -> &'static str {
+fn route_name(route: &crate::conf::Route) -> &'static str {
     // SAFETY: route names live in loc confs (or a static) for the configuration's lifetime,
     // which outlasts every request run under it.
-    unsafe { &*(s.route().name.as_str() as *const str) }
+    unsafe { &*(route.name.as_str() as *const str) }
 }

@@ -11,8 +11,8 @@ use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_S
 use ngx::http::HttpModuleServerConf;
 
 use crate::clock::mono_ms;
+use crate::conf::LocConf;
 use crate::conf::Module;
-use crate::conf::{LocConf, SrvConf};
 use crate::ffi::guard;
 use crate::request::{self, Label};
 use crate::respond;
@@ -31,7 +31,7 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         let Some(scf) = Module::server_conf(unsafe { &*lcf.upstream }) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if scf.breaker.is_none() || scf.original_init.is_none() || request::here(req).is_some() {
+        if scf.breaker.is_none() || scf.original_init.is_none() || request::answered(req) {
             return NGX_DECLINED as ngx_int_t;
         }
         // SAFETY: the main conf outlives the requests run under its configuration.
@@ -47,30 +47,25 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
             }
             Some(Admission::Reject { retry_after_ms }) => {
                 let label = Label::State(circuit_breaker_core::snapshot::State::Open);
-                short_circuit(req, lcf, scf, label, retry_after_ms)
+                short_circuit(req, lcf, label, retry_after_ms)
             }
             Some(Admission::Recovering { retry_after_ms }) => {
-                short_circuit(req, lcf, scf, Label::Recovering, retry_after_ms)
+                short_circuit(req, lcf, Label::Recovering, retry_after_ms)
             }
             _ => NGX_DECLINED as ngx_int_t,
         }
     })
 }
 
-/// Answers a request the breaker turns away, with its state for the variables and filters.
+/// Answers a request the breaker turns away, keeping its state for the variables.
 fn short_circuit(
     req: &mut ngx_http_request_t,
     lcf: &LocConf,
-    scf: &SrvConf,
     label: Label,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    let route = request::route_of(Some(lcf));
-    let Some(state) = request::attach(req, scf, route) else {
+    if !request::attach_rejected(req, request::route_of(Some(lcf)), label) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
-    state.handle = lcf.hint.get();
-    state.label = Some(label);
-    state.short_circuited = true;
+    }
     respond::reject(req, label, retry_after_ms)
 }

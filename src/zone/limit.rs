@@ -311,7 +311,7 @@ impl LimitMut<'_> {
 impl Zone {
     /// The limit block of `handle`'s breaker, without the lock, if one is set up for it.
     pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
-        let slot = self.slot(handle.slot)?;
+        let slot = self.slot_of(handle)?;
         let block = NonNull::new(slot.limit_block())?;
         let ptr = LimitPtr::new(block, handle.ident);
         (ptr.shared().tenant.load(Ordering::Acquire) == handle.ident).then_some(ptr)
@@ -349,7 +349,7 @@ impl Locked<'_> {
         cfg: &LimitConfig,
         now_ms: u64,
     ) -> Option<LimitMut<'_>> {
-        let slot = self.zone().slot(handle.slot)?;
+        let slot = self.zone().slot_of(handle)?;
         slot.node(handle.ident)?;
         let ptr = self.set_up(handle, Want::On(cfg, false), now_ms)?;
         self.limit_mut(ptr)
@@ -399,14 +399,11 @@ impl Locked<'_> {
         // is fixed at creation.
         let index = unsafe { n.as_ref() }.slot;
         let slot = self.zone().slot(index)?;
-        Some(Handle {
-            slot: index,
-            ident: slot.ident(),
-        })
+        Some(Handle::new(slot.ident(), slot))
     }
 
     fn set_up(&mut self, handle: Handle, want: Want, now_ms: u64) -> Option<LimitPtr> {
-        let slot = self.zone().slot(handle.slot)?;
+        let slot = self.zone().slot_of(handle)?;
         let block = match NonNull::new(slot.limit_block()) {
             Some(b) => b,
             None if matches!(want, Want::Off) => return None,

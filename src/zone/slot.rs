@@ -54,14 +54,16 @@ pub struct Slot {
     node: AtomicPtr<Node>,
     /// Next free slot while free (under the mutex).
     next_free: AtomicU32,
+    /// This slot's index, set when its chunk is made (in what was padding: the size stays).
+    index: u32,
     /// The adaptive limit's block, made for the first tenant with a limit and kept with the
     /// slot from then on (never freed).
     limit: AtomicPtr<Block>,
 }
 
 impl Slot {
-    /// A free slot whose free list continues at `next_free`, for a fresh chunk.
-    pub fn free(next_free: u32) -> Slot {
+    /// Free slot `index`, whose free list continues at `next_free`, for a fresh chunk.
+    pub fn free(index: u32, next_free: u32) -> Slot {
         Slot {
             ident: AtomicU64::new(0),
             key: AtomicU64::new(0),
@@ -78,8 +80,15 @@ impl Slot {
             fleet_until: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
             next_free: AtomicU32::new(next_free),
+            index,
             limit: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// This slot's index.
+    #[inline]
+    pub fn index(&self) -> u32 {
+        self.index
     }
 
     /// The limit block, if one was ever made for this slot.

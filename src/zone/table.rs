@@ -245,7 +245,7 @@ impl<'z> Locked<'z> {
     }
 
     fn node_of(&self, handle: Handle, key_hash: u64) -> Option<NonNull<Node>> {
-        let slot = self.zone.slot(handle.slot)?;
+        let slot = self.zone.slot_of(handle)?;
         let n = NonNull::new(slot.node(handle.ident)?)?;
         // SAFETY: the slot's tenant is a published node while its ident matches.
         (unsafe { n.as_ref() }.hash == key_hash).then_some(n)
@@ -258,10 +258,7 @@ impl<'z> Locked<'z> {
         // mutex, which `self` holds.
         let node = unsafe { n.as_ref() };
         let slot = self.zone.slot(node.slot)?;
-        let handle = Handle {
-            slot: node.slot,
-            ident: slot.ident(),
-        };
+        let handle = Handle::new(slot.ident(), slot);
         // SAFETY: the breaker memory follows the node and is touched only under the mutex,
         // which `self` holds for as long as the borrow lives.
         let mut breaker = unsafe { breaker_of(n) };
@@ -509,7 +506,12 @@ impl<'z> Locked<'z> {
                 u32::MAX
             };
             // SAFETY: the chunk has room for PER_CHUNK slots.
-            unsafe { chunk.as_ptr().add(i as usize).write(Slot::free(next)) };
+            unsafe {
+                chunk
+                    .as_ptr()
+                    .add(i as usize)
+                    .write(Slot::free(first + i, next))
+            };
         }
         // SAFETY: `chunks` has `max_chunks` entries and n is below it.
         unsafe { (*h.chunks.add(n as usize)).store(chunk.as_ptr(), Ordering::Release) };
