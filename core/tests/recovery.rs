@@ -365,6 +365,41 @@ fn active_probes_risk_no_user_request_and_see_the_heal_within_probes_intervals()
 }
 
 #[test]
+fn a_long_run_after_a_brownout_takes_the_time_of_probes_probes() {
+    let mut s = Story::new(active_cfg());
+    brownout_trip(&mut s);
+    assert_eq!(s.view().probes_needed, 9, "50 %: 9 good probes in a row");
+    // Still sick: a failed probe keeps the interval.
+    assert_eq!(s.next_active_probe(&http(500)).state, State::Open);
+    assert_eq!(s.rejected(), 1000);
+    // Healed: the first good probe within an interval, then the run at 3 s / 9 = 333 ms.
+    let healed = s.now;
+    assert_eq!(s.next_active_probe(&ok()).state, State::Open);
+    assert_eq!(s.b.hdr.active_probe_due_ms(), Some(s.now + 333));
+    assert_eq!(
+        s.view().retry_at_ms,
+        Some(s.now + 333),
+        "and Retry-After says so"
+    );
+    let mut last = None;
+    for _ in 0..8 {
+        last = s.next_active_probe(&ok()).transition;
+    }
+    assert_eq!(last.expect("closed").reason, "9 good probes");
+    // Within probe_interval + probes × probe_interval of the heal, as after a hard failure
+    // (one a second, the 9 took 9 s).
+    assert!(s.now - healed <= 1000 + 3 * 1000, "{} ms", s.now - healed);
+    // A failed probe in the middle of the run (a relapse) goes back to the full interval.
+    let mut s = Story::new(active_cfg());
+    brownout_trip(&mut s);
+    s.next_active_probe(&ok());
+    let at = s.now;
+    s.next_active_probe(&http(500));
+    assert_eq!(s.now, at + 333);
+    assert_eq!(s.b.hdr.active_probe_due_ms(), Some(s.now + 1000));
+}
+
+#[test]
 fn with_active_probes_the_gate_rejects_for_the_whole_open_period() {
     let mut s = Story::new(active_cfg());
     s.trip();

@@ -286,13 +286,28 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     if let Some(tr) = &transition {
         log_transition(log, &t.name(), tr);
     }
-    // The next probe may be due already: the server first, outside the zone lock.
-    let now = mono_ms();
-    let gate = zone.gate(t.handle.get(), t.key_hash)?;
-    if probe::look(gate, now, t.up.interval_ms) != Look::Lock {
-        t.next_look.set(0);
-        return None;
+    // The next probe may be due already, or before the prober would look again (the run of
+    // good probes after a brownout comes faster than the interval): then this task sends it,
+    // waiting for it without the slot if need be. The server first, outside the zone lock.
+    let watch = probe::watch_ms(t.up.interval_ms);
+    loop {
+        let now = mono_ms();
+        let gate = zone.gate(t.handle.get(), t.key_hash)?;
+        match probe::look(gate, now, t.up.interval_ms) {
+            Look::Lock => break,
+            Look::At(at) if at.saturating_sub(now) < watch => {
+                ngx::async_::sleep(Duration::from_millis(at.saturating_sub(now).max(1))).await;
+                if net::exiting() {
+                    return None;
+                }
+            }
+            Look::At(_) => {
+                t.next_look.set(0);
+                return None;
+            }
+        }
     }
+    let now = mono_ms();
     let server = t.peer()?;
     let ticket = claim(&mut zone.lock(), &t, true, now)?;
     Some((Held::new(&zone, &t, ticket), server))

@@ -178,6 +178,10 @@ unsafe fn init_peer_inner(
                 limit::release(state);
                 return rc;
             }
+            // The balancer's init wrote `r->upstream->peer`: borrow the upstream afresh.
+            // SAFETY: the request's upstream, live in peer.init; the borrow taken before the
+            // init is not used past it.
+            let u = unsafe { &mut *(*r).upstream };
             wrap_balancer(u, state);
             if probe {
                 // One probe is one attempt: no proxy_next_upstream retry on its behalf.

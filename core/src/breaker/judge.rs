@@ -27,6 +27,9 @@
 //!   before the good ones. It doubles the run needed, and never leaves it below `K` (a hard
 //!   trip that relapses is judged as soft from then on), up to [`RELAPSE_CAP`] × `K`. A
 //!   brownout that heals is therefore closed within 4 `K` good probes of the heal.
+//! - **Pace**: the probes of a run longer than `probes` come closer together after each good
+//!   one ([`run_spacing`]), so that `K` take about the time `probes` would: the run counts
+//!   answers, and a full interval between them only kept a healed origin away.
 //!
 //! Measured with the real breaker over seeded Bernoulli simulations, 2 000 brownouts per cell,
 //! each probed 40 times (`core/tests/probe_rule.rs`; `cargo test --release -p
@@ -100,6 +103,25 @@ pub fn is_hard(run: u32, part: u64, rate: u32) -> bool {
     run >= u64::from(hard_run(rate)).min(part) && run.saturating_mul(4) >= part.saturating_mul(3)
 }
 
+/// The closest two probes of a long run may be, in milliseconds (see [`run_spacing`]).
+pub const MIN_RUN_SPACING_MS: u64 = 50;
+
+/// How far apart the next probe of a run of `needed` good probes may come, after a good one:
+/// `interval_ms` while the run is `probes` long (a hard failure's), closer for a longer run,
+/// so that it takes about the time `probes` probes would (`needed × spacing ≈ probes ×
+/// interval`), and never closer than [`MIN_RUN_SPACING_MS`]. A brownout's run is a count of
+/// answers, each one request, not a length of time: waiting a full interval between them
+/// only kept a healed origin away (25 s at 20 % with `probe_interval=1s`).
+pub fn run_spacing(interval_ms: u32, probes: u32, needed: u32) -> u64 {
+    let interval = u64::from(interval_ms);
+    let probes = u64::from(probes.max(1));
+    let needed = u64::from(needed.max(1));
+    if needed <= probes {
+        return interval;
+    }
+    (interval * probes / needed).clamp(MIN_RUN_SPACING_MS.min(interval), interval)
+}
+
 /// The run needed after a relapse: doubled, at least `soft`, at most [`RELAPSE_CAP`] × `soft`.
 pub fn relapse(needed: u32, soft: u32) -> u32 {
     needed
@@ -111,6 +133,20 @@ pub fn relapse(needed: u32, soft: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_runs_take_the_time_of_probes_probes() {
+        // A hard failure's run: one interval apart.
+        assert_eq!(run_spacing(1000, 3, 3), 1000);
+        assert_eq!(run_spacing(1000, 3, 1), 1000);
+        // 25 after a 20 % brownout: 120 ms apart, 3 s for the run.
+        assert_eq!(run_spacing(1000, 3, 25), 120);
+        // Four times that after relapses: the floor.
+        assert_eq!(run_spacing(1000, 3, 100), MIN_RUN_SPACING_MS);
+        // Never further apart than the interval, nor closer than it when it is tiny.
+        assert_eq!(run_spacing(20, 3, 25), 20);
+        assert_eq!(run_spacing(0, 3, 25), 0);
+    }
 
     #[test]
     fn hard_runs_by_rate() {

@@ -896,6 +896,13 @@ impl<'a> Breaker<'a> {
             h.flags |= GOOD_SEEN;
             let needed = h.needed.max(1);
             if h.consecutive < needed {
+                // The rest of a long run comes at its own pace (set when this probe was
+                // granted: one interval on).
+                let pace = judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed);
+                h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
+                if h.state() == State::Open {
+                    h.retry_at_ms = h.next_probe_at_ms;
+                }
                 return None;
             }
             let text = if needed == 1 {
