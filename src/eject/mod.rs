@@ -258,6 +258,10 @@ pub fn probe_due(pool: &Pool, now: u64) -> bool {
     now >= pool.local.next_due.get() && !pool.cfg.active
 }
 
+/// How long a worker waits before it asks again for an ejected server's probe that it
+/// claimed but could not send (no peer for the server in its map).
+const COPY_RETRY_MS: u64 = 1000;
+
 /// Claims the probe of an ejected server whose cooldown ended, for the request about to
 /// make its first attempt (see [`probe_due`]).
 ///
@@ -295,6 +299,9 @@ pub unsafe fn claim_probe(
     }
     pool.local.next_due.set(next_due);
     let (server, ticket) = claimed?;
+    // The peers' read locks are taken without the zone's: a worker spinning on them must
+    // not hold up every breaker of the instance.
+    drop(locked);
     let copy = pool
         .local
         .peers
@@ -306,11 +313,16 @@ pub unsafe fn claim_probe(
         .and_then(|peer| unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) });
     let Some((sockaddr, socklen, name)) = copy else {
         // No peer to send it to (the map is not built yet, or the peers just changed):
-        // give the slot back.
+        // give the slot back, and ask again a second later (the next request's `follow`
+        // rebuilds the map) rather than waiting for the next change of the pool.
         let s = &pool.servers[server as usize];
-        if let Some(mut b) = locked.get(s.handle.get(), s.key_hash) {
+        if let Some(mut b) = zone.lock().get(s.handle.get(), s.key_hash) {
             b.release(now, ticket);
         }
+        let again = now.saturating_add(COPY_RETRY_MS);
+        pool.local
+            .next_due
+            .set(pool.local.next_due.get().min(again));
         return None;
     };
     Some(Probe {

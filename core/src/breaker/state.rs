@@ -896,12 +896,18 @@ impl<'a> Breaker<'a> {
             h.flags |= GOOD_SEEN;
             let needed = h.needed.max(1);
             if h.consecutive < needed {
-                // The rest of a long run comes at its own pace (set when this probe was
-                // granted: one interval on).
-                let pace = judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed);
-                h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
-                if h.state() == State::Open {
-                    h.retry_at_ms = h.next_probe_at_ms;
+                if needed > h.cfg.probes.max(1) {
+                    // The rest of a long run comes at its own pace (the jittered interval
+                    // set when this probe was granted, for a run of `probes`).
+                    let pace = jittered(
+                        judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed),
+                        h.cfg.jitter,
+                        rnd,
+                    );
+                    h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
+                    if h.state() == State::Open {
+                        h.retry_at_ms = h.next_probe_at_ms;
+                    }
                 }
                 return None;
             }
