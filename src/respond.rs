@@ -278,9 +278,9 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         (ngx_string!("circuit_breaker_route"), 1),
     ];
     for (mut name, data) in vars {
+        let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
         // SAFETY: `cf` is live during preconfiguration.
-        let v =
-            unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t) };
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, flags) };
         // SAFETY: null or the variable record just added.
         let Some(v) = (unsafe { v.as_mut() }) else {
             return NGX_ERROR as ngx_int_t;

@@ -187,8 +187,8 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
     }
     // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
     // `args` asks.
-    let parsed =
-        words(unsafe { args(cf) }).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
+    let raw = unsafe { args(cf) };
+    let parsed = words(raw).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
     let params = match parsed {
         Ok(p) => p,
         Err(e) => return fail(cf, e),
@@ -311,8 +311,9 @@ unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void
         );
     }
     // SAFETY: `cmd` is our command, whose `post` the registration set to the handler.
-    let handler: ngx_http_handler_pt =
-        unsafe { core::mem::transmute::<*mut c_void, ngx_http_handler_pt>((*cmd).post) };
+    let post = unsafe { (*cmd).post };
+    // SAFETY: `post` is a handler function pointer, stored as `void *` by the registration.
+    let handler = unsafe { core::mem::transmute::<*mut c_void, ngx_http_handler_pt>(post) };
     clcf.handler = handler;
     lcf.status_handler = handler;
     // SAFETY: while parsing a file, conf_file is set.

@@ -46,9 +46,9 @@ pub unsafe fn find_upstream_modules(cf: *mut ngx_conf_t) -> ngx_int_t {
     };
     // SAFETY: the cycle being configured has its module list set before parsing begins.
     let cycle = unsafe { &*cfr.cycle };
+    let (first, n) = (cycle.modules, cycle.modules_n);
     // SAFETY: `modules` holds `modules_n` module pointers.
-    let modules: &[*mut ngx_module_t] =
-        unsafe { core::slice::from_raw_parts(cycle.modules, cycle.modules_n) };
+    let modules: &[*mut ngx_module_t] = unsafe { core::slice::from_raw_parts(first, n) };
     mcf.upstream_modules.clear();
     for &m in modules {
         // SAFETY: every entry is a loaded module; `name` is a NUL-terminated string.

@@ -142,10 +142,8 @@ pub fn follow(up: Upstream<'_>, now: u64) {
     let current = local.stamp.get().read();
     // SAFETY: `up.uscf` keeps round-robin peers: `scf` has a pool (checked above), and
     // `Upstream::new`'s contract ties the two; what `moved` asks.
-    if current.is_some()
-        && current == local.applied.get()
-        && !unsafe { peers::moved(up.uscf, local) }
-    {
+    let moved = || unsafe { peers::moved(up.uscf, local) };
+    if current.is_some() && current == local.applied.get() && !moved() {
         return;
     }
     if current.is_none() && local.applied.get() == Some(MISSING) && now < local.next_due.get() {
@@ -214,9 +212,9 @@ pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
     if let Some(p) = map.iter().find(|p| core::ptr::eq(p.name, name)) {
         return Some(p.server);
     }
-    // A peer built after the map (an upstream `zone` that resolves names): by address.
     // SAFETY: `name` is null or the chosen peer's name (this fn's contract), which lives at least
-    // as long as the attempt.
+    // as long as the attempt. A peer built after the map (an upstream `zone` that resolves
+    // names) is found by address.
     let name = unsafe { name.as_ref() }?.as_bytes();
     pool.servers
         .iter()

@@ -143,9 +143,11 @@ pub unsafe fn copy_peer(
     pool: *mut ngx_pool_t,
 ) -> Option<(*mut sockaddr, socklen_t, *mut ngx_str_t)> {
     // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract), so both lists
-    // are null or live; nothing here writes them through a reference.
-    let _locks =
-        unsafe { lists(uscf) }.map(|l| (!l.is_null()).then(|| unsafe { ReadLock::new(l) }));
+    // are null or live.
+    let lists = unsafe { lists(uscf) };
+    // SAFETY: each list is null (skipped) or live, and nothing here writes it through a
+    // reference.
+    let _locks = lists.map(|l| (!l.is_null()).then(|| unsafe { ReadLock::new(l) }));
     // SAFETY: `uscf` keeps round-robin peers (this fn's contract); read under the locks, so no
     // change slips in between this check and the copy.
     if unsafe { moved(uscf, local) } {

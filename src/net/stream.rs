@@ -425,8 +425,8 @@ unsafe extern "C" fn on_read(ev: *mut ngx_event_t) {
     }
     match shared.reader.take() {
         Some(waker) => waker.wake(),
-        // Nobody reads: keep a level-triggered event method from reporting it again.
-        // SAFETY: `ev` is our open connection's read event.
+        // SAFETY: `ev` is our open connection's read event. Nobody reads: keep a
+        // level-triggered event method from reporting it again.
         None => unsafe {
             ngx_handle_read_event(ev, 0);
         },

@@ -29,10 +29,9 @@ pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer
     // SAFETY: the peer list of round-robin peers, read under their lock when they live in a
     // zone (`ngx_http_upstream_rr_peers_rlock`).
     while let Some(one) = unsafe { peer.as_ref() } {
+        let (addr, len, name) = (one.sockaddr, one.socklen, one.name.as_bytes());
         // SAFETY: each peer's address and name are `socklen` and `name.len` bytes.
-        if let Some(copy) =
-            unsafe { Peer::from_raw(one.sockaddr, one.socklen, one.name.as_bytes()) }
-        {
+        if let Some(copy) = unsafe { Peer::from_raw(addr, len, name) } {
             out.push((copy, one.down != 0));
         }
         peer = one.next;

@@ -153,9 +153,9 @@ unsafe fn init_peer_inner(
             unsafe { respond::short_circuit(req, u, label, retry_after_ms) }
         }
         Plan::Stale => {
+            // SAFETY: the state lives in the request pool; no other borrow of it is live.
             // Short-circuited to stale: the balancer is never asked (its init would only
             // allocate), and get_peer answers NGX_DECLINED so that nginx serves the entry.
-            // SAFETY: the state lives in the request pool; no other borrow of it is live.
             unsafe { (*state_ptr).stale = true };
             u.peer.data = state_ptr.cast();
             u.peer.get = Some(get_peer);
@@ -178,9 +178,9 @@ unsafe fn init_peer_inner(
                 limit::release(state);
                 return rc;
             }
-            // The balancer's init wrote `r->upstream->peer`: borrow the upstream afresh.
             // SAFETY: the request's upstream, live in peer.init; the borrow taken before the
-            // init is not used past it.
+            // init is not used past it. Borrowed afresh: the balancer's init wrote
+            // `r->upstream->peer`.
             let u = unsafe { &mut *(*r).upstream };
             wrap_balancer(u, state);
             if probe {

@@ -180,9 +180,9 @@ unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> 
 unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
     let mut part = &list.part;
     loop {
+        let first = part.elts.cast::<ngx_table_elt_t>();
         // SAFETY: a list part's elts hold nelts table elements.
-        let elts =
-            unsafe { core::slice::from_raw_parts(part.elts.cast::<ngx_table_elt_t>(), part.nelts) };
+        let elts = unsafe { core::slice::from_raw_parts(first, part.nelts) };
         for h in elts {
             if h.hash != 0 && h.key.as_bytes().eq_ignore_ascii_case(b"retry-after") {
                 let v = h.value.as_bytes();

@@ -360,8 +360,8 @@ impl<'z> Locked<'z> {
         let ident = h.idents.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = self.zone.slot(slot_index)?;
         slot.occupy(ident, key.hash, n.as_ptr(), Gate::Pass);
-        // Publish: link into the chain and the list of all nodes.
-        // SAFETY: `n` is complete; the head node, if any, is published and live.
+        // SAFETY: `n` is complete; the head node, if any, is published and live. Publish: link
+        // into the chain and the list of all nodes.
         unsafe {
             let node = n.as_ref();
             let chain = self.chain_of(key.hash);
