@@ -210,6 +210,14 @@ mod tests {
 
     const T0: u64 = 1_764_484_800_000;
 
+    /// Ten attempts answered `status`, from `T0` on, one a millisecond: a server ejects.
+    fn fail_ten(s: &mut OwnedBreaker, pool: &mut Pool, status: u16) {
+        for i in 0..10 {
+            let bad = Attempt::http(status, 5);
+            record(&mut s.breaker(), pool, T0 + i, 0, Ticket::Normal, &bad);
+        }
+    }
+
     fn upstream() -> BreakerConfig {
         BreakerConfig {
             jitter: 0,
@@ -338,16 +346,7 @@ mod tests {
         let cfg = server_config(&upstream(), &EjectSpec::default());
         let mut s = OwnedBreaker::new(cfg, T0);
         let mut pool = Pool { out: 0, max: 1 };
-        for i in 0..10 {
-            record(
-                &mut s.breaker(),
-                &mut pool,
-                T0 + i,
-                0,
-                Ticket::Normal,
-                &Attempt::http(502, 5),
-            );
-        }
+        fail_ten(&mut s, &mut pool, 502);
         let now = T0 + 20_000;
         let (Some(p), _) = claim_probe(&mut s.breaker(), now, 0, 1, &|_| true) else {
             panic!("probe")
@@ -406,16 +405,7 @@ mod tests {
         };
         let mut s = OwnedBreaker::new(cfg, T0);
         let mut pool = Pool { out: 0, max: 1 };
-        for i in 0..10 {
-            record(
-                &mut s.breaker(),
-                &mut pool,
-                T0 + i,
-                0,
-                Ticket::Normal,
-                &Attempt::http(500, 5),
-            );
-        }
+        fail_ten(&mut s, &mut pool, 500);
         assert_eq!(s.breaker().state(), State::Open);
         assert_eq!(
             claim_probe(&mut s.breaker(), T0 + 3_600_000, 0, 1, &|_| true),
@@ -465,10 +455,7 @@ mod tests {
     fn with_probe_uri_the_prober_alone_returns_an_ejected_server() {
         let (mut s, mut pool) = active_server();
         let alive = |_| true;
-        for i in 0..10 {
-            let bad = Attempt::http(502, 5);
-            record(&mut s.breaker(), &mut pool, T0 + i, 0, Ticket::Normal, &bad);
-        }
+        fail_ten(&mut s, &mut pool, 502);
         assert_eq!((s.breaker().state(), pool.out), (State::Open, 1));
         // One probe_interval first (not `time`), and never a user request.
         let ejected = T0 + 9;

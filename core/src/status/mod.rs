@@ -340,14 +340,36 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(out, s).expect("writing a string to a Vec cannot fail");
 }
 
+/// Writes `key` then the integer `n`.
+fn int(out: &mut Vec<u8>, key: &[u8], n: u64) {
+    out.extend_from_slice(key);
+    write_num(out, Num::Int(n));
+}
+
+/// Writes a forced state's name as a string, or `null`.
+fn write_forced(out: &mut Vec<u8>, forced: Option<crate::snapshot::Forced>) {
+    match forced {
+        Some(f) => json_str(out, f.name()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Writes `,"window":{…` up to the slow rate (the caller closes the object).
+fn write_window(out: &mut Vec<u8>, w: &crate::snapshot::WindowView) {
+    int(out, b",\"window\":{\"seconds\":", u64::from(w.seconds));
+    int(out, b",\"requests\":", w.requests);
+    int(out, b",\"failures\":", w.failures);
+    int(out, b",\"slow\":", w.slow);
+    out.extend_from_slice(b",\"failure_rate\":");
+    write_num(out, ratio(w.failures, w.requests));
+    out.extend_from_slice(b",\"slow_rate\":");
+    write_num(out, ratio(w.slow, w.requests));
+}
+
 /// Writes one breaker object; keys and punctuation are written as constant runs.
 fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     let v = &entry.view;
     let (w, l, t) = (&v.window, &v.latency, &v.totals);
-    let int = |out: &mut Vec<u8>, key: &[u8], n: u64| {
-        out.extend_from_slice(key);
-        write_num(out, Num::Int(n));
-    };
     out.extend_from_slice(b"{\"upstream\":");
     json_str(out, &entry.upstream);
     out.extend_from_slice(b",\"route\":");
@@ -360,26 +382,12 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         true => b",\"dry_run\":true,\"forced\":",
         false => b",\"dry_run\":false,\"forced\":",
     });
-    match v.forced {
-        Some(f) => {
-            out.push(b'"');
-            out.extend_from_slice(f.name().as_bytes());
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
+    write_forced(out, v.forced);
     out.extend_from_slice(b",\"since\":");
     write_num(out, secs(v.since_ms));
     out.extend_from_slice(b",\"retry_at\":");
     write_opt(out, v.retry_at_ms.map(secs));
-    int(out, b",\"window\":{\"seconds\":", u64::from(w.seconds));
-    int(out, b",\"requests\":", w.requests);
-    int(out, b",\"failures\":", w.failures);
-    int(out, b",\"slow\":", w.slow);
-    out.extend_from_slice(b",\"failure_rate\":");
-    write_num(out, ratio(w.failures, w.requests));
-    out.extend_from_slice(b",\"slow_rate\":");
-    write_num(out, ratio(w.slow, w.requests));
+    write_window(out, w);
     out.extend_from_slice(b"},\"latency_ms\":{\"p50\":");
     write_opt(out, l.p50.map(Num::Int));
     out.extend_from_slice(b",\"p95\":");
@@ -464,10 +472,6 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
 fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     let v = &s.view;
     let (w, t) = (&v.window, &v.totals);
-    let int = |out: &mut Vec<u8>, key: &[u8], n: u64| {
-        out.extend_from_slice(key);
-        write_num(out, Num::Int(n));
-    };
     out.extend_from_slice(b"{\"address\":");
     json_str(out, &s.address);
     out.extend_from_slice(match s.backup {
@@ -476,22 +480,12 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     });
     out.extend_from_slice(place_name(v.state).as_bytes());
     out.extend_from_slice(b"\",\"forced\":");
-    match v.forced {
-        Some(f) => json_str(out, f.name()),
-        None => out.extend_from_slice(b"null"),
-    }
+    write_forced(out, v.forced);
     out.extend_from_slice(b",\"since\":");
     write_num(out, secs(v.since_ms));
     out.extend_from_slice(b",\"returns_at\":");
     write_opt(out, v.retry_at_ms.map(secs));
-    int(out, b",\"window\":{\"seconds\":", u64::from(w.seconds));
-    int(out, b",\"requests\":", w.requests);
-    int(out, b",\"failures\":", w.failures);
-    int(out, b",\"slow\":", w.slow);
-    out.extend_from_slice(b",\"failure_rate\":");
-    write_num(out, ratio(w.failures, w.requests));
-    out.extend_from_slice(b",\"slow_rate\":");
-    write_num(out, ratio(w.slow, w.requests));
+    write_window(out, w);
     int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
     int(out, b",\"ejections\":", t.opened);
     int(out, b",\"totals\":{\"requests\":", t.requests);
