@@ -13,18 +13,12 @@ kept whole (JSON lines), so new status fields are there for the report without a
 """
 
 import asyncio
-import gc
 import json
-import resource
-import sys
 import time
 
+import process
 import stalls
 
-try:
-    import uvloop
-except ImportError:
-    uvloop = None
 
 SHED_STATES = ("open", "half_open", "recovering", "limited")
 
@@ -173,18 +167,5 @@ class Client:
                     f.write(json.dumps(p) + "\n")
 
 
-def main():
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    # A run lives a minute: the cyclic collector's full passes over the growing log stalled the
-    # loop by 100-600 ms under load, so it stays off (reference counting frees the rest).
-    gc.disable()
-    if uvloop is not None:
-        uvloop.install()
-    asyncio.run(Client(spec).main())
-
-
 if __name__ == "__main__":
-    main()
+    process.run(Client)

@@ -26,21 +26,16 @@ service start and end, status (0 when none was sent) and what happened.
 """
 
 import asyncio
-import gc
 import heapq
 import json
 import random
-import resource
 import signal
 import sys
 import time
 
+import process
 import stalls
 
-try:
-    import uvloop
-except ImportError:  # the lab still works, a little slower
-    uvloop = None
 
 
 class Origin:
@@ -259,18 +254,5 @@ class Origin:
         self.write_log()
 
 
-def main():
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    # A run lives a minute: the cyclic collector's full passes over the growing log stalled the
-    # loop by 100-600 ms under load, so it stays off (reference counting frees the rest).
-    gc.disable()
-    if uvloop is not None:
-        uvloop.install()
-    asyncio.run(Origin(spec).main())
-
-
 if __name__ == "__main__":
-    main()
+    process.run(Origin)
