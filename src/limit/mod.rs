@@ -21,9 +21,13 @@ use core::cell::UnsafeCell;
 use core::ptr::addr_of_mut;
 
 use circuit_breaker_core::limit::{LimitConfig, Samples};
-use nginx_sys::{ngx_event_t, ngx_log_t, NGX_LOG_ERR};
+use nginx_sys::{
+    ngx_cycle_t, ngx_event_t, ngx_log_t, NGX_LOG_ERR, NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER,
+};
+use ngx::http::HttpModuleMainConf;
 
 use crate::clock::{mono_ms, rnd};
+use crate::conf::Module;
 use crate::ffi::{guard, pid, process_alive};
 use crate::zone::{Acquired, Handle, LimitPtr, Owner, Zone};
 
@@ -239,6 +243,39 @@ impl Registry {
             self.dirty = dirty;
         }
     }
+}
+
+/// `init_process`: when the configuration limits any upstream, sizes this worker's tables
+/// for every slot the zone has, so that a breaker's first request allocates nothing.
+///
+/// Memory malloc'd while a request's pool is live lands above that pool on the heap and
+/// outlives it: glibc then serves every later request pool from its bins rather than the top
+/// chunk, and `scripts/bench-instructions` counted 280 instructions more per request
+/// (closed_limit 20 698 with the tables grown at the first request, 20 416 sized here).
+pub fn init_process(cycle: &ngx_cycle_t) {
+    // SAFETY: a plain integer nginx sets before init_process runs.
+    let process = unsafe { nginx_sys::ngx_process } as u32;
+    if process != NGX_PROCESS_WORKER && process != NGX_PROCESS_SINGLE {
+        return;
+    }
+    let Some(mcf) = Module::main_conf(cycle) else {
+        return;
+    };
+    // SAFETY: upstream confs live as long as the configuration.
+    if !mcf
+        .upstreams
+        .iter()
+        .any(|&s| unsafe { (*s).limit.is_some() })
+    {
+        return;
+    }
+    let Some(zone) = mcf.zone() else {
+        return;
+    };
+    let slots = zone.slots_allocated();
+    let reg = registry();
+    reg.locals.reserve_exact(slots);
+    reg.dirty.reserve_exact(slots);
 }
 
 unsafe extern "C" fn on_timer(_ev: *mut ngx_event_t) {
