@@ -11,16 +11,16 @@
 //!   if nothing completes).
 //! - **Samples** (one per attempt, [`attempt_ended`]) are aggregated in worker memory, with no
 //!   lock, and flushed to the controller under the zone lock by the attempt that brings them
-//!   to 32, or that ends 25 ms or more after the first of them: no timer, whose node in
-//!   nginx's timer tree made every other timer of every request dearer
-//!   (`scripts/bench-instructions`: 60 instructions per request). A worker whose traffic to
+//!   to 32, or that ends 25 ms or more after the first of them. No timer: its node in
+//!   nginx's timer tree made each request's own timers dearer (`scripts/bench-instructions`:
+//!   closed_limit 20 452 with the timer, 20 374 without). A worker whose traffic to
 //!   the upstream stops hands its last samples (fewer than 32, of its last 25 ms) over with
 //!   its next attempt there; the controller needs traffic to move anyway. A shed flushes at
 //!   once when due, so the dead owners' slots come back at the first shed that may look.
 //!   The controller (`circuit_breaker_core::limit`) updates the limit from the flushes.
 //!
-//! Imports: request → limit → zone. This room keeps its own per-worker state; it knows
-//! nothing of requests.
+//! Imports: request → limit → conf (in `init_process` only), zone. This room keeps its own
+//! per-worker state; it knows nothing of requests.
 
 use core::cell::UnsafeCell;
 
@@ -208,8 +208,8 @@ impl Registry {
 ///
 /// Memory malloc'd while a request's pool is live lands above that pool on the heap and
 /// outlives it: glibc then serves every later request pool from its bins rather than the top
-/// chunk, and `scripts/bench-instructions` counted 280 instructions more per request
-/// (closed_limit 20 698 with the tables grown at the first request, 20 416 sized here).
+/// chunk: `scripts/bench-instructions` counted 246 instructions more per request
+/// (closed_limit 20 698 with the tables grown at the first request, 20 452 sized here).
 pub fn init_process(cycle: &ngx_cycle_t) {
     // SAFETY: a plain integer nginx sets before init_process runs.
     let process = unsafe { nginx_sys::ngx_process } as u32;
