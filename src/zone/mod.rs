@@ -41,18 +41,38 @@ pub const MAX_NAME: usize = u16::MAX as usize;
 pub const DEFAULT_ROUTE: &str = "default";
 
 /// Identifies this layout: a zone reused across a reload that loaded a build of the module
-/// with another layout is refused rather than misread.
-const MAGIC: u64 = 0x6362_5f7a_6f6e_6503
-    ^ ((core::mem::size_of::<Node>() as u64) << 8)
-    ^ ((core::mem::size_of::<BreakerHeader>() as u64) << 16)
-    ^ ((core::mem::size_of::<Bucket>() as u64) << 40)
-    ^ ((core::mem::size_of::<Header>() as u64) << 28)
-    ^ ((core::mem::size_of::<Slot>() as u64) << 52)
-    ^ (LAYOUT_REVISION << 60);
+/// with another layout is refused rather than misread. A hash (FNV-1a) of the size of every
+/// structure the zone holds, so that no two sizes can cancel out, and of a revision.
+const MAGIC: u64 = layout_hash(&[
+    0x6362_5f7a_6f6e_6503,
+    core::mem::size_of::<Header>() as u64,
+    core::mem::size_of::<Node>() as u64,
+    core::mem::size_of::<BreakerHeader>() as u64,
+    core::mem::size_of::<Bucket>() as u64,
+    core::mem::size_of::<Slot>() as u64,
+    core::mem::size_of::<block::Block>() as u64,
+    circuit_breaker_core::limit::LIMITER_SIZE as u64,
+    LAYOUT_REVISION,
+]);
 
 /// Bumped when a layout changes without a size changing (revision 1: a slot's index in
-/// what was padding).
-const LAYOUT_REVISION: u64 = 1;
+/// what was padding; 2: the limit controller's capacity estimate).
+const LAYOUT_REVISION: u64 = 2;
+
+const fn layout_hash(words: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < words.len() {
+        let mut b = 0;
+        while b < 8 {
+            h ^= (words[i] >> (8 * b)) & 0xff;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+            b += 1;
+        }
+        i += 1;
+    }
+    h
+}
 
 /// The zone's header, at the slab pool's `data`. Every field that changes is an atomic, so
 /// that a shared reference to it is sound while other processes update it; fields that only
