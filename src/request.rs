@@ -12,7 +12,7 @@ use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
-    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_palloc, ngx_pool_cleanup_t,
+    ngx_http_upstream_srv_conf_t, ngx_palloc, ngx_pool_cleanup_t,
 };
 
 use crate::conf::Module;
@@ -83,15 +83,11 @@ pub struct RequestState {
     /// A slot of the adaptive limit, until the request's last upstream attempt ends.
     pub limit: Hold,
     pub balancer: Balancer,
-    /// When the current attempt started (`ngx_current_msec`).
-    pub attempt_started: ngx_msec_t,
     /// What the request was told, for the variables and the header; `None` while no breaker
     /// has answered.
     pub label: Option<Label>,
     /// Answered without touching the origin.
     pub short_circuited: bool,
-    /// ... by letting nginx serve a stale cache entry.
-    pub stale: bool,
     /// `X-Circuit-State` is already in the response headers.
     pub header_added: bool,
     /// nginx's conf of the upstream (set in `peer.init`).
@@ -263,10 +259,8 @@ pub fn attach<'r>(
         ticket: Ticket::Normal,
         limit: Hold::NONE,
         balancer: Balancer::NONE,
-        attempt_started: 0,
         label: None,
         short_circuited: false,
-        stale: false,
         header_added: false,
         uscf: core::ptr::null(),
         server: NO_SERVER,
