@@ -299,11 +299,14 @@ unsafe extern "C" fn variable(
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx passes a live request and a value to fill.
         let (req, v) = unsafe { (&mut *r, &mut *v) };
+        let lcf = request::loc_conf(req);
         let text: &str = match request::find(req) {
             Some(Answer::State(s)) if data == 0 => s.label.map_or("", Label::name),
             Some(Answer::State(s)) if s.label.is_some() => route_name(s.route()),
             Some(Answer::Rejected(s)) if data == 0 => s.label.name(),
-            Some(Answer::Rejected(s)) => route_name(s.route()),
+            Some(Answer::Rejected(s)) => {
+                route_name(s.route().unwrap_or_else(|| request::route_of(lcf)))
+            }
             _ => "",
         };
         v.set_len(text.len() as u32);

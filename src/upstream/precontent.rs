@@ -64,7 +64,13 @@ fn short_circuit(
     label: Label,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    if !request::attach_rejected(req, request::route_of(Some(lcf)), label) {
+    let kept = if lcf.redirects {
+        request::attach_rejected(req, request::route_of(Some(lcf)), label)
+    } else {
+        request::mark_rejected_here(req, label)
+            || request::attach_rejected(req, request::route_of(Some(lcf)), label)
+    };
+    if !kept {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
     respond::reject(req, label, retry_after_ms)
