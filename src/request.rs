@@ -107,6 +107,9 @@ pub struct RequestState {
     pub pending: Option<Attempt>,
     /// A pool cleanup settles `pending` should the request end with it.
     pub settles_late: bool,
+    /// The PRECONTENT phase let the request through (its breaker closed) and created this
+    /// state: `peer.init` does not ask the breaker again.
+    pub passed: bool,
     /// The pool cleanup record that releases this state, kept in the state rather than
     /// allocated by `ngx_pool_cleanup_add`: 47 instructions per request less
     /// (`scripts/bench-instructions`, closed).
@@ -203,6 +206,7 @@ const MAX_SPARES: usize = 1024;
 impl Spares {
     /// A state's memory: a spare one, or a new box. Either way leaked to the caller, whose
     /// cleanup gives it back with [`Spares::put`].
+    #[inline(always)]
     fn take(&self, fresh: RequestState) -> NonNull<RequestState> {
         // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
         match unsafe { (*self.0.get()).list.pop() } {
@@ -242,20 +246,46 @@ impl Spares {
 /// registers its cleanup. Allocates nothing from the pool, so never `None` today (the
 /// callers keep the check).
 ///
-/// Always inlined into `peer.init`, its one caller: 14 instructions per request less
-/// (`scripts/bench-instructions`, closed).
+/// Always inlined into its two callers (the PRECONTENT phase, `peer.init`): 14 instructions
+/// per request less (`scripts/bench-instructions`, closed).
 #[inline(always)]
 pub fn attach<'r>(
     r: &'r mut ngx_http_request_t,
     scf: &SrvConf,
     route: &Route,
 ) -> Option<&'r mut RequestState> {
+    let hash = key_hash(scf.name_hash, route.hash);
+    attach_with(r, scf, route, hash, Handle::NONE, false)
+}
+
+/// [`attach`] for a request the PRECONTENT phase lets through, with the key hash of
+/// (`scf`, `route`) and the breaker's handle it found.
+#[inline(always)]
+pub fn attach_passed<'r>(
+    r: &'r mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+) -> Option<&'r mut RequestState> {
+    attach_with(r, scf, route, key_hash, handle, true)
+}
+
+#[inline(always)]
+fn attach_with<'r>(
+    r: &'r mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+    passed: bool,
+) -> Option<&'r mut RequestState> {
     let fresh = RequestState {
         request: r,
         scf,
         route,
-        key_hash: key_hash(scf.name_hash, route.hash),
-        handle: Handle::NONE,
+        key_hash,
+        handle,
         ticket: Ticket::Normal,
         limit: Hold::NONE,
         balancer: Balancer::NONE,
@@ -270,6 +300,7 @@ pub fn attach<'r>(
         counted_first: false,
         pending: None,
         settles_late: false,
+        passed,
         cleanup: ngx_pool_cleanup_t {
             handler: Some(release),
             data: core::ptr::null_mut(),
@@ -416,11 +447,6 @@ fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
     }
 }
 
-/// The module ctx of a request the PRECONTENT phase let through (its breaker closed)
-/// without creating a state: `peer.init` creates it, and does not ask the breaker again.
-/// A word, so that its address is even: an odd ctx is a [`Rejected`].
-static PASSED: u64 = 0;
-
 fn ctx(r: &ngx_http_request_t) -> *mut c_void {
     // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
     unsafe {
@@ -429,36 +455,21 @@ fn ctx(r: &ngx_http_request_t) -> *mut c_void {
     }
 }
 
-/// Notes that the PRECONTENT phase let the request through.
-pub fn mark_passed(r: &mut ngx_http_request_t) {
-    set_ctx(r, core::ptr::addr_of!(PASSED).cast_mut());
-}
-
-/// Whether the PRECONTENT phase let the request through; clears the mark.
-pub fn take_passed(r: &mut ngx_http_request_t) -> bool {
-    let passed = core::ptr::eq(ctx(r), core::ptr::addr_of!(PASSED).cast());
-    if passed {
-        set_ctx::<u64>(r, core::ptr::null_mut());
-    }
-    passed
-}
-
 /// The request's state, if its current location set it (the module ctx).
 pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
     let ctx = ctx(r);
-    if core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast()) || is_tagged(ctx) {
+    if is_tagged(ctx) {
         return None;
     }
-    // SAFETY: only `set_ctx` writes our slot: the mark above, or a state that lives as long
-    // as the request's pool. The borrow is tied to the request's.
+    // SAFETY: only `set_ctx` writes our slot: a tagged `Rejected` (above), or a state that
+    // lives as long as the request's pool. The borrow is tied to the request's.
     unsafe { ctx.cast::<RequestState>().as_mut() }
 }
 
 /// Whether the request has an answer of this module in its current location: a state or a
-/// [`Rejected`] (not the PRECONTENT phase's mark of a pass).
+/// [`Rejected`].
 pub fn answered(r: &ngx_http_request_t) -> bool {
-    let ctx = ctx(r);
-    !ctx.is_null() && !core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast())
+    !ctx(r).is_null()
 }
 
 /// What the module told a request: its state, or what is kept of a short-circuit.

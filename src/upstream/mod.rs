@@ -24,7 +24,6 @@ mod outcome;
 pub mod precontent;
 mod retry;
 
-use core::cell::Cell;
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::{Admission, Attempt, Ending, Ticket};
@@ -81,44 +80,57 @@ unsafe fn init_peer_inner(
         // SAFETY: the balancer's own init, with the arguments nginx gave us.
         return unsafe { original_init(r, us) };
     }
-    let lcf = request::loc_conf(req);
-    let route = request::route_of(lcf);
-    // A location that always passes to this upstream remembers where its breaker lives.
-    let hint = lcf
-        .filter(|l| core::ptr::eq(l.upstream, us))
-        .map(|l| &l.hint);
     let log = connection_log(req);
-    let passed_early = request::take_passed(req);
     let me: *const ngx_http_request_t = req;
-    let reuse = request::here(req).is_some_and(|s| {
-        s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf) && core::ptr::eq(s.route(), route)
-    });
-    let found = if reuse {
-        request::here(req)
-    } else {
-        request::attach(req, scf, route)
-    };
-    let Some(state) = found else {
-        return NGX_ERROR as ngx_int_t;
-    };
+    // A request the PRECONTENT phase let through (closed) is not asked again: it is
+    // admitted, as one already in flight would be.
+    let passed = request::here(req)
+        .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))
+        .map(|s| core::ptr::from_mut(s));
     // The state lives in the request pool, apart from the request itself: held as a
     // pointer so that the request can be used again below. Every borrow made from it ends
     // before `respond::short_circuit`, whose header filter reads the state.
-    let state_ptr: *mut RequestState = state;
-    // SAFETY: just found or created; no other borrow of it is live.
+    let (state_ptr, answer) = match passed {
+        Some(state_ptr) => {
+            // SAFETY: the request's own state, found just above; no other borrow of it is live.
+            let state = unsafe { &mut *state_ptr };
+            state.passed = false;
+            state.label = Some(Label::State(State::Closed));
+            let pass = Admission::Pass {
+                would_reject: false,
+            };
+            (state_ptr, Some(pass))
+        }
+        None => {
+            let lcf = request::loc_conf(req);
+            let route = request::route_of(lcf);
+            // A location that always passes to this upstream remembers where its breaker
+            // lives.
+            let hint = lcf
+                .filter(|l| core::ptr::eq(l.upstream, us))
+                .map(|l| &l.hint);
+            let reuse = request::here(req).is_some_and(|s| {
+                s.belongs_to(me)
+                    && core::ptr::eq(s.srv_conf(), scf)
+                    && core::ptr::eq(s.route(), route)
+            });
+            let found = if reuse {
+                request::here(req)
+            } else {
+                request::attach(req, scf, route)
+            };
+            let Some(state) = found else {
+                return NGX_ERROR as ngx_int_t;
+            };
+            let state_ptr: *mut RequestState = state;
+            // SAFETY: just found or created; no other borrow of it is live.
+            let answer = admit::ask(unsafe { &mut *state_ptr }, hint, log);
+            (state_ptr, answer)
+        }
+    };
+    // SAFETY: the request's state (above); the borrows made while finding it have ended.
     let state = unsafe { &mut *state_ptr };
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    // A request the PRECONTENT phase let through (closed) is not asked again: it is
-    // admitted, as one already in flight would be.
-    let answer = if passed_early {
-        state.handle = hint.map_or(state.handle, Cell::get);
-        state.label = Some(Label::State(State::Closed));
-        Some(Admission::Pass {
-            would_reject: false,
-        })
-    } else {
-        admit::ask(state, hint, log)
-    };
     let plan = match answer {
         Some(Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms }) => {
             // SAFETY: the request and its upstream are live in peer.init.
