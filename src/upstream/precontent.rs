@@ -43,7 +43,16 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         // ask again. 40 instructions per closed request less than a mark that peer.init
         // follows (`scripts/bench-instructions`, closed).
         let handle = lcf.hint.get();
-        match zone.admit_unlocked(handle, lcf.key_hash, mono_ms()) {
+        // A pass asked inline first, reading only the gate's mode: 41 instructions per
+        // closed request less, 16 more per short-circuit (`scripts/bench-instructions`).
+        let answer = if zone.passes_unlocked(handle, lcf.key_hash) {
+            Some(Admission::Pass {
+                would_reject: false,
+            })
+        } else {
+            zone.admit_unlocked(handle, lcf.key_hash, mono_ms())
+        };
+        match answer {
             Some(Admission::Pass { .. }) => {
                 let route = request::route_of(Some(lcf));
                 request::attach_passed(req, scf, route, lcf.key_hash, handle);

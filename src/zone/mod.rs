@@ -244,6 +244,15 @@ impl Zone {
         Some(admission)
     }
 
+    /// Whether the breaker `handle` names lets every request through now, as
+    /// [`Zone::admit_unlocked`] would tell (a pass) — the closed breaker's question, asked
+    /// inline; false when the answer is anything else or needs more.
+    #[inline(always)]
+    pub fn passes_unlocked(&self, handle: Handle, key_hash: u64) -> bool {
+        self.slot_of(handle)
+            .is_some_and(|slot| slot.passes(handle.ident, key_hash))
+    }
+
     /// The gate the breaker `handle` names last published, read without the lock and without
     /// counting anything (the prober's look), or `None` when the handle no longer names
     /// `key_hash`'s breaker or a writer was publishing.
