@@ -178,9 +178,11 @@ unsafe fn init_peer_inner(
             // the earlier borrow ended when the plan was made.
             let state = unsafe { &mut *state_ptr };
             state.uscf = us;
-            if let (Some(_), Some((zone, _))) = (scf.pool.as_ref(), state.zone()) {
-                // SAFETY: the upstream's own conf, in a worker.
-                eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
+            if scf.pool.is_some() {
+                if let Some((zone, _)) = state.zone() {
+                    // SAFETY: the upstream's own conf, in a worker.
+                    eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
+                }
             }
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
