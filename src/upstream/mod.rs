@@ -36,7 +36,7 @@ use nginx_sys::{
 use ngx::http::HttpModuleServerConf;
 
 use crate::clock::{mono_ms, rnd};
-use crate::conf::Module;
+use crate::conf::{Module, SrvConf};
 use crate::eject::{self, Upstream};
 use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
@@ -55,6 +55,10 @@ pub unsafe extern "C" fn init_peer(
         unsafe { init_peer_inner(r, us) }
     })
 }
+
+/// A balancer's `peer.init`.
+type InitPeer =
+    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t;
 
 /// What `peer.init` decided, once the request's state is no longer borrowed.
 enum Plan {
@@ -80,6 +84,40 @@ unsafe fn init_peer_inner(
         // SAFETY: the balancer's own init, with the arguments nginx gave us.
         return unsafe { original_init(r, us) };
     }
+    let me: *const ngx_http_request_t = req;
+    // The closed path first: a request the PRECONTENT phase let through, to an upstream
+    // with neither a limit nor a pool. The rest apart: 20 instructions per closed request
+    // less (`scripts/bench-instructions`, closed).
+    if scf.limit.is_none() && scf.pool.is_none() {
+        let passed = request::here(req)
+            .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf));
+        if let Some(state) = passed {
+            state.passed = false;
+            state.label = Some(Label::State(State::Closed));
+            // SAFETY: `r` and `us` as nginx gave them; nothing borrowed from `req` but the
+            // state (in the request pool, apart from the request) is live.
+            return unsafe { init_passed(r, us, original_init, state) };
+        }
+    }
+    // SAFETY: as for this function.
+    unsafe { init_asked(r, us, scf, original_init) }
+}
+
+/// `peer.init` of any other request: asks the breaker unless the PRECONTENT phase let the
+/// request through, then takes the limit's slot, follows the pool and wraps the balancer.
+///
+/// # Safety
+/// As for [`init_peer_inner`]; `scf` is `us`'s conf and `original_init` its balancer's init.
+#[inline(never)]
+unsafe fn init_asked(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+    scf: &SrvConf,
+    original_init: InitPeer,
+) -> ngx_int_t {
+    // SAFETY: `r` and `us` are the live request and upstream conf nginx passed to `init_peer`;
+    // no other Rust borrow of either exists.
+    let (req, uscf) = unsafe { (&mut *r, &mut *us) };
     let log = connection_log(req);
     let me: *const ngx_http_request_t = req;
     // A request the PRECONTENT phase let through (closed) is not asked again: it is
@@ -96,10 +134,6 @@ unsafe fn init_peer_inner(
             let state = unsafe { &mut *state_ptr };
             state.passed = false;
             state.label = Some(Label::State(State::Closed));
-            if scf.limit.is_none() && scf.pool.is_none() {
-                // SAFETY: `r` and `us` as nginx gave them; nothing borrowed from `req` is live.
-                return unsafe { init_passed(r, us, original_init, state) };
-            }
             let pass = Admission::Pass {
                 would_reject: false,
             };
@@ -216,9 +250,8 @@ unsafe fn init_peer_inner(
 }
 
 /// `peer.init` of a request the PRECONTENT phase let through, for an upstream with neither
-/// an adaptive limit nor a pool: the balancer's init, then its callbacks wrapped. The path
-/// through the plans does the same: 9 instructions per closed request less
-/// (`scripts/bench-instructions`, closed).
+/// an adaptive limit nor a pool: the balancer's init, then its callbacks wrapped (what
+/// [`init_asked`] does for it).
 ///
 /// # Safety
 /// `r` and `us` must be the live request and upstream conf nginx passed to `peer.init`, and
@@ -227,10 +260,7 @@ unsafe fn init_peer_inner(
 unsafe fn init_passed(
     r: *mut ngx_http_request_t,
     us: *mut ngx_http_upstream_srv_conf_t,
-    original_init: unsafe extern "C" fn(
-        *mut ngx_http_request_t,
-        *mut ngx_http_upstream_srv_conf_t,
-    ) -> ngx_int_t,
+    original_init: InitPeer,
     state: &mut RequestState,
 ) -> ngx_int_t {
     state.uscf = us;
