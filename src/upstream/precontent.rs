@@ -66,24 +66,25 @@ fn not_passing(
     zone: &Zone,
     handle: Handle,
 ) -> ngx_int_t {
-    match zone.admit_unlocked(handle, lcf.key_hash, mono_ms()) {
+    let (label, retry_after_ms) = match zone.admit_unlocked(handle, lcf.key_hash, mono_ms()) {
         Some(Admission::Pass { .. }) => {
             let route = request::route_of(Some(lcf));
             request::attach_passed(req, scf, route, lcf.key_hash, handle);
-            NGX_DECLINED as ngx_int_t
+            return NGX_DECLINED as ngx_int_t;
         }
-        Some(Admission::Reject { retry_after_ms }) => {
-            let label = Label::State(circuit_breaker_core::snapshot::State::Open);
-            short_circuit(req, lcf, label, retry_after_ms)
-        }
-        Some(Admission::Recovering { retry_after_ms }) => {
-            short_circuit(req, lcf, Label::Recovering, retry_after_ms)
-        }
-        _ => NGX_DECLINED as ngx_int_t,
-    }
+        Some(Admission::Reject { retry_after_ms }) => (
+            Label::State(circuit_breaker_core::snapshot::State::Open),
+            retry_after_ms,
+        ),
+        Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
+        _ => return NGX_DECLINED as ngx_int_t,
+    };
+    short_circuit(req, lcf, label, retry_after_ms)
 }
 
-/// Answers a request the breaker turns away, keeping its state for the variables.
+/// Answers a request the breaker turns away, keeping its state for the variables. Inline in
+/// its one caller.
+#[inline(always)]
 fn short_circuit(
     req: &mut ngx_http_request_t,
     lcf: &LocConf,
