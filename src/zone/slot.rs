@@ -61,6 +61,40 @@ pub struct Slot {
     limit: AtomicPtr<Block>,
 }
 
+/// A slot's gate as published, not yet decoded into a [`Gate`].
+#[derive(Clone, Copy)]
+pub struct RawGate {
+    mode: u64,
+    until: u64,
+    wait: u64,
+}
+
+impl RawGate {
+    /// Whether it is [`Gate::Pass`].
+    #[inline(always)]
+    pub fn passes(&self) -> bool {
+        self.mode == MODE_PASS
+    }
+
+    /// The gate.
+    #[inline]
+    pub fn gate(self) -> Gate {
+        match self.mode {
+            MODE_PASS => Gate::Pass,
+            MODE_REJECT => Gate::Reject {
+                until_ms: self.until,
+                wait_ms: self.wait,
+            },
+            MODE_RAMP => Gate::Ramp {
+                until_ms: self.until,
+                ramp_ms: (self.wait >> 32) as u32,
+                start: self.wait as u32,
+            },
+            _ => Gate::Ask,
+        }
+    }
+}
+
 impl Slot {
     /// Free slot `index`, whose free list continues at `next_free`, for a fresh chunk.
     pub fn free(index: u32, next_free: u32) -> Slot {
@@ -130,25 +164,28 @@ impl Slot {
         (second != NO_SECOND).then_some(second)
     }
 
-    /// Whether the gate lets every request through ([`Gate::Pass`]), as [`Slot::read_gate`]
-    /// reads it; false when it does not or cannot tell.
+    /// The gate as [`Slot::read_gate`] reads it, not yet decoded: a pass is told by one
+    /// comparison, and the rest decoded only when needed.
     #[inline(always)]
-    pub fn passes(&self, ident: u64, key: u64) -> bool {
+    pub fn read_raw(&self, ident: u64, key: u64) -> Option<RawGate> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
-            return false;
+            return None;
         }
-        let (id, k, mode) = (
+        let (id, k) = (
             self.ident.load(Ordering::Relaxed),
             self.key.load(Ordering::Relaxed),
+        );
+        let (mode, until, wait) = (
             self.mode.load(Ordering::Relaxed),
+            self.until.load(Ordering::Relaxed),
+            self.wait.load(Ordering::Relaxed),
         );
         fence(Ordering::Acquire);
-        self.seq.load(Ordering::Relaxed) == s1
-            && id == ident
-            && k == key
-            && ident != 0
-            && mode == MODE_PASS
+        if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
+            return None;
+        }
+        Some(RawGate { mode, until, wait })
     }
 
     #[inline]
@@ -171,19 +208,7 @@ impl Slot {
         if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
             return None;
         }
-        let gate = match mode {
-            MODE_PASS => Gate::Pass,
-            MODE_REJECT => Gate::Reject {
-                until_ms: until,
-                wait_ms: wait,
-            },
-            MODE_RAMP => Gate::Ramp {
-                until_ms: until,
-                ramp_ms: (wait >> 32) as u32,
-                start: wait as u32,
-            },
-            _ => Gate::Ask,
-        };
+        let gate = RawGate { mode, until, wait }.gate();
         Some((gate, second))
     }
 
