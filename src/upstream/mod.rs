@@ -124,7 +124,7 @@ unsafe fn init_asked(
     // admitted, as one already in flight would be.
     let passed = request::here(req)
         .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))
-        .map(|s| core::ptr::from_mut(s));
+        .map(core::ptr::from_mut);
     // The state lives in the request pool, apart from the request itself: held as a
     // pointer so that the request can be used again below. Every borrow made from it ends
     // before `respond::short_circuit`, whose header filter reads the state.
