@@ -72,11 +72,7 @@ fn not_passing(
 ) -> ngx_int_t {
     let answer = raw.and_then(|g| zone.admit_raw(handle, g, mono_ms()));
     let (label, retry_after_ms) = match answer {
-        Some(Admission::Pass { .. }) => {
-            let route = request::route_of(Some(lcf));
-            request::attach_passed(req, scf, route, lcf.key_hash, handle);
-            return NGX_DECLINED as ngx_int_t;
-        }
+        Some(Admission::Pass { .. }) => return ramp_passed(req, lcf, scf, handle),
         Some(Admission::Reject { retry_after_ms }) => (
             Label::State(circuit_breaker_core::snapshot::State::Open),
             retry_after_ms,
@@ -85,6 +81,20 @@ fn not_passing(
         _ => return NGX_DECLINED as ngx_int_t,
     };
     short_circuit(req, lcf, label, retry_after_ms)
+}
+
+/// A request a ramp lets through: as a pass, apart from the short-circuit.
+#[cold]
+#[inline(never)]
+fn ramp_passed(
+    req: &mut ngx_http_request_t,
+    lcf: &LocConf,
+    scf: &SrvConf,
+    handle: Handle,
+) -> ngx_int_t {
+    let route = request::route_of(Some(lcf));
+    request::attach_passed(req, scf, route, lcf.key_hash, handle);
+    NGX_DECLINED as ngx_int_t
 }
 
 /// Answers a request the breaker turns away, keeping its state for the variables. Inline in
