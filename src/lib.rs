@@ -198,13 +198,16 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
-/// `init_process`: worker 0 starts the fleet exchange, and every worker the active prober.
+/// `init_process`: worker 0 starts the fleet exchange, and every worker the active prober
+/// and sizes its tables of the adaptive limit.
 unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: nginx passes the worker's cycle, which the fleet's hook takes as it is.
     let rc = unsafe { fleet::init_process(cycle) };
     guard(NGX_OK as ngx_int_t, || {
         // SAFETY: `cycle` is the worker's live cycle nginx passed to init_process.
         probe::start(unsafe { &*cycle });
+        // SAFETY: `cycle` is the worker's live cycle nginx passed to init_process.
+        limit::init_process(unsafe { &*cycle });
         rc
     })
 }

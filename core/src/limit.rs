@@ -49,10 +49,18 @@
 //!      the pin halves again (the queue was still draining); the last mean is the floor, and
 //!      the limit is restored. Envoy pins to 3 for 50 requests every minute whatever the
 //!      load, which sheds almost everything a large, healthy origin is sent meanwhile.
-//!   2. *Slowdown*: [`CLAMPED_RUN`] updates in a row at the gradient's floor with the limit
-//!      reached start that measurement at once. Without it, an origin whose service time
-//!      rose 6× would be halved down to `limit_min` from its stale minimum, leaving most of
-//!      its workers idle while clients are refused.
+//!   2. *Slowdown*: with the limit reached, one update whose latency is [`SLOWDOWN`] times
+//!      the tolerated level or more, or [`CLAMPED_RUN`] updates in a row at the gradient's
+//!      floor, start that measurement at once, pinned where the old minimum would allow the
+//!      latency seen (`limit · gradient`, unclamped; often `limit_min`) rather than at half:
+//!      halving towards it takes a round trip of the slow origin per step while its queue
+//!      grows. The measurement ends at the steady level of the origin's own concurrency —
+//!      its rate of answers while the queue drained times the new minimum (BBR's
+//!      bandwidth-delay product), plus the tolerance and the gradient's headroom — when
+//!      that is below the saved limit, which was cut against the stale minimum: going back
+//!      to it would refill the queue the measurement drained. Without this, an origin whose
+//!      service time rose 6× would be halved down to `limit_min` from its stale minimum,
+//!      leaving most of its workers idle while clients are refused.
 //!   3. *Recovery*: at the limit, an interval faster than the minimum beyond the tolerance
 //!      lowers it at once, and it is measured again [`SOON_INTERVALS`] later. Below the limit
 //!      such dips are noise and wait for the measurement: a running minimum of noisy means
@@ -64,7 +72,7 @@
 //! # Shared memory
 //!
 //! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
-//! aligned) of [`LIMITER_SIZE`] = 160 bytes, its configuration and the interval under way
+//! aligned) of [`LIMITER_SIZE`] = 168 bytes, its configuration and the interval under way
 //! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock.
 //! In-flight counting is the shell's, on one atomic word per limit that holds the tenant's
 //! tag, the limit and the in-flight count ([`word`]): it admits a request while in-flight is
@@ -298,6 +306,12 @@ pub const PROBE_MAX_INTERVALS: u32 = 8;
 /// lower concurrency tells which.
 pub const CLAMPED_RUN: u32 = 3;
 
+/// One update at the limit with latency at least this many times the tolerated level starts
+/// the measurement at once: no queue the limit allowed, nor the spread of a mean of
+/// `samples` answers, explains it — the origin itself got slower, and every interval spent
+/// halving towards it lets the queue grow.
+pub const SLOWDOWN: f64 = 4.0;
+
 /// After the minimum fell by more than the tolerance, it is measured again this many
 /// intervals later; and first this many intervals after creation.
 pub const SOON_INTERVALS: u64 = 5;
@@ -386,6 +400,9 @@ pub struct Limiter {
     saved_limit: f64,
     /// During a pinned measurement: the mean latency at the previous pin (or before it).
     probe_ref_ms: f64,
+    /// During a pinned measurement: the highest rate of answers (per millisecond) of an
+    /// interval that had not drained — the origin was busy then, so this is its capacity.
+    probe_rate: f64,
     /// The interval under way.
     pending: Samples,
     interval_start_ms: u64,
@@ -397,7 +414,7 @@ pub struct Limiter {
     /// The pinned limit during a measurement.
     pin: u32,
     /// Intervals spent at the current pin without draining.
-    probe_intervals: u32,
+    probe_busy: u32,
     /// Consecutive updates at the gradient's floor with the limit reached.
     clamped: u32,
 
@@ -424,6 +441,7 @@ impl Limiter {
             sample_ms: 0.0,
             saved_limit: initial,
             probe_ref_ms: 0.0,
+            probe_rate: 0.0,
             pending: Samples::EMPTY,
             interval_start_ms: now_ms,
             last_ms: now_ms,
@@ -431,7 +449,7 @@ impl Limiter {
             updates: 0,
             remeasures: 0,
             pin: cfg.limit_min,
-            probe_intervals: 0,
+            probe_busy: 0,
             clamped: 0,
             phase: PHASE_NORMAL,
             slow_start: 1,
@@ -484,13 +502,18 @@ impl Limiter {
         self.last_ms = now;
         self.pending.merge(samples);
         let elapsed = now - self.interval_start_ms;
-        let length = u64::from(self.cfg.interval_ms).max(self.sample_ms as u64);
+        let mut length = u64::from(self.cfg.interval_ms);
+        if self.phase != PHASE_PROBING {
+            // A pinned measurement admits nothing new until the queue drains: no interval
+            // needs to wait for the effect of the last update.
+            length = length.max(self.sample_ms as u64);
+        }
         if elapsed < length || self.pending.count < self.cfg.samples {
             return None;
         }
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
-        Some(self.update(now, &interval, rnd))
+        Some(self.update(now, elapsed, &interval, rnd))
     }
 
     fn schedule_probe(&mut self, now: u64, rnd: u32) {
@@ -502,7 +525,7 @@ impl Limiter {
         limit.clamp(f64::from(self.cfg.limit_min), f64::from(self.cfg.limit_max))
     }
 
-    fn update(&mut self, now: u64, s: &Samples, rnd: u32) -> Update {
+    fn update(&mut self, now: u64, elapsed: u64, s: &Samples, rnd: u32) -> Update {
         let from = self.limit();
         let sample = s.mean_ms().unwrap_or(0.0).max(LATENCY_FLOOR_MS);
         let reached = s.inflight_max >= from;
@@ -512,7 +535,7 @@ impl Limiter {
             // enough to finish within it: its mean is biased low. Nothing is decided on it.
             MinChange::None
         } else if self.phase == PHASE_PROBING {
-            self.probe(now, s, sample, rnd)
+            self.probe(now, elapsed, s, sample, rnd)
         } else {
             self.gradient(now, s, sample, reached, rnd)
         };
@@ -529,17 +552,24 @@ impl Limiter {
     }
 
     /// One step of a pinned measurement.
-    fn probe(&mut self, now: u64, s: &Samples, sample: f64, rnd: u32) -> MinChange {
+    /// One step of a pinned measurement.
+    fn probe(&mut self, now: u64, elapsed: u64, s: &Samples, sample: f64, rnd: u32) -> MinChange {
         if s.inflight_max > self.pin {
             // Not drained: some of this interval's requests queued behind more than `pin`.
-            self.probe_intervals += 1;
-            if self.probe_intervals < PROBE_MAX_INTERVALS {
+            // They were waiting, so the origin was busy: its rate of answers is its
+            // capacity, and the queue's latency is what a fall is measured from.
+            self.probe_ref_ms = self.probe_ref_ms.max(sample);
+            if elapsed > 0 {
+                self.probe_rate = self.probe_rate.max(f64::from(s.count) / elapsed as f64);
+            }
+            self.probe_busy += 1;
+            if self.probe_busy < PROBE_MAX_INTERVALS {
                 return MinChange::None;
             }
-            self.end_probe(now, rnd);
+            self.end_probe(now, rnd, false);
             return MinChange::ProbeAbandoned;
         }
-        self.probe_intervals = 0;
+        self.probe_busy = 0;
         let lower = (self.pin / 2).max(self.cfg.limit_min);
         // Latency that fell with the pin by more than the tolerance was still a queue.
         let falling = sample * self.tolerated() < self.probe_ref_ms;
@@ -551,13 +581,26 @@ impl Limiter {
         }
         self.min_ms = sample;
         self.remeasures = self.remeasures.saturating_add(1);
-        self.end_probe(now, rnd);
+        self.end_probe(now, rnd, true);
         MinChange::Probed
     }
 
-    fn end_probe(&mut self, now: u64, rnd: u32) {
+    /// Ends a pinned measurement. The limit goes back to where it was, or, when the
+    /// measurement saw the origin busy, to no more than the steady level of the origin's
+    /// own concurrency: its capacity times the new minimum (BBR's bandwidth-delay product,
+    /// Cardwell et al., "BBR: Congestion-Based Congestion Control", ACM Queue 2016), plus
+    /// the tolerance and the gradient's headroom. After a slowdown the saved limit was cut
+    /// against a stale minimum and is far above that level; going back to it would refill
+    /// the origin's queue at once, the very burst the measurement drained.
+    fn end_probe(&mut self, now: u64, rnd: u32, measured: bool) {
         self.phase = PHASE_NORMAL;
-        self.limit = self.saved_limit;
+        let mut limit = self.saved_limit;
+        if measured && self.probe_rate > 0.0 {
+            let busy = self.probe_rate * self.min_ms * self.tolerated();
+            limit = limit.min(busy + busy.sqrt()).max(f64::from(self.pin));
+        }
+        self.limit = self.bounded(limit);
+        self.probe_rate = 0.0;
         self.clamped = 0;
         self.schedule_probe(now, rnd);
     }
@@ -626,12 +669,22 @@ impl Limiter {
         } else {
             0
         };
-        if reached && (due || self.clamped >= CLAMPED_RUN) {
+        let slowdown = raw * SLOWDOWN <= 1.0;
+        if reached && (due || slowdown || self.clamped >= CLAMPED_RUN) {
             self.saved_limit = self.limit;
             self.probe_ref_ms = sample;
-            self.pin = ((self.limit / 2.0) as u32).max(self.cfg.limit_min);
+            self.probe_rate = 0.0;
+            self.probe_busy = 0;
+            // A periodic measurement pins half the limit, and halves on while latency
+            // falls. After a slowdown, the pin goes at once to the concurrency the old
+            // minimum would allow at this latency (`l · raw`, often `limit_min`): halving
+            // step by step would take several round trips of the slow origin to get there.
+            let mut pin = self.limit / 2.0;
+            if !due {
+                pin = pin.min(l * raw);
+            }
+            self.pin = (pin as u32).max(self.cfg.limit_min);
             self.phase = PHASE_PROBING;
-            self.probe_intervals = 0;
             change = MinChange::ProbeStarted;
         }
         change
@@ -783,7 +836,7 @@ mod tests {
     #[test]
     fn the_structs_are_small_plain_data() {
         assert_eq!(size_of::<Samples>(), 32);
-        assert_eq!(LIMITER_SIZE, 160);
+        assert_eq!(LIMITER_SIZE, 168);
         assert_eq!(std::mem::align_of::<Limiter>(), 8);
     }
 
@@ -829,8 +882,8 @@ mod tests {
             (20, 40, 10.0),
             "slow start"
         );
-        // 100 ms against a 10 ms floor: the gradient is clamped to 0.5, plus √20.
-        let u = st.saturated(100);
+        // 30 ms against a 10 ms floor: the gradient, 0.42, is clamped to 0.5, plus √20.
+        let u = st.saturated(30);
         assert_eq!((u.from, u.to), (40, 24));
         // Slow start is over: a healthy latency grows by 1.25 and a square root.
         let u = st.saturated(10);
@@ -887,13 +940,13 @@ mod tests {
         }
         assert_eq!(st.l.min_latency_ms(), 10.0);
         let before = st.l.limit();
-        // The origin's own service time rises 6×, whatever the concurrency.
-        let changes: Vec<MinChange> = (0..3).map(|_| st.saturated(60).min_change).collect();
-        assert_eq!(
-            changes,
-            [MinChange::None, MinChange::None, MinChange::ProbeStarted]
-        );
+        // The origin's own service time rises 6×, whatever the concurrency: more than
+        // `SLOWDOWN` times the tolerated latency, so the measurement starts at once, pinned
+        // where the old floor would allow this latency (limit · 12.5/60), not at half.
+        let u = st.saturated(60);
+        assert_eq!(u.min_change, MinChange::ProbeStarted);
         assert!(st.l.view().probing);
+        assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
         let u = st.saturated(60);
         assert_eq!(
             u.min_change,
@@ -911,6 +964,51 @@ mod tests {
             "{cut} → {}",
             st.l.limit()
         );
+    }
+
+    #[test]
+    fn a_queue_twice_the_tolerated_latency_is_measured_after_three_updates() {
+        let mut st = Story::new(LimitConfig::default());
+        while st.l.view().remeasures == 0 {
+            st.saturated(10);
+        }
+        // 30 ms against 12.5 tolerated: a queue the halving may drain, or a slower origin.
+        let changes: Vec<MinChange> = (0..3).map(|_| st.saturated(30).min_change).collect();
+        assert_eq!(
+            changes,
+            [MinChange::None, MinChange::None, MinChange::ProbeStarted]
+        );
+    }
+
+    #[test]
+    fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
+        let mut st = Story::new(LimitConfig {
+            limit_max: 40,
+            ..LimitConfig::default()
+        });
+        while st.l.view().remeasures == 0 {
+            st.saturated(5);
+        }
+        for _ in 0..5 {
+            st.saturated(5);
+        }
+        let before = st.l.limit();
+        assert_eq!(before, 40);
+        // 4 workers at 30 ms: 20 answers in 150 ms while the queue drains from `before`.
+        let u = st.saturated(150);
+        assert_eq!(u.min_change, MinChange::ProbeStarted);
+        let pin = st.l.limit();
+        assert_eq!(pin, 3, "40 · 6.25/150 is below limit_min");
+        st.now += 150;
+        let u = st.l.record(st.now, &samples(20, 120, before), 0).unwrap();
+        assert_eq!(u.min_change, MinChange::None, "not drained");
+        st.now += 100;
+        let u = st.l.record(st.now, &samples(20, 30, pin), 0).unwrap();
+        assert_eq!(u.min_change, MinChange::Probed);
+        assert_eq!(u.min_latency_ms, 30.0);
+        // Capacity 20/150 per ms × 30 ms = 4 workers; × 1.25 = 5, + √5.
+        assert_eq!(u.to, 7, "not the saved limit");
+        assert!(u.to < before);
     }
 
     #[test]

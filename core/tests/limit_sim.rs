@@ -47,6 +47,9 @@ struct Scenario {
     seconds: u64,
     cfg: LimitConfig,
     seed: u64,
+    /// Every job takes exactly the service time (the lab's pool origin), instead of an
+    /// exponentially distributed one.
+    fixed: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -79,6 +82,8 @@ struct Run {
     /// Per client request: (arrival µs, succeeded).
     clients: Vec<(u64, bool)>,
     updates: Vec<(u64, u32, u32, f64, f64, String)>,
+    /// Admission time of every attempt sent to the origin, µs.
+    attempts: Vec<u64>,
 }
 
 fn simulate(sc: &Scenario) -> Run {
@@ -117,6 +122,7 @@ fn simulate(sc: &Scenario) -> Run {
         lat: Vec::new(),
         clients: vec![(0, false)],
         updates: Vec::new(),
+        attempts: Vec::new(),
     };
     let mut last_t = 0u64;
     let service = |t: u64| {
@@ -125,6 +131,13 @@ fn simulate(sc: &Scenario) -> Run {
             s * sc.sick_factor
         } else {
             s
+        }
+    };
+    let take = |rng: &mut Rng, t: u64| {
+        if sc.fixed {
+            service(t).round() as u64
+        } else {
+            rng.exp_us(service(t))
         }
     };
 
@@ -188,9 +201,10 @@ fn simulate(sc: &Scenario) -> Run {
                         client,
                     });
                     let id = reqs.len() - 1;
+                    run.attempts.push(t);
                     if busy < sc.workers {
                         busy += 1;
-                        push(&mut ev, t + rng.exp_us(service(t)), Ev::Done { req: id });
+                        push(&mut ev, t + take(&mut rng, t), Ev::Done { req: id });
                     } else {
                         queue.push_back(id);
                     }
@@ -224,7 +238,7 @@ fn simulate(sc: &Scenario) -> Run {
                     flush(w, &mut aggs, &mut rng, &mut run, &mut lim);
                 }
                 if let Some(next) = queue.pop_front() {
-                    push(&mut ev, t + rng.exp_us(service(t)), Ev::Done { req: next });
+                    push(&mut ev, t + take(&mut rng, t), Ev::Done { req: next });
                 } else {
                     busy -= 1;
                 }
@@ -304,6 +318,7 @@ fn run_steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> (Scenari
         seconds: 20,
         cfg: LimitConfig::default(),
         seed,
+        fixed: false,
     };
     sc.rate = capacity(&sc, 1.0) * load;
     let run = simulate(&sc);
@@ -391,7 +406,7 @@ fn a_healthy_origin_at_full_rate_sheds_nothing() {
     }
 }
 
-fn sick(rate: f64, retry_once: bool, seed: u64) -> (Scenario, Run) {
+fn sick(rate: f64, retry_once: bool, seed: u64, fixed: bool) -> (Scenario, Run) {
     let sc = Scenario {
         workers: 4,
         service_ms: 5.0,
@@ -402,6 +417,7 @@ fn sick(rate: f64, retry_once: bool, seed: u64) -> (Scenario, Run) {
         seconds: 20,
         cfg: LimitConfig::default(),
         seed,
+        fixed,
     };
     let run = simulate(&sc);
     (sc, run)
@@ -413,7 +429,7 @@ fn a_six_fold_slowdown_is_limited_within_ms_and_released_within_a_second() {
     // and a harder one (clients at 1.5× the healthy capacity, 9× the sick one).
     for (rate, retry) in [(400.0, true), (1200.0, false)] {
         for seed in 1..=5 {
-            let (sc, run) = sick(rate, retry, 10 * seed + u64::from(retry));
+            let (sc, run) = sick(rate, retry, 10 * seed + u64::from(retry), false);
             let before = summary(&run, 5, 10);
             let during = summary(&run, 11, 15);
             let after = summary(&run, 16, 20);
@@ -490,5 +506,87 @@ fn a_six_fold_slowdown_is_limited_within_ms_and_released_within_a_second() {
             assert!(ok >= 0.85 * share, "client success {ok}");
             assert!(back <= 1000, "back {back} ms after the end");
         }
+    }
+}
+
+/// The lab's "time to protect" (lab/analyze.py): the first time T after the start of the
+/// slowdown, on a 100 ms grid, from which every 500 ms window up to its end holds at most
+/// `level` × the client rate attempts per second; `None` when there is none.
+fn protect_ms(run: &Run, sc: &Scenario, level: f64) -> Option<u64> {
+    let (s0, s1) = (sc.sick.0 * 1000, sc.sick.1 * 1000);
+    let most = level * sc.rate * 0.5;
+    let starts: Vec<u64> = (0..)
+        .map(|i| s0 + i * 100_000)
+        .take_while(|t| t + 500_000 <= s1)
+        .collect();
+    let over: Vec<bool> = starts
+        .iter()
+        .map(|&t| {
+            let n = run
+                .attempts
+                .iter()
+                .filter(|&&a| a >= t && a < t + 500_000)
+                .count();
+            n as f64 > most
+        })
+        .collect();
+    if std::env::var("SIM_TRACE").is_ok() {
+        for (i, &t) in starts.iter().enumerate() {
+            let n = run
+                .attempts
+                .iter()
+                .filter(|&&a| a >= t && a < t + 500_000)
+                .count();
+            if over[i] {
+                println!("  over: +{} ms: {n} attempts", (t - s0) / 1000);
+            }
+        }
+    }
+    (0..starts.len())
+        .find(|&i| !over[i..].iter().any(|&o| o))
+        .map(|i| (starts[i] - s0) / 1000)
+}
+
+#[test]
+fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
+    // Issue 14's overload as the lab runs it (scripts/lab --suite issue14-limit): 400
+    // clients a second retrying a shed request once, an origin of 4 workers whose service
+    // time of exactly 5 ms becomes 30 ms for 5 s. The controller must see the slowdown in
+    // its first slow interval, measure the new floor at once, and come back to the origin's
+    // own level (4 · 1.25 + √5 ≈ 7), not to the limit it had cut against the old floor.
+    for seed in 1..=8 {
+        let (sc, run) = sick(400.0, true, 1000 + seed, true);
+        let sick_updates: Vec<_> = run.updates.iter().filter(|u| u.0 >= 10_000).collect();
+        let started = sick_updates
+            .iter()
+            .find(|u| u.5.starts_with("ProbeStarted"))
+            .expect("a measurement");
+        let probed = sick_updates
+            .iter()
+            .find(|u| u.5.starts_with("Probed"))
+            .expect("a measured floor");
+        let protect = protect_ms(&run, &sc, 0.34);
+        println!(
+            "seed {seed}: measurement from +{} ms to +{} ms, floor {:.1} ms, limit {}; lab's time to protect {protect:?} ms",
+            started.0 - 10_000,
+            probed.0 - 10_000,
+            probed.4,
+            probed.2
+        );
+        if std::env::var("SIM_TRACE").is_ok() {
+            print_slices(&run, 9.9, 11.5);
+            for u in sick_updates.iter().filter(|u| u.0 < 11_500) {
+                println!(
+                    "  update t={} {}→{} sample {:.1} min {:.1} {}",
+                    u.0, u.1, u.2, u.3, u.4, u.5
+                );
+            }
+        }
+        assert!(started.0 <= 10_300, "measured from {}", started.0);
+        assert!(probed.0 <= 10_800, "floor measured at {}", probed.0);
+        assert!((probed.4 - 30.0).abs() <= 3.0, "floor {}", probed.4);
+        assert!((5..=9).contains(&probed.2), "limit after it {}", probed.2);
+        let peak = run.slices[110..150].iter().map(|s| s.limit).max().unwrap();
+        assert!(peak <= 10, "limit up to {peak} while sick");
     }
 }

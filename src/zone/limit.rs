@@ -309,6 +309,12 @@ impl LimitMut<'_> {
 }
 
 impl Zone {
+    /// How many slots the zone has allocated so far (breakers created later may add more).
+    pub fn slots_allocated(&self) -> usize {
+        let chunks = self.header().nchunks.load(Ordering::Acquire);
+        chunks as usize * super::slot::PER_CHUNK as usize
+    }
+
     /// The limit block of `handle`'s breaker, without the lock, if one is set up for it.
     pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
         let slot = self.slot_of(handle)?;
