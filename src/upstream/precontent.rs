@@ -1,10 +1,11 @@
 //! The PRECONTENT phase: in a location that passes to a fixed breaker-enabled upstream and
 //! has no cache, an open breaker answers here, before the proxy module reads the body or
 //! builds the upstream request — about as cheap as a `return 503`. This phase only ever
-//! short-circuits: a probe is claimed in `peer.init`, once the body has been read, so a slow
-//! upload never holds the instance's probe slot. Locations with a cache (a fresh hit or a
-//! stale entry may still answer) or an upstream chosen at run time are decided in
-//! `peer.init`.
+//! short-circuits or lets through (a closed breaker: it creates the request's state, which
+//! `peer.init` takes without asking again): a probe is claimed in `peer.init`, once the body
+//! has been read, so a slow upload never holds the instance's probe slot. Locations with a
+//! cache (a fresh hit or a stale entry may still answer) or an upstream chosen at run time
+//! are decided in `peer.init`.
 
 use circuit_breaker_core::breaker::Admission;
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR};
