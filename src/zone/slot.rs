@@ -140,7 +140,7 @@ impl Slot {
     /// the middle of publishing.
     #[inline]
     pub fn read_gate(&self, ident: u64, key: u64) -> Option<Gate> {
-        self.read(ident, key).map(|(g, _)| g)
+        self.read_raw(ident, key).map(RawGate::gate)
     }
 
     /// The second successes may be gathered in without the lock, as [`Slot::read_gate`].
@@ -148,48 +148,25 @@ impl Slot {
     /// (`scripts/bench-instructions`, closed).
     #[inline]
     pub fn lock_free_second(&self, ident: u64, key: u64) -> Option<u64> {
-        let s1 = self.seq.load(Ordering::Acquire);
-        if s1 & 1 != 0 {
-            return None;
-        }
-        let (id, k, second) = (
-            self.ident.load(Ordering::Relaxed),
-            self.key.load(Ordering::Relaxed),
-            self.lock_free_second.load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
-            return None;
-        }
-        (second != NO_SECOND).then_some(second)
+        self.consistent(ident, key, |s| s.lock_free_second.load(Ordering::Relaxed))
+            .filter(|&second| second != NO_SECOND)
     }
 
     /// The gate as [`Slot::read_gate`] reads it, not yet decoded: a pass is told by one
     /// comparison, and the rest decoded only when needed.
     #[inline(always)]
     pub fn read_raw(&self, ident: u64, key: u64) -> Option<RawGate> {
-        let s1 = self.seq.load(Ordering::Acquire);
-        if s1 & 1 != 0 {
-            return None;
-        }
-        let (id, k) = (
-            self.ident.load(Ordering::Relaxed),
-            self.key.load(Ordering::Relaxed),
-        );
-        let (mode, until, wait) = (
-            self.mode.load(Ordering::Relaxed),
-            self.until.load(Ordering::Relaxed),
-            self.wait.load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
-            return None;
-        }
-        Some(RawGate { mode, until, wait })
+        self.consistent(ident, key, |s| RawGate {
+            mode: s.mode.load(Ordering::Relaxed),
+            until: s.until.load(Ordering::Relaxed),
+            wait: s.wait.load(Ordering::Relaxed),
+        })
     }
 
-    #[inline]
-    fn read(&self, ident: u64, key: u64) -> Option<(Gate, u64)> {
+    /// What `load` reads of the slot, if the slot still holds tenant `ident` with key `key`
+    /// and no writer was in the middle of publishing (the seqlock's read side).
+    #[inline(always)]
+    fn consistent<T>(&self, ident: u64, key: u64, load: impl FnOnce(&Slot) -> T) -> Option<T> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 {
             return None;
@@ -198,18 +175,12 @@ impl Slot {
             self.ident.load(Ordering::Relaxed),
             self.key.load(Ordering::Relaxed),
         );
-        let (mode, until, wait, second) = (
-            self.mode.load(Ordering::Relaxed),
-            self.until.load(Ordering::Relaxed),
-            self.wait.load(Ordering::Relaxed),
-            self.lock_free_second.load(Ordering::Relaxed),
-        );
+        let value = load(self);
         fence(Ordering::Acquire);
         if self.seq.load(Ordering::Relaxed) != s1 || id != ident || k != key || ident == 0 {
             return None;
         }
-        let gate = RawGate { mode, until, wait }.gate();
-        Some((gate, second))
+        Some(value)
     }
 
     /// Counts a request short-circuited without the lock.
