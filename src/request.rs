@@ -12,7 +12,7 @@ use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
-    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_palloc, ngx_pool_cleanup_t,
+    ngx_http_upstream_srv_conf_t, ngx_palloc, ngx_pool_cleanup_t,
 };
 
 use crate::conf::Module;
@@ -83,15 +83,11 @@ pub struct RequestState {
     /// A slot of the adaptive limit, until the request's last upstream attempt ends.
     pub limit: Hold,
     pub balancer: Balancer,
-    /// When the current attempt started (`ngx_current_msec`).
-    pub attempt_started: ngx_msec_t,
     /// What the request was told, for the variables and the header; `None` while no breaker
     /// has answered.
     pub label: Option<Label>,
     /// Answered without touching the origin.
     pub short_circuited: bool,
-    /// ... by letting nginx serve a stale cache entry.
-    pub stale: bool,
     /// `X-Circuit-State` is already in the response headers.
     pub header_added: bool,
     /// nginx's conf of the upstream (set in `peer.init`).
@@ -111,6 +107,9 @@ pub struct RequestState {
     pub pending: Option<Attempt>,
     /// A pool cleanup settles `pending` should the request end with it.
     pub settles_late: bool,
+    /// The PRECONTENT phase let the request through (its breaker closed) and created this
+    /// state: `peer.init` does not ask the breaker again.
+    pub passed: bool,
     /// The pool cleanup record that releases this state, kept in the state rather than
     /// allocated by `ngx_pool_cleanup_add`: 47 instructions per request less
     /// (`scripts/bench-instructions`, closed).
@@ -185,8 +184,12 @@ pub fn route_of(lcf: Option<&LocConf>) -> &Route {
 /// request (a `malloc` in `ngx_palloc_block` and its `free`), half the closed path's cost.
 struct Spares(UnsafeCell<Kept>);
 
+/// A fixed array rather than a `Vec`: no capacity to check or grow, 11 instructions per
+/// request less (`scripts/bench-instructions`, closed).
 struct Kept {
-    list: Vec<NonNull<RequestState>>,
+    /// The spares, `len` of them first.
+    list: [*mut RequestState; MAX_SPARES],
+    len: usize,
     /// A state given back while the list was full, freed at the next give-back: nginx still
     /// reads the `next` of its cleanup record after its cleanup returns.
     doomed: Option<NonNull<RequestState>>,
@@ -196,7 +199,8 @@ struct Kept {
 unsafe impl Sync for Spares {}
 
 static SPARES: Spares = Spares(UnsafeCell::new(Kept {
-    list: Vec::new(),
+    list: [core::ptr::null_mut(); MAX_SPARES],
+    len: 0,
     doomed: None,
 }));
 
@@ -207,9 +211,18 @@ const MAX_SPARES: usize = 1024;
 impl Spares {
     /// A state's memory: a spare one, or a new box. Either way leaked to the caller, whose
     /// cleanup gives it back with [`Spares::put`].
+    #[inline(always)]
     fn take(&self, fresh: RequestState) -> NonNull<RequestState> {
         // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
-        match unsafe { (*self.0.get()).list.pop() } {
+        let kept = unsafe { &mut *self.0.get() };
+        let spare = match kept.len.checked_sub(1) {
+            Some(last) => {
+                kept.len = last;
+                NonNull::new(kept.list[last])
+            }
+            None => None,
+        };
+        match spare {
             Some(p) => {
                 // SAFETY: a spare came from `Box::leak` and nothing else refers to it; the
                 // state holds no resources, so overwriting it drops nothing.
@@ -234,8 +247,9 @@ impl Spares {
             // it finished before this call (this fn's contract): nothing refers to it now.
             drop(unsafe { Box::from_raw(old.as_ptr()) });
         }
-        if kept.list.len() < MAX_SPARES {
-            kept.list.push(state);
+        if kept.len < MAX_SPARES {
+            kept.list[kept.len] = state.as_ptr();
+            kept.len += 1;
         } else {
             kept.doomed = Some(state);
         }
@@ -246,27 +260,51 @@ impl Spares {
 /// registers its cleanup. Allocates nothing from the pool, so never `None` today (the
 /// callers keep the check).
 ///
-/// Always inlined into `peer.init`, its one caller: 14 instructions per request less
-/// (`scripts/bench-instructions`, closed).
+/// Always inlined into its two callers (the PRECONTENT phase, `peer.init`): 14 instructions
+/// per request less (`scripts/bench-instructions`, closed).
 #[inline(always)]
 pub fn attach<'r>(
     r: &'r mut ngx_http_request_t,
     scf: &SrvConf,
     route: &Route,
 ) -> Option<&'r mut RequestState> {
+    let hash = key_hash(scf.name_hash, route.hash);
+    attach_with(r, scf, route, hash, Handle::NONE, false)
+}
+
+/// [`attach`] for a request the PRECONTENT phase lets through, with the key hash of
+/// (`scf`, `route`) and the breaker's handle it found.
+#[inline(always)]
+pub fn attach_passed<'r>(
+    r: &'r mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+) -> Option<&'r mut RequestState> {
+    attach_with(r, scf, route, key_hash, handle, true)
+}
+
+#[inline(always)]
+fn attach_with<'r>(
+    r: &'r mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+    passed: bool,
+) -> Option<&'r mut RequestState> {
     let fresh = RequestState {
         request: r,
         scf,
         route,
-        key_hash: key_hash(scf.name_hash, route.hash),
-        handle: Handle::NONE,
+        key_hash,
+        handle,
         ticket: Ticket::Normal,
         limit: Hold::NONE,
         balancer: Balancer::NONE,
-        attempt_started: 0,
         label: None,
         short_circuited: false,
-        stale: false,
         header_added: false,
         uscf: core::ptr::null(),
         server: NO_SERVER,
@@ -276,6 +314,7 @@ pub fn attach<'r>(
         counted_first: false,
         pending: None,
         settles_late: false,
+        passed,
         cleanup: ngx_pool_cleanup_t {
             handler: Some(release),
             data: core::ptr::null_mut(),
@@ -307,18 +346,54 @@ pub fn attach<'r>(
 /// an internal redirect — 82 instructions per short-circuit less than a state
 /// (`scripts/bench-instructions`, open_503).
 pub struct Rejected {
-    /// As [`RequestState::request`].
+    /// As [`RequestState::request`] (null in a shared record: see [`mark_rejected_here`]).
     request: *const ngx_http_request_t,
+    /// Null in a shared record: the route of the request's location.
     route: *const Route,
     pub label: Label,
 }
 
 impl Rejected {
-    /// The request's route.
-    pub fn route(&self) -> &Route {
-        // SAFETY: routes live in loc confs (or a static) for the configuration's lifetime.
-        unsafe { &*self.route }
+    /// The request's route; `None` for the route of the request's location.
+    pub fn route(&self) -> Option<&Route> {
+        // SAFETY: null, or a route in a loc conf (or a static), which lives for the
+        // configuration's lifetime.
+        unsafe { self.route.as_ref() }
     }
+}
+
+/// A [`Rejected`] that no request owns, shared by every short-circuit with its label in a
+/// location that no internal redirect leaves.
+struct Shared(Rejected);
+
+// SAFETY: never written, and its pointers are null.
+unsafe impl Sync for Shared {}
+
+static OPEN_HERE: Shared = Shared(Rejected {
+    request: core::ptr::null(),
+    route: core::ptr::null(),
+    label: Label::State(State::Open),
+});
+
+static RECOVERING_HERE: Shared = Shared(Rejected {
+    request: core::ptr::null(),
+    route: core::ptr::null(),
+    label: Label::Recovering,
+});
+
+/// Notes a PRECONTENT short-circuit with `label` in a location from which no internal
+/// redirect (`error_page`, `post_action`) can follow: the module ctx, which then stays, is
+/// all the variables need, and the route is the location's. A shared record, rather than
+/// one in the pool with its cleanup: 42 instructions per short-circuit less
+/// (`scripts/bench-instructions`, open_503). False for a label without a shared record.
+pub fn mark_rejected_here(r: &mut ngx_http_request_t, label: Label) -> bool {
+    let shared = match label {
+        Label::State(State::Open) => &OPEN_HERE,
+        Label::Recovering => &RECOVERING_HERE,
+        _ => return false,
+    };
+    set_ctx(r, tagged(core::ptr::from_ref(&shared.0).cast_mut()));
+    true
 }
 
 /// Marks the module ctx that points at a [`Rejected`] rather than a [`RequestState`] (both
@@ -386,11 +461,6 @@ fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
     }
 }
 
-/// The module ctx of a request the PRECONTENT phase let through (its breaker closed)
-/// without creating a state: `peer.init` creates it, and does not ask the breaker again.
-/// A word, so that its address is even: an odd ctx is a [`Rejected`].
-static PASSED: u64 = 0;
-
 fn ctx(r: &ngx_http_request_t) -> *mut c_void {
     // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
     unsafe {
@@ -399,36 +469,21 @@ fn ctx(r: &ngx_http_request_t) -> *mut c_void {
     }
 }
 
-/// Notes that the PRECONTENT phase let the request through.
-pub fn mark_passed(r: &mut ngx_http_request_t) {
-    set_ctx(r, core::ptr::addr_of!(PASSED).cast_mut());
-}
-
-/// Whether the PRECONTENT phase let the request through; clears the mark.
-pub fn take_passed(r: &mut ngx_http_request_t) -> bool {
-    let passed = core::ptr::eq(ctx(r), core::ptr::addr_of!(PASSED).cast());
-    if passed {
-        set_ctx::<u64>(r, core::ptr::null_mut());
-    }
-    passed
-}
-
 /// The request's state, if its current location set it (the module ctx).
 pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
     let ctx = ctx(r);
-    if core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast()) || is_tagged(ctx) {
+    if is_tagged(ctx) {
         return None;
     }
-    // SAFETY: only `set_ctx` writes our slot: the mark above, or a state that lives as long
-    // as the request's pool. The borrow is tied to the request's.
+    // SAFETY: only `set_ctx` writes our slot: a tagged `Rejected` (above), or a state that
+    // lives as long as the request's pool. The borrow is tied to the request's.
     unsafe { ctx.cast::<RequestState>().as_mut() }
 }
 
 /// Whether the request has an answer of this module in its current location: a state or a
-/// [`Rejected`] (not the PRECONTENT phase's mark of a pass).
+/// [`Rejected`].
 pub fn answered(r: &ngx_http_request_t) -> bool {
-    let ctx = ctx(r);
-    !ctx.is_null() && !core::ptr::eq(ctx, core::ptr::addr_of!(PASSED).cast())
+    !ctx(r).is_null()
 }
 
 /// What the module told a request: its state, or what is kept of a short-circuit.
@@ -501,9 +556,22 @@ unsafe extern "C" fn release(data: *mut c_void) {
     let Some(ptr) = NonNull::new(data.cast::<RequestState>()) else {
         return;
     };
+    // SAFETY: `attach` handed this state to the cleanup, which runs once, last.
+    let state = unsafe { ptr.as_ref() };
+    if state.limit.is_held() || state.ticket != Ticket::Normal {
+        give_back(state);
+    }
+    // SAFETY: the request is gone: nothing refers to its state any more but the pool's
+    // cleanup list, whose walk reads this record's `next` right after this returns.
+    unsafe { SPARES.put(ptr) };
+}
+
+/// What [`release`] gives back, apart: a request holding nothing (most) costs 5
+/// instructions less (`scripts/bench-instructions`, closed).
+#[cold]
+#[inline(never)]
+fn give_back(state: &RequestState) {
     guard((), || {
-        // SAFETY: `attach` handed this state to the cleanup, which runs once, last.
-        let state = unsafe { ptr.as_ref() };
         if state.limit.is_held() {
             limit::release(state.limit);
         }
@@ -517,9 +585,6 @@ unsafe extern "C" fn release(data: *mut c_void) {
             }
         }
     });
-    // SAFETY: the request is gone: nothing refers to its state any more but the pool's
-    // cleanup list, whose walk reads this record's `next` right after this returns.
-    unsafe { SPARES.put(ptr) };
 }
 
 /// The location conf of a request.

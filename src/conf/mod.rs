@@ -363,6 +363,9 @@ pub struct LocConf {
     pub key_hash: u64,
     /// The location caches upstream responses: a hit or a stale entry may answer while open.
     pub cached: bool,
+    /// An `error_page` or `post_action` may move the request on with a new module ctx after
+    /// this location answered.
+    pub redirects: bool,
     /// Where this location's breaker was last found (per worker: written after fork, in the
     /// worker's own copy of the configuration).
     pub hint: Cell<Handle>,
@@ -380,6 +383,7 @@ impl Default for LocConf {
             upstream: null_mut(),
             key_hash: 0,
             cached: false,
+            redirects: false,
             hint: Cell::new(Handle::NONE),
         }
     }

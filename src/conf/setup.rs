@@ -103,6 +103,8 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         );
         return NGX_CONF_ERROR;
     }
+    // The core module merged first: its error pages include those inherited.
+    lcf.redirects = !clcf.error_pages.is_null() || clcf.post_action.len != 0;
     let mut fixed = None;
     let mut several = false;
     for &index in &mcf.upstream_modules {

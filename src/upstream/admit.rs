@@ -15,6 +15,7 @@ use crate::zone::{Handle, Key, Missing, Zone};
 /// What the breaker can say without the lock: a pass or a rejection, or `None` when only
 /// the locked path can tell (a cooldown that ended, half-open, the first request of a
 /// location in this worker). A probe is never claimed here.
+#[inline(always)]
 pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Option<Admission> {
     let (zone, _) = state.zone()?;
     let handle = match (state.handle.is_none(), hint) {
@@ -30,6 +31,10 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
 /// The full answer, under the lock when the gate cannot tell: may claim the probe slot.
 /// `None` when no breaker applies (the zone is full, or this worker's configuration is older
 /// than the zone's and the breaker is new).
+///
+/// Inline with [`ask_unlocked`], the locked half apart: 23 instructions per stale answer
+/// less (`scripts/bench-instructions`, open_stale).
+#[inline(always)]
 pub fn ask(
     state: &mut RequestState,
     hint: Option<&Cell<Handle>>,
@@ -38,6 +43,16 @@ pub fn ask(
     if let Some(a) = ask_unlocked(state, hint) {
         return Some(a);
     }
+    ask_locked(state, hint, log)
+}
+
+/// [`ask`] when the gate cannot tell.
+#[inline(never)]
+fn ask_locked(
+    state: &mut RequestState,
+    hint: Option<&Cell<Handle>>,
+    log: *mut ngx_log_t,
+) -> Option<Admission> {
     let cfg = *state.srv_conf().breaker.as_ref()?;
     let (zone, mcf) = state.zone()?;
     let now = mono_ms();

@@ -24,7 +24,6 @@ mod outcome;
 pub mod precontent;
 mod retry;
 
-use core::cell::Cell;
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::{Admission, Attempt, Ending, Ticket};
@@ -37,7 +36,7 @@ use nginx_sys::{
 use ngx::http::HttpModuleServerConf;
 
 use crate::clock::{mono_ms, rnd};
-use crate::conf::Module;
+use crate::conf::{Module, SrvConf};
 use crate::eject::{self, Upstream};
 use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
@@ -56,6 +55,10 @@ pub unsafe extern "C" fn init_peer(
         unsafe { init_peer_inner(r, us) }
     })
 }
+
+/// A balancer's `peer.init`.
+type InitPeer =
+    unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t;
 
 /// What `peer.init` decided, once the request's state is no longer borrowed.
 enum Plan {
@@ -81,44 +84,91 @@ unsafe fn init_peer_inner(
         // SAFETY: the balancer's own init, with the arguments nginx gave us.
         return unsafe { original_init(r, us) };
     }
-    let lcf = request::loc_conf(req);
-    let route = request::route_of(lcf);
-    // A location that always passes to this upstream remembers where its breaker lives.
-    let hint = lcf
-        .filter(|l| core::ptr::eq(l.upstream, us))
-        .map(|l| &l.hint);
-    let log = connection_log(req);
-    let passed_early = request::take_passed(req);
     let me: *const ngx_http_request_t = req;
-    let reuse = request::here(req).is_some_and(|s| {
-        s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf) && core::ptr::eq(s.route(), route)
-    });
-    let found = if reuse {
-        request::here(req)
-    } else {
-        request::attach(req, scf, route)
-    };
-    let Some(state) = found else {
-        return NGX_ERROR as ngx_int_t;
-    };
+    // The closed path first: a request the PRECONTENT phase let through, to an upstream
+    // with neither a limit nor a pool. The rest apart: 20 instructions per closed request
+    // less (`scripts/bench-instructions`, closed).
+    if scf.limit.is_none() && scf.pool.is_none() {
+        let passed = request::here(req)
+            .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf));
+        if let Some(state) = passed {
+            state.passed = false;
+            state.label = Some(Label::State(State::Closed));
+            // SAFETY: `r` and `us` as nginx gave them; nothing borrowed from `req` but the
+            // state (in the request pool, apart from the request) is live.
+            return unsafe { init_passed(r, us, original_init, state) };
+        }
+    }
+    // SAFETY: as for this function.
+    unsafe { init_asked(r, us, scf, original_init) }
+}
+
+/// `peer.init` of any other request: asks the breaker unless the PRECONTENT phase let the
+/// request through, then takes the limit's slot, follows the pool and wraps the balancer.
+///
+/// # Safety
+/// As for [`init_peer_inner`]; `scf` is `us`'s conf and `original_init` its balancer's init.
+#[inline(never)]
+unsafe fn init_asked(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+    scf: &SrvConf,
+    original_init: InitPeer,
+) -> ngx_int_t {
+    // SAFETY: `r` and `us` are the live request and upstream conf nginx passed to `init_peer`;
+    // no other Rust borrow of either exists.
+    let (req, uscf) = unsafe { (&mut *r, &mut *us) };
+    let log = connection_log(req);
+    let me: *const ngx_http_request_t = req;
+    // A request the PRECONTENT phase let through (closed) is not asked again: it is
+    // admitted, as one already in flight would be.
+    let passed = request::here(req)
+        .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))
+        .map(core::ptr::from_mut);
     // The state lives in the request pool, apart from the request itself: held as a
     // pointer so that the request can be used again below. Every borrow made from it ends
     // before `respond::short_circuit`, whose header filter reads the state.
-    let state_ptr: *mut RequestState = state;
-    // SAFETY: just found or created; no other borrow of it is live.
+    let (state_ptr, answer) = match passed {
+        Some(state_ptr) => {
+            // SAFETY: the request's own state, found just above; no other borrow of it is live.
+            let state = unsafe { &mut *state_ptr };
+            state.passed = false;
+            state.label = Some(Label::State(State::Closed));
+            let pass = Admission::Pass {
+                would_reject: false,
+            };
+            (state_ptr, Some(pass))
+        }
+        None => {
+            let lcf = request::loc_conf(req);
+            let route = request::route_of(lcf);
+            // A location that always passes to this upstream remembers where its breaker
+            // lives.
+            let hint = lcf
+                .filter(|l| core::ptr::eq(l.upstream, us))
+                .map(|l| &l.hint);
+            let reuse = request::here(req).is_some_and(|s| {
+                s.belongs_to(me)
+                    && core::ptr::eq(s.srv_conf(), scf)
+                    && core::ptr::eq(s.route(), route)
+            });
+            let found = if reuse {
+                request::here(req)
+            } else {
+                request::attach(req, scf, route)
+            };
+            let Some(state) = found else {
+                return NGX_ERROR as ngx_int_t;
+            };
+            let state_ptr: *mut RequestState = state;
+            // SAFETY: just found or created; no other borrow of it is live.
+            let answer = admit::ask(unsafe { &mut *state_ptr }, hint, log);
+            (state_ptr, answer)
+        }
+    };
+    // SAFETY: the request's state (above); the borrows made while finding it have ended.
     let state = unsafe { &mut *state_ptr };
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    // A request the PRECONTENT phase let through (closed) is not asked again: it is
-    // admitted, as one already in flight would be.
-    let answer = if passed_early {
-        state.handle = hint.map_or(state.handle, Cell::get);
-        state.label = Some(Label::State(State::Closed));
-        Some(Admission::Pass {
-            would_reject: false,
-        })
-    } else {
-        admit::ask(state, hint, log)
-    };
     let plan = match answer {
         Some(Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms }) => {
             // SAFETY: the request and its upstream are live in peer.init.
@@ -153,12 +203,10 @@ unsafe fn init_peer_inner(
             unsafe { respond::short_circuit(req, u, label, retry_after_ms) }
         }
         Plan::Stale => {
-            // SAFETY: the state lives in the request pool; no other borrow of it is live.
             // Short-circuited to stale: the balancer is never asked (its init would only
-            // allocate), and get_peer answers NGX_DECLINED so that nginx serves the entry.
-            unsafe { (*state_ptr).stale = true };
+            // allocate), and `get_stale` answers NGX_DECLINED so that nginx serves the entry.
             u.peer.data = state_ptr.cast();
-            u.peer.get = Some(get_peer);
+            u.peer.get = Some(get_stale);
             u.peer.free = Some(free_peer);
             u.peer.tries = 0;
             NGX_OK as ngx_int_t
@@ -168,9 +216,11 @@ unsafe fn init_peer_inner(
             // the earlier borrow ended when the plan was made.
             let state = unsafe { &mut *state_ptr };
             state.uscf = us;
-            if let (Some(_), Some((zone, _))) = (scf.pool.as_ref(), state.zone()) {
-                // SAFETY: the upstream's own conf, in a worker.
-                eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
+            if scf.pool.is_some() {
+                if let Some((zone, _)) = state.zone() {
+                    // SAFETY: the upstream's own conf, in a worker.
+                    eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
+                }
             }
             // SAFETY: the balancer's own init, with the arguments nginx gave us.
             let rc = unsafe { original_init(r, us) };
@@ -199,16 +249,51 @@ unsafe fn init_peer_inner(
     }
 }
 
-/// Saves the balancer's callbacks in the request's state and puts ours in their place.
+/// `peer.init` of a request the PRECONTENT phase let through, for an upstream with neither
+/// an adaptive limit nor a pool: the balancer's init, then its callbacks wrapped (what
+/// [`init_asked`] does for it).
+///
+/// # Safety
+/// `r` and `us` must be the live request and upstream conf nginx passed to `peer.init`, and
+/// `state` the request's state.
+#[inline(always)]
+unsafe fn init_passed(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+    original_init: InitPeer,
+    state: &mut RequestState,
+) -> ngx_int_t {
+    state.uscf = us;
+    // SAFETY: the balancer's own init, with the arguments nginx gave us.
+    let rc = unsafe { original_init(r, us) };
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
+    }
+    // SAFETY: peer.init runs with the request's upstream set up; the balancer's init just
+    // wrote its peer.
+    match unsafe { (*r).upstream.as_mut() } {
+        Some(u) => {
+            wrap_balancer(u, state);
+            NGX_OK as ngx_int_t
+        }
+        None => NGX_ERROR as ngx_int_t,
+    }
+}
+
+/// Saves the balancer's callbacks in the request's state and puts ours in their place. Always
+/// inlined into `peer.init`, its one caller: 6 instructions per request less
+/// (`scripts/bench-instructions`, closed).
+#[inline(always)]
 fn wrap_balancer(u: &mut nginx_sys::ngx_http_upstream_t, state: &mut RequestState) {
     let original = u.peer.data;
+    let pooled = state.srv_conf().pool.is_some();
     u.peer.data = core::ptr::from_mut(state).cast();
     let b = &mut state.balancer;
     b.get = u.peer.get;
     b.free = u.peer.free;
     b.notify = u.peer.notify;
     b.data = original;
-    u.peer.get = Some(get_peer);
+    u.peer.get = Some(if pooled { get_peer } else { get_peer_unpooled });
     u.peer.free = Some(free_peer);
     if b.notify.is_some() {
         u.peer.notify = Some(notify_peer);
@@ -227,24 +312,60 @@ fn connection_log(r: &ngx_http_request_t) -> *mut nginx_sys::ngx_log_t {
     unsafe { (*r.connection).log }
 }
 
-/// The wrapped `peer.get`: no connection at all while short-circuited to stale; the
-/// first attempt goes to an ejected server when its probe is due; otherwise the balancer
-/// chooses, and the server it chose is noted.
+/// `peer.get` of a request short-circuited to stale: no connection at all. NGX_DECLINED
+/// makes nginx take its "error" path without a log line; with tries at 0 that path serves
+/// the stale entry (proxy_cache_use_stale error).
+unsafe extern "C" fn get_stale(pc: *mut ngx_peer_connection_t, _data: *mut c_void) -> ngx_int_t {
+    // SAFETY: nginx passes the request's live peer.
+    unsafe { (*pc).tries = 0 };
+    NGX_DECLINED as ngx_int_t
+}
+
+/// The wrapped `peer.get` of an upstream without a pool (no server breakers, no server
+/// probes): the balancer chooses, and a verdict left pending by a retry that finds no
+/// server is settled. Apart from [`get_peer`]: 26 instructions per closed request less
+/// (`scripts/bench-instructions`, closed).
+unsafe extern "C" fn get_peer_unpooled(
+    pc: *mut ngx_peer_connection_t,
+    data: *mut c_void,
+) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `data` is the state our peer.init set; pc is the request's peer.
+        let state = unsafe { request::from_peer_data(data) };
+        let Some(get) = state.balancer.get else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: the balancer's own get with its own data.
+        let rc = unsafe { get(pc, state.balancer.data) };
+        if state.pending.is_some() {
+            settle_no_server(state, rc);
+        }
+        rc
+    })
+}
+
+/// A retry's `peer.get` is done: when the balancer found no server for it, nginx answers the
+/// client itself, and the attempt before was the last.
+#[inline]
+fn settle_no_server(state: &mut RequestState, rc: ngx_int_t) {
+    if let Some(pending) = state.pending.take() {
+        if rc != NGX_OK as ngx_int_t && rc != NGX_DONE as ngx_int_t {
+            if let Some((zone, _)) = state.zone() {
+                settle(state, zone, &pending, Settle::Final);
+            }
+        }
+    }
+}
+
+/// The wrapped `peer.get` of a pool: the first attempt goes to an ejected server when its
+/// probe is due; otherwise the balancer chooses, and the server it chose is noted.
 unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: `data` is the state our peer.init set; pc is the request's peer.
         let (state, pc) = unsafe { (request::from_peer_data(data), &mut *pc) };
-        if state.stale {
-            // NGX_DECLINED makes nginx take its "error" path without a log line; with
-            // tries at 0 that path serves the stale entry (proxy_cache_use_stale error).
-            pc.tries = 0;
-            return NGX_DECLINED as ngx_int_t;
-        }
         let Some(get) = state.balancer.get else {
             return NGX_ERROR as ngx_int_t;
         };
-        // SAFETY: a plain integer nginx's event loop maintains.
-        state.attempt_started = unsafe { ngx_current_msec };
         state.server = NO_SERVER;
         state.attempts = state.attempts.saturating_add(1);
         // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
@@ -280,16 +401,8 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         }
         // SAFETY: the balancer's own get with its own data.
         let rc = unsafe { get(pc, state.balancer.data) };
+        settle_no_server(state, rc);
         let chosen = rc == NGX_OK as ngx_int_t || rc == NGX_DONE as ngx_int_t;
-        if let Some(pending) = state.pending.take() {
-            if !chosen {
-                // No server for the retry: nginx answers the client itself, and the
-                // attempt before was the last.
-                if let Some((zone, _)) = state.zone() {
-                    settle(state, zone, &pending, Settle::Final);
-                }
-            }
-        }
         if let (true, Some(pool)) = (chosen, scf.pool.as_ref()) {
             // SAFETY: the balancer just chose the peer `pc->name` names.
             state.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
@@ -310,51 +423,102 @@ unsafe extern "C" fn free_peer(
         // SAFETY: nginx calls peer.free with the `peer.data` our peer.init set (no other borrow of
         // that state is live while a hook runs) and the request's live peer.
         let (state, pcr) = unsafe { (request::from_peer_data(data), &mut *pc) };
-        // SAFETY: the request owning this state is live during free.
-        let req = unsafe { &*state.request() };
-        // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event loop,
-        // which is running us.
-        let elapsed = unsafe { ngx_current_msec }.saturating_sub(state.attempt_started) as u64;
-        // SAFETY: the request's upstream is live during free.
-        let u = unsafe { &*req.upstream };
-        // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
-        // asks.
-        let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
-        if core::mem::take(&mut state.probing) {
-            // This module chose the peer (a server probe): the balancer has nothing to
-            // free, and the try is counted here as its free would.
-            pcr.tries = pcr.tries.saturating_sub(1);
-        } else if let Some(free) = state.balancer.free {
-            // SAFETY: the balancer's own free with its own data.
-            unsafe { free(pcr, state.balancer.data, ngx_state) };
+        // The closed path first: the free from the request's finalization (no retry follows,
+        // no TLS failure) of an attempt the balancer chose, holding no limit's slot. The rest
+        // apart: 31 instructions per closed request less (`scripts/bench-instructions`, closed).
+        if ngx_state == 0 && !state.probing && !state.limit.is_held() {
+            // SAFETY: as for this function.
+            unsafe { free_final(state, pcr) };
+        } else {
+            // SAFETY: as for this function.
+            unsafe { free_any(state, pcr, ngx_state) };
         }
-        if outcome.free_retry {
-            // nginx gives this try back; the probe ticket, if any, goes with the retry, and
-            // so does the limit's slot.
-            return;
-        }
-        let attempt = outcome.attempt;
-        if let Some((zone, _)) = state.zone() {
-            let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
-            // SAFETY: the request, its upstream and its peer, in free.
-            let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
-                Settle::Retried(&mut *pcr)
-            } else {
-                Settle::Final
-            };
-            if attempt.ending == Ending::Tls {
-                ngx::ngx_log_error!(
-                    NGX_LOG_ERR,
-                    connection_log(req),
-                    "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
-                    state.name()
-                );
-            }
-            settle(state, zone, &attempt, how);
-        }
-        // SAFETY: request, upstream and peer are live in peer.free.
-        unsafe { limit::attempt_ended(state, req, u, pcr, ngx_state, &attempt) };
     })
+}
+
+/// [`free_peer`] of the last attempt, chosen by the balancer, holding no limit's slot: what
+/// [`free_any`] does for it.
+///
+/// # Safety
+/// `state` is the request's state and `pcr` its live peer, in `peer.free`.
+#[inline(always)]
+unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) {
+    // SAFETY: the request owning this state is live during free.
+    let req = unsafe { &*state.request() };
+    // SAFETY: the request's upstream is live during free.
+    let u = unsafe { &*req.upstream };
+    // The attempt started when `ngx_http_upstream_connect` set `u->start_time`.
+    // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event loop,
+    // which is running us.
+    let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
+    // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
+    // asks.
+    let outcome = unsafe { outcome::classify(u, pcr, 0, elapsed) };
+    if let Some(free) = state.balancer.free {
+        // SAFETY: the balancer's own free with its own data.
+        unsafe { free(pcr, state.balancer.data, 0) };
+    }
+    if let Some((zone, _)) = state.zone() {
+        settle(state, zone, &outcome.attempt, Settle::Final);
+    }
+}
+
+/// [`free_peer`] of any attempt.
+///
+/// # Safety
+/// `state` is the request's state and `pcr` its live peer, in `peer.free`.
+#[inline(never)]
+unsafe fn free_any(
+    state: &mut RequestState,
+    pcr: &mut ngx_peer_connection_t,
+    ngx_state: ngx_uint_t,
+) {
+    // SAFETY: the request owning this state is live during free.
+    let req = unsafe { &*state.request() };
+    // SAFETY: the request's upstream is live during free.
+    let u = unsafe { &*req.upstream };
+    // The attempt started when `ngx_http_upstream_connect` set `u->start_time`, right
+    // before it asked `peer.get`.
+    // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event
+    // loop, which is running us.
+    let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
+    // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
+    // asks.
+    let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
+    if core::mem::take(&mut state.probing) {
+        // This module chose the peer (a server probe): the balancer has nothing to
+        // free, and the try is counted here as its free would.
+        pcr.tries = pcr.tries.saturating_sub(1);
+    } else if let Some(free) = state.balancer.free {
+        // SAFETY: the balancer's own free with its own data.
+        unsafe { free(pcr, state.balancer.data, ngx_state) };
+    }
+    if outcome.free_retry {
+        // nginx gives this try back; the probe ticket, if any, goes with the retry, and
+        // so does the limit's slot.
+        return;
+    }
+    let attempt = outcome.attempt;
+    if let Some((zone, _)) = state.zone() {
+        let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
+        // SAFETY: the request, its upstream and its peer, in free.
+        let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
+            Settle::Retried(&mut *pcr)
+        } else {
+            Settle::Final
+        };
+        if attempt.ending == Ending::Tls {
+            ngx::ngx_log_error!(
+                NGX_LOG_ERR,
+                connection_log(req),
+                "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
+                state.name()
+            );
+        }
+        settle(state, zone, &attempt, how);
+    }
+    // SAFETY: request, upstream and peer are live in peer.free.
+    unsafe { limit::attempt_ended(state, req, u, pcr, ngx_state, &attempt) };
 }
 
 /// How an attempt ended for its request.

@@ -33,6 +33,7 @@ pub use reload::Wanted;
 pub use table::{Entry, Locked, Missing};
 
 use node::Node;
+pub use slot::RawGate;
 use slot::Slot;
 
 /// Longest upstream name a breaker key can hold.
@@ -249,6 +250,17 @@ impl Zone {
     pub fn admit_unlocked(&self, handle: Handle, key_hash: u64, now_ms: u64) -> Option<Admission> {
         let slot = self.slot_of(handle)?;
         let gate = slot.read_gate(handle.ident, key_hash)?;
+        Self::admit_gate(slot, gate, now_ms)
+    }
+
+    /// [`Zone::admit_unlocked`] with the gate [`Zone::raw_gate`] read.
+    #[inline(always)]
+    pub fn admit_raw(&self, handle: Handle, raw: RawGate, now_ms: u64) -> Option<Admission> {
+        Self::admit_gate(self.slot_of(handle)?, raw.gate(), now_ms)
+    }
+
+    #[inline(always)]
+    fn admit_gate(slot: &Slot, gate: Gate, now_ms: u64) -> Option<Admission> {
         // Only a ramp draws a share.
         let rnd = if matches!(gate, Gate::Ramp { .. }) {
             crate::clock::rnd()
@@ -262,6 +274,14 @@ impl Zone {
             _ => {}
         }
         Some(admission)
+    }
+
+    /// The gate the breaker `handle` names last published, not yet decoded, read without the
+    /// lock (inline: a closed breaker's pass is told by one more comparison), or `None` as for
+    /// [`Zone::admit_unlocked`].
+    #[inline(always)]
+    pub fn raw_gate(&self, handle: Handle, key_hash: u64) -> Option<RawGate> {
+        self.slot_of(handle)?.read_raw(handle.ident, key_hash)
     }
 
     /// The gate the breaker `handle` names last published, read without the lock and without
