@@ -220,11 +220,11 @@ pub fn init_process(cycle: &ngx_cycle_t) {
         return;
     };
     // SAFETY: upstream confs live as long as the configuration.
-    if !mcf
+    let limited = mcf
         .upstreams
         .iter()
-        .any(|&s| unsafe { (*s).limit.is_some() })
-    {
+        .any(|&s| unsafe { (*s).limit.is_some() });
+    if !limited {
         return;
     }
     let Some(zone) = mcf.zone() else {
