@@ -44,6 +44,19 @@ impl HttpModule for Module {
     }
 }
 
+impl Module {
+    /// The module's main conf in a process that serves requests (a worker, or nginx without
+    /// a master): `None` in the cache manager and loader, which run `init_process` too.
+    pub fn serving_main_conf(cycle: &nginx_sys::ngx_cycle_t) -> Option<&MainConf> {
+        // SAFETY: a plain integer nginx sets before init_process runs.
+        let process = unsafe { nginx_sys::ngx_process } as u32;
+        if process != nginx_sys::NGX_PROCESS_WORKER && process != nginx_sys::NGX_PROCESS_SINGLE {
+            return None;
+        }
+        Module::main_conf(cycle)
+    }
+}
+
 // SAFETY: the http main conf slot holds what `Module::create_main_conf` (ngx's default, registered
 // in lib.rs) allocates: a `MainConf`.
 unsafe impl HttpModuleMainConf for Module {

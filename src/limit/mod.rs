@@ -25,8 +25,7 @@
 use core::cell::UnsafeCell;
 
 use circuit_breaker_core::limit::{LimitConfig, Samples};
-use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR, NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER};
-use ngx::http::HttpModuleMainConf;
+use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
@@ -207,16 +206,12 @@ impl Registry {
 /// for every slot the zone has, so that a breaker's first request allocates nothing.
 ///
 /// Memory malloc'd while a request's pool is live lands above that pool on the heap and
-/// outlives it: glibc then serves every later request pool from its bins rather than the top
-/// chunk: `scripts/bench-instructions` counted 246 instructions more per request
-/// (closed_limit 20 698 with the tables grown at the first request, 20 452 sized here).
+/// outlives it, and glibc may then serve later request pools from its bins rather than its
+/// top chunk: `scripts/bench-instructions` counted 246 instructions more per request with
+/// the tables grown at the first request (closed_limit 20 698 against 20 452 sized here, on
+/// one build; such glibc figures move with the heap's layout, see the README's "Cost").
 pub fn init_process(cycle: &ngx_cycle_t) {
-    // SAFETY: a plain integer nginx sets before init_process runs.
-    let process = unsafe { nginx_sys::ngx_process } as u32;
-    if process != NGX_PROCESS_WORKER && process != NGX_PROCESS_SINGLE {
-        return;
-    }
-    let Some(mcf) = Module::main_conf(cycle) else {
+    let Some(mcf) = Module::serving_main_conf(cycle) else {
         return;
     };
     // SAFETY: upstream confs live as long as the configuration.

@@ -32,8 +32,7 @@ use std::rc::Rc;
 
 use circuit_breaker_core::breaker::Ticket;
 use circuit_breaker_core::probe::{self, Look};
-use nginx_sys::{ngx_cycle_t, NGX_LOG_ERR, NGX_LOG_INFO, NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER};
-use ngx::http::HttpModuleMainConf;
+use nginx_sys::{ngx_cycle_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::log::ngx_cycle_log;
 
 use crate::clock::{mono_ms, rnd};
@@ -57,12 +56,7 @@ const LOCK_BATCH: usize = 256;
 /// Starts the prober in a worker process (`init_process`), if any upstream has `probe_uri`.
 /// Cache manager and loader processes never probe.
 pub fn start(cycle: &ngx_cycle_t) {
-    // SAFETY: a plain integer nginx sets before init_process runs.
-    let process = unsafe { nginx_sys::ngx_process } as u32;
-    if process != NGX_PROCESS_WORKER && process != NGX_PROCESS_SINGLE {
-        return;
-    }
-    let Some(mcf) = Module::main_conf(cycle) else {
+    let Some(mcf) = Module::serving_main_conf(cycle) else {
         return;
     };
     let targets = target::collect(mcf);
