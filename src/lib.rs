@@ -45,9 +45,11 @@ unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: nginx passes the configuration being parsed, inside the http block; postconfiguration
-    // runs after the upstream module's init_main_conf, so every upstream's balancer (and its
-    // peer.init) is set, as the callees ask.
+    // Postconfiguration runs after the upstream module's init_main_conf: every upstream's
+    // balancer (and its peer.init) is set, as the callees ask.
+
+    // SAFETY: nginx passes the configuration being parsed, inside the http block, with every
+    // upstream's balancer set (above).
     guard(NGX_ERROR as ngx_int_t, || unsafe {
         let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
         if rc != NGX_OK as ngx_int_t {

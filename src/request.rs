@@ -324,10 +324,11 @@ fn attach_with<'r>(
     // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
     // the log phase: it gives back what the request holds, then keeps the state for reuse.
     let state = SPARES.take(fresh).as_ptr();
+    // The record is linked in as `ngx_pool_cleanup_add` links its own, first in the list,
+    // which nginx only walks (running handlers, reading `next`), never freeing a record.
+
     // SAFETY: the request pool is live, and so is the state (it outlives the pool: see
-    // `release`). The record is linked in as `ngx_pool_cleanup_add` links its own, first
-    // in the list, which nginx only walks (running handlers, reading `next`) and never
-    // frees record by record.
+    // `release`); the record is linked as nginx links its own (above).
     unsafe {
         (*state).cleanup.data = state.cast();
         (*state).cleanup.next = (*r.pool).cleanup;
@@ -419,9 +420,11 @@ pub fn attach_rejected(r: &mut ngx_http_request_t, route: &Route, label: Label) 
         return false;
     };
     let kept = kept.as_ptr();
-    // SAFETY: a fresh pool allocation of a `KeptRejected`, living as long as the pool, which
-    // we fill whole; its cleanup record is linked in first, as `ngx_pool_cleanup_add` links
-    // its own (nginx only walks the list, never frees a record).
+    // Its cleanup record is linked in first, as `ngx_pool_cleanup_add` links its own (nginx
+    // only walks the list, never frees a record).
+
+    // SAFETY: a fresh pool allocation of a `KeptRejected`, living as long as the pool, which we
+    // fill whole; its record linked as nginx links its own (above).
     unsafe {
         kept.write(KeptRejected {
             cleanup: ngx_pool_cleanup_t {

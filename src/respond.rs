@@ -51,9 +51,11 @@ fn push_headers2(
     if list.size != core::mem::size_of::<ngx_table_elt_t>() || last.nelts + 2 > list.nalloc {
         return push_header(list, first.0, first.1) && push_header(list, second.0, second.1);
     }
-    // SAFETY: as ngx_list_push does: the part's `elts` holds `nalloc` elements of `size`
-    // bytes (checked to be ngx_table_elt_t's above), of which the first `nelts` are in use;
-    // the two after them are free and become ours once `nelts` counts them.
+    // As ngx_list_push does: the part's `elts` holds `nalloc` elements of `size` bytes
+    // (checked to be ngx_table_elt_t's above), of which the first `nelts` are in use.
+
+    // SAFETY: the two elements after the first `nelts` are free (checked above) and become
+    // ours once `nelts` counts them.
     let h = unsafe { last.elts.cast::<ngx_table_elt_t>().add(last.nelts) };
     last.nelts += 2;
     // SAFETY: the two elements just claimed, which we fill whole.

@@ -21,7 +21,7 @@
 
 mod peers;
 
-pub use peers::ReadLock;
+pub use peers::PeersLock;
 
 use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket, Why};
 use circuit_breaker_core::eject::{self, Move};
@@ -212,9 +212,8 @@ pub unsafe fn server_of(pool: &Pool, name: *const ngx_str_t) -> Option<u16> {
     if let Some(p) = map.iter().find(|p| core::ptr::eq(p.name, name)) {
         return Some(p.server);
     }
-    // SAFETY: `name` is null or the chosen peer's name (this fn's contract), which lives at least
-    // as long as the attempt. A peer built after the map (an upstream `zone` that resolves
-    // names) is found by address.
+    // SAFETY: `name` is null or the chosen peer's name (this fn's contract), live for the attempt.
+    // A peer built after the map (a `zone` that resolves names) is found by address.
     let name = unsafe { name.as_ref() }?.as_bytes();
     pool.servers
         .iter()

@@ -78,9 +78,11 @@ pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> b
 #[inline]
 unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: `uscf.peer.data` is round robin's live, non-null peers list (this fn's contract);
     // `config` is null, or a counter in the upstream zone that other workers change under the
     // peers' lock: a word read, atomic on every platform nginx runs on, and only compared.
+
+    // SAFETY: `uscf.peer.data` is round robin's live, non-null peers list (this fn's
+    // contract); `config`, if set, is only read as a word (above).
     unsafe {
         let c = (*peers).config;
         (!c.is_null()).then(|| core::ptr::read_volatile(c))
@@ -93,32 +95,56 @@ unsafe fn config(_uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     None
 }
 
-/// A peers list's read lock (an upstream `zone`'s; none without one), held until dropped.
-pub struct ReadLock(*mut ngx_http_upstream_rr_peers_t);
+/// A peers list's lock (an upstream `zone`'s rwlock; none without one), held until dropped.
+/// A raw pointer, not a reference: other workers change the lock word while it is held.
+pub struct PeersLock(*mut ngx_http_upstream_rr_peers_t);
 
-impl ReadLock {
+impl PeersLock {
     /// Takes the read lock of `peers`.
     ///
     /// # Safety
     /// `peers` must be a live round-robin peers list, not written through a reference while
     /// the lock is held.
-    pub unsafe fn new(peers: *mut ngx_http_upstream_rr_peers_t) -> ReadLock {
+    pub unsafe fn read(peers: *mut ngx_http_upstream_rr_peers_t) -> PeersLock {
+        // SAFETY: this fn's contract is `take`'s.
+        unsafe { PeersLock::take(peers, false) }
+    }
+
+    /// Takes the write lock of `peers`.
+    ///
+    /// # Safety
+    /// `peers` must be a live round-robin peers list, not referenced while the lock is taken.
+    unsafe fn write(peers: *mut ngx_http_upstream_rr_peers_t) -> PeersLock {
+        // SAFETY: this fn's contract is `take`'s.
+        unsafe { PeersLock::take(peers, true) }
+    }
+
+    /// # Safety
+    /// `peers` must be a live round-robin peers list, not referenced while the lock is taken.
+    unsafe fn take(peers: *mut ngx_http_upstream_rr_peers_t, write: bool) -> PeersLock {
         #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: `peers` is a live round-robin list (this fn's contract); its rwlock is in
-        // the upstream zone when `shpool` is set, taken as nginx's own rlock macro does.
+        // SAFETY: `peers` is live (this fn's contract); its rwlock is in the upstream zone when
+        // `shpool` is set, taken as nginx's own rlock and wlock macros do.
         unsafe {
             if !(*peers).shpool.is_null() {
-                nginx_sys::ngx_rwlock_rlock(core::ptr::addr_of_mut!((*peers).rwlock));
+                let lock = core::ptr::addr_of_mut!((*peers).rwlock);
+                if write {
+                    nginx_sys::ngx_rwlock_wlock(lock);
+                } else {
+                    nginx_sys::ngx_rwlock_rlock(lock);
+                }
             }
         }
-        ReadLock(peers)
+        #[cfg(not(ngx_http_upstream_zone))]
+        let _ = write;
+        PeersLock(peers)
     }
 }
 
-impl Drop for ReadLock {
+impl Drop for PeersLock {
     fn drop(&mut self) {
         #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: `self.0` is the live list `new` locked (its contract); the same `shpool`
+        // SAFETY: `self.0` is the live list `take` locked (its contract); the same `shpool`
         // test releases exactly the lock it took.
         unsafe {
             if !(*self.0).shpool.is_null() {
@@ -147,7 +173,7 @@ pub unsafe fn copy_peer(
     let lists = unsafe { lists(uscf) };
     // SAFETY: each list is null (skipped) or live, and nothing here writes it through a
     // reference.
-    let _locks = lists.map(|l| (!l.is_null()).then(|| unsafe { ReadLock::new(l) }));
+    let _locks = lists.map(|l| (!l.is_null()).then(|| unsafe { PeersLock::read(l) }));
     // SAFETY: `uscf` keeps round-robin peers (this fn's contract); read under the locks, so no
     // change slips in between this check and the copy.
     if unsafe { moved(uscf, local) } {
@@ -184,39 +210,6 @@ pub unsafe fn copy_peer(
     }
 }
 
-/// Holds a peers list's write lock (an upstream `zone`'s; none without one) until dropped.
-/// A raw pointer, not a reference: other workers change the lock word while it is held.
-struct Write(*mut ngx_http_upstream_rr_peers_t);
-
-impl Write {
-    /// # Safety
-    /// `list` must be a live round-robin peers list, not referenced while the lock is taken.
-    unsafe fn lock(list: *mut ngx_http_upstream_rr_peers_t) -> Write {
-        #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: `list` is live (this fn's contract); its rwlock is in the upstream zone when
-        // `shpool` is set, taken as nginx's own wlock macro does.
-        unsafe {
-            if !(*list).shpool.is_null() {
-                nginx_sys::ngx_rwlock_wlock(core::ptr::addr_of_mut!((*list).rwlock));
-            }
-        }
-        Write(list)
-    }
-}
-
-impl Drop for Write {
-    fn drop(&mut self) {
-        #[cfg(ngx_http_upstream_zone)]
-        // SAFETY: `self.0` is the live list `lock` locked; the same `shpool` test releases
-        // exactly the lock it took.
-        unsafe {
-            if !(*self.0).shpool.is_null() {
-                nginx_sys::ngx_rwlock_unlock(core::ptr::addr_of_mut!((*self.0).rwlock));
-            }
-        }
-    }
-}
-
 /// Marks each peer of a server that is out `down` ([`EJECTED`]) and clears the mark of each
 /// that is back in (a dry run marks nothing), rebuilding the map of peers to servers first
 /// when there is none or an upstream `zone` changed its peers; counts the peers left out.
@@ -243,7 +236,7 @@ pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
         }
         // SAFETY: a peers list of the upstream, which lives as long as its configuration;
         // other workers change it only under this lock; no reference to it is held.
-        let _w = unsafe { Write::lock(list) };
+        let _w = unsafe { PeersLock::write(list) };
         // SAFETY: the list is locked; its head pointer is only read.
         let mut p = unsafe { (*list).peer };
         // SAFETY: the list's peers, which its lock (held) keeps in place.

@@ -214,11 +214,9 @@ pub fn init_process(cycle: &ngx_cycle_t) {
     let Some(mcf) = Module::serving_main_conf(cycle) else {
         return;
     };
+    let upstreams = &mcf.upstreams;
     // SAFETY: upstream confs live as long as the configuration.
-    let limited = mcf
-        .upstreams
-        .iter()
-        .any(|&s| unsafe { (*s).limit.is_some() });
+    let limited = upstreams.iter().any(|&s| unsafe { (*s).limit.is_some() });
     if !limited {
         return;
     }

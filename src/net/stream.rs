@@ -91,10 +91,12 @@ impl Shared {
         }
         #[cfg(ngx_ssl)]
         shutdown_tls(c);
-        // SAFETY: `c` is the open connection this peer connection made; clearing the pointer
-        // first makes the close happen once. ngx_close_connection removes its events and
-        // timers and returns it to the free list; the log it uses (ours) is still alive. The
-        // pool, when TLS made one, is the connection's own and is used by nothing else.
+        // Clearing the pointer first makes the close happen once. ngx_close_connection removes
+        // its events and timers and returns it to the free list; the log (ours) is still alive.
+        // The pool, when TLS made one, is the connection's own and used by nothing else.
+
+        // SAFETY: `c` is the open connection this peer connection made, closed once (above);
+        // its pool, if any, is its own.
         unsafe {
             (*self.pc.get()).connection = ptr::null_mut();
             let pool = (*c).pool;
@@ -150,9 +152,8 @@ impl Stream {
             failure: Cell::new(None),
         });
         let data = Rc::as_ptr(&shared).cast_mut().cast::<c_void>();
-        // SAFETY: nothing references these cells yet. The pointers stored point into the Rc
-        // allocation, which does not move and outlives the connection (Stream closes it
-        // before letting go).
+        // SAFETY: nothing references these cells yet; the pointers point into the Rc allocation,
+        // which does not move and outlives the connection (Stream closes it before letting go).
         unsafe {
             (*shared.log.get()).data = data;
             let pc = &mut *shared.pc.get();
@@ -332,9 +333,8 @@ impl hyper::rt::Read for Stream {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        // SAFETY: the cursor's unfilled part is writable memory of `remaining()` bytes; `recv`
-        // (ngx_unix_recv or ngx_ssl_recv, set by nginx on every connection) writes at most that
-        // many and returns how many it wrote.
+        // SAFETY: the cursor's unfilled part is `remaining()` writable bytes; `recv` (set by nginx
+        // on every connection) writes at most that many and returns how many it wrote.
         let n = unsafe {
             let dst = buf.as_mut();
             match (*c).recv {

@@ -52,9 +52,11 @@ impl Tls {
 /// Performs the TLS handshake on a connected stream.
 pub(super) async fn handshake(stream: &Stream, tls: &Tls) -> Result<(), Error> {
     let c = stream.raw()?;
-    // SAFETY: `c` is the stream's open connection, with our log. nginx allocates the SSL
-    // connection state from `c->pool`, which a fresh peer connection lacks; Shared::close
-    // destroys it after closing.
+    // nginx allocates the SSL connection state from `c->pool`, which a fresh peer connection
+    // lacks; Shared::close destroys it after closing.
+
+    // SAFETY: `c` is the stream's open connection, with our log; the pool made here is its own
+    // (above).
     unsafe {
         let pool = ngx_create_pool(POOL_SIZE, (*c).log);
         if pool.is_null() {

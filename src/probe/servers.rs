@@ -3,7 +3,7 @@
 
 use nginx_sys::{ngx_http_upstream_rr_peers_t, ngx_http_upstream_srv_conf_t};
 
-use crate::eject::ReadLock;
+use crate::eject::PeersLock;
 use crate::net::Peer;
 
 /// The upstream's primary servers (backups are for when the primaries fail, not for
@@ -14,15 +14,14 @@ use crate::net::Peer;
 /// `uscf` must be an upstream block of this worker's configuration.
 pub unsafe fn primaries(uscf: &ngx_http_upstream_srv_conf_t) -> Option<Vec<(Peer, bool)>> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
-    // SAFETY: `uscf` is a live upstream block of this worker's configuration (this fn's contract),
-    // so `peer.data` is null or what its balancer's init_upstream stored; only its `name` is read
-    // until it is known to be round-robin peers.
+    // SAFETY: `uscf` is a live upstream block (this fn's contract): `peer.data` is null or its
+    // balancer's; only `name` is read until it is known to be round robin's peers.
     if !is_round_robin(uscf, unsafe { peers.as_ref()? }) {
         return None;
     }
     // SAFETY: round-robin peers, live with the configuration; no reference to them is held
     // while the lock word changes.
-    let _shared = unsafe { ReadLock::new(peers) };
+    let _shared = unsafe { PeersLock::read(peers) };
     // SAFETY: `peers` is the live round-robin list just locked; its head pointer is only read.
     let mut peer = unsafe { (*peers).peer };
     let mut out = Vec::new();
@@ -59,7 +58,7 @@ pub unsafe fn named(uscf: &ngx_http_upstream_srv_conf_t, name: &[u8]) -> Option<
             continue;
         }
         // SAFETY: a live round-robin list (checked above), not referenced while locking.
-        let _shared = unsafe { ReadLock::new(list) };
+        let _shared = unsafe { PeersLock::read(list) };
         // SAFETY: a list of round-robin peers, read under its own lock when it lives in a
         // zone.
         let mut peer = unsafe { (*list).peer };

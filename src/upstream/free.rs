@@ -55,9 +55,8 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event loop,
-    // which is running us. The attempt started when `ngx_http_upstream_connect` set
-    // `u->start_time`.
+    // SAFETY: a plain global only this worker's event loop writes, and it runs us. The attempt
+    // started when `ngx_http_upstream_connect` set `u->start_time`.
     let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
     // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
     // asks.
@@ -87,9 +86,8 @@ unsafe fn free_any(
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    // SAFETY: `ngx_current_msec` is a plain global written only by this worker's event
-    // loop, which is running us. The attempt started when `ngx_http_upstream_connect` set
-    // `u->start_time`, right before it asked `peer.get`.
+    // SAFETY: a plain global only this worker's event loop writes, and it runs us. The attempt
+    // started when `ngx_http_upstream_connect` set `u->start_time`, before `peer.get`.
     let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
     // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
     // asks.

@@ -202,9 +202,8 @@ unsafe fn init_asked(
                 limit::release(state);
                 return rc;
             }
-            // SAFETY: the request's upstream, live in peer.init; the borrow taken before the
-            // init is not used past it. Borrowed afresh: the balancer's init wrote
-            // `r->upstream->peer`.
+            // SAFETY: the request's upstream, live in peer.init; the earlier borrow is not used
+            // past the init. Borrowed afresh: the balancer's init wrote `r->upstream->peer`.
             let u = unsafe { &mut *(*r).upstream };
             wrap_balancer(u, state);
             if probe {

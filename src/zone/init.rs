@@ -57,8 +57,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
             return NGX_ERROR as ngx_int_t;
         }
         // SAFETY: nginx sets ngx_test_config from its command line, before reading any
-        // configuration, and only reads it afterwards. Once per new zone, not on every
-        // `nginx -t`, which sets up zones too.
+        // configuration. Once per new zone, not on every `nginx -t`, which sets up zones too.
         if unsafe { nginx_sys::ngx_test_config } == 0 {
             ngx::ngx_log_error!(
                 NGX_LOG_NOTICE,

@@ -332,9 +332,8 @@ impl<'z> Locked<'z> {
         };
         let h = self.header();
         let epoch = h.epochs.fetch_add(1, Ordering::Relaxed).wrapping_add(1) as u32;
-        // SAFETY: `n` is a fresh allocation of node_layout (16-aligned, which covers Node,
-        // BreakerHeader and Bucket), `names` one of the names' length; nothing else can reach
-        // either until the node is linked below.
+        // SAFETY: `n` is a fresh, 16-aligned allocation of node_layout, `names` one of the names'
+        // length; nothing else can reach either until the node is linked below.
         unsafe {
             ptr::copy_nonoverlapping(key.upstream.as_ptr(), names.as_ptr(), key.upstream.len());
             ptr::copy_nonoverlapping(
