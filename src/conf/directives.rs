@@ -81,15 +81,14 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
     &all[1..]
 }
 
-/// Words as `&str`; nginx allows any bytes, our parameters are ASCII.
-fn words(args: &[ngx_str_t]) -> Result<Vec<&str>, ConfError> {
-    args.iter()
-        .map(|a| {
-            a.to_str().map_err(|_| {
-                ConfError::InvalidParameter(String::from_utf8_lossy(a.as_bytes()).into_owned())
-            })
-        })
-        .collect()
+/// The directive's arguments as text, or an error naming the first that is not UTF-8. An
+/// iterator rather than a `Vec`, so that parsing allocates nothing (see `directive::Seen`).
+fn words(args: &[ngx_str_t]) -> Result<impl Iterator<Item = &str> + Clone, ConfError> {
+    if let Some(bad) = args.iter().find(|a| a.to_str().is_err()) {
+        let text = String::from_utf8_lossy(bad.as_bytes()).into_owned();
+        return Err(ConfError::InvalidParameter(text));
+    }
+    Ok(args.iter().map(|a| a.to_str().unwrap_or_default()))
 }
 
 fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {

@@ -97,7 +97,7 @@ pub fn parse_fleet_args<'a>(
     let mut fanout: Option<usize> = None;
     let mut uri = DEFAULT_URI.to_owned();
     let mut secret = None;
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen = crate::directive::Seen::new();
     for word in words {
         let Some((key, v)) = word.split_once('=') else {
             let a = parse_address(word)
@@ -111,7 +111,7 @@ pub fn parse_fleet_args<'a>(
             addresses.push(a);
             continue;
         };
-        if seen.contains(&key) {
+        if seen.has(key) {
             return Err(ConfError::Conflict(format!(
                 "duplicate parameter \"{key}\" in \"{DIRECTIVE}\" directive"
             )));
