@@ -781,9 +781,11 @@ mod tests {
                    probe_status=200 probe_timeout=1s limit=adaptive limit_min=2 limit_max=50 \
                    limit_initial=10 limit_tolerance=50% limit_interval=100ms limit_samples=20 \
                    limit_probe=30s retry_budget=20% retry_min=5 dry_run";
-        let params = parse_breaker_args(all.split_whitespace(), &Fixed).expect("every parameter once");
+        let params =
+            parse_breaker_args(all.split_whitespace(), &Fixed).expect("every parameter once");
         assert!(params.cfg.dry_run && params.limit.is_some());
-        let err = parse_breaker_args(all.split_whitespace().chain(["retry_min=6"]), &Fixed).unwrap_err();
+        let err =
+            parse_breaker_args(all.split_whitespace().chain(["retry_min=6"]), &Fixed).unwrap_err();
         assert_eq!(
             err.to_string(),
             "duplicate parameter \"retry_min\" in \"circuit_breaker\" directive"
