@@ -537,7 +537,7 @@ impl Limiter {
         } else if self.phase == PHASE_PROBING {
             self.probe(now, elapsed, s, sample, rnd)
         } else {
-            self.gradient(now, s, sample, reached, rnd)
+            self.gradient(now, elapsed, s, sample, reached, rnd)
         };
         self.sample_ms = sample;
         Update {
@@ -613,6 +613,7 @@ impl Limiter {
     fn gradient(
         &mut self,
         now: u64,
+        elapsed: u64,
         s: &Samples,
         sample: f64,
         reached: bool,
@@ -653,14 +654,19 @@ impl Limiter {
             // the limit.
             target = target.max(2.0 * l);
         }
-        if raw < 1.0 {
-            // Latency beyond the tolerance is a queue: the limit may fall, never rise (it
-            // "rises while latency stays near its minimum", as Vegas holds its window while
-            // the queue is above its alpha). The √ headroom alone lifted a limit the gradient
-            // had just cut, each answer measured a limit older than the one in force, and the
-            // limit cycled by 2-3 around the origin's level, every rise a burst into its
-            // queue (`tests/limit_sim.rs`, the lab's overload: time to protect 0-4.3 s over
-            // 8 seeds; 0-0.8 s with the hold).
+        // Requests in flight on average over the interval (Little's law: answers per
+        // millisecond times their mean latency).
+        let held = elapsed > 0 && f64::from(s.count) * sample / elapsed as f64 >= l / 2.0;
+        if raw < 1.0 && held {
+            // The origin is held at the limit and its latency shows a queue beyond the
+            // tolerance: the limit may fall, never rise (it "rises while latency stays near
+            // its minimum", as Vegas holds its window while the queue is above its alpha).
+            // The √ headroom alone lifted a limit the gradient had just cut, each answer
+            // measured a limit older than the one in force, and the limit cycled by 2-3
+            // around the origin's level, every rise a burst into its queue
+            // (`tests/limit_sim.rs`, the lab's overload). A limit only bursts reach, with
+            // the origin idle on average, still grows by its headroom: the bursts' own
+            // queueing at the origin is no reason to shed the next burst.
             target = target.min(l);
         }
         let used = 2.0 * f64::from(s.inflight_max);
@@ -836,6 +842,18 @@ mod tests {
                 .record(self.now, &s, u32::MAX / 2)
                 .expect("an interval ended")
         }
+        /// An interval in which the origin is held at the limit: as many requests in flight
+        /// on average as the limit allows (Little's law), each `latency_ms` long.
+        fn held(&mut self, latency_ms: u64) -> Update {
+            let limit = self.l.limit();
+            let elapsed = 100.max(self.l.sample_ms as u64);
+            self.now += elapsed;
+            let n = (u64::from(limit) * elapsed).div_ceil(latency_ms) as u32;
+            let s = samples(n.max(20), latency_ms, limit);
+            self.l
+                .record(self.now, &s, u32::MAX / 2)
+                .expect("an interval ended")
+        }
         /// An interval in which demand meets the limit.
         fn saturated(&mut self, latency_ms: u64) -> Update {
             let limit = self.l.limit();
@@ -914,7 +932,7 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_beyond_the_tolerance_holds_the_limit_and_one_within_it_grows_it() {
+    fn a_queue_beyond_the_tolerance_holds_a_held_limit_and_one_within_it_grows_it() {
         let mut st = Story::new(LimitConfig {
             limit_max: 100,
             ..LimitConfig::default()
@@ -926,14 +944,20 @@ mod tests {
         let u = st.saturated(30);
         assert!(u.to < u.from);
         let held = st.l.limit();
-        // 13 ms against 12.5 tolerated: a queue, too short to cut (the limit · 0.96 and its
-        // root are above the limit), and no reason to let in more.
+        // 13 ms against 12.5 tolerated, the origin held at the limit: a queue, too short to
+        // cut (the limit · 0.96 and its root are above the limit), and no reason to let in
+        // more.
         for _ in 0..20 {
-            let u = st.saturated(13);
+            let u = st.held(13);
             assert_eq!((u.from, u.to), (held, held));
         }
-        // Within the tolerance it grows.
-        let u = st.saturated(12);
+        // The same latency when only bursts reach the limit (20 answers in 100 ms: 2.6 in
+        // flight on average): the headroom grows it, so the next burst is not shed.
+        let u = st.saturated(13);
+        assert!(u.to > held, "{} → {}", u.from, u.to);
+        // Within the tolerance a held limit grows.
+        let held = st.l.limit();
+        let u = st.held(12);
         assert!(u.to > held, "{} → {}", u.from, u.to);
     }
 
