@@ -421,7 +421,9 @@ pub struct Limiter {
     phase: u8,
     /// Until the first cut, the limit doubles while latency allows.
     slow_start: u8,
-    _pad: [u8; 6],
+    /// During a pinned measurement: the pin was halved at least once.
+    halved: u8,
+    _pad: [u8; 5],
 }
 
 /// Size of a [`Limiter`] in shared memory, bytes.
@@ -453,7 +455,8 @@ impl Limiter {
             clamped: 0,
             phase: PHASE_NORMAL,
             slow_start: 1,
-            _pad: [0; 6],
+            halved: 0,
+            _pad: [0; 5],
         }
     }
 
@@ -573,8 +576,15 @@ impl Limiter {
         let lower = (self.pin / 2).max(self.cfg.limit_min);
         // Latency that fell with the pin by more than the tolerance was still a queue.
         let falling = sample * self.tolerated() < self.probe_ref_ms;
-        if lower < self.pin && falling {
-            // Latency fell with the concurrency: still a queue; halve again.
+        // A floor above the last one beyond the tolerance is checked at half the pin once: a
+        // pin above the origin's own concurrency keeps a queue at the origin, out of sight
+        // of in-flight (a periodic measurement's half limit, at the moment the origin slowed
+        // down: the lab took 85 ms for a 30 ms origin, and the limit rose to 40). A latency
+        // that then falls was that queue, and the halving goes on.
+        let rose = self.halved == 0 && sample > self.min_ms * self.tolerated();
+        if lower < self.pin && (falling || rose) {
+            // Latency fell with the concurrency, or has yet to show it does not: halve again.
+            self.halved = 1;
             self.pin = lower;
             self.probe_ref_ms = sample;
             return MinChange::ProbeHalved;
@@ -700,6 +710,7 @@ impl Limiter {
                 pin = pin.min(l * raw);
             }
             self.pin = (pin as u32).max(self.cfg.limit_min);
+            self.halved = 0;
             self.phase = PHASE_PROBING;
             change = MinChange::ProbeStarted;
         }
@@ -1005,11 +1016,21 @@ mod tests {
         assert_eq!(u.min_change, MinChange::ProbeStarted);
         assert!(st.l.view().probing);
         assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
-        let u = st.saturated(60);
+        // Drained at once, nothing falling; a floor that rose is confirmed at halved pins
+        // down to `limit_min`, where it is taken.
+        let mut changes = Vec::new();
+        loop {
+            let u = st.saturated(60);
+            changes.push(u.min_change);
+            if u.min_change != MinChange::ProbeHalved {
+                break;
+            }
+        }
+        assert_eq!(changes.last(), Some(&MinChange::Probed), "{changes:?}");
         assert_eq!(
-            u.min_change,
-            MinChange::Probed,
-            "drained at once, nothing still falling"
+            changes,
+            [MinChange::ProbeHalved, MinChange::Probed],
+            "checked once"
         );
         assert_eq!(st.l.min_latency_ms(), 60.0);
         // From the new floor the limit grows back to the origin's share.
@@ -1134,6 +1155,45 @@ mod tests {
         assert!(pins.windows(2).all(|w| w[1] <= w[0]), "{pins:?}");
         assert!(*pins.last().unwrap() <= 10, "down to the knee: {pins:?}");
         assert_eq!(st.l.min_latency_ms(), 10.0);
+    }
+
+    #[test]
+    fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
+        let mut st = Story::new(LimitConfig {
+            limit_max: 20,
+            ..LimitConfig::default()
+        });
+        while st.l.view().remeasures == 0 {
+            st.saturated(5);
+        }
+        while st.l.limit() < 20 {
+            st.saturated(5);
+        }
+        // The periodic measurement comes due just as the origin (4 workers) slows to 30 ms:
+        // at its pin of 10, 6 requests wait at the origin, out of the limit's sight.
+        while !st.l.view().probing {
+            st.now += 1_000;
+            st.saturated(5);
+        }
+        let pin = st.l.limit();
+        assert_eq!(pin, 10);
+        let at = |n: u32| 30 * u64::from(n.max(4)) / 4;
+        let u = st.step(at(pin), pin);
+        assert_eq!(
+            u.min_change,
+            MinChange::ProbeHalved,
+            "75 ms is no 5 ms floor"
+        );
+        let mut last = u;
+        while last.min_change == MinChange::ProbeHalved || last.min_change == MinChange::None {
+            let pin = st.l.limit();
+            last = st.step(at(pin), pin);
+        }
+        assert_eq!(last.min_change, MinChange::Probed);
+        assert_eq!(
+            last.min_latency_ms, 30.0,
+            "the origin's own latency, not its queue's"
+        );
     }
 
     #[test]

@@ -518,6 +518,8 @@ impl<'a> Breaker<'a> {
             State::Closed => Gate::Pass,
             // A dry run counts what it would have rejected, under the lock.
             _ if h.cfg.dry_run => Gate::Ask,
+            // A deadline the clock saturated would read as forced open's `u64::MAX`.
+            State::Open if h.retry_at_ms == u64::MAX => Gate::Ask,
             State::Open if h.cfg.active => Gate::Reject {
                 until_ms: h.retry_at_ms,
                 wait_ms: u64::from(h.cfg.probe_interval_ms).max(1),
