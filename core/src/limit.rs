@@ -845,6 +845,18 @@ mod tests {
                 now: T0,
             }
         }
+        /// A controller of `limit_max`, saturated at `latency_ms` until it has measured its
+        /// minimum once.
+        fn measured(limit_max: u32, latency_ms: u64) -> Story {
+            let mut st = Story::new(LimitConfig {
+                limit_max,
+                ..LimitConfig::default()
+            });
+            while st.l.view().remeasures == 0 {
+                st.saturated(latency_ms);
+            }
+            st
+        }
         /// An interval of 20 answers at `latency_ms` with `inflight` at most in flight.
         fn step(&mut self, latency_ms: u64, inflight: u32) -> Update {
             self.now += 100.max(self.l.sample_ms as u64);
@@ -944,13 +956,7 @@ mod tests {
 
     #[test]
     fn a_queue_beyond_the_tolerance_holds_a_held_limit_and_one_within_it_grows_it() {
-        let mut st = Story::new(LimitConfig {
-            limit_max: 100,
-            ..LimitConfig::default()
-        });
-        while st.l.view().remeasures == 0 {
-            st.saturated(10);
-        }
+        let mut st = Story::measured(100, 10);
         // 30 ms: a cut, which also ends slow start.
         let u = st.saturated(30);
         assert!(u.to < u.from);
@@ -1061,13 +1067,7 @@ mod tests {
 
     #[test]
     fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
-        let mut st = Story::new(LimitConfig {
-            limit_max: 40,
-            ..LimitConfig::default()
-        });
-        while st.l.view().remeasures == 0 {
-            st.saturated(5);
-        }
+        let mut st = Story::measured(40, 5);
         for _ in 0..5 {
             st.saturated(5);
         }
@@ -1159,13 +1159,7 @@ mod tests {
 
     #[test]
     fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
-        let mut st = Story::new(LimitConfig {
-            limit_max: 20,
-            ..LimitConfig::default()
-        });
-        while st.l.view().remeasures == 0 {
-            st.saturated(5);
-        }
+        let mut st = Story::measured(20, 5);
         while st.l.limit() < 20 {
             st.saturated(5);
         }
