@@ -462,9 +462,13 @@ pub fn parse_eject_args<'a>(
     units: &dyn Units,
 ) -> Result<Option<EjectSpec>, ConfError> {
     const D: &str = "circuit_breaker_eject";
-    let words: Vec<&str> = words.into_iter().collect();
-    if words == ["off"] {
-        return Ok(None);
+    let mut words = words.into_iter().peekable();
+    if words.next_if_eq(&"off").is_some() {
+        return match words.next() {
+            None => Ok(None),
+            // `off` with other parameters is none of them.
+            Some(_) => Err(ConfError::InvalidParameter("off".to_owned())),
+        };
     }
     let bad = |word: &str, reason: Option<&'static str>| ConfError::InvalidValue {
         directive: D,

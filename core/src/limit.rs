@@ -1022,8 +1022,8 @@ mod tests {
         assert_eq!(u.min_change, MinChange::ProbeStarted);
         assert!(st.l.view().probing);
         assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
-        // Drained at once, nothing falling; a floor that rose is confirmed at halved pins
-        // down to `limit_min`, where it is taken.
+        // Drained at once, nothing falling; a floor that rose is checked once at half the
+        // pin, where latency does not fall, and taken.
         let mut changes = Vec::new();
         loop {
             let u = st.saturated(60);

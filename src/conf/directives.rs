@@ -83,7 +83,7 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
 
 /// The directive's arguments as text, or an error naming the first that is not UTF-8. An
 /// iterator rather than a `Vec`, so that parsing allocates nothing (see `directive::Seen`).
-fn words(args: &[ngx_str_t]) -> Result<impl Iterator<Item = &str> + Clone, ConfError> {
+fn words(args: &[ngx_str_t]) -> Result<impl Iterator<Item = &str>, ConfError> {
     if let Some(bad) = args.iter().find(|a| a.to_str().is_err()) {
         let text = String::from_utf8_lossy(bad.as_bytes()).into_owned();
         return Err(ConfError::InvalidParameter(text));
