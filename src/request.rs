@@ -213,24 +213,29 @@ impl Spares {
     /// cleanup gives it back with [`Spares::put`].
     #[inline(always)]
     fn take(&self, fresh: RequestState) -> NonNull<RequestState> {
-        // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
-        let kept = unsafe { &mut *self.0.get() };
-        let spare = match kept.len.checked_sub(1) {
-            Some(last) => {
-                kept.len = last;
-                NonNull::new(kept.list[last])
-            }
-            None => None,
-        };
-        match spare {
-            Some(p) => {
-                // SAFETY: a spare came from `Box::leak` and nothing else refers to it; the
-                // state holds no resources, so overwriting it drops nothing.
-                unsafe { p.as_ptr().write(fresh) };
-                p
-            }
+        match self.pop() {
+            Some(p) => Self::fill(p, fresh),
             None => NonNull::from(Box::leak(Box::new(fresh))),
         }
+    }
+
+    /// A spare state's memory, if one is kept: to [`Spares::fill`] at once.
+    #[inline(always)]
+    fn pop(&self) -> Option<NonNull<RequestState>> {
+        // SAFETY: single-threaded (see above), and no borrow of the list outlives this call.
+        let kept = unsafe { &mut *self.0.get() };
+        let last = kept.len.checked_sub(1)?;
+        let p = kept.list.get(last).copied().and_then(NonNull::new)?;
+        kept.len = last;
+        Some(p)
+    }
+
+    #[inline(always)]
+    fn fill(p: NonNull<RequestState>, fresh: RequestState) -> NonNull<RequestState> {
+        // SAFETY: a spare came from `Box::leak` and nothing else refers to it; the state
+        // holds no resources, so overwriting it drops nothing.
+        unsafe { p.as_ptr().write(fresh) };
+        p
     }
 
     /// Gives a state back. Its memory stays as it is until the next `take` or `put`.
@@ -285,6 +290,24 @@ pub fn attach_passed<'r>(
     attach_with(r, scf, route, key_hash, handle, true)
 }
 
+/// [`attach_passed`] from a spare state only, with no call: false, with nothing done, when
+/// this worker keeps none (the first requests of a worker, or after a burst).
+#[inline(always)]
+pub fn attach_passed_spare(
+    r: &mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+) -> bool {
+    let Some(p) = SPARES.pop() else {
+        return false;
+    };
+    let state = Spares::fill(p, fresh(r, scf, route, key_hash, handle, true));
+    link(r, state.as_ptr());
+    true
+}
+
 #[inline(always)]
 fn attach_with<'r>(
     r: &'r mut ngx_http_request_t,
@@ -294,7 +317,26 @@ fn attach_with<'r>(
     handle: Handle,
     passed: bool,
 ) -> Option<&'r mut RequestState> {
-    let fresh = RequestState {
+    // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
+    // the log phase: it gives back what the request holds, then keeps the state for reuse.
+    let state = SPARES
+        .take(fresh(r, scf, route, key_hash, handle, passed))
+        .as_ptr();
+    link(r, state);
+    // SAFETY: just written; the returned borrow is tied to the request's.
+    Some(unsafe { &mut *state })
+}
+
+#[inline(always)]
+fn fresh(
+    r: &mut ngx_http_request_t,
+    scf: &SrvConf,
+    route: &Route,
+    key_hash: u64,
+    handle: Handle,
+    passed: bool,
+) -> RequestState {
+    RequestState {
         request: r,
         scf,
         route,
@@ -320,10 +362,12 @@ fn attach_with<'r>(
             data: core::ptr::null_mut(),
             next: core::ptr::null_mut(),
         },
-    };
-    // Owned by the cleanup from here on. It runs when the request pool is destroyed, after
-    // the log phase: it gives back what the request holds, then keeps the state for reuse.
-    let state = SPARES.take(fresh).as_ptr();
+    }
+}
+
+/// Links a state just taken into the request: its cleanup record and the module ctx.
+#[inline(always)]
+fn link(r: &mut ngx_http_request_t, state: *mut RequestState) {
     // The record is linked in as `ngx_pool_cleanup_add` links its own, first in the list,
     // which nginx only walks (running handlers, reading `next`), never freeing a record.
 
@@ -335,8 +379,6 @@ fn attach_with<'r>(
         (*r.pool).cleanup = core::ptr::addr_of_mut!((*state).cleanup);
     }
     set_ctx(r, state);
-    // SAFETY: just written; the returned borrow is tied to the request's.
-    Some(unsafe { &mut *state })
 }
 
 /// What is kept of a request the PRECONTENT phase short-circuited: all that the variables
@@ -487,6 +529,27 @@ pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
 /// [`Rejected`].
 pub fn answered(r: &ngx_http_request_t) -> bool {
     !ctx(r).is_null()
+}
+
+/// Whether the header filter may have `X-Circuit-State` to add, told from the ctx: not
+/// when the PRECONTENT phase short-circuited the request in its current location (the
+/// header went in with its Retry-After), nor when the module never saw it, nor for a state
+/// that has the header or needs none. After an internal redirect, [`find`] must look.
+#[inline(always)]
+pub fn may_note(r: &ngx_http_request_t) -> bool {
+    let ctx = ctx(r);
+    if is_tagged(ctx) {
+        return false;
+    }
+    // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
+    match unsafe { ctx.cast::<RequestState>().as_ref() } {
+        None => r.internal() != 0 || r.filter_finalize() != 0,
+        Some(s) => {
+            !s.header_added
+                && s.label.is_some()
+                && (s.short_circuited || loc_conf(r).is_some_and(|l| l.header == 1))
+        }
+    }
 }
 
 /// What the module told a request: its state, or what is kept of a short-circuit.

@@ -376,6 +376,11 @@ pub struct LocConf {
     pub key_hash: u64,
     /// The location caches upstream responses: a hit or a stale entry may answer while open.
     pub cached: bool,
+    /// The fixed upstream's conf when it has a breaker and the location no cache: the
+    /// PRECONTENT phase answers for such a location. Set when merging, so that the phase
+    /// finds it in one read instead of five (18 instructions per request less,
+    /// `scripts/bench-instructions`, closed and open_503).
+    pub precontent: *const SrvConf,
     /// An `error_page` or `post_action` may move the request on with a new module ctx after
     /// this location answered.
     pub redirects: bool,
@@ -396,6 +401,7 @@ impl Default for LocConf {
             upstream: null_mut(),
             key_hash: 0,
             cached: false,
+            precontent: null_mut(),
             redirects: false,
             hint: Cell::new(Handle::NONE),
         }
@@ -434,8 +440,15 @@ impl Merge for SrvConf {
     }
 }
 
+static DEFAULT: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
+
 /// The route of requests without `circuit_breaker_route`.
 pub fn default_route() -> &'static Route {
-    static DEFAULT: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
     DEFAULT.get_or_init(|| Route::new(DEFAULT_ROUTE))
+}
+
+/// [`default_route`] once made (configuration makes it), with no call.
+#[inline(always)]
+pub fn default_route_made() -> Option<&'static Route> {
+    DEFAULT.get()
 }

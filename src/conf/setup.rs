@@ -142,6 +142,9 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
             if let Some(scf) = Module::server_conf(unsafe { &*ucf.upstream }) {
                 let route = lcf.route.as_ref().unwrap_or_else(|| super::default_route());
                 lcf.key_hash = crate::ffi::key_hash(scf.name_hash, route.hash);
+                if scf.breaker.is_some() && !lcf.cached {
+                    lcf.precontent = scf;
+                }
             }
         }
         None => {

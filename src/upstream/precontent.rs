@@ -8,94 +8,169 @@
 //! are decided in `peer.init`.
 
 use circuit_breaker_core::breaker::Admission;
+use circuit_breaker_core::snapshot::State;
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR};
-use ngx::http::HttpModuleServerConf;
 
 use crate::clock::mono_ms;
-use crate::conf::Module;
-use crate::conf::{LocConf, SrvConf};
+use crate::conf::LocConf;
 use crate::ffi::guard;
 use crate::request::{self, Label};
 use crate::respond;
-use crate::zone::{Handle, RawGate, Zone};
+use crate::zone::{Handle, Zone};
 
+/// No guard around the whole: this part only reads confs, the request's ctx and the gate,
+/// and nothing in it can panic; each branch that does more has its own, and is `extern "C"`
+/// (it cannot unwind), so that it is a tail call with nothing to save first: 15
+/// instructions per short-circuit less (`scripts/bench-instructions`, open_503).
 pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx runs phase handlers with a live request.
+    let req = unsafe { &mut *r };
+    let Some(lcf) = request::loc_conf(req) else {
+        return NGX_DECLINED as ngx_int_t;
+    };
+    // SAFETY: null, or a fixed upstream's conf (set when merging), which lives as long as
+    // the configuration.
+    let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
+        return NGX_DECLINED as ngx_int_t;
+    };
+    if scf.original_init.is_none() || request::answered(req) {
+        return NGX_DECLINED as ngx_int_t;
+    }
+    // The common case, a closed breaker: the state is created here, with what this phase
+    // already found (the conf, the route, the breaker's handle), and peer.init does not ask
+    // again. 40 instructions per closed request less than a mark that peer.init follows
+    // (`scripts/bench-instructions`, closed).
+    let handle = lcf.hint.get();
+    // The gate read once, inline, and a pass told by its mode alone: 34 instructions per
+    // closed request less than asking `admit_unlocked` (`scripts/bench-instructions`); a
+    // cooldown apart, from the same reading. Until peer.init has found the breaker (the
+    // hint), there is no gate, and peer.init asks.
+    if let Some(g) = Zone::raw_gate(handle, lcf.key_hash) {
+        if g.passes() {
+            return passed(req, lcf, handle);
+        }
+        if let Some((until_ms, wait_ms)) = g.rejects() {
+            return rejected(req, lcf, handle, until_ms, wait_ms);
+        }
+    }
+    not_passing(req, lcf, handle)
+}
+
+/// An open breaker's request, from the gate's cooldown: short-circuited, or left to
+/// peer.init once the cooldown is over (a probe may be due). The common case calls nothing,
+/// and the rest are tail calls: 19 instructions per short-circuit less
+/// (`scripts/bench-instructions`, open_503).
+#[inline(never)]
+extern "C" fn rejected(
+    req: &mut ngx_http_request_t,
+    lcf: &LocConf,
+    handle: Handle,
+    until_ms: u64,
+    wait_ms: u64,
+) -> ngx_int_t {
     guard(NGX_DECLINED as ngx_int_t, || {
-        // SAFETY: nginx runs phase handlers with a live request.
-        let req = unsafe { &mut *r };
-        let Some(lcf) = request::loc_conf(req) else {
+        let Some(Admission::Reject { retry_after_ms }) =
+            Zone::admit_reject(handle, until_ms, wait_ms, mono_ms())
+        else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if lcf.upstream.is_null() || lcf.cached {
-            return NGX_DECLINED as ngx_int_t;
+        if lcf.redirects || !request::mark_rejected_here(req, OPEN) {
+            return kept_short_circuit(req, lcf, retry_after_ms);
         }
-        // SAFETY: a fixed upstream's conf lives as long as the configuration.
-        let Some(scf) = Module::server_conf(unsafe { &*lcf.upstream }) else {
-            return NGX_DECLINED as ngx_int_t;
-        };
-        if scf.breaker.is_none() || scf.original_init.is_none() || request::answered(req) {
-            return NGX_DECLINED as ngx_int_t;
+        match respond::reject_in_place(req, OPEN, retry_after_ms) {
+            Some(rc) => rc,
+            None => reject_headers(req, retry_after_ms),
         }
-        // SAFETY: the main conf outlives the requests run under its configuration.
-        let Some(zone) = (unsafe { scf.main.as_ref() }).and_then(|m| m.zone()) else {
-            return NGX_DECLINED as ngx_int_t;
-        };
-        // The common case, a closed breaker: the state is created here, with what this phase
-        // already found (the conf, the route, the breaker's handle), and peer.init does not
-        // ask again. 40 instructions per closed request less than a mark that peer.init
-        // follows (`scripts/bench-instructions`, closed).
-        let handle = lcf.hint.get();
-        // The gate read once, inline, and a pass told by its mode alone: 34 instructions per
-        // closed request less than asking `admit_unlocked` (`scripts/bench-instructions`);
-        // any other answer apart, from the same reading.
-        let raw = zone.raw_gate(handle, lcf.key_hash);
-        if raw.is_some_and(|g| g.passes()) {
-            let route = request::route_of(Some(lcf));
-            request::attach_passed(req, scf, route, lcf.key_hash, handle);
-            return NGX_DECLINED as ngx_int_t;
-        }
-        not_passing(req, lcf, scf, zone, handle, raw)
     })
 }
 
-/// The PRECONTENT phase for a breaker whose gate is not a plain pass: a ramp's share, a
-/// rejection, or nothing to tell without the lock (peer.init asks). Apart from the pass:
-/// 35 instructions per short-circuit less (`scripts/bench-instructions`, open_503); from the
-/// gate the pass's test read, 21 less again.
-#[inline(never)]
-fn not_passing(
-    req: &mut ngx_http_request_t,
-    lcf: &LocConf,
-    scf: &SrvConf,
-    zone: &Zone,
-    handle: Handle,
-    raw: Option<RawGate>,
-) -> ngx_int_t {
-    let answer = raw.and_then(|g| zone.admit_raw(handle, g, mono_ms()));
-    let (label, retry_after_ms) = match answer {
-        Some(Admission::Pass { .. }) => return ramp_passed(req, lcf, scf, handle),
-        Some(Admission::Reject { retry_after_ms }) => (
-            Label::State(circuit_breaker_core::snapshot::State::Open),
-            retry_after_ms,
-        ),
-        Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
-        _ => return NGX_DECLINED as ngx_int_t,
-    };
-    short_circuit(req, lcf, label, retry_after_ms)
-}
+const OPEN: Label = Label::State(State::Open);
 
-/// A request a ramp lets through: as a pass, apart from the short-circuit.
+/// [`rejected`] where the request's state must be kept in its pool (an `error_page` may
+/// move the request on).
 #[cold]
 #[inline(never)]
-fn ramp_passed(
+extern "C" fn kept_short_circuit(
     req: &mut ngx_http_request_t,
     lcf: &LocConf,
-    scf: &SrvConf,
+    retry_after_ms: u64,
+) -> ngx_int_t {
+    guard(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
+        short_circuit(req, lcf, OPEN, retry_after_ms)
+    })
+}
+
+/// [`rejected`]'s headers where they cannot be written in place.
+#[cold]
+#[inline(never)]
+extern "C" fn reject_headers(req: &mut ngx_http_request_t, retry_after_ms: u64) -> ngx_int_t {
+    guard(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
+        respond::reject(req, OPEN, retry_after_ms)
+    })
+}
+
+/// The PRECONTENT phase for a breaker whose gate is neither a pass nor a cooldown: a ramp's
+/// share, or nothing to tell without the lock (peer.init asks). The gate is read again:
+/// rare enough that passing the first reading costs the common paths more.
+#[inline(never)]
+extern "C" fn not_passing(
+    req: &mut ngx_http_request_t,
+    lcf: &LocConf,
     handle: Handle,
 ) -> ngx_int_t {
-    let route = request::route_of(Some(lcf));
-    request::attach_passed(req, scf, route, lcf.key_hash, handle);
-    NGX_DECLINED as ngx_int_t
+    guard(NGX_DECLINED as ngx_int_t, || {
+        let answer = Zone::raw_gate(handle, lcf.key_hash)
+            .and_then(|g| Zone::admit_raw(handle, g, mono_ms()));
+        let (label, retry_after_ms) = match answer {
+            Some(Admission::Pass { .. }) => return passed(req, lcf, handle),
+            Some(Admission::Reject { retry_after_ms }) => {
+                (Label::State(State::Open), retry_after_ms)
+            }
+            Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
+            _ => return NGX_DECLINED as ngx_int_t,
+        };
+        short_circuit(req, lcf, label, retry_after_ms)
+    })
+}
+
+/// A request the breaker lets through (closed, or a ramp's share): its state, created with
+/// what the phase found.
+#[inline(never)]
+extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle) -> ngx_int_t {
+    guard(NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: the handler found it set (see there); read again here rather than passed,
+        // so that the handler's gate reading has one more register.
+        let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        // With no call (a spare state, the default route made): nothing to save first, 21
+        // instructions per closed request less (`scripts/bench-instructions`, closed).
+        let route = lcf
+            .route
+            .as_ref()
+            .or_else(|| crate::conf::default_route_made());
+        match route {
+            Some(route) if request::attach_passed_spare(req, scf, route, lcf.key_hash, handle) => {
+                NGX_DECLINED as ngx_int_t
+            }
+            _ => passed_new(req, lcf, handle),
+        }
+    })
+}
+
+/// [`passed`] when this worker keeps no spare state (a new one), or before the default
+/// route is made.
+#[cold]
+#[inline(never)]
+extern "C" fn passed_new(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle) -> ngx_int_t {
+    guard(NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: as in `passed`.
+        if let Some(scf) = unsafe { lcf.precontent.as_ref() } {
+            let route = request::route_of(Some(lcf));
+            request::attach_passed(req, scf, route, lcf.key_hash, handle);
+        }
+        NGX_DECLINED as ngx_int_t
+    })
 }
 
 /// Answers a request the breaker turns away, keeping its state for the variables. Inline in

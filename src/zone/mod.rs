@@ -120,6 +120,7 @@ struct Header {
 /// It stays 16 bytes (the index lives in the slot): grown to 24, it moved glibc malloc's
 /// per-request path in every case, plain included, by some 200 instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Handle {
     /// The slot, in the zone this handle came from (null for no breaker).
     at: *const Slot,
@@ -132,6 +133,16 @@ impl Handle {
         at: core::ptr::null(),
         ident: 0,
     };
+
+    /// The slot the handle names. Handles are made only from a zone's slots (by its
+    /// lookups, under the configuration that owns the zone, which outlives every request and
+    /// timer using the handle), and slots are never freed while the zone is mapped.
+    #[inline(always)]
+    fn slot<'z>(self) -> Option<&'z Slot> {
+        // SAFETY: null, or a slot of a mapped zone (above): live, and made of atomics only,
+        // so a shared reference is sound while others update it.
+        unsafe { self.at.as_ref() }
+    }
 
     /// The handle of the breaker whose slot `at` holds tenant `ident`.
     fn new(ident: u64, at: &Slot) -> Handle {
@@ -238,9 +249,7 @@ impl Zone {
     /// are never freed while the zone is mapped.
     #[inline]
     fn slot_of(&self, handle: Handle) -> Option<&Slot> {
-        // SAFETY: null, or a slot of this zone found by `Zone::slot` (see above): live, and
-        // made of atomics only, so a shared reference is sound while others update it.
-        unsafe { handle.at.as_ref() }
+        handle.slot()
     }
 
     /// What the breaker `handle` names says to a request at `now_ms` without the lock, or `None` when only the locked path can tell (or the
@@ -255,8 +264,19 @@ impl Zone {
 
     /// [`Zone::admit_unlocked`] with the gate [`Zone::raw_gate`] read.
     #[inline(always)]
-    pub fn admit_raw(&self, handle: Handle, raw: RawGate, now_ms: u64) -> Option<Admission> {
-        Self::admit_gate(self.slot_of(handle)?, raw.gate(), now_ms)
+    pub fn admit_raw(handle: Handle, raw: RawGate, now_ms: u64) -> Option<Admission> {
+        Self::admit_gate(handle.slot()?, raw.gate(), now_ms)
+    }
+
+    /// [`Zone::admit_raw`] for a gate that [`RawGate::rejects`].
+    #[inline(always)]
+    pub fn admit_reject(
+        handle: Handle,
+        until_ms: u64,
+        wait_ms: u64,
+        now_ms: u64,
+    ) -> Option<Admission> {
+        Self::admit_gate(handle.slot()?, Gate::Reject { until_ms, wait_ms }, now_ms)
     }
 
     #[inline(always)]
@@ -279,9 +299,12 @@ impl Zone {
     /// The gate the breaker `handle` names last published, not yet decoded, read without the
     /// lock (inline: a closed breaker's pass is told by one more comparison), or `None` as for
     /// [`Zone::admit_unlocked`].
+    ///
+    /// No zone to look up first: a handle names its slot itself (the PRECONTENT phase reads
+    /// neither the main conf nor the zone for it, `scripts/bench-instructions`).
     #[inline(always)]
-    pub fn raw_gate(&self, handle: Handle, key_hash: u64) -> Option<RawGate> {
-        self.slot_of(handle)?.read_raw(handle.ident, key_hash)
+    pub fn raw_gate(handle: Handle, key_hash: u64) -> Option<RawGate> {
+        handle.slot()?.read_raw(handle.ident, key_hash)
     }
 
     /// The gate the breaker `handle` names last published, read without the lock and without
