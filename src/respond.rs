@@ -115,7 +115,15 @@ pub fn reject_in_place(
     label: Label,
     retry_after_ms: u64,
 ) -> Option<ngx_int_t> {
-    let value = static_seconds(retry_after_secs(retry_after_ms))?;
+    // From 1 ms to 9 999 s, the whole seconds need neither the saturation nor the floor of
+    // `retry_after_secs` (with the digits' slice below, 11 instructions per short-circuit
+    // less, `scripts/bench-instructions`).
+    if retry_after_ms.wrapping_sub(1) >= 9_999_000 {
+        return None;
+    }
+    // Not `div_ceil`: it divides and then tests the remainder, where this cannot overflow.
+    #[allow(clippy::manual_div_ceil)]
+    let value = static_seconds((retry_after_ms + 999) / 1000)?;
     headers2_in_place(
         &mut r.headers_out.headers,
         ("Retry-After", value),
@@ -184,7 +192,7 @@ static SECONDS: [u8; 50_000] = {
 fn static_seconds(secs: u64) -> Option<ngx_str_t> {
     let i = usize::try_from(secs).ok().filter(|&i| i < 10_000)?;
     let digits = usize::from(*SECONDS.get(5 * i)?);
-    let text = SECONDS.get(5 * i + 5 - digits.min(4)..5 * i + 5)?;
+    let text = SECONDS.get((5 * i + 5).wrapping_sub(digits)..5 * i + 5)?;
     Some(ngx_str_t {
         len: text.len(),
         data: text.as_ptr().cast_mut(),

@@ -28,12 +28,9 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     let Some(lcf) = request::loc_conf(req) else {
         return NGX_DECLINED as ngx_int_t;
     };
-    // SAFETY: null, or a fixed upstream's conf (set when merging), which lives as long as
-    // the configuration.
-    let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
-        return NGX_DECLINED as ngx_int_t;
-    };
-    if scf.original_init.is_none() || request::answered(req) {
+    // An upstream whose peer.init was not wrapped has no breaker's hint ever set: it finds no
+    // gate below, and peer.init (nginx's own) decides.
+    if lcf.precontent.is_null() || request::answered(req) {
         return NGX_DECLINED as ngx_int_t;
     }
     // The common case, a closed breaker: the state is created here, with what this phase
