@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(54);
+	->has(qw/upstream_least_conn/)->plan(55);
 
 ###############################################################################
 
@@ -140,7 +140,12 @@ bad($t, 'probe_timeout without probe_uri', {
 bad($t, 'limit_max below limit_min', {
 	UPSTREAM => "$cb limit=adaptive limit_min=10 limit_max=5;" },
 	"$cb limit=adaptive",
-	qq{"limit_max" must not be less than "limit_min" in "$cb" directive});
+	qq{"limit_max" must be between "limit_min" and 16777215 in "$cb" directive});
+
+bad($t, 'limit_max above what the shared word holds', {
+	UPSTREAM => "$cb limit=adaptive limit_max=16777216;" },
+	"$cb limit=adaptive",
+	qq{"limit_max" must be between "limit_min" and 16777215 in "$cb" directive});
 
 bad($t, 'eject time 0', { UPSTREAM => "$cb;\n        ${cb}_eject time=0s;" },
 	"${cb}_eject",

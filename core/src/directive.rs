@@ -205,11 +205,10 @@ fn on_off_duration(units: &dyn Units, word: &str, v: &str) -> Result<u32, ConfEr
 }
 
 /// The parameters a directive has named so far, to refuse a duplicate. On the stack, not in a
-/// `Vec`: a directive's parse allocates nothing that its parameters decide, so two
-/// configurations that differ in one parameter leave a worker the same heap (glibc serves
-/// every request's pool from it: `scripts/bench-instructions` counted 530 instructions per
-/// request more for `limit=adaptive`'s closed path with the `Vec`, 2 temporary allocations
-/// at start-up being the only difference).
+/// `Vec`: scratch allocations at start-up move where glibc places every later chunk, request
+/// pools included (`scripts/bench-instructions` counted some 250 instructions per request
+/// more for `limit=adaptive`'s closed path with this `Vec` and the words' one, 2 temporary
+/// allocations at start-up being the only difference).
 pub(crate) struct Seen<'a> {
     keys: [&'a str; Seen::CAPACITY],
     len: usize,
@@ -230,11 +229,12 @@ impl<'a> Seen<'a> {
         self.keys[..self.len].contains(&key)
     }
 
+    /// Notes `key`. A directive names fewer parameters than [`Seen::CAPACITY`] (each once,
+    /// after it was known): more would be a parser's bug, and fails loudly (the directive
+    /// handlers' guard turns the panic into a configuration error).
     pub(crate) fn push(&mut self, key: &'a str) {
-        if let Some(k) = self.keys.get_mut(self.len) {
-            *k = key;
-            self.len += 1;
-        }
+        self.keys[self.len] = key;
+        self.len += 1;
     }
 }
 
@@ -393,7 +393,7 @@ pub fn parse_breaker_args<'a>(
             use crate::limit::LimitConfigError as E;
             let rule = match e {
                 E::LimitMin => "\"limit_min\" must be at least 1",
-                E::LimitMax => "\"limit_max\" must not be less than \"limit_min\"",
+                E::LimitMax => "\"limit_max\" must be between \"limit_min\" and 16777215",
                 E::LimitInitial => {
                     "\"limit_initial\" must be between \"limit_min\" and \"limit_max\""
                 }
@@ -696,7 +696,7 @@ mod tests {
         let err = params(["limit=adaptive", "limit_min=10", "limit_max=5"]).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "\"limit_max\" must not be less than \"limit_min\" in \"circuit_breaker\" directive"
+            "\"limit_max\" must be between \"limit_min\" and 16777215 in \"circuit_breaker\" directive"
         );
     }
 

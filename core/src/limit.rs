@@ -17,9 +17,10 @@
 //! queue). With the minimum at `s`, `limit · gradient = c · (1 + tolerance)` whatever the
 //! limit was: one update puts it at the origin's own concurrency plus the tolerance, so the
 //! controller protects within an interval or two of an overload (the gradient is clamped to
-//! halving per step, against outliers), and it settles at `c·(1 + tolerance) + √(c·(1 +
-//! tolerance))` in flight — every worker busy, a short queue — so it sheds only what the
-//! origin cannot take. AIMD backs off on drops or a fixed latency threshold by 10 % per step
+//! halving per step, against outliers), and it settles at most at `c·(1 + tolerance) +
+//! √(c·(1 + tolerance))` in flight (anywhere from `c·(1 + tolerance)` up, under the hold
+//! below) — every worker busy, a short queue — so it sheds only what the origin cannot
+//! take. AIMD backs off on drops or a fixed latency threshold by 10 % per step
 //! and needs dozens of round trips to walk down; Vegas estimates the same queue
 //! (`L·(1 - min/sample)`) but moves by `log L` per step; Gradient2's long-term average
 //! baseline follows a sustained overload upwards, and the queue with it.
@@ -37,6 +38,11 @@
 //! - **Application-limited** (from Gradient2). The limit grows only if in-flight reached half
 //!   of it, and is cut only if in-flight reached it: a latency rise that the limit is not
 //!   causing sheds nothing, and a limit nobody approaches does not run away.
+//! - **Hold.** While the origin is held at the limit (Little's law: at least half the limit
+//!   in flight on average over the interval) and latency is beyond the tolerance, the limit
+//!   may fall but never rise: the √ headroom alone lifted a limit the gradient had just cut,
+//!   and the limit cycled around the origin's level, each rise a burst into its queue. A
+//!   limit only bursts reach still grows.
 //! - **Slow start** (TCP's, RFC 5681). Until its first cut the limit doubles whenever demand
 //!   meets it and latency allows, so a fresh controller reaches a busy origin's need in a few
 //!   intervals from `limit_initial`.
@@ -46,7 +52,10 @@
 //!      is: no queue of ours is in it, and nothing is shed to measure it. When it was, the
 //!      limit is pinned to half (at least `limit_min`) until an interval passes with no more
 //!      than that in flight; while that drained mean still fell by more than the tolerance,
-//!      the pin halves again (the queue was still draining); the last mean is the floor, and
+//!      the pin halves again (the queue was still draining), and a floor found higher than
+//!      the last beyond the tolerance is checked once at half the pin (a pin above the
+//!      origin's own concurrency keeps a queue at the origin, out of sight of in-flight; this
+//!      check applies to the slowdown's pin below too); the last mean is the floor, and
 //!      the limit is restored. Envoy pins to 3 for 50 requests every minute whatever the
 //!      load, which sheds almost everything a large, healthy origin is sent meanwhile.
 //!   2. *Slowdown*: with the limit reached, one update whose latency is [`SLOWDOWN`] times
@@ -188,8 +197,8 @@ pub struct LimitConfig {
     /// at start unprotected for the many halvings it takes to come down from there.
     pub limit_initial: u32,
     /// Latency above the minimum that is not yet a queue (`limit_tolerance`, default 25 %,
-    /// Envoy's `buffer`): in-flight settles near `c·(1 + tolerance) + √(c·(1 + tolerance))`
-    /// for an origin of `c` workers, and the natural spread of latency moves nothing.
+    /// Envoy's `buffer`): in-flight settles at most near `c·(1 + tolerance) + √(c·(1 +
+    /// tolerance))` for an origin of `c` workers, and the natural spread of latency moves nothing.
     pub tolerance: u32,
     /// Shortest interval between two updates (`limit_interval`, default 100 ms, Envoy's
     /// `concurrency_update_interval`): a few round trips of a typical origin, and the
@@ -225,7 +234,7 @@ impl Default for LimitConfig {
 pub enum LimitConfigError {
     /// `limit_min` is 0.
     LimitMin,
-    /// `limit_max` is below `limit_min`.
+    /// `limit_max` is below `limit_min`, or above [`word::MAX`].
     LimitMax,
     /// `limit_initial` is outside `limit_min..=limit_max`.
     LimitInitial,
@@ -261,7 +270,8 @@ impl LimitConfig {
         if self.limit_min == 0 {
             return Err(LimitConfigError::LimitMin);
         }
-        if self.limit_max < self.limit_min {
+        // The shared word holds the limit in 24 bits: a larger one would be clipped there.
+        if self.limit_max < self.limit_min || self.limit_max > word::MAX {
             return Err(LimitConfigError::LimitMax);
         }
         if !(self.limit_min..=self.limit_max).contains(&self.limit_initial) {
@@ -555,7 +565,6 @@ impl Limiter {
     }
 
     /// One step of a pinned measurement.
-    /// One step of a pinned measurement.
     fn probe(&mut self, now: u64, elapsed: u64, s: &Samples, sample: f64, rnd: u32) -> MinChange {
         if s.inflight_max > self.pin {
             // Not drained: some of this interval's requests queued behind more than `pin`.
@@ -669,8 +678,9 @@ impl Limiter {
         let held = elapsed > 0 && f64::from(s.count) * sample / elapsed as f64 >= l / 2.0;
         if raw < 1.0 && held {
             // The origin is held at the limit and its latency shows a queue beyond the
-            // tolerance: the limit may fall, never rise (it "rises while latency stays near
-            // its minimum", as Vegas holds its window while the queue is above its alpha).
+            // tolerance: the limit may fall, never rise (it rises only while latency stays
+            // near its minimum; Vegas likewise stops growing its window once the queue it
+            // estimates passes its alpha).
             // The √ headroom alone lifted a limit the gradient had just cut, each answer
             // measured a limit older than the one in force, and the limit cycled by 2-3
             // around the origin's level, every rise a burst into its queue
@@ -1246,6 +1256,13 @@ mod tests {
         let bad = [
             (LimitConfig { limit_min: 0, ..ok }, "limit_min"),
             (LimitConfig { limit_max: 2, ..ok }, "limit_max"),
+            (
+                LimitConfig {
+                    limit_max: word::MAX + 1,
+                    ..ok
+                },
+                "limit_max",
+            ),
             (
                 LimitConfig {
                     limit_initial: 2,

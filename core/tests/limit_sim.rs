@@ -554,8 +554,8 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
     // time of exactly 5 ms becomes 30 ms for 5 s. The controller must see the slowdown in
     // its first slow interval, measure the new floor at once, and come back to the origin's
     // own level (4 · 1.25 + √5 ≈ 7), not to the limit it had cut against the old floor.
-    // SIM_SEEDS=N runs N seeds and only prints their figures (the lab's time to protect
-    // over many seeds, for a closing note); the test itself asserts on the first 8.
+    // SIM_SEEDS=N runs N seeds and prints their figures (the lab's time to protect over many
+    // seeds, for a closing note); the asserts hold for the first 8, whatever N.
     let seeds: u64 = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -588,7 +588,7 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
                 );
             }
         }
-        if std::env::var("SIM_SEEDS").is_ok() {
+        if seed > 8 {
             continue;
         }
         assert!(started.0 <= 10_300, "measured from {}", started.0);

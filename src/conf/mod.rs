@@ -401,7 +401,7 @@ impl Default for LocConf {
             upstream: null_mut(),
             key_hash: 0,
             cached: false,
-            precontent: null_mut(),
+            precontent: core::ptr::null(),
             redirects: false,
             hint: Cell::new(Handle::NONE),
         }

@@ -79,13 +79,16 @@ pub unsafe fn moved(uscf: &ngx_http_upstream_srv_conf_t, local: &PoolLocal) -> b
 unsafe fn config(uscf: &ngx_http_upstream_srv_conf_t) -> Option<usize> {
     let peers = uscf.peer.data.cast::<ngx_http_upstream_rr_peers_t>();
     // `config` is null, or a counter in the upstream zone that other workers change under the
-    // peers' lock: a word read, atomic on every platform nginx runs on, and only compared.
+    // peers' lock: read as an atomic word, and only compared.
 
     // SAFETY: `uscf.peer.data` is round robin's live, non-null peers list (this fn's
-    // contract); `config`, if set, is only read as a word (above).
+    // contract); `config`, if set, is a live, word-aligned `ngx_uint_t`, read atomically.
     unsafe {
         let c = (*peers).config;
-        (!c.is_null()).then(|| core::ptr::read_volatile(c))
+        (!c.is_null()).then(|| {
+            core::sync::atomic::AtomicUsize::from_ptr(c.cast())
+                .load(core::sync::atomic::Ordering::Relaxed)
+        })
     }
 }
 
@@ -103,8 +106,8 @@ impl PeersLock {
     /// Takes the read lock of `peers`.
     ///
     /// # Safety
-    /// `peers` must be a live round-robin peers list, not written through a reference while
-    /// the lock is held.
+    /// `peers` must be a live round-robin peers list, not referenced while the lock is taken
+    /// (taking it writes the lock word), nor written through a reference while it is held.
     pub unsafe fn read(peers: *mut ngx_http_upstream_rr_peers_t) -> PeersLock {
         // SAFETY: this fn's contract is `take`'s.
         unsafe { PeersLock::take(peers, false) }

@@ -120,6 +120,8 @@ struct Header {
 /// It stays 16 bytes (the index lives in the slot): grown to 24, it moved glibc malloc's
 /// per-request path in every case, plain included, by some 200 instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// C's layout: the PRECONTENT phase's `extern "C"` branches take it by value. It lives in
+// worker memory only, never in the zone.
 #[repr(C)]
 pub struct Handle {
     /// The slot, in the zone this handle came from (null for no breaker).
@@ -136,7 +138,9 @@ impl Handle {
 
     /// The slot the handle names. Handles are made only from a zone's slots (by its
     /// lookups, under the configuration that owns the zone, which outlives every request and
-    /// timer using the handle), and slots are never freed while the zone is mapped.
+    /// timer using the handle), and slots are never freed while the zone is mapped. The
+    /// lifetime is the caller's: private to this module, whose uses end within one call or
+    /// are tied to the zone's borrow (`Zone::slot_of`).
     #[inline(always)]
     fn slot<'z>(self) -> Option<&'z Slot> {
         // SAFETY: null, or a slot of a mapped zone (above): live, and made of atomics only,
@@ -159,9 +163,7 @@ impl Handle {
 
     /// The slot's index: small and dense, for tables kept per breaker in worker memory.
     pub fn slot_index(&self) -> usize {
-        // SAFETY: null, or a live slot of the zone this handle came from (see
-        // `Zone::slot_of`); its index never changes.
-        unsafe { self.at.as_ref() }.map_or(u32::MAX, Slot::index) as usize
+        self.slot().map_or(u32::MAX, Slot::index) as usize
     }
 }
 
@@ -244,9 +246,7 @@ impl Zone {
         Some(unsafe { &*base.as_ptr().add((index % slot::PER_CHUNK) as usize) })
     }
 
-    /// The slot a handle names, without the chunk table: handles are made only from this
-    /// zone's slots (by its lookups, under the configuration that owns the zone), and slots
-    /// are never freed while the zone is mapped.
+    /// [`Handle::slot`], borrowed for as long as the zone.
     #[inline]
     fn slot_of(&self, handle: Handle) -> Option<&Slot> {
         handle.slot()
@@ -257,9 +257,7 @@ impl Zone {
     /// counted in the slot's lock-free counters.
     #[inline]
     pub fn admit_unlocked(&self, handle: Handle, key_hash: u64, now_ms: u64) -> Option<Admission> {
-        let slot = self.slot_of(handle)?;
-        let gate = slot.read_gate(handle.ident, key_hash)?;
-        Self::admit_gate(slot, gate, now_ms)
+        Self::admit_raw(handle, Self::raw_gate(handle, key_hash)?, now_ms)
     }
 
     /// [`Zone::admit_unlocked`] with the gate [`Zone::raw_gate`] read.
