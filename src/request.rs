@@ -238,11 +238,12 @@ impl Spares {
         p
     }
 
-    /// Gives a state back. Its memory stays as it is until the next `take` or `put`.
+    /// Gives a state back. Its memory stays as it is until the next `take`, `pop` or `put`.
     ///
     /// # Safety
-    /// `state` came from [`Spares::take`], and nothing refers to it any more but the pool
-    /// cleanup list being walked, which is done with it before the next `take` or `put`.
+    /// `state` came from [`Spares::take`] or [`Spares::pop`], and nothing refers to it any
+    /// more but the pool cleanup list being walked, which is done with it before the next
+    /// `take`, `pop` or `put`.
     unsafe fn put(&self, state: NonNull<RequestState>) {
         // SAFETY: only this worker's event-loop thread touches `SPARES` (see its `Sync`), and no
         // other borrow of it is live during this call.
@@ -265,8 +266,8 @@ impl Spares {
 /// registers its cleanup. Allocates nothing from the pool, so never `None` today (the
 /// callers keep the check).
 ///
-/// Always inlined into its two callers (the PRECONTENT phase, `peer.init`): 14 instructions
-/// per request less (`scripts/bench-instructions`, closed).
+/// Always inlined into `peer.init`: 14 instructions per request less
+/// (`scripts/bench-instructions`, closed).
 #[inline(always)]
 pub fn attach<'r>(
     r: &'r mut ngx_http_request_t,
@@ -435,8 +436,19 @@ pub fn mark_rejected_here(r: &mut ngx_http_request_t, label: Label) -> bool {
         Label::Recovering => &RECOVERING_HERE,
         _ => return false,
     };
-    set_ctx(r, tagged(core::ptr::from_ref(&shared.0).cast_mut()));
+    mark_here(r, shared);
     true
+}
+
+/// [`mark_rejected_here`] for an open breaker's short-circuit.
+#[inline(always)]
+pub fn mark_open_here(r: &mut ngx_http_request_t) {
+    mark_here(r, &OPEN_HERE);
+}
+
+#[inline(always)]
+fn mark_here(r: &mut ngx_http_request_t, shared: &'static Shared) {
+    set_ctx(r, tagged(core::ptr::from_ref(&shared.0).cast_mut()));
 }
 
 /// Marks the module ctx that points at a [`Rejected`] rather than a [`RequestState`] (both
@@ -531,25 +543,45 @@ pub fn answered(r: &ngx_http_request_t) -> bool {
     !ctx(r).is_null()
 }
 
-/// Whether the header filter may have `X-Circuit-State` to add, told from the ctx: not
-/// when the PRECONTENT phase short-circuited the request in its current location (the
-/// header went in with its Retry-After), nor when the module never saw it, nor for a state
-/// that has the header or needs none. After an internal redirect, [`find`] must look.
+/// What the header filter has to do about `X-Circuit-State`, told from the ctx.
+pub enum Note {
+    /// Nothing: the PRECONTENT phase short-circuited the request in its current location
+    /// (the header went in with its Retry-After), the module never saw it, or its state has
+    /// the header or needs none.
+    Nothing,
+    /// Add it for the state in the ctx.
+    Here,
+    /// After an internal redirect: [`find`] must look for the state first.
+    Look,
+}
+
+/// [`Note`] for `r`.
 #[inline(always)]
-pub fn may_note(r: &ngx_http_request_t) -> bool {
+pub fn note(r: &ngx_http_request_t) -> Note {
     let ctx = ctx(r);
     if is_tagged(ctx) {
-        return false;
+        return Note::Nothing;
     }
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     match unsafe { ctx.cast::<RequestState>().as_ref() } {
-        None => r.internal() != 0 || r.filter_finalize() != 0,
-        Some(s) => {
-            !s.header_added
-                && s.label.is_some()
-                && (s.short_circuited || loc_conf(r).is_some_and(|l| l.header == 1))
-        }
+        None if r.internal() != 0 || r.filter_finalize() != 0 => Note::Look,
+        Some(s) if wants_header(s, || header_on(r)) => Note::Here,
+        _ => Note::Nothing,
     }
+}
+
+/// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,
+/// and was short-circuited or its location has `circuit_breaker_header on` (`on`, asked
+/// only when it matters).
+#[inline(always)]
+pub fn wants_header(s: &RequestState, on: impl FnOnce() -> bool) -> bool {
+    !s.header_added && s.label.is_some() && (s.short_circuited || on())
+}
+
+/// Whether the request's location has `circuit_breaker_header on`.
+#[inline(always)]
+pub fn header_on(r: &ngx_http_request_t) -> bool {
+    loc_conf(r).is_some_and(|l| l.header == 1)
 }
 
 /// What the module told a request: its state, or what is kept of a short-circuit.

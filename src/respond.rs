@@ -14,7 +14,7 @@ use nginx_sys::{
 use ngx::ngx_string;
 
 use crate::ffi::guard;
-use crate::request::{self, Answer, Label};
+use crate::request::{self, Answer, Label, Note};
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 
@@ -163,7 +163,7 @@ fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: 
 /// "0" to "9999" back to back, five bytes each: the number of digits, then the digits
 /// zero-padded on the left. The `Retry-After` of any cooldown up to 2 h 46 min needs no
 /// allocation and no formatting; the digits' count read rather than worked out (with the
-/// rounding in [`add_reject_headers`], 8 instructions per short-circuit less:
+/// rounding in [`retry_after_secs`], 8 instructions per short-circuit less:
 /// `scripts/bench-instructions`, open_503).
 static SECONDS: [u8; 50_000] = {
     let mut out = [0u8; 50_000];
@@ -292,10 +292,15 @@ pub unsafe fn short_circuit(
 /// open_503 and plain).
 unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx passes a live request.
-    if request::may_note(unsafe { &*r }) {
+    let look = match request::note(unsafe { &*r }) {
+        Note::Nothing => None,
+        Note::Here => Some(false),
+        Note::Look => Some(true),
+    };
+    if let Some(look) = look {
         guard((), || {
             // SAFETY: as above; no other reference to the request is live here.
-            note_state(unsafe { &mut *r })
+            add_state_header(unsafe { &mut *r }, look)
         });
     }
     // SAFETY: set in add_header_filter to the previous top filter, during configuration.
@@ -306,16 +311,21 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     }
 }
 
+/// Adds `X-Circuit-State` for the request's state: the one in the ctx ([`Note::Here`], which
+/// wants it), or, with `look`, the one [`request::find`] finds, if it wants it.
 #[inline(never)]
-fn note_state(req: &mut ngx_http_request_t) {
-    let on = request::loc_conf(req).is_some_and(|l| l.header == 1);
-    let Some(Answer::State(state)) = request::find(req) else {
-        return;
+fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
+    let state = if look {
+        let on = request::header_on(req);
+        match request::find(req) {
+            Some(Answer::State(s)) if request::wants_header(s, || on) => Some(s),
+            _ => None,
+        }
+    } else {
+        request::here(req)
     };
+    let Some(state) = state else { return };
     let Some(label) = state.label else { return };
-    if state.header_added || !(state.short_circuited || on) {
-        return;
-    }
     state.header_added = true;
     push_header(
         &mut req.headers_out.headers,

@@ -1,5 +1,5 @@
 //! `peer.free`: classifies the attempt, records it on its server's breaker, settles the
-//! request's verdict (see the room's documentation), and gives the limit's slot back after
+//! request's verdict (see [`super`]), and gives the limit's slot back after
 //! the last attempt.
 
 use core::ffi::c_void;
@@ -20,7 +20,7 @@ use crate::zone::Zone;
 use super::{connection_log, limit, log_transition, outcome, retry};
 
 /// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
-/// settles the request's verdict (see the module's documentation), and gives the limit's
+/// settles the request's verdict (see [`super`]), and gives the limit's
 /// slot back after the last attempt.
 pub(super) unsafe extern "C" fn free_peer(
     pc: *mut ngx_peer_connection_t,

@@ -59,18 +59,13 @@ unsafe fn init_peer_inner(
         // SAFETY: the balancer's own init, with the arguments nginx gave us.
         return unsafe { original_init(r, us) };
     }
-    let me: *const ngx_http_request_t = req;
     // The closed path first: a request the PRECONTENT phase let through, to an upstream
     // without a pool, and its limit's slot if it has one. The rest apart: 20 instructions
     // per closed request less (`scripts/bench-instructions`, closed), and about 130 for a
     // closed request with a limit (closed_limit).
     if scf.pool.is_none() {
         let log = connection_log(req);
-        let passed = request::here(req)
-            .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf));
-        if let Some(state) = passed {
-            state.passed = false;
-            state.label = Some(Label::State(State::Closed));
+        if let Some(state) = take_passed(req, scf) {
             if !limit::admit(state, log) {
                 let state_ptr: *mut RequestState = state;
                 // SAFETY: `r` as nginx gave it; the borrow of its state has ended.
@@ -104,18 +99,12 @@ unsafe fn init_asked(
     let me: *const ngx_http_request_t = req;
     // A request the PRECONTENT phase let through (closed) is not asked again: it is
     // admitted, as one already in flight would be.
-    let passed = request::here(req)
-        .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))
-        .map(core::ptr::from_mut);
+    let passed = take_passed(req, scf).map(core::ptr::from_mut);
     // The state lives in the request pool, apart from the request itself: held as a
     // pointer so that the request can be used again below. Every borrow made from it ends
     // before `respond::short_circuit`, whose header filter reads the state.
     let (state_ptr, answer) = match passed {
         Some(state_ptr) => {
-            // SAFETY: the request's own state, found just above; no other borrow of it is live.
-            let state = unsafe { &mut *state_ptr };
-            state.passed = false;
-            state.label = Some(Label::State(State::Closed));
             let pass = Admission::Pass {
                 would_reject: false,
             };
@@ -165,12 +154,8 @@ unsafe fn init_asked(
         Some(Admission::Probe(_)) => Plan::Normal { probe: !dry_run },
         // Closed: the adaptive limit, if any, has the last word.
         Some(Admission::Pass { .. }) if !limit::admit(state, log) => {
-            // SAFETY: the request and its upstream are live in peer.init.
-            if respond::can_serve_stale(req, unsafe { &*req.upstream }) {
-                Plan::Stale
-            } else {
-                Plan::ShortCircuit(Label::Limited, limit::RETRY_AFTER_MS)
-            }
+            // SAFETY: the request as nginx gave it; the borrow of its state has ended.
+            return unsafe { shed(req, state_ptr) };
         }
         _ => Plan::Normal { probe: false },
     };
@@ -232,8 +217,19 @@ fn serve_stale(u: &mut nginx_sys::ngx_http_upstream_t, state: *mut RequestState)
     NGX_OK as ngx_int_t
 }
 
-/// A request the adaptive limit shed in [`init_peer_inner`]'s closed path: stale if
-/// available, else the short-circuit (what [`init_asked`] does for it).
+/// The request's state when the PRECONTENT phase let it through to `scf` (closed), taken:
+/// peer.init does not ask the breaker again.
+#[inline(always)]
+fn take_passed<'r>(req: &'r mut ngx_http_request_t, scf: &SrvConf) -> Option<&'r mut RequestState> {
+    let me: *const ngx_http_request_t = req;
+    let state = request::here(req)
+        .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))?;
+    state.passed = false;
+    state.label = Some(Label::State(State::Closed));
+    Some(state)
+}
+
+/// A request the adaptive limit shed: stale if available, else the short-circuit.
 ///
 /// # Safety
 /// `req` is the live request in `peer.init` and `state` its state, no borrow of it live.

@@ -33,10 +33,6 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     if lcf.precontent.is_null() || request::answered(req) {
         return NGX_DECLINED as ngx_int_t;
     }
-    // The common case, a closed breaker: the state is created here, with what this phase
-    // already found (the conf, the route, the breaker's handle), and peer.init does not ask
-    // again. 40 instructions per closed request less than a mark that peer.init follows
-    // (`scripts/bench-instructions`, closed).
     let handle = lcf.hint.get();
     // The gate read once, inline, and a pass told by its mode alone: 34 instructions per
     // closed request less than asking `admit_unlocked` (`scripts/bench-instructions`); a
@@ -71,9 +67,10 @@ extern "C" fn rejected(
         else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if lcf.redirects || !request::mark_rejected_here(req, OPEN) {
+        if lcf.redirects {
             return kept_short_circuit(req, lcf, retry_after_ms);
         }
+        request::mark_open_here(req);
         match respond::reject_in_place(req, OPEN, retry_after_ms) {
             Some(rc) => rc,
             None => reject_headers(req, retry_after_ms),
@@ -130,13 +127,15 @@ extern "C" fn not_passing(
     })
 }
 
-/// A request the breaker lets through (closed, or a ramp's share): its state, created with
-/// what the phase found.
+/// A request the breaker lets through (closed, or a ramp's share): its state is created here,
+/// with what this phase already found (the conf, the route, the breaker's handle), and
+/// peer.init does not ask again. 40 instructions per closed request less than a mark that
+/// peer.init follows (`scripts/bench-instructions`, closed).
 #[inline(never)]
 extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle) -> ngx_int_t {
     guard(NGX_DECLINED as ngx_int_t, || {
-        // SAFETY: the handler found it set (see there); read again here rather than passed,
-        // so that the handler's gate reading has one more register.
+        // SAFETY: null, or a fixed upstream's conf set when merging, which lives as long as
+        // the configuration (read again rather than passed: one register more for the gate).
         let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
             return NGX_DECLINED as ngx_int_t;
         };
