@@ -16,10 +16,12 @@
 # 3. An adaptive limit in front of an origin of 4 "cores" (its latency
 #    grows with the requests in progress past 4), under 32 clients:
 #    healthy (20 ms): nothing shed; the service time rises six-fold: the
-#    limit falls and sheds the excess, and the origin never has more
-#    requests in progress than the limit let in; healthy again: the
-#    shedding stops, and under a burst the limit rises back to its
-#    maximum, which the origin's concurrency reaches and never exceeds.
+#    limit falls and sheds the excess, the new floor is measured from the
+#    first answers at the pin once they agree (not a full interval of them),
+#    and the origin never has more requests in progress than the limit let
+#    in; healthy again: the shedding stops, and under a burst the limit
+#    rises back to its maximum, which the origin's concurrency reaches and
+#    never exceeds.
 # 4. Status: the "limit" object and the Prometheus families; a reload with
 #    the same parameters keeps the controller, changed ones restart it.
 #
@@ -54,7 +56,7 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(49)
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(50)
 	->todo_alerts();
 
 sub http_conf {
@@ -92,7 +94,7 @@ sub http_conf {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=10000 limit=adaptive
                         limit_min=2 limit_max=16 limit_initial=8
-                        limit_interval=100ms limit_samples=10 limit_probe=2s;
+                        limit_interval=100ms limit_probe=2s;
         keepalive 32;
     }
 
@@ -353,7 +355,8 @@ for my $p (@timeline) {
 		my $l = breaker('adaptive')->{limit} // {};
 		my ($cur, $max) = CB::Origin::concurrency($hits);
 		push @polls, [time() - $start, $name, $l->{limit} // 0,
-			$l->{in_flight} // 0, $l->{shed} // 0, $cur];
+			$l->{in_flight} // 0, $l->{shed} // 0, $cur,
+			$l->{min_latency_ms} // 0];
 		sleep 0.05;
 	}
 	$at = $end;
@@ -424,6 +427,20 @@ cmp_ok($lim{sick}{min}, '<', $lim{healthy}{last},
 cmp_ok($count{sick}{shed} // 0, '>=', ($count{sick}{all} // 0) * 0.2,
 	'sick: the excess shed');
 cmp_ok($lim{sick}{min}, '<=', 10, 'sick: down to about the origin\'s cores');
+
+# The new floor is measured from the first answers at the pin, once the queue
+# of the old limit has drained below it: they agree, so the measurement ends
+# on 5 of them instead of an interval of 20 (three rounds of 120 ms at the pin
+# of 2, against ten).  From the first poll that shows the drain (in flight
+# within the pin) to the first that shows the floor.
+
+my @sick = grep { $_->[1] eq 'sick' } @polls;
+my ($drained) = grep { $_->[2] == 2 && $_->[3] <= 2 } @sick;
+my ($floor) = grep { $_->[6] >= 100 } @sick;
+my $took_floor = $drained && $floor ? $floor->[0] - $drained->[0] : -1;
+diag(sprintf('sick: pin drained %.2f s in, floor of %s ms %.2f s later',
+	$drained ? $drained->[0] - $phase_at{sick} : -1, $sick[-1][6], $took_floor));
+ok($took_floor >= 0 && $took_floor < 0.9, 'sick: the new floor measured at once');
 
 # Admissions never exceed the limit: what the origin has in progress was let
 # in by a limit of the last second at most (latency stays well below it).

@@ -34,7 +34,8 @@
 //!   latency (one round trip, so that an update sees the requests admitted under the
 //!   previous one: without it the lag of a queue makes the limit oscillate), and with at
 //!   least `samples` latency samples. Until then it keeps accumulating: the limit never
-//!   moves on fewer samples.
+//!   moves on fewer samples, but for two decisions that fewer leave in no doubt, each on at
+//!   least [`CLEAN_SAMPLES`]: a slowdown, and a pinned measurement's clean answers (below).
 //! - **Application-limited** (from Gradient2). The limit grows only if in-flight reached half
 //!   of it, and is cut only if in-flight reached it: a latency rise that the limit is not
 //!   causing sheds nothing, and a limit nobody approaches does not run away.
@@ -45,7 +46,9 @@
 //!   limit only bursts reach still grows.
 //! - **Slow start** (TCP's, RFC 5681). Until its first cut the limit doubles whenever demand
 //!   meets it and latency allows, so a fresh controller reaches a busy origin's need in a few
-//!   intervals from `limit_initial`.
+//!   intervals from `limit_initial` — but not on an interval with an answer as slow as a
+//!   slowdown's: in the interval an origin slows down, the answers are still mostly fast,
+//!   in-flight climbs to the limit as its queue builds, and doubling then doubles the queue.
 //! - **The minimum follows the origin**, learnt three ways:
 //!   1. *Periodic measurement*, every `probe_ms` (jittered by 15 %, as Envoy) and once soon
 //!      after creation. When the limit was not reached, the interval's mean is taken as it
@@ -58,18 +61,32 @@
 //!      check applies to the slowdown's pin below too); the last mean is the floor, and
 //!      the limit is restored. Envoy pins to 3 for 50 requests every minute whatever the
 //!      load, which sheds almost everything a large, healthy origin is sent meanwhile.
+//!      *Clean answers* end a measurement sooner: answers to attempts that started after the
+//!      pin was set, hence after the older limit's queue drained below it, which the origin
+//!      served with no more than the pin in flight (the shell marks them,
+//!      [`Samples::clean`]). As soon as [`CLEAN_SAMPLES`] of them agree within the tolerance,
+//!      their mean is the floor, whatever the interval: the lab waited a whole interval of
+//!      20 answers after the drain, at the pin's low rate, and its limit stepped back up
+//!      after the 0.5 s it has to protect in. Clean answers that spread at [`SLOWDOWN`]
+//!      times the old floor on average halve a pin that may still be halved, at once: for a
+//!      steady origin, such a spread is a queue at the origin, the pin above its concurrency.
 //!   2. *Slowdown*: with the limit reached, one update whose latency is [`SLOWDOWN`] times
 //!      the tolerated level or more, or [`CLAMPED_RUN`] updates in a row at the gradient's
 //!      floor, start that measurement at once, pinned where the old minimum would allow the
-//!      latency seen (`limit · gradient`, unclamped; often `limit_min`) rather than at half:
+//!      latency seen (`limit · gradient`, unclamped; often `limit_min`), or the rate of
+//!      answers seen allows (the interval's rate times the tolerated old minimum: at most
+//!      the origin's new concurrency, whatever its queue, when the answers came at its new
+//!      pace; an interval that ends early on a slowdown had not held in-flight at the limit
+//!      throughout, which the first overstates) if lower, rather than at half:
 //!      halving towards it takes a round trip of the slow origin per step while its queue
-//!      grows. The measurement ends at the steady level of the origin's own concurrency —
-//!      its rate of answers while the queue drained times the new minimum (BBR's
-//!      bandwidth-delay product), plus the tolerance and the gradient's headroom — when
-//!      that is below the saved limit, which was cut against the stale minimum: going back
-//!      to it would refill the queue the measurement drained. Without this, an origin whose
-//!      service time rose 6× would be halved down to `limit_min` from its stale minimum,
-//!      leaving most of its workers idle while clients are refused.
+//!      grows. A slowdown ends its interval as soon as a quarter of its samples (at least
+//!      [`CLEAN_SAMPLES`]) show it. The measurement ends at the steady level of the
+//!      origin's own concurrency — its rate of answers while the queue drained times the
+//!      new minimum (BBR's bandwidth-delay product), plus the tolerance and the gradient's
+//!      headroom — when that is below the saved limit, which was cut against the stale
+//!      minimum: going back to it would refill the queue the measurement drained. Without
+//!      this, an origin whose service time rose 6× would be halved down to `limit_min` from
+//!      its stale minimum, leaving most of its workers idle while clients are refused.
 //!   3. *Recovery*: at the limit, an interval faster than the minimum beyond the tolerance
 //!      lowers it at once, and it is measured again [`SOON_INTERVALS`] later. Below the limit
 //!      such dips are noise and wait for the measurement: a running minimum of noisy means
@@ -81,7 +98,7 @@
 //! # Shared memory
 //!
 //! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
-//! aligned) of [`LIMITER_SIZE`] = 168 bytes, its configuration and the interval under way
+//! aligned) of [`LIMITER_SIZE`] = 208 bytes, its configuration and the interval under way
 //! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock.
 //! In-flight counting is the shell's, on one atomic word per limit that holds the tenant's
 //! tag, the limit and the in-flight count ([`word`]): it admits a request while in-flight is
@@ -113,7 +130,11 @@ pub struct Samples {
     /// increment) or at a completion (just before its decrement): whether the limit was
     /// reached, how much of it was used, and whether the origin drained.
     pub inflight_max: u32,
-    _pad: u32,
+    /// Latency samples (of `count`) of attempts that started after the pin of a pinned
+    /// measurement was set ([`Limiter::clean_since`]): none is admitted before the queue of
+    /// the older limit has drained below the pin, so these are answers the origin gave with
+    /// no more than the pin in flight.
+    pub clean: u32,
 }
 
 impl Default for Samples {
@@ -131,17 +152,32 @@ impl Samples {
         max_ms: 0,
         drops: 0,
         inflight_max: 0,
-        _pad: 0,
+        clean: 0,
     };
 
-    /// Adds one latency sample.
+    /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
+    /// its samples at 32, nowhere near either bound, and the controller's merge saturates
+    /// (`scripts/bench-instructions`: closed_limit 15 instructions fewer per request).
     #[inline]
     pub fn add(&mut self, latency_ms: u64) {
         let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
-        self.sum_ms = self.sum_ms.saturating_add(latency_ms);
-        self.count = self.count.saturating_add(1);
+        self.sum_ms = self.sum_ms.wrapping_add(latency_ms);
+        self.count = self.count.wrapping_add(1);
         self.min_ms = self.min_ms.min(ms);
         self.max_ms = self.max_ms.max(ms);
+    }
+
+    /// Adds one latency sample of an attempt that started after [`Limiter::clean_since`].
+    #[inline]
+    pub fn add_clean(&mut self, latency_ms: u64) {
+        self.add(latency_ms);
+        self.note_clean();
+    }
+
+    /// Marks the last sample added as clean (see [`Samples::clean`]).
+    #[inline]
+    pub fn note_clean(&mut self) {
+        self.clean = self.clean.wrapping_add(1);
     }
 
     /// Counts one attempt without a latency sample.
@@ -166,6 +202,7 @@ impl Samples {
         self.max_ms = self.max_ms.max(other.max_ms);
         self.drops = self.drops.saturating_add(other.drops);
         self.inflight_max = self.inflight_max.max(other.inflight_max);
+        self.clean = self.clean.saturating_add(other.clean);
     }
 
     /// Whether nothing at all was recorded.
@@ -322,6 +359,10 @@ pub const CLAMPED_RUN: u32 = 3;
 /// halving towards it lets the queue grow.
 pub const SLOWDOWN: f64 = 4.0;
 
+/// Fewest clean answers (see [`Samples::clean`]) that end a pinned measurement early when
+/// they agree within the tolerance.
+pub const CLEAN_SAMPLES: u32 = 5;
+
 /// After the minimum fell by more than the tolerance, it is measured again this many
 /// intervals later; and first this many intervals after creation.
 pub const SOON_INTERVALS: u64 = 5;
@@ -413,9 +454,14 @@ pub struct Limiter {
     /// During a pinned measurement: the highest rate of answers (per millisecond) of an
     /// interval that had not drained — the origin was busy then, so this is its capacity.
     probe_rate: f64,
+    /// During a pinned measurement: the flushes made of clean samples only (see
+    /// [`Samples::clean`]), merged.
+    probe_clean: Samples,
     /// The interval under way.
     pending: Samples,
     interval_start_ms: u64,
+    /// During a pinned measurement: when the pin in force was set.
+    pin_since_ms: u64,
     /// The latest clock reading; earlier readings are taken as this.
     last_ms: u64,
     next_probe_ms: u64,
@@ -454,8 +500,10 @@ impl Limiter {
             saved_limit: initial,
             probe_ref_ms: 0.0,
             probe_rate: 0.0,
+            probe_clean: Samples::EMPTY,
             pending: Samples::EMPTY,
             interval_start_ms: now_ms,
+            pin_since_ms: now_ms,
             last_ms: now_ms,
             next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
             updates: 0,
@@ -486,6 +534,17 @@ impl Limiter {
         (self.limit as u32).clamp(self.cfg.limit_min, self.cfg.limit_max)
     }
 
+    /// During a pinned measurement, when its pin was set: an attempt that started later (in a
+    /// later millisecond) is clean ([`Samples::clean`]). `u64::MAX` otherwise.
+    #[inline]
+    pub fn clean_since(&self) -> u64 {
+        if self.phase == PHASE_PROBING {
+            self.pin_since_ms
+        } else {
+            u64::MAX
+        }
+    }
+
     /// The minimum latency the limit is computed from, milliseconds (0 before any update).
     pub fn min_latency_ms(&self) -> f64 {
         self.min_ms
@@ -509,24 +568,97 @@ impl Limiter {
     ///
     /// An interval lasts at least `interval_ms` and at least the last mean latency, so that
     /// an update sees the requests admitted under the previous one, and holds at least
-    /// `samples` latency samples.
+    /// `samples` latency samples. Two decisions take fewer, because their answers leave no
+    /// doubt and every round trip waited for lets a queue grow or sheds what the origin could
+    /// serve: a slowdown (`slowed_down`) and a pinned measurement's clean
+    /// answers (`clean_decides`); neither on fewer than [`CLEAN_SAMPLES`]
+    /// (or `samples`, if fewer).
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
         self.pending.merge(samples);
         let elapsed = now - self.interval_start_ms;
         let mut length = u64::from(self.cfg.interval_ms);
-        if self.phase != PHASE_PROBING {
+        if self.phase == PHASE_PROBING {
+            // Only a flush made wholly at the pin: one begun under an older limit holds
+            // answers called clean against that limit.
+            if samples.count > 0
+                && samples.clean == samples.count
+                && samples.inflight_max <= self.pin
+            {
+                self.probe_clean.merge(samples);
+            }
+            if self.clean_decides() {
+                return Some(self.clean_update(now, elapsed, rnd));
+            }
+        } else {
             // A pinned measurement admits nothing new until the queue drains: no interval
             // needs to wait for the effect of the last update.
             length = length.max(self.sample_ms as u64);
         }
-        if elapsed < length || self.pending.count < self.cfg.samples {
+        if (elapsed < length || self.pending.count < self.cfg.samples) && !self.slowed_down() {
             return None;
         }
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
         Some(self.update(now, elapsed, &interval, rnd))
+    }
+
+    /// The update of a pinned measurement that its clean answers decided: the interval under
+    /// way ends, and the floor is their mean, or the pin is halved.
+    fn clean_update(&mut self, now: u64, elapsed: u64, rnd: u32) -> Update {
+        let clean = std::mem::replace(&mut self.probe_clean, Samples::EMPTY);
+        let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
+        self.interval_start_ms = now;
+        if self.probe_rate == 0.0 && interval.inflight_max > self.pin && elapsed > 0 {
+            // No interval has ended busy yet, and the queue drained within this one: the
+            // origin was busy for part of it at least, a capacity measured low rather than
+            // none. (A short interval's count is too few to raise a measured capacity: four
+            // workers answering at once made one a third too high in the lab.)
+            self.probe_rate = f64::from(interval.count) / elapsed as f64;
+        }
+        self.update(now, elapsed, &clean, rnd)
+    }
+
+    /// Whether the interval under way already shows a slowdown at the limit: a quarter of
+    /// its samples (at least [`CLEAN_SAMPLES`]) averaging [`SLOWDOWN`] times the tolerated
+    /// latency or more. Five exponential service times average five times their mean with
+    /// odds below 10⁻⁶; a queue the limit allowed is within the gradient's reach. The lab's
+    /// overload is seen 75 to 130 ms after it begins instead of 160 to 210 ms (tenth to
+    /// ninetieth percentile of 100 seeds of `tests/limit_sim.rs`), with less of a queue to
+    /// drain.
+    fn slowed_down(&self) -> bool {
+        let p = &self.pending;
+        self.phase == PHASE_NORMAL
+            && self.min_ms > 0.0
+            && p.count >= (self.cfg.samples / 4).max(CLEAN_SAMPLES)
+            && p.inflight_max >= self.limit()
+            && p.sum_ms as f64 >= f64::from(p.count) * SLOWDOWN * self.min_ms * self.tolerated()
+    }
+
+    /// Whether the clean answers of a pinned measurement decide it before its interval
+    /// ends: at least [`CLEAN_SAMPLES`] of them, and either
+    /// - they agree, the slowest within the tolerance of the fastest: more would not move
+    ///   their mean beyond the tolerance (an origin whose latency spreads wider, the
+    ///   exponential service times of a busy one, is measured over whole intervals of
+    ///   `samples` answers instead); or
+    /// - they spread, at [`SLOWDOWN`] times the tolerated floor on average, at a pin that
+    ///   may still be halved: the floor rose far, and for a steady origin such a spread is a
+    ///   queue at the origin, the pin above its concurrency; `probe` halves it.
+    fn clean_decides(&self) -> bool {
+        let c = &self.probe_clean;
+        if c.count < CLEAN_SAMPLES.min(self.cfg.samples) {
+            return false;
+        }
+        let tolerated = self.tolerated();
+        let agree = f64::from(c.max_ms) <= f64::from(c.min_ms).max(LATENCY_FLOOR_MS) * tolerated;
+        let far = c.sum_ms as f64 > f64::from(c.count) * SLOWDOWN * self.min_ms * tolerated;
+        agree || (far && self.halved == 0 && self.lower_pin() < self.pin)
+    }
+
+    /// The pin a measurement halves to.
+    fn lower_pin(&self) -> u32 {
+        (self.pin / 2).max(self.cfg.limit_min)
     }
 
     fn schedule_probe(&mut self, now: u64, rnd: u32) {
@@ -569,8 +701,13 @@ impl Limiter {
         if s.inflight_max > self.pin {
             // Not drained: some of this interval's requests queued behind more than `pin`.
             // They were waiting, so the origin was busy: its rate of answers is its
-            // capacity, and the queue's latency is what a fall is measured from.
-            self.probe_ref_ms = self.probe_ref_ms.max(sample);
+            // capacity, and the queue's latency is what a fall is measured from — before
+            // the first halving. After it, the reference is the drained mean at the pin
+            // before: the tail of that pin's queue, raised into it, made every next pin seem
+            // to fall, and one measurement halved a 64-worker origin's pin down to 3.
+            if self.halved == 0 {
+                self.probe_ref_ms = self.probe_ref_ms.max(sample);
+            }
             if elapsed > 0 {
                 self.probe_rate = self.probe_rate.max(f64::from(s.count) / elapsed as f64);
             }
@@ -582,7 +719,7 @@ impl Limiter {
             return MinChange::ProbeAbandoned;
         }
         self.probe_busy = 0;
-        let lower = (self.pin / 2).max(self.cfg.limit_min);
+        let lower = self.lower_pin();
         // Latency that fell with the pin by more than the tolerance was still a queue.
         let falling = sample * self.tolerated() < self.probe_ref_ms;
         // A floor above the last one beyond the tolerance is checked at half the pin once: a
@@ -595,7 +732,9 @@ impl Limiter {
             // Latency fell with the concurrency, or has yet to show it does not: halve again.
             self.halved = 1;
             self.pin = lower;
+            self.pin_since_ms = now;
             self.probe_ref_ms = sample;
+            self.probe_clean = Samples::EMPTY;
             return MinChange::ProbeHalved;
         }
         self.min_ms = sample;
@@ -620,6 +759,7 @@ impl Limiter {
         }
         self.limit = self.bounded(limit);
         self.probe_rate = 0.0;
+        self.probe_clean = Samples::EMPTY;
         self.clamped = 0;
         self.schedule_probe(now, rnd);
     }
@@ -668,9 +808,13 @@ impl Limiter {
         let gradient = raw.clamp(GRADIENT_MIN, GRADIENT_MAX);
         let l = self.limit;
         let mut target = l * gradient + (l * gradient).sqrt();
-        if gradient >= 1.0 && reached && self.slow_start != 0 {
+        let slowest = f64::from(s.max_ms) <= SLOWDOWN * self.min_ms * self.tolerated();
+        if gradient >= 1.0 && reached && self.slow_start != 0 && slowest {
             // Slow start (TCP's, RFC 5681): until the first cut, double while demand meets
-            // the limit.
+            // the limit — unless an answer already took a slowdown's latency: in the
+            // interval in which an origin slows down, the answers are still mostly fast
+            // ones, in-flight climbs to the limit as the queue builds, and doubling it then
+            // only doubles the queue to drain.
             target = target.max(2.0 * l);
         }
         // Requests in flight on average over the interval (Little's law: answers per
@@ -710,6 +854,7 @@ impl Limiter {
             self.saved_limit = self.limit;
             self.probe_ref_ms = sample;
             self.probe_rate = 0.0;
+            self.probe_clean = Samples::EMPTY;
             self.probe_busy = 0;
             // A periodic measurement pins half the limit, and halves on while latency
             // falls. After a slowdown, the pin goes at once to the concurrency the old
@@ -718,8 +863,13 @@ impl Limiter {
             let mut pin = self.limit / 2.0;
             if !due {
                 pin = pin.min(l * raw);
+                if elapsed > 0 {
+                    let rate = f64::from(s.count) / elapsed as f64;
+                    pin = pin.min(rate * self.min_ms * self.tolerated());
+                }
             }
             self.pin = (pin as u32).max(self.cfg.limit_min);
+            self.pin_since_ms = now;
             self.halved = 0;
             self.phase = PHASE_PROBING;
             change = MinChange::ProbeStarted;
@@ -842,6 +992,17 @@ mod tests {
         s
     }
 
+    /// `latencies` of attempts that started after the pin was set, with `inflight` at most
+    /// in flight.
+    fn clean(latencies: &[u64], inflight: u32) -> Samples {
+        let mut s = Samples::EMPTY;
+        for &l in latencies {
+            s.add_clean(l);
+        }
+        s.note_inflight(inflight);
+        s
+    }
+
     /// A controller and a clock; each step is one flush at the end of a 100 ms interval.
     struct Story {
         l: Limiter,
@@ -897,7 +1058,7 @@ mod tests {
     #[test]
     fn the_structs_are_small_plain_data() {
         assert_eq!(size_of::<Samples>(), 32);
-        assert_eq!(LIMITER_SIZE, 168);
+        assert_eq!(LIMITER_SIZE, 208);
         assert_eq!(std::mem::align_of::<Limiter>(), 8);
     }
 
@@ -1027,8 +1188,9 @@ mod tests {
         let before = st.l.limit();
         // The origin's own service time rises 6×, whatever the concurrency: more than
         // `SLOWDOWN` times the tolerated latency, so the measurement starts at once, pinned
-        // where the old floor would allow this latency (limit · 12.5/60), not at half.
-        let u = st.saturated(60);
+        // where the old floor would allow this latency (limit · 12.5/60), not at half. (Held:
+        // the rate of answers that the limit allows at 60 ms, which pins at the same level.)
+        let u = st.held(60);
         assert_eq!(u.min_change, MinChange::ProbeStarted);
         assert!(st.l.view().probing);
         assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
@@ -1098,6 +1260,153 @@ mod tests {
         // Capacity 20/150 per ms × 30 ms = 4 workers; × 1.25 = 5, + √5.
         assert_eq!(u.to, 7, "not the saved limit");
         assert!(u.to < before);
+    }
+
+    /// A controller at 40 of a 5 ms origin that slowed down to 30 ms, pinned at 3 and past
+    /// one interval that had not drained.
+    fn slowed_and_pinned() -> Story {
+        let mut st = Story::measured(40, 5);
+        for _ in 0..5 {
+            st.saturated(5);
+        }
+        let u = st.saturated(150);
+        assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 3));
+        st.now += 150;
+        let u = st.l.record(st.now, &samples(20, 120, 40), 0).unwrap();
+        assert_eq!(u.min_change, MinChange::None, "not drained");
+        st
+    }
+
+    #[test]
+    fn clean_answers_that_agree_end_a_measurement_at_once() {
+        let mut st = slowed_and_pinned();
+        // Four clean answers are too few; a flush with one answer that is not clean, or made
+        // with more than the pin in flight (begun under the old limit), counts for nothing.
+        st.now += 10;
+        assert_eq!(st.l.record(st.now, &clean(&[30, 31, 30, 32], 3), 0), None);
+        let mut mixed = clean(&[30, 30], 3);
+        mixed.add(30);
+        assert_eq!(st.l.record(st.now + 5, &mixed, 0), None);
+        assert_eq!(st.l.record(st.now + 6, &clean(&[30, 30], 9), 0), None);
+        // The fifth, 30 ms after the pinned interval began: the floor is their mean.
+        st.now += 20;
+        let u = st.l.record(st.now, &clean(&[33], 2), 0).expect("measured");
+        assert_eq!((u.min_change, u.samples), (MinChange::Probed, 5));
+        assert_eq!(u.min_latency_ms, 31.2);
+        // Capacity 20/150 per ms × 31.2 ms × 1.25 = 5.2, + √5.2.
+        assert_eq!(u.to, 7);
+    }
+
+    #[test]
+    fn clean_answers_that_spread_wait_for_the_interval() {
+        let mut st = slowed_and_pinned();
+        // An exponential origin's answers: 30 ms on average, not within the tolerance of
+        // each other, and not far above the old floor.
+        st.now += 10;
+        assert_eq!(
+            st.l.record(st.now, &clean(&[8, 45, 20, 60, 17], 3), 0),
+            None
+        );
+        st.now += 100;
+        let u =
+            st.l.record(st.now, &clean(&[30; 15], 3), 0)
+                .expect("interval over");
+        assert_eq!((u.min_change, u.samples), (MinChange::Probed, 20));
+        assert_eq!(u.min_latency_ms, 30.0);
+    }
+
+    #[test]
+    fn clean_answers_far_above_the_old_floor_halve_the_pin_at_once() {
+        let mut st = Story::new(LimitConfig {
+            limit_min: 1,
+            ..LimitConfig::default()
+        });
+        // A periodic measurement of a 10 ms origin.
+        while st.saturated(10).min_change != MinChange::ProbeStarted {}
+        let pin = st.l.limit();
+        assert!(pin >= 4, "pinned at {pin}");
+        // The origin slowed down meanwhile: its answers at the pin spread from 55 to 90 ms,
+        // more than 4 × 12.5 on average. They are its own queue: halve now.
+        st.now += 20;
+        let u =
+            st.l.record(st.now, &clean(&[55, 70, 90, 60, 80], pin), 0)
+                .expect("decided");
+        assert_eq!(u.min_change, MinChange::ProbeHalved);
+        assert_eq!(st.l.limit(), pin / 2);
+        // Halved once: at the lower pin, spread answers wait for their interval.
+        st.now += 20;
+        let spread = clean(&[55, 70, 90, 60, 80], pin / 2);
+        assert_eq!(st.l.record(st.now, &spread, 0), None);
+    }
+
+    #[test]
+    fn a_slowdown_ends_its_interval_on_a_quarter_of_its_samples() {
+        let mut st = Story::measured(40, 5);
+        for _ in 0..5 {
+            st.saturated(5);
+        }
+        let limit = st.l.limit();
+        // Four answers at 40 ms, eight times the floor, 10 ms into the interval: too few.
+        st.now += 10;
+        assert_eq!(st.l.record(st.now, &samples(4, 40, limit), 0), None);
+        // The fifth: a slowdown, decided at once. Five answers in 20 ms, 0.25 per ms × 5 ms
+        // × 1.25: pinned at `limit_min`, below the 40 · 6.25/40 the latency alone allows.
+        st.now += 10;
+        let u = st.l.record(st.now, &samples(1, 40, limit), 0).unwrap();
+        assert_eq!((u.min_change, u.samples), (MinChange::ProbeStarted, 5));
+        assert_eq!(st.l.limit(), 3);
+        // Twenty answers at 20 ms (four times the floor, under the slowdown's five) wait
+        // for their interval.
+        let mut st = Story::measured(40, 5);
+        st.saturated(5);
+        st.now += 10;
+        assert_eq!(st.l.record(st.now, &samples(20, 20, 40), 0), None);
+    }
+
+    #[test]
+    fn slow_start_does_not_double_on_an_answer_as_slow_as_a_slowdown() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(10);
+        st.saturated(10);
+        assert_eq!(st.l.limit(), 40, "slow start doubled");
+        // Mostly fast answers and one at 60 ms, over 4 × 12.5: the origin is slowing down.
+        st.now += 100;
+        let mut s = samples(19, 9, 40);
+        s.add(60);
+        let u = st.l.record(st.now, &s, 0).unwrap();
+        // 40 · 12.5/11.55 + √43.3, not 80.
+        assert_eq!((u.from, u.to), (40, 49));
+    }
+
+    #[test]
+    fn after_a_halving_the_pins_queue_does_not_raise_the_reference() {
+        let mut st = Story::new(LimitConfig {
+            limit_min: 1,
+            limit_max: 64,
+            ..LimitConfig::default()
+        });
+        while st.l.view().remeasures == 0 {
+            st.saturated(10);
+        }
+        while st.l.limit() < 64 {
+            st.saturated(10);
+        }
+        // Held at 64 by a queue within the gradient's reach (14 ms) until the periodic
+        // measurement pins 32, whose drained mean fell to 10 (that was a queue): halved to 16.
+        let started = loop {
+            let u = st.held(14);
+            if u.min_change == MinChange::ProbeStarted {
+                break u;
+            }
+        };
+        assert_eq!((started.from, started.to), (64, 32));
+        assert_eq!(st.step(10, 32).min_change, MinChange::ProbeHalved);
+        // The first interval at 16 still holds 32's queue (not drained, 13 ms); the next
+        // drains at 10 ms, as at 32: the floor, not another halving.
+        assert_eq!(st.step(13, 32).min_change, MinChange::None);
+        let u = st.step(10, 16);
+        assert_eq!(u.min_change, MinChange::Probed);
+        assert_eq!(u.min_latency_ms, 10.0);
     }
 
     #[test]

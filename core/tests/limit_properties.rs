@@ -1,7 +1,9 @@
 //! The adaptive limit's invariants under random configurations, flushes and clocks: it stays
-//! within its bounds, moves only on a full interval, and learns a shifted latency floor.
+//! within its bounds, moves only on a full interval (or on the fewer samples of a slowdown or
+//! of a measurement's clean answers, never fewer than `CLEAN_SAMPLES`), and learns a shifted
+//! latency floor.
 
-use circuit_breaker_core::limit::{LimitConfig, Limiter, Samples};
+use circuit_breaker_core::limit::{LimitConfig, Limiter, MinChange, Samples, CLEAN_SAMPLES};
 use proptest::prelude::*;
 
 fn config() -> impl Strategy<Value = LimitConfig> {
@@ -32,14 +34,20 @@ fn config() -> impl Strategy<Value = LimitConfig> {
 
 fn samples() -> impl Strategy<Value = Samples> {
     (
-        proptest::collection::vec(0u64..100_000, 0..60),
+        // Mostly short latencies, with outliers: slowdowns and floors to learn.
+        proptest::collection::vec(prop_oneof![3 => 1u64..50, 1 => 0u64..100_000], 0..60),
         0u32..5,
         0u32..3000,
+        any::<bool>(),
     )
-        .prop_map(|(latencies, drops, inflight)| {
+        .prop_map(|(latencies, drops, inflight, clean)| {
             let mut s = Samples::EMPTY;
             for l in latencies {
-                s.add(l);
+                if clean {
+                    s.add_clean(l);
+                } else {
+                    s.add(l);
+                }
             }
             for _ in 0..drops {
                 s.add_drop();
@@ -55,6 +63,8 @@ enum Op {
     Flush(Samples, u32),
     /// A flush whose in-flight is the limit in force: demand meets it.
     Saturated(Samples, u32),
+    /// A flush with no more in flight than the limit in force (a pin drained).
+    Within(Samples, u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,6 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(Op::Step),
         3 => (samples(), any::<u32>()).prop_map(|(s, r)| Op::Flush(s, r)),
         3 => (samples(), any::<u32>()).prop_map(|(s, r)| Op::Saturated(s, r)),
+        3 => (samples(), any::<u32>()).prop_map(|(s, r)| Op::Within(s, r)),
     ]
 }
 
@@ -121,6 +132,10 @@ proptest! {
                     s.note_inflight(before);
                     (s, rnd)
                 }
+                Op::Within(mut s, rnd) => {
+                    s.inflight_max = s.inflight_max.min(before);
+                    (s, rnd)
+                }
             };
             seen = seen.max(now);
             pending.push(s);
@@ -130,9 +145,20 @@ proptest! {
                 }
                 Some(u) => {
                     let m = merged(&pending);
-                    prop_assert!(u.samples >= cfg.samples, "{} samples", u.samples);
-                    prop_assert_eq!(u.samples, m.count);
-                    prop_assert!(seen - interval_start >= u64::from(cfg.interval_ms));
+                    let full = u.samples == m.count
+                        && u.samples >= cfg.samples
+                        && seen - interval_start >= u64::from(cfg.interval_ms);
+                    // Short of a full interval, only a slowdown starts a measurement, and only
+                    // a measurement's clean answers end or halve it.
+                    prop_assert!(
+                        full || matches!(
+                            u.min_change,
+                            MinChange::ProbeStarted | MinChange::Probed | MinChange::ProbeHalved
+                        ),
+                        "{:?} on {} of {} samples", u.min_change, u.samples, m.count
+                    );
+                    prop_assert!(u.samples >= cfg.samples.min(CLEAN_SAMPLES), "{} samples", u.samples);
+                    prop_assert!(u.samples <= m.count);
                     prop_assert_eq!(u.from, before);
                     prop_assert_eq!(u.to, l.limit());
                     prop_assert!(u.min_latency_ms >= 0.0 && u.sample_ms >= 1.0);

@@ -47,7 +47,7 @@ struct Scenario {
     seconds: u64,
     cfg: LimitConfig,
     seed: u64,
-    /// Every job takes exactly the service time (the lab's pool origin), instead of an
+    /// Every job takes the service time, up to 2 % more (the lab's pool origin), instead of an
     /// exponentially distributed one.
     fixed: bool,
 }
@@ -135,7 +135,10 @@ fn simulate(sc: &Scenario) -> Run {
     };
     let take = |rng: &mut Rng, t: u64| {
         if sc.fixed {
-            service(t).round() as u64
+            // The lab's origin sleeps the service time, and wakes up to 2 % late: it measured
+            // floors of 30.0 to 30.6 ms for 30 ms. (Exactly 30 ms locks its four workers in
+            // step, and then a 0.5 s window holds 68 answers far more often than the lab's.)
+            (service(t) * (1.0 + 0.02 * rng.unit())).round() as u64
         } else {
             rng.exp_us(service(t))
         }
@@ -233,7 +236,11 @@ fn simulate(sc: &Scenario) -> Run {
                 sl.done += 1;
                 sl.lat_sum_ms += ms;
                 let w = r.worker;
-                aggs[w].add(ms);
+                if r.admit_us / 1000 > lim.clean_since() {
+                    aggs[w].add_clean(ms);
+                } else {
+                    aggs[w].add(ms);
+                }
                 if aggs[w].count >= FLUSH_SAMPLES {
                     flush(w, &mut aggs, &mut rng, &mut run, &mut lim);
                 }
@@ -551,9 +558,10 @@ fn protect_ms(run: &Run, sc: &Scenario, level: f64) -> Option<u64> {
 fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
     // Issue 14's overload as the lab runs it (scripts/lab --suite issue14-limit): 400
     // clients a second retrying a shed request once, an origin of 4 workers whose service
-    // time of exactly 5 ms becomes 30 ms for 5 s. The controller must see the slowdown in
-    // its first slow interval, measure the new floor at once, and come back to the origin's
-    // own level (4 · 1.25 + √5 ≈ 7), not to the limit it had cut against the old floor.
+    // time of 5 ms (up to 2 % late) becomes 30 ms for 5 s. The controller must see the
+    // slowdown in its first slow answers, measure the new floor from the first clean ones,
+    // and come back to the origin's own level (4 · 1.25 + √5 ≈ 7), not to the limit it had
+    // cut against the old floor — all before the lab's 0.5 s.
     // SIM_SEEDS=N runs N seeds and prints their figures (the lab's time to protect over many
     // seeds, for a closing note); the asserts hold for the first 8, whatever N.
     let seeds: u64 = std::env::var("SIM_SEEDS")
@@ -591,8 +599,14 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
         if seed > 8 {
             continue;
         }
-        assert!(started.0 <= 10_300, "measured from {}", started.0);
-        assert!(probed.0 <= 10_800, "floor measured at {}", probed.0);
+        assert!(started.0 <= 10_200, "measured from {}", started.0);
+        // Back at the origin's level before the lab's 0.5 s: the step from the pin adds
+        // attempts to the window that holds it.
+        assert!(probed.0 <= 10_500, "floor measured at {}", probed.0);
+        assert!(
+            protect.is_some_and(|p| p <= 500),
+            "time to protect {protect:?}"
+        );
         assert!((probed.4 - 30.0).abs() <= 3.0, "floor {}", probed.4);
         assert!((5..=9).contains(&probed.2), "limit after it {}", probed.2);
         let peak = run.slices[110..150].iter().map(|s| s.limit).max().unwrap();

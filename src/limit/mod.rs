@@ -341,7 +341,13 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
     let Some((i, l)) = reg.local(hold.0) else {
         return;
     };
+    let now = mono_ms();
     match s {
+        // Started after a pinned measurement's pin was set: clean. `ms` is the attempt's
+        // time since `u->start_time`, taken in the same loop iteration as its admission.
+        Sample::Latency(ms) if now.wrapping_sub(ms) > l.ptr.clean_since() => {
+            l.samples.add_clean(ms)
+        }
         Sample::Latency(ms) => l.samples.add(ms),
         Sample::Drop => l.samples.add_drop(),
     }
@@ -350,7 +356,7 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
             l.samples.note_inflight(before);
         }
     }
-    if l.wait(mono_ms()) {
+    if l.wait(now) {
         reg.flush(i);
     }
 }

@@ -15,6 +15,9 @@ pub(super) struct Shared {
     pub(super) word: AtomicU64,
     /// Requests shed (in dry run: that would have been) since the controller started.
     pub(super) shed: AtomicU64,
+    /// The controller's `clean_since` (written under the mutex): an answer to an attempt
+    /// that started later is clean.
+    pub(super) clean_since: AtomicU64,
     /// The tenant the block is set up for (written under the mutex).
     pub(super) tenant: AtomicU64,
     /// Whether the tenant's configuration has the limit (written under the mutex).

@@ -186,6 +186,13 @@ impl LimitPtr {
         Some(before)
     }
 
+    /// When the pin of the pinned measurement under way was set: an answer to an attempt
+    /// that started later is clean (`Limiter::clean_since`; `u64::MAX` when none is).
+    #[inline]
+    pub fn clean_since(&self) -> u64 {
+        self.shared().clean_since.load(Ordering::Relaxed)
+    }
+
     /// Counts a request shed (or, in dry run, one that would have been).
     #[inline]
     pub fn count_shed(&self) {
@@ -218,6 +225,11 @@ impl LimitMut<'_> {
         }
         let u = self.controller.limiter.record(now_ms, samples, rnd)?;
         self.publish(self.controller.limiter.limit());
+        let since = self.controller.limiter.clean_since();
+        self.ptr
+            .shared()
+            .clean_since
+            .store(since, Ordering::Relaxed);
         Some(u)
     }
 
@@ -440,6 +452,7 @@ impl Locked<'_> {
                 shared.shed.store(0, Ordering::Relaxed);
                 controller.cfg = *cfg;
                 controller.limiter = Limiter::new(*cfg, now_ms);
+                shared.clean_since.store(u64::MAX, Ordering::Relaxed);
                 shared.enabled.store(1, Ordering::Relaxed);
                 shared.tenant.store(handle.ident, Ordering::Release);
                 let limit = controller.limiter.limit();
@@ -455,6 +468,7 @@ impl Locked<'_> {
                     controller.cfg = *cfg;
                     controller.limiter = Limiter::new(*cfg, now_ms);
                     shared.shed.store(0, Ordering::Relaxed);
+                    shared.clean_since.store(u64::MAX, Ordering::Relaxed);
                     shared.enabled.store(1, Ordering::Relaxed);
                     let limit = controller.limiter.limit();
                     LimitMut { ptr, controller }.publish(limit);
@@ -475,6 +489,7 @@ impl Locked<'_> {
                 shared: Shared {
                     word: AtomicU64::new(0),
                     shed: AtomicU64::new(0),
+                    clean_since: AtomicU64::new(u64::MAX),
                     tenant: AtomicU64::new(0),
                     enabled: AtomicU32::new(0),
                     owners,
