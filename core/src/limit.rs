@@ -1028,6 +1028,14 @@ mod tests {
             }
             st
         }
+        /// [`Story::measured`], then five more intervals saturated at `latency_ms`.
+        fn settled(limit_max: u32, latency_ms: u64) -> Story {
+            let mut st = Story::measured(limit_max, latency_ms);
+            for _ in 0..5 {
+                st.saturated(latency_ms);
+            }
+            st
+        }
         /// An interval of 20 answers at `latency_ms` with `inflight` at most in flight.
         fn step(&mut self, latency_ms: u64, inflight: u32) -> Update {
             self.now += 100.max(self.l.sample_ms as u64);
@@ -1239,10 +1247,7 @@ mod tests {
 
     #[test]
     fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
-        let mut st = Story::measured(40, 5);
-        for _ in 0..5 {
-            st.saturated(5);
-        }
+        let mut st = Story::settled(40, 5);
         let before = st.l.limit();
         assert_eq!(before, 40);
         // 4 workers at 30 ms: 20 answers in 150 ms while the queue drains from `before`.
@@ -1265,10 +1270,7 @@ mod tests {
     /// A controller at 40 of a 5 ms origin that slowed down to 30 ms, pinned at 3 and past
     /// one interval that had not drained.
     fn slowed_and_pinned() -> Story {
-        let mut st = Story::measured(40, 5);
-        for _ in 0..5 {
-            st.saturated(5);
-        }
+        let mut st = Story::settled(40, 5);
         let u = st.saturated(150);
         assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 3));
         st.now += 150;
@@ -1341,10 +1343,7 @@ mod tests {
 
     #[test]
     fn a_slowdown_ends_its_interval_on_a_quarter_of_its_samples() {
-        let mut st = Story::measured(40, 5);
-        for _ in 0..5 {
-            st.saturated(5);
-        }
+        let mut st = Story::settled(40, 5);
         let limit = st.l.limit();
         // Four answers at 40 ms, eight times the floor, 10 ms into the interval: too few.
         st.now += 10;
