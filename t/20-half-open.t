@@ -222,8 +222,12 @@ ok(@a503 >= 20 && !grep({ $_->[5] !~ /^[1-9]\d*$/
 	or diag(scalar @a503);
 ok(scalar(grep { $_->[4] eq 'half_open' } @a503) >= 3,
 	'a: short-circuited while half-open');
+# the worker closes the breaker when it finalizes the probe's upstream, which
+# may come after the last bytes went to the client: on a loaded machine it can
+# be descheduled in between (a run that compiled beside the suite saw a 503
+# started 10 ms after the probe's client had its answer)
 my ($p3) = grep { sprintf('%.6f', $_->[1]) eq $a[2] } @ar;
-ok($p3 && !grep({ $_->[3] == 503 && $_->[1] > $p3->[2] + 0.01 } @ar),
+ok($p3 && !grep({ $_->[3] == 503 && $_->[1] > $p3->[2] + 0.05 } @ar),
 	'a: no 503 after the third probe closed it');
 
 my $aopen = grep { $_->[1] < $t_trip + 0.95 } @a503;

@@ -65,9 +65,12 @@
 //!      pin was set, hence after the older limit's queue drained below it, which the origin
 //!      served with no more than the pin in flight (the shell marks them,
 //!      [`Samples::clean`]). As soon as [`CLEAN_SAMPLES`] of them agree within the tolerance,
-//!      their mean is the floor, whatever the interval: the lab waited a whole interval of
-//!      20 answers after the drain, at the pin's low rate, and its limit stepped back up
-//!      after the 0.5 s it has to protect in. Clean answers that spread at [`SLOWDOWN`]
+//!      their mean decides as a drained interval's would, whatever the interval: it is the
+//!      floor, or, risen beyond the tolerance, checked once at half the pin (answers that
+//!      agree do not rule out a queue at the origin: at twice its concurrency each waits
+//!      one service time). The lab waited a whole interval of 20 answers after the drain, at
+//!      the pin's low rate, and its limit stepped back up after the 0.5 s it has to protect
+//!      in. Clean answers that spread at [`SLOWDOWN`]
 //!      times the old floor on average halve a pin that may still be halved, at once: for a
 //!      steady origin, such a spread is a queue at the origin, the pin above its concurrency.
 //!   2. *Slowdown*: with the limit reached, one update whose latency is [`SLOWDOWN`] times
@@ -98,7 +101,7 @@
 //! # Shared memory
 //!
 //! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
-//! aligned) of [`LIMITER_SIZE`] = 208 bytes, its configuration and the interval under way
+//! aligned) of [`LIMITER_SIZE`] = 216 bytes, its configuration and the interval under way
 //! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock.
 //! In-flight counting is the shell's, on one atomic word per limit that holds the tenant's
 //! tag, the limit and the in-flight count ([`word`]): it admits a request while in-flight is
@@ -460,8 +463,9 @@ pub struct Limiter {
     /// The interval under way.
     pending: Samples,
     interval_start_ms: u64,
-    /// During a pinned measurement: when the pin in force was set.
+    /// During a pinned measurement: when the pin in force was set, and the answers since.
     pin_since_ms: u64,
+    pin_answers: u64,
     /// The latest clock reading; earlier readings are taken as this.
     last_ms: u64,
     next_probe_ms: u64,
@@ -504,6 +508,7 @@ impl Limiter {
             pending: Samples::EMPTY,
             interval_start_ms: now_ms,
             pin_since_ms: now_ms,
+            pin_answers: 0,
             last_ms: now_ms,
             next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
             updates: 0,
@@ -570,9 +575,9 @@ impl Limiter {
     /// an update sees the requests admitted under the previous one, and holds at least
     /// `samples` latency samples. Two decisions take fewer, because their answers leave no
     /// doubt and every round trip waited for lets a queue grow or sheds what the origin could
-    /// serve: a slowdown (`slowed_down`) and a pinned measurement's clean
-    /// answers (`clean_decides`); neither on fewer than [`CLEAN_SAMPLES`]
-    /// (or `samples`, if fewer).
+    /// serve: a slowdown (`slowed_down`, on at least a quarter of `samples` and at least
+    /// [`CLEAN_SAMPLES`]) and a pinned measurement's clean answers (`clean_decides`, on at
+    /// least [`CLEAN_SAMPLES`], or `samples` if fewer).
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
@@ -580,8 +585,10 @@ impl Limiter {
         let elapsed = now - self.interval_start_ms;
         let mut length = u64::from(self.cfg.interval_ms);
         if self.phase == PHASE_PROBING {
+            self.pin_answers = self.pin_answers.saturating_add(u64::from(samples.count));
             // Only a flush made wholly at the pin: one begun under an older limit holds
-            // answers called clean against that limit.
+            // answers called clean against that limit (a worker whose clock runs a
+            // millisecond ahead may also call one clean that was admitted just before).
             if samples.count > 0
                 && samples.clean == samples.count
                 && samples.inflight_max <= self.pin
@@ -610,12 +617,14 @@ impl Limiter {
         let clean = std::mem::replace(&mut self.probe_clean, Samples::EMPTY);
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
-        if self.probe_rate == 0.0 && interval.inflight_max > self.pin && elapsed > 0 {
+        let since = now.saturating_sub(self.pin_since_ms);
+        if self.probe_rate == 0.0 && interval.inflight_max > self.pin && since > 0 {
             // No interval has ended busy yet, and the queue drained within this one: the
-            // origin was busy for part of it at least, a capacity measured low rather than
-            // none. (A short interval's count is too few to raise a measured capacity: four
-            // workers answering at once made one a third too high in the lab.)
-            self.probe_rate = f64::from(interval.count) / elapsed as f64;
+            // answers since the pin was set, while it drained and then at the pin, are a
+            // capacity measured low rather than none. (This interval alone may be a few
+            // milliseconds long: four workers answering at once made one a third too high
+            // in the lab.)
+            self.probe_rate = self.pin_answers as f64 / since as f64;
         }
         self.update(now, elapsed, &clean, rnd)
     }
@@ -641,7 +650,7 @@ impl Limiter {
     /// - they agree, the slowest within the tolerance of the fastest: more would not move
     ///   their mean beyond the tolerance (an origin whose latency spreads wider, the
     ///   exponential service times of a busy one, is measured over whole intervals of
-    ///   `samples` answers instead); or
+    ///   `samples` answers instead); `probe` takes their mean as a drained interval's; or
     /// - they spread, at [`SLOWDOWN`] times the tolerated floor on average, at a pin that
     ///   may still be halved: the floor rose far, and for a steady origin such a spread is a
     ///   queue at the origin, the pin above its concurrency; `probe` halves it.
@@ -652,7 +661,7 @@ impl Limiter {
         }
         let tolerated = self.tolerated();
         let agree = f64::from(c.max_ms) <= f64::from(c.min_ms).max(LATENCY_FLOOR_MS) * tolerated;
-        let far = c.sum_ms as f64 > f64::from(c.count) * SLOWDOWN * self.min_ms * tolerated;
+        let far = c.sum_ms as f64 >= f64::from(c.count) * SLOWDOWN * self.min_ms * tolerated;
         agree || (far && self.halved == 0 && self.lower_pin() < self.pin)
     }
 
@@ -733,6 +742,7 @@ impl Limiter {
             self.halved = 1;
             self.pin = lower;
             self.pin_since_ms = now;
+            self.pin_answers = 0;
             self.probe_ref_ms = sample;
             self.probe_clean = Samples::EMPTY;
             return MinChange::ProbeHalved;
@@ -808,8 +818,8 @@ impl Limiter {
         let gradient = raw.clamp(GRADIENT_MIN, GRADIENT_MAX);
         let l = self.limit;
         let mut target = l * gradient + (l * gradient).sqrt();
-        let slowest = f64::from(s.max_ms) <= SLOWDOWN * self.min_ms * self.tolerated();
-        if gradient >= 1.0 && reached && self.slow_start != 0 && slowest {
+        let none_slow = f64::from(s.max_ms) < SLOWDOWN * self.min_ms * self.tolerated();
+        if gradient >= 1.0 && reached && self.slow_start != 0 && none_slow {
             // Slow start (TCP's, RFC 5681): until the first cut, double while demand meets
             // the limit — unless an answer already took a slowdown's latency: in the
             // interval in which an origin slows down, the answers are still mostly fast
@@ -870,6 +880,7 @@ impl Limiter {
             }
             self.pin = (pin as u32).max(self.cfg.limit_min);
             self.pin_since_ms = now;
+            self.pin_answers = 0;
             self.halved = 0;
             self.phase = PHASE_PROBING;
             change = MinChange::ProbeStarted;
@@ -1066,7 +1077,7 @@ mod tests {
     #[test]
     fn the_structs_are_small_plain_data() {
         assert_eq!(size_of::<Samples>(), 32);
-        assert_eq!(LIMITER_SIZE, 208);
+        assert_eq!(LIMITER_SIZE, 216);
         assert_eq!(std::mem::align_of::<Limiter>(), 8);
     }
 
@@ -1301,20 +1312,52 @@ mod tests {
 
     #[test]
     fn clean_answers_that_spread_wait_for_the_interval() {
+        // An exponential origin's answers, not within the tolerance of each other: 14 ms on
+        // average, not far above the old floor of 5 (4 × 6.25) ...
         let mut st = slowed_and_pinned();
-        // An exponential origin's answers: 30 ms on average, not within the tolerance of
-        // each other, and not far above the old floor.
+        st.now += 10;
+        assert_eq!(st.l.record(st.now, &clean(&[4, 25, 8, 20, 12], 3), 0), None);
+        st.now += 100;
+        let u =
+            st.l.record(st.now, &clean(&[14; 15], 3), 0)
+                .expect("interval over");
+        assert_eq!((u.min_change, u.samples), (MinChange::Probed, 20));
+        assert_eq!(u.min_latency_ms, 13.95);
+        // ... or far above it (30 ms), at a pin of `limit_min`, which cannot be halved.
+        let mut st = slowed_and_pinned();
         st.now += 10;
         assert_eq!(
             st.l.record(st.now, &clean(&[8, 45, 20, 60, 17], 3), 0),
             None
         );
-        st.now += 100;
+    }
+
+    #[test]
+    fn agreeing_clean_answers_above_the_old_floor_are_checked_at_lower_pins() {
+        // Held at 40 by a 5 ms origin that slows to 26 ms: the rate the limit allows at
+        // 26 ms (40/26 per ms) × 6.25 pins at 9, above its 4 workers.
+        let mut st = Story::settled(40, 5);
+        let u = st.held(26);
+        assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 9));
+        // Five answers that agree, at 52 ms: each waited one service time (9 in flight for 4
+        // workers). A floor that rose is checked at half the pin, at once.
+        st.now += 60;
         let u =
-            st.l.record(st.now, &clean(&[30; 15], 3), 0)
-                .expect("interval over");
-        assert_eq!((u.min_change, u.samples), (MinChange::Probed, 20));
-        assert_eq!(u.min_latency_ms, 30.0);
+            st.l.record(st.now, &clean(&[52, 53, 52, 52, 54], 9), 0)
+                .unwrap();
+        assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 4));
+        // At 4 they agree at 26 ms: half what they were, still falling with the pin, which
+        // halves again (to `limit_min`); at 3 the same 26 ms is the floor.
+        st.now += 30;
+        let u =
+            st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 4), 0)
+                .unwrap();
+        assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 3));
+        st.now += 30;
+        let u =
+            st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 3), 0)
+                .unwrap();
+        assert_eq!((u.min_change, u.min_latency_ms), (MinChange::Probed, 26.2));
     }
 
     #[test]

@@ -120,6 +120,9 @@ proptest! {
         let mut seen = start;
         let mut interval_start = start;
         let mut pending: Vec<Samples> = Vec::new();
+        // Samples given since the last measurement began: clean answers accumulate across
+        // its intervals.
+        let mut since_start = 0u64;
         for op in ops {
             let before = l.limit();
             let (s, rnd) = match op {
@@ -139,6 +142,7 @@ proptest! {
             };
             seen = seen.max(now);
             pending.push(s);
+            since_start += u64::from(s.count);
             match l.record(now, &s, rnd) {
                 None => {
                     prop_assert_eq!(l.limit(), before, "moved without an update");
@@ -158,7 +162,15 @@ proptest! {
                         "{:?} on {} of {} samples", u.min_change, u.samples, m.count
                     );
                     prop_assert!(u.samples >= cfg.samples.min(CLEAN_SAMPLES), "{} samples", u.samples);
-                    prop_assert!(u.samples <= m.count);
+                    let counted = if full {
+                        u.samples == m.count
+                    } else {
+                        u64::from(u.samples) <= since_start
+                    };
+                    prop_assert!(counted, "{} samples of {}", u.samples, since_start);
+                    if u.min_change == MinChange::ProbeStarted {
+                        since_start = 0;
+                    }
                     prop_assert_eq!(u.from, before);
                     prop_assert_eq!(u.to, l.limit());
                     prop_assert!(u.min_latency_ms >= 0.0 && u.sample_ms >= 1.0);

@@ -73,6 +73,9 @@ pub enum Admit {
 pub enum Sample {
     /// The origin answered (or timed out) after this many milliseconds.
     Latency(u64),
+    /// The same, for a retry (`proxy_next_upstream`): its request took its slot before the
+    /// attempt started, so it is never clean.
+    Retried(u64),
     /// No latency worth averaging: refused, reset, a client that went away.
     Drop,
 }
@@ -169,7 +172,12 @@ impl Registry {
         let Some(Some(l)) = self.locals.get_mut(i) else {
             return;
         };
-        let samples = core::mem::replace(&mut l.samples, Samples::EMPTY);
+        let mut samples = core::mem::replace(&mut l.samples, Samples::EMPTY);
+        if l.since_ms <= l.ptr.clean_since() {
+            // Begun before the pin in force was set: what it calls clean was called so
+            // against an older one (a quiet worker's batch across a halving).
+            samples.clean = 0;
+        }
         let shed = core::mem::take(&mut l.shed);
         l.waiting = false;
         if samples.is_empty() && !shed {
@@ -344,11 +352,12 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
     let now = mono_ms();
     match s {
         // Started after a pinned measurement's pin was set: clean. `ms` is the attempt's
-        // time since `u->start_time`, taken in the same loop iteration as its admission.
+        // time since `u->start_time`, which a first attempt takes in the same loop iteration
+        // as its admission.
         Sample::Latency(ms) if now.wrapping_sub(ms) > l.ptr.clean_since() => {
             l.samples.add_clean(ms)
         }
-        Sample::Latency(ms) => l.samples.add(ms),
+        Sample::Latency(ms) | Sample::Retried(ms) => l.samples.add(ms),
         Sample::Drop => l.samples.add_drop(),
     }
     if last {

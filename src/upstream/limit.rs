@@ -100,17 +100,21 @@ unsafe fn sample(
     // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
     // contract), which is what `retry_follows` asks.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
-    limit::attempt_ended(state.limit, sample_of(a), last);
+    limit::attempt_ended(state.limit, sample_of(a, state.attempts > 1), last);
     if last {
         state.limit = Hold::NONE;
     }
 }
 
-/// What the controller learns from an attempt: timeouts are latency at their elapsed time
-/// (the clearest sign of a queue); errors with no answer (refused, reset, a client that went
-/// away) carry no latency worth averaging, and fast ones would drag the minimum down.
-fn sample_of(a: &Attempt) -> Sample {
+/// What the controller learns from an attempt, a `retry` or the request's first: timeouts
+/// are latency at their elapsed time (the clearest sign of a queue); errors with no answer
+/// (refused, reset, a client that went away) carry no latency worth averaging, and fast ones
+/// would drag the minimum down.
+fn sample_of(a: &Attempt, retry: bool) -> Sample {
     match a.ending {
+        Ending::Response | Ending::Timeout | Ending::InvalidHeader if retry => {
+            Sample::Retried(a.response_ms)
+        }
         Ending::Response | Ending::Timeout | Ending::InvalidHeader => {
             Sample::Latency(a.response_ms)
         }
