@@ -170,16 +170,11 @@ impl Samples {
         self.max_ms = self.max_ms.max(ms);
     }
 
-    /// Adds one latency sample of an attempt that started after [`Limiter::clean_since`].
+    /// Adds one latency sample of an attempt that started after [`Limiter::clean_since`]
+    /// (wrapping, as [`Samples::add`]).
     #[inline]
     pub fn add_clean(&mut self, latency_ms: u64) {
         self.add(latency_ms);
-        self.note_clean();
-    }
-
-    /// Marks the last sample added as clean (see [`Samples::clean`]).
-    #[inline]
-    pub fn note_clean(&mut self) {
         self.clean = self.clean.wrapping_add(1);
     }
 

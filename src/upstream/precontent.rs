@@ -117,9 +117,7 @@ extern "C" fn not_passing(
             .and_then(|g| Zone::admit_raw(handle, g, mono_ms()));
         let (label, retry_after_ms) = match answer {
             Some(Admission::Pass { .. }) => return passed(req, lcf, handle),
-            Some(Admission::Reject { retry_after_ms }) => {
-                (Label::State(State::Open), retry_after_ms)
-            }
+            Some(Admission::Reject { retry_after_ms }) => (OPEN, retry_after_ms),
             Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
             _ => return NGX_DECLINED as ngx_int_t,
         };
