@@ -1,9 +1,12 @@
-"""The lab's open-loop client and status poller.
+"""The lab's client and status poller.
 
     client.py SPEC.json
 
-Request i is sent at T0 + i/rate whatever is still outstanding (a slow proxy cannot slow the
-offered load), on its own connection, with `X-Request-Id: i.k` (k: the client's try, 0 or 1)
+Open loop (the default): request i is sent at T0 + i/rate whatever is still outstanding (a
+slow proxy cannot slow the offered load). Sequential (`client_mode = "sequential"`): one
+request at a time, request i sent when request i - 1 is done but not before T0 + i/rate (its
+schedule is when it is sent), until the timeline ends: what a single user, a cron job or a
+health checker sends. Each request goes on its own connection, with `X-Request-Id: i.k` (k: the client's try, 0 or 1)
 so that nginx's log and the origin's log join to it. A try that fails (anything but 2xx) is
 retried at once while tries are left. Each try is logged (TSV): schedule, send and end
 times, status, kind and the X-Circuit-State / X-Cache-Status / Retry-After it carried.
@@ -46,6 +49,7 @@ class Client:
         self.count = int(round(spec["duration"] * self.rate))
         self.timeout = spec["client_timeout_s"]
         self.tries = 1 + int(spec.get("client_retries", 0))
+        self.sequential = spec.get("client_mode", "open") == "sequential"
         self.path = spec.get("path", "/")
         self.keys = int(spec.get("keys", 0))  # >0: cycle over this many URLs (cache scenarios)
         self.t0 = spec["t0"]
@@ -130,7 +134,14 @@ class Client:
         watcher = asyncio.create_task(stalls.watch(stop, self.stalls))
         tasks = set()
         i = 0
-        while i < self.count:
+        if self.sequential:
+            end = self.t0 + self.count / self.rate
+            while i < self.count and time.time() < end:
+                due = max(self.t0 + i / self.rate, time.time())
+                await asyncio.sleep(max(0.0, due - time.time()))
+                await self.request(i, due)
+                i += 1
+        while i < self.count and not self.sequential:
             due = self.t0 + i / self.rate
             delay = due - time.time()
             if delay > 0:

@@ -210,6 +210,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             "duration": duration,
             "client_timeout_s": seconds(run["client_timeout"]),
             "client_retries": run.get("client_retries", 0),
+            "client_mode": run.get("client_mode", "open"),
             "path": run.get("path", "/"),
             "keys": (run.get("cache") or {}).get("keys", 0),
             "t0": t0,

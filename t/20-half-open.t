@@ -33,7 +33,7 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(65);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(68);
 
 $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     log_format cb '$pid $uri $status "$circuit_breaker_state"';
@@ -333,6 +333,17 @@ $r = http_get('/d/?status=500&probe=1');
 is(status($r), 500, 'd: probe failed');
 is(hits(qr!^/d/!) + hits2(qr!^/d/!) - $d{1} - $d{2}, 1,
 	'd: failed probe not retried');
+
+# ... and ejects the server it failed on, which the pool may lose: the probe says
+# nothing of the upstream, and the next request probes the other server at once;
+# failing there too (the pool cannot lose both), it reopens the breaker
+
+like($t->read_file('error.log'),
+	qr/circuit breaker "d" server 127\.0\.0\.1:\d+ ejected: probe of "d\/default" failed: http_500/,
+	'd: the failed probe ejected its server');
+$r = http_get('/d/?status=500&probe=1b');
+is(status($r), 500, 'd: the next request probes the other server');
+is(hits(qr!^/d/!) + hits2(qr!^/d/!) - $d{1} - $d{2}, 2, 'd: one hit for each probe');
 $r = http_get('/d/?status=500&after=probe1');
 ok(status($r) == 503 && header($r, 'Retry-After') eq '2',
 	'd: reopened, Retry-After 2') or diag($r);
@@ -398,8 +409,8 @@ is(status($r), 200, 'd: good probe 2');
 my @s = map { status(http_get("/d/?closed=$_")) } 1 .. 4;
 is("@s", '200 200 200 200', 'd: closed');
 is(hits(qr!^/d/!) + hits2(qr!^/d/!) - $d{1} - $d{2}, 6, 'd: traffic flows');
-ok(hits(qr!^/d/\?closed!) >= 1 && hits2(qr!^/d/\?closed!) >= 1,
-	'd: both servers in use again');
+ok((hits(qr!^/d/\?closed!) == 4) != (hits2(qr!^/d/\?closed!) == 4),
+	'd: the server its failed probe ejected stays out, the other serves');
 
 sleep($t_c2 + 2.5 - time());
 $r = http_get('/c/?probe=early2');

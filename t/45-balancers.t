@@ -129,7 +129,12 @@ for (@ups) {
 		is(join(',', values %same), '3', "$name: same key, same server");
 	}
 
-	# 19 successes: the 5th failure makes 5/24 >= 20% (4/23 does not)
+	# 19 successes: 5 failures counted make 5/24 >= 20% (4/23 does not).  Both
+	# servers fail; until both show it, a failure of the one whose own window does
+	# (each server's breaker ejects at the same 20 %) is the pool's to fix, not
+	# counted, and the pool may lose one server, after at most its min_requests
+	# (10) attempts: the breaker opens on the 5th to 15th failure, as the balancer
+	# spreads them (round robin: the 6th).
 
 	my (@s, $r);
 	for my $k (1 .. 20) {
@@ -140,11 +145,13 @@ for (@ups) {
 	ok(status($r) == 503 && header($r, 'X-Circuit-State') eq 'open'
 		&& (header($r, 'Retry-After') // '') =~ /^(29|30)$/,
 		"$name: short-circuit headers") or diag($r);
-	is("@s", '500 500 500 500 500 503', "$name: opened by the 5th failure");
+	my $failed = grep { $_ == 500 } @s;
+	ok($failed >= 5 && $failed <= 15 && "@s" eq join(' ', ('500') x $failed, '503'),
+		"$name: opened by the 5th to 15th failure") or diag("@s");
 
 	my ($h1, $h2) = (CB::Origin::hits($hits1, $re),
 		CB::Origin::hits($hits2, $re));
-	is($h1 + $h2, 16 + 3 + 5, "$name: origin hits before opening");
+	is($h1 + $h2, 16 + 3 + $failed, "$name: origin hits before opening");
 
 	@s = map { status(http_get("/$name/open?k=$_")) } 1 .. 10;
 	is(join(' ', @s), join(' ', ('503') x 10)

@@ -82,7 +82,7 @@ bad($t, 'port 0', { HTTP => "$f 127.0.0.1:0 id=127.0.0.1:8090;" },
 	. 'must be an address such as 10.0.0.5:8080');
 
 bad($t, 'peer twice', { HTTP => "$f $peers 127.0.0.1:8091 id=127.0.0.1:8090;" },
-	$f, qq{invalid value "127.0.0.1:8091" $in, is listed twice});
+	$f, qq{invalid value "127.0.0.1:${\ port(8091)}" $in, is listed twice});
 
 bad($t, 'no id', { HTTP => "$f $peers;" },
 	$f, qq{"$f" must have "id" parameter});

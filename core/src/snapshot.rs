@@ -122,6 +122,9 @@ pub struct Totals {
     /// Requests turned away by the recovery ramp (in dry run: that would have been); not in
     /// `short_circuited`.
     pub ramp_shed: u64,
+    /// Bad outcomes (in `failures` or `slow`) that the pool explained, left out of the
+    /// window: their server was ejected, or about to be.
+    pub explained: u64,
 }
 
 /// Everything the status page shows of one breaker.

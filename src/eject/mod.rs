@@ -24,7 +24,7 @@ mod peers;
 pub use peers::PeersLock;
 
 use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket, Why};
-use circuit_breaker_core::eject::{self, Move};
+use circuit_breaker_core::eject::{self, Explained, Move, Standing};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{
     ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_pool_t, ngx_str_t,
@@ -346,6 +346,77 @@ pub fn record(
     judge(locked, up, server, now, log, |b, count| {
         eject::record(b, count, now, rnd(), ticket, attempt).1
     });
+}
+
+/// What the pool says of a request's bad outcome on one of its servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// Ejection fixes it: it stays out of the upstream's window.
+    pub explained: bool,
+    /// The upstream's breaker may open on its window now.
+    pub may_open: bool,
+}
+
+/// What the pool says of a bad outcome of an attempt sent to `server` (see
+/// `circuit_breaker_core::eject::explain` and `may_open`), under the lock held through
+/// `locked`, after the attempt was recorded on the server's own breaker. `probe` is set when
+/// the attempt was the probe of the upstream's breaker: its name and why the probe failed;
+/// the server is then ejected at once if the pool may lose it, and the move logged as any
+/// ejection.
+pub fn assess(
+    locked: &mut Locked<'_>,
+    up: Upstream<'_>,
+    server: u16,
+    probe: Option<(&str, &str)>,
+    now: u64,
+    log: *mut ngx_log_t,
+) -> Assessment {
+    let scf = up.scf;
+    let (Some(pool), Some(cfg)) = (scf.pool.as_ref(), scf.breaker.as_ref()) else {
+        return Assessment {
+            explained: false,
+            may_open: true,
+        };
+    };
+    let standings: Vec<Standing> = pool
+        .servers
+        .iter()
+        .map(
+            |s| match locked.get_or_find(s.handle.get(), &scf.server_key(s)) {
+                Some(mut b) => {
+                    s.handle.set(b.handle());
+                    Standing::of(&mut b, now, cfg)
+                }
+                // No breaker (the zone is full): the server cannot be ejected.
+                None => Standing::default(),
+            },
+        )
+        .collect();
+    let may_open = eject::may_open(&standings, pool.max_ejected);
+    let verdict = eject::explain(
+        &standings,
+        usize::from(server),
+        pool.max_ejected,
+        probe.is_some(),
+    );
+    let explained = match (verdict, probe) {
+        (Explained::No, _) | (Explained::Eject, None) => false,
+        (Explained::Yes, _) => true,
+        (Explained::Eject, Some((breaker, why))) => {
+            let mut ejected = false;
+            judge(locked, up, server, now, log, |b, count| {
+                let reason = format!("probe of \"{breaker}\" failed: {why}");
+                let m = eject::eject_now(b, count, now, rnd(), reason);
+                ejected = m.is_some();
+                m
+            });
+            ejected
+        }
+    };
+    Assessment {
+        explained,
+        may_open,
+    }
 }
 
 /// Reports the prober's probe of the ejected server `server` (with `probe_uri`), sent with

@@ -241,11 +241,30 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     let zone = held.zone.clone();
     drop(held);
     let log = ngx_cycle_log().as_ptr();
+    let why = sent.failure(&t.up.spec, result.response_ms, t.up.latency_ms);
     let transition = match &t.what {
         Watched::Route(_) => {
             let mut locked = zone.lock();
+            // A failure its server explains (ejected at once, if the pool may lose it) says
+            // nothing of the upstream: the next probe goes to another server.
+            let explained = match (&why, t.up.pool(&zone), t.up.index_of(&server)) {
+                (Some(why), Some(up), Some(i)) if !result.tls => {
+                    let held = locked
+                        .get(t.handle.get(), t.key_hash)
+                        .is_some_and(|b| b.holds_probe(ticket));
+                    let name = t.name();
+                    held && eject::assess(&mut locked, up, i, Some((&name, why)), now, log)
+                        .explained
+                }
+                _ => false,
+            };
             let mut b = locked.get(t.handle.get(), t.key_hash)?;
-            b.record_probe(now, rnd(), ticket, &result).transition
+            if explained {
+                b.probe_explained(now, ticket);
+                None
+            } else {
+                b.record_probe(now, rnd(), ticket, &result).transition
+            }
         }
         Watched::Server { index, .. } => {
             // Logs a return itself, and has every worker follow it.
@@ -254,7 +273,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
             None
         }
     };
-    if let Some(why) = sent.failure(&t.up.spec, result.response_ms, t.up.latency_ms) {
+    if let Some(why) = why {
         // A TLS failure is no verdict on the origin and keeps the breaker open: said once at
         // `error` (until the next answer), as the user path does; other failures at `info`.
         let tls = end == probe::ProbeEnd::Tls;

@@ -69,6 +69,17 @@ impl Upstream {
         unsafe { servers::named(&*self.uscf, name.as_bytes()) }
     }
 
+    /// The index in the upstream's pool of the server `peer` is, when it ejects servers.
+    pub fn index_of(&self, peer: &Peer) -> Option<u16> {
+        // SAFETY: the module's conf lives as long as the configuration, this worker's.
+        let pool = unsafe { &*self.scf }.pool.as_ref()?;
+        let i = pool
+            .servers
+            .iter()
+            .position(|s| s.name.as_bytes() == peer.name())?;
+        u16::try_from(i).ok()
+    }
+
     /// The module's conf of the upstream and nginx's, for the pool of servers.
     pub fn pool<'a>(&'a self, zone: &'a Zone) -> Option<eject::Upstream<'a>> {
         // SAFETY: both live as long as the configuration, this worker's; the module's conf is

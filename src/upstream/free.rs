@@ -4,18 +4,18 @@
 
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::{Attempt, Ending, Ticket};
+use circuit_breaker_core::breaker::{classify, Attempt, BreakerConfig, Ending, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_current_msec, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t, NGX_LOG_ERR,
-    NGX_PEER_FAILED, NGX_PEER_NEXT,
+    ngx_current_msec, ngx_log_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t,
+    NGX_LOG_ERR, NGX_PEER_FAILED, NGX_PEER_NEXT,
 };
 
 use crate::clock::{mono_ms, rnd};
 use crate::eject::{self, Upstream};
 use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
-use crate::zone::Zone;
+use crate::zone::{Locked, Zone};
 
 use super::{connection_log, limit, log_transition, outcome, retry};
 
@@ -174,6 +174,7 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, h
     let left = Left {
         now,
         server: server_left.then_some((server, server_ticket)),
+        chosen: server,
         verdict_done,
     };
     settle_locked(state, zone, attempt, how, left);
@@ -184,6 +185,8 @@ struct Left {
     now: u64,
     /// The attempt's server and its ticket, when their record waits.
     server: Option<(u16, Ticket)>,
+    /// The attempt's server ([`NO_SERVER`] when it went to none of the pool's).
+    chosen: u16,
     /// The request's verdict is recorded.
     verdict_done: bool,
 }
@@ -200,6 +203,7 @@ fn settle_locked(
     let Left {
         now,
         server,
+        chosen,
         verdict_done,
     } = left;
     // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
@@ -261,15 +265,68 @@ fn settle_locked(
         return;
     }
     let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
-    let recorded = match locked.get(state.handle, state.key_hash) {
-        Some(mut b) => b.record(now, rnd(), ticket, attempt, true),
-        None => return,
+    let pooled = match scf.breaker.as_ref() {
+        Some(cfg) if chosen != NO_SERVER && !state.uscf.is_null() && scf.pool.is_some() => assess(
+            &mut locked,
+            zone,
+            state,
+            cfg,
+            chosen,
+            ticket,
+            attempt,
+            now,
+            log,
+        ),
+        _ => None,
+    };
+    let recorded = match (locked.get(state.handle, state.key_hash), pooled) {
+        (Some(mut b), Some(a)) if a.explained => b.record_explained(now, rnd(), ticket, attempt),
+        (Some(mut b), a) => b.record(now, rnd(), ticket, attempt, a.map_or(true, |a| a.may_open)),
+        (None, _) => return,
     };
     drop(locked);
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
     }
     state.label = Some(Label::State(recorded.state));
+}
+
+/// What the request's pool says of its outcome on `server` (see `eject::assess`): a good
+/// outcome is never explained, but the breaker may still not open on it (its window moving
+/// on can raise its rates); the probe of the request's breaker that failed there ejects the
+/// server first.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+fn assess(
+    locked: &mut Locked<'_>,
+    zone: &Zone,
+    state: &RequestState,
+    cfg: &BreakerConfig,
+    server: u16,
+    ticket: Ticket,
+    attempt: &Attempt,
+    now: u64,
+    log: *mut ngx_log_t,
+) -> Option<eject::Assessment> {
+    let why = classify(attempt, cfg).why_bad(attempt);
+    let probe = ticket != Ticket::Normal
+        && locked
+            .get(state.handle, state.key_hash)
+            .is_some_and(|b| b.holds_probe(ticket));
+    let name = state.name();
+    let probe = match (&why, probe) {
+        (Some(why), true) => Some((name.as_str(), why.as_str())),
+        _ => None,
+    };
+    // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
+    // under, and `uscf` (not null: the caller checked) its upstream conf, set in peer.init;
+    // both live in a worker.
+    let up = unsafe { Upstream::new(zone, &*state.srv_conf_ptr(), &*state.uscf) };
+    let a = eject::assess(locked, up, server, probe, now, log);
+    Some(eject::Assessment {
+        explained: a.explained && why.is_some(),
+        may_open: a.may_open,
+    })
 }
 
 /// Makes sure a request whose last attempt nginx said it would retry is judged even if the
@@ -300,10 +357,10 @@ unsafe extern "C" fn settle_at_end(data: *mut c_void) {
 
 /// An attempt that counts, neither failed nor was slow, by the upstream's classes (which
 /// are its servers' too).
-fn is_success(cfg: &circuit_breaker_core::breaker::BreakerConfig, a: &Attempt) -> bool {
+fn is_success(cfg: &BreakerConfig, a: &Attempt) -> bool {
     if a.ending != Ending::Response || (cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms)) {
         return false;
     }
-    let v = circuit_breaker_core::breaker::classify(a, cfg);
+    let v = classify(a, cfg);
     v.counted && !v.failure && !v.slow && !v.tls
 }

@@ -118,7 +118,7 @@ fn sample_of(a: &Attempt, retry: bool) -> Sample {
         Ending::Response | Ending::Timeout | Ending::InvalidHeader => {
             Sample::Latency(a.response_ms)
         }
-        Ending::Error | Ending::Tls | Ending::NoVerdict => Sample::Drop,
+        Ending::Error | Ending::Tls | Ending::NoVerdict | Ending::NoLive => Sample::Drop,
     }
 }
 

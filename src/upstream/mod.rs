@@ -30,10 +30,10 @@ mod retry;
 
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::breaker::{Attempt, Ending, Ticket};
 use nginx_sys::{
-    ngx_http_request_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t, NGX_DECLINED, NGX_DONE,
-    NGX_ERROR, NGX_OK,
+    ngx_http_request_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t, NGX_BUSY, NGX_DECLINED,
+    NGX_DONE, NGX_ERROR, NGX_OK,
 };
 
 use crate::clock::mono_ms;
@@ -81,9 +81,29 @@ pub(super) unsafe extern "C" fn get_peer_unpooled(
         let rc = unsafe { get(pc, state.balancer.data) };
         if state.pending.is_some() {
             settle_no_server(state, rc);
+        } else if rc == NGX_BUSY as ngx_int_t {
+            settle_no_live(state);
         }
         rc
     })
+}
+
+/// The balancer found no live server for the request's first attempt ("no live upstreams":
+/// every server is marked down by `max_fails`, ejected, or both): nginx answers `502` itself
+/// and calls no `peer.free`, so the request's verdict is settled here, a failure of the pool
+/// that no ejection explains. The request was sent nowhere: it is no first attempt of the
+/// retry budget.
+#[cold]
+fn settle_no_live(state: &mut RequestState) {
+    if let Some((zone, _)) = state.zone() {
+        state.counted_first = true;
+        settle(
+            state,
+            zone,
+            &Attempt::ended(Ending::NoLive, 0),
+            Settle::Final,
+        );
+    }
 }
 
 /// A retry's `peer.get` is done: when the balancer found no server for it, nginx answers the
@@ -118,11 +138,7 @@ pub(super) unsafe extern "C" fn get_peer(
         let scf = unsafe { &*state.srv_conf_ptr() };
         if let Some(pool) = scf.pool.as_ref() {
             let now = mono_ms();
-            if state.attempts == 1
-                && state.ticket == Ticket::Normal
-                && !state.uscf.is_null()
-                && eject::probe_due(pool, now)
-            {
+            if state.attempts == 1 && !state.uscf.is_null() && eject::probe_due(pool, now) {
                 // SAFETY: `state.uscf` is this request's upstream conf, set in peer.init
                 // and live in a worker; `r` is the live request whose pool the copy uses.
                 let claimed = state.zone().and_then(|(zone, _)| unsafe {
@@ -139,14 +155,21 @@ pub(super) unsafe extern "C" fn get_peer(
                     pc.name = p.name;
                     pc.set_cached(0);
                     pc.connection = core::ptr::null_mut();
-                    pc.tries = pc.tries.saturating_add(1);
+                    if state.ticket == Ticket::Normal {
+                        // The probe of the request's breaker is one attempt, wherever it goes.
+                        pc.tries = pc.tries.saturating_add(1);
+                    }
                     return NGX_OK as ngx_int_t;
                 }
             }
         }
         // SAFETY: the balancer's own get with its own data.
         let rc = unsafe { get(pc, state.balancer.data) };
-        settle_no_server(state, rc);
+        if state.pending.is_some() {
+            settle_no_server(state, rc);
+        } else if rc == NGX_BUSY as ngx_int_t && state.attempts == 1 {
+            settle_no_live(state);
+        }
         let chosen = rc == NGX_OK as ngx_int_t || rc == NGX_DONE as ngx_int_t;
         if let (true, Some(pool)) = (chosen, scf.pool.as_ref()) {
             // SAFETY: the balancer just chose the peer `pc->name` names.

@@ -18,6 +18,10 @@ pub enum Ending {
     /// Nothing to judge the origin by: the client went away before any response, or nginx
     /// retries for free a kept-alive connection the origin had closed. Not counted at all.
     NoVerdict,
+    /// The balancer found no live server ("no live upstreams": every server is marked down by
+    /// `max_fails`, ejected, or both): nginx answers `502` itself. Always a failure of the
+    /// pool, whatever `circuit_breaker_failure` lists.
+    NoLive,
 }
 
 /// The outcome of one upstream attempt, as the nginx shell saw it.
@@ -74,6 +78,25 @@ pub struct Verdict {
     pub class: Option<FailureClass>,
 }
 
+impl Verdict {
+    /// Whether the outcome is bad for the window: counted, and a failure or slow.
+    pub fn is_bad(&self) -> bool {
+        self.counted && !self.tls && (self.failure || self.slow)
+    }
+
+    /// Why a bad outcome of `a` is bad, as log lines say it (`http_500`, `timeout`, `slow:
+    /// 912ms`); `None` when it is not bad.
+    pub fn why_bad(&self, a: &Attempt) -> Option<String> {
+        if !self.is_bad() {
+            return None;
+        }
+        Some(match self.class {
+            Some(class) if self.failure => class_name(class),
+            _ => format!("slow: {}ms", a.response_ms),
+        })
+    }
+}
+
 /// The name of a class as written in `circuit_breaker_failure` (`http_500`, `timeout`, ...).
 pub fn class_name(class: FailureClass) -> String {
     match class {
@@ -83,6 +106,7 @@ pub fn class_name(class: FailureClass) -> String {
         FailureClass::Http5xx(code) => format!("http_{code}"),
         FailureClass::Http429 => "http_429".into(),
         FailureClass::Http503RetryAfter => "http_503_retry_after".into(),
+        FailureClass::NoLive => "no live upstreams".into(),
     }
 }
 
@@ -105,6 +129,7 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
         Ending::Error => Some(FailureClass::Error),
         Ending::Timeout => Some(FailureClass::Timeout),
         Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
+        Ending::NoLive => Some(FailureClass::NoLive),
         Ending::Response => match a.status {
             503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
             500..=599 => Some(FailureClass::Http5xx(a.status)),
@@ -115,7 +140,7 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
     let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
     Verdict {
         counted: true,
-        failure: class.is_some_and(|c| cfg.failures.contains(c)),
+        failure: class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c)),
         slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
         tls: false,
         retry_after_503,
@@ -179,6 +204,8 @@ mod tests {
             ("invalid_header not named", Attempt::ended(Ending::InvalidHeader, 5), &none, true, false, false, false),
             ("TLS is never a failure", Attempt::ended(Ending::Tls, 5), &default, true, false, true, false),
             ("no verdict is not counted", Attempt::ended(Ending::NoVerdict, 5), &default, false, false, false, false),
+            ("no live server fails by default", Attempt::ended(Ending::NoLive, 0), &default, true, true, false, false),
+            ("no live server fails whatever is named", Attempt::ended(Ending::NoLive, 0), &none, true, true, false, false),
         ];
         for (name, a, cfg, counted, failure, tls, ra503) in table {
             let v = classify(a, cfg);

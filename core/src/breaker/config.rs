@@ -24,6 +24,9 @@ pub enum FailureClass {
     Http429,
     /// A 503 that carried `Retry-After`.
     Http503RetryAfter,
+    /// No live server in the pool (never named: always a failure, see
+    /// [`Ending::NoLive`](super::Ending::NoLive)).
+    NoLive,
 }
 
 impl FailureClass {
@@ -35,6 +38,7 @@ impl FailureClass {
             FailureClass::Timeout => 102,
             FailureClass::InvalidHeader => 103,
             FailureClass::Http503RetryAfter => 104,
+            FailureClass::NoLive => 105,
         }
     }
 

@@ -396,6 +396,24 @@ pub struct ProbeResult {
     pub response_ms: u64,
 }
 
+impl ProbeResult {
+    /// Why the probe failed, as a transition's reason says it (`probe failed: status 500`,
+    /// `probe too slow: 912ms > 800ms` with a latency limit of `limit_ms`, 0 for none);
+    /// `None` for a good probe, or a TLS failure (no verdict).
+    pub fn failed(&self, limit_ms: u32) -> Option<String> {
+        let limit = u64::from(limit_ms);
+        match self.failure {
+            _ if self.tls => None,
+            Some(why) => Some(format!("probe failed: {why}")),
+            None if limit > 0 && self.response_ms > limit => Some(format!(
+                "probe too slow: {}ms > {}ms",
+                self.response_ms, limit
+            )),
+            None => None,
+        }
+    }
+}
+
 /// An operator action from the control endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -418,6 +436,13 @@ pub fn jittered(base_ms: u64, jitter: u32, rnd: u32) -> u64 {
     (base_ms / 10_000)
         .saturating_mul(factor)
         .saturating_add((base_ms % 10_000) * factor / 10_000)
+}
+
+/// Whether `part` of `requests` reaches `rate` (hundredths of a percent); never without one
+/// (a breaker never opens without a local failure or slow call, whatever the rate says).
+#[inline]
+fn at_rate(part: u64, rate: u32, requests: u64) -> bool {
+    part > 0 && part.saturating_mul(10_000) >= u64::from(rate).saturating_mul(requests)
 }
 
 /// One breaker, borrowed from shared memory while the caller holds the zone lock.
@@ -692,7 +717,8 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    fn holds_probe(&self, ticket: Ticket) -> bool {
+    /// Whether `ticket` is the probe this breaker waits for (half-open, or an active probe).
+    pub fn holds_probe(&self, ticket: Ticket) -> bool {
         let h = &*self.hdr;
         let probing = h.state == STATE_HALF_OPEN
             || (h.state == STATE_OPEN && h.cfg.active && h.forced == FORCED_NONE);
@@ -823,10 +849,7 @@ impl<'a> Breaker<'a> {
         if s.requests < u64::from(min) {
             return None;
         }
-        // Never open without a local failure (or slow call), whatever the rate says.
-        let reaches = |part: u64, rate: u32| {
-            part > 0 && part.saturating_mul(10_000) >= u64::from(rate).saturating_mul(s.requests)
-        };
+        let reaches = |part: u64, rate: u32| at_rate(part, rate, s.requests);
         let (what, part, rate) = if reaches(s.failures, cfg.failure_rate) {
             ("failure", s.failures, cfg.failure_rate)
         } else if cfg.slow_ms > 0 && reaches(s.slow, cfg.slow_rate) {
@@ -842,14 +865,25 @@ impl<'a> Breaker<'a> {
             cfg.window_s,
             if suspected { " while suspected" } else { "" }
         );
-        // A new open period: how many good probes will close it.
+        let soft = judge::soft_run(rate, self.hdr.cfg.probes);
+        let hard = judge::is_hard(self.hdr.run, part, rate);
+        Some(self.open_period(now, rnd, text, soft, hard))
+    }
+
+    /// Opens a closed breaker for a new open period: how many good probes will close it
+    /// (`probes` after a hard trip, `soft` otherwise), and with `repeat_backoff` whether the
+    /// cooldown doubles.
+    fn open_period(
+        &mut self,
+        now: u64,
+        rnd: u32,
+        text: String,
+        soft: u32,
+        hard: bool,
+    ) -> Transition {
         let h = &mut *self.hdr;
-        h.soft_needed = judge::soft_run(rate, h.cfg.probes);
-        h.needed = if judge::is_hard(h.run, part, rate) {
-            h.cfg.probes.max(1)
-        } else {
-            h.soft_needed
-        };
+        h.soft_needed = soft;
+        h.needed = if hard { h.cfg.probes.max(1) } else { soft };
         h.flags &= !GOOD_SEEN;
         if h.cfg.repeat_backoff {
             let soon = h.flags & RECLOSED != 0
@@ -863,7 +897,82 @@ impl<'a> Breaker<'a> {
             };
         }
         h.flags &= !RECLOSED;
-        Some(self.open_now(now, rnd, text, 0))
+        self.open_now(now, rnd, text, 0)
+    }
+
+    /// Opens a closed breaker at once, whatever its window says, as after a hard failure
+    /// (`probes` good probes close it): a server that failed the probe of its upstream's open
+    /// breaker (see [`crate::eject::explain`]). `None`, and nothing changes, when it is not
+    /// closed or is forced.
+    pub fn trip(&mut self, now_ms: u64, rnd: u32, reason: String) -> Option<Transition> {
+        let now = self.clock(now_ms);
+        if self.hdr.state != STATE_CLOSED || self.hdr.forced != FORCED_NONE {
+            return None;
+        }
+        let probes = self.hdr.cfg.probes.max(1);
+        Some(self.open_period(now, rnd, reason, probes, true))
+    }
+
+    /// Whether the live window at `now_ms` holds failures at `failure_rate` or slow calls at
+    /// `slow_rate` (with `slow` set), `min_requests` reached or not: with the breaker's own
+    /// rates, a server whose breaker is about to eject it.
+    pub fn reaches(&mut self, now_ms: u64, failure_rate: u32, slow_rate: u32) -> bool {
+        let now = self.clock(now_ms);
+        let h = &mut *self.hdr;
+        h.sums.advance(self.ring, now / 1000);
+        let s = &h.sums;
+        at_rate(s.failures, failure_rate, s.requests)
+            || (h.cfg.slow_ms > 0 && at_rate(s.slow, slow_rate, s.requests))
+    }
+
+    /// Records the bad outcome (a failure, or a slow call) of an attempt admitted with
+    /// `ticket` that the pool explains: its server is out of the pool, or on its way out (see
+    /// [`crate::eject::explain`]). The totals count it (it is what the client got), and
+    /// `explained` too, but never the window: ejection fixes it, so it must not open this
+    /// breaker. The probe's outcome says nothing of the upstream either: its slot is given
+    /// back, no verdict, and the next probe may start at once, for another server. An outcome
+    /// that is not bad is recorded as [`Breaker::record`] does.
+    pub fn record_explained(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        ticket: Ticket,
+        attempt: &Attempt,
+    ) -> Recorded {
+        let v = classify(attempt, &self.hdr.cfg);
+        if !v.counted || v.tls || !(v.failure || v.slow) {
+            return self.record(now_ms, rnd, ticket, attempt, true);
+        }
+        let now = self.clock(now_ms);
+        let t = &mut self.hdr.totals;
+        t.requests = t.requests.saturating_add(1);
+        t.failures = t.failures.saturating_add(u64::from(v.failure));
+        t.slow = t.slow.saturating_add(u64::from(v.slow));
+        t.retry_after_503 = t
+            .retry_after_503
+            .saturating_add(u64::from(v.retry_after_503));
+        t.explained = t.explained.saturating_add(1);
+        self.probe_explained(now, ticket);
+        Recorded {
+            transition: None,
+            state: self.hdr.state(),
+        }
+    }
+
+    /// The probe holding `ticket` failed on a server the pool explains (see
+    /// [`Breaker::record_explained`]): its slot is given back, no verdict, and the next probe
+    /// may start now. Anything else is left alone.
+    pub fn probe_explained(&mut self, now_ms: u64, ticket: Ticket) {
+        let now = self.clock(now_ms);
+        if !self.holds_probe(ticket) {
+            return;
+        }
+        let h = &mut *self.hdr;
+        h.probe_busy = 0;
+        h.next_probe_at_ms = h.next_probe_at_ms.min(now);
+        if h.state() == State::Open {
+            h.retry_at_ms = h.next_probe_at_ms;
+        }
     }
 
     fn probe_outcome(
@@ -959,15 +1068,7 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if held {
-            let limit = u64::from(self.hdr.cfg.probe_latency_ms);
-            let failed = match probe.failure {
-                Some(why) => Some(format!("probe failed: {why}")),
-                None if limit > 0 && probe.response_ms > limit => Some(format!(
-                    "probe too slow: {}ms > {}ms",
-                    probe.response_ms, limit
-                )),
-                None => None,
-            };
+            let failed = probe.failed(self.hdr.cfg.probe_latency_ms);
             self.probe_verdict(now, rnd, failed, probe.retry_after_s)
         } else {
             None

@@ -160,7 +160,7 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// "latency_ms":{"p50","p95","p99"},"cooldown_ms","consecutive_probe_successes",
 /// "probes_needed","ramp_share","probe_uri",
 /// "totals":{"requests","failures","short_circuited","probes","tls_errors","retry_after_503",
-/// "opened","half_opened","closed","ramp_shed"},"last_transition"}`.
+/// "opened","half_opened","closed","ramp_shed","explained"},"last_transition"}`.
 ///
 /// `forced` is `null`, `"open"` or `"closed"`; `since` and `retry_at` are Unix seconds with
 /// millisecond precision (`retry_at` is `null` when no probe is scheduled); rates are rounded to
@@ -171,7 +171,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// when closed), `ramp_share` (the share of requests let through, 0..1 with 4 decimals: below
 /// 1 while a recovery ramp runs), `probe_uri` (what active probes request, `null` without
 /// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
-/// `short_circuited`).
+/// `short_circuited`); pools add `totals.explained` (failures their servers' ejection
+/// explains, in `failures` but not in the window).
 ///
 /// An upstream's own breaker adds, after `last_transition`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
@@ -224,6 +225,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `server_window_requests`, `server_window_failures`, `server_failure_rate` | gauge | the server's window |
 /// | `server_requests_total`, `server_failures_total`, `server_ejections_total`, `server_returns_total` | counter | the server's totals |
 /// | `ramp_shed_total` | counter | requests a recovery ramp turned away |
+/// | `explained_total` | counter | failures of a pool's servers that their ejection explains (left out of the window) |
 /// | `limit`, `in_flight` | gauge | the adaptive limit and the requests holding a slot (breakers with `limit=adaptive` only) |
 /// | `limit_min_latency_seconds`, `limit_latency_seconds` | gauge | the minimum latency the limit works from, and the last interval's mean (absent before the first update) |
 /// | `limited_total` | counter | requests shed by the limit (in dry run: that would have been) |
@@ -421,6 +423,8 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"closed\":", t.closed);
     // Recovery: not in the SPEC's totals.
     int(out, b",\"ramp_shed\":", t.ramp_shed);
+    // Pools: failures their servers' ejection explains, left out of the window.
+    int(out, b",\"explained\":", t.explained);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     if !entry.servers.is_empty() {
@@ -542,6 +546,7 @@ pub(crate) mod tests {
                     half_opened: 2,
                     closed: 1,
                     ramp_shed: 0,
+                    explained: 0,
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
             },
@@ -731,10 +736,14 @@ pub(crate) mod tests {
                 r#""consecutive_probe_successes":0,"probes_needed":3,"ramp_share":1.0,"probe_uri":null,"totals""#,
                 1,
             )
-            .replacen(r#""closed":1},"#, r#""closed":1,"ramp_shed":0},"#, 1);
+            .replacen(
+                r#""closed":1},"#,
+                r#""closed":1,"ramp_shed":0,"explained":0},"#,
+                1,
+            );
         assert_eq!(
             expected.len(),
-            spec.len() + 25 + 52 + 14,
+            spec.len() + 25 + 52 + 14 + 14,
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
@@ -782,7 +791,8 @@ pub(crate) mod tests {
         assert_eq!(t["half_opened"], 2);
         assert_eq!(t["closed"], 1);
         assert_eq!(t["ramp_shed"], 0);
-        assert_eq!(t.as_object().unwrap().len(), 10);
+        assert_eq!(t["explained"], 0);
+        assert_eq!(t.as_object().unwrap().len(), 11);
         assert_eq!(
             b["last_transition"],
             "failure rate 55% (22/40) >= 50% in 10s"
@@ -842,12 +852,14 @@ pub(crate) mod tests {
         let mut e = closed_entry();
         e.view.ramp_share = 1234;
         e.view.totals.ramp_shed = 77;
+        e.view.totals.explained = 12;
         e.probe_uri = Some("/health?deep=\"1\"".into());
         let v = parse(&render_breaker_json(&e));
         assert_eq!(v["probes_needed"], 0);
         assert_eq!(v["ramp_share"].as_f64(), Some(0.1234));
         assert_eq!(v["probe_uri"], "/health?deep=\"1\"");
         assert_eq!(v["totals"]["ramp_shed"], 77);
+        assert_eq!(v["totals"]["explained"], 12);
         e.view.ramp_share = 0;
         let out = String::from_utf8(render_breaker_json(&e)).unwrap();
         assert!(out.contains(r#""ramp_share":0.0,"#), "{out}");

@@ -286,6 +286,12 @@ impl Renderer<'_> {
             "Requests a recovery ramp turned away (not in short_circuited_total).",
             |v| Some(Num::Int(v.totals.ramp_shed)),
         );
+        self.family(
+            "explained_total",
+            Counter,
+            "Failures of a pool's servers that their ejection explains, left out of the window.",
+            |v| Some(Num::Int(v.totals.explained)),
+        );
 
         self.limit_family(
             "limit",
@@ -753,6 +759,7 @@ mod tests {
             ("", "", r#"{to="half_open"} 2"#),
             ("", "", r#"{to="closed"} 1"#),
             ("ramp_shed_total", "counter", "0"),
+            ("explained_total", "counter", "0"),
         ];
         let mut family = "";
         for (name, kind, value) in samples {
@@ -867,7 +874,7 @@ mod tests {
         let text = render(&example_zone(), &many_entries(50));
         let (samples, types) = validate(&text);
         // Every family is present (the example breakers have latency and retry_at).
-        assert_eq!(types.len(), 5 + 25);
+        assert_eq!(types.len(), 5 + 26);
         let count = |name: &str| {
             samples
                 .iter()
@@ -897,7 +904,7 @@ mod tests {
         let (samples, types) = validate(&text);
         assert!(!text.contains("retry_at_seconds"));
         assert!(!text.contains("latency_seconds"));
-        assert_eq!(types.len(), 5 + 23);
+        assert_eq!(types.len(), 5 + 24);
         let l = labels(&[
             ("zone", "cb"),
             ("upstream", "backend"),
@@ -1058,6 +1065,7 @@ mod tests {
         let mut e = closed_entry();
         e.view.ramp_share = 2550;
         e.view.totals.ramp_shed = 12;
+        e.view.totals.explained = 9;
         let text = render(&example_zone(), &[e]);
         validate(&text);
         let l = r#"{zone="cb",upstream="backend",route="default"}"#;
@@ -1065,6 +1073,7 @@ mod tests {
             format!("nginx_circuit_breaker_probes_needed{l} 0\n"),
             format!("nginx_circuit_breaker_ramp_share{l} 0.255\n"),
             format!("nginx_circuit_breaker_ramp_shed_total{l} 12\n"),
+            format!("nginx_circuit_breaker_explained_total{l} 9\n"),
             "# TYPE nginx_circuit_breaker_ramp_shed_total counter\n".to_string(),
             "# TYPE nginx_circuit_breaker_ramp_share gauge\n".to_string(),
         ] {
@@ -1100,6 +1109,6 @@ mod tests {
         // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
         let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
-        assert_eq!(samples.len(), 5 + 10_000 * 26 + 5_000 * 4);
+        assert_eq!(samples.len(), 5 + 10_000 * 27 + 5_000 * 4);
     }
 }

@@ -24,6 +24,10 @@
 //! Pure and clock-injected; the shell keeps the breakers in shared memory and the count of
 //! servers out beside them.
 
+pub mod explain;
+
+pub use explain::{explain, may_open, Explained, Standing};
+
 use crate::breaker::{
     Admission, Attempt, Breaker, BreakerConfig, Decision, ProbeResult, Recorded, Ticket, Transition,
 };
@@ -157,6 +161,24 @@ pub fn record(
     let m = r.transition.clone().and_then(Move::of);
     pool.follow(&m);
     (r, m)
+}
+
+/// Ejects the server whose breaker is `b` at once, for `reason` — it failed the probe of its
+/// upstream's open breaker (see [`explain`]) — unless the pool is at its cap, or the server
+/// is out already or held in by the operator. Keeps `pool.out` in step.
+pub fn eject_now(
+    b: &mut Breaker<'_>,
+    pool: &mut Pool,
+    now_ms: u64,
+    rnd: u32,
+    reason: String,
+) -> Option<Move> {
+    if !pool.may_eject() {
+        return None;
+    }
+    let m = b.trip(now_ms, rnd, reason).and_then(Move::of);
+    pool.follow(&m);
+    m
 }
 
 /// Records the module's own probe of the ejected server whose breaker is `b` (see
