@@ -259,6 +259,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
         "recover_level": run.get("recover_level", 0.95),
         "health_path": run.get("health_path", "/health"),
         "block": run.get("block"),
+        "client_mode": run.get("client_mode", "open"),
         "loadavg_after": _loadavg(),
         "settings": {k: v for k, v in run.items() if k not in ("phases",)},
     }

@@ -30,7 +30,7 @@ use nginx_sys::{
 use ngx::http::{HttpModule, HttpModuleMainConf};
 use ngx::ngx_string;
 
-use crate::conf::{directives, setup, LocConf, Module};
+use crate::conf::{directives, scheme, setup, LocConf, Module};
 use crate::ffi::guard;
 
 unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
@@ -40,7 +40,11 @@ unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
-        setup::find_upstream_modules(cf)
+        let rc = setup::find_upstream_modules(cf);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
+        scheme::wrap_all(cf)
     })
 }
 
@@ -51,10 +55,14 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: nginx passes the configuration being parsed, inside the http block, with every
     // upstream's balancer set (above).
     guard(NGX_ERROR as ngx_int_t, || unsafe {
+        // The http block is parsed: nginx's own `proxy_pass` and `grpc_pass` handlers back.
+        scheme::unwrap_all();
         let rc = setup::collect_upstreams(cf, Some(upstream::init_peer));
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
+        #[cfg(ngx_ssl)]
+        scheme::choose_probe_tls(cf);
         let rc = eject::configure(cf);
         if rc != NGX_OK as ngx_int_t {
             return rc;

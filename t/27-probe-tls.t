@@ -1,11 +1,12 @@
 #!/usr/bin/perl
 
 # Active probes to upstreams reached with proxy_pass https://: the probe
-# speaks TLS with the location's proxy_ssl_* settings (verification, name,
-# SNI); a certificate the location would refuse keeps the breaker open, said
-# once at "error"; a plain upstream whose location shares its TLS settings
-# with an https one is probed in plain HTTP, and an https one without
-# settings of its own over TLS after a plain-HTTP try.
+# speaks TLS from the first byte with the location's proxy_ssl_* settings
+# (verification, name, SNI exactly when nginx sends it); of locations that
+# differ, the strictest; a certificate the location would refuse keeps the
+# breaker open, said once at "error"; a plain upstream whose location shares
+# its TLS settings with an https one is probed in plain HTTP, and the TLS
+# origin never sees a plain-HTTP probe, before the heal or after.
 #
 # The TLS origin is a server block of the same nginx in front of CB::Origin,
 # so one behaviour file drives both.
@@ -34,7 +35,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy http_ssl/)
-	->has_daemon('openssl')->plan(13);
+	->has_daemon('openssl')->plan(19);
 
 $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -67,6 +68,12 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
                         probes=2 probe_interval=200ms probe_uri=/anon/health;
     }
 
+    upstream nosni {
+        server 127.0.0.1:%%PORT_8084%%;
+        circuit_breaker window=5s min_requests=4 failure_rate=50%
+                        probes=2 probe_interval=200ms probe_uri=/nosni/health;
+    }
+
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
@@ -80,8 +87,13 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
             proxy_ssl_trusted_certificate localhost.crt;
         }
 
-        # the first location passing to "bad" sets its probes' TLS: a name
-        # the certificate does not have; users pass through the second
+        # two locations passing to "bad" differ: the strictest, which verifies
+        # a name the certificate does not have, sets its probes' TLS, although
+        # it comes second; users pass through the first
+        location /bad/ {
+            proxy_pass https://bad;
+        }
+
         location /badv/ {
             proxy_pass https://bad;
             proxy_ssl_verify on;
@@ -89,8 +101,12 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
             proxy_ssl_trusted_certificate localhost.crt;
         }
 
-        location /bad/ {
-            proxy_pass https://bad;
+        # verified by name, without SNI (proxy_ssl_server_name off), as nginx
+        location /nosni/ {
+            proxy_pass https://nosni;
+            proxy_ssl_verify on;
+            proxy_ssl_name localhost;
+            proxy_ssl_trusted_certificate localhost.crt;
         }
 
         # no proxy_ssl_* of their own: both share the server's TLS settings
@@ -144,7 +160,7 @@ sub trip {
 ###############################################################################
 
 CB::Origin::behave($hits, '* status=500');
-ok(trip("/$_/"), "$_: opens") for qw/ sec bad plain anon /;
+ok(trip("/$_/"), "$_: opens") for qw/ sec bad plain anon nosni /;
 
 CB::Origin::behave($hits);
 
@@ -158,7 +174,12 @@ ok(wait_state('/cb?upstream=plain', 'closed', 3), 'plain: closed by probes');
 is(CB::Origin::hits($hits, qr!^/plain/health!), 2, 'plain: probed in plain HTTP');
 
 ok(wait_state('/cb?upstream=anon', 'closed', 3), 'anon: closed by probes');
-like($t->read_file('tls.log'), qr!^/anon/health !m, 'anon: probed over TLS');
+like($t->read_file('tls.log'), qr!^/anon/health "-" !m, 'anon: probed over TLS, no SNI');
+
+ok(wait_state('/cb?upstream=nosni', 'closed', 3), 'nosni: closed by verified probes');
+$tls = $t->read_file('tls.log');
+ok($tls =~ m!^/nosni/health "-" !m && $tls !~ m!^/nosni/health "localhost"!m,
+	'nosni: no SNI, as nginx sends none') or diag($tls);
 
 sleep 1;
 $b = breaker('bad');
@@ -170,5 +191,15 @@ ok($errors >= 1 && $errors <= 2, 'bad: said at error once per worker')
 	or diag($errors);
 cmp_ok(log_count($t, qr/\[info\].*circuit breaker "bad\/default" probe to .* failed: SSL certificate does not match/),
 	'>=', 2, 'bad: then at info');
+like($t->read_file('error.log'),
+	qr/\[warn\].*circuit breaker: locations passing to upstream "bad" over TLS differ in their "proxy_ssl_\*" settings, its probes take those of location "\/badv\/" \(proxy_ssl_verify on, proxy_ssl_server_name off\)/,
+	'bad: the strictest location named');
+
+# The TLS port never received plain HTTP: no probe asked in clear, before the
+# heal (the 500s) or after.
+is(log_count($t, qr/plain HTTP request was sent to HTTPS port|client sent plain HTTP request to HTTPS port/), 0,
+	'no plain-HTTP probe reached the TLS origin');
+cmp_ok(CB::Origin::hits($hits, qr!^/(sec|anon|nosni)/health!), '>=', 6,
+	'the TLS probes reached the origin');
 
 ###############################################################################

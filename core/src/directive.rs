@@ -5,7 +5,9 @@
 
 use core::fmt;
 
-use crate::breaker::config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
+use crate::breaker::config::{
+    BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S, PROBE_LATENCY_OFF,
+};
 use crate::limit::LimitConfig;
 use crate::retry_budget::RetryBudgetConfig;
 
@@ -292,7 +294,10 @@ pub fn parse_breaker_args<'a>(
             "jitter" => c.jitter = rate(word, v)?,
             "probes" => c.probes = count_u32(word, v)?,
             "probe_interval" => c.probe_interval_ms = duration_u32(units, word, v, false)?,
-            "probe_latency" => c.probe_latency_ms = on_off_duration(units, word, v)?,
+            "probe_latency" if v == "off" => c.probe_latency_ms = PROBE_LATENCY_OFF,
+            "probe_latency" => c.probe_latency_ms = duration_u32(units, word, v, false)?,
+            "consecutive" if v == "off" => c.consecutive = 0,
+            "consecutive" => c.consecutive = count_u32(word, v)?,
             "ramp" => c.ramp_ms = on_off_duration(units, word, v)?,
             "ramp_start" => c.ramp_start = threshold(word, v)?,
             "suspect_min" => c.suspect_min = count_u32(word, v)?,
@@ -778,13 +783,47 @@ mod tests {
     }
 
     #[test]
+    fn probes_follow_slow_unless_probe_latency_says_otherwise() {
+        let slow = breaker(["slow=150ms"]).unwrap();
+        assert_eq!((slow.probe_latency_ms, slow.probe_limit_ms()), (0, 150));
+        let own = breaker(["slow=150ms", "probe_latency=800ms"]).unwrap();
+        assert_eq!(own.probe_limit_ms(), 800);
+        let off = breaker(["slow=150ms", "probe_latency=off"]).unwrap();
+        assert_eq!(off.probe_limit_ms(), 0);
+        assert_eq!(
+            breaker([]).unwrap().probe_limit_ms(),
+            0,
+            "no slow, no limit"
+        );
+        assert_eq!(
+            breaker(["probe_latency=0"]).unwrap_err().to_string(),
+            "invalid value \"probe_latency=0\" in \"circuit_breaker\" directive, must be positive"
+        );
+    }
+
+    #[test]
+    fn consecutive_is_on_by_default() {
+        assert_eq!(breaker([]).unwrap().consecutive, 10);
+        assert_eq!(breaker(["consecutive=3"]).unwrap().consecutive, 3);
+        assert_eq!(breaker(["consecutive=off"]).unwrap().consecutive, 0);
+        for bad in [
+            "consecutive=0",
+            "consecutive=-1",
+            "consecutive=x",
+            "consecutive=+2",
+        ] {
+            assert!(breaker([bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_duplicate_is_refused_after_every_other_parameter() {
         let all = "window=10s min_requests=5 failure_rate=50% slow=1s slow_rate=50% open=10s \
                    max_open=5m jitter=20% probes=3 probe_interval=1s probe_latency=800ms \
                    ramp=10s ramp_start=10% suspect_min=3 probe_uri=/health probe_host=h \
                    probe_status=200 probe_timeout=1s limit=adaptive limit_min=2 limit_max=50 \
                    limit_initial=10 limit_tolerance=50% limit_interval=100ms limit_samples=20 \
-                   limit_probe=30s retry_budget=20% retry_min=5 dry_run";
+                   limit_probe=30s retry_budget=20% retry_min=5 consecutive=5 dry_run";
         let params =
             parse_breaker_args(all.split_whitespace(), &Fixed).expect("every parameter once");
         assert!(params.cfg.dry_run && params.limit.is_some());

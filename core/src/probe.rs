@@ -105,66 +105,22 @@ pub fn result(spec: &ProbeSpec, end: ProbeEnd, response_ms: u64) -> ProbeResult 
     }
 }
 
-/// Whether a probe speaks TLS, as far as a worker knows.
-///
-/// nginx keeps the scheme of `proxy_pass https://…` inside the proxy module; what it shows is
-/// the TLS context it builds for such a location — and a location without `proxy_ssl_*`
-/// settings of its own shares the context of its `server` (or `http`) block with its
-/// siblings, plain ones included. So a TLS context in a location that passes to the upstream
-/// means "TLS, perhaps". Such a probe asks in plain HTTP first: a plain server answers it
-/// (and the scheme is learnt), while a TLS server answers plain HTTP at once with a `400` or
-/// by closing the connection, and the probe asks again over TLS within the same
-/// `probe_timeout`. (TLS first would not do: a plain server may wait for the end of a request
-/// line that a TLS handshake never sends, until the probe times out.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
-    /// Plain HTTP: no location that passes to the upstream has a TLS context, or a server
-    /// answered in plain HTTP.
-    Plain,
-    /// TLS: a server spoke it.
-    Tls,
-    /// A TLS context seen, nothing learnt yet.
-    Unsure,
-}
-
-/// What a plain-HTTP probe heard, as far as the scheme goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Heard {
-    /// A response with this status.
-    Status(u16),
-    /// Something that was no HTTP response, or a connection closed or reset before one.
-    Garbled,
-    /// Nothing to go by (refused, timed out, ...).
-    Nothing,
-}
-
-impl Scheme {
-    /// Whether the probe starts in TLS.
-    pub fn starts_with_tls(self) -> bool {
-        self == Scheme::Tls
-    }
-
-    /// After a plain-HTTP probe: what is learnt, and whether to ask again over TLS. Any
-    /// status but `400` proves plain HTTP; a `400` or a garbled answer is what a TLS server
-    /// says to plain HTTP, when the scheme is unsure.
-    pub fn after_plain(self, heard: Heard) -> (Scheme, bool) {
-        match (self, heard) {
-            (Scheme::Unsure, Heard::Status(400) | Heard::Garbled) => (self, true),
-            (Scheme::Unsure, Heard::Status(_)) => (Scheme::Plain, false),
-            _ => (self, false),
-        }
-    }
-
-    /// After asking again over TLS: what is learnt. `spoke_tls` (the handshake completed, or
-    /// the server's certificate was refused) proves TLS, and the TLS attempt's outcome is the
-    /// probe's; otherwise the plain one's stands.
-    pub fn after_tls(self, spoke_tls: bool) -> Scheme {
-        if spoke_tls {
-            Scheme::Tls
-        } else {
-            self
-        }
-    }
+/// The name a TLS probe checks the server's certificate against, and the SNI it sends, as
+/// nginx's `ngx_http_upstream_ssl_name` makes them for the traffic it proxies: `name`
+/// (`proxy_ssl_name`, or the upstream's) without a port; SNI only with
+/// `proxy_ssl_server_name on`, and never for an IP literal (RFC 6066).
+pub fn tls_names(name: &[u8], server_name: bool) -> (Vec<u8>, Option<Vec<u8>>) {
+    let host = match name.first() {
+        Some(b'[') => match name.iter().position(|&b| b == b']') {
+            Some(end) => &name[..=end],
+            None => name,
+        },
+        _ => name.split(|&b| b == b':').next().unwrap_or(name),
+    };
+    let literal = host.first() == Some(&b'[')
+        || core::str::from_utf8(host).is_ok_and(|h| h.parse::<core::net::Ipv4Addr>().is_ok());
+    let sni = (server_name && !host.is_empty() && !literal).then(|| host.to_vec());
+    (host.to_vec(), sni)
 }
 
 #[cfg(test)]
@@ -305,36 +261,26 @@ mod tests {
     }
 
     #[test]
-    fn the_scheme_is_learnt_from_what_answered() {
-        let u = Scheme::Unsure;
-        assert!(!u.starts_with_tls() && !Scheme::Plain.starts_with_tls());
-        assert!(Scheme::Tls.starts_with_tls());
-        assert_eq!(u.after_plain(Heard::Status(200)), (Scheme::Plain, false));
+    fn tls_names_are_nginx_s() {
         assert_eq!(
-            u.after_plain(Heard::Status(503)),
-            (Scheme::Plain, false),
-            "a TLS server never answers plain HTTP with a 503"
+            tls_names(b"api.internal", true),
+            (b"api.internal".to_vec(), Some(b"api.internal".to_vec()))
         );
         assert_eq!(
-            u.after_plain(Heard::Status(400)),
-            (u, true),
-            "nginx's HTTPS port"
+            tls_names(b"api.internal:8443", true).1,
+            Some(b"api.internal".to_vec())
         );
         assert_eq!(
-            u.after_plain(Heard::Garbled),
-            (u, true),
-            "a TLS alert or a close"
+            tls_names(b"api.internal", false),
+            (b"api.internal".to_vec(), None),
+            "proxy_ssl_server_name off"
         );
         assert_eq!(
-            u.after_plain(Heard::Nothing),
-            (u, false),
-            "refused or timed out"
+            tls_names(b"10.0.0.5:8443", true),
+            (b"10.0.0.5".to_vec(), None),
+            "no SNI for an IP"
         );
-        assert_eq!(
-            Scheme::Plain.after_plain(Heard::Status(400)),
-            (Scheme::Plain, false)
-        );
-        assert_eq!(u.after_tls(true), Scheme::Tls);
-        assert_eq!(u.after_tls(false), u, "a failed handshake proves nothing");
+        assert_eq!(tls_names(b"[::1]:8443", true), (b"[::1]".to_vec(), None));
+        assert_eq!(tls_names(b"", true), (Vec::new(), None));
     }
 }

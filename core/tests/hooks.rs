@@ -138,7 +138,8 @@ fn peers_reporting_recovery_end_the_cooldown_now() {
         _ => unreachable!(),
     };
     s.record(p, &ok());
-    s.wait(200);
+    // (A hard outage's next good probe comes 166 ms later: `judge::run_spacing`.)
+    s.wait(100);
     assert!(s.hasten());
     s.probe();
     // The probes still decide; a forced breaker is never hastened.

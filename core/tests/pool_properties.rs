@@ -222,16 +222,18 @@ proptest! {
 #[test]
 fn no_live_server_always_counts() {
     let mut sim = Sim::new(2, 0, 20);
-    for _ in 0..19 {
-        assert_eq!(
-            sim.settle(None, &Attempt::ended(Ending::NoLive, 0)).state,
-            State::Closed
-        );
+    for _ in 0..9 {
+        let r = sim.settle(None, &Attempt::ended(Ending::NoLive, 0));
+        assert_eq!(r.state, State::Closed);
     }
+    // A gateway failure: the tenth in a row opens it (`consecutive`), before `min_requests`.
     let r = sim.settle(None, &Attempt::ended(Ending::NoLive, 0));
     assert_eq!(r.state, State::Open);
     let t = r.transition.expect("opened");
-    assert_eq!(t.reason, "failure rate 100% (20/20) >= 50% in 10s");
+    assert_eq!(
+        t.reason,
+        "10 gateway failures in a row, the last: no live upstreams"
+    );
 }
 
 #[test]

@@ -112,6 +112,7 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
             0u32..=10,
             any::<bool>(),
             any::<bool>(),
+            prop_oneof![Just(0u32), 1u32..=20],
         ),
     )
         .prop_map(|(a, b, c, d)| BreakerConfig {
@@ -137,6 +138,7 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
             suspect_min: d.2,
             active: d.3,
             repeat_backoff: d.4,
+            consecutive: d.5,
         })
 }
 
@@ -245,7 +247,10 @@ proptest! {
                                 // Never without local evidence; with the full count unless suspected.
                                 let v = b.breaker().view(now);
                                 prop_assert!(v.window.failures + v.window.slow >= 1, "{:?}", v.window);
-                                if v.suspect_until_ms.is_none() {
+                                let in_a_row = t.reason.contains("gateway failures in a row");
+                                if in_a_row {
+                                    prop_assert!(cfg.consecutive > 0, "{}", t.reason);
+                                } else if v.suspect_until_ms.is_none() {
                                     prop_assert!(v.window.requests >= u64::from(cfg.min_requests));
                                 }
                                 prop_assert!(v.probes_needed >= cfg.probes.max(1));

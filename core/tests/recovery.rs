@@ -38,8 +38,9 @@ fn probes(s: &mut Story, outcomes: &[circuit_breaker_core::breaker::Attempt]) ->
 
 #[test]
 fn a_hard_failure_closes_after_probes_good_probes_however_long_it_lasted() {
-    // The origin served 100 requests well, then refused every connection.
-    let mut s = Story::new(cfg());
+    // The origin served 100 requests well, then refused every connection (judged by the
+    // rate: the tenth in a row would open it first, see `consecutive.rs`).
+    let mut s = Story::new(rates_only());
     s.requests(100, &ok());
     let t = s.requests(100, &timeout()).expect("tripped");
     assert_eq!(t.reason, "failure rate 50% (100/200) >= 50% in 10s");
@@ -65,7 +66,7 @@ fn a_hard_failure_closes_after_probes_good_probes_however_long_it_lasted() {
 #[test]
 fn a_brownout_trip_needs_a_long_run_of_good_probes() {
     // Half the requests fail (the threshold): the failures are spread out, not one long run.
-    let mut s = Story::new(cfg());
+    let mut s = Story::new(rates_only());
     brownout_trip(&mut s);
     // K = 1 + ceil(ln 0.005 / ln 0.5) = 9 good probes in a row.
     assert_eq!(s.view().probes_needed, 9);
@@ -83,7 +84,7 @@ fn a_brownout_trip_needs_a_long_run_of_good_probes() {
     // At a 20 % threshold a brownout needs 25 (0.8^24 < 0.5 %); a hard failure still 3.
     let low = BreakerConfig {
         failure_rate: 2000,
-        ..cfg()
+        ..rates_only()
     };
     let mut s = Story::new(low);
     for _ in 0..4 {
@@ -103,7 +104,7 @@ fn a_brownout_trip_needs_a_long_run_of_good_probes() {
 fn a_hard_failure_over_some_background_noise_is_still_hard() {
     let low = BreakerConfig {
         failure_rate: 2000,
-        ..cfg()
+        ..rates_only()
     };
     // 5 % of requests failed before the outage (below 0.2 / (4 - 0.6) = 5.9 %): the run at the
     // trip, 19, holds more than three quarters of the window's 24 failures.

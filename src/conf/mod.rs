@@ -4,6 +4,7 @@
 //! zone must hold.
 
 pub mod directives;
+pub mod scheme;
 pub mod setup;
 
 use core::cell::{Cell, OnceCell, RefCell};
@@ -105,14 +106,28 @@ pub struct MainConf {
     /// a fixed upstream (`(upstream srv conf, upstream conf)`): active probes take their TLS
     /// settings from them.
     pub(crate) proxy_module: Option<usize>,
-    pub proxied: Vec<(
-        *mut ngx_http_upstream_srv_conf_t,
-        *mut ngx_http_upstream_conf_t,
-    )>,
+    pub proxied: Vec<Proxied>,
+    /// Locations that pass to an upstream picked at run time over TLS
+    /// (`proxy_pass https://$backend`): their upstream conf and name.
+    pub(crate) dynamic_tls: Vec<(*mut ngx_http_upstream_conf_t, String)>,
+    /// The scheme of each `proxy_pass` and `grpc_pass`, by the location conf it filled in
+    /// (see `scheme`), while the http block is parsed.
+    pub(crate) pass_schemes: HashMap<usize, scheme::Pass>,
     /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
     /// (registered by `crate::fleet` once the http block is parsed).
     pub fleet: Option<FleetSpec>,
     pub fleet_zone: *mut ngx_shm_zone_t,
+}
+
+/// A location that passes to a fixed upstream, as active probes need it: their scheme and TLS
+/// settings are those of the locations passing to the upstream they probe.
+pub struct Proxied {
+    pub upstream: *mut ngx_http_upstream_srv_conf_t,
+    pub conf: *mut ngx_http_upstream_conf_t,
+    /// Its `proxy_pass` speaks TLS (`https://`).
+    pub tls: bool,
+    /// The location's name, for a warning.
+    pub location: String,
 }
 
 impl Default for MainConf {
@@ -130,6 +145,8 @@ impl Default for MainConf {
             upstream_modules: Vec::new(),
             proxy_module: None,
             proxied: Vec::new(),
+            dynamic_tls: Vec::new(),
+            pass_schemes: HashMap::new(),
             fleet: None,
             fleet_zone: null_mut(),
         }
@@ -178,6 +195,9 @@ pub struct SrvConf {
     pub original_init: ngx_http_upstream_init_peer_pt,
     /// The upstream block itself (its servers are what active probes reach).
     pub uscf: *mut ngx_http_upstream_srv_conf_t,
+    /// The upstream conf of the location whose TLS settings active probes take; null: they
+    /// speak plain HTTP (see `scheme::choose_probe_tls`).
+    pub probe_tls: *mut ngx_http_upstream_conf_t,
     pub main: *const MainConf,
     /// Routes whose locations pass to this upstream, in configuration order.
     pub routes: Vec<String>,
@@ -387,6 +407,9 @@ pub struct LocConf {
     /// Where this location's breaker was last found (per worker: written after fork, in the
     /// worker's own copy of the configuration).
     pub hint: Cell<Handle>,
+    /// What its `proxy_pass` speaks (inherited by an `if` block inside it, as the proxy
+    /// module's own settings are).
+    pub pass: Option<scheme::Pass>,
 }
 
 impl Default for LocConf {
@@ -404,6 +427,7 @@ impl Default for LocConf {
             precontent: core::ptr::null(),
             redirects: false,
             hint: Cell::new(Handle::NONE),
+            pass: None,
         }
     }
 }
@@ -429,6 +453,9 @@ impl Merge for LocConf {
         }
         if self.route.is_none() {
             self.route = prev.route.clone();
+        }
+        if self.pass.is_none() {
+            self.pass = prev.pass;
         }
         Ok(())
     }

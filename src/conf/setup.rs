@@ -16,8 +16,9 @@ use ngx::http::{
 };
 
 use super::directives::{add_zone, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE};
+use super::scheme::Pass;
 use super::Module;
-use super::{LocConf, MainConf, StatusMode};
+use super::{LocConf, MainConf, Proxied, StatusMode};
 use crate::ffi::{hash_name, key_hash};
 use crate::zone::{Key, Kind, Wanted};
 
@@ -114,12 +115,27 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
             continue;
         };
+        // Its own `proxy_pass` (or `grpc_pass`) says what it speaks; an `if` block inside a
+        // location has the location's, as the module's own settings do.
+        if let Some(&pass) = mcf.pass_schemes.get(&(slot as usize)) {
+            lcf.pass = Some(pass);
+        }
+        let tls = lcf.pass == Some(Pass::Tls);
+        let proxy = mcf.proxy_module == Some(index);
+        let ucf_ptr = core::ptr::from_ref(ucf).cast_mut();
         if ucf.upstream.is_null() {
+            if proxy && tls {
+                mcf.dynamic_tls.push((ucf_ptr, location_name(clcf)));
+            }
             continue;
         }
-        if mcf.proxy_module == Some(index) {
-            mcf.proxied
-                .push((ucf.upstream, core::ptr::from_ref(ucf).cast_mut()));
+        if proxy {
+            mcf.proxied.push(Proxied {
+                upstream: ucf.upstream,
+                conf: ucf_ptr,
+                tls,
+                location: location_name(clcf),
+            });
         }
         several |= fixed.is_some();
         fixed = Some(ucf);
@@ -159,6 +175,10 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         }
     }
     NGX_CONF_OK
+}
+
+fn location_name(clcf: &ngx_http_core_loc_conf_t) -> String {
+    String::from_utf8_lossy(clcf.name.as_bytes()).into_owned()
 }
 
 #[cfg(ngx_http_cache)]

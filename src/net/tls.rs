@@ -25,13 +25,15 @@ const POOL_SIZE: usize = 1024;
 /// How to speak TLS to a server.
 pub struct Tls {
     ssl: NonNull<ngx_ssl_t>,
-    /// Sent as SNI, and checked against the certificate when verifying.
-    name: Option<CString>,
+    /// Checked against the certificate when verifying.
+    name: CString,
+    /// Sent as SNI.
+    sni: Option<CString>,
     verify: bool,
 }
 
 impl Tls {
-    /// TLS with nginx's SSL context `ssl`, sending `name` (if any) as SNI. With `verify`, the
+    /// TLS with nginx's SSL context `ssl`, sending `sni` (if any). With `verify`, the
     /// certificate must pass the context's verification (`proxy_ssl_trusted_certificate`) and
     /// match `name`, as `proxy_ssl_verify on` requires. Returns `None` for a null context or a
     /// name with a NUL byte.
@@ -39,13 +41,24 @@ impl Tls {
     /// # Safety
     /// `ssl` must be null or an initialised `ngx_ssl_t` (its `ctx` set) from configuration
     /// memory, alive for the worker's life.
-    pub unsafe fn new(ssl: *mut ngx_ssl_t, name: Option<&[u8]>, verify: bool) -> Option<Tls> {
+    pub unsafe fn new(
+        ssl: *mut ngx_ssl_t,
+        name: &[u8],
+        sni: Option<&[u8]>,
+        verify: bool,
+    ) -> Option<Tls> {
         let ssl = NonNull::new(ssl)?;
-        let name = match name {
+        let name = CString::new(name).ok()?;
+        let sni = match sni {
             Some(n) => Some(CString::new(n).ok()?),
             None => None,
         };
-        Some(Tls { ssl, name, verify })
+        Some(Tls {
+            ssl,
+            name,
+            sni,
+            verify,
+        })
     }
 }
 
@@ -68,7 +81,7 @@ pub(super) async fn handshake(stream: &Stream, tls: &Tls) -> Result<(), Error> {
         {
             return Err(Error::Tls);
         }
-        if let Some(name) = &tls.name {
+        if let Some(name) = &tls.sni {
             // SSL_set_tlsext_host_name is this SSL_ctrl call (a macro in OpenSSL's headers).
             if SSL_ctrl(
                 (*(*c).ssl).connection,
@@ -118,10 +131,10 @@ fn verify(c: *mut ngx_connection_t, tls: &Tls) -> Result<(), Error> {
     if rc != X509_V_OK as core::ffi::c_long {
         return Err(Error::TlsVerify(rc as i64));
     }
-    let Some(name) = &tls.name else {
+    let bytes = tls.name.as_bytes();
+    if bytes.is_empty() {
         return Ok(());
-    };
-    let bytes = name.as_bytes();
+    }
     let mut name = ngx_str_t {
         len: bytes.len(),
         data: bytes.as_ptr().cast_mut(),

@@ -1,18 +1,15 @@
 //! Sending one probe: `GET probe_uri` with its `Host`, under `probe_timeout` from connect to
 //! the response head (the body is not read: the status decides), over TLS when the upstream's
-//! locations use it.
+//! locations speak it.
 
 use core::time::Duration;
 
 use circuit_breaker_core::directive::ProbeSpec;
-#[cfg(ngx_ssl)]
-use circuit_breaker_core::probe::Heard;
 use circuit_breaker_core::probe::ProbeEnd;
 use hyper::HeaderMap;
 use nginx_sys::{ngx_parse_http_time, ngx_time};
 
 use super::target::Upstream;
-use crate::clock::mono_ms;
 use crate::net::{self, Error, Options, Peer, Request, Response};
 
 /// What nginx's error log says a probe's connection was for ("while probing upstream").
@@ -49,9 +46,8 @@ impl Sent {
     }
 }
 
-/// Sends the probe of `up` to `server`: in plain HTTP or TLS as the upstream's scheme says,
-/// and when it is unsure, in plain HTTP and then, if the server sounded like a TLS server,
-/// again over TLS within what is left of `probe_timeout`.
+/// Sends the probe of `up` to `server`, in plain HTTP or TLS as the locations passing to the
+/// upstream speak (see `crate::conf::scheme`): a TLS probe never speaks plain HTTP.
 pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
     let req = Request {
         method: "GET",
@@ -60,42 +56,14 @@ pub async fn probe(up: &Upstream, server: &Peer) -> Sent {
         headers: &[("User-Agent", "nginx circuit breaker probe")],
         body: &[],
     };
-    let timeout = u64::from(up.spec.timeout_ms);
-    let options = |ms: u64| {
-        Options::new(Duration::from_millis(ms))
-            .max_body(0)
-            .action(ACTION)
-    };
+    let options = Options::new(Duration::from_millis(u64::from(up.spec.timeout_ms)))
+        .max_body(0)
+        .action(ACTION);
     #[cfg(ngx_ssl)]
     if let Some(tls) = up.tls.as_ref() {
-        let scheme = up.scheme.get();
-        if scheme.starts_with_tls() {
-            return sent(net::fetch(server, &req, &options(timeout).tls(tls)).await);
-        }
-        let started = mono_ms();
-        let plain = net::fetch(server, &req, &options(timeout)).await;
-        let (scheme, again) = scheme.after_plain(heard(&plain));
-        up.scheme.set(scheme);
-        let left = timeout.saturating_sub(mono_ms().saturating_sub(started));
-        if !again || left == 0 {
-            return sent(plain);
-        }
-        let secure = net::fetch(server, &req, &options(left).tls(tls)).await;
-        let spoke_tls = matches!(secure, Ok(_) | Err(Error::TlsVerify(_) | Error::TlsName));
-        up.scheme.set(scheme.after_tls(spoke_tls));
-        return sent(if spoke_tls { secure } else { plain });
+        return sent(net::fetch(server, &req, &options.tls(tls)).await);
     }
-    sent(net::fetch(server, &req, &options(timeout)).await)
-}
-
-/// What a plain-HTTP attempt says of the server's scheme.
-#[cfg(ngx_ssl)]
-fn heard(r: &Result<Response, Error>) -> Heard {
-    match r {
-        Ok(resp) => Heard::Status(resp.status),
-        Err(Error::Protocol(_) | Error::Closed | Error::Reset) => Heard::Garbled,
-        Err(_) => Heard::Nothing,
-    }
+    sent(net::fetch(server, &req, &options).await)
 }
 
 fn sent(r: Result<Response, Error>) -> Sent {

@@ -6,7 +6,7 @@ use core::cell::Cell;
 use std::rc::Rc;
 
 use circuit_breaker_core::directive::ProbeSpec;
-use circuit_breaker_core::probe::{next_server, Scheme};
+use circuit_breaker_core::probe::{next_server, tls_names};
 use nginx_sys::{ngx_http_upstream_srv_conf_t, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
@@ -30,9 +30,9 @@ pub struct Upstream {
     pub interval_ms: u32,
     /// `probe_latency` (0: off), to say why a probe failed.
     pub latency_ms: u32,
+    /// Set: probes speak TLS, from the first byte.
     #[cfg(ngx_ssl)]
     pub tls: Option<crate::net::Tls>,
-    pub scheme: Cell<Scheme>,
     /// The next server to try, rotating over the servers not marked down.
     cursor: Cell<usize>,
     /// Told once that its servers cannot be read.
@@ -176,18 +176,19 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
             continue;
         }
         #[cfg(ngx_ssl)]
-        // SAFETY: the upstream block and the proxied locations' confs live as long as the
-        // configuration.
-        let tls = unsafe { tls_of(mcf, s.uscf, &s.name) };
+        // SAFETY: `probe_tls` was set to a location's conf of this configuration, or null.
+        let tls = unsafe { tls_of(s) };
         #[cfg(ngx_ssl)]
-        // A TLS context may be a plain location's, shared with an https one (see Scheme).
-        let scheme = if tls.is_some() {
-            Scheme::Unsure
-        } else {
-            Scheme::Plain
-        };
-        #[cfg(not(ngx_ssl))]
-        let scheme = Scheme::Plain;
+        if tls.is_none() && !s.probe_tls.is_null() {
+            // A TLS location without a context nginx built: never probe it in plain HTTP.
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                ngx_cycle_log().as_ptr(),
+                "circuit breaker: upstream \"{}\" is reached over TLS, but its probes cannot speak it, \"probe_uri\" is ignored",
+                s.name
+            );
+            continue;
+        }
         let up = Rc::new(Upstream {
             name: s.name.clone(),
             name_hash: s.name_hash,
@@ -196,10 +197,9 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
             spec: spec.clone(),
             host: spec.host.clone().unwrap_or_else(|| s.name.clone()),
             interval_ms: cfg.probe_interval_ms,
-            latency_ms: cfg.probe_latency_ms,
+            latency_ms: cfg.probe_limit_ms(),
             #[cfg(ngx_ssl)]
             tls,
-            scheme: Cell::new(scheme),
             // Workers start their rotations at different servers.
             cursor: Cell::new(rnd() as usize),
             warned: Cell::new(false),
@@ -225,45 +225,31 @@ pub fn collect(mcf: &MainConf) -> Vec<Rc<Target>> {
     out
 }
 
-/// The TLS settings of the first location that proxies to the upstream with a TLS context
-/// (`proxy_pass https://…`, its `proxy_ssl_*`): the context, the name sent as SNI and
-/// checked with `proxy_ssl_verify` (`proxy_ssl_name` when it holds no variables, else the
-/// upstream's name, as nginx does), and whether to verify.
+/// The TLS settings of the location `scheme::choose_probe_tls` chose for the upstream's
+/// probes: its context, the name checked and the SNI sent as nginx makes them for that
+/// location's traffic (`proxy_ssl_name` when it holds no variables, else the upstream's name;
+/// SNI with `proxy_ssl_server_name on`), and whether to verify. `None`: plain HTTP.
 ///
 /// # Safety
-/// `mcf.proxied` must hold live upstream confs of this configuration.
+/// `scf.probe_tls` must be null or a live upstream conf of this configuration.
 #[cfg(ngx_ssl)]
-unsafe fn tls_of(
-    mcf: &MainConf,
-    uscf: *mut ngx_http_upstream_srv_conf_t,
-    upstream: &str,
-) -> Option<crate::net::Tls> {
-    for &(u, ucf) in &mcf.proxied {
-        if u != uscf {
-            continue;
-        }
-        // SAFETY: `ucf` comes from `mcf.proxied`, whose upstream confs are live for this
-        // configuration (this fn's contract).
-        let ucf = unsafe { &*ucf };
-        // SAFETY: null or the location's SSL settings, from configuration memory.
-        let Some(ssl) = (unsafe { ucf.ssl.as_ref() }) else {
-            continue;
-        };
-        if ssl.ctx.is_null() {
-            continue;
-        }
-        // SAFETY: null or a compiled complex value from configuration memory.
-        let fixed_name = unsafe { ucf.ssl_name.as_ref() }
-            .filter(|cv| cv.lengths.is_null())
-            .map(|cv| cv.value.as_bytes());
-        let name = fixed_name.unwrap_or(upstream.as_bytes());
-        // nginx sends SNI with `proxy_ssl_server_name on` and checks the name with
-        // `proxy_ssl_verify on`; the client sends it in both cases.
-        let send_name = ucf.ssl_server_name != 0 || ucf.ssl_verify != 0;
-        // SAFETY: an initialised context (ctx set) in configuration memory.
-        return unsafe {
-            crate::net::Tls::new(ucf.ssl, send_name.then_some(name), ucf.ssl_verify != 0)
-        };
+unsafe fn tls_of(scf: &SrvConf) -> Option<crate::net::Tls> {
+    // SAFETY: null or a location's upstream conf, live for this configuration (this fn's
+    // contract).
+    let ucf = unsafe { scf.probe_tls.as_ref() }?;
+    // SAFETY: null or the location's SSL settings, from configuration memory.
+    let ssl = unsafe { ucf.ssl.as_ref() }?;
+    if ssl.ctx.is_null() {
+        return None;
     }
-    None
+    // SAFETY: null or a compiled complex value from configuration memory.
+    let fixed_name = unsafe { ucf.ssl_name.as_ref() }
+        .filter(|cv| cv.lengths.is_null())
+        .map(|cv| cv.value.as_bytes());
+    let (name, sni) = tls_names(
+        fixed_name.unwrap_or(scf.name.as_bytes()),
+        ucf.ssl_server_name != 0,
+    );
+    // SAFETY: an initialised context (ctx set) in configuration memory.
+    unsafe { crate::net::Tls::new(ucf.ssl, &name, sni.as_deref(), ucf.ssl_verify != 0) }
 }

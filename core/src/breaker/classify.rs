@@ -76,6 +76,11 @@ pub struct Verdict {
     pub retry_after_s: u32,
     /// The outcome's failure class, whether or not it is configured as a failure.
     pub class: Option<FailureClass>,
+    /// A gateway failure, which `consecutive` counts: a failure (by the configured classes)
+    /// that says the origin cannot be reached or cannot answer — a connect error or reset, a
+    /// timeout, no live server, or a `502`, `503` or `504` — rather than that it answered
+    /// wrongly (a `500`, an invalid header: the application's, not the gateway's).
+    pub gateway: bool,
 }
 
 impl Verdict {
@@ -138,9 +143,21 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
         },
     };
     let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
+    let failure = class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c));
     Verdict {
         counted: true,
-        failure: class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c)),
+        failure,
+        gateway: failure
+            && matches!(
+                class,
+                Some(
+                    FailureClass::Error
+                        | FailureClass::Timeout
+                        | FailureClass::NoLive
+                        | FailureClass::Http503RetryAfter
+                        | FailureClass::Http5xx(502..=504)
+                )
+            ),
         slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
         tls: false,
         retry_after_503,
@@ -221,6 +238,30 @@ mod tests {
             Some(FailureClass::Http503RetryAfter)
         );
         assert_eq!(classify(&ra(429, 7), &with_429).retry_after_s, 0);
+    }
+
+    #[test]
+    fn gateway_failures_are_the_origin_unreachable() {
+        let default = BreakerConfig::default();
+        for (a, gateway) in [
+            (Attempt::ended(Ending::Error, 5), true),
+            (Attempt::ended(Ending::Timeout, 5), true),
+            (Attempt::ended(Ending::NoLive, 0), true),
+            (Attempt::http(502, 5), true),
+            (Attempt::http(503, 5), true),
+            (Attempt::http(504, 5), true),
+            (Attempt::http(500, 5), false),
+            (Attempt::ended(Ending::InvalidHeader, 5), false),
+            (Attempt::http(429, 5), false),
+            (Attempt::http(404, 5), false),
+            (Attempt::http(200, 5), false),
+            (Attempt::ended(Ending::Tls, 5), false),
+        ] {
+            assert_eq!(classify(&a, &default).gateway, gateway, "{a:?}");
+        }
+        // A class not named in circuit_breaker_failure is no failure, nor a gateway one.
+        assert!(!classify(&Attempt::http(502, 5), &cfg_with(&["http_500"])).gateway);
+        assert!(classify(&ra(503, 2), &cfg_with(&["http_503_retry_after"])).gateway);
     }
 
     #[test]

@@ -120,7 +120,9 @@ pub struct BreakerConfig {
     pub probes: u32,
     /// At most one probe started per this interval.
     pub probe_interval_ms: u32,
-    /// A probe slower than this fails; 0 disables.
+    /// A probe slower than this fails: 0 follows `slow_ms` (a probe slower than `slow` is a
+    /// bad probe; none is without `slow`), [`PROBE_LATENCY_OFF`] judges probes by their answer
+    /// alone. See [`BreakerConfig::probe_limit_ms`].
     pub probe_latency_ms: u32,
     /// Recovery ramp: after the breaker closes by probes, the share of requests let through
     /// rises linearly from `ramp_start` to 100 % over this many milliseconds; the rest are
@@ -154,12 +156,38 @@ pub struct BreakerConfig {
     /// what a failed probe already does, and `max_open` of good standing — as long as the
     /// longest ejection — earns a fresh start without another parameter.
     pub repeat_backoff: bool,
+    /// Gateway failures in a row (connect errors, resets, timeouts, "no live upstreams",
+    /// `502`–`504`; see [`Verdict::gateway`](super::Verdict::gateway)) that open the breaker
+    /// at once, whatever the window's rate; 0 disables.
+    pub consecutive: u32,
     /// Evaluate and report, never short-circuit.
     pub dry_run: bool,
 }
 
+/// `probe_latency=off`: probes are judged by their answer alone, even with `slow`.
+pub const PROBE_LATENCY_OFF: u32 = u32::MAX;
+
+impl BreakerConfig {
+    /// The latency above which a probe is a bad one (milliseconds; 0: none): `probe_latency`
+    /// when set, else `slow`. A breaker that judges its traffic by latency judges its way back
+    /// by it too: an origin still slower than `slow` would trip it again on the slow rate.
+    pub fn probe_limit_ms(&self) -> u32 {
+        match self.probe_latency_ms {
+            PROBE_LATENCY_OFF => 0,
+            0 => self.slow_ms,
+            ms => ms,
+        }
+    }
+}
+
 /// The longest window a breaker may keep (one bucket per second).
 pub const MAX_WINDOW_S: u32 = 300;
+
+/// The default `consecutive`: ten gateway failures in a row, 25 ms of an origin that refuses
+/// or hangs at 400 requests/s; scattered gateway errors make such a run once in 10²⁰ requests
+/// at 1 %, once in 10¹⁰ at 10 % (HAProxy's `error-limit` is 10 too; Envoy's 5 would trip a
+/// 10 % origin every 10⁵ requests).
+pub const DEFAULT_CONSECUTIVE: u32 = 10;
 
 impl Default for BreakerConfig {
     fn default() -> Self {
@@ -181,6 +209,7 @@ impl Default for BreakerConfig {
             suspect_min: 5,
             active: false,
             repeat_backoff: false,
+            consecutive: DEFAULT_CONSECUTIVE,
             dry_run: false,
         }
     }

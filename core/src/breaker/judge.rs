@@ -106,20 +106,26 @@ pub fn is_hard(run: u32, part: u64, rate: u32) -> bool {
 /// The closest two probes of a long run may be, in milliseconds (see [`run_spacing`]).
 pub const MIN_RUN_SPACING_MS: u64 = 50;
 
-/// How far apart the next probe of a run of `needed` good probes may come, after a good one:
-/// `interval_ms` while the run is `probes` long (a hard failure's), closer for a longer run,
-/// so that it takes about the time `probes` probes would (`needed × spacing ≈ probes ×
-/// interval`), and never closer than [`MIN_RUN_SPACING_MS`]. A brownout's run is a count of
-/// answers, each one request, not a length of time: waiting a full interval between them
-/// only kept a healed origin away (25 s at 20 % with `probe_interval=1s`).
+/// How far apart the next probe of a run of `needed` good probes may come, after a good one,
+/// never closer than [`MIN_RUN_SPACING_MS`]:
+///
+/// - a hard failure's run (`probes` long): the rest of it within half an interval of its
+///   first good probe (`interval / (2 × probes)` apart). A refusing or hanging origin that
+///   answers again has healed; a full interval between its good probes only kept clients
+///   away (3 s after the heal with `probe_interval=1s probes=3`).
+/// - a longer run (a brownout's): about the time `probes` probes would take (`needed ×
+///   spacing ≈ probes × interval`), for a relapse to show; its run is a count of answers,
+///   each one request, not a length of time (25 s at 20 % with an interval apart).
 pub fn run_spacing(interval_ms: u32, probes: u32, needed: u32) -> u64 {
     let interval = u64::from(interval_ms);
     let probes = u64::from(probes.max(1));
     let needed = u64::from(needed.max(1));
-    if needed <= probes {
-        return interval;
-    }
-    (interval * probes / needed).clamp(MIN_RUN_SPACING_MS.min(interval), interval)
+    let spacing = if needed <= probes {
+        interval / (2 * probes)
+    } else {
+        interval * probes / needed
+    };
+    spacing.clamp(MIN_RUN_SPACING_MS.min(interval), interval)
 }
 
 /// The run needed after a relapse: doubled, at least `soft`, at most [`RELAPSE_CAP`] × `soft`.
@@ -136,9 +142,10 @@ mod tests {
 
     #[test]
     fn long_runs_take_the_time_of_probes_probes() {
-        // A hard failure's run: one interval apart.
-        assert_eq!(run_spacing(1000, 3, 3), 1000);
-        assert_eq!(run_spacing(1000, 3, 1), 1000);
+        // A hard failure's run: the rest of it within half an interval.
+        assert_eq!(run_spacing(1000, 3, 3), 166);
+        assert_eq!(run_spacing(1000, 1, 1), 500);
+        assert_eq!(run_spacing(200, 3, 3), MIN_RUN_SPACING_MS);
         // 25 after a 20 % brownout: 120 ms apart, 3 s for the run.
         assert_eq!(run_spacing(1000, 3, 25), 120);
         // Four times that after relapses: the floor.

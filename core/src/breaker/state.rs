@@ -101,8 +101,12 @@ pub struct BreakerHeader {
     probe_owner: u32,
     /// Good probes in a row in the current open period.
     consecutive: u32,
-    /// Bad attempts (failed or slow) in a row recorded in the window, for [`judge::is_hard`].
-    run: u32,
+    /// Failures in a row recorded in the window, for [`judge::is_hard`].
+    fail_run: u32,
+    /// Slow calls in a row recorded in the window, for [`judge::is_hard`].
+    slow_run: u32,
+    /// Gateway failures in a row recorded in the window, for `consecutive`.
+    gateway_run: u32,
     /// Good probes in a row needed to close, set at the trip.
     needed: u32,
     /// The soft run of the current open period ([`judge::soft_run`]).
@@ -143,7 +147,9 @@ impl BreakerHeader {
             suspect_until_ms: 0,
             probe_owner: 0,
             consecutive: 0,
-            run: 0,
+            fail_run: 0,
+            slow_run: 0,
+            gateway_run: 0,
             needed: 0,
             soft_needed: 0,
             state: STATE_CLOSED,
@@ -158,6 +164,12 @@ impl BreakerHeader {
     /// The parameters this breaker was created with.
     pub fn config(&self) -> &BreakerConfig {
         &self.cfg
+    }
+
+    fn clear_runs(&mut self) {
+        self.fail_run = 0;
+        self.slow_run = 0;
+        self.gateway_run = 0;
     }
 
     /// The current state (readable without the buckets).
@@ -502,7 +514,7 @@ impl<'a> Breaker<'a> {
         h.totals.requests = h.totals.requests.saturating_add(u64::from(count));
         if h.state == STATE_CLOSED {
             h.sums.absorb(self.ring, second, count, latency);
-            h.run = 0;
+            h.clear_runs();
         }
     }
 
@@ -768,6 +780,10 @@ impl<'a> Breaker<'a> {
             let now_s = now / 1000;
             let h = &mut *self.hdr;
             h.sums.advance(self.ring, now_s);
+            if h.sums.requests == 0 {
+                // The window emptied: a run that began before is no evidence now.
+                h.clear_runs();
+            }
             h.sums.record(
                 self.ring,
                 now_s,
@@ -776,13 +792,12 @@ impl<'a> Breaker<'a> {
                 v.retry_after_s,
                 attempt.response_ms,
             );
-            h.run = if v.failure || v.slow {
-                h.run.saturating_add(1)
-            } else {
-                0
-            };
+            let next = |run: u32, bad: bool| if bad { run.saturating_add(1) } else { 0 };
+            h.fail_run = next(h.fail_run, v.failure);
+            h.slow_run = next(h.slow_run, v.slow);
+            h.gateway_run = next(h.gateway_run, v.gateway);
             if h.forced == FORCED_NONE && may_open {
-                self.check_trip(now, rnd)
+                self.check_trip(now, rnd, &v)
             } else {
                 None
             }
@@ -837,8 +852,16 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    fn check_trip(&mut self, now: u64, rnd: u32) -> Option<Transition> {
+    fn check_trip(&mut self, now: u64, rnd: u32, last: &Verdict) -> Option<Transition> {
         let (cfg, s) = (&self.hdr.cfg, &self.hdr.sums);
+        let run = self.hdr.gateway_run;
+        if cfg.consecutive > 0 && run >= cfg.consecutive {
+            // Certain evidence that needs no rate: a hard outage, closed by `probes` probes.
+            let last = last.class.map_or_else(String::new, class_name);
+            let text = format!("{run} gateway failures in a row, the last: {last}");
+            let probes = cfg.probes.max(1);
+            return Some(self.open_period(now, rnd, text, probes, true));
+        }
         let suspected = now < self.hdr.suspect_until_ms;
         let min = cfg.min_requests.max(1);
         let min = if suspected {
@@ -850,9 +873,11 @@ impl<'a> Breaker<'a> {
             return None;
         }
         let reaches = |part: u64, rate: u32| at_rate(part, rate, s.requests);
-        let (what, part, rate) = if reaches(s.failures, cfg.failure_rate) {
+        let fail_at = reaches(s.failures, cfg.failure_rate);
+        let slow_at = cfg.slow_ms > 0 && reaches(s.slow, cfg.slow_rate);
+        let (what, part, rate) = if fail_at {
             ("failure", s.failures, cfg.failure_rate)
-        } else if cfg.slow_ms > 0 && reaches(s.slow, cfg.slow_rate) {
+        } else if slow_at {
             ("slow", s.slow, cfg.slow_rate)
         } else {
             return None;
@@ -865,8 +890,19 @@ impl<'a> Breaker<'a> {
             cfg.window_s,
             if suspected { " while suspected" } else { "" }
         );
-        let soft = judge::soft_run(rate, self.hdr.cfg.probes);
-        let hard = judge::is_hard(self.hdr.run, part, rate);
+        // Hard only when every kind of bad call at its rate came in one unbroken run: slow
+        // calls mixed with scattered errors are a brownout of errors too.
+        let h = &*self.hdr;
+        let (mut soft, mut hard) = (h.cfg.probes.max(1), true);
+        for (at, run, part, rate) in [
+            (fail_at, h.fail_run, s.failures, cfg.failure_rate),
+            (slow_at, h.slow_run, s.slow, cfg.slow_rate),
+        ] {
+            if at {
+                soft = soft.max(judge::soft_run(rate, h.cfg.probes));
+                hard &= judge::is_hard(run, part, rate);
+            }
+        }
         Some(self.open_period(now, rnd, text, soft, hard))
     }
 
@@ -982,7 +1018,7 @@ impl<'a> Breaker<'a> {
         v: &Verdict,
         a: &Attempt,
     ) -> Option<Transition> {
-        let limit = u64::from(self.hdr.cfg.probe_latency_ms);
+        let limit = u64::from(self.hdr.cfg.probe_limit_ms());
         let failed = match v.class {
             Some(class) if v.failure => Some(format!("probe failed: {}", class_name(class))),
             _ => None,
@@ -1007,18 +1043,15 @@ impl<'a> Breaker<'a> {
             h.flags |= GOOD_SEEN;
             let needed = h.needed.max(1);
             if h.consecutive < needed {
-                if needed > h.cfg.probes.max(1) {
-                    // The rest of a long run comes at its own pace (the jittered interval
-                    // set when this probe was granted, for a run of `probes`).
-                    let pace = jittered(
-                        judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed),
-                        h.cfg.jitter,
-                        rnd,
-                    );
-                    h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
-                    if h.state() == State::Open {
-                        h.retry_at_ms = h.next_probe_at_ms;
-                    }
+                // The rest of the run comes at its own pace (see `judge::run_spacing`).
+                let pace = jittered(
+                    judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed),
+                    h.cfg.jitter,
+                    rnd,
+                );
+                h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
+                if h.state() == State::Open {
+                    h.retry_at_ms = h.next_probe_at_ms;
                 }
                 return None;
             }
@@ -1068,7 +1101,7 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if held {
-            let failed = probe.failed(self.hdr.cfg.probe_latency_ms);
+            let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
             self.probe_verdict(now, rnd, failed, probe.retry_after_s)
         } else {
             None
@@ -1142,7 +1175,7 @@ impl<'a> Breaker<'a> {
     fn close_now(&mut self, now: u64, reason: String, by_probes: bool) -> Transition {
         let h = &mut *self.hdr;
         h.sums.clear(self.ring, now / 1000);
-        h.run = 0;
+        h.clear_runs();
         h.needed = 0;
         h.soft_needed = 0;
         h.flags = if by_probes { RECLOSED } else { 0 };

@@ -14,7 +14,7 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// The first bytes hashed into every fingerprint: names the encoding's version.
-pub const DOMAIN: &str = "circuit_breaker fingerprint 1";
+pub const DOMAIN: &str = "circuit_breaker fingerprint 2";
 
 /// FNV-1a 64 of `bytes`: the primitive, exposed for its test vectors.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -83,6 +83,7 @@ impl Fingerprint {
             suspect_min,
             active,
             repeat_backoff,
+            consecutive,
         } = *cfg;
         Fingerprint::new()
             .u64(failures.0[0])
@@ -103,6 +104,7 @@ impl Fingerprint {
             .u32(suspect_min)
             .u32(u32::from(active))
             .u32(u32::from(repeat_backoff))
+            .u32(consecutive)
     }
 
     /// Adds a `u32`, little-endian.
@@ -169,7 +171,7 @@ mod tests {
         assert_eq!(hex(fp), PINNED_DEFAULT);
     }
 
-    const PINNED_DEFAULT: &str = "c9d159e4bb228fd9";
+    const PINNED_DEFAULT: &str = "3f03f5b188c8a97a";
 
     #[test]
     fn every_parameter_but_dry_run_changes_it() {
@@ -216,6 +218,10 @@ mod tests {
             },
             BreakerConfig {
                 probe_latency_ms: 800,
+                ..base
+            },
+            BreakerConfig {
+                consecutive: 0,
                 ..base
             },
         ];

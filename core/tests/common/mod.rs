@@ -18,6 +18,15 @@ pub fn cfg() -> BreakerConfig {
     }
 }
 
+/// [`cfg`] judged by its rates alone (`consecutive` off), for the tests of the window's
+/// rules: a run of gateway failures would open it first.
+pub fn rates_only() -> BreakerConfig {
+    BreakerConfig {
+        consecutive: 0,
+        ..cfg()
+    }
+}
+
 pub fn ok() -> Attempt {
     Attempt::http(200, 20)
 }
