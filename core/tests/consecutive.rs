@@ -89,10 +89,16 @@ fn a_healthy_origin_with_one_percent_scattered_gateway_errors_never_trips() {
         };
         longest.0 = if bad { longest.0 + 1 } else { 0 };
         longest.1 = longest.1.max(longest.0);
-        let r = b.breaker().record(T0 + i * 5 / 2, 0, Ticket::Normal, &a, true);
+        let r = b
+            .breaker()
+            .record(T0 + i * 5 / 2, 0, Ticket::Normal, &a, true);
         assert_eq!(r.state, State::Closed, "request {i}");
     }
-    assert!(longest.1 >= 2, "the errors did come in short runs: {}", longest.1);
+    assert!(
+        longest.1 >= 2,
+        "the errors did come in short runs: {}",
+        longest.1
+    );
 }
 
 #[test]
@@ -113,6 +119,9 @@ fn a_refusing_origin_is_cut_off_on_the_tenth_request() {
     }
     assert_eq!(
         opened,
-        Some((10, "10 gateway failures in a row, the last: error".to_string()))
+        Some((
+            10,
+            "10 gateway failures in a row, the last: error".to_string()
+        ))
     );
 }

@@ -35,10 +35,13 @@ pub enum Pass {
 impl Pass {
     /// The scheme of `url`, if its literal prefix names one (`$scheme://…` does not).
     pub fn of(url: &[u8]) -> Option<Pass> {
-        let lower: Vec<u8> = url.iter().take(8).map(u8::to_ascii_lowercase).collect();
-        if lower.starts_with(b"https://") || lower.starts_with(b"grpcs://") {
+        let starts = |prefix: &[u8]| {
+            url.get(..prefix.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+        };
+        if starts(b"https://") || starts(b"grpcs://") {
             Some(Pass::Tls)
-        } else if lower.starts_with(b"http://") || lower.starts_with(b"grpc://") {
+        } else if starts(b"http://") || starts(b"grpc://") {
             Some(Pass::Plain)
         } else {
             None

@@ -208,6 +208,8 @@ pub unsafe fn collect_upstreams(
     let Some(mcf) = Module::main_conf_mut(cfr) else {
         return NGX_ERROR as ngx_int_t;
     };
+    // Every location is merged: the schemes went into their confs.
+    drop(core::mem::take(&mut mcf.pass_schemes));
     let Some(umcf) = NgxHttpUpstreamModule::main_conf(cfr) else {
         return NGX_OK as ngx_int_t;
     };
