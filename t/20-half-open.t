@@ -198,9 +198,11 @@ cmp_ok(scalar @a, '>=', 3 + 8, 'a: traffic flows after closing')
 	or diag(fmt(@a));
 ok($a[0] - $t_trip >= 0.9, 'a: no probe before the cooldown')
 	or diag(fmt($a[0] - $t_trip));
-ok($ga[0] >= 0.45 && $ga[1] >= 0.45,
-	'a: at most one probe per probe_interval') or diag(fmt(@ga));
-ok($ga[0] < 1 && $ga[1] < 1, 'a: probes at probe_interval') or diag(fmt(@ga));
+# one probe at a time (each takes 300 ms); once one is good, the rest of the hard
+# outage's run within half an interval (83 ms after the last one ended, jittered)
+ok($ga[0] >= 0.3 && $ga[1] >= 0.3, 'a: one probe at a time') or diag(fmt(@ga));
+ok($ga[0] < 0.6 && $ga[1] < 0.6, 'a: the rest of the run within half an interval')
+	or diag(fmt(@ga));
 
 # the third probe closed it: from then on every request reaches the origin,
 # before it none but the probes did

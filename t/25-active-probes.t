@@ -39,7 +39,7 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(33);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(34);
 
 $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -175,9 +175,16 @@ is(CB::Origin::in_flight($hits, qr!^/act/health!, slack => 0.02), 1,
 cmp_ok(scalar(grep { $_->[0] > $healed } @probes), '<=', 4,
 	'act: no probe storm after the heal');
 
+# Failed probes one per probe_interval (500 ms, jittered by 20 %); once one is good, the
+# rest of the hard outage's run within half an interval (83 ms apart, jittered).
 my @starts = sort { $a <=> $b } map { $_->[0] } @probes;
 my @gaps = map { $starts[$_] - $starts[$_ - 1] } 1 .. $#starts;
-ok(!grep({ $_ < 0.39 } @gaps), 'act: probes at most one per probe_interval')
+my @failed = map { $gaps[$_] } grep { $starts[$_ + 1] < $healed } 0 .. $#gaps;
+ok(@failed && !grep({ $_ < 0.39 } @failed), 'act: failed probes at most one per probe_interval')
+	or diag(join ' ', map { sprintf '%.3f', $_ } @gaps);
+my @run = map { $starts[$_] - $starts[$_ - 1] } grep { $starts[$_ - 1] > $healed } 1 .. $#starts;
+ok(!grep({ $_ < 0.06 || $_ > 0.25 } @run),
+	'act: after a good probe, the rest of the run within half an interval')
 	or diag(join ' ', map { sprintf '%.3f', $_ } @gaps);
 
 my $b = breaker('act');

@@ -64,7 +64,7 @@ for (@ups) {
         server 127.0.0.1:%%PORT_8082%%;
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker jitter=0%;
-        circuit_breaker_eject min_requests=4 time=1s;
+        circuit_breaker_eject min_requests=4 time=3s;
     }
 
 EOF
@@ -119,7 +119,7 @@ for (@ups) {
 	is($ejected_at, 4, "$name: ejected on the attempt that crossed 4 failures")
 		or diag("after $n requests");
 	like($t->read_file('error.log'),
-		qr/server 127\.0\.0\.1:$pb ejected: failure rate 100% \(4\/4\) >= 50% in 10s, back in 1s/,
+		qr/server 127\.0\.0\.1:$pb ejected: failure rate 100% \(4\/4\) >= 50% in 10s, back in 3s/,
 		"$name: ejection logged with its numbers");
 
 	# at once: every worker skips it
@@ -135,10 +135,10 @@ for (@ups) {
 		or diag(encode_json($b));
 }
 
-# the bad server answers again: one probe after 1s returns it everywhere
+# the bad server answers again: one probe after 3s returns it everywhere
 
 CB::Origin::behave($bad);
-sleep 1.1;
+sleep 3.1;
 
 for (@ups) {
 	my ($name) = @$_;

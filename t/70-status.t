@@ -115,7 +115,7 @@ my %window_fields = (
 my %latency_fields = (p50 => 'int?', p95 => 'int?', p99 => 'int?');
 my %totals_fields = map { $_ => 'int' }
 	qw/ requests failures short_circuited probes tls_errors
-		retry_after_503 opened half_opened closed ramp_shed /;
+		retry_after_503 opened half_opened closed ramp_shed explained /;
 my %zone_fields = (
 	zone => 'string', size => 'int', used => 'int', alloc_failures => 'int',
 	module_version => 'string', breakers => 'array',

@@ -5,7 +5,8 @@ package CB::Client;
 # whole, so that exactly that many requests are in flight (1: one at a time).  Answers
 # framed by Content-Length or chunked, or by the end of a connection that says close; a
 # connection nginx closes is opened again.  Returns the statuses, in the order the
-# requests were sent (0 for a request that got no answer within TIMEOUT seconds).
+# requests were sent (0 for a request that got no answer within TIMEOUT seconds of being
+# sent, 30 by default: generous, as a busy machine may take seconds).
 #
 #	my @s = CB::Client::statuses(port(8080), [ map { "/u/x?k=$_" } 1 .. 100 ], 8);
 #
@@ -22,13 +23,12 @@ use Time::HiRes qw/ time /;
 sub statuses {
 	my ($port, $paths, $concurrency, $timeout) = @_;
 	$concurrency ||= 1;
-	$timeout //= 10;
+	$timeout //= 30;
 
 	my @status = (0) x @$paths;
 	my $next = 0;
 	my (%conn, $sel) = ();
 	$sel = IO::Select->new();
-	my $end = time() + $timeout + 0.1 * @$paths;
 
 	my $send = sub {
 		my ($c) = @_;
@@ -40,6 +40,7 @@ sub statuses {
 		}
 		$c->{req} = $next++;
 		$c->{buf} = '';
+		$c->{sent} = time();
 		my $sock = $c->{sock};
 		print $sock "GET $paths->[$c->{req}] HTTP/1.1\r\nHost: localhost\r\n\r\n";
 	};
@@ -56,7 +57,14 @@ sub statuses {
 
 	$open->() for 1 .. ($concurrency < @$paths ? $concurrency : scalar @$paths);
 
-	while ($sel->count() && time() < $end) {
+	while ($sel->count()) {
+		# a request unanswered for TIMEOUT seconds: 0, and its connection dropped
+		for my $c (grep { time() - $_->{sent} > $timeout } values %conn) {
+			$sel->remove($c->{sock});
+			close $c->{sock};
+			delete $conn{$c->{sock}};
+			$open->() if $next < @$paths;
+		}
 		for my $sock ($sel->can_read(0.5)) {
 			my $c = $conn{$sock} or next;
 			my $n = sysread($sock, my $chunk, 65536);
