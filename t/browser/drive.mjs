@@ -6,6 +6,11 @@
 // Usage: node drive.mjs PROFILE_DIR
 // Commands ({"op": ...}):
 //   open {url}                      load a page, remember its origin
+//   firstrender {url, rows}         load a page and time it: milliseconds from navigation
+//                                   start until `rows` breaker rows are in the list and a
+//                                   frame is painted (scripts/measure-status)
+//   longtasks {seconds}             the page's main-thread long tasks (over 50 ms) and the
+//                                   polls answered over that many seconds
 //   row {upstream, route, state?, timeout_ms?}
 //                                   wait for the breaker's row (in that state), describe it
 //   rows {}                         every visible row's "upstream/route state", in order
@@ -77,6 +82,40 @@ const ops = {
     origin = new URL(url).origin;
     const res = await page.goto(url, { waitUntil: 'load' });
     return { status: res.status(), contentType: res.headers()['content-type'], title: await page.title() };
+  },
+  async firstrender({ url, rows, timeout_ms }) {
+    origin = new URL(url).origin;
+    await page.goto(url, { waitUntil: 'commit' });
+    await page.waitForFunction(n => document.querySelectorAll('#list .row[data-route]').length >= n,
+      rows, { timeout: timeout_ms || 60000, polling: 'raf' });
+    return page.evaluate(() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+      const json = performance.getEntriesByType('resource').find(e => /format=json/.test(e.name));
+      done({
+        ms: performance.now(),
+        rows: document.querySelectorAll('#list .row[data-route]').length,
+        json_ms: json ? json.responseEnd : null,
+        json_bytes: json ? json.transferSize : null,
+        heap_bytes: performance.memory ? performance.memory.usedJSHeapSize : null,
+      });
+    }))));
+  },
+  async longtasks({ seconds }) {
+    return page.evaluate(s => new Promise(done => {
+      let total = 0, count = 0, polls = 0;
+      const tasks = new PerformanceObserver(l => {
+        for (const e of l.getEntries()) { total += e.duration; count++; }
+      });
+      tasks.observe({ type: 'longtask' });
+      const fetches = new PerformanceObserver(l => {
+        polls += l.getEntries().filter(e => /format=json/.test(e.name)).length;
+      });
+      fetches.observe({ type: 'resource' });
+      setTimeout(() => {
+        tasks.disconnect();
+        fetches.disconnect();
+        done({ total_ms: total, count, polls, seconds: s });
+      }, s * 1000);
+    }), seconds);
   },
   async row({ upstream, route, state, timeout_ms }) {
     const sel = rowSel(upstream, route) + (state ? `[data-state=${JSON.stringify(state)}]` : '');
