@@ -6,12 +6,15 @@
 //! every breaker into an [`Entry`] under the zone lock, releases the lock, then renders with
 //! [`render_json`] or [`render_prometheus`]; the page is a constant, which polls the JSON.
 //! Control requests answer with [`render_breaker_json`] (or [`render_breaker_prometheus`]) of
-//! the breaker they changed.
+//! the breaker they changed, once [`guard::check_control`] let them through. Every answer
+//! carries [`headers::HARDENING`] and a Content-Security-Policy ([`headers`]).
 
 use crate::eject::place_name;
 use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
 
+pub mod guard;
+pub mod headers;
 mod prometheus;
 pub mod query;
 
@@ -937,9 +940,8 @@ pub(crate) mod tests {
             assert!(!lower.contains(needle), "the page contains {needle:?}");
         }
         assert_eq!(lower.matches("<script").count(), 1, "one inline script");
-        let csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
-        assert!(page.contains(csp), "the page carries its own CSP");
+        // Its policy comes in a header (see `headers`): a <meta> one cannot forbid framing.
+        assert!(!lower.contains("http-equiv"));
         // It polls this same location, whatever its path, and posts control requests there.
         assert!(page.contains("'format', 'json'"));
         assert!(page.contains("method: 'POST'"));
