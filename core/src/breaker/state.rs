@@ -53,6 +53,7 @@ use super::histogram::{Histogram, HistogramSum};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
+use super::trip::Trip;
 use super::window::{Bucket, Sums};
 use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
 
@@ -78,6 +79,8 @@ pub struct BreakerHeader {
     cfg: BreakerConfig,
     totals: Totals,
     sums: Sums,
+    /// The window that opened it, while open or half-open by a trip.
+    trip: Trip,
     /// The latest clock reading seen; earlier readings are clamped to it.
     last_ms: u64,
     since_ms: u64,
@@ -131,6 +134,7 @@ impl BreakerHeader {
                 second: now_ms / 1000,
                 ..Sums::default()
             },
+            trip: Trip::NONE,
             last_ms: now_ms,
             since_ms: now_ms,
             retry_at_ms: 0,
@@ -834,6 +838,7 @@ impl<'a> Breaker<'a> {
         } else {
             return None;
         };
+        let trip = Trip::new(s, what == "slow", suspected);
         let text = format!(
             "{what} rate {}% ({part}/{}) >= {}% in {}s{}",
             reason::percent(part, s.requests),
@@ -844,6 +849,7 @@ impl<'a> Breaker<'a> {
         );
         // A new open period: how many good probes will close it.
         let h = &mut *self.hdr;
+        h.trip = trip;
         h.soft_needed = judge::soft_run(rate, h.cfg.probes);
         h.needed = if judge::is_hard(h.run, part, rate) {
             h.cfg.probes.max(1)
@@ -880,7 +886,16 @@ impl<'a> Breaker<'a> {
         };
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
+        self.note_probe_latency(now, a.response_ms);
         self.probe_verdict(now, rnd, failed.or(slow), v.retry_after_s)
+    }
+
+    /// A probe's response time joins the window's percentiles (the status page's origin
+    /// latency while open or half-open), not its counts.
+    fn note_probe_latency(&mut self, now: u64, response_ms: u64) {
+        let h = &mut *self.hdr;
+        h.sums.advance(self.ring, now / 1000);
+        h.sums.note_latency(self.ring, now / 1000, response_ms);
     }
 
     /// Judges the probe: `failed` says why it failed, `None` for a good one.
@@ -968,6 +983,7 @@ impl<'a> Breaker<'a> {
                 )),
                 None => None,
             };
+            self.note_probe_latency(now, probe.response_ms);
             self.probe_verdict(now, rnd, failed, probe.retry_after_s)
         } else {
             None
@@ -1041,6 +1057,7 @@ impl<'a> Breaker<'a> {
     fn close_now(&mut self, now: u64, reason: String, by_probes: bool) -> Transition {
         let h = &mut *self.hdr;
         h.sums.clear(self.ring, now / 1000);
+        h.trip = Trip::NONE;
         h.run = 0;
         h.needed = 0;
         h.soft_needed = 0;
@@ -1084,6 +1101,8 @@ impl<'a> Breaker<'a> {
             Control::Reset => (FORCED_NONE, "reset"),
         };
         self.hdr.forced = forced;
+        // A forced state is no trip.
+        self.hdr.trip = Trip::NONE;
         let t = match action {
             Control::ForceOpen => {
                 let from = self.set_state(now, STATE_OPEN, reason);
@@ -1178,6 +1197,11 @@ impl<'a> Breaker<'a> {
             suspect_until_ms: (now < h.suspect_until_ms).then_some(h.suspect_until_ms),
             totals: h.totals,
             last_transition: reason::load(&h.reason, h.reason_len).to_string(),
+            tripped: if state == State::Closed || forced.is_some() {
+                None
+            } else {
+                h.trip.view(&h.cfg)
+            },
         }
     }
 }

@@ -176,12 +176,21 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
 /// `short_circuited`).
 ///
-/// An upstream's own breaker adds, after `last_transition`, `"servers":[…]` when ejection
+/// After `last_transition` comes `"tripped"`: while the breaker is open or half-open because
+/// it tripped (not forced), `{"by":"failure_rate"|"slow_rate","threshold","suspected",
+/// "window":{…}}` — the rate that crossed, its threshold (0..1), whether peers' suspicion
+/// let it trip on `suspect_min` requests, and the window as it was on the request that
+/// tripped it (the live window ages out during a long cooldown) — and `null` otherwise.
+/// While open or half-open, `latency_ms` counts the probes' response times too (they are
+/// not the window's requests).
+///
+/// An upstream's own breaker adds, after `tripped`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
 /// "returns_at","window":{…},"cooldown_ms","ejections","totals":{"requests","failures",
-/// "probes","returns"},"last_transition"}`, `returns_at` being when the server may be probed
-/// (`null` while in) — and `"retries":{"window":{"seconds","first_attempts","retries",
-/// "allowance"},"total","denied"}` with a retry budget.
+/// "probes","returns"},"last_transition","tripped"}`, `returns_at` being when the server may
+/// be probed (`null` while in), `tripped` the window that ejected it — and
+/// `"retries":{"window":{"seconds","first_attempts","retries","allowance"},"total","denied"}`
+/// with a retry budget.
 ///
 /// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
 /// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
@@ -252,10 +261,12 @@ fn json_size_hint(entry: &Entry) -> usize {
     let servers: usize = entry
         .servers
         .iter()
-        .map(|s| 420 + s.address.len() + s.view.last_transition.len())
+        .map(|s| 440 + s.address.len() + s.view.last_transition.len())
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
+    let tripped = if entry.view.tripped.is_some() { 180 } else { 0 };
     640 + limit
+        + tripped
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
@@ -426,6 +437,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"ramp_shed\":", t.ramp_shed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    write_tripped(out, v.tripped.as_ref());
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -497,13 +509,32 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     int(out, b",\"returns\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    write_tripped(out, v.tripped.as_ref());
     out.push(b'}');
+}
+
+/// Writes `,"tripped":` and the window that opened the breaker, or `null`.
+fn write_tripped(out: &mut Vec<u8>, t: Option<&crate::snapshot::TripView>) {
+    let Some(t) = t else {
+        out.extend_from_slice(b",\"tripped\":null");
+        return;
+    };
+    out.extend_from_slice(b",\"tripped\":{\"by\":\"");
+    out.extend_from_slice(t.cause.name().as_bytes());
+    out.extend_from_slice(b"\",\"threshold\":");
+    write_num(out, share(t.threshold));
+    out.extend_from_slice(match t.suspected {
+        true => b",\"suspected\":true",
+        false => b",\"suspected\":false",
+    });
+    write_window(out, &t.window);
+    out.extend_from_slice(b"}}");
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::snapshot::{Forced, LatencyView, State, Totals, WindowView};
+    use crate::snapshot::{Forced, LatencyView, State, Totals, TripCause, TripView, WindowView};
     use serde_json::Value;
 
     /// The SPEC's example breaker.
@@ -547,6 +578,17 @@ pub(crate) mod tests {
                     ramp_shed: 0,
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
+                tripped: Some(TripView {
+                    cause: TripCause::FailureRate,
+                    threshold: 5000,
+                    suspected: false,
+                    window: WindowView {
+                        seconds: 10,
+                        requests: 40,
+                        failures: 22,
+                        slow: 3,
+                    },
+                }),
             },
             servers: Vec::new(),
             retry: None,
@@ -579,6 +621,7 @@ pub(crate) mod tests {
                 suspect_until_ms: None,
                 totals: Totals::default(),
                 last_transition: String::new(),
+                tripped: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -663,7 +706,11 @@ pub(crate) mod tests {
             s[0]["last_transition"],
             "failure rate 60% (6/10) >= 50% in 10s"
         );
-        assert_eq!(s[0].as_object().unwrap().len(), 11);
+        assert_eq!(s[0].as_object().unwrap().len(), 12);
+        // An ejected server shows the window that ejected it, an in server none.
+        assert_eq!(s[0]["tripped"]["by"], "failure_rate");
+        assert_eq!(s[0]["tripped"]["window"]["failures"], 22);
+        assert!(s[1]["tripped"].is_null());
         assert_eq!(s[1]["state"], "in");
         assert_eq!(s[1]["backup"], true);
         assert!(s[1]["returns_at"].is_null());
@@ -677,7 +724,7 @@ pub(crate) mod tests {
             (Some(30), Some(4))
         );
         // The breaker's own fields come first, unchanged.
-        assert_eq!(v.as_object().unwrap().len(), 19);
+        assert_eq!(v.as_object().unwrap().len(), 20);
         let mut half = pool_entry();
         half.servers[0].view.state = crate::snapshot::State::HalfOpen;
         half.retry = None;
@@ -734,10 +781,19 @@ pub(crate) mod tests {
                 r#""consecutive_probe_successes":0,"probes_needed":3,"ramp_share":1.0,"probe_uri":null,"totals""#,
                 1,
             )
-            .replacen(r#""closed":1},"#, r#""closed":1,"ramp_shed":0},"#, 1);
+            .replacen(r#""closed":1},"#, r#""closed":1,"ramp_shed":0},"#, 1)
+            .replacen(
+                r#">= 50% in 10s"}]}"#,
+                concat!(
+                    r#">= 50% in 10s","tripped":{"by":"failure_rate","threshold":0.5,"#,
+                    r#""suspected":false,"window":{"seconds":10,"requests":40,"failures":22,"#,
+                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}}}]}"#
+                ),
+                1,
+            );
         assert_eq!(
             expected.len(),
-            spec.len() + 25 + 52 + 14,
+            spec.len() + 25 + 52 + 14 + 165,
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
@@ -793,7 +849,13 @@ pub(crate) mod tests {
         assert_eq!(b["probes_needed"], 3);
         assert_eq!(b["ramp_share"].as_f64(), Some(1.0));
         assert!(b["probe_uri"].is_null());
-        assert_eq!(b.as_object().unwrap().len(), 17);
+        let tr = &b["tripped"];
+        assert_eq!(tr["by"], "failure_rate");
+        assert_eq!(tr["threshold"].as_f64(), Some(0.5));
+        assert_eq!(tr["suspected"], false);
+        assert_eq!(tr["window"], b["window"], "tripped by this very window");
+        assert_eq!(tr.as_object().unwrap().len(), 4);
+        assert_eq!(b.as_object().unwrap().len(), 18);
     }
 
     #[test]
@@ -966,7 +1028,7 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains(
-            r#""last_transition":"failure rate 55% (22/40) >= 50% in 10s","fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+            r#"0.075}},"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
         ), "{text}");
         let v = parse(&out);
         assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
@@ -1007,14 +1069,14 @@ pub(crate) mod tests {
     fn json_limit_object_follows_the_breaker() {
         let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
         assert!(
-            out.ends_with(r#","last_transition":"","limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            out.ends_with(r#","last_transition":"","tripped":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
             "{out}"
         );
         let v = parse(out.as_bytes());
         assert_eq!(
             v.as_object().unwrap().len(),
-            15 + 3,
-            "with the recovery fields"
+            15 + 3 + 1,
+            "with the recovery fields and tripped"
         );
         let mut fresh = limited_entry();
         fresh.limit = Some(LimitStatus {

@@ -1,0 +1,68 @@
+//! The window that opened a breaker, kept while it is open or half-open: the live window ages
+//! out during a cooldown longer than itself, so the status page shows these numbers beside
+//! it (an open breaker's window otherwise reads "0 % of 0").
+
+use super::config::BreakerConfig;
+use super::window::Sums;
+use crate::snapshot::{TripCause, TripView, WindowView};
+
+const NONE: u8 = 0;
+const FAILURE: u8 = 1;
+const SLOW: u8 = 2;
+
+/// The trip's numbers, in the breaker's header (16 bytes: a default breaker must stay within
+/// the slab's 2 KiB class). Counts saturate at `u32::MAX`, as a bucket's do.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trip {
+    requests: u32,
+    failures: u32,
+    slow: u32,
+    /// `NONE`, `FAILURE` or `SLOW`: which rate crossed.
+    by: u8,
+    /// It tripped on `suspect_min` requests, peers' suspicion in force.
+    suspected: u8,
+}
+
+impl Trip {
+    /// No trip recorded (closed, forced, or never tripped).
+    pub const NONE: Trip = Trip {
+        requests: 0,
+        failures: 0,
+        slow: 0,
+        by: NONE,
+        suspected: 0,
+    };
+
+    /// The window `sums` that made the failure rate (or, `slow`, the slow rate) cross.
+    pub fn new(sums: &Sums, slow: bool, suspected: bool) -> Trip {
+        let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        Trip {
+            requests: n(sums.requests),
+            failures: n(sums.failures),
+            slow: n(sums.slow),
+            by: if slow { SLOW } else { FAILURE },
+            suspected: u8::from(suspected),
+        }
+    }
+
+    /// What the status page shows: `None` without a trip.
+    pub fn view(&self, cfg: &BreakerConfig) -> Option<TripView> {
+        let (cause, threshold) = match self.by {
+            FAILURE => (TripCause::FailureRate, cfg.failure_rate),
+            SLOW => (TripCause::SlowRate, cfg.slow_rate),
+            _ => return None,
+        };
+        Some(TripView {
+            cause,
+            threshold,
+            suspected: self.suspected != 0,
+            window: WindowView {
+                seconds: cfg.window_s,
+                requests: u64::from(self.requests),
+                failures: u64::from(self.failures),
+                slow: u64::from(self.slow),
+            },
+        })
+    }
+}
