@@ -31,9 +31,11 @@ pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=ut
 pub const HTML_CONTENT_TYPE: &str = "text/html; charset=utf-8";
 
 /// The live dashboard: one self-contained page (inline style and script, nothing fetched
-/// from elsewhere, enforced by its own Content-Security-Policy) that polls this same location
-/// with `?format=json` every second and, when the JSON says `"control":true`, offers
-/// force open / force close / reset, each confirmed first.
+/// from elsewhere, enforced by the Content-Security-Policy of [`headers::dashboard_csp`])
+/// that polls this same location with `?format=json` every second and shows every breaker
+/// with its upstream's servers under it, the limit, the retry budget and the fleet, worst
+/// first; when the JSON says `"control":true` it offers force open / force close / reset
+/// and eject / restore, each confirmed first and sent with [`guard::CONTROL_HEADER`].
 pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 
 /// The top of the status output: the shared-memory zone's figures, and whether the location
@@ -1008,6 +1010,12 @@ pub(crate) mod tests {
         assert!(page.contains("'format', 'json'"));
         assert!(page.contains("method: 'POST'"));
         assert!(page.contains("confirm("));
+        // Its control requests carry what another site's page cannot send.
+        assert!(page.contains(&format!(
+            "'{}': '{}'",
+            guard::CONTROL_HEADER,
+            guard::CONTROL_VALUE
+        )));
     }
 
     #[test]
