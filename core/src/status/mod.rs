@@ -128,7 +128,9 @@ pub struct ServerEntry {
 /// [`ZoneView::control`], `"control":true` follows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
-    let mut out = Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry);
+    let fleet = zone.fleet_json.as_ref().map_or(0, String::len);
+    let mut out =
+        Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry + fleet);
     out.extend_from_slice(b"{\"zone\":");
     json_str(&mut out, &zone.name);
     out.extend_from_slice(b",\"size\":");
@@ -258,17 +260,23 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
     prometheus::render(&zone, std::slice::from_ref(entry), false)
 }
 
-/// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
+/// A generous guess at one breaker's JSON size, so that the output never reallocates (a
+/// page of 10 000 breakers is megabytes: one reallocation copies it all again). Each part
+/// that may be there counts (see `size_hints_cover_every_part`).
 fn json_size_hint(entry: &Entry) -> usize {
+    let tripped = |v: &BreakerView| if v.tripped.is_some() { 190 } else { 0 };
     let servers: usize = entry
         .servers
         .iter()
-        .map(|s| 440 + s.address.len() + s.view.last_transition.len())
+        .map(|s| 460 + s.address.len() + s.view.last_transition.len() + tripped(&s.view))
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
-    let tripped = if entry.view.tripped.is_some() { 180 } else { 0 };
-    640 + limit
-        + tripped
+    let retry = if entry.retry.is_some() { 160 } else { 0 };
+    let fleet = if entry.fingerprint.is_some() { 100 } else { 0 };
+    660 + limit
+        + retry
+        + fleet
+        + tripped(&entry.view)
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
@@ -1147,6 +1155,32 @@ pub(crate) mod tests {
             assert!(
                 out.contains(&format!(r#""since":{text},"retry_at":{text},"#)),
                 "{ms}: {out}"
+            );
+        }
+    }
+
+    #[test]
+    fn size_hints_cover_every_part() {
+        let mut fleet = pool_entry();
+        fleet.fingerprint = Some(u64::MAX);
+        fleet.view.suspect_until_ms = Some(u64::MAX);
+        fleet.limit = limited_entry().limit;
+        fleet.view.tripped = example_entry().view.tripped;
+        fleet.probe_uri = Some("/health".into());
+        for e in [
+            example_entry(),
+            closed_entry(),
+            limited_entry(),
+            pool_entry(),
+            fleet,
+        ] {
+            let out = render_breaker_json(&e);
+            assert!(
+                out.len() <= json_size_hint(&e),
+                "{} bytes, hint {}: {}",
+                out.len(),
+                json_size_hint(&e),
+                String::from_utf8_lossy(&out)
             );
         }
     }
