@@ -9,7 +9,11 @@ use std::collections::HashMap;
 use circuit_breaker_core::breaker::Control;
 use circuit_breaker_core::retry_budget::RetryBudgetView;
 use circuit_breaker_core::snapshot::BreakerView;
-use circuit_breaker_core::status::query::{self, parse_query, Action, Format, Method, Query};
+use circuit_breaker_core::status::guard::{self, ControlRequest};
+use circuit_breaker_core::status::headers::{self, DATA_CSP, HARDENING};
+use circuit_breaker_core::status::query::{
+    self, parse_query, quote, Action, Format, Method, Query,
+};
 use circuit_breaker_core::status::{
     self, Entry, LimitStatus, ServerEntry, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE,
     JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
@@ -44,15 +48,15 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     let Some(lcf) = request::loc_conf(r) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let method = r.method as u32;
-    let control = method == NGX_HTTP_POST && lcf.status == StatusMode::Control;
-    if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 && !control {
-        return NGX_HTTP_NOT_ALLOWED as ngx_int_t;
-    }
     // SAFETY: `r` is the request nginx passed this content handler, not yet finalized.
     let rc = unsafe { ngx_http_discard_request_body(r) };
     if rc != NGX_OK as ngx_int_t {
         return rc;
+    }
+    let method = r.method as u32;
+    let control = method == NGX_HTTP_POST && lcf.status == StatusMode::Control;
+    if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 && !control {
+        return not_allowed(r, lcf.status == StatusMode::Control);
     }
     // SAFETY: set in set_status; the main conf lives as long as the configuration.
     let Some(mcf) = (unsafe { lcf.main.as_ref() }) else {
@@ -72,6 +76,10 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: our own zone (or none), mapped in every worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) };
     if control {
+        if let Err(reason) = trusted_control(r) {
+            log_refusal(r, &reason);
+            return send_text(r, NGX_HTTP_FORBIDDEN, &reason);
+        }
         return control_breaker(r, mcf, zone, &query, format);
     }
     if query.action.is_some() {
@@ -198,6 +206,62 @@ fn fleet_message(r: &mut ngx_http_request_t, mcf: &MainConf, q: &Query) -> ngx_i
     }
 }
 
+/// `405` with `Allow` (RFC 9110 §15.5.6), as one of the location's own answers.
+fn not_allowed(r: &mut ngx_http_request_t, control: bool) -> ngx_int_t {
+    let allow = if control {
+        "GET, HEAD, POST"
+    } else {
+        "GET, HEAD"
+    };
+    if !push_header(&mut r.headers_out.headers, "Allow", static_value(allow)) {
+        return NGX_ERROR as ngx_int_t;
+    }
+    let reason = if control {
+        "the status location answers GET and HEAD, and POST for control"
+    } else {
+        "the status location answers GET and HEAD (POST needs \"control=on\")"
+    };
+    send_text(r, NGX_HTTP_NOT_ALLOWED, reason)
+}
+
+/// Whether a control request may change anything ([`guard::check_control`]): the
+/// headers that say who sent it, read in one pass over the request's headers.
+fn trusted_control(r: &ngx_http_request_t) -> Result<(), String> {
+    let (mut marker, mut origin, mut site) = (Vec::new(), Vec::new(), Vec::new());
+    // SAFETY: headers_in is the request's parsed headers list.
+    let it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    for (k, v) in it {
+        let k = k.as_bytes();
+        if k.eq_ignore_ascii_case(guard::CONTROL_HEADER.as_bytes()) {
+            marker.push(v.as_bytes());
+        } else if k.eq_ignore_ascii_case(b"origin") {
+            origin.push(v.as_bytes());
+        } else if k.eq_ignore_ascii_case(b"sec-fetch-site") {
+            site.push(v.as_bytes());
+        }
+    }
+    // SAFETY: null, or the request's parsed Host header, live with the request.
+    let host = unsafe { r.headers_in.host.as_ref() }.map(|h| h.value.as_bytes());
+    // SAFETY: `r.connection` is the live request's client connection; `ssl` is null or
+    // its TLS state.
+    let tls = unsafe { !(*r.connection).ssl.is_null() };
+    guard::check_control(&ControlRequest {
+        marker: &marker,
+        origin: &origin,
+        sec_fetch_site: &site,
+        host,
+        tls,
+    })
+}
+
+/// One `warn` line per refused control request, as for a done one: why (nginx adds the
+/// client, server and request).
+fn log_refusal(r: &ngx_http_request_t, reason: &str) {
+    // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
+    let c = unsafe { &*r.connection };
+    ngx::ngx_log_error!(NGX_LOG_WARN, c.log, "circuit breaker {}", reason);
+}
+
 /// The first request header called `name` (case-insensitively).
 fn header<'r>(r: &'r ngx_http_request_t, name: &[u8]) -> Option<&'r [u8]> {
     // SAFETY: headers_in is the request's parsed headers list.
@@ -244,8 +308,9 @@ fn control_breaker(
             r,
             NGX_HTTP_NOT_FOUND,
             &format!(
-                "no circuit breaker for upstream \"{upstream}\" route \"{}\"",
-                route.name
+                "no circuit breaker for upstream {} route {}",
+                quote(upstream),
+                quote(&route.name)
             ),
         )
     };
@@ -286,8 +351,10 @@ fn control_breaker(
                 r,
                 NGX_HTTP_INSUFFICIENT_STORAGE,
                 &format!(
-                    "circuit breaker zone \"{}\" is full: no breaker for upstream \"{upstream}\" route \"{}\"",
-                    mcf.zone_name.0, route.name
+                    "circuit breaker zone \"{}\" is full: no breaker for upstream {} route {}",
+                    mcf.zone_name.0,
+                    quote(upstream),
+                    quote(&route.name)
                 ),
             )
         }
@@ -346,7 +413,7 @@ fn control_server(
         return send_text(
             r,
             NGX_HTTP_NOT_FOUND,
-            &format!("no circuit breaker for upstream \"{upstream}\""),
+            &format!("no circuit breaker for upstream {}", quote(upstream)),
         );
     };
     let mono = mono_ms();
@@ -356,7 +423,11 @@ fn control_server(
         return send_text(
             r,
             NGX_HTTP_NOT_FOUND,
-            &format!("no server \"{server}\" in the pool of upstream \"{upstream}\""),
+            &format!(
+                "no server {} in the pool of upstream {}",
+                quote(server),
+                quote(upstream)
+            ),
         );
     };
     view.on_wall_clock(mono, wall);
@@ -367,7 +438,7 @@ fn control_server(
         return send_text(
             r,
             NGX_HTTP_NOT_FOUND,
-            &format!("no circuit breaker for upstream \"{upstream}\""),
+            &format!("no circuit breaker for upstream {}", quote(upstream)),
         );
     };
     let entry = Entry {
@@ -440,9 +511,10 @@ fn send_text(r: &mut ngx_http_request_t, status: u32, line: &str) -> ngx_int_t {
     send(r, status, "text/plain", &body, &Query::default())
 }
 
-/// Sends a whole response from one buffer, as the stub_status module does; with
-/// `Vary: Accept` when the format came from `Accept` (no `format=` in `q`), so that a cache
-/// does not hand the page to a scraper.
+/// Sends a whole response from one buffer, as the stub_status module does, with the
+/// hardening headers ([`HARDENING`] and a Content-Security-Policy: the dashboard's own, or
+/// [`DATA_CSP`]); with `Vary: Accept` when the format came from `Accept` (no `format=` in
+/// `q`), so that a cache does not hand the page to a scraper.
 fn send(
     r: &mut ngx_http_request_t,
     status: u32,
@@ -450,6 +522,19 @@ fn send(
     body: &[u8],
     q: &Query,
 ) -> ngx_int_t {
+    let csp = if content_type == HTML_CONTENT_TYPE {
+        headers::dashboard_csp()
+    } else {
+        DATA_CSP
+    };
+    let list = &mut r.headers_out.headers;
+    let hardened = HARDENING
+        .iter()
+        .chain(core::iter::once(&("Content-Security-Policy", csp)))
+        .all(|&(name, value)| push_header(list, name, static_value(value)));
+    if !hardened {
+        return NGX_ERROR as ngx_int_t;
+    }
     if status == NGX_HTTP_OK
         && q.format.is_none()
         && !push_header(&mut r.headers_out.headers, "Vary", static_value("Accept"))

@@ -105,6 +105,7 @@ is(status_json('/status')->{alloc_failures}, $failures,
 my $r = http(<<"EOF");
 POST /status?upstream=full&route=r$missing[0]&action=force_open HTTP/1.0
 Host: localhost
+X-Circuit-Breaker-Control: 1
 
 EOF
 is(status($r), '507', 'control of a breaker the full zone lacks: 507');

@@ -281,7 +281,8 @@ for my $name (qw/ refused refusedz hang hangz backup backupz dry /) {
 # own: circuit_breaker_eject off)
 
 my $p86 = $p{8086};
-my $r = req('POST', "/status?upstream=ctl2&action=eject&server=127.0.0.1:$p{8086}");
+my $r = req('POST', "/status?upstream=ctl2&action=eject&server=127.0.0.1:$p{8086}",
+	'X-Circuit-Breaker-Control: 1');
 my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
 my $j = eval { decode_json($body) } // {};
 ok(status($r) == 200 && $j->{servers}[0]{state} eq 'ejected'
@@ -291,11 +292,13 @@ like($t->read_file('error.log'),
 	'eject: logged');
 my @o = map { header(http_get("/ctl2/x"), 'X-Origin') } 1 .. 6;
 is("@o", join(' ', ($p{8081}) x 6), 'eject: held out');
-$r = req('POST', "/status?upstream=ctl2&action=restore&server=127.0.0.1:$p{8086}");
+$r = req('POST', "/status?upstream=ctl2&action=restore&server=127.0.0.1:$p{8086}",
+	'X-Circuit-Breaker-Control: 1');
 @o = map { header(http_get("/ctl2/x"), 'X-Origin') } 1 .. 6;
 ok(status($r) == 200 && grep({ $_ eq $p{8086} } @o), 'restore: back in')
 	or diag("@o");
-is(status(req('POST', "/status?upstream=ctl&action=eject&server=127.0.0.1:$p{8081}")),
+is(status(req('POST', "/status?upstream=ctl&action=eject&server=127.0.0.1:$p{8081}",
+	'X-Circuit-Breaker-Control: 1')),
 	404, 'eject: 404 without a pool');
 
 # Prometheus

@@ -306,7 +306,8 @@ is(scalar keys %after_last, $clients, 'every client served after the last kill')
 my @seen;
 
 like(http("POST /cb?upstream=up&route=load&action=reset HTTP/1.0\r\n"
-	. "Host: localhost\r\n\r\n"), qr!^HTTP/1\.[01] 200!, 'load route reset');
+	. "Host: localhost\r\nX-Circuit-Breaker-Control: 1\r\n\r\n"), qr!^HTTP/1\.[01] 200!,
+	'load route reset');
 
 my $tripped = 0;
 for my $i (1 .. 30) {

@@ -35,7 +35,7 @@ use CB::Release qw/ version /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(121);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(128);
 
 $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -105,6 +105,8 @@ my %breaker_fields = (
 	window => 'hash', latency_ms => 'hash', cooldown_ms => 'int',
 	consecutive_probe_successes => 'int', totals => 'hash',
 	last_transition => 'string',
+	# the window that tripped it, while open or half-open, beyond the SPEC
+	tripped => 'hash?',
 	# recovery, beyond the SPEC
 	probes_needed => 'int', ramp_share => 'float', probe_uri => 'string?',
 );
@@ -113,6 +115,8 @@ my %window_fields = (
 	failure_rate => 'float', slow_rate => 'float',
 );
 my %latency_fields = (p50 => 'int?', p95 => 'int?', p99 => 'int?');
+my %tripped_fields = (by => 'string', threshold => 'float', suspected => 'bool',
+	window => 'hash');
 my %totals_fields = map { $_ => 'int' }
 	qw/ requests failures short_circuited probes tls_errors
 		retry_after_503 opened half_opened closed ramp_shed explained /;
@@ -172,6 +176,10 @@ sub check_breaker_types {
 			if exists $copy{servers} && ref delete $copy{servers} ne 'ARRAY';
 		$b = \%copy;
 	}
+	push @own, check_fields("$name.tripped", $b->{tripped}, \%tripped_fields),
+		check_fields("$name.tripped.window", $b->{tripped}{window},
+			\%window_fields)
+		if ref $b eq 'HASH' && ref $b->{tripped};
 	return (@own, check_fields($name, $b, \%breaker_fields),
 		check_fields("$name.window", $b->{window}, \%window_fields),
 		check_fields("$name.latency_ms", $b->{latency_ms},
@@ -349,6 +357,13 @@ is($db->{totals}{requests}, 4, 'open: totals requests');
 is($db->{totals}{failures}, 3, 'open: totals failures');
 is($db->{last_transition}, 'failure rate 75% (3/4) >= 50% in 10s',
 	'open: last_transition');
+my $tripped = { by => 'failure_rate', threshold => 0.5,
+	suspected => JSON::PP::false,
+	window => { seconds => 10, requests => 4, failures => 3, slow => 0,
+		failure_rate => 0.75, slow_rate => 0 } };
+is_deeply($db->{tripped}, $tripped, 'open: tripped by the window 3/4');
+is(jtype($db->{tripped}{suspected}), 'bool', 'open: tripped.suspected bool');
+is($fb->{tripped}, undef, 'fresh: tripped null');
 is($rb->{state}, 'closed', 'open: route breaker still closed');
 
 # short-circuited while open
@@ -387,6 +402,7 @@ is($db->{totals}{probes}, 1, 'half-open: totals probes 1');
 is($db->{consecutive_probe_successes}, 0, 'half-open: no good probe yet');
 is($db->{last_transition}, 'cooldown 1s elapsed',
 	'half-open: last_transition');
+is_deeply($db->{tripped}, $tripped, 'half-open: still the trip\'s window');
 
 # a second request while the probe is in flight is short-circuited
 
@@ -399,6 +415,10 @@ like(http_end($s), qr!^HTTP/1\.1 200 !, 'probe 1 good');
 $db = breaker($j, 'up', 'default') || {};
 is($db->{state}, 'half_open', 'one good probe of two: still half-open');
 is($db->{consecutive_probe_successes}, 1, 'consecutive_probe_successes 1');
+ok(($db->{latency_ms}{p99} // 0) >= 400 * 0.828 - 0.5,
+	'half-open: the probe\'s 400 ms among the percentiles')
+	or diag(explain($db->{latency_ms}));
+is($db->{window}{requests}, 4, 'half-open: the probe not counted in the window');
 is($db->{totals}{short_circuited}, 3, 'short_circuited 3');
 
 # the second good probe closes it, with a fresh window
@@ -425,6 +445,7 @@ is_deeply([ @{ $db->{totals} || {} }{qw/ opened half_opened closed probes
 	short_circuited tls_errors retry_after_503 /} ], [ 1, 1, 1, 2, 3, 0, 0 ],
 	'closed: totals');
 is($db->{last_transition}, '2 good probes', 'closed: last_transition');
+ok(exists $db->{tripped} && !defined $db->{tripped}, 'closed: tripped null');
 is(CB::Origin::hits($hits, qr!^/d/probe!), 2, 'origin saw the 2 probes only');
 is(CB::Origin::hits($hits, qr!^/d/sc!), 0, 'origin saw no short-circuited');
 

@@ -417,6 +417,7 @@ my $r = http(<<EOF);
 POST /control?upstream=up&route=checkout&action=force_open HTTP/1.0
 Host: localhost
 Content-Length: 0
+X-Circuit-Breaker-Control: 1
 
 EOF
 like($r, qr!^HTTP/1\.1 200 !, 'force_open up/checkout');

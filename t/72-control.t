@@ -106,9 +106,13 @@ my $hits = start($t, 8081);
 
 ###############################################################################
 
+# a control request as curl sends it, with the header control needs
+
+my $CTL = 'X-Circuit-Breaker-Control: 1';
+
 sub control {
 	my ($query, @headers) = @_;
-	return req('POST', "/control?$query", @headers);
+	return req('POST', "/control?$query", $CTL, @headers);
 }
 
 # a breaker as GET /status shows it
@@ -164,7 +168,7 @@ for my $case (
 		'"action" needs a POST request to a location with "control=on"' ],
 ) {
 	my ($method, $q, $code, $reason) = @$case;
-	my $r = req($method, "/control?$q");
+	my $r = req($method, "/control?$q", $CTL);
 	ok(status($r) == $code && body($r) eq "$reason\n"
 		&& header($r, 'Content-Type') =~ m!^text/plain!,
 		"$method ?$q: $code") or diag($r);
@@ -175,9 +179,9 @@ for my $method (qw/ PUT DELETE PATCH /) {
 		"$method: 405");
 }
 
-is(status(req('POST', '/status?upstream=up&action=force_open')), 405,
+is(status(req('POST', '/status?upstream=up&action=force_open', $CTL)), 405,
 	'POST without control=on: 405');
-is(status(req('POST', '/denied?upstream=up&action=force_open')), 403,
+is(status(req('POST', '/denied?upstream=up&action=force_open', $CTL)), 403,
 	'deny all: 403');
 is(status(control('upstream=up&action=force_open', 'X-Real-IP: 192.0.2.1')),
 	403, 'allow 127.0.0.1 only: another client address gets 403');
@@ -203,6 +207,7 @@ $log0 = log_size($t);
 $r = http(<<EOF);
 POST /control?upstream=up&action=force_open HTTP/1.0
 Host: localhost
+$CTL
 Content-Length: 5
 
 hello
@@ -218,7 +223,7 @@ ok($j->{state} eq 'open' && $j->{state_code} == 2 && $j->{forced} eq 'open',
 is_deeply([ sort keys %$j ], [ sort qw/ upstream route state state_code
 	dry_run forced since retry_at window latency_ms cooldown_ms
 	consecutive_probe_successes totals last_transition
-	probes_needed ramp_share probe_uri / ],
+	probes_needed ramp_share probe_uri tripped / ],
 	'force_open: the breaker object of the status page');
 like(log_since($t, $log0),
 	qr/\[warn\] .*circuit breaker "up\/default" forced open by 127\.0\.0\.1/,

@@ -139,9 +139,11 @@ ok(JSON::PP::is_bool($j->{control}) && $j->{control}, 'control=on: "control":tru
 $j = eval { JSON::PP->new->decode(body(req('GET', '/status'))) } || {};
 ok($j->{zone} && !exists $j->{control}, 'no control: no "control" field');
 
-# control answers
+# control answers (with the header a control request needs)
 
-$r = req('POST', '/control?upstream=up&action=force_open&format=prometheus');
+my $CTL = 'X-Circuit-Breaker-Control: 1';
+
+$r = req('POST', '/control?upstream=up&action=force_open&format=prometheus', $CTL);
 my $text = body($r) // '';
 ok(status($r) == 200 && header($r, 'Content-Type') eq $PROM,
 	'POST format=prometheus: Prometheus') or diag($r);
@@ -152,22 +154,22 @@ like($text, qr/^nginx_circuit_breaker_forced\{zone="cb",upstream="up",route="def
 unlike($text, qr/zone_|_breakers\{/, 'POST format=prometheus: no zone families');
 ok(!defined header($r, 'Vary'), 'POST format=: no Vary');
 
-$r = req('POST', '/control?upstream=up&action=reset', 'Accept: text/plain');
+$r = req('POST', '/control?upstream=up&action=reset', $CTL, 'Accept: text/plain');
 ok(header($r, 'Content-Type') eq $PROM
 	&& body($r) =~ /^nginx_circuit_breaker_state\{.*\} 0$/m,
 	'POST Accept: text/plain: Prometheus, closed');
 
-$r = req('POST', '/control?upstream=up&action=reset&format=html');
+$r = req('POST', '/control?upstream=up&action=reset&format=html', $CTL);
 $j = eval { JSON::PP->new->decode(body($r)) } || {};
 ok(header($r, 'Content-Type') eq $JSON && $j->{state} eq 'closed',
 	'POST format=html: JSON (the page answers no action)');
 
-$r = req('POST', '/control?upstream=up&action=reset',
+$r = req('POST', '/control?upstream=up&action=reset', $CTL,
 	'Accept: text/html,application/xhtml+xml,*/*;q=0.8');
-ok(header($r, 'Content-Type') eq $JSON, 'POST from a browser form: JSON');
+ok(header($r, 'Content-Type') eq $JSON, 'POST with a browser\'s Accept: JSON');
 is(header($r, 'Vary'), 'Accept', 'POST chosen by Accept: Vary: Accept');
 
-$r = req('POST', '/control?upstream=nosuch&action=reset&format=prometheus');
+$r = req('POST', '/control?upstream=nosuch&action=reset&format=prometheus', $CTL);
 ok(status($r) == 404 && header($r, 'Content-Type') =~ m!^text/plain!
 	&& !defined header($r, 'Vary'), 'errors stay plain text');
 

@@ -5,10 +5,11 @@
 # asked for as a browser asks (Accept: text/html) under a prefix location; a
 # breaker shows closed, the origin fails until it opens and the page shows it
 # open (state text, colour, sorted first, history strip), a dismissed confirm
-# changes nothing, reset (confirmed) closes it, the filter box filters, a
-# location without control=on shows no buttons, and the page loads nothing
-# from elsewhere. Screenshots go to the test's directory (keep it with
-# TEST_NGINX_LEAVE=1).
+# changes nothing, reset (confirmed) closes it, the filter box filters, the
+# keyboard alone filters, moves between rows and acts, a location without
+# control=on shows no buttons, and the page loads nothing from elsewhere.
+# Screenshots go to the test's directory (keep it with TEST_NGINX_LEAVE=1;
+# a failure's is kept in build/screenshots/).
 #
 # Skips when chromium, node or t/browser/node_modules (scripts/setup) are
 # missing, unless TEST_NGINX_BROWSER_REQUIRED is set: then it fails.
@@ -23,17 +24,13 @@ use strict;
 
 use Test::More;
 
-use File::Spec;
 use FindBin;
-use IO::Select;
-use IPC::Open2 qw/ open2 /;
-use JSON::PP qw//;
-use POSIX qw//;
 use Time::HiRes qw/ time sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
+use CB::Browser;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
 use CB::Status qw/ breakers /;
@@ -44,28 +41,8 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $chromium = $ENV{TEST_NGINX_CHROMIUM} || '/usr/bin/chromium';
-my ($node) = grep { -f && -x _ }
-	map { File::Spec->catfile($_, 'node') } File::Spec->path();
-my $driver = "$FindBin::Bin/browser/drive.mjs";
-
-my @missing;
-push @missing, "no chromium at $chromium" unless -x $chromium;
-push @missing, 'no node in PATH' unless $node;
-push @missing, 'no t/browser/node_modules/playwright-core (run scripts/setup)'
-	unless -d "$FindBin::Bin/browser/node_modules/playwright-core";
-
-if (@missing) {
-	my $why = join '; ', @missing;
-	if ($ENV{TEST_NGINX_BROWSER_REQUIRED}) {
-		plan(tests => 1);
-		fail("the browser test is required (TEST_NGINX_BROWSER_REQUIRED): $why");
-		exit;
-	}
-	plan(skip_all => "$why (TEST_NGINX_BROWSER_REQUIRED=1 makes this fail)");
-}
-
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(33);
+my $t = Test::Nginx->new()->has(qw/http proxy/);
+CB::Browser::plan($t, 48);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -114,54 +91,17 @@ my $hits = start($t, 8081);
 
 ###############################################################################
 
-# the browser: one JSON command per line, one JSON answer per line
+my $b = CB::Browser->new($t);
 
-my $profile = $t->testdir() . '/chromium-profile';
-mkdir $profile or die "mkdir $profile: $!\n";
-local $ENV{CHROMIUM} = $chromium;
-my ($from, $to);
-my $driver_pid = open2($from, $to, $node, $driver, $profile);
-my $sel = IO::Select->new($from);
-my $buffer = '';
-my $json = JSON::PP->new->canonical;
-
-END {
-	# a test that dies must not leave the browser behind
-	local $?;
-	kill 'TERM', $driver_pid
-		if $driver_pid && waitpid($driver_pid, POSIX::WNOHANG()) == 0;
-}
-
-sub drive {
-	my ($op, %args) = @_;
-	print $to $json->encode({ op => $op, %args }), "\n";
-	my $deadline = time() + 60;
-	while ($buffer !~ /\n/) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($from, $buffer, 65536, length $buffer);
-	}
-	return { ok => 0, error => "no answer to $op" }
-		unless $buffer =~ s/^(.*)\n//;
-	my $answer = eval { $json->decode($1) }
-		|| { ok => 0, error => "bad answer to $op: $1" };
-	diag("$op: $answer->{error}") unless $answer->{ok};
-	return $answer;
-}
-
-sub url {
-	my ($path) = @_;
-	return 'http://127.0.0.1:' . port(8080) . $path;
-}
+sub drive { $b->drive(@_) }
+sub url { $b->url(@_) }
 
 # a breaker's row once it shows $state (within a few polls)
 
 sub row {
 	my ($upstream, $route, $state) = @_;
-	my $r = drive('row', upstream => $upstream, route => $route,
-		($state ? (state => $state) : ()), timeout_ms => 6000);
-	diag(explain($r)) unless $r->{found};
-	return $r;
+	return $b->row(upstream => $upstream, route => $route,
+		($state ? (state => $state) : ()));
 }
 
 sub breaker {
@@ -226,8 +166,7 @@ is($r->{rows}[0], 'up/default open', 'worst first: the open breaker on top');
 is($r->{counts}, '1 open, 2 closed', 'counts: 1 open, 2 closed');
 like($r->{status}, qr/^updated /, 'polling');
 
-png_ok(drive('screenshot', path => $t->testdir() . '/dashboard-open.png')
-	->{path} // '', 'screenshot, open');
+png_ok($b->keep('dashboard-open') // '', 'screenshot, open');
 
 # a dismissed confirm changes nothing
 
@@ -270,8 +209,43 @@ is(join(', ', @{ drive('rows')->{rows} || [] }), 'up/default closed',
 	'filter "up/ closed": every word matches');
 drive('fill', selector => '#filter', value => '');
 
-png_ok(drive('screenshot', path => $t->testdir() . '/dashboard.png')->{path}
-	// '', 'screenshot, after reset');
+png_ok($b->keep('dashboard') // '', 'screenshot, after reset');
+
+# the keyboard: / goes to the filter, Esc clears it and then leaves it for
+# the list, the arrows and End move the active row, o and r act on it (each
+# asking first), Tab reaches its buttons
+
+$r = drive('press', key => '/');
+is($r->{focus}, 'filter', '/: the filter has the focus');
+drive('press', key => $_) for qw/ s h o p /;
+is(join(', ', @{ drive('rows')->{rows} || [] }), 'other/shop closed',
+	'typed "shop": one row');
+drive('press', key => 'Escape');
+is(scalar @{ drive('rows')->{rows} || [] }, 3, 'Esc: the filter cleared');
+$r = drive('press', key => 'Escape');
+is($r->{focus}, 'list', 'Esc again: the list has the focus');
+is($r->{active}, 'other/default closed', 'the first row is the active one');
+$r = drive('press', key => 'ArrowDown');
+is($r->{active}, 'other/shop closed', 'ArrowDown: the next row');
+$r = drive('press', key => 'End');
+is($r->{active}, 'up/default closed', 'End: the last row');
+
+$r = drive('press', key => 'o', confirm => 1);
+like($r->{dialog}{message} // '', qr!^force open: up / default\?!,
+	'o: force open, asked first');
+is(breaker('up', 'default')->{forced}, 'open', 'o: forced open');
+$r = row('up', 'default', 'open');
+ok($r->{found} && $r->{active}, 'the active row follows its breaker to the top');
+$r = drive('press', key => 'r', confirm => 1);
+like($r->{dialog}{message} // '', qr!^reset: up / default\?!, 'r: reset, asked');
+ok(!defined breaker('up', 'default')->{forced}, 'r: not forced any more');
+
+$r = drive('press', key => 'Tab');
+is($r->{focus}, 'button[force_open]', 'Tab: the active row\'s first button');
+$r = drive('press', key => 'Enter', confirm => 0);
+like($r->{dialog}{message} // '', qr!^force open: up / default\?!,
+	'Enter on it: asks');
+ok(!defined breaker('up', 'default')->{forced}, 'dismissed: nothing forced');
 
 # nothing from elsewhere, no script error
 
@@ -288,14 +262,7 @@ ok($r->{ok} && $r->{status} == 200, '/ro?format=html: the page');
 $r = row('up', 'default', 'closed');
 ok($r->{found} && !@{ $r->{buttons} || [1] }, 'control off: no buttons');
 
-drive('quit');
-close $to;
-for (1 .. 100) {
-	if (waitpid($driver_pid, POSIX::WNOHANG()) == $driver_pid) {
-		$driver_pid = 0;
-		last;
-	}
-	sleep(0.1);
-}
+$b->keep('control-off');
+$b->quit;
 
 ###############################################################################

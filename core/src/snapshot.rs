@@ -83,6 +83,51 @@ fn ratio(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// Which rate opened a breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TripCause {
+    /// Failures reached `failure_rate`.
+    FailureRate,
+    /// Slow calls reached `slow_rate`.
+    SlowRate,
+    /// `consecutive` gateway failures came in a row.
+    Consecutive,
+    /// A server failed the probe of its upstream's open breaker, and was ejected.
+    Probe,
+}
+
+impl TripCause {
+    /// `failure_rate`, `slow_rate` or `consecutive`, as the parameter that crossed is
+    /// named; `probe` for a server ejected by a failed probe.
+    pub fn name(self) -> &'static str {
+        match self {
+            TripCause::FailureRate => "failure_rate",
+            TripCause::SlowRate => "slow_rate",
+            TripCause::Consecutive => "consecutive",
+            TripCause::Probe => "probe",
+        }
+    }
+
+    /// Whether the threshold is a rate (else a count, or nothing).
+    pub fn is_rate(self) -> bool {
+        matches!(self, TripCause::FailureRate | TripCause::SlowRate)
+    }
+}
+
+/// The window that opened a breaker, as it was on the request that tripped it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TripView {
+    /// Which rate crossed.
+    pub cause: TripCause,
+    /// That rate's threshold, in hundredths of a percent (`failure_rate=50%` is 5000); for
+    /// `consecutive`, the run's length; 0 for a probe.
+    pub threshold: u32,
+    /// It tripped on `suspect_min` requests while peers' suspicion was in force.
+    pub suspected: bool,
+    /// The window's figures then.
+    pub window: WindowView,
+}
+
 /// Latency percentiles over the window, in milliseconds (`None` without samples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencyView {
@@ -143,7 +188,8 @@ pub struct BreakerView {
     pub retry_at_ms: Option<u64>,
     /// The live window.
     pub window: WindowView,
-    /// Latency percentiles over the window.
+    /// Latency percentiles over the window: of the requests recorded in it, and while open or
+    /// half-open of the probes too (they do not count as the window's requests).
     pub latency: LatencyView,
     /// The current cooldown (doubles after each failed probe).
     pub cooldown_ms: u64,
@@ -162,6 +208,8 @@ pub struct BreakerView {
     pub totals: Totals,
     /// Why the last transition happened, with its numbers; empty before the first.
     pub last_transition: String,
+    /// Open or half-open by a trip (not forced): the window that tripped it.
+    pub tripped: Option<TripView>,
 }
 
 impl BreakerView {

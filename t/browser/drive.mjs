@@ -5,18 +5,38 @@
 //
 // Usage: node drive.mjs PROFILE_DIR
 // Commands ({"op": ...}):
-//   open {url}                      load a page, remember its origin
-//   row {upstream, route, state?, timeout_ms?}
-//                                   wait for the breaker's row (in that state), describe it
-//   rows {}                         every visible row's "upstream/route state", in order
-//   click {upstream, route, action, confirm}
+//   open {url}                      load a page, remember its origin (the report starts
+//                                   afresh)
+//   firstrender {url, rows}         load a page and time it: milliseconds from navigation
+//                                   start until the list holds `rows` breakers (#list's
+//                                   data-breakers, or as many breaker rows in it: the page
+//                                   before issue 26 drew every row) and a frame is painted
+//                                   (scripts/measure-status)
+//   longtasks {seconds}             the page's main-thread long tasks (over 50 ms) and the
+//                                   polls answered over that many seconds
+//   row {upstream, route | server, state?, timeout_ms?}
+//                                   wait for the breaker's (or the upstream's server's) row,
+//                                   in that state, and describe it: its text, state label and
+//                                   colour, buttons, history paths, and each cell's text by
+//                                   column (cells.limit, cells.failures, ...)
+//   rows {}                         every row drawn, in order: "upstream/route state" for a
+//                                   breaker, "upstream server address state" for a server;
+//                                   the counts bar, the status line, how many rows the list
+//                                   holds (aria-rowcount) and how many are drawn
+//   fleet {}                        the fleet line and each peer's reachability and text
+//   click {upstream, route | server, action, confirm}
 //                                   press a control button, accept or dismiss its dialog
+//   press {key, confirm?}           press a key where the focus is (a dialog it opens is
+//                                   accepted or dismissed); answers the focused element and
+//                                   the active row
+//   text {selector, timeout_ms?}    wait for an element, answer its text
 //   fill {selector, value}          type into an input
 //   screenshot {path}
 //   report {}                       console errors, page errors, CSP violations, requests
 //                                   that left the page's origin
 //   quit {}
-// Answers: {"ok": true, ...} or {"ok": false, "error": "..."}.
+// Answers: {"ok": true, ...} or {"ok": false, "error": "..."}, with the command's "id" if it
+// had one (so that a caller that gave up waiting for an answer can skip it when it comes).
 
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
@@ -53,7 +73,8 @@ page.on('dialog', async d => {
   if (dialogAnswer) await d.accept(); else await d.dismiss();
 });
 
-const rowSel = (u, r) => `.row[data-upstream=${JSON.stringify(u)}][data-route=${JSON.stringify(r)}]`;
+const rowSel = (u, r, server) => `.row[data-upstream=${JSON.stringify(u)}]` +
+  (server !== undefined ? `[data-server=${JSON.stringify(server)}]` : `[data-route=${JSON.stringify(r)}]`);
 
 async function describe(sel) {
   return page.$eval(sel, el => {
@@ -62,6 +83,9 @@ async function describe(sel) {
     const spark = [...el.querySelectorAll('svg path')].map(p => [p.getAttribute('class'), p.getAttribute('d') || '']);
     return {
       state: el.dataset.state,
+      active: el.classList.contains('active'),
+      cells: Object.fromEntries([...el.children].filter(c => c.dataset.col)
+        .map(c => [c.dataset.col, c.innerText.replace(/\s+/g, ' ').trim()])),
       label: st.textContent,
       color: getComputedStyle(st).backgroundColor,
       text: el.innerText.replace(/\s+/g, ' ').trim(),
@@ -75,43 +99,121 @@ async function describe(sel) {
 const ops = {
   async open({ url }) {
     origin = new URL(url).origin;
+    for (const a of [consoleErrors, pageErrors, offsite]) a.length = 0;
     const res = await page.goto(url, { waitUntil: 'load' });
     return { status: res.status(), contentType: res.headers()['content-type'], title: await page.title() };
   },
-  async row({ upstream, route, state, timeout_ms }) {
-    const sel = rowSel(upstream, route) + (state ? `[data-state=${JSON.stringify(state)}]` : '');
+  async firstrender({ url, rows, timeout_ms }) {
+    origin = new URL(url).origin;
+    await page.goto(url, { waitUntil: 'commit' });
+    await page.waitForFunction(n => {
+      const list = document.getElementById('list');
+      return list && (Number(list.dataset.breakers || 0) >= n
+        || document.querySelectorAll('#list .row[data-route]').length >= n);
+    }, rows, { timeout: timeout_ms || 60000, polling: 'raf' });
+    return page.evaluate(() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+      const json = performance.getEntriesByType('resource').find(e => /format=json/.test(e.name));
+      done({
+        ms: performance.now(),
+        rows: Number(document.getElementById('list').dataset.breakers
+          || document.querySelectorAll('#list .row[data-route]').length),
+        json_ms: json ? json.responseEnd : null,
+        json_bytes: json ? json.transferSize : null,
+        heap_bytes: performance.memory ? performance.memory.usedJSHeapSize : null,
+      });
+    }))));
+  },
+  async longtasks({ seconds }) {
+    return page.evaluate(s => new Promise(done => {
+      let total = 0, count = 0, polls = 0;
+      const tasks = new PerformanceObserver(l => {
+        for (const e of l.getEntries()) { total += e.duration; count++; }
+      });
+      tasks.observe({ type: 'longtask' });
+      const fetches = new PerformanceObserver(l => {
+        polls += l.getEntries().filter(e => /format=json/.test(e.name)).length;
+      });
+      fetches.observe({ type: 'resource' });
+      setTimeout(() => {
+        tasks.disconnect();
+        fetches.disconnect();
+        done({ total_ms: total, count, polls, seconds: s });
+      }, s * 1000);
+    }), seconds);
+  },
+  async row({ upstream, route, server, state, timeout_ms }) {
+    const any = rowSel(upstream, route, server);
+    const sel = any + (state ? `[data-state=${JSON.stringify(state)}]` : '');
     try {
       await page.waitForSelector(sel, { state: 'attached', timeout: timeout_ms || 10000 });
     } catch (e) {
-      const any = await page.$(rowSel(upstream, route));
-      return { found: false, now: any ? await describe(rowSel(upstream, route)) : null };
+      return { found: false, now: await page.$(any) ? await describe(any) : null };
     }
     return { found: true, ...(await describe(sel)) };
   },
   async rows() {
-    return {
-      rows: await page.$$eval('#list .row', els => els.filter(el => !el.hidden)
-        .map(el => `${el.dataset.upstream}/${el.dataset.route} ${el.dataset.state}`)),
-      counts: await page.$$eval('#counts button', els => els.map(el => el.innerText.trim()).join(', ')),
-      status: await page.$eval('#status', el => el.textContent),
-    };
+    return page.evaluate(() => ({
+      rows: [...document.querySelectorAll('#list .row')].filter(el => !el.hidden)
+        .map(el => el.dataset.server !== undefined
+          ? `${el.dataset.upstream} server ${el.dataset.server} ${el.dataset.state}`
+          : `${el.dataset.upstream}/${el.dataset.route} ${el.dataset.state}`),
+      counts: [...document.querySelectorAll('#counts button')].map(el => el.innerText.trim()).join(', '),
+      status: document.getElementById('status').textContent,
+      rowcount: Number(document.getElementById('list').getAttribute('aria-rowcount')),
+      drawn: document.querySelectorAll('#list .row').length,
+    }));
   },
-  async click({ upstream, route, action, confirm }) {
+  async fleet() {
+    return page.evaluate(() => ({
+      shown: !document.getElementById('fleet').hidden,
+      summary: document.getElementById('fsum').textContent,
+      peers: [...document.querySelectorAll('#peers .peer')].map(el => ({
+        id: el.dataset.peer, reachable: el.dataset.reachable === 'true',
+        label: el.querySelector('.st').textContent,
+        color: getComputedStyle(el.querySelector('.st')).backgroundColor,
+        text: el.innerText.replace(/\s+/g, ' ').trim(),
+      })),
+    }));
+  },
+  async press({ key, confirm }) {
     dialogAnswer = !!confirm;
     lastDialog = null;
-    const sel = `${rowSel(upstream, route)} button[data-action=${JSON.stringify(action)}]`;
+    await page.keyboard.press(key);
+    for (let i = 0; i < 10 && !lastDialog; i++) await page.waitForTimeout(20);
+    if (lastDialog && confirm) await page.waitForResponse(r => r.request().method() === 'POST', { timeout: 5000 }).catch(() => {});
+    await page.waitForTimeout(50);
+    return page.evaluate(() => {
+      const a = document.activeElement, row = document.querySelector('#list .row.active');
+      return {
+        focus: a ? (a.id || a.tagName.toLowerCase() + (a.dataset.action ? '[' + a.dataset.action + ']' : '')) : null,
+        active: row ? (row.dataset.server !== undefined
+          ? `${row.dataset.upstream} server ${row.dataset.server} ${row.dataset.state}`
+          : `${row.dataset.upstream}/${row.dataset.route} ${row.dataset.state}`) : null,
+      };
+    }).then(r => ({ ...r, dialog: lastDialog }));
+  },
+  async click({ upstream, route, server, action, confirm }) {
+    dialogAnswer = !!confirm;
+    lastDialog = null;
+    const sel = `${rowSel(upstream, route, server)} button[data-action=${JSON.stringify(action)}]`;
     await page.click(sel);
     // The dialog is handled in its event; give the page a moment to send the request.
     for (let i = 0; i < 50 && !lastDialog; i++) await page.waitForTimeout(20);
     if (confirm) await page.waitForResponse(r => r.request().method() === 'POST', { timeout: 5000 }).catch(() => {});
     return { dialog: lastDialog };
   },
+  async text({ selector, timeout_ms }) {
+    const el = await page.waitForSelector(selector, { state: 'attached', timeout: timeout_ms || 10000 });
+    return { text: await el.evaluate(e => e.textContent) };
+  },
   async fill({ selector, value }) {
     await page.fill(selector, value);
     return {};
   },
   async screenshot({ path }) {
-    await page.screenshot({ path, fullPage: true });
+    // A page taller than a few screens (thousands of rows) is shot as the screen shows it.
+    const tall = await page.evaluate(() => document.documentElement.scrollHeight > 8000);
+    await page.screenshot({ path, fullPage: !tall });
     return { path };
   },
   async report() {
@@ -141,13 +243,14 @@ for await (const line of rl) {
   if (cmd.op === 'quit') break;
   const op = ops[cmd.op];
   if (!op) {
-    reply({ ok: false, error: 'unknown op ' + cmd.op });
+    reply({ ok: false, error: 'unknown op ' + cmd.op, id: cmd.id });
     continue;
   }
+  const id = cmd.id === undefined ? {} : { id: cmd.id };
   try {
-    reply({ ok: true, ...(await op(cmd)) });
+    reply({ ok: true, ...(await op(cmd)), ...id });
   } catch (e) {
-    reply({ ok: false, error: String(e && e.message || e).split('\n')[0] });
+    reply({ ok: false, error: String(e && e.message || e).split('\n')[0], ...id });
   }
 }
 await context.close();

@@ -10,6 +10,7 @@ pub mod owned;
 pub mod ramp;
 pub mod reason;
 pub mod state;
+pub mod trip;
 pub mod window;
 
 pub use classify::{classify, Attempt, Ending, Verdict};

@@ -53,6 +53,7 @@ use super::histogram::{Histogram, HistogramSum};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
+use super::trip::{Trip, TripBy};
 use super::window::{Bucket, Sums};
 use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
 
@@ -78,6 +79,8 @@ pub struct BreakerHeader {
     cfg: BreakerConfig,
     totals: Totals,
     sums: Sums,
+    /// The window that opened it, while open or half-open by a trip.
+    trip: Trip,
     /// The latest clock reading seen; earlier readings are clamped to it.
     last_ms: u64,
     since_ms: u64,
@@ -86,11 +89,11 @@ pub struct BreakerHeader {
     next_probe_at_ms: u64,
     probe_granted_ms: u64,
     /// The current (jittered, floored, capped) cooldown.
-    cooldown_ms: u64,
+    cooldown_ms: u32,
     /// The un-jittered cooldown: the first one (`open`, or `probe_interval` with active
     /// probes), doubled after each failed passive probe and, with `repeat_backoff`, on each
     /// repeated trip, up to `max_open`.
-    base_cooldown_ms: u64,
+    base_cooldown_ms: u32,
     /// The last probe ticket handed out: the breaker's epoch in the high half, a counter in
     /// the low half (see [`BreakerHeader::new`]).
     probe_gen: u64,
@@ -135,6 +138,7 @@ impl BreakerHeader {
                 second: now_ms / 1000,
                 ..Sums::default()
             },
+            trip: Trip::NONE,
             last_ms: now_ms,
             since_ms: now_ms,
             retry_at_ms: 0,
@@ -204,12 +208,12 @@ impl BreakerHeader {
 }
 
 /// The first base cooldown: `open`, or `probe_interval` with active probes.
-fn first_cooldown(cfg: &BreakerConfig) -> u64 {
-    u64::from(if cfg.active {
+fn first_cooldown(cfg: &BreakerConfig) -> u32 {
+    if cfg.active {
         cfg.probe_interval_ms
     } else {
         cfg.open_ms
-    })
+    }
 }
 
 /// Size in bytes and alignment of a header followed by `window_s` buckets, for the shell's
@@ -860,7 +864,8 @@ impl<'a> Breaker<'a> {
             let last = last.class.map_or_else(String::new, class_name);
             let text = format!("{run} gateway failures in a row, the last: {last}");
             let probes = cfg.probes.max(1);
-            return Some(self.open_period(now, rnd, text, probes, true));
+            let trip = Trip::new(&self.hdr.sums, TripBy::Consecutive, false);
+            return Some(self.open_period(now, rnd, text, trip, probes, true));
         }
         let suspected = now < self.hdr.suspect_until_ms;
         let min = cfg.min_requests.max(1);
@@ -882,6 +887,12 @@ impl<'a> Breaker<'a> {
         } else {
             return None;
         };
+        let by = if what == "slow" {
+            TripBy::SlowRate
+        } else {
+            TripBy::FailureRate
+        };
+        let trip = Trip::new(s, by, suspected);
         let text = format!(
             "{what} rate {}% ({part}/{}) >= {}% in {}s{}",
             reason::percent(part, s.requests),
@@ -903,7 +914,7 @@ impl<'a> Breaker<'a> {
                 hard &= judge::is_hard(run, part, rate);
             }
         }
-        Some(self.open_period(now, rnd, text, soft, hard))
+        Some(self.open_period(now, rnd, text, trip, soft, hard))
     }
 
     /// Opens a closed breaker for a new open period: how many good probes will close it
@@ -914,10 +925,12 @@ impl<'a> Breaker<'a> {
         now: u64,
         rnd: u32,
         text: String,
+        trip: Trip,
         soft: u32,
         hard: bool,
     ) -> Transition {
         let h = &mut *self.hdr;
+        h.trip = trip;
         h.soft_needed = soft;
         h.needed = if hard { h.cfg.probes.max(1) } else { soft };
         h.flags &= !GOOD_SEEN;
@@ -925,9 +938,7 @@ impl<'a> Breaker<'a> {
             let soon = h.flags & RECLOSED != 0
                 && now.saturating_sub(h.since_ms) < u64::from(h.cfg.max_open_ms);
             h.base_cooldown_ms = if soon {
-                h.base_cooldown_ms
-                    .saturating_mul(2)
-                    .min(u64::from(h.cfg.max_open_ms))
+                h.base_cooldown_ms.saturating_mul(2).min(h.cfg.max_open_ms)
             } else {
                 first_cooldown(&h.cfg)
             };
@@ -946,7 +957,8 @@ impl<'a> Breaker<'a> {
             return None;
         }
         let probes = self.hdr.cfg.probes.max(1);
-        Some(self.open_period(now, rnd, reason, probes, true))
+        let trip = Trip::new(&self.hdr.sums, TripBy::Probe, false);
+        Some(self.open_period(now, rnd, reason, trip, probes, true))
     }
 
     /// Whether the live window at `now_ms` holds failures at `failure_rate` or slow calls at
@@ -1025,7 +1037,16 @@ impl<'a> Breaker<'a> {
         };
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
+        self.note_probe_latency(now, a.response_ms);
         self.probe_verdict(now, rnd, failed.or(slow), v.retry_after_s)
+    }
+
+    /// A probe's response time joins the window's percentiles (the status page's origin
+    /// latency while open or half-open), not its counts.
+    fn note_probe_latency(&mut self, now: u64, response_ms: u64) {
+        let h = &mut *self.hdr;
+        h.sums.advance(self.ring, now / 1000);
+        h.sums.note_latency(self.ring, now / 1000, response_ms);
     }
 
     /// Judges the probe: `failed` says why it failed, `None` for a good one.
@@ -1075,7 +1096,7 @@ impl<'a> Breaker<'a> {
             h.retry_at_ms = h.next_probe_at_ms;
             return None;
         }
-        h.base_cooldown_ms = h.base_cooldown_ms.saturating_mul(2).min(max);
+        h.base_cooldown_ms = h.base_cooldown_ms.saturating_mul(2).min(h.cfg.max_open_ms);
         Some(self.open_now(now, rnd, text, retry_after_s))
     }
 
@@ -1102,6 +1123,7 @@ impl<'a> Breaker<'a> {
             None
         } else if held {
             let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
+            self.note_probe_latency(now, probe.response_ms);
             self.probe_verdict(now, rnd, failed, probe.retry_after_s)
         } else {
             None
@@ -1139,10 +1161,11 @@ impl<'a> Breaker<'a> {
         let live = self.hdr.sums.live(self.ring, now / 1000, None);
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
-        let cooldown = jittered(h.base_cooldown_ms, h.cfg.jitter, rnd)
+        let cooldown = jittered(u64::from(h.base_cooldown_ms), h.cfg.jitter, rnd)
             .max(floor)
             .min(u64::from(h.cfg.max_open_ms));
-        h.cooldown_ms = cooldown;
+        // At most `max_open`, a `u32`.
+        h.cooldown_ms = u32::try_from(cooldown).unwrap_or(u32::MAX);
         h.retry_at_ms = now.saturating_add(cooldown);
         h.next_probe_at_ms = h.retry_at_ms;
         let from = self.set_state(now, STATE_OPEN, &reason);
@@ -1157,7 +1180,7 @@ impl<'a> Breaker<'a> {
     fn half_open_now(&mut self, now: u64) -> Transition {
         let reason = format!(
             "cooldown {}s elapsed",
-            reason::secs_ceil(self.hdr.cooldown_ms)
+            reason::secs_ceil(u64::from(self.hdr.cooldown_ms))
         );
         let from = self.set_state(now, STATE_HALF_OPEN, &reason);
         self.hdr.next_probe_at_ms = now;
@@ -1175,6 +1198,7 @@ impl<'a> Breaker<'a> {
     fn close_now(&mut self, now: u64, reason: String, by_probes: bool) -> Transition {
         let h = &mut *self.hdr;
         h.sums.clear(self.ring, now / 1000);
+        h.trip = Trip::NONE;
         h.clear_runs();
         h.needed = 0;
         h.soft_needed = 0;
@@ -1218,6 +1242,8 @@ impl<'a> Breaker<'a> {
             Control::Reset => (FORCED_NONE, "reset"),
         };
         self.hdr.forced = forced;
+        // A forced state is no trip.
+        self.hdr.trip = Trip::NONE;
         let t = match action {
             Control::ForceOpen => {
                 let from = self.set_state(now, STATE_OPEN, reason);
@@ -1297,7 +1323,7 @@ impl<'a> Breaker<'a> {
                 p95: hist.percentile(950),
                 p99: hist.percentile(990),
             },
-            cooldown_ms: h.cooldown_ms,
+            cooldown_ms: u64::from(h.cooldown_ms),
             consecutive_probe_successes: h.consecutive,
             probes_needed: if state == State::Closed || forced.is_some() {
                 0
@@ -1312,6 +1338,11 @@ impl<'a> Breaker<'a> {
             suspect_until_ms: (now < h.suspect_until_ms).then_some(h.suspect_until_ms),
             totals: h.totals,
             last_transition: reason::load(&h.reason, h.reason_len).to_string(),
+            tripped: if state == State::Closed || forced.is_some() {
+                None
+            } else {
+                h.trip.view(&h.cfg)
+            },
         }
     }
 }

@@ -129,6 +129,20 @@ impl Sums {
         b.latency.add(response_ms);
     }
 
+    /// Adds a probe's response time to the current second's latencies (after
+    /// [`Sums::advance`] to `now_s`): shown with the window's percentiles, counted nowhere.
+    pub fn note_latency(&mut self, ring: &mut [Bucket], now_s: u64, response_ms: u64) {
+        if ring.is_empty() {
+            return;
+        }
+        let i = (now_s % ring.len() as u64) as usize;
+        let Some(b) = ring.get_mut(i) else { return };
+        if b.second != now_s as u32 {
+            self.evict(b, now_s);
+        }
+        b.latency.add(response_ms);
+    }
+
     /// Adds `count` successes that happened in second `second` (and their latencies),
     /// recorded elsewhere meanwhile: into that second's bucket if the window still holds it,
     /// moving the window forward first if that second is newer. Returns whether they entered

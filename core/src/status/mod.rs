@@ -6,12 +6,15 @@
 //! every breaker into an [`Entry`] under the zone lock, releases the lock, then renders with
 //! [`render_json`] or [`render_prometheus`]; the page is a constant, which polls the JSON.
 //! Control requests answer with [`render_breaker_json`] (or [`render_breaker_prometheus`]) of
-//! the breaker they changed.
+//! the breaker they changed, once [`guard::check_control`] let them through. Every answer
+//! carries [`headers::HARDENING`] and a Content-Security-Policy ([`headers`]).
 
 use crate::eject::place_name;
 use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
 
+pub mod guard;
+pub mod headers;
 mod prometheus;
 pub mod query;
 
@@ -28,9 +31,11 @@ pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=ut
 pub const HTML_CONTENT_TYPE: &str = "text/html; charset=utf-8";
 
 /// The live dashboard: one self-contained page (inline style and script, nothing fetched
-/// from elsewhere, enforced by its own Content-Security-Policy) that polls this same location
-/// with `?format=json` every second and, when the JSON says `"control":true`, offers
-/// force open / force close / reset, each confirmed first.
+/// from elsewhere, enforced by the Content-Security-Policy of [`headers::dashboard_csp`])
+/// that polls this same location with `?format=json` every second and shows every breaker
+/// with its upstream's servers under it, the limit, the retry budget and the fleet, worst
+/// first; when the JSON says `"control":true` it offers force open / force close / reset
+/// and eject / restore, each confirmed first and sent with [`guard::CONTROL_HEADER`].
 pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 
 /// The top of the status output: the shared-memory zone's figures, and whether the location
@@ -123,7 +128,9 @@ pub struct ServerEntry {
 /// [`ZoneView::control`], `"control":true` follows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
-    let mut out = Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry);
+    let fleet = zone.fleet_json.as_ref().map_or(0, String::len);
+    let mut out =
+        Vec::with_capacity(128 + zone.name.len() + zone.module_version.len() + per_entry + fleet);
     out.extend_from_slice(b"{\"zone\":");
     json_str(&mut out, &zone.name);
     out.extend_from_slice(b",\"size\":");
@@ -174,12 +181,22 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `short_circuited`); pools add `totals.explained` (failures their servers' ejection
 /// explains, in `failures` but not in the window).
 ///
-/// An upstream's own breaker adds, after `last_transition`, `"servers":[…]` when ejection
+/// After `last_transition` comes `"tripped"`: while the breaker is open or half-open because
+/// it tripped (not forced), `{"by":"failure_rate"|"slow_rate"|"consecutive"|"probe",
+/// "threshold","suspected","window":{…}}` — what opened it, its threshold (a rate 0..1;
+/// `consecutive`'s run length; 0 for a server ejected by a failed probe), whether peers' suspicion
+/// let it trip on `suspect_min` requests, and the window as it was on the request that
+/// tripped it (the live window ages out during a long cooldown) — and `null` otherwise.
+/// While open or half-open, `latency_ms` counts the probes' response times too (they are
+/// not the window's requests).
+///
+/// An upstream's own breaker adds, after `tripped`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
 /// "returns_at","window":{…},"cooldown_ms","ejections","totals":{"requests","failures",
-/// "probes","returns"},"last_transition"}`, `returns_at` being when the server may be probed
-/// (`null` while in) — and `"retries":{"window":{"seconds","first_attempts","retries",
-/// "allowance"},"total","denied"}` with a retry budget.
+/// "probes","returns"},"last_transition","tripped"}`, `returns_at` being when the server may
+/// be probed (`null` while in), `tripped` the window that ejected it — and
+/// `"retries":{"window":{"seconds","first_attempts","retries","allowance"},"total","denied"}`
+/// with a retry budget.
 ///
 /// In a fleet (the entry has a [`Entry::fingerprint`]) three members follow:
 /// `"fingerprint"` (16 hex digits), `"suspicious"` (peers' evidence lowers the bar to open:
@@ -246,15 +263,23 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
     prometheus::render(&zone, std::slice::from_ref(entry), false)
 }
 
-/// A generous guess at one breaker's JSON size, so that the output rarely reallocates.
+/// A generous guess at one breaker's JSON size, so that the output never reallocates (a
+/// page of 10 000 breakers is megabytes: one reallocation copies it all again). Each part
+/// that may be there counts (see `size_hints_cover_every_part`).
 fn json_size_hint(entry: &Entry) -> usize {
+    let tripped = |v: &BreakerView| if v.tripped.is_some() { 190 } else { 0 };
     let servers: usize = entry
         .servers
         .iter()
-        .map(|s| 420 + s.address.len() + s.view.last_transition.len())
+        .map(|s| 460 + s.address.len() + s.view.last_transition.len() + tripped(&s.view))
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
-    640 + limit
+    let retry = if entry.retry.is_some() { 160 } else { 0 };
+    let fleet = if entry.fingerprint.is_some() { 100 } else { 0 };
+    660 + limit
+        + retry
+        + fleet
+        + tripped(&entry.view)
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
@@ -427,6 +452,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"explained\":", t.explained);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    write_tripped(out, v.tripped.as_ref());
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -498,13 +524,36 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     int(out, b",\"returns\":", t.closed);
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
+    write_tripped(out, v.tripped.as_ref());
     out.push(b'}');
+}
+
+/// Writes `,"tripped":` and the window that opened the breaker, or `null`.
+fn write_tripped(out: &mut Vec<u8>, t: Option<&crate::snapshot::TripView>) {
+    let Some(t) = t else {
+        out.extend_from_slice(b",\"tripped\":null");
+        return;
+    };
+    out.extend_from_slice(b",\"tripped\":{\"by\":\"");
+    out.extend_from_slice(t.cause.name().as_bytes());
+    out.extend_from_slice(b"\",\"threshold\":");
+    if t.cause.is_rate() {
+        write_num(out, share(t.threshold));
+    } else {
+        int(out, b"", u64::from(t.threshold));
+    }
+    out.extend_from_slice(match t.suspected {
+        true => b",\"suspected\":true",
+        false => b",\"suspected\":false",
+    });
+    write_window(out, &t.window);
+    out.extend_from_slice(b"}}");
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::snapshot::{Forced, LatencyView, State, Totals, WindowView};
+    use crate::snapshot::{Forced, LatencyView, State, Totals, TripCause, TripView, WindowView};
     use serde_json::Value;
 
     /// The SPEC's example breaker.
@@ -549,6 +598,17 @@ pub(crate) mod tests {
                     explained: 0,
                 },
                 last_transition: "failure rate 55% (22/40) >= 50% in 10s".into(),
+                tripped: Some(TripView {
+                    cause: TripCause::FailureRate,
+                    threshold: 5000,
+                    suspected: false,
+                    window: WindowView {
+                        seconds: 10,
+                        requests: 40,
+                        failures: 22,
+                        slow: 3,
+                    },
+                }),
             },
             servers: Vec::new(),
             retry: None,
@@ -581,6 +641,7 @@ pub(crate) mod tests {
                 suspect_until_ms: None,
                 totals: Totals::default(),
                 last_transition: String::new(),
+                tripped: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -665,7 +726,11 @@ pub(crate) mod tests {
             s[0]["last_transition"],
             "failure rate 60% (6/10) >= 50% in 10s"
         );
-        assert_eq!(s[0].as_object().unwrap().len(), 11);
+        assert_eq!(s[0].as_object().unwrap().len(), 12);
+        // An ejected server shows the window that ejected it, an in server none.
+        assert_eq!(s[0]["tripped"]["by"], "failure_rate");
+        assert_eq!(s[0]["tripped"]["window"]["failures"], 22);
+        assert!(s[1]["tripped"].is_null());
         assert_eq!(s[1]["state"], "in");
         assert_eq!(s[1]["backup"], true);
         assert!(s[1]["returns_at"].is_null());
@@ -679,7 +744,7 @@ pub(crate) mod tests {
             (Some(30), Some(4))
         );
         // The breaker's own fields come first, unchanged.
-        assert_eq!(v.as_object().unwrap().len(), 19);
+        assert_eq!(v.as_object().unwrap().len(), 20);
         let mut half = pool_entry();
         half.servers[0].view.state = crate::snapshot::State::HalfOpen;
         half.retry = None;
@@ -740,10 +805,19 @@ pub(crate) mod tests {
                 r#""closed":1},"#,
                 r#""closed":1,"ramp_shed":0,"explained":0},"#,
                 1,
+            )
+            .replacen(
+                r#">= 50% in 10s"}]}"#,
+                concat!(
+                    r#">= 50% in 10s","tripped":{"by":"failure_rate","threshold":0.5,"#,
+                    r#""suspected":false,"window":{"seconds":10,"requests":40,"failures":22,"#,
+                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}}}]}"#
+                ),
+                1,
             );
         assert_eq!(
             expected.len(),
-            spec.len() + 25 + 52 + 14 + 14,
+            spec.len() + 25 + 52 + 14 + 14 + 165,
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
@@ -800,7 +874,13 @@ pub(crate) mod tests {
         assert_eq!(b["probes_needed"], 3);
         assert_eq!(b["ramp_share"].as_f64(), Some(1.0));
         assert!(b["probe_uri"].is_null());
-        assert_eq!(b.as_object().unwrap().len(), 17);
+        let tr = &b["tripped"];
+        assert_eq!(tr["by"], "failure_rate");
+        assert_eq!(tr["threshold"].as_f64(), Some(0.5));
+        assert_eq!(tr["suspected"], false);
+        assert_eq!(tr["window"], b["window"], "tripped by this very window");
+        assert_eq!(tr.as_object().unwrap().len(), 4);
+        assert_eq!(b.as_object().unwrap().len(), 18);
     }
 
     #[test]
@@ -949,13 +1029,18 @@ pub(crate) mod tests {
             assert!(!lower.contains(needle), "the page contains {needle:?}");
         }
         assert_eq!(lower.matches("<script").count(), 1, "one inline script");
-        let csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
-        assert!(page.contains(csp), "the page carries its own CSP");
+        // Its policy comes in a header (see `headers`): a <meta> one cannot forbid framing.
+        assert!(!lower.contains("http-equiv"));
         // It polls this same location, whatever its path, and posts control requests there.
         assert!(page.contains("'format', 'json'"));
         assert!(page.contains("method: 'POST'"));
         assert!(page.contains("confirm("));
+        // Its control requests carry what another site's page cannot send.
+        assert!(page.contains(&format!(
+            "'{}': '{}'",
+            guard::CONTROL_HEADER,
+            guard::CONTROL_VALUE
+        )));
     }
 
     #[test]
@@ -976,7 +1061,7 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains(
-            r#""last_transition":"failure rate 55% (22/40) >= 50% in 10s","fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+            r#"0.075}},"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
         ), "{text}");
         let v = parse(&out);
         assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
@@ -1017,14 +1102,14 @@ pub(crate) mod tests {
     fn json_limit_object_follows_the_breaker() {
         let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
         assert!(
-            out.ends_with(r#","last_transition":"","limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            out.ends_with(r#","last_transition":"","tripped":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
             "{out}"
         );
         let v = parse(out.as_bytes());
         assert_eq!(
             v.as_object().unwrap().len(),
-            15 + 3,
-            "with the recovery fields"
+            15 + 3 + 1,
+            "with the recovery fields and tripped"
         );
         let mut fresh = limited_entry();
         fresh.limit = Some(LimitStatus {
@@ -1087,6 +1172,32 @@ pub(crate) mod tests {
             assert!(
                 out.contains(&format!(r#""since":{text},"retry_at":{text},"#)),
                 "{ms}: {out}"
+            );
+        }
+    }
+
+    #[test]
+    fn size_hints_cover_every_part() {
+        let mut fleet = pool_entry();
+        fleet.fingerprint = Some(u64::MAX);
+        fleet.view.suspect_until_ms = Some(u64::MAX);
+        fleet.limit = limited_entry().limit;
+        fleet.view.tripped = example_entry().view.tripped;
+        fleet.probe_uri = Some("/health".into());
+        for e in [
+            example_entry(),
+            closed_entry(),
+            limited_entry(),
+            pool_entry(),
+            fleet,
+        ] {
+            let out = render_breaker_json(&e);
+            assert!(
+                out.len() <= json_size_hint(&e),
+                "{} bytes, hint {}: {}",
+                out.len(),
+                json_size_hint(&e),
+                String::from_utf8_lossy(&out)
             );
         }
     }

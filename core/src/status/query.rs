@@ -401,7 +401,7 @@ fn hex(b: u8) -> Option<u8> {
 
 /// `"text"` with quotes, backslashes and control characters escaped, cut at [`QUOTE_MAX`]
 /// characters (marked with `...`), so that an error stays one short line.
-fn quote(text: &str) -> String {
+pub fn quote(text: &str) -> String {
     match text.char_indices().nth(QUOTE_MAX) {
         Some((cut, _)) => format!("{:?}...", &text[..cut]),
         None => format!("{text:?}"),

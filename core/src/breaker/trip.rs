@@ -1,0 +1,90 @@
+//! The window that opened a breaker, kept while it is open or half-open: the live window ages
+//! out during a cooldown longer than itself, so the status page shows these numbers beside
+//! it (an open breaker's window otherwise reads "0 % of 0").
+
+use super::config::BreakerConfig;
+use super::window::Sums;
+use crate::snapshot::{TripCause, TripView, WindowView};
+
+const NONE: u8 = 0;
+const FAILURE: u8 = 1;
+const SLOW: u8 = 2;
+const CONSECUTIVE: u8 = 3;
+const PROBE: u8 = 4;
+
+/// What opened a breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TripBy {
+    /// Failures reached `failure_rate`.
+    FailureRate,
+    /// Slow calls reached `slow_rate`.
+    SlowRate,
+    /// `consecutive` gateway failures in a row.
+    Consecutive,
+    /// A server failed the probe of its upstream's open breaker.
+    Probe,
+}
+
+/// The trip's numbers, in the breaker's header (16 bytes: a default breaker must stay within
+/// the slab's 2 KiB class). Counts saturate at `u32::MAX`, as a bucket's do.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trip {
+    requests: u32,
+    failures: u32,
+    slow: u32,
+    /// `NONE`, `FAILURE`, `SLOW`, `CONSECUTIVE` or `PROBE`: what opened it.
+    by: u8,
+    /// It tripped on `suspect_min` requests, peers' suspicion in force.
+    suspected: u8,
+}
+
+impl Trip {
+    /// No trip recorded (closed, forced, or never tripped).
+    pub const NONE: Trip = Trip {
+        requests: 0,
+        failures: 0,
+        slow: 0,
+        by: NONE,
+        suspected: 0,
+    };
+
+    /// The window `sums` as it was when `by` opened the breaker.
+    pub fn new(sums: &Sums, by: TripBy, suspected: bool) -> Trip {
+        let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        Trip {
+            requests: n(sums.requests),
+            failures: n(sums.failures),
+            slow: n(sums.slow),
+            by: match by {
+                TripBy::FailureRate => FAILURE,
+                TripBy::SlowRate => SLOW,
+                TripBy::Consecutive => CONSECUTIVE,
+                TripBy::Probe => PROBE,
+            },
+            suspected: u8::from(suspected),
+        }
+    }
+
+    /// What the status page shows: `None` without a trip.
+    pub fn view(&self, cfg: &BreakerConfig) -> Option<TripView> {
+        let (cause, threshold) = match self.by {
+            FAILURE => (TripCause::FailureRate, cfg.failure_rate),
+            SLOW => (TripCause::SlowRate, cfg.slow_rate),
+            CONSECUTIVE => (TripCause::Consecutive, cfg.consecutive),
+            PROBE => (TripCause::Probe, 0),
+            _ => return None,
+        };
+        Some(TripView {
+            cause,
+            threshold,
+            suspected: self.suspected != 0,
+            window: WindowView {
+                seconds: cfg.window_s,
+                requests: u64::from(self.requests),
+                failures: u64::from(self.failures),
+                slow: u64::from(self.slow),
+            },
+        })
+    }
+}
