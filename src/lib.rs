@@ -15,6 +15,7 @@ mod request;
 mod respond;
 mod status;
 mod upstream;
+mod wake;
 mod zone;
 
 use core::ffi::c_void;

@@ -23,8 +23,8 @@ use nginx_sys::{
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_str_t,
     ngx_uint_t, NGX_ERROR, NGX_HTTP_BAD_REQUEST, NGX_HTTP_FORBIDDEN, NGX_HTTP_GET, NGX_HTTP_HEAD,
     NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED,
-    NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_HTTP_POST, NGX_HTTP_SERVICE_UNAVAILABLE, NGX_LOG_WARN,
-    NGX_OK,
+    NGX_HTTP_NOT_FOUND, NGX_HTTP_NO_CONTENT, NGX_HTTP_OK, NGX_HTTP_POST,
+    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_LOG_WARN, NGX_OK,
 };
 
 use crate::clock::{mono_ms, rnd, wall_ms};
@@ -180,11 +180,13 @@ fn fingerprint_of(mcf: &MainConf, upstream: &str) -> Option<u64> {
     fleet::fingerprint(mcf.upstream(upstream)?)
 }
 
-/// `?format=fleet`: the message for peers, as the exchange worker last published it.
+/// `?format=fleet`: to an authenticated pull, the message for peers as the exchange worker
+/// last published it, sealed; to an authenticated poke, `204`.
 fn fleet_message(r: &mut ngx_http_request_t, mcf: &MainConf, q: &Query) -> ngx_int_t {
-    let secret = header(r, fleet::secret_header().as_bytes());
-    match fleet::message(mcf, secret, mono_ms()) {
-        Ok(body) => send(r, NGX_HTTP_OK, "text/plain", body.as_bytes(), q),
+    let auth = header(r, fleet::auth_header().as_bytes());
+    match fleet::answer(mcf, auth, mono_ms()) {
+        Ok(fleet::Answer::Message(body)) => send(r, NGX_HTTP_OK, "text/plain", &body, q),
+        Ok(fleet::Answer::Poked) => send(r, NGX_HTTP_NO_CONTENT, "text/plain", b"", q),
         Err(NoMessage::NoFleet) => send_text(
             r,
             NGX_HTTP_NOT_FOUND,
@@ -194,8 +196,8 @@ fn fleet_message(r: &mut ngx_http_request_t, mcf: &MainConf, q: &Query) -> ngx_i
             r,
             NGX_HTTP_FORBIDDEN,
             &format!(
-                "the fleet secret is missing or wrong in \"{}\"",
-                fleet::secret_header()
+                "the fleet authentication is missing or wrong in \"{}\"",
+                fleet::auth_header()
             ),
         ),
         Err(NoMessage::NotYet) => send_text(
@@ -343,6 +345,8 @@ fn control_breaker(
             })
             .map(|(view, handle)| (view, locked.limit_status(handle)))
     };
+    // A forced breaker is news for the fleet's peers.
+    crate::wake::nudge();
     let (mut view, limit) = match outcome {
         Ok(v) => v,
         Err(Missing::Stale) => return not_found(r),

@@ -20,6 +20,7 @@ fn policy() -> Policy {
         min_requests: 20,
         failure_rate: 5000,
         slow_rate: 5000,
+        suspect_min: 5,
         probe_base_ms: 30_000,
         probe_max_ms: 300_000,
     }
@@ -31,6 +32,7 @@ fn cfg(max_entries: usize) -> FleetConfig {
         fanout: 2,
         expire_ms: EXPIRE,
         max_entries,
+        push_gap_ms: 10,
     }
 }
 

@@ -64,6 +64,7 @@ fn policy() -> Policy {
         min_requests: 20,
         failure_rate: 5000,
         slow_rate: 0,
+        suspect_min: 5,
         probe_base_ms: 30_000,
         probe_max_ms: 300_000,
     }
@@ -110,6 +111,7 @@ fn spread(n: usize, fanout: usize, seed: u64) -> Spread {
         // Long, to measure the ages opinions naturally arrive with.
         expire_ms: 100 * INTERVAL,
         max_entries: 1024,
+        push_gap_ms: 10,
     };
     let mut st = stores(n, cfg);
     let mut rng = Rng(seed);

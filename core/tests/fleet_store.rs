@@ -17,6 +17,7 @@ fn cfg() -> FleetConfig {
         fanout: 2,
         expire_ms: 3000,
         max_entries: 1024,
+        push_gap_ms: 10,
     }
 }
 

@@ -161,7 +161,7 @@ pub unsafe fn add_zone(
     Ok(())
 }
 
-/// `circuit_breaker_fleet address ... id=address [interval=] [fanout=] [uri=] [secret=]`
+/// `circuit_breaker_fleet address ... id=address (secret= | secret_file= | auth=off) [...]`
 unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
     let mcf = unsafe { &mut *conf.cast::<MainConf>() };
@@ -170,10 +170,28 @@ unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     }
     // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
     // `args` asks.
-    match words(unsafe { args(cf) }).and_then(|w| fleet_conf::parse_fleet_args(w, &NginxUnits)) {
-        Ok(spec) => mcf.fleet = Some(spec),
-        Err(e) => return fail(cf, e),
+    let raw = unsafe { args(cf) };
+    // A secret that is not UTF-8 is refused without being repeated.
+    if raw
+        .iter()
+        .any(|a| a.as_bytes().starts_with(b"secret=") && a.to_str().is_err())
+    {
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "invalid \"secret\" in \"circuit_breaker_fleet\" directive, must be visible ASCII characters"
+        );
+        return NGX_CONF_ERROR;
     }
+    let mut spec = match words(raw).and_then(|w| fleet_conf::parse_fleet_args(w, &NginxUnits)) {
+        Ok(spec) => spec,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: `cf` is the configuration being parsed, at this directive.
+    if unsafe { crate::fleet::conf::finish(cf, mcf, &mut spec) }.is_err() {
+        return NGX_CONF_ERROR;
+    }
+    mcf.fleet = Some(spec);
     NGX_CONF_OK
 }
 

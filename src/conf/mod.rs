@@ -117,6 +117,9 @@ pub struct MainConf {
     /// (registered by `crate::fleet` once the http block is parsed).
     pub fleet: Option<FleetSpec>,
     pub fleet_zone: *mut ngx_shm_zone_t,
+    /// The TLS context of the fleet's `https://` peers (null without one).
+    #[cfg(ngx_ssl)]
+    pub fleet_ssl: *mut nginx_sys::ngx_ssl_t,
 }
 
 /// A location that passes to a fixed upstream, as active probes need it: their scheme and TLS
@@ -149,6 +152,8 @@ impl Default for MainConf {
             pass_schemes: HashMap::new(),
             fleet: None,
             fleet_zone: null_mut(),
+            #[cfg(ngx_ssl)]
+            fleet_ssl: null_mut(),
         }
     }
 }

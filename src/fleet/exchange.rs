@@ -1,39 +1,54 @@
 //! The exchange worker: one worker of the instance keeps the fleet's opinion store on its
-//! heap and, every quarter of the interval, in the background on its event loop:
+//! heap and runs, in the background on its event loop, one task that wakes every quarter of
+//! the interval, at once when a request in this worker moves a breaker or records an outcome
+//! (`wake::nudge`), when a pull ends, and with more than one worker every [`wake::POLL`], for
+//! the others' signals:
 //!
-//! 1. reads every breaker from the zone into the store (under the lock, in batches);
-//! 2. when a whole interval has passed since its last pull, or sooner while a local breaker
-//!    fails without having opened yet (`FleetStore::hurry`), pulls `?format=fleet` from
-//!    `fanout` peers at once, each within half the interval and 1 MiB, and merges what they
-//!    say; a peer that is slow, down or lying only moves its counters;
-//! 3. publishes its own message, the fleet's JSON object and Prometheus families into the
-//!    fleet zone;
-//! 4. writes each breaker's verdict beside it (under the lock): the suspicion deadline
-//!    (`Breaker::suspect`), from when this instance may probe (the slot's fleet record, read
-//!    by the locked admission path), and an early end of the cooldown once when peers report
-//!    the upstream recovered (`Breaker::hasten`).
+//! 1. **Rounds** (each quarter interval): reads every breaker from the zone into the store
+//!    (under the lock, in batches); once per interval, or every quarter while a local breaker
+//!    fails without having opened yet (`FleetStore::hurry`), pulls `fanout` random peers;
+//!    publishes its message, the fleet's JSON object and Prometheus families into the fleet
+//!    zone; writes each breaker's verdict beside it (under the lock).
+//! 2. **Pushes**: when a worker says a breaker moved, it reads the breakers again (at most
+//!    once per push gap) and asks the store whether peers should know now
+//!    (`FleetStore::take_push`); if so it publishes its message and pokes `fanout` random
+//!    peers ("pull me now", authenticated), which pull it within a round trip.
+//! 3. **Pulls** run beside the task, at most [`MAX_IN_FLIGHT`] at once (each answer at most
+//!    1 MiB, so that a round's memory is bounded whatever the fanout), one per peer at a
+//!    time; each carries a fresh nonce, and its answer is merged only once its MAC verifies
+//!    (`FleetStore::receive_sealed`). A peer that pokes this instance is pulled at once, at
+//!    most once per push gap. A peer that is slow, down, lying or unauthenticated only
+//!    moves its counters.
 //!
 //! No request ever waits for any of this: requests read the breaker and its slot as always.
 
 use core::cell::RefCell;
-use core::future::{poll_fn, Future};
-use core::pin::Pin;
-use core::task::Poll;
 use core::time::Duration;
 use std::rc::Rc;
 
+use circuit_breaker_core::fleet::auth::{FleetKey, Kind, Nonce, HEADER};
 use circuit_breaker_core::fleet::status::{self as fleet_status, Clocks};
+use circuit_breaker_core::fleet::store::{Push, Refused};
 use circuit_breaker_core::fleet::{wire, FleetSpec, FleetStore, LocalView};
-use nginx_sys::NGX_LOG_INFO;
+use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
+use super::nonce;
 use super::shared::FleetZone;
 use crate::clock::{mono_ms, rnd, wall_ms};
-use crate::net::{self, Options, Peer, Request};
-use crate::zone::{Key, Kind, Zone};
+use crate::net::{self, Error, Options, Peer, Request};
+use crate::wake;
+use crate::zone::{Key, Kind as ZoneKind, Zone};
 
 /// Breakers read or written per lock hold, as the status walk does.
 const BATCH: usize = 256;
+/// Pulls at once, whatever the fanout and the pokes: each answer holds at most
+/// `wire::MAX_MESSAGE_BYTES`.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// Pokes at once; more are not sent (the peers' own rounds still come).
+const MAX_POKES_IN_FLIGHT: usize = 64;
+/// The longest time between two publications of the status parts.
+const STATUS_EVERY_MS: u64 = 1000;
 
 /// A breaker of the store, as the zone names it.
 pub struct Tracked {
@@ -47,65 +62,143 @@ pub struct Tracked {
     pub recovered: bool,
 }
 
+/// How to reach one peer, and its pulls' state.
+pub struct Link {
+    pub peer: Peer,
+    /// The `Host` header: the peer's address.
+    pub host: String,
+    #[cfg(ngx_ssl)]
+    pub tls: Option<Rc<net::Tls>>,
+    /// Listed as `https://` (with no TLS context in this build: never reached).
+    pub https: bool,
+    busy: bool,
+    /// A pull is wanted (round, or poke) once the one in flight ends.
+    wanted: bool,
+    /// When its latest pull started.
+    last_pull: Option<u64>,
+}
+
+impl Link {
+    pub fn new(peer: Peer, host: String, https: bool) -> Link {
+        Link {
+            peer,
+            host,
+            #[cfg(ngx_ssl)]
+            tls: None,
+            https,
+            busy: false,
+            wanted: false,
+            last_pull: None,
+        }
+    }
+}
+
+/// What a pull ended with.
+enum Answer {
+    Body(Vec<u8>),
+    Status(u16),
+    Failed(Error),
+}
+
 /// Everything the exchange worker holds.
 pub struct Exchange {
+    store: FleetStore,
+    spec: FleetSpec,
+    key: FleetKey,
+    /// By store peer index (the spec's peers, in order).
+    links: Vec<Link>,
+    /// By store breaker index.
+    breakers: Vec<Tracked>,
+    zone: Zone,
+    shared: FleetZone,
+    zone_name: String,
+    poll: bool,
+    next_round: u64,
+    last_pull: Option<u64>,
+    last_read: u64,
+    moved_seen: u64,
+    /// Breakers moved since they were last read.
+    dirty: bool,
+    push_at: Option<u64>,
+    /// When the status parts were last published.
+    last_status: u64,
+    in_flight: usize,
+    pokes_in_flight: usize,
+    /// Answers that arrived since the task last ran: (peer, nonce, answer).
+    done: Vec<(usize, Nonce, Answer)>,
+    warned_nonce: bool,
+}
+
+/// What an [`Exchange`] starts from.
+pub struct Setup {
     pub store: FleetStore,
     pub spec: FleetSpec,
-    /// By store peer index (the spec's peers, in order).
-    pub peers: Vec<Peer>,
-    /// By store breaker index.
+    pub key: FleetKey,
+    pub links: Vec<Link>,
     pub breakers: Vec<Tracked>,
     pub zone: Zone,
     pub shared: FleetZone,
     pub zone_name: String,
-    last_pull: Option<u64>,
+    /// Other workers may signal: read their counter every [`wake::POLL`].
+    pub poll: bool,
 }
 
 impl Exchange {
-    pub fn new(
-        store: FleetStore,
-        spec: FleetSpec,
-        breakers: Vec<Tracked>,
-        zone: Zone,
-        shared: FleetZone,
-        zone_name: String,
-    ) -> Exchange {
-        let peers = spec.peers.iter().map(|&a| Peer::from(a)).collect();
+    pub fn new(s: Setup) -> Exchange {
+        let moved_seen = s.shared.moved().load(core::sync::atomic::Ordering::Relaxed);
         Exchange {
-            store,
-            spec,
-            peers,
-            breakers,
-            zone,
-            shared,
-            zone_name,
+            store: s.store,
+            spec: s.spec,
+            key: s.key,
+            links: s.links,
+            breakers: s.breakers,
+            zone: s.zone,
+            shared: s.shared,
+            zone_name: s.zone_name,
+            poll: s.poll,
+            next_round: 0,
             last_pull: None,
+            last_read: 0,
+            moved_seen,
+            dirty: false,
+            push_at: None,
+            last_status: 0,
+            in_flight: 0,
+            pokes_in_flight: 0,
+            done: Vec::new(),
+            warned_nonce: false,
         }
     }
 
     /// The time between two rounds.
-    pub fn tick(&self) -> Duration {
-        Duration::from_millis((self.spec.interval_ms / 4).max(25))
+    fn tick(&self) -> u64 {
+        (self.spec.interval_ms / 4).max(25)
     }
 
-    fn key<'a>(t: &'a Tracked) -> Key<'a> {
+    fn gap(&self) -> u64 {
+        self.store.config().push_gap_ms
+    }
+
+    fn key_of(t: &Tracked) -> Key<'_> {
         Key {
             hash: t.hash,
             upstream: t.upstream.as_bytes(),
             route: t.route.as_bytes(),
-            kind: Kind::Route,
+            kind: ZoneKind::Route,
         }
     }
 
-    /// Step 1: every breaker's state, as this round sees it.
+    /// Every breaker's state, as the zone holds it now.
     fn read_local(&mut self, now: u64) {
+        self.last_read = now;
+        self.dirty = false;
         for (batch, chunk) in self.breakers.chunks(BATCH).enumerate() {
             let mut views = Vec::with_capacity(chunk.len());
             {
                 let mut locked = self.zone.lock();
                 for (i, t) in chunk.iter().enumerate() {
                     // A breaker of a route met only at run time may not exist yet.
-                    if let Some(b) = locked.find(&Self::key(t)) {
+                    if let Some(b) = locked.find(&Self::key_of(t)) {
                         let v = LocalView::of_view(&b.view(now), t.active);
                         views.push((batch * BATCH + i, v));
                     }
@@ -128,7 +221,7 @@ impl Exchange {
         }
     }
 
-    /// Step 3.
+    /// The message for peers, the JSON object and the Prometheus families.
     fn publish(&self, now: u64) {
         let wire = self.store.render(now);
         let clocks = Clocks {
@@ -141,7 +234,7 @@ impl Exchange {
             .publish(now, [wire.as_bytes(), json.as_bytes(), prom.as_bytes()]);
     }
 
-    /// Step 4.
+    /// Each breaker's verdict, written beside it.
     fn apply(&mut self, now: u64) {
         let until = now.saturating_add(self.store.config().expire_ms);
         let verdicts: Vec<_> = (0..self.breakers.len())
@@ -150,7 +243,7 @@ impl Exchange {
         for (chunk, verdicts) in self.breakers.chunks_mut(BATCH).zip(verdicts.chunks(BATCH)) {
             let mut locked = self.zone.lock();
             for (t, &v) in chunk.iter_mut().zip(verdicts) {
-                let Some(mut b) = locked.find(&Self::key(t)) else {
+                let Some(mut b) = locked.find(&Self::key_of(t)) else {
                     continue;
                 };
                 b.suspect(v.suspicious_until_ms.unwrap_or(0));
@@ -174,127 +267,300 @@ impl Exchange {
             }
         }
     }
-}
 
-/// One round (see the module's documentation); returns the delay until the next.
-pub async fn round(ex: Rc<RefCell<Exchange>>) -> Option<Duration> {
-    let now = mono_ms();
-    let began = now;
-    let pulls = {
-        let mut e = ex.borrow_mut();
-        e.read_local(now);
-        if e.pull_due(now) {
-            e.last_pull = Some(now);
-            let picked = e.store.pick_peers(rnd);
-            let timeout = Duration::from_millis((e.spec.interval_ms / 2).max(50));
-            let host: Vec<String> = picked
-                .iter()
-                .map(|&i| String::from_utf8_lossy(e.peers[i].name()).into_owned())
-                .collect();
-            Some((
-                picked
-                    .iter()
-                    .map(|&i| e.peers[i].clone())
-                    .zip(host)
-                    .collect::<Vec<_>>(),
-                picked,
-                e.spec.target.clone(),
-                e.spec.secret.clone(),
-                timeout,
-            ))
-        } else {
-            None
-        }
-    };
-    if let Some((peers, picked, target, secret, timeout)) = pulls {
-        let answers = join_all(
-            peers
-                .iter()
-                .map(|(peer, host)| pull(peer, host, &target, secret.as_deref(), timeout))
-                .collect(),
-        )
-        .await;
-        let now = mono_ms();
-        let mut e = ex.borrow_mut();
-        for (i, answer) in picked.into_iter().zip(answers) {
-            match answer {
-                Some(body) => {
-                    if let Err(err) = e.store.receive(now, i, &body) {
+    fn peer_name(&self, i: usize) -> String {
+        String::from_utf8_lossy(self.links[i].peer.name()).into_owned()
+    }
+
+    /// Merges (or counts) one pull's answer.
+    fn take_answer(&mut self, now: u64, i: usize, nonce: &Nonce, answer: Answer) {
+        let log = ngx_cycle_log().as_ptr();
+        match answer {
+            Answer::Body(body) => {
+                match self.store.receive_sealed(now, i, &self.key, nonce, &body) {
+                    Ok(_) => {}
+                    Err(Refused::Auth { error, first }) => {
+                        if first {
+                            ngx::ngx_log_error!(
+                                NGX_LOG_WARN,
+                                log,
+                                "circuit breaker fleet: answer of peer \"{}\" refused: {}; \
+                                 its answers are refused until one verifies",
+                                self.peer_name(i),
+                                error
+                            );
+                        }
+                    }
+                    Err(Refused::Parse(e)) => {
                         ngx::ngx_log_error!(
                             NGX_LOG_INFO,
-                            ngx_cycle_log().as_ptr(),
+                            log,
                             "circuit breaker fleet: message of peer \"{}\" refused: {}",
-                            String::from_utf8_lossy(e.peers[i].name()),
-                            err
+                            self.peer_name(i),
+                            e
                         );
                     }
                 }
-                None => e.store.peer_failed(now, i),
             }
+            Answer::Failed(e @ (Error::Tls | Error::TlsVerify(_) | Error::TlsName)) => {
+                if self.store.tls_failed(now, i) {
+                    ngx::ngx_log_error!(
+                        NGX_LOG_WARN,
+                        log,
+                        "circuit breaker fleet: pull from peer \"{}\" refused: {}; \
+                         its answers are refused until one verifies",
+                        self.peer_name(i),
+                        e
+                    );
+                }
+            }
+            Answer::Status(403) => {
+                // The peer did not take our authentication: another secret, most likely.
+                if self.store.auth_failed(now, i) {
+                    ngx::ngx_log_error!(
+                        NGX_LOG_WARN,
+                        log,
+                        "circuit breaker fleet: peer \"{}\" refused this instance's pull (403): \
+                         is its key the same, and does it allow this address?",
+                        self.peer_name(i)
+                    );
+                }
+            }
+            Answer::Status(_) | Answer::Failed(_) => self.store.peer_failed(now, i),
         }
     }
-    let now = mono_ms();
-    let mut e = ex.borrow_mut();
-    e.store.expire(now);
-    e.publish(now);
-    e.apply(now);
-    // Rounds keep their pace while a pull waits out its timeout (longer than a round).
-    Some(
-        e.tick()
-            .saturating_sub(Duration::from_millis(now.saturating_sub(began))),
-    )
-}
 
-/// Pulls one peer's message: the body of a `200`, at most 1 MiB; `None` for anything else
-/// (refused, timed out, another status). A body cut at the cap is handed on, and the
-/// store's parser refuses it as cut short.
-async fn pull(
-    peer: &Peer,
-    host: &str,
-    target: &str,
-    secret: Option<&str>,
-    timeout: Duration,
-) -> Option<Vec<u8>> {
-    let headers: Vec<(&str, &str)> = secret
-        .map(|s| (circuit_breaker_core::fleet::conf::SECRET_HEADER, s))
-        .into_iter()
-        .collect();
-    let req = Request {
-        method: "GET",
-        target,
-        host,
-        headers: &headers,
-        body: &[],
-    };
-    let opts = Options::new(timeout)
-        .max_body(wire::MAX_MESSAGE_BYTES)
-        .action("pulling circuit breaker fleet opinions");
-    match net::fetch(peer, &req, &opts).await {
-        Ok(r) if r.status == 200 => Some(r.body),
-        _ => None,
+    /// When the task should look again, at the latest.
+    fn next_wake(&self, now: u64) -> Duration {
+        let mut at = self.next_round.min(self.last_status + STATUS_EVERY_MS);
+        if self.poll {
+            at = at.min(now + wake::POLL.as_millis() as u64);
+        }
+        if let Some(p) = self.push_at {
+            at = at.min(p);
+        }
+        if self.dirty {
+            at = at.min(self.last_read + self.gap());
+        }
+        if self.links.iter().any(|l| l.wanted && !l.busy) {
+            at = at.min(now + self.gap());
+        }
+        Duration::from_millis(at.saturating_sub(now).max(1))
     }
 }
 
-/// Runs every future at once on this task; their outputs in order.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
+/// What one step decided to send, done once the exchange is no longer borrowed.
+#[derive(Default)]
+struct Sends {
+    pulls: Vec<(usize, Nonce)>,
+    pokes: Vec<(usize, Nonce)>,
+}
+
+/// Runs the exchange until the worker exits.
+pub async fn run(ex: Rc<RefCell<Exchange>>) {
+    loop {
+        let now = mono_ms();
+        let (sends, delay) = {
+            let mut e = ex.borrow_mut();
+            let sends = step(&mut e, now);
+            (sends, e.next_wake(mono_ms()))
+        };
+        send(&ex, sends);
+        wake::wait(delay).await;
+        if net::exiting() {
+            return;
+        }
+    }
+}
+
+/// Everything due at `now` (see the module's documentation).
+fn step(e: &mut Exchange, now: u64) -> Sends {
+    let mut changed = false;
+    for (i, nonce, answer) in core::mem::take(&mut e.done) {
+        e.take_answer(now, i, &nonce, answer);
+        changed = true;
+    }
+    let peers = e.links.len();
+    for i in e.shared.take_pokes(peers) {
+        e.store.poked(i);
+        e.links[i].wanted = true;
+    }
+    let moved = e.shared.moved().load(core::sync::atomic::Ordering::Relaxed);
+    if moved != e.moved_seen || wake::take_nudged() {
+        e.moved_seen = moved;
+        e.dirty = true;
+    }
+    let round = now >= e.next_round;
+    if round || (e.dirty && now >= e.last_read + e.gap()) {
+        e.read_local(now);
+        changed = true;
+    }
+    if round {
+        e.next_round = now + e.tick();
+        if e.pull_due(now) {
+            e.last_pull = Some(now);
+            for i in e.store.pick_peers(rnd) {
+                e.links[i].wanted = true;
+            }
+        }
+        e.store.expire(now);
+    }
+    // The status page follows each round, and within a second whatever the interval (its
+    // JSON and Prometheus texts grow with the peers: not at every answer).
+    if round || now >= e.last_status + STATUS_EVERY_MS {
+        e.last_status = now;
+        e.publish(now);
+    }
+    if changed {
+        e.apply(now);
+    }
+    let mut sends = Sends::default();
+    match e.store.take_push(now) {
+        Push::Now => {
+            e.push_at = None;
+            // Peers pulling at once must find this news.
+            e.shared.publish_wire(now, e.store.render(now).as_bytes());
+            for i in e.store.pick_peers(rnd) {
+                if e.pokes_in_flight + sends.pokes.len() >= MAX_POKES_IN_FLIGHT {
+                    break;
+                }
+                if let Some(n) = fresh_nonce(e) {
+                    sends.pokes.push((i, n));
                 }
             }
         }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
+        Push::At(t) => e.push_at = Some(t),
+        Push::Nothing => e.push_at = None,
+    }
+    let gap = e.gap();
+    for i in 0..e.links.len() {
+        if e.in_flight + sends.pulls.len() >= MAX_IN_FLIGHT {
+            break;
         }
+        let l = &e.links[i];
+        if !l.wanted || l.busy || l.last_pull.is_some_and(|t| now < t + gap) {
+            continue;
+        }
+        let Some(n) = fresh_nonce(e) else { break };
+        let l = &mut e.links[i];
+        l.wanted = false;
+        l.busy = true;
+        l.last_pull = Some(now);
+        sends.pulls.push((i, n));
+    }
+    e.in_flight += sends.pulls.len();
+    e.pokes_in_flight += sends.pokes.len();
+    sends
+}
+
+fn fresh_nonce(e: &mut Exchange) -> Option<Nonce> {
+    let n = nonce::fresh();
+    if n.is_none() && !core::mem::replace(&mut e.warned_nonce, true) {
+        ngx::ngx_log_error!(
+            nginx_sys::NGX_LOG_ALERT,
+            ngx_cycle_log().as_ptr(),
+            "circuit breaker fleet: getrandom() failed, nothing is sent to peers"
+        );
+    }
+    n
+}
+
+/// Starts the pulls and pokes a step decided, each its own background task.
+fn send(ex: &Rc<RefCell<Exchange>>, sends: Sends) {
+    for (i, nonce) in sends.pulls {
+        let ex2 = Rc::clone(ex);
+        net::spawn(async move {
+            let req = request(&ex2, i, Kind::Pull, &nonce);
+            let answer = match req {
+                Some(r) => r.send(wire::MAX_MESSAGE_BYTES).await,
+                None => Answer::Failed(Error::InvalidRequest("request")),
+            };
+            let mut e = ex2.borrow_mut();
+            e.in_flight -= 1;
+            e.links[i].busy = false;
+            e.done.push((i, nonce, answer));
+            drop(e);
+            wake::kick();
+        })
+        .detach();
+    }
+    for (i, nonce) in sends.pokes {
+        let ex2 = Rc::clone(ex);
+        net::spawn(async move {
+            if let Some(r) = request(&ex2, i, Kind::Poke, &nonce) {
+                // A poke that fails costs nothing: the peer's rounds still come.
+                let _ = r.send(0).await;
+            }
+            ex2.borrow_mut().pokes_in_flight -= 1;
+        })
+        .detach();
+    }
+}
+
+/// One request to a peer, owning what it needs while it runs (the exchange is not borrowed
+/// across a wait).
+struct Outgoing {
+    peer: Peer,
+    host: String,
+    target: String,
+    header: String,
+    timeout: Duration,
+    #[cfg(ngx_ssl)]
+    tls: Option<Rc<net::Tls>>,
+    https: bool,
+}
+
+fn request(ex: &Rc<RefCell<Exchange>>, i: usize, kind: Kind, nonce: &Nonce) -> Option<Outgoing> {
+    let e = ex.borrow();
+    let l = e.links.get(i)?;
+    let timeout = match kind {
+        // Each pull must answer within half the interval.
+        Kind::Pull => e.spec.interval_ms / 2,
+        Kind::Poke => e.spec.interval_ms / 4,
+    };
+    Some(Outgoing {
+        peer: l.peer.clone(),
+        host: l.host.clone(),
+        target: e.spec.target.clone(),
+        header: e.key.request(kind, &e.spec.id, nonce),
+        timeout: Duration::from_millis(timeout.max(50)),
+        #[cfg(ngx_ssl)]
+        tls: l.tls.clone(),
+        https: l.https,
     })
-    .await;
-    out.into_iter().flatten().collect()
+}
+
+impl Outgoing {
+    /// The body of a `200` (at most `max_body`; a body cut there is refused by its MAC), or
+    /// why there is none.
+    async fn send(&self, max_body: usize) -> Answer {
+        let headers = [(HEADER, self.header.as_str())];
+        let req = Request {
+            method: "GET",
+            target: &self.target,
+            host: &self.host,
+            headers: &headers,
+            body: &[],
+        };
+        let opts = Options::new(self.timeout)
+            .max_body(max_body)
+            .action("exchanging circuit breaker fleet opinions");
+        #[cfg(ngx_ssl)]
+        let opts = match &self.tls {
+            Some(t) => opts.tls(t),
+            None => opts,
+        };
+        #[cfg(ngx_ssl)]
+        let unreachable = self.https && self.tls.is_none();
+        #[cfg(not(ngx_ssl))]
+        let unreachable = self.https;
+        if unreachable {
+            return Answer::Failed(Error::Tls);
+        }
+        match net::fetch(&self.peer, &req, &opts).await {
+            Ok(r) if r.status == 200 => Answer::Body(r.body),
+            Ok(r) => Answer::Status(r.status),
+            Err(e) => Answer::Failed(e),
+        }
+    }
 }

@@ -14,17 +14,22 @@
 //!   locked admission path only), and a cooldown cut short once when peers report recovery.
 //!   A verdict not refreshed within the expiry is ignored, so an instance whose exchange
 //!   worker is gone acts alone. No request ever waits for a peer.
-//! - **What peers see.** The status location answers `?format=fleet` with the message the
-//!   exchange worker last published ([`shared`]), its ages advanced by the time since.
+//! - **What peers see.** The status location answers an authenticated pull at
+//!   `?format=fleet` with the message the exchange worker last published ([`shared`]), its
+//!   ages advanced by the time since, sealed with the puller's nonce; an authenticated poke
+//!   makes the exchange worker pull its sender at once.
 
+pub mod conf;
 pub mod exchange;
+mod nonce;
 mod shared;
 
+use crate::net::Peer;
 use core::cell::RefCell;
-use core::time::Duration;
 use std::rc::Rc;
 
-use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy, SECRET_HEADER};
+use circuit_breaker_core::fleet::auth::{Kind as AuthKind, HEADER};
+use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy};
 use circuit_breaker_core::fleet::{
     default_expire_intervals, wire, FleetConfig, FleetSpec, FleetStore,
 };
@@ -35,10 +40,11 @@ use nginx_sys::{
 use ngx::http::HttpModuleMainConf;
 use ngx::log::ngx_cycle_log;
 
-use self::exchange::{Exchange, Tracked};
+use self::exchange::{Exchange, Link, Setup, Tracked};
 use self::shared::{FleetZone, Part, ZONE_NAME};
 use crate::conf::{setup, MainConf, Module, SrvConf};
 use crate::ffi::guard;
+use crate::wake;
 use crate::zone::{Kind, Wanted, Zone};
 
 /// `postconfiguration`, after the upstreams are collected: registers the fleet zone, sized
@@ -111,18 +117,11 @@ fn zone_size(spec: &FleetSpec, wanted: &[Wanted<'_>], zone_name: usize) -> usize
     (2 * (wire + json + prom) + 65_536).next_multiple_of(4096)
 }
 
-/// The module's `init_process`: starts the exchange in worker 0 when a fleet is
-/// configured. Never fails the worker: without its exchange an instance acts alone.
+/// The module's `init_process`: in every worker of a fleet, where to signal the exchange;
+/// in worker 0, the exchange itself. Never fails the worker: without its exchange an
+/// instance acts alone.
 pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
-        // SAFETY: both are set before init_process runs (ngx_worker only in workers; a
-        // cache manager keeps the 0 it started with, hence the process type first).
-        let (process, worker) = unsafe { (nginx_sys::ngx_process, nginx_sys::ngx_worker) };
-        let ours = process == NGX_PROCESS_SINGLE as usize
-            || (process == NGX_PROCESS_WORKER as usize && worker == 0);
-        if !ours {
-            return NGX_OK as ngx_int_t;
-        }
         // SAFETY: nginx passes the running cycle.
         let Some(mcf) = Module::main_conf(unsafe { &*cycle }) else {
             return NGX_OK as ngx_int_t;
@@ -130,8 +129,24 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         let Some(spec) = mcf.fleet.clone() else {
             return NGX_OK as ngx_int_t;
         };
+        // SAFETY: both are set before init_process runs (ngx_worker only in workers; a
+        // cache manager keeps the 0 it started with, hence the process type first).
+        let (process, worker) = unsafe { (nginx_sys::ngx_process, nginx_sys::ngx_worker) };
+        let single = process == NGX_PROCESS_SINGLE as usize;
+        if !(single || process == NGX_PROCESS_WORKER as usize) {
+            return NGX_OK as ngx_int_t;
+        }
+        // SAFETY: our fleet zone (or null), mapped in this worker.
+        if let Some(shared) = unsafe { FleetZone::from_shm(mcf.fleet_zone) } {
+            wake::install(shared.moved());
+        }
+        if !(single || worker == 0) {
+            return NGX_OK as ngx_int_t;
+        }
+        // SAFETY: the running cycle's core conf, set before any process starts.
+        let workers = unsafe { worker_processes(cycle) };
         let log = ngx_cycle_log().as_ptr();
-        match start(mcf, spec) {
+        match start(mcf, spec, !single && workers > 1) {
             Ok((id, peers, breakers)) => {
                 ngx::ngx_log_error!(
                     NGX_LOG_NOTICE,
@@ -155,7 +170,23 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
-fn start(mcf: &MainConf, spec: FleetSpec) -> Result<(String, usize, usize), String> {
+/// `worker_processes` of the running configuration.
+///
+/// # Safety
+/// `cycle` must be the running cycle.
+unsafe fn worker_processes(cycle: *mut ngx_cycle_t) -> isize {
+    // SAFETY: the core module's conf is the first thing a cycle's configuration holds; its
+    // index is fixed at build time.
+    unsafe {
+        let ctx = (*cycle).conf_ctx;
+        let ccf = *ctx.add(nginx_sys::ngx_core_module.index) as *const nginx_sys::ngx_core_conf_t;
+        ccf.as_ref().map_or(1, |c| c.worker_processes)
+    }
+}
+
+/// Starts the exchange; `poll`: other workers may signal it (it reads their counter every
+/// `wake::POLL`).
+fn start(mcf: &MainConf, spec: FleetSpec, poll: bool) -> Result<(String, usize, usize), String> {
     // SAFETY: our zones (or null), mapped in this worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) }.ok_or("no breaker to exchange about")?;
     // SAFETY: `mcf.fleet_zone` is null or the fleet zone this module registered, mapped in this
@@ -169,6 +200,7 @@ fn start(mcf: &MainConf, spec: FleetSpec) -> Result<(String, usize, usize), Stri
             .saturating_mul(default_expire_intervals(instances, spec.fanout)),
         ..FleetConfig::for_fleet(spec.interval_ms, instances)
     };
+    let key = spec.key().ok_or("no key")?;
     let ids = spec.peer_ids();
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let mut store = FleetStore::new(&spec.id, &refs, cfg).map_err(|e| e.to_string())?;
@@ -207,13 +239,58 @@ fn start(mcf: &MainConf, spec: FleetSpec) -> Result<(String, usize, usize), Stri
         }
     }
     let summary = (spec.id.clone(), spec.peers.len(), breakers.len());
-    let ex = Exchange::new(store, spec, breakers, zone, shared, mcf.zone_name.0.clone());
+    let links = links(mcf, &spec)?;
+    let ex = Exchange::new(Setup {
+        store,
+        spec,
+        key,
+        links,
+        breakers,
+        zone,
+        shared,
+        zone_name: mcf.zone_name.0.clone(),
+        poll,
+    });
     let ex = Rc::new(RefCell::new(ex));
-    crate::net::every(Duration::from_millis(1), move || {
-        exchange::round(ex.clone())
-    })
-    .detach();
+    wake::exchange_here();
+    crate::net::spawn(exchange::run(ex)).detach();
     Ok(summary)
+}
+
+/// How to reach each peer: its address, and for an `https://` one the TLS to speak
+/// (`ssl_name=` as SNI and the name its certificate must carry, else its IP address).
+fn links(mcf: &MainConf, spec: &FleetSpec) -> Result<Vec<Link>, String> {
+    #[cfg(ngx_ssl)]
+    let named = match spec.tls.as_ref().and_then(|t| t.name.as_deref()) {
+        // SAFETY: the fleet's context, built at configuration time, lives as long as it.
+        Some(name) => Some(Rc::new(
+            unsafe {
+                crate::net::Tls::new(mcf.fleet_ssl, name.as_bytes(), Some(name.as_bytes()), true)
+            }
+            .ok_or("no TLS context")?,
+        )),
+        None => None,
+    };
+    #[cfg(not(ngx_ssl))]
+    let _ = mcf;
+    let mut out = Vec::with_capacity(spec.peers.len());
+    for p in &spec.peers {
+        #[allow(unused_mut)]
+        let mut link = Link::new(Peer::from(p.addr), p.addr.to_string(), p.tls);
+        #[cfg(ngx_ssl)]
+        if p.tls {
+            link.tls = match &named {
+                Some(t) => Some(Rc::clone(t)),
+                None => Some(Rc::new(
+                    // SAFETY: as above.
+                    unsafe { crate::net::Tls::for_ip(mcf.fleet_ssl, &p.addr.ip().to_string()) }
+                        .ok_or("no TLS context")?,
+                )),
+            };
+        }
+        out.push(link);
+    }
+    Ok(out)
 }
 
 /// A breaker's fingerprint as the fleet compares it, for the status page.
@@ -226,37 +303,53 @@ pub fn fingerprint(scf: &SrvConf) -> Option<u64> {
 pub enum NoMessage {
     /// This instance is in no fleet.
     NoFleet,
-    /// The puller did not send the configured secret.
+    /// The request's authentication is missing or wrong, or names no peer.
     Forbidden,
     /// The exchange worker has published nothing yet.
     NotYet,
 }
 
-/// The message served at `?format=fleet` at `now_ms`, for a puller that sent `secret`
-/// (the value of its `X-Circuit-Breaker-Fleet-Secret` header, if any).
-pub fn message(mcf: &MainConf, secret: Option<&[u8]>, now_ms: u64) -> Result<String, NoMessage> {
+/// What `?format=fleet` answers an authenticated request.
+pub enum Answer {
+    /// A pull: the message, sealed with the puller's nonce.
+    Message(Vec<u8>),
+    /// A poke: the exchange worker pulls the sender at once.
+    Poked,
+}
+
+/// The answer at `now_ms` to a request whose [`HEADER`] is `auth`.
+pub fn answer(mcf: &MainConf, auth: Option<&[u8]>, now_ms: u64) -> Result<Answer, NoMessage> {
     let spec = mcf.fleet.as_ref().ok_or(NoMessage::NoFleet)?;
-    if let Some(want) = &spec.secret {
-        if !secret.is_some_and(|got| same_secret(got, want.as_bytes())) {
-            return Err(NoMessage::Forbidden);
-        }
-    }
+    let key = spec.key().ok_or(NoMessage::Forbidden)?;
+    let req = key.check_request(auth).map_err(|_| NoMessage::Forbidden)?;
+    // Only a peer may ask (its own id is among the peers, never this instance's). Ids are
+    // canonical addresses, so comparing the parsed address compares the ids.
+    let from: std::net::SocketAddr = req.from.parse().map_err(|_| NoMessage::Forbidden)?;
+    let peer = spec
+        .peers
+        .iter()
+        .position(|p| p.addr == from && p.addr.to_string() == req.from)
+        .ok_or(NoMessage::Forbidden)?;
     // SAFETY: our fleet zone (or null), mapped in every worker.
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or(NoMessage::NotYet)?;
-    let (at, body) = shared.read(Part::Wire).ok_or(NoMessage::NotYet)?;
-    let body = String::from_utf8(body).map_err(|_| NoMessage::NotYet)?;
-    wire::delayed(&body, now_ms.saturating_sub(at)).ok_or(NoMessage::NotYet)
+    match req.kind {
+        AuthKind::Poke => {
+            shared.poke(peer);
+            wake::kick();
+            Ok(Answer::Poked)
+        }
+        AuthKind::Pull => {
+            let (at, body) = shared.read(Part::Wire).ok_or(NoMessage::NotYet)?;
+            let body = String::from_utf8(body).map_err(|_| NoMessage::NotYet)?;
+            let body = wire::delayed(&body, now_ms.saturating_sub(at)).ok_or(NoMessage::NotYet)?;
+            Ok(Answer::Message(key.seal(&req.nonce, body.as_bytes())))
+        }
+    }
 }
 
-/// The header a puller sends the secret in.
-pub fn secret_header() -> &'static str {
-    SECRET_HEADER
-}
-
-/// Compares without stopping at the first difference, so that the time taken says nothing
-/// of how much of a guess was right.
-fn same_secret(got: &[u8], want: &[u8]) -> bool {
-    got.len() == want.len() && got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+/// The header that carries a pull's or a poke's authentication.
+pub fn auth_header() -> &'static str {
+    HEADER
 }
 
 /// The status page's `fleet` object: the exchange worker's, as last published, led by
@@ -272,8 +365,12 @@ pub fn status_json(mcf: &MainConf, wall: impl Fn(u64) -> u64) -> Option<String> 
     let json = String::from_utf8(json).ok()?;
     let rest = json.strip_prefix('{')?;
     let w = wall(at);
+    let auth = match mcf.fleet.as_ref().and_then(FleetSpec::key) {
+        Some(k) if k.is_authenticated() => "hmac-sha256",
+        _ => "off",
+    };
     Some(format!(
-        "{{\"published\":{}.{:03},{rest}",
+        "{{\"published\":{}.{:03},\"auth\":\"{auth}\",{rest}",
         w / 1000,
         w % 1000
     ))

@@ -3,6 +3,11 @@
 //! own (`circuit_breaker_fleet`), sized from the configuration, so that the fleet's text never
 //! takes room from breakers; touched only under its slab pool's mutex, never by a request
 //! that goes to an upstream.
+//!
+//! Beside the texts, two signals to the exchange worker from the others, atomics outside the
+//! mutex: a counter that any worker bumps when a breaker moves or records an outcome (the
+//! exchange looks again), and one bit per peer that a worker answering that peer's
+//! authenticated poke sets (the exchange pulls it at once).
 
 use core::alloc::Layout;
 use core::ffi::c_void;
@@ -12,6 +17,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use nginx_sys::{ngx_int_t, ngx_shm_zone_t, ngx_slab_pool_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
 use ngx::allocator::Allocator;
 use ngx::core::SlabPool;
+
+use circuit_breaker_core::fleet::conf::MAX_PEERS;
 
 use crate::ffi::guard;
 
@@ -48,12 +55,18 @@ struct Text {
 #[repr(C)]
 struct Header {
     magic: u64,
-    /// When the texts were rendered (monotonic ms); 0 before the first publication.
-    at_ms: AtomicU64,
+    /// When each text was rendered (monotonic ms); 0 before its first publication.
+    at_ms: [AtomicU64; PARTS],
     /// Publications that had to leave a text out for lack of room.
     short: AtomicU64,
     texts: [Text; PARTS],
+    /// Bumped by any worker when the exchange should look at the breakers again.
+    moved: AtomicU64,
+    /// Peers (by index) that asked to be pulled now.
+    pokes: [AtomicU64; POKE_WORDS],
 }
+
+const POKE_WORDS: usize = MAX_PEERS.div_ceil(64);
 
 /// The fleet zone as a process sees it.
 pub struct FleetZone {
@@ -87,10 +100,21 @@ impl FleetZone {
     /// Returns false when a text did not fit: the zone then serves nothing for that part
     /// rather than an older text under the new time.
     pub fn publish(&self, at_ms: u64, texts: [&[u8]; PARTS]) -> bool {
+        self.publish_parts(at_ms, &[Part::Wire, Part::Json, Part::Prometheus], &texts)
+    }
+
+    /// Replaces the message for peers alone (a push between two rounds).
+    pub fn publish_wire(&self, at_ms: u64, wire: &[u8]) -> bool {
+        self.publish_parts(at_ms, &[Part::Wire], &[wire])
+    }
+
+    fn publish_parts(&self, at_ms: u64, parts: &[Part], texts: &[&[u8]]) -> bool {
         let locked = self.pool.lock();
         let h = self.header();
         let mut whole = true;
-        for (t, bytes) in h.texts.iter().zip(texts) {
+        for (&part, &bytes) in parts.iter().zip(texts) {
+            let t = &h.texts[part as usize];
+            h.at_ms[part as usize].store(at_ms, Ordering::Relaxed);
             let mut ptr = t.ptr.load(Ordering::Relaxed);
             let cap = t.cap.load(Ordering::Relaxed);
             if ptr.is_null() || bytes.len() > cap {
@@ -126,7 +150,6 @@ impl FleetZone {
             unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
             t.len.store(bytes.len(), Ordering::Relaxed);
         }
-        h.at_ms.store(at_ms, Ordering::Relaxed);
         if !whole {
             h.short.fetch_add(1, Ordering::Relaxed);
         }
@@ -139,7 +162,7 @@ impl FleetZone {
     pub fn read(&self, part: Part) -> Option<(u64, Vec<u8>)> {
         let _locked = self.pool.lock();
         let h = self.header();
-        let at = h.at_ms.load(Ordering::Relaxed);
+        let at = h.at_ms[part as usize].load(Ordering::Relaxed);
         let t = &h.texts[part as usize];
         let ptr = t.ptr.load(Ordering::Relaxed);
         if at == 0 || ptr.is_null() {
@@ -155,6 +178,41 @@ impl FleetZone {
     pub fn short(&self) -> u64 {
         let _locked = self.pool.lock();
         self.header().short.load(Ordering::Relaxed)
+    }
+
+    /// The counter workers bump when the exchange should look again.
+    pub fn moved(&self) -> &AtomicU64 {
+        &self.header().moved
+    }
+
+    /// Peer `index` asked to be pulled now.
+    pub fn poke(&self, index: usize) {
+        if let Some(w) = self.header().pokes.get(index / 64) {
+            w.fetch_or(1 << (index % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// The peers that asked to be pulled since the last call, by index.
+    pub fn take_pokes(&self, peers: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (w, word) in self
+            .header()
+            .pokes
+            .iter()
+            .enumerate()
+            .take(peers.div_ceil(64))
+        {
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = word.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                out.push(w * 64 + b);
+                bits &= bits - 1;
+            }
+        }
+        out
     }
 }
 
@@ -197,9 +255,11 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
         unsafe {
             hdr.write(Header {
                 magic: MAGIC,
-                at_ms: AtomicU64::new(0),
+                at_ms: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
                 short: AtomicU64::new(0),
                 texts: [text(), text(), text()],
+                moved: AtomicU64::new(0),
+                pokes: [const { AtomicU64::new(0) }; POKE_WORDS],
             });
             let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();
             (*raw).data = hdr.cast();

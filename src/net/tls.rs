@@ -26,9 +26,12 @@ const POOL_SIZE: usize = 1024;
 pub struct Tls {
     ssl: NonNull<ngx_ssl_t>,
     /// Checked against the certificate when verifying.
-    name: CString,
+    name: Option<CString>,
     /// Sent as SNI.
     sni: Option<CString>,
+    /// Without a name: the server's IP address, checked against the certificate's IP
+    /// addresses when verifying (no SNI: it carries host names only).
+    ip: Option<CString>,
     verify: bool,
 }
 
@@ -48,7 +51,10 @@ impl Tls {
         verify: bool,
     ) -> Option<Tls> {
         let ssl = NonNull::new(ssl)?;
-        let name = CString::new(name).ok()?;
+        let name = match name {
+            [] => None,
+            n => Some(CString::new(n).ok()?),
+        };
         let sni = match sni {
             Some(n) => Some(CString::new(n).ok()?),
             None => None,
@@ -57,7 +63,24 @@ impl Tls {
             ssl,
             name,
             sni,
+            ip: None,
             verify,
+        })
+    }
+
+    /// Verified TLS with nginx's SSL context `ssl` to a server known by its IP address: the
+    /// certificate must pass the context's verification and carry `ip` (text form) among
+    /// its IP addresses. No SNI is sent.
+    ///
+    /// # Safety
+    /// As for [`Tls::new`].
+    pub unsafe fn for_ip(ssl: *mut ngx_ssl_t, ip: &str) -> Option<Tls> {
+        Some(Tls {
+            ssl: NonNull::new(ssl)?,
+            name: None,
+            sni: None,
+            ip: Some(CString::new(ip).ok()?),
+            verify: true,
         })
     }
 }
@@ -131,10 +154,13 @@ fn verify(c: *mut ngx_connection_t, tls: &Tls) -> Result<(), Error> {
     if rc != X509_V_OK as core::ffi::c_long {
         return Err(Error::TlsVerify(rc as i64));
     }
-    let bytes = tls.name.as_bytes();
-    if bytes.is_empty() {
-        return Ok(());
-    }
+    let Some(name) = &tls.name else {
+        return match &tls.ip {
+            Some(ip) => check_ip(c, ip),
+            None => Ok(()),
+        };
+    };
+    let bytes = name.as_bytes();
     let mut name = ngx_str_t {
         len: bytes.len(),
         data: bytes.as_ptr().cast_mut(),
@@ -144,4 +170,23 @@ fn verify(c: *mut ngx_connection_t, tls: &Tls) -> Result<(), Error> {
         return Err(Error::TlsName);
     }
     Ok(())
+}
+
+/// The certificate carries `ip` among its IP addresses (`X509_check_ip_asc`).
+fn check_ip(c: *mut ngx_connection_t, ip: &CString) -> Result<(), Error> {
+    // SAFETY: `c` is open with a completed handshake; the certificate, when there is one, is
+    // ours to free.
+    unsafe {
+        let cert = nginx_sys::SSL_get1_peer_certificate((*(*c).ssl).connection);
+        if cert.is_null() {
+            return Err(Error::TlsName);
+        }
+        let rc = nginx_sys::X509_check_ip_asc(cert, ip.as_ptr(), 0);
+        nginx_sys::X509_free(cert);
+        if rc == 1 {
+            Ok(())
+        } else {
+            Err(Error::TlsName)
+        }
+    }
 }

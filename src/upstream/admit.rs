@@ -108,8 +108,10 @@ fn note(state: &mut RequestState, a: &Admission, breaker_state: Option<State>) {
     state.short_circuited = matches!(a, Admission::Reject { .. } | Admission::Recovering { .. });
 }
 
-/// One `warn` line per transition, with its numbers.
+/// One `warn` line per transition, with its numbers; and the fleet's exchange, if any, is
+/// told a breaker moved.
 pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
+    crate::wake::nudge();
     let verb = match t.to {
         State::Open => "opened",
         State::HalfOpen => "half-opened",

@@ -287,6 +287,9 @@ fn settle_locked(
     drop(locked);
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
+    } else if recorded.state == State::Closed {
+        // A failure (successes rarely take the lock) the fleet may need to hear of at once.
+        crate::wake::nudge();
     }
     state.label = Some(Label::State(recorded.state));
 }

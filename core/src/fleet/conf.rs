@@ -2,17 +2,25 @@
 //! nginx's own error wording.
 //!
 //! ```text
-//! circuit_breaker_fleet address ... id=address [interval=1s] [fanout=number]
-//!                       [uri=/circuit_breaker] [secret=text];
+//! circuit_breaker_fleet address ... id=address (secret=text | secret_file=file | auth=off)
+//!                       [interval=1s] [fanout=number] [uri=/circuit_breaker]
+//!                       [ssl_trusted_certificate=file] [ssl_certificate=file
+//!                       ssl_certificate_key=file] [ssl_name=name];
 //! ```
 //!
 //! Peers are socket addresses (`10.0.0.5:8080`, `[2001:db8::5]:8080`, or an IP alone for
-//! port 80); the same list may be written on every instance, this one included. Each address
+//! port 80), or the same after `https://` (port 443 when none is given) for a peer reached
+//! over TLS; the same list may be written on every instance, this one included. Each address
 //! is kept in its canonical form (`[::1]:80` for `[0:0::1]`), which is also the instance's id
 //! on the wire: `id=` must name this instance as the others list it.
+//!
+//! Every fleet authenticates its messages ([`super::auth`]): `secret=` or `secret_file=` gives
+//! the key, and a fleet without one is refused unless it says `auth=off` (a lab). Errors never
+//! repeat a secret.
 
 use std::net::{IpAddr, SocketAddr};
 
+use super::auth::FleetKey;
 use super::fingerprint::Fingerprint;
 use super::store::{default_fanout, Policy};
 use super::wire::MAX_NAME_BYTES;
@@ -28,13 +36,47 @@ pub const MIN_INTERVAL_MS: u64 = 100;
 pub const MAX_INTERVAL_MS: u64 = 3_600_000;
 /// The peers' status location when `uri=` is not given (the README's).
 pub const DEFAULT_URI: &str = "/circuit_breaker";
-/// The header that carries `secret=`, sent with every pull and checked by the status
-/// location's `?format=fleet`.
-pub const SECRET_HEADER: &str = "X-Circuit-Breaker-Fleet-Secret";
 /// The most peers one instance may list.
 pub const MAX_PEERS: usize = 4096;
+/// The largest `fanout`: peers pulled (and told of a move) at once. Each pull holds at most
+/// [`super::wire::MAX_MESSAGE_BYTES`], so that a round never holds more than 16 MiB of
+/// answers whatever the configuration; 16 already reaches 1000 instances in three rounds.
+pub const MAX_FANOUT: usize = 16;
 const MAX_URI_BYTES: usize = 2048;
-const MAX_SECRET_BYTES: usize = 256;
+const MAX_PATH_BYTES: usize = 4096;
+
+/// Where the fleet's key comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Secret {
+    /// `secret=`, or `secret_file=` once the shell has read it.
+    Key(FleetKey),
+    /// `secret_file=`, still to be read (relative to nginx's configuration prefix).
+    File(String),
+    /// `auth=off`: the lab's unauthenticated exchange.
+    Off,
+}
+
+/// How to speak TLS to the `https://` peers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSpec {
+    /// `ssl_trusted_certificate=`: the CA certificates peers' certificates must verify against.
+    pub trusted_certificate: String,
+    /// `ssl_certificate=` and `ssl_certificate_key=`: this instance's client certificate, for
+    /// peers that ask for one (mutual TLS).
+    pub certificate: Option<(String, String)>,
+    /// `ssl_name=`: sent as SNI and checked against the peers' certificates; without it the
+    /// certificate must carry the peer's IP address.
+    pub name: Option<String>,
+}
+
+/// One peer: its address, and whether it is reached over TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr {
+    /// Canonical socket address; its text is the peer's id.
+    pub addr: SocketAddr,
+    /// Listed as `https://`.
+    pub tls: bool,
+}
 
 /// Everything `circuit_breaker_fleet` sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,21 +84,32 @@ pub struct FleetSpec {
     /// This instance's id: its address as the peers list it (canonical form).
     pub id: String,
     /// The peers, in the order given, without this instance, in canonical form.
-    pub peers: Vec<SocketAddr>,
+    pub peers: Vec<PeerAddr>,
     /// Time between two rounds of pulls (ms).
     pub interval_ms: u64,
     /// Peers pulled from per round.
     pub fanout: usize,
     /// What to request from a peer: its status location with `format=fleet`.
     pub target: String,
-    /// The shared secret sent in [`SECRET_HEADER`] and required from pullers, if any.
-    pub secret: Option<String>,
+    /// The key that authenticates every message.
+    pub secret: Secret,
+    /// TLS settings for the `https://` peers (present exactly when there is one).
+    pub tls: Option<TlsSpec>,
 }
 
 impl FleetSpec {
     /// The peers' ids (their canonical addresses), as the store and the wire name them.
     pub fn peer_ids(&self) -> Vec<String> {
-        self.peers.iter().map(SocketAddr::to_string).collect()
+        self.peers.iter().map(|p| p.addr.to_string()).collect()
+    }
+
+    /// The key in force: `None` while `secret_file=` is unread.
+    pub fn key(&self) -> Option<FleetKey> {
+        match &self.secret {
+            Secret::Key(k) => Some(k.clone()),
+            Secret::Off => Some(FleetKey::unauthenticated()),
+            Secret::File(_) => None,
+        }
     }
 
     /// Instances in the fleet, this one included.
@@ -76,6 +129,10 @@ fn invalid(word: &str, reason: Option<&'static str>) -> ConfError {
 /// An address as the directive takes it: `IP:port`, `[IPv6]:port`, or an IP alone (port 80).
 /// Names are refused: the fleet resolves nothing.
 pub fn parse_address(s: &str) -> Option<SocketAddr> {
+    parse_with_port(s, 80)
+}
+
+fn parse_with_port(s: &str, port: u16) -> Option<SocketAddr> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return (a.port() != 0).then_some(a);
     }
@@ -83,7 +140,34 @@ pub fn parse_address(s: &str) -> Option<SocketAddr> {
         .strip_prefix('[')
         .and_then(|r| r.strip_suffix(']'))
         .unwrap_or(s);
-    ip.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 80))
+    ip.parse::<IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, port))
+}
+
+/// A peer as the directive lists it: an address, or `http://` or `https://` and an address
+/// (port 443 by default for `https://`).
+pub fn parse_peer(s: &str) -> Option<PeerAddr> {
+    let (rest, tls, port) = if let Some(r) = s.strip_prefix("https://") {
+        (r, true, 443)
+    } else if let Some(r) = s.strip_prefix("http://") {
+        (r, false, 80)
+    } else {
+        (s, false, 80)
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    parse_with_port(rest, port).map(|addr| PeerAddr { addr, tls })
+}
+
+fn path(word: &str, v: &str) -> Result<String, ConfError> {
+    if v.is_empty() || v.len() > MAX_PATH_BYTES || v.bytes().any(|b| b < b' ' || b == 0x7f) {
+        return Err(invalid(word, Some("must be a file name")));
+    }
+    Ok(v.to_owned())
+}
+
+fn conflict(msg: &str) -> ConfError {
+    ConfError::Conflict(format!("\"{DIRECTIVE}\" {msg}"))
 }
 
 /// Parses the words after `circuit_breaker_fleet`.
@@ -91,18 +175,23 @@ pub fn parse_fleet_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
 ) -> Result<FleetSpec, ConfError> {
-    let mut addresses: Vec<SocketAddr> = Vec::new();
+    let mut addresses: Vec<PeerAddr> = Vec::new();
     let mut id: Option<SocketAddr> = None;
     let mut interval_ms = 1000;
     let mut fanout: Option<usize> = None;
     let mut uri = DEFAULT_URI.to_owned();
-    let mut secret = None;
+    let mut secret: Option<Secret> = None;
+    let mut trusted = None;
+    let mut certificate = None;
+    let mut certificate_key = None;
+    let mut ssl_name = None;
     let mut seen = crate::directive::Seen::new();
     for word in words {
-        let Some((key, v)) = word.split_once('=') else {
-            let a = parse_address(word)
+        let scheme = word.starts_with("http://") || word.starts_with("https://");
+        let Some((key, v)) = word.split_once('=').filter(|_| !scheme) else {
+            let a = parse_peer(word)
                 .ok_or_else(|| invalid(word, Some("must be an address such as 10.0.0.5:8080")))?;
-            if addresses.contains(&a) {
+            if addresses.iter().any(|p| p.addr == a.addr) {
                 return Err(invalid(word, Some("is listed twice")));
             }
             if addresses.len() == MAX_PEERS {
@@ -118,7 +207,7 @@ pub fn parse_fleet_args<'a>(
         }
         match key {
             "id" => {
-                id = Some(parse_address(v).ok_or_else(|| {
+                id = Some(parse_peer(v).map(|p| p.addr).ok_or_else(|| {
                     invalid(
                         word,
                         Some("must be this instance's address as its peers list it"),
@@ -133,8 +222,8 @@ pub fn parse_fleet_args<'a>(
                 interval_ms = ms;
             }
             "fanout" => match v.parse::<usize>() {
-                Ok(n) if n >= 1 && !v.starts_with('+') => fanout = Some(n),
-                Ok(_) => return Err(invalid(word, Some("must be at least 1"))),
+                Ok(n) if (1..=MAX_FANOUT).contains(&n) && !v.starts_with('+') => fanout = Some(n),
+                Ok(_) => return Err(invalid(word, Some("must be from 1 to 16"))),
                 Err(_) => return Err(invalid(word, None)),
             },
             "uri" => {
@@ -146,33 +235,91 @@ pub fn parse_fleet_args<'a>(
                 }
                 uri = v.to_owned();
             }
+            "secret" | "secret_file" | "auth" if secret.is_some() => {
+                return Err(conflict(
+                    "takes one of \"secret\", \"secret_file\" and \"auth=off\"",
+                ));
+            }
             "secret" => {
+                // The error names the parameter, never its value.
+                let k = FleetKey::new(v.as_bytes()).map_err(|e| {
+                    ConfError::Conflict(format!(
+                        "invalid \"secret\" in \"{DIRECTIVE}\" directive, {e}"
+                    ))
+                })?;
+                secret = Some(Secret::Key(k));
+            }
+            "secret_file" => secret = Some(Secret::File(path(word, v)?)),
+            "auth" if v == "off" => secret = Some(Secret::Off),
+            "auth" => return Err(invalid(word, Some("must be \"off\""))),
+            "ssl_trusted_certificate" => trusted = Some(path(word, v)?),
+            "ssl_certificate" => certificate = Some(path(word, v)?),
+            "ssl_certificate_key" => certificate_key = Some(path(word, v)?),
+            "ssl_name" => {
                 if v.is_empty()
-                    || v.len() > MAX_SECRET_BYTES
-                    || v.bytes().any(|b| !(b'!'..=b'~').contains(&b))
+                    || v.len() > 253
+                    || !v
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._*".contains(&b))
                 {
-                    return Err(invalid(
-                        word,
-                        Some("must be 1 to 256 visible ASCII characters"),
-                    ));
+                    return Err(invalid(word, Some("must be a host name")));
                 }
-                secret = Some(v.to_owned());
+                ssl_name = Some(v.to_ascii_lowercase());
             }
             _ => return Err(ConfError::InvalidParameter(word.to_owned())),
         }
         seen.push(key);
     }
     let Some(id) = id else {
-        return Err(ConfError::Conflict(format!(
-            "\"{DIRECTIVE}\" must have \"id\" parameter"
-        )));
+        return Err(conflict("must have \"id\" parameter"));
     };
-    let peers: Vec<SocketAddr> = addresses.into_iter().filter(|&a| a != id).collect();
+    let Some(secret) = secret else {
+        return Err(conflict(
+            "must have \"secret\" or \"secret_file\" parameter (or \"auth=off\" in a lab)",
+        ));
+    };
+    let peers: Vec<PeerAddr> = addresses.into_iter().filter(|p| p.addr != id).collect();
     if peers.is_empty() {
+        return Err(conflict("must list at least one peer besides \"id\""));
+    }
+    if let Some(n) = fanout.filter(|&n| n > peers.len()) {
         return Err(ConfError::Conflict(format!(
-            "\"{DIRECTIVE}\" must list at least one peer besides \"id\""
+            "invalid value \"fanout={n}\" in \"{DIRECTIVE}\" directive, \
+             must be at most the {} peer(s) listed",
+            peers.len()
         )));
     }
+    let tls = match (peers.iter().any(|p| p.tls), trusted) {
+        (true, Some(trusted_certificate)) => Some(TlsSpec {
+            trusted_certificate,
+            certificate: match (certificate, certificate_key) {
+                (Some(c), Some(k)) => Some((c, k)),
+                (None, None) => None,
+                _ => {
+                    return Err(conflict(
+                        "needs both \"ssl_certificate\" and \"ssl_certificate_key\"",
+                    ))
+                }
+            },
+            name: ssl_name,
+        }),
+        (true, None) => {
+            return Err(conflict(
+                "must have \"ssl_trusted_certificate\" parameter for \"https://\" peers",
+            ))
+        }
+        (false, _)
+            if seen.has("ssl_trusted_certificate")
+                || seen.has("ssl_certificate")
+                || seen.has("ssl_certificate_key")
+                || seen.has("ssl_name") =>
+        {
+            return Err(conflict(
+                "has \"ssl_*\" parameters but no \"https://\" peer",
+            ));
+        }
+        (false, _) => None,
+    };
     let id = id.to_string();
     debug_assert!(id.len() <= MAX_NAME_BYTES);
     let target = if uri
@@ -192,6 +339,7 @@ pub fn parse_fleet_args<'a>(
         interval_ms,
         target,
         secret,
+        tls,
     })
 }
 
@@ -259,54 +407,107 @@ mod tests {
         }
     }
 
+    const KEY: &str = "secret=0123456789abcdef0123456789abcdef";
+
     fn parse(line: &str) -> Result<FleetSpec, ConfError> {
         parse_fleet_args(line.split_whitespace(), &TestUnits)
     }
 
+    /// `line` with a secret.
+    fn keyed(line: &str) -> Result<FleetSpec, ConfError> {
+        parse(&format!("{line} {KEY}"))
+    }
+
     fn err(line: &str) -> String {
-        parse(line).unwrap_err().to_string()
+        keyed(line).unwrap_err().to_string()
+    }
+
+    fn key() -> FleetKey {
+        FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap()
     }
 
     #[test]
     fn a_shared_list_leaves_this_instance_out() {
-        let s = parse("127.0.0.1:8081 127.0.0.1:8082 127.0.0.1:8083 id=127.0.0.1:8082").unwrap();
+        let s = keyed("127.0.0.1:8081 127.0.0.1:8082 127.0.0.1:8083 id=127.0.0.1:8082").unwrap();
         assert_eq!(s.id, "127.0.0.1:8082");
         assert_eq!(s.peer_ids(), ["127.0.0.1:8081", "127.0.0.1:8083"]);
         assert_eq!(s.instances(), 3);
         assert_eq!(s.interval_ms, 1000);
         assert_eq!(s.fanout, 2, "every peer in a fleet of 4 or fewer");
         assert_eq!(s.target, "/circuit_breaker?format=fleet");
-        assert_eq!(s.secret, None);
+        assert_eq!(s.secret, Secret::Key(key()));
+        assert_eq!(s.key(), Some(key()));
+        assert_eq!(s.tls, None);
+        assert!(s.peers.iter().all(|p| !p.tls));
     }
 
     #[test]
     fn every_parameter() {
         let s = parse(
             "10.0.0.1:80 [::1]:8080 10.0.0.9 id=10.0.0.2:80 interval=500ms fanout=1 \
-             uri=/cb?x=1 secret=s3cr3t",
+             uri=/cb?x=1 secret_file=fleet.key",
         )
         .unwrap();
         assert_eq!(s.peer_ids(), ["10.0.0.1:80", "[::1]:8080", "10.0.0.9:80"]);
         assert_eq!(s.interval_ms, 500);
         assert_eq!(s.fanout, 1);
         assert_eq!(s.target, "/cb?x=1&format=fleet");
-        assert_eq!(s.secret.as_deref(), Some("s3cr3t"));
+        assert_eq!(s.secret, Secret::File("fleet.key".into()));
+        assert_eq!(s.key(), None, "read by the shell");
         assert_eq!(
-            parse("10.0.0.1:80 id=10.0.0.2:80 uri=/s?format=fleet")
+            keyed("10.0.0.1:80 id=10.0.0.2:80 uri=/s?format=fleet")
                 .unwrap()
                 .target,
             "/s?format=fleet"
         );
+        let off = parse("10.0.0.1:80 id=10.0.0.2:80 auth=off").unwrap();
+        assert_eq!(off.secret, Secret::Off);
+        assert_eq!(off.key(), Some(FleetKey::unauthenticated()));
+    }
+
+    #[test]
+    fn https_peers_and_their_tls() {
+        let s = keyed(
+            "https://10.0.0.1:8443 https://[::1] http://10.0.0.3:8080 10.0.0.4:80 \
+             id=https://10.0.0.4 ssl_trusted_certificate=/etc/fleet/ca.crt \
+             ssl_certificate=edge.crt ssl_certificate_key=edge.key ssl_name=Fleet.Example",
+        )
+        .unwrap();
+        assert_eq!(s.id, "10.0.0.4:443");
+        assert_eq!(
+            s.peer_ids(),
+            ["10.0.0.1:8443", "[::1]:443", "10.0.0.3:8080", "10.0.0.4:80"]
+        );
+        assert_eq!(
+            s.peers.iter().map(|p| p.tls).collect::<Vec<_>>(),
+            [true, true, false, false]
+        );
+        assert_eq!(
+            s.tls,
+            Some(TlsSpec {
+                trusted_certificate: "/etc/fleet/ca.crt".into(),
+                certificate: Some(("edge.crt".into(), "edge.key".into())),
+                name: Some("fleet.example".into()),
+            })
+        );
+        let plain = keyed("https://10.0.0.1 id=10.0.0.2:80 ssl_trusted_certificate=ca.crt");
+        assert_eq!(plain.unwrap().tls.unwrap().certificate, None);
     }
 
     #[test]
     fn addresses_are_canonical() {
-        let s = parse("[0:0::1]:80 id=127.0.0.1").unwrap();
+        let s = keyed("[0:0::1]:80 id=127.0.0.1").unwrap();
         assert_eq!(s.id, "127.0.0.1:80");
         assert_eq!(s.peer_ids(), ["[::1]:80"]);
         // The id written in another form is still this instance.
-        let s = parse("[::1]:80 127.0.0.1:81 id=[0::1]").unwrap();
+        let s = keyed("[::1]:80 127.0.0.1:81 id=[0::1]").unwrap();
         assert_eq!(s.peer_ids(), ["127.0.0.1:81"]);
+        // http:// and https:// list the same instance: its id is its address.
+        assert_eq!(
+            err("http://127.0.0.1:81 https://127.0.0.1:81 id=127.0.0.1:82"),
+            "invalid value \"https://127.0.0.1:81\" in \"circuit_breaker_fleet\" directive, \
+             is listed twice"
+        );
     }
 
     #[test]
@@ -401,7 +602,15 @@ mod tests {
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 fanout=0"),
-            format!("invalid value \"fanout=0\" {d}, must be at least 1")
+            format!("invalid value \"fanout=0\" {d}, must be from 1 to 16")
+        );
+        assert_eq!(
+            err("127.0.0.1:1 id=127.0.0.1:2 fanout=17"),
+            format!("invalid value \"fanout=17\" {d}, must be from 1 to 16")
+        );
+        assert_eq!(
+            err("127.0.0.1:1 127.0.0.1:3 id=127.0.0.1:2 fanout=3"),
+            format!("invalid value \"fanout=3\" {d}, must be at most the 2 peer(s) listed")
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 fanout=x"),
@@ -410,10 +619,6 @@ mod tests {
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 uri=status"),
             format!("invalid value \"uri=status\" {d}, must be a path from \"/\"")
-        );
-        assert_eq!(
-            err("127.0.0.1:1 id=127.0.0.1:2 secret="),
-            format!("invalid value \"secret=\" {d}, must be 1 to 256 visible ASCII characters")
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 bogus=1"),
@@ -426,6 +631,75 @@ mod tests {
         assert_eq!(
             err("127.0.0.1:0 id=127.0.0.1:2"),
             format!("invalid value \"127.0.0.1:0\" {d}, must be an address such as 10.0.0.5:8080")
+        );
+        assert_eq!(
+            err("https://name.example id=127.0.0.1:2"),
+            format!(
+                "invalid value \"https://name.example\" {d}, must be an address such as 10.0.0.5:8080"
+            )
+        );
+    }
+
+    #[test]
+    fn every_fleet_is_authenticated_and_its_secret_never_shown() {
+        let line = "127.0.0.1:1 id=127.0.0.1:2";
+        let no = |l: &str| parse(l).unwrap_err().to_string();
+        assert_eq!(
+            no(line),
+            "\"circuit_breaker_fleet\" must have \"secret\" or \"secret_file\" parameter \
+             (or \"auth=off\" in a lab)"
+        );
+        for (secret, why) in [
+            ("s3cr3t", "must be 16 to 1024 characters"),
+            ("", "must be 16 to 1024 characters"),
+            ("0123456789abcdef\u{e9}", "must be visible ASCII characters"),
+        ] {
+            let e = no(&format!("{line} secret={secret}"));
+            assert_eq!(
+                e,
+                format!("invalid \"secret\" in \"circuit_breaker_fleet\" directive, {why}")
+            );
+            if !secret.is_empty() {
+                assert!(!e.contains(secret), "{e}");
+            }
+        }
+        assert_eq!(
+            no(&format!("{line} auth=on")),
+            "invalid value \"auth=on\" in \"circuit_breaker_fleet\" directive, must be \"off\""
+        );
+        assert_eq!(
+            no(&format!("{line} auth=off {KEY}")),
+            "\"circuit_breaker_fleet\" takes one of \"secret\", \"secret_file\" and \"auth=off\""
+        );
+        assert_eq!(
+            no(&format!("{line} secret_file=")),
+            "invalid value \"secret_file=\" in \"circuit_breaker_fleet\" directive, \
+             must be a file name"
+        );
+        let e = format!("{:?}", keyed(line).unwrap());
+        assert!(!e.contains("0123456789abcdef"), "{e}");
+    }
+
+    #[test]
+    fn tls_needs_a_trusted_certificate() {
+        let no = |l: &str| err(l);
+        assert_eq!(
+            no("https://127.0.0.1:1 id=127.0.0.1:2"),
+            "\"circuit_breaker_fleet\" must have \"ssl_trusted_certificate\" parameter for \
+             \"https://\" peers"
+        );
+        assert_eq!(
+            no("https://127.0.0.1:1 id=127.0.0.1:2 ssl_trusted_certificate=ca ssl_certificate=c"),
+            "\"circuit_breaker_fleet\" needs both \"ssl_certificate\" and \"ssl_certificate_key\""
+        );
+        assert_eq!(
+            no("127.0.0.1:1 id=127.0.0.1:2 ssl_trusted_certificate=ca"),
+            "\"circuit_breaker_fleet\" has \"ssl_*\" parameters but no \"https://\" peer"
+        );
+        assert_eq!(
+            no("https://127.0.0.1:1 id=127.0.0.1:2 ssl_trusted_certificate=ca ssl_name=a/b"),
+            "invalid value \"ssl_name=a/b\" in \"circuit_breaker_fleet\" directive, \
+             must be a host name"
         );
     }
 }

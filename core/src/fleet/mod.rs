@@ -6,12 +6,15 @@
 //!   only between breakers with the same (upstream, route) *and* fingerprint.
 //! - [`wire`]: the compact, versioned line format served at `?format=fleet`, and its strict
 //!   parser.
+//! - [`auth`]: HMAC-SHA-256 under the fleet's key: pulls and pokes authenticated, answers
+//!   sealed with the puller's nonce.
 //! - [`store`]: the opinion store — merge, expiry, per-peer counters — and its answers:
 //!   [`FleetStore::suspicious`], [`FleetStore::probe_from`] /
-//!   [`FleetStore::designated_prober`], [`FleetStore::peers_report_recovered`], and when to
-//!   pull early ([`FleetStore::hurry`]).
+//!   [`FleetStore::designated_prober`], [`FleetStore::peers_report_recovered`], when to
+//!   pull early ([`FleetStore::hurry`]) and when to push ([`FleetStore::take_push`]).
 //! - [`select`]: choosing `fanout` peers to pull from.
 //! - [`status`]: the fleet's part of the status page, JSON and Prometheus.
+//! - [`conf`]: the directive's words.
 //!
 //! Opinions, not orders: nothing here opens a breaker. Suspicion lowers the local bar (the
 //! breaker still needs failures of its own, say 5 instead of `min_requests`); the fleet's
@@ -25,12 +28,16 @@
 //! its [`Fingerprint`] and [`Policy`]. It wakes every quarter of `interval_ms` and:
 //! 1. reads each breaker from shared memory into [`FleetStore::update_local`];
 //! 2. when a whole interval has passed since its last pull, or [`FleetStore::hurry`] says so,
-//!    pulls `?format=fleet` from each of [`FleetStore::pick_peers`] (timeout about half the
-//!    interval, body capped at [`wire::MAX_MESSAGE_BYTES`]), handing each body to
-//!    [`FleetStore::receive`] and each failure to [`FleetStore::peer_failed`]; then
-//!    [`FleetStore::expire`];
+//!    pulls `?format=fleet` from each of [`FleetStore::pick_peers`] with a fresh nonce
+//!    (timeout about half the interval, body capped at [`wire::MAX_MESSAGE_BYTES`]), handing
+//!    each answer to [`FleetStore::receive_sealed`] and each failure to
+//!    [`FleetStore::peer_failed`] or [`FleetStore::tls_failed`]; then [`FleetStore::expire`];
 //! 3. publishes into the shared zone: [`FleetStore::render`] with the time it was rendered,
-//!    and each breaker's [`FleetStore::verdict`] beside the breaker.
+//!    and each breaker's [`FleetStore::verdict`] beside the breaker;
+//! 4. between rounds, when a breaker moved, reads the breakers again and asks
+//!    [`FleetStore::take_push`]: on [`Push::Now`] it publishes its message and pokes
+//!    [`FleetStore::pick_peers`], each of which pulls it at once; a peer that pokes it is
+//!    pulled at once ([`FleetStore::poked`]).
 //!
 //! The request path reads only the published verdict (three integers): while
 //! `suspicious_until_ms >= now` a closed breaker opens on `suspect_min` failures of its own
@@ -40,6 +47,7 @@
 //! `?format=fleet` sends the published body through [`wire::delayed`] with the body's age,
 //! so that ages stay true without re-rendering.
 
+pub mod auth;
 pub mod conf;
 pub mod fingerprint;
 pub mod select;
@@ -50,7 +58,8 @@ pub mod wire;
 pub use conf::FleetSpec;
 pub use fingerprint::Fingerprint;
 pub use store::{
-    default_expire_intervals, default_fanout, BreakerFleetView, Counters, FleetConfig, FleetError,
-    FleetStore, LocalView, Opinion, PeerCounters, PeerStats, Policy, Received, Verdict,
+    default_expire_intervals, default_fanout, default_push_gap, BreakerFleetView, Counters,
+    FleetConfig, FleetError, FleetStore, LocalView, Opinion, PeerCounters, PeerStats, Policy, Push,
+    Received, Refused, Verdict,
 };
 pub use wire::{ErrorKind, Flags, Message, ParseError, WireOpinion};

@@ -43,9 +43,10 @@ fn json_time(out: &mut String, t: Option<u64>, c: Clocks) {
     }
 }
 
-/// `{"instance","interval_ms","fanout","expire_ms","dropped":{"unknown_origin",
+/// `{"instance","interval_ms","fanout","expire_ms","pushes","dropped":{"unknown_origin",
 /// "unknown_breaker","stale"},"peers":[{"id","reachable","last_exchange","exchanges",
-/// "failures","parse_errors","opinions","disagreements"}],"breakers":[{"upstream","route",
+/// "failures","parse_errors","auth_failures","tls_failures","pokes","opinions",
+/// "disagreements"}],"breakers":[{"upstream","route",
 /// "fingerprint","suspicious","suspicious_until","peers_agreeing","peers_open",
 /// "peers_disagreeing","peers_recovered","designated_prober","probe_from","round"}]}`.
 ///
@@ -60,9 +61,15 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
     let k = s.counters();
     let _ = write!(
         out,
-        ",\"interval_ms\":{},\"fanout\":{},\"expire_ms\":{},\"dropped\":{{\"unknown_origin\":{},\
-         \"unknown_breaker\":{},\"stale\":{}}},\"peers\":[",
-        cfg.interval_ms, cfg.fanout, cfg.expire_ms, k.unknown_origin, k.unknown_breaker, k.stale
+        ",\"interval_ms\":{},\"fanout\":{},\"expire_ms\":{},\"pushes\":{},\"dropped\":{{\
+         \"unknown_origin\":{},\"unknown_breaker\":{},\"stale\":{}}},\"peers\":[",
+        cfg.interval_ms,
+        cfg.fanout,
+        cfg.expire_ms,
+        k.pushes,
+        k.unknown_origin,
+        k.unknown_breaker,
+        k.stale
     );
     for (i, p) in s.peer_stats(now).iter().enumerate() {
         if i > 0 {
@@ -74,11 +81,14 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
         json_time(&mut out, p.counters.last_exchange_ms, c);
         let _ = write!(
             out,
-            ",\"exchanges\":{},\"failures\":{},\"parse_errors\":{},\"opinions\":{},\
-             \"disagreements\":{}}}",
+            ",\"exchanges\":{},\"failures\":{},\"parse_errors\":{},\"auth_failures\":{},\
+             \"tls_failures\":{},\"pokes\":{},\"opinions\":{},\"disagreements\":{}}}",
             p.counters.exchanges,
             p.counters.failures,
             p.counters.parse_errors,
+            p.counters.auth_failures,
+            p.counters.tls_failures,
+            p.counters.pokes,
             p.opinions,
             p.disagreements
         );
@@ -151,7 +161,8 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
 
 /// Prometheus families (text format 0.0.4), prefix `nginx_circuit_breaker_fleet_`, labels
 /// `zone` plus `peer` or `upstream`/`route`: `peer_reachable`, `peer_exchanges_total`,
-/// `peer_failures_total`, `peer_parse_errors_total`, `peer_disagreements`,
+/// `peer_failures_total`, `peer_parse_errors_total`, `peer_auth_failures_total`,
+/// `peer_tls_failures_total`, `peer_pokes_total`, `peer_disagreements`, `pushes_total`,
 /// `dropped_total{reason}`, `fingerprint_info{fingerprint}` (always 1), `suspicious`,
 /// `peers_open`, `peers_disagreeing`, `designated_prober` (1 when this instance is the one
 /// to probe next), `round`.
@@ -160,7 +171,7 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
     let mut out = String::with_capacity(1024);
     let peers = s.peer_stats(now);
     type PeerValue = fn(&super::store::PeerStats) -> u64;
-    let per_peer: [(&str, &str, &str, PeerValue); 5] = [
+    let per_peer: [(&str, &str, &str, PeerValue); 8] = [
         (
             "peer_reachable",
             "gauge",
@@ -186,6 +197,24 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
             |p| p.counters.parse_errors,
         ),
         (
+            "peer_auth_failures_total",
+            "counter",
+            "Answers from the peer refused because their MAC did not verify.",
+            |p| p.counters.auth_failures,
+        ),
+        (
+            "peer_tls_failures_total",
+            "counter",
+            "Pulls from the peer refused at TLS (handshake or certificate).",
+            |p| p.counters.tls_failures,
+        ),
+        (
+            "peer_pokes_total",
+            "counter",
+            "Authenticated pokes from the peer that made this instance pull it at once.",
+            |p| p.counters.pokes,
+        ),
+        (
             "peer_disagreements",
             "gauge",
             "Breakers the peer reports with another configuration fingerprint.",
@@ -199,6 +228,13 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
         }
     }
     let k = s.counters();
+    family(
+        &mut out,
+        "pushes_total",
+        "counter",
+        "Times this instance told its peers to pull it at once (a breaker moved).",
+    );
+    sample(&mut out, "pushes_total", &[("zone", zone)], k.pushes);
     family(
         &mut out,
         "dropped_total",
@@ -303,12 +339,14 @@ mod tests {
             fanout: 3,
             expire_ms: 4000,
             max_entries: 1024,
+            push_gap_ms: 10,
         };
         let mut s = FleetStore::new("a", &["a", "b\"q", "c"], cfg).unwrap();
         let policy = Policy {
             min_requests: 20,
             failure_rate: 5000,
             slow_rate: 0,
+            suspect_min: 5,
             probe_base_ms: 30_000,
             probe_max_ms: 300_000,
         };
@@ -386,6 +424,6 @@ mod tests {
         ));
         let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!((helps, types), (12, 12));
+        assert_eq!((helps, types), (16, 16));
     }
 }

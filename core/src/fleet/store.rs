@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 
+use super::auth::{AuthError, FleetKey, Nonce};
 use super::fingerprint::{mix, Fingerprint};
 use super::wire::{self, ErrorKind, Flags, Message, ParseError, WireOpinion};
 use crate::breaker::BreakerConfig;
@@ -37,6 +38,8 @@ pub struct FleetConfig {
     /// The most records this instance serves in one message (own opinions first, then the
     /// freshest relayed ones); at most [`wire::MAX_ENTRIES`].
     pub max_entries: usize,
+    /// The shortest time between two pushes ([`FleetStore::take_push`]).
+    pub push_gap_ms: u64,
 }
 
 /// Peers pulled from per interval: 3, or every peer in a fleet of 4 or fewer.
@@ -68,7 +71,8 @@ pub fn default_expire_intervals(instances: usize, fanout: usize) -> u64 {
 
 impl FleetConfig {
     /// The defaults for a fleet of `instances` (this one included) exchanging every
-    /// `interval_ms`: [`default_fanout`], [`default_expire_intervals`], 1024 records.
+    /// `interval_ms`: [`default_fanout`], [`default_expire_intervals`], 1024 records, and
+    /// [`default_push_gap`].
     pub fn for_fleet(interval_ms: u64, instances: usize) -> FleetConfig {
         let fanout = default_fanout(instances);
         FleetConfig {
@@ -76,8 +80,18 @@ impl FleetConfig {
             fanout,
             expire_ms: interval_ms.saturating_mul(default_expire_intervals(instances, fanout)),
             max_entries: 1024,
+            push_gap_ms: default_push_gap(interval_ms),
         }
     }
+}
+
+/// The shortest time between two pushes of an instance: a hundredth of the interval, from
+/// 5 to 50 ms. Pushes follow evidence (a breaker that moves, a failing window whose
+/// failures double, suspicion that begins), so a closed episode makes a handful of them; the
+/// gap only bounds a burst, and must stay short against users at hundreds of requests per
+/// second (a failure every few milliseconds), whatever the interval.
+pub fn default_push_gap(interval_ms: u64) -> u64 {
+    (interval_ms / 100).clamp(5, 50)
 }
 
 /// The parts of a breaker's configuration the fleet needs to judge it.
@@ -89,6 +103,9 @@ pub struct Policy {
     pub failure_rate: u32,
     /// Slow-call rate likewise; 0 when the breaker has no slow-call rule.
     pub slow_rate: u32,
+    /// Attempts a suspicious breaker opens on (`suspect_min`): a local window failing at its
+    /// rate with that many attempts is pushed to peers, as it opens once they agree.
+    pub suspect_min: u32,
     /// The wait before the fleet's first probe of an open episode (ms): `open` for probes
     /// made with user requests, `probe_interval` for active probes.
     pub probe_base_ms: u64,
@@ -104,6 +121,7 @@ impl Policy {
             min_requests: cfg.min_requests.max(1),
             failure_rate: cfg.failure_rate,
             slow_rate: if cfg.slow_ms > 0 { cfg.slow_rate } else { 0 },
+            suspect_min: cfg.suspect_min.clamp(1, cfg.min_requests.max(1)),
             probe_base_ms: u64::from(cfg.open_ms),
             probe_max_ms: u64::from(cfg.max_open_ms.max(cfg.open_ms)),
         }
@@ -115,6 +133,19 @@ impl Policy {
         self.probe_base_ms
             .saturating_mul(1u64 << round.min(40))
             .min(cap)
+    }
+
+    /// The waits after rounds `from..to`: the least time the fleet takes from its `from`-th
+    /// probe to its `to`-th, whoever probes. Constant time: the wait stops changing after 40
+    /// doublings.
+    fn waits(&self, from: u32, to: u32) -> u64 {
+        let mut sum = 0u64;
+        let mut k = from;
+        while k < to && k < 41 {
+            sum = sum.saturating_add(self.wait(k));
+            k += 1;
+        }
+        sum.saturating_add(u64::from(to.saturating_sub(k)).saturating_mul(self.wait(40)))
     }
 }
 
@@ -245,6 +276,14 @@ pub struct PeerCounters {
     pub failures: u64,
     /// Messages refused by the parser, or from the wrong sender.
     pub parse_errors: u64,
+    /// Answers refused because their MAC did not verify (forged, altered, replayed, or made
+    /// under another secret).
+    pub auth_failures: u64,
+    /// Pulls refused at TLS: a handshake that failed (a peer answering in plain HTTP), or a
+    /// certificate that does not verify or does not match.
+    pub tls_failures: u64,
+    /// Pokes from the peer that made this instance pull it at once.
+    pub pokes: u64,
     /// When the latest message was merged.
     pub last_exchange_ms: Option<u64>,
     /// When the latest failure or refused message was.
@@ -295,6 +334,8 @@ pub struct Counters {
     pub unknown_breaker: u64,
     /// Records older than the expiry on arrival.
     pub stale: u64,
+    /// Pushes made: moments this instance told `fanout` peers to pull it at once.
+    pub pushes: u64,
 }
 
 /// What one merge did.
@@ -308,6 +349,41 @@ pub struct Received {
     pub own: usize,
     /// Records dropped: unknown origin or breaker, or stale.
     pub dropped: usize,
+}
+
+/// Why an answer was not merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Its MAC did not verify; `first` says whether this is the first such refusal since the
+    /// peer's last good exchange (log it then, not at every round).
+    Auth {
+        /// What was wrong.
+        error: AuthError,
+        /// The first of a run.
+        first: bool,
+    },
+    /// It verified but does not parse, or another instance sent it.
+    Parse(ParseError),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Auth { error, .. } => write!(f, "{error}"),
+            Refused::Parse(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Whether to push now ([`FleetStore::take_push`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Push {
+    /// Nothing new to tell.
+    Nothing,
+    /// Tell `fanout` peers to pull now; the store counts it as done.
+    Now,
+    /// News waits for the gap after the last push: ask again at this instant.
+    At(u64),
 }
 
 /// Why the store could not be built or a breaker added.
@@ -345,6 +421,35 @@ fn valid_name(n: &str) -> Result<(), FleetError> {
 struct Peer {
     id: String,
     counters: PeerCounters,
+    /// A refusal of this kind was reported since the last good exchange.
+    auth_told: bool,
+    tls_told: bool,
+}
+
+/// What peers act on in a breaker's opinion, as last pushed: a push is due when it grows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Signal {
+    state: u8,
+    forced: bool,
+    /// While closed and failing at its rate: 1 + log2 of the failures (from 2 failures), so
+    /// that a window is pushed as its failures double.
+    level: u8,
+    /// The window would open a suspicious breaker (at least `suspect_min` attempts).
+    ready: bool,
+    suspicious: bool,
+    recovered: bool,
+}
+
+impl Signal {
+    /// News worth a push: anything but a failing window that calmed down.
+    fn news_since(&self, old: &Signal) -> bool {
+        self.state != old.state
+            || self.forced != old.forced
+            || self.level > old.level
+            || (self.ready && !old.ready)
+            || (self.suspicious && !old.suspicious)
+            || (self.recovered && !old.recovered)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -366,6 +471,8 @@ struct Local {
     last_refused_ms: Option<u64>,
     /// At most one opinion per peer, sorted by peer index.
     opinions: Vec<(u32, Opinion)>,
+    /// What peers were last told of it.
+    pushed: Signal,
 }
 
 impl Local {
@@ -385,6 +492,7 @@ pub struct FleetStore {
     breaker_index: HashMap<String, HashMap<String, usize>>,
     counters: Counters,
     last_now: u64,
+    last_push_ms: Option<u64>,
 }
 
 impl FleetStore {
@@ -407,6 +515,7 @@ impl FleetStore {
             breaker_index: HashMap::new(),
             counters: Counters::default(),
             last_now: 0,
+            last_push_ms: None,
         };
         for &p in peers.iter().filter(|&&p| p != self_id) {
             valid_name(p)?;
@@ -417,6 +526,8 @@ impl FleetStore {
             store.peers.push(Peer {
                 id: p.to_string(),
                 counters: PeerCounters::default(),
+                auth_told: false,
+                tls_told: false,
             });
         }
         Ok(store)
@@ -478,6 +589,7 @@ impl FleetStore {
             probe_at_ms: 0,
             last_refused_ms: None,
             opinions: Vec::new(),
+            pushed: Signal::default(),
         });
         Ok(idx)
     }
@@ -578,9 +690,11 @@ impl FleetStore {
         match parsed {
             Ok(m) => {
                 let got = self.merge(now, &m);
-                let c = &mut self.peers[peer].counters;
-                c.exchanges += 1;
-                c.last_exchange_ms = Some(now);
+                let p = &mut self.peers[peer];
+                p.counters.exchanges += 1;
+                p.counters.last_exchange_ms = Some(now);
+                p.auth_told = false;
+                p.tls_told = false;
                 Ok(got)
             }
             Err(e) => {
@@ -591,6 +705,62 @@ impl FleetStore {
                 Err(e)
             }
         }
+    }
+
+    /// The answer to a pull from `peer` made with `nonce`: verified under `key` first (see
+    /// [`super::auth`]), then parsed and merged as [`FleetStore::receive`] does. An answer
+    /// that does not verify changes nothing but the peer's `auth_failures`.
+    pub fn receive_sealed(
+        &mut self,
+        now_ms: u64,
+        peer: usize,
+        key: &FleetKey,
+        nonce: &Nonce,
+        answer: &[u8],
+    ) -> Result<Received, Refused> {
+        match key.open(nonce, answer) {
+            Ok(body) => self.receive(now_ms, peer, body).map_err(Refused::Parse),
+            Err(error) => Err(Refused::Auth {
+                error,
+                first: self.auth_failed(now_ms, peer),
+            }),
+        }
+    }
+
+    /// An answer of `peer` failed authentication. Returns whether it is the first since the
+    /// peer's last good exchange (the one to log).
+    pub fn auth_failed(&mut self, now_ms: u64, peer: usize) -> bool {
+        let now = self.clock(now_ms);
+        let Some(p) = self.peers.get_mut(peer) else {
+            return false;
+        };
+        p.counters.auth_failures += 1;
+        p.counters.last_error_ms = Some(now);
+        !core::mem::replace(&mut p.auth_told, true)
+    }
+
+    /// A pull from `peer` failed at TLS (handshake or certificate). Returns whether it is the
+    /// first since the peer's last good exchange (the one to log).
+    pub fn tls_failed(&mut self, now_ms: u64, peer: usize) -> bool {
+        let now = self.clock(now_ms);
+        let Some(p) = self.peers.get_mut(peer) else {
+            return false;
+        };
+        p.counters.tls_failures += 1;
+        p.counters.last_error_ms = Some(now);
+        !core::mem::replace(&mut p.tls_told, true)
+    }
+
+    /// `peer` sent an authenticated poke (it asks to be pulled now).
+    pub fn poked(&mut self, peer: usize) {
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.counters.pokes += 1;
+        }
+    }
+
+    /// The index of the peer called `id`.
+    pub fn peer_index(&self, id: &str) -> Option<usize> {
+        self.peer_index.get(id).copied()
     }
 
     /// Merges a parsed message (whoever sent it): each record replaces the stored opinion of
@@ -679,14 +849,88 @@ impl FleetStore {
     /// The fleet's latest probe of the current open episode: (round, started at). Derived
     /// from the fresh opinions at each call, so the knowledge survives the prober's
     /// disappearance as long as one live instance repeats it.
+    ///
+    /// Only credible claims count, so that no message can hold this instance's probes off
+    /// beyond the fleet's own pace: this instance's own probes always; a peer's claim of
+    /// round `r'` after the credited round `r` (probe at `p`) only if its probe came at least
+    /// the waits of rounds `r..r'` after `p` (half an interval of tolerance for the ages'
+    /// error), and one grace period later still when this instance was the one to probe
+    /// round `r` (no one else probes before it, unless it let its turn pass). Of claims of
+    /// the same round, the earliest probe counts. A forged round or probe field can thus
+    /// neither skip rounds to choose the order nor keep moving the next probe into the
+    /// future: the most it can do is what the fleet's own failing probes would.
     fn fleet_round(&self, now: u64, l: &Local) -> (u32, u64) {
         if !l.in_episode() {
             return (0, 0);
         }
-        self.agreeing(now, l)
+        let p = &l.policy;
+        let tol = self.cfg.interval_ms / 2;
+        let grace = self.grace(l);
+        let mut claims: Vec<(u32, u64, bool)> = self
+            .agreeing(now, l)
             .filter(|(_, o)| o.tripped() && o.round > 0)
-            .map(|(_, o)| (o.round, o.probe_at_ms))
-            .fold((l.round, l.probe_at_ms), |a, b| a.max(b))
+            .map(|(_, o)| (o.round, o.probe_at_ms, false))
+            .collect();
+        if l.round > 0 {
+            claims.push((l.round, l.probe_at_ms, true));
+        }
+        claims.sort_unstable();
+        // (round, probe at, the least probe time a claim of this round needed).
+        let (mut round, mut at, mut floor) = (0u32, self.anchor(now, l), 0u64);
+        for (r, t, own) in claims {
+            if r < round {
+                continue;
+            }
+            if r == round {
+                if own || t.saturating_add(tol) >= floor {
+                    at = at.min(t);
+                }
+                continue;
+            }
+            let mut need = at.saturating_add(p.waits(round, r));
+            if self.rank(now, l, round) == Some(0) {
+                need = need.saturating_add(grace);
+            }
+            if own || t.saturating_add(tol) >= need {
+                (round, at, floor) = (r, t, need);
+            }
+        }
+        if round == 0 {
+            (0, 0)
+        } else {
+            (round, at)
+        }
+    }
+
+    /// The earliest open instant known of this episode: here, or at an agreeing peer.
+    fn anchor(&self, now: u64, l: &Local) -> u64 {
+        self.agreeing(now, l)
+            .filter(|(_, o)| o.tripped())
+            .map(|(_, o)| o.since_ms)
+            .fold(l.episode_start_ms, u64::min)
+    }
+
+    /// How long each instance after the first in the probing order waits more: the longer
+    /// of the first probe's wait and the expiry, so that a probe that happened reaches
+    /// everyone before the next in line acts.
+    fn grace(&self, l: &Local) -> u64 {
+        l.policy.probe_base_ms.max(self.cfg.expire_ms)
+    }
+
+    /// This instance's place in the probing order of `round` (0: first), if it may probe.
+    fn rank(&self, now: u64, l: &Local, round: u32) -> Option<u64> {
+        if !self.can_probe(now, l) {
+            return None;
+        }
+        let mine = (self.score(&self.self_id, l, round), self.self_id.as_str());
+        Some(
+            self.candidates(now, l)
+                .filter(|&i| {
+                    let id = self.peers[i].id.as_str();
+                    (self.score(id, l, round), id) > mine
+                })
+                .count() as u64,
+        )
     }
 
     fn can_probe(&self, now: u64, l: &Local) -> bool {
@@ -786,31 +1030,15 @@ impl FleetStore {
     pub fn probe_from(&self, now_ms: u64, breaker: usize) -> Option<u64> {
         let now = now_ms.max(self.last_now);
         let l = self.breakers.get(breaker)?;
-        if !self.can_probe(now, l) {
-            return None;
-        }
         let (round, probe_at) = self.fleet_round(now, l);
+        let rank = self.rank(now, l, round)?;
         let p = &l.policy;
         let due = if round == 0 {
-            let anchor = self
-                .agreeing(now, l)
-                .filter(|(_, o)| o.tripped())
-                .map(|(_, o)| o.since_ms)
-                .fold(l.episode_start_ms, u64::min);
-            anchor.saturating_add(p.probe_base_ms)
+            self.anchor(now, l).saturating_add(p.probe_base_ms)
         } else {
             probe_at.saturating_add(p.wait(round))
         };
-        let mine = (self.score(&self.self_id, l, round), self.self_id.as_str());
-        let rank = self
-            .candidates(now, l)
-            .filter(|&i| {
-                let id = self.peers[i].id.as_str();
-                (self.score(id, l, round), id) > mine
-            })
-            .count() as u64;
-        let grace = p.probe_base_ms.max(self.cfg.expire_ms);
-        Some(due.saturating_add(rank.saturating_mul(grace)))
+        Some(due.saturating_add(rank.saturating_mul(self.grace(l))))
     }
 
     /// Whether this instance is the one to probe the open breaker now (see
@@ -868,6 +1096,69 @@ impl FleetStore {
                         >= u64::from(l.policy.failure_rate).saturating_mul(v.requests)
             })
         })
+    }
+
+    /// What peers act on in this breaker's opinion now.
+    fn signal(&self, now: u64, b: usize) -> Signal {
+        let l = &self.breakers[b];
+        let Some(v) = l.view else {
+            return Signal::default();
+        };
+        let failing = v.state == State::Closed
+            && !v.forced
+            && v.failures >= 2
+            && v.failures.saturating_mul(10_000)
+                >= u64::from(l.policy.failure_rate).saturating_mul(v.requests);
+        Signal {
+            state: v.state.code(),
+            forced: v.forced,
+            level: if failing {
+                (v.failures.ilog2() + 1).min(64) as u8
+            } else {
+                0
+            },
+            ready: failing && v.requests >= u64::from(l.policy.suspect_min),
+            suspicious: self.suspicious(now, b).is_some(),
+            recovered: self.peers_report_recovered(now, b),
+        }
+    }
+
+    /// Whether to push now: tell `fanout` peers to pull this instance at once, because what
+    /// peers act on has grown since the last push — a breaker moved (opened, half-opened,
+    /// closed, forced or released), a closed breaker's failing window reached 2 failures, or
+    /// doubled them, or reached `suspect_min` attempts, or peers' evidence made one
+    /// suspicious or reported a recovery (so that news crosses the fleet hop by hop, not
+    /// round by round). At most one push per `push_gap_ms`; news within the gap waits for
+    /// its end ([`Push::At`]). [`Push::Now`] counts the push as made.
+    pub fn take_push(&mut self, now_ms: u64) -> Push {
+        let now = self.clock(now_ms);
+        let mut news = false;
+        for b in 0..self.breakers.len() {
+            let s = self.signal(now, b);
+            let pushed = &mut self.breakers[b].pushed;
+            // What calmed down is remembered at once, so that its return is news again.
+            pushed.level = pushed.level.min(s.level);
+            pushed.ready &= s.ready;
+            pushed.suspicious &= s.suspicious;
+            pushed.recovered &= s.recovered;
+            news |= s.news_since(pushed);
+        }
+        if !news {
+            return Push::Nothing;
+        }
+        if let Some(at) = self
+            .last_push_ms
+            .map(|t| t.saturating_add(self.cfg.push_gap_ms))
+            .filter(|&at| at > now)
+        {
+            return Push::At(at);
+        }
+        for b in 0..self.breakers.len() {
+            self.breakers[b].pushed = self.signal(now, b);
+        }
+        self.last_push_ms = Some(now);
+        self.counters.pushes += 1;
+        Push::Now
     }
 
     /// The three answers at once, as the shell publishes them.

@@ -41,6 +41,9 @@
 //! written `%XX`, so that a name never holds a space, a line break or a control character.
 //! Every message ends with a line break; a body that does not, or whose record count differs
 //! from the header's, was cut short and is refused whole.
+//!
+//! On the wire a message is always followed by its `auth` line and verified before it is
+//! parsed ([`super::auth`]); this module reads only what verified.
 
 use std::fmt;
 use std::fmt::Write as _;

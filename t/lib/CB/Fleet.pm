@@ -34,6 +34,8 @@ sub new {
 	$self->{breaker} //= 'window=30s min_requests=20 failure_rate=50% '
 		. 'open=5s max_open=5s suspect_min=3';
 	$self->{interval} //= '1s';
+	# the fleet's key, the same on every instance
+	$self->{secret} //= 'cbfleet-test-' . join '', map { sprintf '%02x', int rand 256 } 1 .. 16;
 	push @all, $self;
 	$self->_watchdog();
 	return $self;
@@ -66,11 +68,19 @@ sub _watchdog {
 sub size { scalar @{$_[0]{ports}} }
 sub port { $_[0]{ports}[$_[1]] }
 sub dir { "$_[0]{dir}/i$_[1]" }
-sub id { '127.0.0.1:' . $_[0]->port($_[1]) }
+
+# with tls_ports, an instance exchanges over TLS on its own port: its id is that address
+
+sub tls_port { ($_[0]{tls_ports} // [])->[$_[1]] }
+sub id { '127.0.0.1:' . ($_[0]->tls_port($_[1]) // $_[0]->port($_[1])) }
+sub peer { ($_[0]->tls_port($_[1]) ? 'https://' : '') . $_[0]->id($_[1]) }
 
 # nginx.conf of instance I: one worker, an upstream with a breaker in front of the origin,
 # the status location, and with fleet => 1 the fleet of every instance (the same list on
-# each, ids included)
+# each, ids included; peers => [...] lists others instead).  With tls_ports, and the
+# certificates CERTS/iI.crt, iI.key and CERTS/ca.crt: the instance also listens on its TLS
+# port, asks its clients for a certificate from the CA (mutual TLS), and pulls its peers
+# over TLS with its own certificate.  FLEET_PARAMS are added to the directive.
 
 sub conf {
 	my ($self, $i, %o) = @_;
@@ -78,14 +88,33 @@ sub conf {
 	my $dir = $self->dir($i);
 	my $port = $self->port($i);
 	my $fleet = '';
+	my $certs = $self->{certs} // '';
+	my $tls = $self->tls_port($i);
 
 	if ($o{fleet}) {
-		my @peers = map { $self->id($_) } 0 .. $self->size - 1;
+		my @peers = @{$o{peers} // [ map { $self->peer($_) } 0 .. $self->size - 1 ]};
+		my $ssl = '';
+		if (grep { m!^https://! } @peers) {
+			$ssl = "\n        ssl_trusted_certificate=$certs/ca.crt"
+				. "\n        ssl_certificate=$certs/i$i.crt"
+				. " ssl_certificate_key=$certs/i$i.key";
+		}
 		$fleet = "circuit_breaker_fleet\n        "
 			. join("\n        ", @peers)
 			. "\n        id=" . $self->id($i)
-			. " interval=$self->{interval};";
+			. " interval=$self->{interval}"
+			. ($o{fleet_params} ? " $o{fleet_params}" : '')
+			. $ssl
+			. "\n        secret=$self->{secret};";
 	}
+
+	my $tls_server = !$tls ? '' : <<"EOF";
+        listen 127.0.0.1:$tls ssl;
+        ssl_certificate $certs/i$i.crt;
+        ssl_certificate_key $certs/i$i.key;
+        ssl_client_certificate $certs/ca.crt;
+        ssl_verify_client on;
+EOF
 
 	# with local_ports: "/l" passes through a breaker of its own to a server
 	# of the same nginx, an origin that never forks nor waits
@@ -111,6 +140,15 @@ EOF
 EOF
 	}
 
+	# with origin_keepalive: connections to the origin are kept, so that an origin
+	# that forks per connection (or any) is not the bottleneck at high rates
+	my ($keepalive, $proxy_keepalive) = ('', '');
+	if (my $k = $self->{origin_keepalive}) {
+		$keepalive = "\n        keepalive $k;";
+		$proxy_keepalive = "\n            proxy_http_version 1.1;"
+			. "\n            proxy_set_header Connection \"\";";
+	}
+
 	return <<"EOF";
 load_module $self->{module};
 pid $dir/nginx.pid;
@@ -128,14 +166,14 @@ http {
 
     upstream origin {
         server 127.0.0.1:$self->{origin};
-        circuit_breaker $self->{breaker};
+        circuit_breaker $self->{breaker};$keepalive
     }
 $local
     server {
         listen 127.0.0.1:$port;
-
+$tls_server
         location / {
-            proxy_pass http://origin;
+            proxy_pass http://origin;$proxy_keepalive
         }
 $local_location
         location = /circuit_breaker {

@@ -1,0 +1,334 @@
+//! Properties of the fleet's trust: an answer opens only with its own nonce and the fleet's
+//! key, any change to it is refused, a refused answer changes nothing but a counter, and no
+//! authenticated message can hold an instance's probes off beyond the fleet's own pace.
+
+use circuit_breaker_core::fleet::auth::{FleetKey, Kind, Nonce, NONCE_BYTES};
+use circuit_breaker_core::fleet::store::{Push, Refused};
+use circuit_breaker_core::fleet::{
+    Flags, FleetConfig, FleetStore, LocalView, Message, Policy, WireOpinion,
+};
+use circuit_breaker_core::snapshot::State;
+use proptest::prelude::*;
+
+const T0: u64 = 10_000_000;
+
+fn key(secret: &str) -> FleetKey {
+    FleetKey::new(secret.as_bytes()).unwrap()
+}
+
+fn secret() -> impl Strategy<Value = String> {
+    "[!-~]{16,64}"
+}
+
+fn nonce() -> impl Strategy<Value = Nonce> {
+    any::<[u8; NONCE_BYTES]>().prop_map(Nonce)
+}
+
+fn policy() -> Policy {
+    Policy {
+        min_requests: 20,
+        failure_rate: 5000,
+        slow_rate: 0,
+        suspect_min: 5,
+        probe_base_ms: 4000,
+        probe_max_ms: 4000,
+    }
+}
+
+fn cfg() -> FleetConfig {
+    FleetConfig {
+        interval_ms: 1000,
+        fanout: 1,
+        expire_ms: 4000,
+        max_entries: 1024,
+        push_gap_ms: 10,
+    }
+}
+
+fn store(id: &str) -> FleetStore {
+    let mut s = FleetStore::new(id, &["a", "b"], cfg()).unwrap();
+    s.add_breaker("api", "default", 0xf00d, policy()).unwrap();
+    s
+}
+
+fn view(state: State, since_ms: u64, probe_starts: u64, short_circuited: u64) -> LocalView {
+    LocalView {
+        state,
+        forced: false,
+        since_ms,
+        requests: 20,
+        failures: 20,
+        slow: 0,
+        probe_starts,
+        short_circuited,
+        active_probes: false,
+    }
+}
+
+/// Instance "b"'s opinion as a record.
+fn record(state: State, round: u32, probe_ms: Option<u64>, can_probe: bool) -> WireOpinion {
+    WireOpinion {
+        origin: "b".into(),
+        upstream: "api".into(),
+        route: "default".into(),
+        fingerprint: 0xf00d,
+        state,
+        age_ms: 0,
+        since_ms: probe_ms.unwrap_or(0).max(1000),
+        requests: 20,
+        failures: 20,
+        slow: 0,
+        round: if probe_ms.is_some() { round.max(1) } else { 0 },
+        probe_ms,
+        flags: Flags {
+            can_probe,
+            ..Flags::default()
+        },
+    }
+}
+
+fn message(opinions: Vec<WireOpinion>) -> String {
+    circuit_breaker_core::fleet::wire::render(&Message {
+        sender: "b".into(),
+        delay_ms: 0,
+        opinions,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn a_sealed_answer_opens_with_its_nonce_and_key_only(
+        s in secret(), other in secret(), n in nonce(), m in nonce(),
+        body in proptest::collection::vec(any::<u8>(), 0..2048),
+    ) {
+        let k = key(&s);
+        let sealed = k.seal(&n, &body);
+        prop_assert_eq!(k.open(&n, &sealed), Ok(&body[..]));
+        if m != n {
+            prop_assert!(k.open(&m, &sealed).is_err(), "replayed under another nonce");
+        }
+        if other != s {
+            prop_assert!(key(&other).open(&n, &sealed).is_err(), "another secret");
+        }
+        prop_assert!(FleetKey::unauthenticated().open(&n, &sealed).is_err());
+    }
+
+    #[test]
+    fn any_changed_byte_is_refused(
+        s in secret(), n in nonce(),
+        body in proptest::collection::vec(any::<u8>(), 1..1024),
+        at in any::<proptest::sample::Index>(), flip in 1u8..=255,
+    ) {
+        let k = key(&s);
+        let mut sealed = k.seal(&n, &body);
+        let i = at.index(sealed.len());
+        sealed[i] ^= flip;
+        prop_assert!(k.open(&n, &sealed).is_err(), "byte {} of {}", i, sealed.len());
+    }
+
+    #[test]
+    fn a_cut_or_extended_answer_is_refused(
+        s in secret(), n in nonce(),
+        body in proptest::collection::vec(any::<u8>(), 0..1024),
+        at in any::<proptest::sample::Index>(),
+        tail in proptest::collection::vec(any::<u8>(), 1..64),
+    ) {
+        let k = key(&s);
+        let sealed = k.seal(&n, &body);
+        let cut = at.index(sealed.len());
+        prop_assert!(k.open(&n, &sealed[..cut]).is_err());
+        let mut longer = sealed.clone();
+        longer.extend_from_slice(&tail);
+        prop_assert!(k.open(&n, &longer).is_err());
+    }
+
+    #[test]
+    fn requests_verify_only_unchanged(
+        s in secret(), n in nonce(), poke in any::<bool>(),
+        from in "[a-z0-9.:\\[\\]]{1,40}",
+        at in any::<proptest::sample::Index>(), flip in 1u8..=255,
+    ) {
+        let k = key(&s);
+        let kind = if poke { Kind::Poke } else { Kind::Pull };
+        let h = k.request(kind, &from, &n);
+        let got = k.check_request(Some(h.as_bytes())).unwrap();
+        prop_assert_eq!((got.kind, got.from.as_str(), got.nonce), (kind, from.as_str(), n));
+        let mut bad = h.into_bytes();
+        let i = at.index(bad.len());
+        bad[i] ^= flip;
+        prop_assert!(k.check_request(Some(&bad)).is_err(), "byte {}", i);
+    }
+
+    /// A refused answer — forged, altered, replayed — moves the peer's `auth_failures` and
+    /// nothing else: the store answers exactly as before.
+    #[test]
+    fn a_refused_answer_changes_nothing_but_its_counter(
+        s in secret(), n in nonce(), m in nonce(),
+        at in any::<proptest::sample::Index>(), flip in 1u8..=255,
+        how in 0u8..3,
+    ) {
+        prop_assume!(m != n);
+        let k = key(&s);
+        let mut a = store("a");
+        a.update_local(T0, 0, view(State::Closed, T0 - 60_000, 0, 0));
+        let body = message(vec![record(State::Open, 0, None, true)]);
+        let sealed = k.seal(&n, body.as_bytes());
+        let before = (a.verdict(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges);
+        let (answer, with) = match how {
+            // altered by a byte
+            0 => {
+                let mut x = sealed.clone();
+                let i = at.index(x.len());
+                x[i] ^= flip;
+                (x, n)
+            }
+            // replayed: sealed for an earlier pull
+            1 => (sealed.clone(), m),
+            // forged: no MAC at all
+            _ => (body.clone().into_bytes(), n),
+        };
+        let r = a.receive_sealed(T0, 0, &k, &with, &answer);
+        prop_assert!(matches!(r, Err(Refused::Auth { .. })), "{:?}", r);
+        prop_assert_eq!((a.verdict(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges), before);
+        prop_assert_eq!(a.peer_stats(T0)[0].counters.auth_failures, 1);
+        // The genuine answer still merges, and makes the breaker suspicious.
+        prop_assert!(a.receive_sealed(T0, 0, &k, &n, &sealed).is_ok());
+        prop_assert!(a.verdict(T0, 0).suspicious_until_ms.is_some());
+    }
+
+    /// Whatever round and probe times a peer claims, and whenever, an instance that is first
+    /// to probe its fleet round keeps its turn: no message received before its due time
+    /// makes its `probe_from` later than it was or than its own schedule would (the peer's
+    /// word may have brought it earlier, and take that back). And no message puts `probe_from` further ahead than one
+    /// wait and one grace period per peer. (Whether the peer may probe at all stays the same
+    /// throughout: a candidate that appears may take a turn its rank gives it.)
+    #[test]
+    fn claims_cannot_hold_off_the_first_prober(
+        claims in proptest::collection::vec((0u32..6, 0u64..20_000), 1..40),
+        can_probe in any::<bool>(),
+    ) {
+        let mut a = store("a");
+        let opened = T0 - 1000;
+        a.update_local(T0 - 2000, 0, view(State::Closed, T0 - 60_000, 0, 0));
+        a.update_local(T0 - 1000, 0, view(State::Open, opened, 0, 0));
+        a.update_local(T0, 0, view(State::Open, opened, 0, 1));
+        let p = policy();
+        let grace = p.probe_base_ms.max(cfg().expire_ms);
+        let mut now = T0;
+        let mut probes = 0u64;
+        // Its own schedule: the next probe after its own last one (or its opening).
+        let mut alone = opened + p.probe_base_ms;
+        for (round, probe_ms) in claims {
+            now += 500;
+            a.update_local(now, 0, view(State::Open, opened, probes, probes + now));
+            let before = a.probe_from(now, 0).unwrap();
+            let first = before <= now + 500 && a.designated(now, 0) == Some("a");
+            let r = record(State::Open, round, (round > 0).then_some(probe_ms), can_probe);
+            let body = message(vec![r]);
+            a.receive(now, 0, body.as_bytes()).unwrap();
+            let after = a.probe_from(now, 0).unwrap();
+            if first {
+                prop_assert!(
+                    after <= before.max(alone),
+                    "held off: {} -> {} at {} (alone {})", before, after, now, alone
+                );
+            }
+            prop_assert!(after <= now + p.probe_max_ms + 2 * grace, "{} at {}", after, now);
+            if after <= now {
+                // It probes, and the probe fails: its own round goes on.
+                probes += 1;
+                alone = now + p.probe_max_ms;
+                a.update_local(now, 0, view(State::HalfOpen, now, probes, probes + now));
+                a.update_local(now + 1, 0, view(State::Open, now + 1, probes, probes + now + 1));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_push_follows_each_move_at_most_once_per_gap() {
+    let mut a = store("a");
+    a.update_local(T0, 0, view(State::Closed, T0 - 60_000, 0, 0));
+    let mut closed = view(State::Closed, T0 - 60_000, 0, 0);
+    closed.requests = 1;
+    closed.failures = 0;
+    a.update_local(T0, 0, closed);
+    assert_eq!(
+        a.take_push(T0),
+        Push::Nothing,
+        "a healthy window is no news"
+    );
+    closed.requests = 2;
+    closed.failures = 2;
+    a.update_local(T0 + 1, 0, closed);
+    assert_eq!(
+        a.take_push(T0 + 1),
+        Push::Now,
+        "a window that starts failing"
+    );
+    assert_eq!(a.take_push(T0 + 2), Push::Nothing, "told once");
+    closed.requests = 4;
+    closed.failures = 3;
+    a.update_local(T0 + 3, 0, closed);
+    assert_eq!(
+        a.take_push(T0 + 3),
+        Push::Nothing,
+        "3 failures: not doubled"
+    );
+    closed.requests = 5;
+    closed.failures = 4;
+    a.update_local(T0 + 4, 0, closed);
+    assert_eq!(
+        a.take_push(T0 + 4),
+        Push::At(T0 + 11),
+        "doubled, within the gap"
+    );
+    assert_eq!(a.take_push(T0 + 11), Push::Now);
+    a.update_local(T0 + 12, 0, view(State::Open, T0 + 12, 0, 0));
+    assert_eq!(a.take_push(T0 + 12), Push::At(T0 + 21), "opened");
+    assert_eq!(a.take_push(T0 + 21), Push::Now);
+    assert_eq!(a.take_push(T0 + 40), Push::Nothing);
+    assert_eq!(a.counters().pushes, 3);
+    // News from a peer that makes this instance suspicious is passed on.
+    let mut b = store("b");
+    let mut quiet = view(State::Closed, T0 - 60_000, 0, 0);
+    quiet.failures = 0;
+    b.update_local(T0 + 40, 0, quiet);
+    assert_eq!(b.take_push(T0 + 40), Push::Nothing);
+    let body = a.render(T0 + 40);
+    b.receive(T0 + 41, 0, body.as_bytes()).unwrap();
+    assert_eq!(
+        b.take_push(T0 + 41),
+        Push::Now,
+        "suspicious: tell the others"
+    );
+    assert_eq!(b.take_push(T0 + 60), Push::Nothing);
+}
+
+#[test]
+fn refusals_are_told_once_per_run() {
+    let mut a = store("a");
+    let k = key("0123456789abcdef0123456789abcdef");
+    let n = Nonce([1; NONCE_BYTES]);
+    let forged = b"cbfleet 1 b 0 0\nauth 00\n";
+    for first in [true, false, false] {
+        match a.receive_sealed(T0, 0, &k, &n, forged) {
+            Err(Refused::Auth { first: f, .. }) => assert_eq!(f, first),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(a.tls_failed(T0, 0));
+    assert!(!a.tls_failed(T0, 0));
+    let good = k.seal(&n, b"cbfleet 1 b 0 0\n");
+    a.receive_sealed(T0, 0, &k, &n, &good).unwrap();
+    assert!(a.auth_failed(T0 + 1, 0), "told again after a good exchange");
+    assert!(a.tls_failed(T0 + 1, 0));
+    let c = a.peer_stats(T0)[0].counters;
+    assert_eq!((c.auth_failures, c.tls_failures, c.exchanges), (4, 3, 1));
+    assert!(
+        !a.peer_stats(T0 + 1)[0].reachable,
+        "a refusal after the exchange"
+    );
+}
