@@ -1,6 +1,6 @@
 """The lab's client and status poller.
 
-    client.py SPEC.json
+    client.py SCENARIO.json
 
 Open loop (the default): request i is sent at T0 + i/rate whatever is still outstanding (a
 slow proxy cannot slow the offered load). Sequential (`client_mode = "sequential"`): one

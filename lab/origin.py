@@ -1,6 +1,6 @@
 """The lab's scripted origin: one process listening on one port per upstream server.
 
-    origin.py SPEC.json
+    origin.py SCENARIO.json
 
 It prints "ready" once every port listens, then waits for "start T0" on stdin (T0: the run's
 zero, Unix seconds); until then it is healthy. From T0 it follows the spec's phases, each port

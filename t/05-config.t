@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 
 # Configuration: every bad directive fails "nginx -t" with nginx's own
-# "[emerg] ... in FILE:LINE" wording; good configurations (the SPEC.md
+# "[emerg] ... in FILE:LINE" wording; good configurations (the README's
 # example, any directive order inside upstream {}) pass, and the order of
 # directives in an upstream block does not change what the breaker does.
 
@@ -319,7 +319,7 @@ bad($t, 'header maybe', { UPSTREAM => "$cb;",
 
 # good configurations
 
-conf_passes($t, 'SPEC.md example', CB::Nginx::conf(1, <<'EOF'));
+conf_passes($t, 'the README\'s example', CB::Nginx::conf(1, <<'EOF'));
     proxy_cache_path %%TESTDIR%%/catalog keys_zone=catalog:1m;
 
     circuit_breaker_zone cb:10m;          # optional; without it a 1m zone named

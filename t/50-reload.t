@@ -2,7 +2,7 @@
 
 # nginx -s reload and the breakers in the shared zone.
 #
-# SPEC: the zone survives a reload; each breaker keeps its window and state
+# The zone survives a reload; each breaker keeps its window and state
 # when its parameters are unchanged, is reset (closed, fresh window) when
 # they changed, and is dropped when it no longer exists.  The reload logs
 # at notice level: circuit breaker zone "cb": N breaker(s) dropped, M reset

@@ -2,7 +2,7 @@
 
 # Workers killed with SIGKILL (worker_processes 4).
 #
-# SPEC: all workers share the breakers; "a worker that dies mid-update must
+# All workers share the breakers; "a worker that dies mid-update must
 # not wedge the zone"; a half-open probe slot "whose owner vanished is
 # reclaimed".
 #

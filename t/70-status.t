@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Status location, JSON: every field of the SPEC's example, with its JSON
+# Status location, JSON: every field of the README's example, with its JSON
 # type, followed while a breaker goes closed -> open -> half-open -> closed
 # (window, state, state_code, since/retry_at, totals, last_transition,
 # cooldown_ms, latency percentiles), the zone's figures, a route breaker
@@ -95,7 +95,7 @@ sub jtype {
 	return 'unknown';
 }
 
-# the SPEC's example breaker object: field => JSON type
+# the README's example breaker object (Status location): field => JSON type
 # ("num": an integer or a float; "float?": a float or null, and so on)
 
 my %breaker_fields = (
@@ -105,9 +105,9 @@ my %breaker_fields = (
 	window => 'hash', latency_ms => 'hash', cooldown_ms => 'int',
 	consecutive_probe_successes => 'int', totals => 'hash',
 	last_transition => 'string',
-	# the window that tripped it, while open or half-open, beyond the SPEC
+	# the window that tripped it, while open or half-open
 	tripped => 'hash?',
-	# recovery, beyond the SPEC
+	# recovery
 	probes_needed => 'int', ramp_share => 'float', probe_uri => 'string?',
 );
 my %window_fields = (

@@ -240,8 +240,8 @@ impl<'a> Seen<'a> {
     }
 }
 
-/// Parses the words after `circuit_breaker` (`window=10s min_requests=20 … dry_run`) over the
-/// defaults of the spec. The failure classes are left at their default; they come from
+/// Parses the words after `circuit_breaker` (`window=10s min_requests=20 … dry_run`) over
+/// the README's defaults. The failure classes are left at their default; they come from
 /// `circuit_breaker_failure`.
 pub fn parse_breaker_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
@@ -765,7 +765,7 @@ mod tests {
     }
 
     #[test]
-    fn the_spec_example_parses() {
+    fn the_readme_example_parses() {
         let c = breaker(
             "window=10s min_requests=20 failure_rate=50% slow=800ms slow_rate=50% open=30s \
              max_open=5m jitter=20% probes=3 probe_interval=1s probe_latency=800ms"

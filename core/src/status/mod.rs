@@ -119,12 +119,12 @@ pub struct ServerEntry {
     pub view: BreakerView,
 }
 
-/// Renders the whole status page as JSON, in the SPEC's field order:
+/// Renders the whole status page as JSON, in the base format's field order (0.1.0's page):
 /// `{"zone","size","used","alloc_failures","module_version","breakers":[...]}` with one object
 /// per entry, in the order given (see [`render_breaker_json`] for the breaker object), and
 /// then `"fleet":{...}` when the zone view has [`ZoneView::fleet_json`].
-/// `module_version` is not in the SPEC: it comes after the zone's own figures, which keep the
-/// SPEC's bytes, and before the breakers, so the head of a long page still shows it. With
+/// `module_version` (added since) comes after the zone's own figures, which keep the base
+/// format's bytes, and before the breakers, so the head of a long page still shows it. With
 /// [`ZoneView::control`], `"control":true` follows it.
 pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     let per_entry: usize = entries.iter().map(json_size_hint).sum();
@@ -174,7 +174,7 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// 4 decimals; latency percentiles are `null` without samples, and so are the limit's
 /// latencies before its first update (to the microsecond otherwise).
 ///
-/// Recovery adds to the SPEC's object: `probes_needed` (good probes in a row that close it, 0
+/// Recovery adds to the base object: `probes_needed` (good probes in a row that close it, 0
 /// when closed), `ramp_share` (the share of requests let through, 0..1 with 4 decimals: below
 /// 1 while a recovery ramp runs), `probe_uri` (what active probes request, `null` without
 /// `probe_uri`) and `totals.ramp_shed` (requests the ramp turned away, not in
@@ -427,7 +427,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         b",\"consecutive_probe_successes\":",
         u64::from(v.consecutive_probe_successes),
     );
-    // Recovery: not in the SPEC's object.
+    // Recovery: added to the base object.
     int(out, b",\"probes_needed\":", u64::from(v.probes_needed));
     out.extend_from_slice(b",\"ramp_share\":");
     write_num(out, share(v.ramp_share));
@@ -436,7 +436,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         Some(uri) => json_str(out, uri),
         None => out.extend_from_slice(b"null"),
     }
-    // The SPEC's `totals` has no `slow`: slow calls show in the window and in Prometheus.
+    // The base `totals` has no `slow`: slow calls show in the window and in Prometheus.
     int(out, b",\"totals\":{\"requests\":", t.requests);
     int(out, b",\"failures\":", t.failures);
     int(out, b",\"short_circuited\":", t.short_circuited);
@@ -446,7 +446,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     int(out, b",\"opened\":", t.opened);
     int(out, b",\"half_opened\":", t.half_opened);
     int(out, b",\"closed\":", t.closed);
-    // Recovery: not in the SPEC's totals.
+    // Recovery: added to the base totals.
     int(out, b",\"ramp_shed\":", t.ramp_shed);
     // Pools: failures their servers' ejection explains, left out of the window.
     int(out, b",\"explained\":", t.explained);
@@ -556,7 +556,7 @@ pub(crate) mod tests {
     use crate::snapshot::{Forced, LatencyView, State, Totals, TripCause, TripView, WindowView};
     use serde_json::Value;
 
-    /// The SPEC's example breaker.
+    /// The README's example breaker (Status location).
     pub(crate) fn example_entry() -> Entry {
         Entry {
             upstream: "api".into(),
@@ -766,8 +766,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// The SPEC's example, whitespace removed.
-    const SPEC_EXAMPLE: &str = r#"{"zone":"cb","size":10485760,"used":8192,"alloc_failures":0,
+    /// The base format's example (0.1.0's page), whitespace removed.
+    const BASE_EXAMPLE: &str = r#"{"zone":"cb","size":10485760,"used":8192,"alloc_failures":0,
  "breakers":[{"upstream":"api","route":"checkout","state":"open","state_code":2,
    "dry_run":false,"forced":null,"since":1764484800.123,"retry_at":1764484830.5,
    "window":{"seconds":10,"requests":40,"failures":22,"slow":3,"failure_rate":0.55,"slow_rate":0.075},
@@ -781,11 +781,11 @@ pub(crate) mod tests {
         serde_json::from_slice(bytes).expect("valid JSON")
     }
 
-    /// The SPEC's example, with `module_version` where the page adds it.
+    /// The base example, with `module_version` where the page adds it.
     #[test]
-    fn json_matches_spec_example_byte_for_byte() {
+    fn json_matches_the_base_example_byte_for_byte() {
         let out = render_json(&example_zone(), &[example_entry()]);
-        let spec: String = SPEC_EXAMPLE
+        let spec: String = BASE_EXAMPLE
             .lines()
             .map(str::trim)
             .collect::<Vec<_>>()
@@ -1068,7 +1068,7 @@ pub(crate) mod tests {
         assert_eq!(v["breakers"][1]["suspicious"], false);
         assert!(v["breakers"][1]["suspicious_until"].is_null());
         assert_eq!(v["fleet"]["instance"], "10.0.0.5:80");
-        // Outside a fleet the page is the SPEC's: no fleet member, no fingerprint.
+        // Outside a fleet the page is the base format: no fleet member, no fingerprint.
         let alone = parse(&render_json(&example_zone(), &[example_entry()]));
         assert!(alone.get("fleet").is_none());
         assert!(alone["breakers"][0].get("fingerprint").is_none());

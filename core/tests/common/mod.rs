@@ -10,7 +10,7 @@ use circuit_breaker_core::snapshot::{BreakerView, State};
 /// 2025-11-30T06:40:00Z, a plausible Unix time in milliseconds.
 pub const T0: u64 = 1_764_484_800_000;
 
-/// Defaults of the spec, without jitter so that cooldowns are exact.
+/// The README's defaults, without jitter so that cooldowns are exact.
 pub fn cfg() -> BreakerConfig {
     BreakerConfig {
         jitter: 0,
