@@ -1,7 +1,10 @@
 //! Small pieces every room of the shell needs at the nginx boundary: the panic barrier,
-//! process and build identity, and stable name hashes.
+//! process and build identity, stable name hashes, and a laid-out shared zone's pool.
 
 use core::panic::AssertUnwindSafe;
+
+use nginx_sys::ngx_shm_zone_t;
+use ngx::core::SlabPool;
 
 /// Runs `f`, turning a panic into `err`, so that none crosses into nginx's C frames.
 ///
@@ -11,6 +14,24 @@ use core::panic::AssertUnwindSafe;
 #[inline(always)]
 pub fn guard<T>(err: T, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(err)
+}
+
+/// The slab pool of a shm zone whose init callback has laid it out (its `data` set), and the
+/// zone's size: what both of the module's zones start from.
+///
+/// # Safety
+/// `shm` must be null or a shm zone registered by this module, in a process where it is
+/// mapped (a worker, or the master between init and the next reload).
+pub unsafe fn laid_out_pool(shm: *const ngx_shm_zone_t) -> Option<(SlabPool, usize)> {
+    // SAFETY: `shm` is null or our registered, mapped shm zone (this fn's contract); `as_ref`
+    // turns null into `None`.
+    let shm = unsafe { shm.as_ref()? };
+    // SAFETY: a mapped zone starts with its slab pool.
+    let pool = unsafe { SlabPool::from_shm_zone(shm)? };
+    if pool.as_ref().data.is_null() {
+        return None;
+    }
+    Some((pool, shm.shm.size))
 }
 
 /// The module's version (the crate's), as the status page and the zone's notice show it.

@@ -80,14 +80,8 @@ impl FleetZone {
     /// `shm` must be null or the fleet zone registered by this module, in a process where it
     /// is mapped (a worker, or the master between init and the next reload).
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<FleetZone> {
-        // SAFETY: `shm` is null or our registered, mapped fleet zone (this fn's contract); `as_ref`
-        // turns null into `None`.
-        let shm = unsafe { shm.as_ref()? };
-        // SAFETY: a mapped zone starts with its slab pool.
-        let pool = unsafe { SlabPool::from_shm_zone(shm)? };
-        if pool.as_ref().data.is_null() {
-            return None;
-        }
+        // SAFETY: this fn's contract is laid_out_pool's.
+        let (pool, _) = unsafe { crate::ffi::laid_out_pool(shm)? };
         Some(FleetZone { pool })
     }
 

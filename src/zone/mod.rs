@@ -207,18 +207,9 @@ impl Zone {
     /// `shm` must be null or a shm zone registered by this module, in a process where it is
     /// mapped (the master between init and the next reload, or a worker).
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<Zone> {
-        // SAFETY: `shm` is null or our registered, mapped shm zone (this fn's contract); `as_ref`
-        // turns null into `None`.
-        let shm = unsafe { shm.as_ref()? };
-        // SAFETY: a mapped zone starts with its slab pool.
-        let pool = unsafe { SlabPool::from_shm_zone(shm)? };
-        if pool.as_ref().data.is_null() {
-            return None;
-        }
-        Some(Zone {
-            pool,
-            size: shm.shm.size,
-        })
+        // SAFETY: this fn's contract is laid_out_pool's.
+        let (pool, size) = unsafe { crate::ffi::laid_out_pool(shm)? };
+        Some(Zone { pool, size })
     }
 
     fn pool_ptr(&self) -> *mut ngx_slab_pool_t {
