@@ -949,7 +949,7 @@ impl<'a> Breaker<'a> {
 
     /// Opens a closed breaker at once, whatever its window says, as after a hard failure
     /// (`probes` good probes close it): a server that failed the probe of its upstream's open
-    /// breaker (see [`crate::eject::explain`]). `None`, and nothing changes, when it is not
+    /// breaker (see [`mod@crate::eject::explain`]). `None`, and nothing changes, when it is not
     /// closed or is forced.
     pub fn trip(&mut self, now_ms: u64, rnd: u32, reason: String) -> Option<Transition> {
         let now = self.clock(now_ms);
@@ -975,7 +975,7 @@ impl<'a> Breaker<'a> {
 
     /// Records the bad outcome (a failure, or a slow call) of an attempt admitted with
     /// `ticket` that the pool explains: its server is out of the pool, or on its way out (see
-    /// [`crate::eject::explain`]). The totals count it (it is what the client got), and
+    /// [`mod@crate::eject::explain`]). The totals count it (it is what the client got), and
     /// `explained` too, but never the window: ejection fixes it, so it must not open this
     /// breaker. The probe's outcome says nothing of the upstream either: its slot is given
     /// back, no verdict, and the next probe may start at once, for another server. An outcome

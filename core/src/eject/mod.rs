@@ -164,7 +164,7 @@ pub fn record(
 }
 
 /// Ejects the server whose breaker is `b` at once, for `reason` — it failed the probe of its
-/// upstream's open breaker (see [`explain`]) — unless the pool is at its cap, or the server
+/// upstream's open breaker (see [`mod@explain`]) — unless the pool is at its cap, or the server
 /// is out already or held in by the operator. Keeps `pool.out` in step.
 pub fn eject_now(
     b: &mut Breaker<'_>,

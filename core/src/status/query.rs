@@ -399,7 +399,7 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-/// `"text"` with quotes, backslashes and control characters escaped, cut at [`QUOTE_MAX`]
+/// `"text"` with quotes, backslashes and control characters escaped, cut at `QUOTE_MAX`
 /// characters (marked with `...`), so that an error stays one short line.
 pub fn quote(text: &str) -> String {
     match text.char_indices().nth(QUOTE_MAX) {

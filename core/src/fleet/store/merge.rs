@@ -1,0 +1,176 @@
+//! Taking peers' answers in: authentication, merge, expiry and the per-peer counters.
+
+use super::*;
+
+impl FleetStore {
+    /// A pull from `peer` failed before any message (refused, timed out, bad status).
+    pub fn peer_failed(&mut self, now_ms: u64, peer: usize) {
+        let now = self.clock(now_ms);
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.counters.failures += 1;
+            p.counters.last_error_ms = Some(now);
+        }
+    }
+
+    /// Parses and merges the message pulled from `peer`. A message that does not parse, or
+    /// that another instance sent, changes nothing but the peer's `parse_errors`.
+    pub fn receive(
+        &mut self,
+        now_ms: u64,
+        peer: usize,
+        body: &[u8],
+    ) -> Result<Received, ParseError> {
+        let now = self.clock(now_ms);
+        let parsed = wire::parse(body).and_then(|m| match self.peers.get(peer) {
+            Some(p) if p.id == m.sender => Ok(m),
+            _ => Err(ParseError {
+                line: 1,
+                kind: ErrorKind::Sender,
+            }),
+        });
+        match parsed {
+            Ok(m) => {
+                let got = self.merge(now, &m);
+                let p = &mut self.peers[peer];
+                p.counters.exchanges += 1;
+                p.counters.last_exchange_ms = Some(now);
+                p.auth_told = false;
+                p.tls_told = false;
+                Ok(got)
+            }
+            Err(e) => {
+                if let Some(p) = self.peers.get_mut(peer) {
+                    p.counters.parse_errors += 1;
+                    p.counters.last_error_ms = Some(now);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The answer to a pull from `peer` made with `nonce`: verified under `key` first (see
+    /// [`crate::fleet::auth`]), then parsed and merged as [`FleetStore::receive`] does. An answer
+    /// that does not verify changes nothing but the peer's `auth_failures`.
+    pub fn receive_sealed(
+        &mut self,
+        now_ms: u64,
+        peer: usize,
+        key: &FleetKey,
+        nonce: &Nonce,
+        answer: &[u8],
+    ) -> Result<Received, Refused> {
+        match key.open(nonce, answer) {
+            Ok(body) => self.receive(now_ms, peer, body).map_err(Refused::Parse),
+            Err(error) => Err(Refused::Auth {
+                error,
+                first: self.auth_failed(now_ms, peer),
+            }),
+        }
+    }
+
+    /// An answer of `peer` failed authentication. Returns whether it is the first since the
+    /// peer's last good exchange (the one to log).
+    pub fn auth_failed(&mut self, now_ms: u64, peer: usize) -> bool {
+        let now = self.clock(now_ms);
+        let Some(p) = self.peers.get_mut(peer) else {
+            return false;
+        };
+        p.counters.auth_failures += 1;
+        p.counters.last_error_ms = Some(now);
+        !core::mem::replace(&mut p.auth_told, true)
+    }
+
+    /// A pull from `peer` failed at TLS (handshake or certificate). Returns whether it is the
+    /// first since the peer's last good exchange (the one to log).
+    pub fn tls_failed(&mut self, now_ms: u64, peer: usize) -> bool {
+        let now = self.clock(now_ms);
+        let Some(p) = self.peers.get_mut(peer) else {
+            return false;
+        };
+        p.counters.tls_failures += 1;
+        p.counters.last_error_ms = Some(now);
+        !core::mem::replace(&mut p.tls_told, true)
+    }
+
+    /// `peer` sent an authenticated poke (it asks to be pulled now).
+    pub fn poked(&mut self, peer: usize) {
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.counters.pokes += 1;
+        }
+    }
+
+    /// The index of the peer called `id`.
+    pub fn peer_index(&self, id: &str) -> Option<usize> {
+        self.peer_index.get(id).copied()
+    }
+
+    /// Merges a parsed message (whoever sent it): each record replaces the stored opinion of
+    /// its (origin, breaker) when it is newer. Records about this instance, from unknown
+    /// origins, about unknown breakers or older than the expiry are dropped.
+    pub fn merge(&mut self, now_ms: u64, m: &Message) -> Received {
+        let now = self.clock(now_ms);
+        let mut got = Received::default();
+        for o in &m.opinions {
+            if o.origin == self.self_id {
+                got.own += 1;
+                continue;
+            }
+            let Some(&origin) = self.peer_index.get(&o.origin) else {
+                self.counters.unknown_origin += 1;
+                got.dropped += 1;
+                continue;
+            };
+            let Some(b) = self.breaker_index(&o.upstream, &o.route) else {
+                self.counters.unknown_breaker += 1;
+                got.dropped += 1;
+                continue;
+            };
+            // Parsed numbers are at most 10^12, so these sums cannot overflow; saturating
+            // anyway, for messages built by hand.
+            let ago = |ms: u64| now.saturating_sub(m.delay_ms.saturating_add(ms));
+            if m.delay_ms.saturating_add(o.age_ms) > self.cfg.expire_ms {
+                self.counters.stale += 1;
+                got.dropped += 1;
+                continue;
+            }
+            let new = Opinion {
+                observed_at_ms: ago(o.age_ms),
+                fingerprint: o.fingerprint,
+                since_ms: ago(o.since_ms),
+                requests: o.requests,
+                failures: o.failures.min(o.requests),
+                slow: o.slow.min(o.requests),
+                probe_at_ms: match (o.round, o.probe_ms) {
+                    (0, _) | (_, None) => 0,
+                    (_, Some(p)) => ago(p),
+                },
+                round: if o.probe_ms.is_some() { o.round } else { 0 },
+                state: o.state.code(),
+                flags: o.flags.bits(),
+            };
+            let slot = &mut self.breakers[b].opinions;
+            match slot.binary_search_by_key(&(origin as u32), |(i, _)| *i) {
+                Ok(at) if slot[at].1 >= new => got.known += 1,
+                Ok(at) => {
+                    slot[at].1 = new;
+                    got.merged += 1;
+                }
+                Err(at) => {
+                    slot.insert(at, (origin as u32, new));
+                    got.merged += 1;
+                }
+            }
+        }
+        got
+    }
+
+    /// Forgets opinions older than the expiry. Answers ignore them anyway; this returns
+    /// their memory. Call it once per interval.
+    pub fn expire(&mut self, now_ms: u64) {
+        let now = self.clock(now_ms);
+        let exp = self.cfg.expire_ms;
+        for l in &mut self.breakers {
+            l.opinions.retain(|(_, o)| o.fresh(now, exp));
+        }
+    }
+}

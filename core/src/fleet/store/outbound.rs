@@ -1,0 +1,193 @@
+//! What the store says: the verdict each breaker publishes, the status page's views and
+//! the outbound message.
+
+use super::*;
+
+impl FleetStore {
+    /// The three answers at once, as the shell publishes them.
+    pub fn verdict(&self, now_ms: u64, breaker: usize) -> Verdict {
+        Verdict {
+            suspicious_until_ms: self.suspicious(now_ms, breaker),
+            probe_from_ms: self.probe_from(now_ms, breaker),
+            peers_recovered: self.peers_report_recovered(now_ms, breaker),
+        }
+    }
+
+    /// The stored opinion of `peer` about `breaker`, if fresh.
+    pub fn opinion(&self, now_ms: u64, breaker: usize, peer: usize) -> Option<&Opinion> {
+        let now = now_ms.max(self.last_now);
+        let l = self.breakers.get(breaker)?;
+        let at = l
+            .opinions
+            .binary_search_by_key(&(peer as u32), |(i, _)| *i)
+            .ok()?;
+        let o = &l.opinions[at].1;
+        o.fresh(now, self.cfg.expire_ms).then_some(o)
+    }
+
+    /// What the fleet says of one breaker, for the status page.
+    pub fn breaker_view(&self, now_ms: u64, breaker: usize) -> Option<BreakerFleetView> {
+        let now = now_ms.max(self.last_now);
+        let l = self.breakers.get(breaker)?;
+        let exp = self.cfg.expire_ms;
+        let fresh = l.opinions.iter().filter(|(_, o)| o.fresh(now, exp));
+        let agreeing = self.agreeing(now, l).count();
+        Some(BreakerFleetView {
+            fingerprint: l.fingerprint,
+            agreeing_peers: agreeing,
+            open_peers: self.agreeing(now, l).filter(|(_, o)| o.tripped()).count(),
+            disagreeing_peers: fresh.count() - agreeing,
+            verdict: self.verdict(now, breaker),
+            designated: self.designated(now, breaker).map(str::to_string),
+            round: self.fleet_round(now, l).0,
+        })
+    }
+
+    /// Every peer's figures.
+    pub fn peer_stats(&self, now_ms: u64) -> Vec<PeerStats> {
+        let now = now_ms.max(self.last_now);
+        let exp = self.cfg.expire_ms;
+        let mut out: Vec<PeerStats> = self
+            .peers
+            .iter()
+            .map(|p| {
+                let c = p.counters;
+                let reachable = c.last_exchange_ms.is_some_and(|t| {
+                    t.saturating_add(exp) >= now && c.last_error_ms.map_or(true, |e| e <= t)
+                });
+                PeerStats {
+                    id: p.id.clone(),
+                    reachable,
+                    counters: c,
+                    opinions: 0,
+                    disagreements: 0,
+                }
+            })
+            .collect();
+        for l in &self.breakers {
+            for (i, o) in l.opinions.iter().filter(|(_, o)| o.fresh(now, exp)) {
+                let s = &mut out[*i as usize];
+                s.opinions += 1;
+                if o.fingerprint != l.fingerprint {
+                    s.disagreements += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Picks `fanout` distinct peers at random to pull from this round (all of them when
+    /// there are fewer). `rnd` yields uniform random numbers.
+    pub fn pick_peers(&self, rnd: impl FnMut() -> u32) -> Vec<usize> {
+        crate::fleet::select::pick(self.peers.len(), self.cfg.fanout, rnd)
+    }
+
+    pub(super) fn own_opinion(&self, now: u64, l: &Local) -> Option<WireOpinion> {
+        let v = l.view?;
+        let open = v.state != State::Closed;
+        let flags = Flags {
+            can_probe: self.can_probe(now, l),
+            recovered: l.recovered && !open,
+            forced: v.forced,
+        };
+        if !(open || v.forced || v.requests > 0 || flags.recovered) {
+            return None;
+        }
+        let (round, probe_at) = self.fleet_round(now, l);
+        let requests = v.requests.min(wire::MAX_NUMBER);
+        Some(WireOpinion {
+            origin: self.self_id.clone(),
+            upstream: l.upstream.clone(),
+            route: l.route.clone(),
+            fingerprint: l.fingerprint,
+            state: v.state,
+            age_ms: 0,
+            since_ms: now.saturating_sub(v.since_ms).min(wire::MAX_NUMBER),
+            requests,
+            failures: v.failures.min(requests),
+            slow: v.slow.min(requests),
+            round,
+            probe_ms: (round > 0).then(|| now.saturating_sub(probe_at).min(wire::MAX_NUMBER)),
+            flags,
+        })
+    }
+
+    pub(super) fn relayed_opinion(
+        &self,
+        now: u64,
+        l: &Local,
+        origin: usize,
+        o: &Opinion,
+    ) -> WireOpinion {
+        let age = now.saturating_sub(o.observed_at_ms).min(wire::MAX_NUMBER);
+        let ago = |t: u64| now.saturating_sub(t).clamp(age, wire::MAX_NUMBER);
+        let round = o.round;
+        WireOpinion {
+            origin: self.peers[origin].id.clone(),
+            upstream: l.upstream.clone(),
+            route: l.route.clone(),
+            fingerprint: o.fingerprint,
+            state: o.state(),
+            age_ms: age,
+            since_ms: ago(o.since_ms),
+            requests: o.requests,
+            failures: o.failures,
+            slow: o.slow,
+            round,
+            probe_ms: (round > 0).then(|| ago(o.probe_at_ms)),
+            flags: o.flags(),
+        }
+    }
+
+    /// The message this instance serves now: its own opinions of breakers that saw traffic
+    /// or trouble (open ones first), then the freshest relayed opinions worth passing on,
+    /// up to `max_entries` records; older ones are left out first.
+    pub fn message(&self, now_ms: u64) -> Message {
+        let now = now_ms.max(self.last_now);
+        let cap = self.cfg.max_entries;
+        let mut own: Vec<WireOpinion> = self
+            .breakers
+            .iter()
+            .filter_map(|l| self.own_opinion(now, l))
+            .collect();
+        // Trouble first, so that a cap drops quiet breakers before open ones.
+        own.sort_by_key(|o| {
+            (
+                o.state == State::Closed && !o.flags.recovered,
+                o.failures == 0,
+            )
+        });
+        own.truncate(cap);
+        let exp = self.cfg.expire_ms;
+        let mut relayed: Vec<(u64, usize, usize)> = Vec::new();
+        for (b, l) in self.breakers.iter().enumerate() {
+            for (i, o) in &l.opinions {
+                if o.fresh(now, exp) && o.worth_relaying() {
+                    relayed.push((now.saturating_sub(o.observed_at_ms), b, *i as usize));
+                }
+            }
+        }
+        let room = cap - own.len();
+        if relayed.len() > room && room > 0 {
+            relayed.select_nth_unstable(room - 1);
+        }
+        relayed.truncate(room);
+        relayed.sort_unstable();
+        for (_, b, i) in relayed {
+            let l = &self.breakers[b];
+            if let Ok(at) = l.opinions.binary_search_by_key(&(i as u32), |(k, _)| *k) {
+                own.push(self.relayed_opinion(now, l, i, &l.opinions[at].1));
+            }
+        }
+        Message {
+            sender: self.self_id.clone(),
+            delay_ms: 0,
+            opinions: own,
+        }
+    }
+
+    /// [`FleetStore::message`] rendered for the wire.
+    pub fn render(&self, now_ms: u64) -> String {
+        wire::render(&self.message(now_ms))
+    }
+}
