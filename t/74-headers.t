@@ -29,6 +29,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start req /;
 use CB::Origin;
+use CB::FleetPeer;
 use CB::Response qw/ status header body /;
 
 ###############################################################################
@@ -45,7 +46,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     # worker publishes its message all the same
     circuit_breaker_fleet 127.0.0.1:%%PORT_8080%% 127.0.0.1:%%PORT_8082%%
                           id=127.0.0.1:%%PORT_8080%% interval=200ms
-                          secret=s3cr3t;
+                          secret=0123456789abcdef-headers;
 
     upstream up {
         server 127.0.0.1:%%PORT_8081%%;
@@ -121,13 +122,15 @@ data_answer(req('HEAD', '/ro'), 'HEAD', 200, qr!^application/json$!);
 my $msg;
 my $end = time() + 5;
 while (time() < $end) {
-	$msg = req('GET', '/ro?format=fleet',
-		'X-Circuit-Breaker-Fleet-Secret: s3cr3t');
+	# pulled as the absent peer would, under the fleet's key
+	$msg = req('GET', '/ro?format=fleet', 'X-Circuit-Breaker-Fleet: '
+		. CB::FleetPeer::header('0123456789abcdef-headers', 'pull',
+			'127.0.0.1:' . port(8082), CB::FleetPeer::nonce()));
 	last if status($msg) == 200;
 	sleep 0.1;
 }
 data_answer($msg, 'fleet', 200, qr!^text/plain$!);
-data_answer(req('GET', '/ro?format=fleet'), 'fleet without the secret', 403,
+data_answer(req('GET', '/ro?format=fleet'), 'fleet without authentication', 403,
 	qr!^text/plain$!);
 
 # control answers

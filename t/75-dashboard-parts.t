@@ -39,6 +39,7 @@ use Test::Nginx qw/ :DEFAULT http_end /;
 use CB::Browser;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::FleetPeer;
 use CB::Status qw/ breakers /;
 use CB::Response qw/ status header json /;
 
@@ -56,7 +57,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     # this instance, a peer that answers (8083) and one that is down (8084)
     circuit_breaker_fleet 127.0.0.1:%%PORT_8080%% 127.0.0.1:%%PORT_8083%%
                           127.0.0.1:%%PORT_8084%% id=127.0.0.1:%%PORT_8080%%
-                          interval=200ms;
+                          interval=200ms secret=0123456789abcdef-dashboard;
 
     # trips on 4 failures in a 2 s window and stays open: its window empties
     upstream up {
@@ -115,16 +116,20 @@ EOF
 # a message with no opinion
 
 my $peer_id = '127.0.0.1:' . port(8083);
+my $fleet_key = '0123456789abcdef-dashboard';
 my $msgfile = $t->testdir() . '/peer.msg';
 $t->run_daemon(\&CB::Origin::run, port(8083), sub {
 	my ($c) = @_;
 	local $/ = "\r\n\r\n";
-	<$c>;
+	my $head = <$c> // '';
+	my ($nonce) = $head =~ /^X-Circuit-Breaker-Fleet: pull \S+ (\S+) /mi;
 	my $body = "cbfleet 1 $peer_id 0 0\n";
 	if (open my $fh, '<', $msgfile) {
 		local $/;
 		$body = <$fh>;
 	}
+	# sealed for the pull's nonce under the fleet's key, as a genuine peer does
+	$body = CB::FleetPeer::seal($fleet_key, $nonce // '', $body);
 	print $c "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
 		. 'Content-Length: ' . length($body) . "\r\n"
 		. "Connection: close\r\n\r\n$body";

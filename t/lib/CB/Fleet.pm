@@ -252,7 +252,8 @@ sub signal {
 	return scalar @p;
 }
 
-# stops instance I: QUIT, then KILL after 5 s
+# stops instance I: QUIT, then KILL after 20 s (a graceful exit takes seconds on a
+# machine busy with other work; a worker that never exits is still caught, by its alert)
 
 sub stop {
 	my ($self, $i) = @_;
@@ -261,7 +262,7 @@ sub stop {
 	return unless @p;
 	kill 'CONT', @p;
 	kill 'QUIT', $p[0];
-	my $end = time() + 5;
+	my $end = time() + 20;
 	sleep 0.02 while time() < $end && grep { _alive($_) } @p;
 	kill 'KILL', grep { _alive($_) } @p;
 }
