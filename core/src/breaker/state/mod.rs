@@ -1,0 +1,297 @@
+//! The breaker's state machine over a header and a ring of buckets in shared memory.
+//!
+//! # Life of a breaker
+//!
+//! - **Closed**: every request passes ([`Admission::Pass`]); every attempt's outcome enters the
+//!   window ([`Breaker::record`]), and the one that makes failures (or slow calls) reach their
+//!   rate with at least `min_requests` in the window opens it — unless the caller says it may
+//!   not open now (`may_open`, the per-server `max_eject` cap), or the rate was reached without
+//!   a single failure (or slow call).
+//! - **Open**: requests are short-circuited ([`Admission::Reject`], `Retry-After` = time to the
+//!   next probe). What happens next depends on `active`:
+//!   - *Passive probes* (no `probe_uri`, as before): after the cooldown — the base cooldown
+//!     (`open`, doubled after each failed probe, up to `max_open`), jittered, raised to the
+//!     largest `Retry-After` an origin sent in the window, capped by `max_open` — the next
+//!     request turns the breaker **half-open** and is the probe; at most one probe in flight
+//!     and one started per `probe_interval` for the whole instance. A failed probe reopens it.
+//!   - *Active probes* (`active`): the breaker stays **open** throughout. User requests are
+//!     never probes; the shell asks [`Breaker::active_probe`] for the instance-wide probe slot
+//!     and sends its own request when it gets it: first one cooldown after opening — here
+//!     `probe_interval`, jittered (doubled on repeated trips with `repeat_backoff`), raised to
+//!     an origin's `Retry-After`, capped by `max_open` — then every `probe_interval`,
+//!     jittered. A failed active probe does not double anything (active probes are cheap): the
+//!     next comes one `probe_interval` later, or after the `Retry-After` it carried (capped
+//!     by `max_open`). So with active probes `open` is used only as the `Retry-After` of a
+//!     breaker forced open, and `max_open` only caps an origin's `Retry-After` and the
+//!     `repeat_backoff` doubling.
+//!
+//!   Either way, enough good probes in a row close the breaker: `probes` after a hard failure,
+//!   more after a brownout (see [`judge`]). A probe slower than `probe_latency`
+//!   failed.
+//! - **Recovering**: a breaker closed by probes with `ramp_ms` set lets through a share of
+//!   requests rising from `ramp_start` to 100 % over the ramp and turns the rest away
+//!   ([`Admission::Recovering`], `Retry-After` 1 s). It is closed for every other purpose: the
+//!   live window judges what passes and reopens it as usual.
+//!
+//! # Hooks for the fleet and for per-server breakers
+//!
+//! - [`Breaker::suspect`]: peers think the origin is failing; until then the breaker trips on
+//!   `suspect_min` requests instead of `min_requests`, at the same rates, never without a
+//!   local failure.
+//! - `may_probe` in [`Breaker::admit`]: another fleet member is the designated prober; this
+//!   instance stays open (or half-open) and starts no probe.
+//! - [`Breaker::hasten`]: peers report recovery; the cooldown ends now.
+//! - A breaker per server of an upstream uses the same machine (closed = in, open = ejected,
+//!   half-open = probing), typically with `probes=1`, `repeat_backoff`, and `may_open`
+//!   false in [`Breaker::record`] while `max_eject` servers are already out.
+
+use std::mem::{align_of, size_of};
+
+use super::classify::{class_name, classify, Attempt, Verdict};
+use super::config::BreakerConfig;
+use super::histogram::{Histogram, HistogramSum};
+use super::judge;
+use super::ramp::{self, RAMP_RETRY_AFTER_MS};
+use super::reason::{self, REASON_BYTES};
+use super::trip::{Trip, TripBy};
+use super::window::{Bucket, Sums};
+use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
+
+mod admit;
+mod probe;
+mod record;
+mod transition;
+mod view;
+
+pub use admit::{Admission, Decision, Gate, Ticket};
+pub use probe::{ProbeFailure, ProbeResult};
+pub use record::Recorded;
+pub use transition::{Control, Transition};
+
+/// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
+pub const PROBE_LEASE_MS: u64 = 120_000;
+
+const STATE_CLOSED: u8 = 0;
+const STATE_HALF_OPEN: u8 = 1;
+const STATE_OPEN: u8 = 2;
+const FORCED_NONE: u8 = 0;
+const FORCED_OPEN: u8 = 1;
+const FORCED_CLOSED: u8 = 2;
+/// `flags`: a good probe was seen since the trip (a failed one now is a relapse).
+const GOOD_SEEN: u8 = 1;
+/// `flags`: the current closed period began with a close by probes (for `repeat_backoff`).
+const RECLOSED: u8 = 2;
+
+/// The fixed part of a breaker in shared memory; `window_s` [`Bucket`]s follow it (see
+/// [`layout`]). Plain integers only, so any worker may read and write it under the zone lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BreakerHeader {
+    cfg: BreakerConfig,
+    totals: Totals,
+    sums: Sums,
+    /// The window that opened it, while open or half-open by a trip.
+    trip: Trip,
+    /// The latest clock reading seen; earlier readings are clamped to it.
+    last_ms: u64,
+    since_ms: u64,
+    /// Open: when the cooldown ends (passive) or the next active probe is due (active).
+    retry_at_ms: u64,
+    next_probe_at_ms: u64,
+    probe_granted_ms: u64,
+    /// The current (jittered, floored, capped) cooldown.
+    cooldown_ms: u32,
+    /// The un-jittered cooldown: the first one (`open`, or `probe_interval` with active
+    /// probes), doubled after each failed passive probe and, with `repeat_backoff`, on each
+    /// repeated trip, up to `max_open`.
+    base_cooldown_ms: u32,
+    /// The last probe ticket handed out: the breaker's epoch in the high half, a counter in
+    /// the low half (see [`BreakerHeader::new`]).
+    probe_gen: u64,
+    /// End of the recovery ramp; 0 when none was started since the last close.
+    ramp_until_ms: u64,
+    /// Until then, the breaker trips on `suspect_min` requests ([`Breaker::suspect`]).
+    suspect_until_ms: u64,
+    probe_owner: u32,
+    /// Good probes in a row in the current open period.
+    consecutive: u32,
+    /// Failures in a row recorded in the window, for [`judge::is_hard`].
+    fail_run: u32,
+    /// Slow calls in a row recorded in the window, for [`judge::is_hard`].
+    slow_run: u32,
+    /// Gateway failures in a row recorded in the window, for `consecutive`.
+    gateway_run: u32,
+    /// Good probes in a row needed to close, set at the trip.
+    needed: u32,
+    /// The soft run of the current open period ([`judge::soft_run`]).
+    soft_needed: u32,
+    state: u8,
+    forced: u8,
+    probe_busy: u8,
+    flags: u8,
+    reason_len: u8,
+    reason: [u8; REASON_BYTES],
+}
+
+impl BreakerHeader {
+    /// A closed breaker with an empty window, created at `now_ms`. Its buckets must be filled
+    /// with [`Bucket::EMPTY`].
+    ///
+    /// `epoch` must differ from that of every earlier breaker that lived in the same memory
+    /// (the shell takes it from a counter in the zone), so that a probe ticket handed out
+    /// before a reset or a reload is never taken for one handed out after.
+    pub fn new(cfg: BreakerConfig, now_ms: u64, epoch: u32) -> Self {
+        let base = first_cooldown(&cfg);
+        BreakerHeader {
+            cfg,
+            totals: Totals::default(),
+            sums: Sums {
+                second: now_ms / 1000,
+                ..Sums::default()
+            },
+            trip: Trip::NONE,
+            last_ms: now_ms,
+            since_ms: now_ms,
+            retry_at_ms: 0,
+            next_probe_at_ms: 0,
+            probe_granted_ms: 0,
+            cooldown_ms: base,
+            base_cooldown_ms: base,
+            probe_gen: u64::from(epoch) << 32,
+            ramp_until_ms: 0,
+            suspect_until_ms: 0,
+            probe_owner: 0,
+            consecutive: 0,
+            fail_run: 0,
+            slow_run: 0,
+            gateway_run: 0,
+            needed: 0,
+            soft_needed: 0,
+            state: STATE_CLOSED,
+            forced: FORCED_NONE,
+            probe_busy: 0,
+            flags: 0,
+            reason_len: 0,
+            reason: [0; REASON_BYTES],
+        }
+    }
+
+    /// The parameters this breaker was created with.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.cfg
+    }
+
+    fn clear_runs(&mut self) {
+        self.fail_run = 0;
+        self.slow_run = 0;
+        self.gateway_run = 0;
+    }
+
+    /// The current state (readable without the buckets).
+    pub fn state(&self) -> State {
+        match self.state {
+            STATE_OPEN => State::Open,
+            STATE_HALF_OPEN => State::HalfOpen,
+            _ => State::Closed,
+        }
+    }
+
+    /// The operator-forced state, if any.
+    pub fn forced(&self) -> Option<Forced> {
+        match self.forced {
+            FORCED_OPEN => Some(Forced::Open),
+            FORCED_CLOSED => Some(Forced::Closed),
+            _ => None,
+        }
+    }
+
+    /// Running totals.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// With active probes, when the next one is due (the shell arms its timer for it); `None`
+    /// when none will be (closed, forced, or passive probes).
+    pub fn active_probe_due_ms(&self) -> Option<u64> {
+        (self.cfg.active && self.state == STATE_OPEN && self.forced == FORCED_NONE)
+            .then_some(self.next_probe_at_ms)
+    }
+}
+
+/// The first base cooldown: `open`, or `probe_interval` with active probes.
+fn first_cooldown(cfg: &BreakerConfig) -> u32 {
+    if cfg.active {
+        cfg.probe_interval_ms
+    } else {
+        cfg.open_ms
+    }
+}
+
+/// Size in bytes and alignment of a header followed by `window_s` buckets, for the shell's
+/// allocator. The buckets start at [`tail_offset`].
+pub fn layout(window_s: u32) -> (usize, usize) {
+    let tail = (window_s as usize).saturating_mul(size_of::<Bucket>());
+    let align = align_of::<BreakerHeader>().max(align_of::<Bucket>());
+    (tail_offset().saturating_add(tail), align)
+}
+
+/// Offset in bytes of the first bucket after the header.
+pub const fn tail_offset() -> usize {
+    size_of::<BreakerHeader>().next_multiple_of(align_of::<Bucket>())
+}
+
+/// A cooldown or probe spacing spread by `jitter` (hundredths of a percent): `base_ms` times
+/// a factor in [1 - j, 1 + j] picked uniformly by `rnd`.
+#[inline]
+pub fn jittered(base_ms: u64, jitter: u32, rnd: u32) -> u64 {
+    let j = u64::from(jitter.min(10_000));
+    let offset = (u64::from(rnd) * (2 * j + 1)) >> 32;
+    let factor = 10_000 - j + offset;
+    // Split so that huge bases saturate instead of overflowing.
+    (base_ms / 10_000)
+        .saturating_mul(factor)
+        .saturating_add((base_ms % 10_000) * factor / 10_000)
+}
+
+/// Whether `part` of `requests` reaches `rate` (hundredths of a percent); never without one
+/// (a breaker never opens without a local failure or slow call, whatever the rate says).
+#[inline]
+fn at_rate(part: u64, rate: u32, requests: u64) -> bool {
+    part > 0 && part.saturating_mul(10_000) >= u64::from(rate).saturating_mul(requests)
+}
+
+/// One breaker, borrowed from shared memory while the caller holds the zone lock.
+#[derive(Debug)]
+pub struct Breaker<'a> {
+    hdr: &'a mut BreakerHeader,
+    ring: &'a mut [Bucket],
+}
+
+impl<'a> Breaker<'a> {
+    /// Wraps a header and its `window_s` buckets.
+    pub fn new(hdr: &'a mut BreakerHeader, buckets: &'a mut [Bucket]) -> Breaker<'a> {
+        debug_assert_eq!(buckets.len(), hdr.cfg.window_s as usize);
+        Breaker { hdr, ring: buckets }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        self.hdr.state()
+    }
+
+    /// The parameters the breaker runs with.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.hdr.cfg
+    }
+
+    /// The operator-forced state, if any.
+    pub fn forced(&self) -> Option<Forced> {
+        self.hdr.forced()
+    }
+
+    fn clock(&mut self, now_ms: u64) -> u64 {
+        let now = now_ms.max(self.hdr.last_ms);
+        self.hdr.last_ms = now;
+        now
+    }
+}

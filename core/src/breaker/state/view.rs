@@ -1,0 +1,79 @@
+//! What the breaker shows: its window and its whole view, for the status page.
+
+use super::*;
+
+impl<'a> Breaker<'a> {
+    /// The window's running sums at `now_ms` (advancing it first), as used for decisions.
+    pub fn window(&mut self, now_ms: u64) -> WindowView {
+        let now = self.clock(now_ms);
+        let h = &mut *self.hdr;
+        h.sums.advance(self.ring, now / 1000);
+        WindowView {
+            seconds: h.cfg.window_s,
+            requests: h.sums.requests,
+            failures: h.sums.failures,
+            slow: h.sums.slow,
+        }
+    }
+
+    /// Everything the status page shows, computed from the live buckets at `now_ms`.
+    pub fn view(&self, now_ms: u64) -> BreakerView {
+        let h = &*self.hdr;
+        let now = now_ms.max(h.last_ms);
+        let mut hist = HistogramSum::default();
+        let live = h.sums.live(self.ring, now / 1000, Some(&mut hist));
+        let state = h.state();
+        let forced = h.forced();
+        // When the next probe may start: while one is in flight, not before one spacing from
+        // now (what a turned-away request's Retry-After says too).
+        let spacing = now.saturating_add(u64::from(h.cfg.probe_interval_ms));
+        let retry_at_ms = match state {
+            State::Open if forced.is_none() && h.cfg.active && h.probe_busy != 0 => {
+                Some(h.retry_at_ms.max(spacing))
+            }
+            State::Open if forced.is_none() => Some(h.retry_at_ms),
+            State::HalfOpen if h.probe_busy != 0 => Some(h.next_probe_at_ms.max(spacing)),
+            State::HalfOpen => Some(h.next_probe_at_ms),
+            _ => None,
+        };
+        let unforced_closed = state == State::Closed && forced.is_none();
+        BreakerView {
+            state,
+            dry_run: h.cfg.dry_run,
+            forced,
+            since_ms: h.since_ms,
+            retry_at_ms,
+            window: WindowView {
+                seconds: h.cfg.window_s,
+                requests: live.requests,
+                failures: live.failures,
+                slow: live.slow,
+            },
+            latency: LatencyView {
+                p50: hist.percentile(500),
+                p95: hist.percentile(950),
+                p99: hist.percentile(990),
+            },
+            cooldown_ms: u64::from(h.cooldown_ms),
+            consecutive_probe_successes: h.consecutive,
+            probes_needed: if state == State::Closed || forced.is_some() {
+                0
+            } else {
+                h.needed.max(1)
+            },
+            ramp_share: if unforced_closed {
+                ramp::share(h.ramp_until_ms, h.cfg.ramp_ms, h.cfg.ramp_start, now)
+            } else {
+                10_000
+            },
+            suspect_until_ms: (now < h.suspect_until_ms).then_some(h.suspect_until_ms),
+            totals: h.totals,
+            last_transition: reason::load(&h.reason, h.reason_len).to_string(),
+            tripped: if state == State::Closed || forced.is_some() {
+                None
+            } else {
+                h.trip.view(&h.cfg)
+            },
+        }
+    }
+}
