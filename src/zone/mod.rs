@@ -402,51 +402,69 @@ impl Default for StampRef {
 const VISIT_BATCH: usize = 256;
 
 impl Zone {
+    /// Walks every breaker with the lock held, letting it go after each `batch` nodes so that
+    /// no other worker waits for more than one batch, and returns the lock. `step` gets each
+    /// node after the walk has read its successor, so it may free that node. Between batches
+    /// `go_on` says whether the walk may continue: nodes are freed only by a reconciliation,
+    /// so a walk that is not one stops when a reconciliation bumped the generation meanwhile.
+    fn walk<'z>(
+        &'z self,
+        mut locked: Locked<'z>,
+        batch: usize,
+        mut go_on: impl FnMut(&Locked<'z>) -> bool,
+        mut step: impl FnMut(&mut Locked<'z>, NonNull<Node>),
+    ) -> Locked<'z> {
+        let mut node = locked.first();
+        let mut done = 0;
+        while let Some(n) = node {
+            if done > 0 && done % batch == 0 {
+                drop(locked);
+                locked = self.lock();
+                if !go_on(&locked) {
+                    break;
+                }
+            }
+            done += 1;
+            // SAFETY: `n` was reached under the lock and is still published: `go_on` stopped
+            // the walk if a reconciliation ran between batches, and `step` frees a node only
+            // after this read of its successor.
+            node = unsafe { locked.next(n) };
+            step(&mut locked, n);
+        }
+        locked
+    }
+
     /// Visits every breaker's view at `now_ms`, holding the lock for one batch at a time.
     /// Nodes are freed only by a new configuration's reconciliation, which bumps the
     /// generation under the lock first: the walk stops if that happened between batches, so
     /// it never follows a freed node. Returns the zone's usage as [`Locked::usage`] saw it.
     pub fn visit(&self, now_ms: u64, mut f: impl FnMut(Entry<'_>)) -> (u64, u64, u64) {
-        let mut locked = self.lock();
+        let locked = self.lock();
         let usage = locked.usage();
         let generation = locked.generation();
-        let mut node = locked.first();
-        let mut seen = 0;
-        while let Some(n) = node {
-            if seen > 0 && seen % VISIT_BATCH == 0 {
-                drop(locked);
-                locked = self.lock();
-                if locked.generation() != generation {
-                    break;
-                }
-            }
-            seen += 1;
-            // SAFETY: the generation is unchanged since `n` was reached under the lock, so
-            // `n` is still published.
-            node = unsafe { locked.next(n) };
-            // SAFETY: `n` is still published (same generation, lock held); the `BreakerMut` borrows
-            // `locked` mutably and is gone by the end of the match.
+        let step = |locked: &mut Locked<'_>, n: NonNull<Node>| {
+            // SAFETY: `n` is published (walk's promise: same generation, lock held); the
+            // `BreakerMut` borrows `locked` mutably and is gone by the end of the match.
             let (view, retry) = match unsafe { locked.breaker_at(n) } {
                 Some(mut b) => (b.view(now_ms), b.retry_budget().map(|r| r.view(now_ms))),
-                None => continue,
+                None => return,
             };
-            // SAFETY: `n` is still published (same generation, lock held); only its slot index is
-            // read.
+            // SAFETY: `n` is published (as above); only its slot index is read.
             let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
-            // SAFETY: `n` is still published (same generation, lock held); the names borrow
-            // `locked`, which is not let go before `f` returns.
+            // SAFETY: `n` is published (as above); the names borrow `locked`, which is not let
+            // go before `f` returns.
             let (upstream, route) = unsafe { locked.names_of(n) };
             f(Entry {
                 upstream,
                 route,
-                // SAFETY: `n` is still published (same generation, lock held); `kind` is fixed at
-                // creation.
+                // SAFETY: `n` is published (as above); `kind` is fixed at creation.
                 kind: unsafe { n.as_ref() }.kind(),
                 view,
                 retry,
                 limit,
             });
-        }
+        };
+        drop(self.walk(locked, VISIT_BATCH, |l| l.generation() == generation, step));
         usage
     }
 }

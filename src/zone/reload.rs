@@ -3,6 +3,7 @@
 //! [`BATCH`] breakers, so workers still serving the old configuration never wait for more
 //! than one batch.
 
+use core::ptr::NonNull;
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, Control};
@@ -10,7 +11,8 @@ use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use circuit_breaker_core::snapshot::Forced;
 
-use super::{Key, Kind, Zone};
+use super::node::Node;
+use super::{Key, Kind, Locked, Zone};
 
 /// Breakers handled per lock hold: about a millisecond of work.
 const BATCH: usize = 512;
@@ -52,49 +54,37 @@ impl Zone {
             .collect();
         let mut seen = vec![false; wanted.len()];
         let mut out = Reconciled::default();
-        let mut locked = self.lock();
+        let locked = self.lock();
         out.generation = locked.bump_generation();
-        let mut node = locked.first();
-        let mut done = 0;
-        while let Some(n) = node {
-            if done > 0 && done % BATCH == 0 {
-                drop(locked);
-                locked = self.lock();
-            }
-            done += 1;
-            // SAFETY: `n` is published; only this walk frees nodes, and it read `next`
-            // before touching `n`.
-            let next = unsafe { locked.next(n) };
-            // SAFETY: `n` is published (as for `next`); the names borrow `locked` and are done with
+        // Only this walk frees nodes (no other reconciliation runs meanwhile): it goes on
+        // whatever happens between batches.
+        let step = |locked: &mut Locked<'_>, n: NonNull<Node>| {
+            // SAFETY: `n` is published (walk's promise); the names borrow `locked` and are done with
             // before `remove(n)`.
             let (upstream, route) = unsafe { locked.names_of(n) };
-            // SAFETY: `n` is published (as for `next`); `kind` is fixed at creation.
+            // SAFETY: `n` is published (walk's promise); `kind` is fixed at creation.
             let kind = unsafe { n.as_ref() }.kind();
             let Some(&i) = index.get(&(upstream, route, kind)) else {
-                // SAFETY: `n` is published (as for `next`) and no longer borrowed.
+                // SAFETY: `n` is published (walk's promise) and no longer borrowed.
                 unsafe { locked.remove(n) };
                 out.dropped += 1;
-                node = next;
-                continue;
+                return;
             };
             seen[i] = true;
             let w = &wanted[i];
-            // SAFETY: `n` is published (as for `next`), the lock held; the `BreakerMut` borrows
+            // SAFETY: `n` is published (walk's promise), the lock held; the `BreakerMut` borrows
             // `locked` mutably and drops at the end of the arm.
             let (current, forced) = match unsafe { locked.breaker_at(n) } {
                 Some(b) => {
                     b.bump_stamp();
                     (*b.config(), b.forced())
                 }
-                None => {
-                    node = next;
-                    continue;
-                }
+                None => return,
             };
             let mut kept = Some(n);
             if current != w.cfg {
                 out.reset += 1;
-                // SAFETY: `n` is published (as for `next`); `window_s` is fixed at creation.
+                // SAFETY: `n` is published (walk's promise); `window_s` is fixed at creation.
                 if unsafe { super::Locked::window_of(n) } == w.cfg.window_s {
                     // SAFETY: same window length: the node has room for the buckets.
                     unsafe { locked.reset(n, w.cfg, now_ms) };
@@ -104,7 +94,7 @@ impl Zone {
                         reapply(&mut b, forced, now_ms);
                     }
                 } else {
-                    // SAFETY: `n` is published (as for `next`); the `BreakerMut` is dropped.
+                    // SAFETY: `n` is published (walk's promise); the `BreakerMut` is dropped.
                     unsafe { locked.remove(n) };
                     kept = locked.create(&w.key, &w.cfg, now_ms);
                     if kept.is_some() {
@@ -121,8 +111,8 @@ impl Zone {
                     locked.limit_reconcile(n, w.limit.as_ref(), now_ms);
                 }
             }
-            node = next;
-        }
+        };
+        let mut locked = self.walk(locked, BATCH, |_| true, step);
         let missing = wanted
             .iter()
             .zip(&seen)
