@@ -9,8 +9,7 @@ use ngx::core::SlabPool;
 /// Runs `f`, turning a panic into `err`, so that none crosses into nginx's C frames.
 ///
 /// Always inlined: `catch_unwind` costs nothing on the way through, but a guard left out of
-/// line reaches `f`'s captures through a pointer — 44 instructions per closed request
-/// in `scripts/bench-instructions`.
+/// line reaches `f`'s captures through a pointer (`scripts/bench-instructions`, closed).
 #[inline(always)]
 pub fn guard<T>(err: T, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(err)

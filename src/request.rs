@@ -111,8 +111,7 @@ pub struct RequestState {
     /// state: `peer.init` does not ask the breaker again.
     pub passed: bool,
     /// The pool cleanup record that releases this state, kept in the state rather than
-    /// allocated by `ngx_pool_cleanup_add`: 47 instructions per request less
-    /// (`scripts/bench-instructions`, closed).
+    /// allocated by `ngx_pool_cleanup_add` (`scripts/bench-instructions`, closed).
     cleanup: ngx_pool_cleanup_t,
 }
 
@@ -180,12 +179,12 @@ pub fn route_of(lcf: Option<&LocConf>) -> &Route {
 ///
 /// Hand-written rather than allocated from the request pool: a keepalive proxy request
 /// nearly fills its 4 KiB pool, and the state's ~150 bytes make it allocate one more pool
-/// block per request — `scripts/bench-instructions` counted about 900 instructions per
-/// request (a `malloc` in `ngx_palloc_block` and its `free`), half the closed path's cost.
+/// block per request: a `malloc` in `ngx_palloc_block` and its `free`, most of what the
+/// closed path would cost (`scripts/bench-instructions`, closed).
 struct Spares(UnsafeCell<Kept>);
 
-/// A fixed array rather than a `Vec`: no capacity to check or grow, 11 instructions per
-/// request less (`scripts/bench-instructions`, closed).
+/// A fixed array rather than a `Vec`: no capacity to check or grow
+/// (`scripts/bench-instructions`, closed).
 struct Kept {
     /// The spares, `len` of them first.
     list: [*mut RequestState; MAX_SPARES],
@@ -266,8 +265,7 @@ impl Spares {
 /// registers its cleanup. Allocates nothing from the pool, so never `None` today (the
 /// callers keep the check).
 ///
-/// Always inlined into `peer.init`: 14 instructions per request less
-/// (`scripts/bench-instructions`, closed).
+/// Always inlined into `peer.init` (`scripts/bench-instructions`, closed).
 #[inline(always)]
 pub fn attach<'r>(
     r: &'r mut ngx_http_request_t,
@@ -387,8 +385,8 @@ fn link(r: &mut ngx_http_request_t, state: *mut RequestState) {
 ///
 /// Lighter than a [`RequestState`]: it holds nothing to give back, so it lives in the request
 /// pool with its cleanup record, and its cleanup does nothing but let [`find`] find it after
-/// an internal redirect — 82 instructions per short-circuit less than a state
-/// (`scripts/bench-instructions`, open_503).
+/// an internal redirect, at less cost than a state (`scripts/bench-instructions`,
+/// open_503).
 pub struct Rejected {
     /// As [`RequestState::request`] (null in a shared record: see [`mark_rejected_here`]).
     request: *const ngx_http_request_t,
@@ -428,8 +426,7 @@ static RECOVERING_HERE: Shared = Shared(Rejected {
 /// Notes a PRECONTENT short-circuit with `label` in a location from which no internal
 /// redirect (`error_page`, `post_action`) can follow: the module ctx, which then stays, is
 /// all the variables need, and the route is the location's. A shared record, rather than
-/// one in the pool with its cleanup: 42 instructions per short-circuit less
-/// (`scripts/bench-instructions`, open_503). False for a label without a shared record.
+/// one in the pool with its cleanup (`scripts/bench-instructions`, open_503). False for a label without a shared record.
 pub fn mark_rejected_here(r: &mut ngx_http_request_t, label: Label) -> bool {
     let shared = match label {
         Label::State(State::Open) => &OPEN_HERE,
@@ -498,9 +495,8 @@ pub fn attach_rejected(r: &mut ngx_http_request_t, route: &Route, label: Label) 
     true
 }
 
-/// A [`Rejected`] and its pool cleanup record, in one pool allocation: 43 instructions per
-/// short-circuit less than `ngx_pool_cleanup_add` with room for the record
-/// (`scripts/bench-instructions`, open_503).
+/// A [`Rejected`] and its pool cleanup record, in one pool allocation rather than
+/// `ngx_pool_cleanup_add` with room for the record (`scripts/bench-instructions`, open_503).
 #[repr(C)]
 struct KeptRejected {
     cleanup: ngx_pool_cleanup_t,
@@ -664,8 +660,8 @@ unsafe extern "C" fn release(data: *mut c_void) {
     unsafe { SPARES.put(ptr) };
 }
 
-/// What [`release`] gives back, apart: a request holding nothing (most) costs 5
-/// instructions less (`scripts/bench-instructions`, closed).
+/// What [`release`] gives back, apart, so that a request holding nothing (most) costs less
+/// (`scripts/bench-instructions`, closed).
 #[cold]
 #[inline(never)]
 fn give_back(state: &RequestState) {

@@ -403,8 +403,8 @@ pub struct LocConf {
     pub cached: bool,
     /// The fixed upstream's conf when it has a breaker and the location no cache: the
     /// PRECONTENT phase answers for such a location. Set when merging, so that the phase
-    /// finds it in one read instead of five (18 instructions per request less,
-    /// `scripts/bench-instructions`, closed and open_503).
+    /// finds it in one read instead of five (`scripts/bench-instructions`, closed and
+    /// open_503).
     pub precontent: *const SrvConf,
     /// An `error_page` or `post_action` may move the request on with a new module ctx after
     /// this location answered.

@@ -215,9 +215,8 @@ impl Registry {
 ///
 /// Memory malloc'd while a request's pool is live lands above that pool on the heap and
 /// outlives it, and glibc may then serve later request pools from its bins rather than its
-/// top chunk: `scripts/bench-instructions` counted 246 instructions more per request with
-/// the tables grown at the first request (closed_limit 20 698 against 20 452 sized here, on
-/// one build; such glibc figures move with the heap's layout, see the README's "Cost").
+/// top chunk, which makes every later request dearer (`scripts/bench-instructions`,
+/// closed_limit; glibc's figures move with the heap's layout, see the script's head).
 pub fn init_process(cycle: &ngx_cycle_t) {
     let Some(mcf) = Module::serving_main_conf(cycle) else {
         return;

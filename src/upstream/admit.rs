@@ -32,8 +32,8 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
 /// `None` when no breaker applies (the zone is full, or this worker's configuration is older
 /// than the zone's and the breaker is new).
 ///
-/// Inline with [`ask_unlocked`], the locked half apart: 23 instructions per stale answer
-/// less (`scripts/bench-instructions`, open_stale).
+/// Inline with [`ask_unlocked`], the locked half apart, for the stale path's cost
+/// (`scripts/bench-instructions`, open_stale).
 #[inline(always)]
 pub fn ask(
     state: &mut RequestState,

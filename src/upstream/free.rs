@@ -32,8 +32,8 @@ pub(super) unsafe extern "C" fn free_peer(
         // that state is live while a hook runs) and the request's live peer.
         let (state, pcr) = unsafe { (request::from_peer_data(data), &mut *pc) };
         // The closed path first: the free from the request's finalization (no retry follows,
-        // no TLS failure) of an attempt the balancer chose. The rest apart: 31 instructions
-        // per closed request less (`scripts/bench-instructions`, closed).
+        // no TLS failure) of an attempt the balancer chose. The rest apart, for the closed
+        // path's cost (`scripts/bench-instructions`, closed).
         if ngx_state == 0 && !state.probing {
             // SAFETY: as for this function.
             unsafe { free_final(state, pcr) };

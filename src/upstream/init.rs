@@ -60,9 +60,8 @@ unsafe fn init_peer_inner(
         return unsafe { original_init(r, us) };
     }
     // The closed path first: a request the PRECONTENT phase let through, to an upstream
-    // without a pool, and its limit's slot if it has one. The rest apart: 20 instructions
-    // per closed request less (`scripts/bench-instructions`, closed), and about 130 for a
-    // closed request with a limit (closed_limit).
+    // without a pool, and its limit's slot if it has one. The rest apart, for the closed
+    // path's cost (`scripts/bench-instructions`, closed and closed_limit).
     if scf.pool.is_none() {
         let log = connection_log(req);
         if let Some(state) = take_passed(req, scf) {
@@ -281,8 +280,7 @@ unsafe fn init_passed(
 }
 
 /// Saves the balancer's callbacks in the request's state and puts ours in their place. Always
-/// inlined into `peer.init`, its one caller: 6 instructions per request less
-/// (`scripts/bench-instructions`, closed).
+/// inlined into `peer.init`, its one caller (`scripts/bench-instructions`, closed).
 #[inline(always)]
 fn wrap_balancer(u: &mut nginx_sys::ngx_http_upstream_t, state: &mut RequestState) {
     let original = u.peer.data;

@@ -65,7 +65,7 @@ pub(super) unsafe extern "C" fn get_stale(
 
 /// The wrapped `peer.get` of an upstream without a pool (no server breakers, no server
 /// probes): the balancer chooses, and a verdict left pending by a retry that finds no
-/// server is settled. Apart from [`get_peer`]: 26 instructions per closed request less
+/// server is settled. Apart from [`get_peer`], for the closed path's cost
 /// (`scripts/bench-instructions`, closed).
 pub(super) unsafe extern "C" fn get_peer_unpooled(
     pc: *mut ngx_peer_connection_t,

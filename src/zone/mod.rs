@@ -115,10 +115,10 @@ struct Header {
 /// slot had then. A stale handle (the breaker was freed, the slot reused) simply finds nothing.
 ///
 /// It keeps where the slot is rather than its index, so that the hot paths
-/// (`admit_unlocked`, `add_success`) need not look it up through the chunk table again: 41
-/// instructions per closed request less, 16 per short-circuit (`scripts/bench-instructions`).
-/// It stays 16 bytes (the index lives in the slot): grown to 24, it moved glibc malloc's
-/// per-request path in every case, plain included, by some 200 instructions.
+/// (`admit_unlocked`, `add_success`) need not look it up through the chunk table again
+/// (`scripts/bench-instructions`, closed and open_503). It stays 16 bytes (the index lives in
+/// the slot): a larger handle moves glibc malloc's per-request path in every case, plain
+/// included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // C's layout: the PRECONTENT phase's `extern "C"` branches take it by value. It lives in
 // worker memory only, never in the zone.

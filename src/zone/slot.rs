@@ -77,8 +77,8 @@ impl RawGate {
     }
 
     /// The cooldown's end and the wait after it, if it is [`Gate::Reject`]: told apart from
-    /// the other gates, an open breaker's short-circuit takes them in registers, 6
-    /// instructions less than the whole gate (`scripts/bench-instructions`, open_503).
+    /// the other gates, an open breaker's short-circuit takes them in registers rather than
+    /// the whole gate (`scripts/bench-instructions`, open_503).
     #[inline(always)]
     pub fn rejects(&self) -> Option<(u64, u64)> {
         (self.mode == MODE_REJECT).then_some((self.until, self.wait))
@@ -152,8 +152,7 @@ impl Slot {
     }
 
     /// The second successes may be gathered in without the lock, as [`Slot::read_gate`].
-    /// Reads only what it needs: 7 instructions per closed request less than the whole gate
-    /// (`scripts/bench-instructions`, closed).
+    /// Reads only what it needs, not the whole gate (`scripts/bench-instructions`, closed).
     #[inline]
     pub fn lock_free_second(&self, ident: u64, key: u64) -> Option<u64> {
         self.consistent(ident, key, |s| s.lock_free_second.load(Ordering::Relaxed))
@@ -180,8 +179,8 @@ impl Slot {
             return None;
         }
         // Compared as soon as read (a mismatch, torn or not, only sends the caller to the
-        // lock): fewer values live at once, 3 to 5 instructions per request less on the open
-        // and closed paths (`scripts/bench-instructions`).
+        // lock): fewer values live at once on the open and closed paths
+        // (`scripts/bench-instructions`, closed and open_503).
         if self.ident.load(Ordering::Relaxed) != ident || self.key.load(Ordering::Relaxed) != key {
             return None;
         }
