@@ -31,26 +31,8 @@
 //!   one ([`run_spacing`]), so that `K` take about the time `probes` would: the run counts
 //!   answers, and a full interval between them only kept a healed origin away.
 //!
-//! Measured with the real breaker over seeded Bernoulli simulations, 2 000 brownouts per cell,
-//! each probed 40 times (`core/tests/probe_rule.rs`; `cargo test --release -p
-//! circuit-breaker-core --test probe_rule -- --ignored --nocapture` prints this table), the
-//! share of brownouts that closed, and in brackets what `probes` good probes in a row would
-//! have closed:
-//!
-//! | breaker, traffic | p = t | t + 10 % | 50 % | 70 % | 90 % |
-//! |---|---|---|---|---|---|
-//! | 20 %, `min_requests=20`, 5 s at 200/s | 0.30 % (100 %) | 0 (100 %) | 0 (96 %) | 0 (53 %) | 0 (3 %) |
-//! | 20 %, `min_requests=20`, 5 s at 8/s | 0.55 % (100 %) | 0.15 % (100 %) | 0.95 % (96 %) | 1.55 % (55 %) | 0.70 % (4 %) |
-//! | 50 %, `min_requests=20`, 10 s at 50/s | 0.30 % (96 %) | 0.05 % (82 %) | — | 0 (53 %) | 0 (3 %) |
-//! | 50 %, `min_requests=5`, 10 s at 2/s | 1.15 % (96 %) | 0.85 % (82 %) | — | 0.90 % (54 %) | 0.70 % (4 %) |
-//! | 50 %, `min_requests=4`, 10 s at 1/s | 2.45 % (96 %) | 2.45 % (83 %) | — | 2.50 % (55 %) | 0.70 % (4 %) |
-//!
-//! (`probes=3`, active probes; each brownout begins after a healthy window.) With a window
-//! holding many times `min_requests`, a brownout at or above the threshold stays open in well
-//! over 99 % of cases; with one barely holding it the evidence is thin and 1–2.5 % still
-//! close, against 55–100 % before. A hard failure that heals closes after exactly `probes`
-//! good probes in every simulated case (a proptest over rates, `min_requests`, windows,
-//! traffic, outage lengths, active and passive probes).
+//! How well the rule tells them apart, measured over seeded simulations of the real breaker,
+//! is in `docs/recovery.md` (`core/tests/probe_rule.rs` prints the table).
 
 /// A brownout at the tripping rate passes for hard in at most this share of trips.
 const FOOLS_HARD: f64 = 0.01;

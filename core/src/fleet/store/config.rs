@@ -19,22 +19,17 @@ pub struct FleetConfig {
     pub push_gap_ms: u64,
 }
 
-/// Peers pulled from per interval: 3, or every peer in a fleet of 4 or fewer.
-///
-/// Measured by `core/tests/fleet_sim.rs` (pulls with relaying, 10 seeds): one opinion
-/// reaches all of 8 instances in 2.1 intervals on average (3 at worst), all of 50 in 3.3
-/// (4), all of 200 in 4.1 (5); fanout 2 takes 5.5 (7) for 200 and fanout 4 gains under
-/// half an interval. Each instance serves `fanout` pulls per interval on average, whatever
-/// the fleet's size.
+/// Peers pulled from per interval: 3, or every peer in a fleet of 4 or fewer. Each instance
+/// serves `fanout` pulls per interval on average, whatever the fleet's size; how fast an
+/// opinion spreads at each fanout is measured by `core/tests/fleet_sim.rs` (docs/fleet.md).
 pub fn default_fanout(instances: usize) -> usize {
     instances.saturating_sub(1).clamp(1, 3)
 }
 
 /// How many intervals an opinion stays fresh by default: the rounds an opinion needs to
 /// reach `instances` at this fanout (`ceil(log(instances) / log(fanout + 1))`), plus two,
-/// and at least 3. In the simulation the oldest copy an instance held once all knew was
-/// 2.4 intervals old for 8 instances, 3.9 for 50 and 5.0 for 200 (fanout 3), against
-/// defaults of 4, 5 and 6.
+/// and at least 3: above the oldest copy an instance holds once all know, in
+/// `core/tests/fleet_sim.rs` (docs/fleet.md).
 pub fn default_expire_intervals(instances: usize, fanout: usize) -> u64 {
     let f = fanout.max(1) as u64 + 1;
     let mut reach = 1u64;
