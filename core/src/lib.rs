@@ -1,4 +1,5 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
+#![forbid(unsafe_code)]
 pub mod breaker;
 pub mod directive;
 pub mod eject;
