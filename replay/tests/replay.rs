@@ -1,0 +1,124 @@
+//! The replay over small made-up logs: what it counts, and that the order lines come in (within
+//! the reorder horizon) changes nothing.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use cb_replay::conf::Specs;
+use cb_replay::line::parse;
+use cb_replay::sim::Replay;
+
+/// A transitions sink the test can read back.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An outage: 10 requests a second for 60 s, every one failing from 10 s to 30 s.
+fn outage() -> Vec<String> {
+    (0..600u64)
+        .map(|i| {
+            let end = 1_700_000_000_000 + i * 100;
+            let status = if (100..300).contains(&i) { 502 } else { 200 };
+            format!(
+                "{}.{:03} 0.020 \"api\" \"-\" \"10.0.0.1:80\" \"{status}\" \"0.020\" \"0.010\"",
+                end / 1000,
+                end % 1000
+            )
+        })
+        .collect()
+}
+
+fn replay(lines: &[String], params: &str) -> (Replay, String) {
+    let mut specs = Specs::default();
+    specs.add_option(params).unwrap();
+    let mut r = Replay::new(specs, vec![Vec::new()], 1, 30_000);
+    let sink = Sink::default();
+    r.transitions = Some(Box::new(sink.clone()));
+    for (n, l) in lines.iter().enumerate() {
+        r.feed(&parse(l).unwrap(), n as u64 + 1).unwrap();
+    }
+    r.finish();
+    let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    (r, out)
+}
+
+#[test]
+fn an_outage_opens_once_and_spares_the_origin() {
+    let (r, log) = replay(&outage(), "api=open=5s jitter=0% probes=1");
+    let s = &r.runs[0].as_ref().unwrap()[0].stats;
+    // Opens on the 10th failure in a row (`consecutive`): line 110.
+    assert!(
+        log.starts_with(
+            "110 1700000010.900 circuit breaker \"api/default\" opened: 10 gateway failures in a row"
+        ),
+        "{log}"
+    );
+    assert_eq!(s.opens, 1, "{log}");
+    // While the origin fails the breaker refuses, and the probes fail (reopens).
+    assert!(s.reopens >= 2, "{log}");
+    assert_eq!(s.closes, 1, "{log}");
+    // Lines 111 to 300 failed, all refused but two probes; the recovery from line 301 on is
+    // seen only by the probe at line 463 (the cooldown had doubled twice): the price.
+    assert_eq!(s.failures_spared, 188, "{s:?}");
+    assert_eq!(s.successes_lost, 162, "{s:?}");
+    assert_eq!(s.refused, s.failures_spared + s.successes_lost);
+    assert_eq!(r.counts.late, 0);
+}
+
+#[test]
+fn lines_a_little_out_of_order_change_nothing() {
+    let lines = outage();
+    let mut shuffled = lines.clone();
+    // Workers interleave: swap neighbours (200 ms apart at most, within the horizon).
+    for pair in shuffled.chunks_mut(2) {
+        pair.reverse();
+    }
+    let (a, la) = replay(&lines, "api=open=5s jitter=20% probes=2");
+    let (b, lb) = replay(&shuffled, "api=open=5s jitter=20% probes=2");
+    let sa = &a.runs[0].as_ref().unwrap()[0].stats;
+    let sb = &b.runs[0].as_ref().unwrap()[0].stats;
+    assert_eq!(sa, sb);
+    // The same transitions at the same times; the line numbers follow the shuffle.
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_owned())
+            .collect()
+    };
+    assert_eq!(strip(&la), strip(&lb));
+}
+
+#[test]
+fn a_sweep_runs_every_setting_in_one_pass() {
+    let mut specs = Specs::default();
+    specs.add_option("api=consecutive=off open=5s").unwrap();
+    let sets = vec![
+        vec![("failure_rate".to_string(), "30%".to_string())],
+        vec![("failure_rate".to_string(), "50%".to_string())],
+    ];
+    let mut r = Replay::new(specs, sets, 1, 30_000);
+    // 40 % failures throughout: a breaker at 30 % opens, one at 50 % never does.
+    for i in 0..300u64 {
+        let end = 1_700_000_000_000 + i * 100;
+        let status = if i % 5 < 2 { 500 } else { 200 };
+        let l = format!(
+            "{}.{:03} 0.020 \"api\" \"-\" \"10.0.0.1:80\" \"{status}\" \"0.020\" \"0.010\"",
+            end / 1000,
+            end % 1000
+        );
+        r.feed(&parse(&l).unwrap(), i + 1).unwrap();
+    }
+    r.finish();
+    let runs = r.runs[0].as_ref().unwrap();
+    assert!(runs[0].stats.opens >= 1, "{:?}", runs[0].stats);
+    assert_eq!(runs[1].stats.opens, 0);
+    assert_eq!((runs[0].stats.requests, runs[1].stats.requests), (300, 300));
+}
