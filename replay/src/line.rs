@@ -64,10 +64,13 @@ fn field<'a>(rest: &mut &'a str, name: &'static str) -> Result<&'a str, LineErro
         return Err(LineError::MissingField(name));
     }
     let (value, tail) = if let Some(q) = s.strip_prefix('"') {
-        let end = q.find('"').ok_or(LineError::BadField(name))?;
+        let end = q
+            .bytes()
+            .position(|c| c == b'"')
+            .ok_or(LineError::BadField(name))?;
         (&q[..end], &q[end + 1..])
     } else {
-        let end = s.find(' ').unwrap_or(s.len());
+        let end = s.bytes().position(|c| c == b' ').unwrap_or(s.len());
         (&s[..end], &s[end..])
     };
     if !(tail.is_empty() || tail.starts_with(' ')) {

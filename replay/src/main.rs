@@ -68,8 +68,9 @@ fn args() -> Result<Args, String> {
             }
             "--reorder" => {
                 let v = value("--reorder")?;
-                a.horizon_ms =
-                    parse_msec(&v).ok_or(format!("--reorder wants a time (\"30s\"): \"{v}\""))?
+                a.horizon_ms = parse_msec(&v).filter(|&ms| ms <= 600_000).ok_or(format!(
+                    "--reorder wants a time up to 10m (\"30s\"): \"{v}\""
+                ))?
             }
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
