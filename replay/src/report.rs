@@ -57,7 +57,9 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     }
     let sweep = r.sets().len() > 1;
     let mut total = vec![Stats::default(); r.sets().len()];
-    for (name, runs) in r.names.iter().zip(&r.runs) {
+    let mut order: Vec<usize> = (0..r.names.len()).collect();
+    order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
+    for (name, runs) in order.iter().map(|&i| (&r.names[i], &r.runs[i])) {
         let Some(runs) = runs else { continue };
         for (t, run) in total.iter_mut().zip(runs) {
             t.add(&run.stats);

@@ -395,6 +395,16 @@ impl Replay {
                     refused: true,
                 },
             };
+            let mut told = told;
+            if run.cfg.active && told.refused {
+                // Active probes (`probe_uri`): when one is due, this request's outcome at the
+                // origin stands for it (the log has no probe of its own).
+                let rnd = run.rnd();
+                if let Some(ticket) = run.ob.breaker().active_probe(now, rnd, 1, &|_| true) {
+                    run.stats.probes += 1;
+                    told.ticket = ticket;
+                }
+            }
             self.told[slot * n + v] = told;
             if let Some(t) = d.transition {
                 note(
@@ -432,9 +442,9 @@ impl Replay {
                     (true, true) => s.failures_spared += 1,
                     (true, false) => s.successes_lost += 1,
                 }
-                // A breaker that refuses never sees the outcome; one in dry run records it,
-                // as the module does.
-                if !run.cfg.dry_run {
+                // A breaker that refuses never sees the outcome (but that of the active
+                // probe it stands for); one in dry run records it, as the module does.
+                if !run.cfg.dry_run && told.ticket == Ticket::Normal {
                     continue;
                 }
             }

@@ -122,3 +122,19 @@ fn a_sweep_runs_every_setting_in_one_pass() {
     assert_eq!(runs[1].stats.opens, 0);
     assert_eq!((runs[0].stats.requests, runs[1].stats.requests), (300, 300));
 }
+
+#[test]
+fn active_probes_take_a_refused_requests_outcome() {
+    let (r, log) = replay(
+        &outage(),
+        "api=probe_uri=/healthz probe_interval=2s jitter=0%",
+    );
+    let s = &r.runs[0].as_ref().unwrap()[0].stats;
+    assert_eq!((s.opens, s.closes), (1, 1), "{log}");
+    // Probes every 2 s from the trip on; the origin heals at 30 s (line 301), and the first
+    // probe after it closes the breaker (a hard outage: `probes` of them, close together).
+    let closed = log.lines().last().unwrap();
+    assert!(closed.contains("closed: 3 good probes"), "{log}");
+    let at: f64 = closed.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!((1_700_000_030.0..1_700_000_034.0).contains(&at), "{log}");
+}
