@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# The release's version agrees everywhere it is written: both crates (Cargo.toml's
+# The release's version agrees everywhere it is written: the crates (Cargo.toml's
 # [workspace.package], as cargo resolves it with Cargo.lock), CHANGELOG.md's latest release,
 # and the Debian package's changelog, with the same date. The package's copyright file names
 # every crate linked into the module. No nginx is run; the module's own report of its
@@ -50,8 +50,9 @@ SKIP: {
 	ok($meta, 'cargo metadata --locked') or diag($json);
 	my %v = map { $_->{name} => $_->{version} } @{ $meta->{packages} || [] };
 	is(join(' ', map { "$_=" . ($v{$_} // '-') } sort keys %v),
-		"circuit-breaker-core=$version ngx_http_circuit_breaker_module=$version",
-		'both crates carry the version');
+		"cb-replay=$version circuit-breaker-core=$version "
+		. "ngx_http_circuit_breaker_module=$version",
+		'the crates carry the version');
 }
 
 # CHANGELOG.md: Keep a Changelog, latest release first after [Unreleased]

@@ -27,10 +27,11 @@ fn setting_label(set: &[(String, String)]) -> String {
 
 fn stats_text(s: &Stats) -> String {
     format!(
-        "  opened {} times ({} more after a failed probe), {} flapping, open {} in all, \
+        "  opened {} time{} ({} more after a failed probe), {} flapping, open {} in all, \
          longest {}\n  {} requests, {} bad; refused {}: {} failures spared, {} successes \
          lost{}\n",
         s.opens,
+        if s.opens == 1 { "" } else { "s" },
         s.reopens,
         s.flaps,
         human_ms(s.open_ms),
