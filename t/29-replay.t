@@ -3,7 +3,8 @@
 # The replay's fidelity: nginx runs a breaker in dry_run in front of an origin that works,
 # fails, then recovers, and logs every request in the circuit_breaker_replay format; cb-replay
 # then reads that access log with the configuration nginx -T prints, and its transitions must
-# be the live ones: as many, each made by the same request, with the same words.
+# be the live ones: as many, each made by the same request, with the same words.  And
+# $circuit_breaker_upstream, the upstream's name whether or not a breaker applies.
 
 ###############################################################################
 
@@ -30,7 +31,7 @@ my $root = "$FindBin::Bin/..";
 my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
 plan(skip_all => "no $replay (scripts/replay --build makes it)") unless -x $replay;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(9);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(11);
 
 # The README's format, plus the request (to find the live log line's request).
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
@@ -47,11 +48,18 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         circuit_breaker_failure error timeout http_500 http_502;
     }
 
+    upstream plain {
+        server 127.0.0.1:%%PORT_8081%%;
+    }
+
+    log_format up '$request_uri $circuit_breaker_upstream';
+
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
         access_log %%TESTDIR%%/replay.log circuit_breaker_replay;
+        access_log %%TESTDIR%%/upstream.log up;
 
         location /a/ {
             proxy_pass http://dry;
@@ -60,6 +68,22 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
 
         location /b/ {
             proxy_pass http://dry;
+        }
+
+        location /plain/ {
+            proxy_pass http://plain;
+            access_log %%TESTDIR%%/upstream.log up;
+        }
+
+        location /var/ {
+            set $u plain;
+            proxy_pass http://$u;
+            access_log %%TESTDIR%%/upstream.log up;
+        }
+
+        location /none/ {
+            return 204;
+            access_log %%TESTDIR%%/upstream.log up;
         }
     }
 EOF
@@ -92,7 +116,16 @@ for (1 .. 20) {
 get('b', 500) for 1 .. 2;
 get('b', 200) for 1 .. 5;
 
+# the upstream's name, with or without a breaker, and none without an upstream
+http_get("/$_/?n=0") for qw/ plain var none /;
+
 $t->stop();
+
+like($t->read_file('upstream.log'), qr{^/a/\?status=200&n=1 dry$}m,
+	'$circuit_breaker_upstream: a breaker\'s upstream');
+like($t->read_file('upstream.log'),
+	qr{^/plain/\?n=0 plain\n/var/\?n=0 plain\n/none/\?n=0 -$}m,
+	'$circuit_breaker_upstream: without a breaker, through a variable, none');
 
 ###############################################################################
 
