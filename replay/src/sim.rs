@@ -9,7 +9,7 @@
 //! request's admission before its own record). An event older than what already ran (a
 //! request longer than the horizon, or a line that came that late) runs at once, its time
 //! clamped, and is counted as late. The buffer holds `horizon` worth of requests, so memory
-//! does not grow with the log: a ring of one bucket per millisecond (a binary heap of the
+//! does not grow with the log: a ring of one list per millisecond (a binary heap of the
 //! same events spent 60 % of the replay's time sifting them).
 
 use std::collections::HashMap;
@@ -119,6 +119,9 @@ struct Told {
     refused: bool,
 }
 
+/// The end of a list in the wheel.
+const NIL: u32 = u32::MAX;
+
 const UNTOLD: Told = Told {
     ticket: Ticket::Normal,
     refused: false,
@@ -153,9 +156,14 @@ pub struct Replay {
     pub names: Vec<String>,
     /// Per breaker, per setting; `None` when its upstream has no breaker.
     pub runs: Vec<Option<Vec<Run>>>,
-    /// The reorder buffer: bucket `ms % len` holds the events of millisecond `ms`, for `ms`
-    /// from `cursor` on (and below `cursor + len`).
-    wheel: Vec<Vec<Event>>,
+    /// The reorder buffer: `wheel[ms % len]` heads the list (in `nodes`) of the events of
+    /// millisecond `ms`, for `ms` from `cursor` on (and below `cursor + len`). Lists rather
+    /// than a `Vec` per millisecond, whose capacities would creep up with the busiest
+    /// millisecond each had seen: the nodes are as many as the events waiting, reused.
+    wheel: Vec<u32>,
+    nodes: Vec<(Event, u32)>,
+    free_nodes: Vec<u32>,
+    scratch: Vec<Event>,
     /// The first millisecond not yet run.
     cursor: u64,
     /// Events in the wheel.
@@ -188,9 +196,10 @@ impl Replay {
             index: HashMap::default(),
             names: Vec::new(),
             runs: Vec::new(),
-            wheel: (0..(horizon_ms + 2).next_power_of_two())
-                .map(|_| Vec::new())
-                .collect(),
+            wheel: vec![NIL; (horizon_ms + 2).next_power_of_two() as usize],
+            nodes: Vec::new(),
+            free_nodes: Vec::new(),
+            scratch: Vec::new(),
             cursor: 0,
             queued: 0,
             pending: Vec::new(),
@@ -301,7 +310,18 @@ impl Replay {
                 self.run(e);
             } else {
                 let len = self.wheel.len() as u64;
-                self.wheel[(at_ms % len) as usize].push(e);
+                let head = &mut self.wheel[(at_ms % len) as usize];
+                let node = match self.free_nodes.pop() {
+                    Some(n) => {
+                        self.nodes[n as usize] = (e, *head);
+                        n
+                    }
+                    None => {
+                        self.nodes.push((e, *head));
+                        (self.nodes.len() - 1) as u32
+                    }
+                };
+                *head = node;
                 self.queued += 1;
             }
         }
@@ -315,22 +335,28 @@ impl Replay {
             return;
         }
         let len = self.wheel.len() as u64;
-        let mut bucket = Vec::new();
+        let mut bucket = std::mem::take(&mut self.scratch);
         while self.cursor < until && self.queued > 0 {
             let i = (self.cursor % len) as usize;
-            if !self.wheel[i].is_empty() {
-                std::mem::swap(&mut bucket, &mut self.wheel[i]);
-                // Pushed nearly in order; a late line's event may come after.
+            let mut n = std::mem::replace(&mut self.wheel[i], NIL);
+            while n != NIL {
+                let (e, next) = self.nodes[n as usize];
+                bucket.push(e);
+                self.free_nodes.push(n);
+                n = next;
+            }
+            if !bucket.is_empty() {
+                // Log order within the millisecond (the list is newest first, and a late
+                // line's event may come after later ones).
                 bucket.sort_unstable();
                 self.queued -= bucket.len();
                 for e in bucket.drain(..) {
                     self.run(e);
                 }
-                // Keep the larger allocation in the wheel.
-                std::mem::swap(&mut bucket, &mut self.wheel[i]);
             }
             self.cursor += 1;
         }
+        self.scratch = bucket;
         self.cursor = self.cursor.max(until);
     }
 
