@@ -147,29 +147,28 @@ impl Specs {
     /// Upstream blocks anywhere are read (a `circuit_breaker` in a file included inside an
     /// upstream block cannot be told apart from one outside: nginx -T prints files apart).
     pub fn add_nginx_t(&mut self, text: &str) -> Result<usize, String> {
-        let mut file = String::from("nginx -T");
-        let mut lineno = 0usize;
-        let mut tokens: Vec<(Tok, usize, String)> = Vec::new();
         let mut found = 0;
-        let mut flush = |tokens: &mut Vec<(Tok, usize, String)>, file: &str| {
-            let r = self.read_blocks(tokens, file);
-            tokens.clear();
-            r.map(|n| found += n)
+        let mut file = "nginx -T";
+        let mut section = String::new();
+        let mut flush = |section: &mut String, file: &str| {
+            let mut tokens = Vec::new();
+            tokenize(section, &mut tokens).map_err(|(e, line)| format!("{e} in {file}:{line}"))?;
+            section.clear();
+            self.read_blocks(&tokens, file).map(|n| found += n)
         };
-        for line in text.lines() {
+        for line in text.split_inclusive('\n') {
             if let Some(path) = line
+                .trim_end()
                 .strip_prefix("# configuration file ")
                 .and_then(|p| p.strip_suffix(':'))
             {
-                flush(&mut tokens, &file)?;
-                file = path.to_owned();
-                lineno = 0;
+                flush(&mut section, file)?;
+                file = path;
                 continue;
             }
-            lineno += 1;
-            tokenize(line, lineno, &mut tokens).map_err(|e| format!("{e} in {file}:{lineno}"))?;
+            section.push_str(line);
         }
-        flush(&mut tokens, &file)?;
+        flush(&mut section, file)?;
         Ok(found)
     }
 
@@ -265,17 +264,22 @@ enum Tok {
     Semi,
 }
 
-/// nginx's configuration syntax, one line at a time: words, `"…"` and `'…'` with `\`
-/// escapes (a quoted word does not span lines here: nginx -T output of the module's
-/// directives never needs it), `#` comments, `{`, `}`, `;`.
-fn tokenize(line: &str, n: usize, out: &mut Vec<(Tok, usize, String)>) -> Result<(), String> {
-    let mut chars = line.chars().peekable();
+/// nginx's configuration syntax: words, `"…"` and `'…'` (which may span lines) with `\`
+/// escapes, `#` comments, `{`, `}`, `;`; each token with its line. An error gives the line
+/// where it was found.
+fn tokenize(text: &str, out: &mut Vec<(Tok, usize, String)>) -> Result<(), (String, usize)> {
+    let mut n = 1;
+    let mut chars = text.chars().peekable();
     while let Some(&c) = chars.peek() {
         match c {
+            '\n' => {
+                n += 1;
+                chars.next();
+            }
             c if c.is_whitespace() => {
                 chars.next();
             }
-            '#' => break,
+            '#' => while chars.next_if(|&x| x != '\n').is_some() {},
             '{' | '}' | ';' => {
                 chars.next();
                 let t = match c {
@@ -287,25 +291,29 @@ fn tokenize(line: &str, n: usize, out: &mut Vec<(Tok, usize, String)>) -> Result
             }
             '"' | '\'' => {
                 chars.next();
+                let start = n;
                 let mut w = String::new();
                 loop {
                     match chars.next() {
-                        None => return Err("unexpected end of line in a quoted string".into()),
+                        None => {
+                            return Err(("unexpected end of file in a quoted string".into(), start))
+                        }
                         Some('\\') => w.extend(chars.next()),
                         Some(q) if q == c => break,
-                        Some(x) => w.push(x),
+                        Some(x) => {
+                            n += usize::from(x == '\n');
+                            w.push(x);
+                        }
                     }
                 }
                 out.push((Tok::Word, n, w));
             }
             _ => {
                 let mut w = String::new();
-                while let Some(&x) = chars.peek() {
-                    if x.is_whitespace() || matches!(x, '{' | '}' | ';') {
-                        break;
-                    }
+                while let Some(x) =
+                    chars.next_if(|&x| !x.is_whitespace() && !matches!(x, '{' | '}' | ';'))
+                {
                     w.push(x);
-                    chars.next();
                 }
                 out.push((Tok::Word, n, w));
             }
@@ -381,6 +389,33 @@ http {
         assert_eq!(
             e,
             "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive in --breaker"
+        );
+    }
+
+    #[test]
+    fn quotes_across_lines_and_files_apart() {
+        let mut s = Specs::default();
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http {
+    log_format x 'a
+                  b';   # a comment; with { braces
+    include conf.d/*.conf;
+}
+
+# configuration file /etc/nginx/conf.d/api.conf:
+upstream api {
+    circuit_breaker
+        window=5s;
+}
+";
+        assert_eq!(s.add_nginx_t(text), Ok(1));
+        let spec = s.find("api", "default").unwrap();
+        assert_eq!(spec.origin, "/etc/nginx/conf.d/api.conf:3");
+        assert_eq!(spec.config(&[]).unwrap().window_s, 5);
+        let bad = "# configuration file /x.conf:\nupstream api { circuit_breaker 'open=1s; }\n";
+        assert_eq!(
+            Specs::default().add_nginx_t(bad),
+            Err("unexpected end of file in a quoted string in /x.conf:1".into())
         );
     }
 

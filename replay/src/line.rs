@@ -116,11 +116,14 @@ fn is_address(addr: &str) -> bool {
 pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
     let mut rest = line.strip_suffix('\r').unwrap_or(line);
     let mut f = [""; 8];
-    for (slot, name) in f.iter_mut().zip(FIELDS) {
+    // The times are checked as they come, so that a line of something else says so first.
+    let end_ms =
+        parse_seconds(field(&mut rest, FIELDS[0])?).ok_or(LineError::BadField(FIELDS[0]))?;
+    let request_ms =
+        parse_seconds(field(&mut rest, FIELDS[1])?).ok_or(LineError::BadField(FIELDS[1]))?;
+    for (slot, name) in f.iter_mut().zip(FIELDS).skip(2) {
         *slot = field(&mut rest, name)?;
     }
-    let end_ms = parse_seconds(f[0]).ok_or(LineError::BadField(FIELDS[0]))?;
-    let request_ms = parse_seconds(f[1]).ok_or(LineError::BadField(FIELDS[1]))?;
     let upstream = f[2];
     if upstream.is_empty() || upstream == "-" {
         return Err(LineError::BadField(FIELDS[2]));
@@ -226,6 +229,7 @@ mod tests {
     #[test]
     fn bad_lines_say_why() {
         assert_eq!(parse(""), Err(LineError::MissingField("$msec")));
+        assert_eq!(parse("not a log line"), Err(LineError::BadField("$msec")));
         assert_eq!(
             parse("1.0 0.1 \"api"),
             Err(LineError::BadField("upstream name"))
