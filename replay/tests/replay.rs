@@ -138,3 +138,54 @@ fn active_probes_take_a_refused_requests_outcome() {
     let at: f64 = closed.split(' ').nth(1).unwrap().parse().unwrap();
     assert!((1_700_000_030.0..1_700_000_034.0).contains(&at), "{log}");
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the order, gaps and lengths of the requests, the replay neither panics nor
+        /// loses one: every request is counted once per breaker, and every refused one is
+        /// spared, lost or without a verdict.
+        #[test]
+        fn any_traffic(reqs in proptest::collection::vec(
+            (0u64..200_000, 0u64..120_000, prop::sample::select(vec![200u16, 404, 500, 502, 503, 504]),
+             any::<bool>(), 0u8..3), 1..400),
+            horizon in prop::sample::select(vec![0u64, 1000, 30_000]),
+            params in prop::sample::select(vec![
+                "min_requests=2 open=1s jitter=50% consecutive=3",
+                "min_requests=5 slow=50ms slow_rate=10% ramp=2s probes=4",
+                "probe_uri=/h probe_interval=500ms min_requests=1",
+                "min_requests=3 dry_run",
+            ])) {
+            let mut specs = Specs::default();
+            specs.add_option(params).unwrap();
+            let sets = vec![Vec::new(), vec![("failure_rate".to_string(), "20%".to_string())]];
+            let mut r = Replay::new(specs, sets, 7, horizon);
+            let mut n = 0u64;
+            for (end, rt, status, no_header, route) in &reqs {
+                n += 1;
+                let end = 1_700_000_000_000 + end;
+                let l = format!(
+                    "{}.{:03} {}.{:03} \"api\" \"r{route}\" \"10.0.0.1:80\" \"{status}\" \"{}.{:03}\" \"{}\"",
+                    end / 1000, end % 1000, rt / 1000, rt % 1000, rt / 1000, rt % 1000,
+                    if *no_header { "-" } else { "0.001" });
+                r.feed(&parse(&l).unwrap(), n).unwrap();
+            }
+            r.finish();
+            prop_assert_eq!(r.counts.replayed, reqs.len() as u64);
+            for v in 0..2 {
+                let total: u64 = r.runs.iter().flatten().map(|runs| runs[v].stats.requests).sum();
+                prop_assert_eq!(total, reqs.len() as u64);
+                for runs in r.runs.iter().flatten() {
+                    let s = &runs[v].stats;
+                    prop_assert_eq!(s.refused, s.failures_spared + s.successes_lost + s.refused_unjudged);
+                    prop_assert!(s.longest_open_ms <= s.open_ms);
+                    prop_assert!(s.closes <= s.opens);
+                }
+            }
+        }
+    }
+}
