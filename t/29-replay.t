@@ -31,7 +31,7 @@ my $root = "$FindBin::Bin/..";
 my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
 plan(skip_all => "no $replay (scripts/replay --build makes it)") unless -x $replay;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(11);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(13);
 
 # The README's format, plus the request (to find the live log line's request).
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
@@ -46,6 +46,20 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
                         max_open=4s jitter=0% probes=2 probe_interval=100ms
                         consecutive=off dry_run;
         circuit_breaker_failure error timeout http_500 http_502;
+    }
+
+    # a run of gateway failures, a probe that times out, one good probe
+    upstream gw {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=100 consecutive=3 open=1s jitter=0%
+                        probes=1 dry_run;
+    }
+
+    # slow calls
+    upstream slow {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=4 slow=100ms slow_rate=50% consecutive=off
+                        open=1s jitter=0% dry_run;
     }
 
     upstream plain {
@@ -68,6 +82,15 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
 
         location /b/ {
             proxy_pass http://dry;
+        }
+
+        location /g/ {
+            proxy_pass http://gw;
+            proxy_read_timeout 300ms;
+        }
+
+        location /s/ {
+            proxy_pass http://slow;
         }
 
         location /plain/ {
@@ -96,7 +119,8 @@ my $n = 0;
 sub get {
 	my ($route, $status) = @_;
 	$n++;
-	return status(http_get("/$route/?status=$status&n=$n"));
+	my $q = $status =~ /^\d+$/ ? "status=$status" : $status;
+	return status(http_get("/$route/?$q&n=$n"));
 }
 
 # route a: works, then fails (opens at the 10th request, 5 of 10 failed), fails on its
@@ -116,6 +140,16 @@ for (1 .. 20) {
 get('b', 500) for 1 .. 2;
 get('b', 200) for 1 .. 5;
 
+# gw: closed connections (error), then a probe that hangs (timeout), then a good one
+get('g', 'close=1') for 1 .. 3;
+sleep 1.3;
+get('g', 'hang=1');
+sleep 2.3;
+get('g', 200);
+
+# slow: 4 slow calls of 4
+get('s', 'delay=200') for 1 .. 4;
+
 # the upstream's name, with or without a breaker, and none without an upstream
 http_get("/$_/?n=0") for qw/ plain var none /;
 
@@ -133,7 +167,7 @@ like($t->read_file('upstream.log'),
 
 my @live;
 for (split /\n/, $t->read_file('error.log')) {
-	next unless /\[warn\].*?(circuit breaker "[^"]+" [a-z-]+: .*?), client: .*request: "GET \/\w+\/\?status=\d+&n=(\d+) /;
+	next unless /\[warn\].*?(circuit breaker "[^"]+" [a-z-]+: .*?), client: .*request: "GET \/\w+\/\?\S*?&n=(\d+) /;
 	my ($req, $msg) = ($2, $1);
 	# nginx's context ("while reading upstream") is not the breaker's
 	$msg =~ s/ while [^,]*$//;
@@ -144,7 +178,7 @@ for (split /\n/, $t->read_file('error.log')) {
 
 my @uri;
 for (split /\n/, $t->read_file('replay.log')) {
-	push @uri, /"\/\w+\/\?status=\d+&n=(\d+)"$/ ? $1 : '?';
+	push @uri, /"\/\w+\/\?\S*?&n=(\d+)"$/ ? $1 : '?';
 }
 
 my $d = $t->testdir();
@@ -171,6 +205,10 @@ is_deeply(\@replayed, \@live, 'each at the same request, in the same words');
 
 like(join("\n", @live), qr/"dry\/a" opened: failure rate 50% \(5\/10\)/, 'the trip');
 unlike(join("\n", @live, @replayed), qr/"dry\/default"/, 'route b never opened');
+like(join("\n", @live), qr/(?x)"gw\/default"\ opened:\ 3\ gateway\ failures\ in\ a\ row,
+	\ the\ last:\ error.*\n.*\n.*"gw\/default"\ opened:\ probe\ failed:\ timeout
+	.*\n.*\n.*"gw\/default"\ closed:\ 1\ good\ probe/, 'error, timeout, recovery');
+like(join("\n", @live), qr/"slow\/default" opened: slow rate 100% \(4\/4\)/, 'slow calls');
 
 # the counterfactual: what the breaker would have refused while open
 like($out, qr/breaker "dry\/a"\n.*\n.*refused [1-9]\d*: \d+ failures spared/,
