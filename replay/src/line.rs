@@ -26,6 +26,19 @@ pub struct Line<'a> {
     /// request made no upstream attempt (a cache hit, a `return`, a request a live breaker
     /// turned away).
     pub attempt: Option<Attempt>,
+    /// The attempts of the request's upstream before its last, when there were any.
+    pub retries: Retries,
+}
+
+/// What a retry budget needs of a request's earlier attempts (in its last upstream).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retries {
+    /// Attempts in all (0 or 1: no retry).
+    pub tries: u32,
+    /// The first attempt.
+    pub first: Option<Attempt>,
+    /// The one before the last (the first, with two).
+    pub before_last: Option<Attempt>,
 }
 
 /// Why a line did not parse.
@@ -95,21 +108,57 @@ pub fn parse_seconds(s: &str) -> Option<u64> {
     Some(digits(int)? * 1000 + digits(frac)? * pad)
 }
 
-/// The last attempt of a list as nginx writes it: `a, b : c` (`,` between attempts, `:`
-/// before an internal redirect's).
-fn last(list: &str) -> &str {
-    let cut = list.rfind([',', ':']).map_or(0, |i| i + 1);
-    list[cut..].trim_matches(' ')
+/// The last group of a list as nginx writes it: `a, b : c` (`, ` between attempts, ` : `
+/// before an internal redirect's, which went to another upstream).
+fn group(list: &str) -> &str {
+    list.rfind(" : ").map_or(list, |i| &list[i + 3..])
 }
 
-/// The last entry of `$upstream_addr`, when it is an address: when no server was live,
-/// nginx writes the upstream's name instead.
+/// The `i`-th entry of the last group (from the end when `back`).
+fn entry(list: &str, i: usize, back: bool) -> Option<&str> {
+    let g = group(list);
+    let e = if back {
+        g.rsplit(", ").nth(i)
+    } else {
+        g.split(", ").nth(i)
+    };
+    e.map(|e| e.trim_matches(' '))
+}
+
+/// An entry of `$upstream_addr` that is an address: when no server was live, nginx writes
+/// the upstream's name instead.
 fn is_address(addr: &str) -> bool {
     addr.starts_with('[')
         || addr.starts_with("unix:")
         || addr
             .bytes()
             .all(|c| c.is_ascii_digit() || c == b'.' || c == b':')
+}
+
+/// One attempt from its entries of the four lists.
+fn judge(addr: &str, status: &str, time: &str, header: &str) -> Result<Attempt, LineError> {
+    let response_ms = match time {
+        "-" => 0,
+        t => parse_seconds(t).ok_or(LineError::BadField(FIELDS[6]))?,
+    };
+    let no_header = header == "-";
+    Ok(match status {
+        "-" => Attempt::ended(Ending::NoVerdict, response_ms),
+        s => {
+            let code: u16 = match s.parse() {
+                Ok(c) if (100..=999).contains(&c) && s.len() == 3 => c,
+                _ => return Err(LineError::BadField(FIELDS[5])),
+            };
+            match code {
+                502 if no_header && !is_address(addr) => {
+                    Attempt::ended(Ending::NoLive, response_ms)
+                }
+                502 if no_header => Attempt::ended(Ending::Error, response_ms),
+                504 if no_header => Attempt::ended(Ending::Timeout, response_ms),
+                _ => Attempt::http(code, response_ms),
+            }
+        }
+    })
 }
 
 /// Parses one line (without its newline).
@@ -132,32 +181,30 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         "" | "-" => "default",
         r => r,
     };
-    let status = last(f[5]);
+    let mut retries = Retries::default();
     let attempt = if f[4] == "-" || f[4].is_empty() {
         None
     } else {
-        let response_ms = match last(f[6]) {
-            "-" => 0,
-            t => parse_seconds(t).ok_or(LineError::BadField(FIELDS[6]))?,
+        let at = |i: usize, back: bool| -> Option<Result<Attempt, LineError>> {
+            Some(judge(
+                entry(f[4], i, back)?,
+                entry(f[5], i, back)?,
+                entry(f[6], i, back)?,
+                entry(f[7], i, back)?,
+            ))
         };
-        let no_header = last(f[7]) == "-";
-        Some(match status {
-            "-" => Attempt::ended(Ending::NoVerdict, response_ms),
-            s => {
-                let code: u16 = match s.parse() {
-                    Ok(c) if (100..=999).contains(&c) && s.len() == 3 => c,
-                    _ => return Err(LineError::BadField(FIELDS[5])),
-                };
-                match code {
-                    502 if no_header && !is_address(last(f[4])) => {
-                        Attempt::ended(Ending::NoLive, response_ms)
-                    }
-                    502 if no_header => Attempt::ended(Ending::Error, response_ms),
-                    504 if no_header => Attempt::ended(Ending::Timeout, response_ms),
-                    _ => Attempt::http(code, response_ms),
-                }
-            }
-        })
+        let last = at(0, true).ok_or(LineError::BadField(FIELDS[5]))??;
+        let tries = group(f[5]).matches(", ").count() as u32 + 1;
+        if tries > 1 {
+            // The earlier attempts only matter to a retry budget; one nginx wrote badly is
+            // taken for the last.
+            retries = Retries {
+                tries,
+                first: Some(at(0, false).and_then(Result::ok).unwrap_or(last)),
+                before_last: Some(at(1, true).and_then(Result::ok).unwrap_or(last)),
+            };
+        }
+        Some(last)
     };
     Ok(Line {
         end_ms,
@@ -165,6 +212,7 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         upstream,
         route,
         attempt,
+        retries,
     })
 }
 
@@ -204,6 +252,23 @@ mod tests {
         assert_eq!(l.attempt, Some(Attempt::http(200, 40)));
         let l = parse(r#"1.000 0.100 "api" "" "10.0.0.1:80 : 10.0.0.2:80" "200 : 503" "0.010 : 0.020" "0.005 : 0.020""#).unwrap();
         assert_eq!(l.attempt, Some(Attempt::http(503, 20)));
+    }
+
+    #[test]
+    fn retries_of_the_last_upstream() {
+        let l = parse(r#"1.000 0.100 "api" "-" "a:1 : 10.0.0.1:80, unix:/s, 10.0.0.3:80" "200 : 502, 504, 200" "0.001 : 0.010, 1.000, 0.020" "0.001 : -, -, 0.010""#).unwrap();
+        assert_eq!(l.attempt, Some(Attempt::http(200, 20)));
+        assert_eq!(l.retries.tries, 3);
+        assert_eq!(l.retries.first, Some(Attempt::ended(Ending::Error, 10)));
+        assert_eq!(
+            l.retries.before_last,
+            Some(Attempt::ended(Ending::Timeout, 1000))
+        );
+        let one = parse(OK).unwrap();
+        assert_eq!(one.retries, Retries::default());
+        // A unix socket is an address, not "no live upstreams".
+        let l = parse(r#"1.000 0.100 "api" "-" "unix:/run/app.sock" "502" "0.001" "-""#).unwrap();
+        assert_eq!(l.attempt, Some(Attempt::ended(Ending::Error, 1)));
     }
 
     #[test]
