@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{parse_breaker_args, parse_failure_classes, ConfError};
+use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
 use crate::units::NginxUnits;
 
@@ -22,8 +23,16 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// The parameters, with `set` (`key=value` words) replacing the same keys.
+    /// The breaker's parameters, with `set` (`key=value` words) replacing the same keys.
     pub fn config(&self, set: &[(String, String)]) -> Result<BreakerConfig, String> {
+        self.params(set).map(|(cfg, _)| cfg)
+    }
+
+    /// The breaker's parameters and the upstream's retry budget (`None`: `retry_budget=off`).
+    pub fn params(
+        &self,
+        set: &[(String, String)],
+    ) -> Result<(BreakerConfig, Option<RetryBudgetConfig>), String> {
         let mut words: Vec<String> = self
             .words
             .iter()
@@ -32,14 +41,14 @@ impl Spec {
             .collect();
         words.extend(set.iter().map(|(k, v)| format!("{k}={v}")));
         let at = |e: ConfError| format!("{e} in {}", self.origin);
-        let mut cfg = parse_breaker_args(words.iter().map(String::as_str), &NginxUnits)
-            .map_err(at)?
-            .cfg;
+        let params =
+            parse_breaker_args(words.iter().map(String::as_str), &NginxUnits).map_err(at)?;
+        let mut cfg = params.cfg;
         cfg.failures = match &self.failures {
             Some(f) => parse_failure_classes(f.iter().map(String::as_str)).map_err(at)?,
             None => FailureSet::DEFAULT,
         };
-        Ok(cfg)
+        Ok((cfg, params.retry))
     }
 }
 

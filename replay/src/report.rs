@@ -46,7 +46,14 @@ fn stats_text(s: &Stats) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &if s.retries > 0 {
+        format!(
+            "  {} retries in the log; {} requests would not have retried, {} rescues lost\n",
+            s.retries, s.retries_denied, s.rescues_lost
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// The text report.
@@ -120,6 +127,9 @@ fn stats_json(s: &Stats) -> Value {
         "failures_spared": s.failures_spared,
         "successes_lost": s.successes_lost,
         "refused_without_verdict": s.refused_unjudged,
+        "retries": s.retries,
+        "retries_denied": s.retries_denied,
+        "rescues_lost": s.rescues_lost,
     })
 }
 

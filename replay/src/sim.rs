@@ -19,10 +19,11 @@ use std::io::Write;
 use circuit_breaker_core::breaker::{
     classify, Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Transition,
 };
+use circuit_breaker_core::retry_budget::RetryBudget;
 use circuit_breaker_core::snapshot::State;
 
 use crate::conf::Specs;
-use crate::line::Line;
+use crate::line::{Line, Retries};
 use crate::stats::Stats;
 use crate::timeline::Timeline;
 
@@ -109,6 +110,7 @@ struct Event {
 struct Pending {
     breaker: u32,
     attempt: Attempt,
+    retries: Retries,
     line: u64,
 }
 
@@ -156,6 +158,11 @@ pub struct Replay {
     pub names: Vec<String>,
     /// Per breaker, per setting; `None` when its upstream has no breaker.
     pub runs: Vec<Option<Vec<Run>>>,
+    /// Each breaker's upstream (an index into `budgets`).
+    upstream_of: Vec<u32>,
+    upstreams: HashMap<String, u32, BuildHasherDefault<Fnv>>,
+    /// Per upstream, per setting, its retry budget (`None`: `retry_budget=off`).
+    budgets: Vec<Vec<Option<RetryBudget>>>,
     /// The reorder buffer: `wheel[ms % len]` heads the list (in `nodes`) of the events of
     /// millisecond `ms`, for `ms` from `cursor` on (and below `cursor + len`). Lists rather
     /// than a `Vec` per millisecond, whose capacities would creep up with the busiest
@@ -196,6 +203,9 @@ impl Replay {
             index: HashMap::default(),
             names: Vec::new(),
             runs: Vec::new(),
+            upstream_of: Vec::new(),
+            upstreams: HashMap::default(),
+            budgets: Vec::new(),
             wheel: vec![NIL; (horizon_ms + 2).next_power_of_two() as usize],
             nodes: Vec::new(),
             free_nodes: Vec::new(),
@@ -260,6 +270,25 @@ impl Replay {
             None => None,
         };
         let found = runs.is_some().then_some(i);
+        let up = match self.upstreams.get(l.upstream) {
+            Some(&u) => u,
+            None => {
+                let u = self.budgets.len() as u32;
+                // The upstream's own breaker's parameters hold its budget, as in the module.
+                let mut budgets = Vec::with_capacity(self.sets.len());
+                for set in &self.sets {
+                    let retry = match self.specs.find(l.upstream, "default") {
+                        Some(spec) => spec.params(set)?.1,
+                        None => None,
+                    };
+                    budgets.push(retry.map(|cfg| RetryBudget::new(cfg, now_ms)));
+                }
+                self.budgets.push(budgets);
+                self.upstreams.insert(l.upstream.to_owned(), u);
+                u
+            }
+        };
+        self.upstream_of.push(up);
         self.index.insert(self.key.clone(), i);
         self.names.push(self.key.clone());
         self.runs.push(runs);
@@ -286,6 +315,7 @@ impl Replay {
                 self.pending.push(Pending {
                     breaker: 0,
                     attempt,
+                    retries: Retries::default(),
                     line: 0,
                 });
                 self.started.push(false);
@@ -296,6 +326,7 @@ impl Replay {
         self.pending[slot as usize] = Pending {
             breaker: b,
             attempt,
+            retries: l.retries,
             line,
         };
         self.started[slot as usize] = false;
@@ -452,9 +483,18 @@ impl Replay {
         let Some(runs) = self.runs[p.breaker as usize].as_mut() else {
             return;
         };
+        let budgets = &mut self.budgets[self.upstream_of[p.breaker as usize] as usize];
         for (v, run) in runs.iter_mut().enumerate() {
             let told = self.told[slot * n + v];
-            let verdict = classify(&p.attempt, &run.cfg);
+            // A breaker that refuses never sees the outcome (but that of the active probe it
+            // stands for); one in dry run sends the request, as the module does.
+            let sent = !told.refused || run.cfg.dry_run || told.ticket != Ticket::Normal;
+            let attempt = if sent {
+                outcome(&p, told, run, budgets[v].as_mut(), now)
+            } else {
+                p.attempt
+            };
+            let verdict = classify(&attempt, &run.cfg);
             let s = &mut run.stats;
             s.requests += 1;
             s.bad += u64::from(verdict.is_bad());
@@ -468,17 +508,15 @@ impl Replay {
                     (true, true) => s.failures_spared += 1,
                     (true, false) => s.successes_lost += 1,
                 }
-                // A breaker that refuses never sees the outcome (but that of the active
-                // probe it stands for); one in dry run records it, as the module does.
-                if !run.cfg.dry_run && told.ticket == Ticket::Normal {
-                    continue;
-                }
+            }
+            if !sent {
+                continue;
             }
             let rnd = run.rnd();
             let r = run
                 .ob
                 .breaker()
-                .record(now, rnd, told.ticket, &p.attempt, true);
+                .record(now, rnd, told.ticket, &attempt, true);
             if let Some(t) = r.transition {
                 note(
                     &mut self.transitions,
@@ -492,6 +530,57 @@ impl Replay {
             }
         }
     }
+}
+
+/// What the client of a request sent to the origin gets under this setting: the log's last
+/// attempt, unless a retry it shows would not have been made — denied by the upstream's
+/// retry budget, or none at all while the breaker is not closed (unless in dry run) or for
+/// its probe, as in the module. The budget counts the request's first attempt and is asked
+/// for each retry, at the request's end (the log says when requests end, not attempts).
+fn outcome(
+    p: &Pending,
+    told: Told,
+    run: &mut Run,
+    budget: Option<&mut RetryBudget>,
+    now: u64,
+) -> Attempt {
+    let r = p.retries;
+    let (first, before_last) = match (r.first, r.before_last) {
+        (Some(f), Some(b)) if r.tries > 1 => (f, b),
+        _ => {
+            if let Some(b) = budget {
+                b.record_first(now);
+            }
+            return p.attempt;
+        }
+    };
+    let s = &mut run.stats;
+    s.retries += u64::from(r.tries - 1);
+    let rescued = !classify(&p.attempt, &run.cfg).is_bad();
+    let cut = |s: &mut Stats, to: Attempt| {
+        s.retries_denied += 1;
+        if rescued && classify(&to, &run.cfg).is_bad() {
+            s.rescues_lost += 1;
+        }
+        to
+    };
+    let probe = told.ticket != Ticket::Normal;
+    if probe || (!run.cfg.dry_run && run.ob.hdr.state() != State::Closed) {
+        if let Some(b) = budget {
+            b.record_first(now);
+        }
+        return cut(s, first);
+    }
+    let Some(b) = budget else {
+        return p.attempt;
+    };
+    b.record_first(now);
+    for k in 1..r.tries {
+        if !b.take_retry(now) {
+            return cut(s, if k == 1 { first } else { before_last });
+        }
+    }
+    p.attempt
 }
 
 fn note(

@@ -35,6 +35,14 @@ pub struct Stats {
     pub refused_unjudged: u64,
     /// Probes let through (half-open requests).
     pub probes: u64,
+    /// Retries the log shows (attempts after a request's first, in its last upstream).
+    pub retries: u64,
+    /// Of those, the requests whose retry the upstream's retry budget would have denied (the
+    /// client gets the attempt before it), or that no retry would have been made for (the
+    /// breaker not closed, or the request its probe).
+    pub retries_denied: u64,
+    /// Requests a retry rescued in the log that would have failed without it.
+    pub rescues_lost: u64,
     /// When the current episode began.
     pub open_since: Option<u64>,
     /// When the breaker last closed.
@@ -89,6 +97,9 @@ impl Stats {
         self.successes_lost += o.successes_lost;
         self.refused_unjudged += o.refused_unjudged;
         self.probes += o.probes;
+        self.retries += o.retries;
+        self.retries_denied += o.retries_denied;
+        self.rescues_lost += o.rescues_lost;
     }
 }
 

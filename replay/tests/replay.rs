@@ -189,3 +189,55 @@ mod fuzz {
         }
     }
 }
+
+/// A pool of two whose first server fails half the time: each failure is retried on the
+/// other server and rescued. The retry budget (20 % plus 3 a second) lets some of them be
+/// retried; without it, all are; and the breaker sees what the client would have got.
+#[test]
+fn the_retry_budget_decides_what_the_client_gets() {
+    let lines: Vec<String> = (0..1000u64)
+        .map(|i| {
+            let end = 1_700_000_000_000 + i * 10;
+            if i % 2 == 0 {
+                format!(
+                    "{}.{:03} 0.012 \"api\" \"-\" \"10.0.0.1:80, 10.0.0.2:80\" \"502, 200\" \
+                     \"0.002, 0.010\" \"-, 0.005\"",
+                    end / 1000,
+                    end % 1000
+                )
+            } else {
+                format!(
+                    "{}.{:03} 0.010 \"api\" \"-\" \"10.0.0.2:80\" \"200\" \"0.010\" \"0.005\"",
+                    end / 1000,
+                    end % 1000
+                )
+            }
+        })
+        .collect();
+    let stats = |params: &str| {
+        let (r, log) = replay(&lines, params);
+        (r.runs[0].as_ref().unwrap()[0].stats.clone(), log)
+    };
+    let (off, log) = stats("api=retry_budget=off consecutive=off failure_rate=20%");
+    assert_eq!(
+        (off.retries, off.retries_denied, off.rescues_lost),
+        (500, 0, 0)
+    );
+    assert_eq!((off.bad, off.opens), (0, 0), "{log}");
+    let (on, log) = stats("api=consecutive=off failure_rate=20%");
+    // 100 first attempts a second: 20 % of them and 3 a second may retry, of 50 a second
+    // that want to; the rest fail, over a fifth of the requests: it opens, and then sends
+    // (and retries) only its probes.
+    assert_eq!(on.opens, 1, "{log}");
+    assert!(on.retries_denied > 10, "{on:?}");
+    assert!(on.retries < 500 && on.retries > on.retries_denied, "{on:?}");
+    assert_eq!(on.rescues_lost, on.retries_denied);
+    assert!(on.refused > 0 && on.bad > 0, "{on:?}");
+    // In dry run every request is sent, its retries asked of the budget.
+    let (dry, log) = stats("api=consecutive=off failure_rate=20% dry_run");
+    assert_eq!(dry.retries, 500, "{log}");
+    assert!(
+        dry.retries_denied > 250 && dry.retries_denied < 400,
+        "{dry:?}"
+    );
+}
