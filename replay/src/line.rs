@@ -111,16 +111,22 @@ pub fn parse_seconds(s: &str) -> Option<u64> {
 /// The last group of a list as nginx writes it: `a, b : c` (`, ` between attempts, ` : `
 /// before an internal redirect's, which went to another upstream).
 fn group(list: &str) -> &str {
-    list.rfind(" : ").map_or(list, |i| &list[i + 3..])
+    // Byte scans: a `str` pattern search costs more to set up than these short lists take
+    // to scan (a third of the parse, measured).
+    match list.as_bytes().windows(3).rposition(|w| w == b" : ") {
+        Some(i) => &list[i + 3..],
+        None => list,
+    }
 }
 
-/// The `i`-th entry of the last group (from the end when `back`).
+/// The `i`-th entry of the last group (from the end when `back`). Entries are separated by
+/// `,` (nginx writes `, `; no address, status or time holds a comma).
 fn entry(list: &str, i: usize, back: bool) -> Option<&str> {
     let g = group(list);
     let e = if back {
-        g.rsplit(", ").nth(i)
+        g.rsplit(',').nth(i)
     } else {
-        g.split(", ").nth(i)
+        g.split(',').nth(i)
     };
     e.map(|e| e.trim_matches(' '))
 }
@@ -194,7 +200,7 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
             ))
         };
         let last = at(0, true).ok_or(LineError::BadField(FIELDS[5]))??;
-        let tries = group(f[5]).matches(", ").count() as u32 + 1;
+        let tries = group(f[5]).bytes().filter(|&c| c == b',').count() as u32 + 1;
         if tries > 1 {
             // The earlier attempts only matter to a retry budget; one nginx wrote badly is
             // taken for the last.

@@ -110,7 +110,8 @@ struct Event {
 struct Pending {
     breaker: u32,
     attempt: Attempt,
-    retries: Retries,
+    /// Attempts in all (its earlier ones, when more than one, are in `Replay::retried`).
+    tries: u32,
     line: u64,
 }
 
@@ -176,6 +177,7 @@ pub struct Replay {
     /// Events in the wheel.
     queued: usize,
     pending: Vec<Pending>,
+    retried: Vec<Retries>,
     told: Vec<Told>,
     started: Vec<bool>,
     free: Vec<u32>,
@@ -213,6 +215,7 @@ impl Replay {
             cursor: 0,
             queued: 0,
             pending: Vec::new(),
+            retried: Vec::new(),
             told: Vec::new(),
             started: Vec::new(),
             free: Vec::new(),
@@ -315,9 +318,10 @@ impl Replay {
                 self.pending.push(Pending {
                     breaker: 0,
                     attempt,
-                    retries: Retries::default(),
+                    tries: 0,
                     line: 0,
                 });
+                self.retried.push(Retries::default());
                 self.started.push(false);
                 self.told.resize(self.told.len() + n, UNTOLD);
                 s
@@ -326,9 +330,13 @@ impl Replay {
         self.pending[slot as usize] = Pending {
             breaker: b,
             attempt,
-            retries: l.retries,
+            tries: l.retries.tries,
             line,
         };
+        if l.retries.tries > 1 {
+            // Apart: most requests make one attempt, and the slot stays small.
+            self.retried[slot as usize] = l.retries;
+        }
         self.started[slot as usize] = false;
         self.newest = self.newest.max(l.end_ms);
         self.run_until(self.newest.saturating_sub(self.horizon_ms));
@@ -484,13 +492,18 @@ impl Replay {
             return;
         };
         let budgets = &mut self.budgets[self.upstream_of[p.breaker as usize] as usize];
+        let retried = if p.tries > 1 {
+            self.retried[slot]
+        } else {
+            Retries::default()
+        };
         for (v, run) in runs.iter_mut().enumerate() {
             let told = self.told[slot * n + v];
             // A breaker that refuses never sees the outcome (but that of the active probe it
             // stands for); one in dry run sends the request, as the module does.
             let sent = !told.refused || run.cfg.dry_run || told.ticket != Ticket::Normal;
             let attempt = if sent {
-                outcome(&p, told, run, budgets[v].as_mut(), now)
+                outcome(&p, &retried, told, run, budgets[v].as_mut(), now)
             } else {
                 p.attempt
             };
@@ -539,12 +552,12 @@ impl Replay {
 /// for each retry, at the request's end (the log says when requests end, not attempts).
 fn outcome(
     p: &Pending,
+    r: &Retries,
     told: Told,
     run: &mut Run,
     budget: Option<&mut RetryBudget>,
     now: u64,
 ) -> Attempt {
-    let r = p.retries;
     let (first, before_last) = match (r.first, r.before_last) {
         (Some(f), Some(b)) if r.tries > 1 => (f, b),
         _ => {
