@@ -5,11 +5,27 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn dir(name: &str) -> PathBuf {
+/// A scratch directory, removed when the test ends (passed or not).
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for Dir {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+fn dir(name: &str) -> Dir {
     let d = std::env::temp_dir().join(format!("cb-replay-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Dir(d)
 }
 
 fn run(args: &[&str]) -> Output {
