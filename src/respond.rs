@@ -1,6 +1,6 @@
 //! What a client sees: the short-circuit 503 (from the PRECONTENT phase or from `peer.init`),
 //! whether a stale cache entry may answer instead, `X-Circuit-State`, and the
-//! `$circuit_breaker_state` / `$circuit_breaker_route` variables.
+//! `$circuit_breaker_state` / `$circuit_breaker_route` / `$circuit_breaker_upstream` variables.
 
 use core::ptr::null_mut;
 
@@ -346,16 +346,27 @@ pub unsafe fn add_header_filter() {
     }
 }
 
-/// Registers `$circuit_breaker_state` and `$circuit_breaker_route`.
+/// Registers `$circuit_breaker_state`, `$circuit_breaker_route` and
+/// `$circuit_breaker_upstream`.
 ///
 /// # Safety
 /// `cf` must be the configuration being parsed (preconfiguration).
 pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let vars: [(ngx_str_t, usize); 2] = [
-        (ngx_string!("circuit_breaker_state"), 0),
-        (ngx_string!("circuit_breaker_route"), 1),
+    type Handler = unsafe extern "C" fn(
+        *mut ngx_http_request_t,
+        *mut ngx_http_variable_value_t,
+        usize,
+    ) -> ngx_int_t;
+    let vars: [(ngx_str_t, Handler, usize); 3] = [
+        (ngx_string!("circuit_breaker_state"), variable, 0),
+        (ngx_string!("circuit_breaker_route"), variable, 1),
+        (
+            ngx_string!("circuit_breaker_upstream"),
+            upstream_variable,
+            0,
+        ),
     ];
-    for (mut name, data) in vars {
+    for (mut name, handler, data) in vars {
         let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
         // SAFETY: `cf` is live during preconfiguration.
         let v = unsafe { ngx_http_add_variable(cf, &mut name, flags) };
@@ -363,10 +374,40 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         let Some(v) = (unsafe { v.as_mut() }) else {
             return NGX_ERROR as ngx_int_t;
         };
-        v.get_handler = Some(variable);
+        v.get_handler = Some(handler);
         v.data = data;
     }
     NGX_OK as ngx_int_t
+}
+
+/// `$circuit_breaker_upstream`: the name of the upstream the request went to, as breakers
+/// are named, whether or not one applies (so that a log for `cb-replay` can be captured
+/// before any breaker is on); not found (`-` in a log) when the request has none.
+unsafe extern "C" fn upstream_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx passes a live request and a value to fill.
+        let (req, v) = unsafe { (&*r, &mut *v) };
+        // SAFETY: `r->upstream` is null or the request's upstream, live with the request; its
+        // `upstream` is null or an upstream's conf, which lives as long as the configuration.
+        let host = unsafe { req.upstream.as_ref().and_then(|u| u.upstream.as_ref()) }
+            .map(|uscf| uscf.host)
+            .filter(|h| h.len > 0 && !h.data.is_null());
+        match host {
+            Some(h) => {
+                v.set_len(h.len as u32);
+                v.set_valid(1);
+                v.set_no_cacheable(0);
+                v.set_not_found(0);
+                v.data = h.data;
+            }
+            None => v.set_not_found(1),
+        }
+        NGX_OK as ngx_int_t
+    })
 }
 
 unsafe extern "C" fn variable(

@@ -50,7 +50,7 @@ SKIP: {
 	ok($meta, 'cargo metadata --locked') or diag($json);
 	my %v = map { $_->{name} => $_->{version} } @{ $meta->{packages} || [] };
 	is(join(' ', map { "$_=" . ($v{$_} // '-') } sort keys %v),
-		"circuit-breaker-core=$version fleet-users=$version "
+		"cb-replay=$version circuit-breaker-core=$version fleet-users=$version "
 		. "ngx_http_circuit_breaker_module=$version",
 		'every crate carries the version');
 }

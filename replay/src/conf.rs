@@ -1,0 +1,451 @@
+//! The breakers' parameters: from `nginx -T` output (every `upstream` block's
+//! `circuit_breaker` and `circuit_breaker_failure`), from `--breaker` options, and the sweep's
+//! `--set` values over them — all read by the module's own directive parser, so a setting
+//! that `nginx -t` refuses is refused here with the same words.
+
+use std::collections::HashMap;
+
+use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
+use circuit_breaker_core::directive::{parse_breaker_args, parse_failure_classes, ConfError};
+use circuit_breaker_core::retry_budget::RetryBudgetConfig;
+
+use crate::units::NginxUnits;
+
+/// One breaker's words, as written, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// The words after `circuit_breaker`.
+    pub words: Vec<String>,
+    /// The words after `circuit_breaker_failure`, if given.
+    pub failures: Option<Vec<String>>,
+    /// `FILE:LINE` of the directive, or `--breaker`.
+    pub origin: String,
+}
+
+impl Spec {
+    /// The breaker's parameters, with `set` (`key=value` words) replacing the same keys.
+    pub fn config(&self, set: &[(String, String)]) -> Result<BreakerConfig, String> {
+        self.params(set).map(|(cfg, _)| cfg)
+    }
+
+    /// The breaker's parameters and the upstream's retry budget (`None`: `retry_budget=off`).
+    pub fn params(
+        &self,
+        set: &[(String, String)],
+    ) -> Result<(BreakerConfig, Option<RetryBudgetConfig>), String> {
+        let mut words: Vec<String> = self
+            .words
+            .iter()
+            .filter(|w| !set.iter().any(|(k, _)| key(w) == k))
+            .cloned()
+            .collect();
+        words.extend(set.iter().map(|(k, v)| format!("{k}={v}")));
+        let at = |e: ConfError| format!("{e} in {}", self.origin);
+        let params =
+            parse_breaker_args(words.iter().map(String::as_str), &NginxUnits).map_err(at)?;
+        let mut cfg = params.cfg;
+        cfg.failures = match &self.failures {
+            Some(f) => parse_failure_classes(f.iter().map(String::as_str)).map_err(at)?,
+            None => FailureSet::DEFAULT,
+        };
+        Ok((cfg, params.retry))
+    }
+}
+
+fn key(word: &str) -> &str {
+    word.split_once('=').map_or(word, |(k, _)| k)
+}
+
+/// Which spec a breaker takes: by (upstream, route), by upstream, else `*`.
+#[derive(Clone, Debug, Default)]
+pub struct Specs {
+    by_route: HashMap<(String, String), Spec>,
+    by_upstream: HashMap<String, Spec>,
+    any: Option<Spec>,
+}
+
+/// The parameters the module knows, so that `--breaker 'window=10s …'` (no name) is told
+/// from `--breaker 'api=window=10s …'`.
+const PARAMS: &[&str] = &[
+    "window",
+    "min_requests",
+    "failure_rate",
+    "slow",
+    "slow_rate",
+    "open",
+    "max_open",
+    "jitter",
+    "probes",
+    "probe_interval",
+    "probe_latency",
+    "consecutive",
+    "probe_uri",
+    "probe_host",
+    "probe_status",
+    "probe_timeout",
+    "ramp",
+    "ramp_start",
+    "retry_budget",
+    "retry_min",
+    "limit",
+    "limit_min",
+    "limit_max",
+    "limit_initial",
+    "limit_tolerance",
+    "limit_interval",
+    "limit_samples",
+    "limit_probe",
+    "suspect_min",
+    "dry_run",
+    "failure",
+];
+
+impl Specs {
+    /// The spec for (upstream, route), if any.
+    pub fn find(&self, upstream: &str, route: &str) -> Option<&Spec> {
+        self.by_route
+            .get(&(upstream.to_owned(), route.to_owned()))
+            .or_else(|| self.by_upstream.get(upstream))
+            .or(self.any.as_ref())
+    }
+
+    /// Every spec, for checking them all before the log is read.
+    pub fn all(&self) -> impl Iterator<Item = &Spec> {
+        self.by_route
+            .values()
+            .chain(self.by_upstream.values())
+            .chain(self.any.iter())
+    }
+
+    /// `--breaker '[UPSTREAM[:ROUTE]=]PARAMS'`; `failure=a,b` stands for
+    /// `circuit_breaker_failure a b`. Replaces an earlier spec of the same name (one from
+    /// `--config` too).
+    pub fn add_option(&mut self, arg: &str) -> Result<(), String> {
+        let head = arg.split_once('=').map_or(arg, |(h, _)| h).trim();
+        let (name, params) = if PARAMS.contains(&head) || !arg.contains('=') {
+            ("*", arg)
+        } else {
+            let (n, p) = arg.split_once('=').unwrap_or((arg, ""));
+            (n.trim(), p)
+        };
+        let mut spec = Spec {
+            words: Vec::new(),
+            failures: None,
+            origin: "--breaker".into(),
+        };
+        for w in params.split_ascii_whitespace() {
+            match w.strip_prefix("failure=") {
+                Some(list) => spec.failures = Some(list.split(',').map(str::to_owned).collect()),
+                None => spec.words.push(w.to_owned()),
+            }
+        }
+        spec.config(&[])?;
+        match name.split_once(':') {
+            _ if name == "*" => self.any = Some(spec),
+            Some((u, r)) => {
+                self.by_route.insert((u.to_owned(), r.to_owned()), spec);
+            }
+            None => {
+                self.by_upstream.insert(name.to_owned(), spec);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `nginx -T` output: each file follows a `# configuration file PATH:` line.
+    /// Upstream blocks anywhere are read (a `circuit_breaker` in a file included inside an
+    /// upstream block cannot be told apart from one outside: nginx -T prints files apart).
+    pub fn add_nginx_t(&mut self, text: &str) -> Result<usize, String> {
+        let mut found = 0;
+        let mut file = "nginx -T";
+        let mut section = String::new();
+        let mut flush = |section: &mut String, file: &str| {
+            let mut tokens = Vec::new();
+            tokenize(section, &mut tokens).map_err(|(e, line)| format!("{e} in {file}:{line}"))?;
+            section.clear();
+            self.read_blocks(&tokens, file).map(|n| found += n)
+        };
+        for line in text.split_inclusive('\n') {
+            if let Some(path) = line
+                .trim_end()
+                .strip_prefix("# configuration file ")
+                .and_then(|p| p.strip_suffix(':'))
+            {
+                flush(&mut section, file)?;
+                file = path;
+                continue;
+            }
+            section.push_str(line);
+        }
+        flush(&mut section, file)?;
+        Ok(found)
+    }
+
+    fn read_blocks(
+        &mut self,
+        tokens: &[(Tok, usize, String)],
+        file: &str,
+    ) -> Result<usize, String> {
+        let mut stack: Vec<Option<String>> = Vec::new();
+        let mut words: Vec<&str> = Vec::new();
+        type Directive = Option<(Vec<String>, String)>;
+        let mut local: HashMap<String, (Directive, Directive)> = HashMap::new();
+        for (tok, line, text) in tokens {
+            match tok {
+                Tok::Word => {
+                    words.push(text);
+                }
+                Tok::Open => {
+                    let up = (words.first() == Some(&"upstream"))
+                        .then(|| words.get(1).map(|s| s.to_string()))
+                        .flatten();
+                    stack.push(up);
+                    words.clear();
+                }
+                Tok::Close => {
+                    stack.pop();
+                    words.clear();
+                }
+                Tok::Semi => {
+                    if let (Some(Some(up)), Some(&directive)) = (stack.last(), words.first()) {
+                        // nginx names the line that ends the directive.
+                        let origin = format!("{file}:{line}");
+                        let dup = || format!("\"{directive}\" directive is duplicate in {origin}");
+                        let e = local.entry(up.clone()).or_default();
+                        let args = || words[1..].iter().map(|s| s.to_string()).collect();
+                        match directive {
+                            "circuit_breaker" if e.0.is_some() => return Err(dup()),
+                            "circuit_breaker" => e.0 = Some((args(), origin)),
+                            "circuit_breaker_failure" if e.1.is_some() => return Err(dup()),
+                            "circuit_breaker_failure" => e.1 = Some((args(), origin)),
+                            _ => {}
+                        }
+                    }
+                    words.clear();
+                }
+            }
+        }
+        let mut found = 0;
+        for (up, (cb, failures)) in local {
+            // Checked in nginx's order: each directive as it comes.
+            let mut order: Vec<&(Vec<String>, String)> = cb.iter().chain(failures.iter()).collect();
+            order.sort_by_key(|(_, o)| {
+                o.rsplit_once(':')
+                    .and_then(|(_, l)| l.parse::<usize>().ok())
+            });
+            for (w, origin) in order {
+                let probe = match cb.as_ref() {
+                    Some((cw, _)) if std::ptr::eq(w, cw) => Spec {
+                        words: w.clone(),
+                        failures: None,
+                        origin: origin.clone(),
+                    },
+                    _ => Spec {
+                        words: Vec::new(),
+                        failures: Some(w.clone()),
+                        origin: origin.clone(),
+                    },
+                };
+                probe.config(&[])?;
+            }
+            let Some((words, origin)) = cb else {
+                continue;
+            };
+            found += 1;
+            self.by_upstream.insert(
+                up,
+                Spec {
+                    words,
+                    failures: failures.map(|(f, _)| f),
+                    origin,
+                },
+            );
+        }
+        Ok(found)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tok {
+    Word,
+    Open,
+    Close,
+    Semi,
+}
+
+/// nginx's configuration syntax: words, `"…"` and `'…'` (which may span lines) with `\`
+/// escapes, `#` comments, `{`, `}`, `;`; each token with its line. An error gives the line
+/// where it was found.
+fn tokenize(text: &str, out: &mut Vec<(Tok, usize, String)>) -> Result<(), (String, usize)> {
+    let mut n = 1;
+    let mut chars = text.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            '\n' => {
+                n += 1;
+                chars.next();
+            }
+            c if c.is_whitespace() => {
+                chars.next();
+            }
+            '#' => while chars.next_if(|&x| x != '\n').is_some() {},
+            '{' | '}' | ';' => {
+                chars.next();
+                let t = match c {
+                    '{' => Tok::Open,
+                    '}' => Tok::Close,
+                    _ => Tok::Semi,
+                };
+                out.push((t, n, String::new()));
+            }
+            '"' | '\'' => {
+                chars.next();
+                let start = n;
+                let mut w = String::new();
+                loop {
+                    match chars.next() {
+                        None => {
+                            return Err(("unexpected end of file in a quoted string".into(), start))
+                        }
+                        Some('\\') => w.extend(chars.next()),
+                        Some(q) if q == c => break,
+                        Some(x) => {
+                            n += usize::from(x == '\n');
+                            w.push(x);
+                        }
+                    }
+                }
+                out.push((Tok::Word, n, w));
+            }
+            _ => {
+                let mut w = String::new();
+                while let Some(x) =
+                    chars.next_if(|&x| !x.is_whitespace() && !matches!(x, '{' | '}' | ';'))
+                {
+                    w.push(x);
+                }
+                out.push((Tok::Word, n, w));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &str = "# configuration file /etc/nginx/nginx.conf:
+http {
+    upstream api {   # the API
+        server 127.0.0.1:8081;
+        circuit_breaker window=20s min_requests=10
+                        failure_rate=25% 'open=10s';
+        circuit_breaker_failure error timeout http_500;
+    }
+    upstream plain { server 127.0.0.1:8082; }
+    server { location / { proxy_pass http://api; } }
+}
+";
+
+    #[test]
+    fn reads_upstream_blocks() {
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(T), Ok(1));
+        let spec = s.find("api", "checkout").unwrap();
+        assert_eq!(spec.origin, "/etc/nginx/nginx.conf:5");
+        let cfg = spec.config(&[]).unwrap();
+        assert_eq!(
+            (cfg.window_s, cfg.min_requests, cfg.failure_rate),
+            (20, 10, 2500)
+        );
+        assert_eq!(cfg.open_ms, 10_000);
+        assert!(!cfg
+            .failures
+            .contains(circuit_breaker_core::breaker::FailureClass::Http5xx(502)));
+        assert!(s.find("plain", "default").is_none());
+        // The sweep replaces a key.
+        let swept = spec
+            .config(&[("failure_rate".into(), "50%".into())])
+            .unwrap();
+        assert_eq!(swept.failure_rate, 5000);
+    }
+
+    #[test]
+    fn refuses_what_nginx_refuses_with_its_words() {
+        let mut s = Specs::default();
+        let bad = T.replace("window=20s", "window=500ms");
+        assert_eq!(
+            s.add_nginx_t(&bad),
+            Err(
+                "invalid value \"window=500ms\" in \"circuit_breaker\" directive, must be whole \
+                 seconds from 1s to 300s in /etc/nginx/nginx.conf:5"
+                    .into()
+            )
+        );
+        let bad = T.replace("http_500", "http_600");
+        assert_eq!(
+            s.add_nginx_t(&bad),
+            Err(
+                "invalid value \"http_600\" in \"circuit_breaker_failure\" directive in \
+                 /etc/nginx/nginx.conf:6"
+                    .into()
+            )
+        );
+        let e = Specs::default()
+            .add_option("api=open=10s max_open=5s")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive in --breaker"
+        );
+    }
+
+    #[test]
+    fn quotes_across_lines_and_files_apart() {
+        let mut s = Specs::default();
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http {
+    log_format x 'a
+                  b';   # a comment; with { braces
+    include conf.d/*.conf;
+}
+
+# configuration file /etc/nginx/conf.d/api.conf:
+upstream api {
+    circuit_breaker
+        window=5s;
+}
+";
+        assert_eq!(s.add_nginx_t(text), Ok(1));
+        let spec = s.find("api", "default").unwrap();
+        assert_eq!(spec.origin, "/etc/nginx/conf.d/api.conf:3");
+        assert_eq!(spec.config(&[]).unwrap().window_s, 5);
+        let bad = "# configuration file /x.conf:\nupstream api { circuit_breaker 'open=1s; }\n";
+        assert_eq!(
+            Specs::default().add_nginx_t(bad),
+            Err("unexpected end of file in a quoted string in /x.conf:1".into())
+        );
+    }
+
+    #[test]
+    fn breaker_options() {
+        let mut s = Specs::default();
+        s.add_option("window=5s").unwrap();
+        s.add_option("api=min_requests=5 failure=http_502").unwrap();
+        s.add_option("api:checkout=min_requests=7").unwrap();
+        let mr = |u, r| s.find(u, r).unwrap().config(&[]).unwrap().min_requests;
+        assert_eq!(
+            (
+                mr("api", "checkout"),
+                mr("api", "x"),
+                mr("other", "default")
+            ),
+            (7, 5, 20)
+        );
+        assert_eq!(
+            s.find("other", "x").unwrap().config(&[]).unwrap().window_s,
+            5
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! What the replay prints: a summary per breaker, a sweep's table, or JSON.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::sim::{Counts, Replay};
+use crate::stats::{human_ms, Stats};
+
+/// A line that did not parse: its number (`FILE:N` with several logs) and why.
+pub type BadLine = (String, String);
+
+fn counts_line(c: &Counts) -> String {
+    format!(
+        "{} lines: {} replayed, {} unparseable, {} without an upstream attempt, {} of upstreams \
+         without a breaker, {} events late",
+        c.lines, c.replayed, c.bad, c.no_attempt, c.no_breaker, c.late
+    )
+}
+
+fn setting_label(set: &[(String, String)]) -> String {
+    set.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn stats_text(s: &Stats) -> String {
+    format!(
+        "  opened {} time{} ({} more after a failed probe), {} flapping, open {} in all, \
+         longest {}\n  {} requests, {} bad; refused {}: {} failures spared, {} successes \
+         lost{}\n",
+        s.opens,
+        if s.opens == 1 { "" } else { "s" },
+        s.reopens,
+        s.flaps,
+        human_ms(s.open_ms),
+        human_ms(s.longest_open_ms),
+        s.requests,
+        s.bad,
+        s.refused,
+        s.failures_spared,
+        s.successes_lost,
+        if s.refused_unjudged > 0 {
+            format!(", {} without a verdict", s.refused_unjudged)
+        } else {
+            String::new()
+        }
+    ) + &if s.retries > 0 {
+        format!(
+            "  {} retries in the log; {} requests would not have retried, {} rescues lost\n",
+            s.retries, s.retries_denied, s.rescues_lost
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// The text report.
+pub fn text(r: &Replay, bad: &[BadLine]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", counts_line(&r.counts));
+    for (n, why) in bad {
+        let _ = writeln!(out, "  line {n}: {why}");
+    }
+    let sweep = r.sets().len() > 1;
+    let mut total = vec![Stats::default(); r.sets().len()];
+    let mut order: Vec<usize> = (0..r.names.len()).collect();
+    order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
+    for (name, runs) in order.iter().map(|&i| (&r.names[i], &r.runs[i])) {
+        let Some(runs) = runs else { continue };
+        for (t, run) in total.iter_mut().zip(runs) {
+            t.add(&run.stats);
+        }
+        if sweep {
+            let _ = writeln!(out, "\nbreaker \"{name}\"");
+            table(&mut out, r, runs.iter().map(|run| &run.stats));
+        } else {
+            let _ = writeln!(out, "\nbreaker \"{name}\"");
+            out.push_str(&stats_text(&runs[0].stats));
+        }
+    }
+    if sweep {
+        let _ = writeln!(out, "\nall breakers");
+        table(&mut out, r, total.iter());
+    }
+    out
+}
+
+fn table<'a>(out: &mut String, r: &Replay, rows: impl Iterator<Item = &'a Stats>) {
+    let labels: Vec<String> = r.sets().iter().map(|s| setting_label(s)).collect();
+    let w = labels.iter().map(String::len).max().unwrap_or(0).max(7);
+    let _ = writeln!(
+        out,
+        "  {:w$}  {:>6} {:>6} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "setting", "opens", "reopen", "flaps", "open", "longest", "refused", "spared", "lost"
+    );
+    for (label, s) in labels.iter().zip(rows) {
+        let _ = writeln!(
+            out,
+            "  {:w$}  {:>6} {:>6} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            label,
+            s.opens,
+            s.reopens,
+            s.flaps,
+            human_ms(s.open_ms),
+            human_ms(s.longest_open_ms),
+            s.refused,
+            s.failures_spared,
+            s.successes_lost
+        );
+    }
+}
+
+fn stats_json(s: &Stats) -> Value {
+    json!({
+        "requests": s.requests,
+        "bad": s.bad,
+        "opens": s.opens,
+        "reopens": s.reopens,
+        "closes": s.closes,
+        "flapping": s.flaps,
+        "open_ms": s.open_ms,
+        "longest_open_ms": s.longest_open_ms,
+        "probes": s.probes,
+        "refused": s.refused,
+        "failures_spared": s.failures_spared,
+        "successes_lost": s.successes_lost,
+        "refused_without_verdict": s.refused_unjudged,
+        "retries": s.retries,
+        "retries_denied": s.retries_denied,
+        "rescues_lost": s.rescues_lost,
+    })
+}
+
+/// The JSON report: `{"lines": {…}, "bad_lines": […], "settings": [{"set": {…},
+/// "breakers": {"api/default": {…}}}]}`.
+pub fn json(r: &Replay, bad: &[BadLine]) -> Value {
+    let c = &r.counts;
+    let settings: Vec<Value> = r
+        .sets()
+        .iter()
+        .enumerate()
+        .map(|(i, set)| {
+            let mut breakers = serde_json::Map::new();
+            for (name, runs) in r.names.iter().zip(&r.runs) {
+                if let Some(runs) = runs {
+                    breakers.insert(name.clone(), stats_json(&runs[i].stats));
+                }
+            }
+            let set: serde_json::Map<String, Value> =
+                set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+            json!({"set": set, "breakers": breakers})
+        })
+        .collect();
+    json!({
+        "lines": {
+            "read": c.lines,
+            "replayed": c.replayed,
+            "unparseable": c.bad,
+            "no_attempt": c.no_attempt,
+            "no_breaker": c.no_breaker,
+            "late_events": c.late,
+        },
+        "bad_lines": bad.iter().map(|(n, why)| json!({"line": n, "error": why})).collect::<Vec<_>>(),
+        "settings": settings,
+    })
+}

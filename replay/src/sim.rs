@@ -1,0 +1,659 @@
+//! The replay proper: every request of the log through the module's own breaker, once per
+//! setting of the sweep, in one pass.
+//!
+//! nginx writes a line when its request ends, so lines come in order of end time (nearly:
+//! workers interleave), while the module asks the breaker when a request *starts*
+//! (`$msec - $request_time`) and records its outcome when it ends. Each line becomes two
+//! events, an admission at its start and a record at its end, held in a reorder buffer and
+//! run in time order once the log has moved `horizon` past them (ties in log order, a
+//! request's admission before its own record). An event older than what already ran (a
+//! request longer than the horizon, or a line that came that late) runs at once, its time
+//! clamped, and is counted as late. The buffer holds `horizon` worth of requests, so memory
+//! does not grow with the log: a ring of one list per millisecond (a binary heap of the
+//! same events spent 60 % of the replay's time sifting them).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::Write;
+
+use circuit_breaker_core::breaker::{
+    classify, Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Transition,
+};
+use circuit_breaker_core::retry_budget::RetryBudget;
+use circuit_breaker_core::snapshot::State;
+
+use crate::conf::Specs;
+use crate::line::{Line, Retries};
+use crate::stats::Stats;
+use crate::timeline::Timeline;
+
+/// One breaker under one setting.
+pub struct Run {
+    ob: OwnedBreaker,
+    /// The configuration as given (the core runs it in dry run, to see what it would refuse).
+    pub cfg: BreakerConfig,
+    rng: u64,
+    /// What it did.
+    pub stats: Stats,
+    /// Its per-second series, when asked for.
+    pub timeline: Option<Timeline>,
+}
+
+impl Run {
+    fn new(cfg: BreakerConfig, now_ms: u64, seed: u64) -> Run {
+        let mut core_cfg = cfg;
+        core_cfg.dry_run = true;
+        Run {
+            ob: OwnedBreaker::new(core_cfg, now_ms),
+            cfg,
+            rng: seed | 1,
+            stats: Stats::default(),
+            timeline: None,
+        }
+    }
+
+    /// splitmix64: the jitter and the ramp's draws, fixed by the seed.
+    fn rnd(&mut self) -> u32 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 32) as u32
+    }
+
+    /// The state now.
+    pub fn state(&self) -> State {
+        self.ob.hdr.state()
+    }
+}
+
+/// A transition as the module logs it, with the log line of the request that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Logged {
+    /// 1-based line number in its file.
+    pub line: u64,
+    /// When (the event's time, ms since the epoch).
+    pub at_ms: u64,
+    /// `api/default`.
+    pub breaker: String,
+    /// What changed, and why.
+    pub transition: Transition,
+}
+
+impl Logged {
+    /// `circuit breaker "api/default" opened: …`, the module's own words.
+    pub fn message(&self) -> String {
+        let verb = match self.transition.to {
+            State::Open => "opened",
+            State::HalfOpen => "half-opened",
+            State::Closed => "closed",
+        };
+        format!(
+            "circuit breaker \"{}\" {}: {}",
+            self.breaker,
+            verb,
+            self.transition.why()
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    at_ms: u64,
+    /// Twice the line's sequence number, plus one for its record: log order on ties, and a
+    /// request's admission before its own record.
+    seq: u64,
+    slot: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    breaker: u32,
+    attempt: Attempt,
+    /// Attempts in all (its earlier ones, when more than one, are in `Replay::retried`).
+    tries: u32,
+    line: u64,
+}
+
+/// What a request was told, per setting.
+#[derive(Clone, Copy, Debug)]
+struct Told {
+    ticket: Ticket,
+    refused: bool,
+}
+
+/// The end of a list in the wheel.
+const NIL: u32 = u32::MAX;
+
+const UNTOLD: Told = Told {
+    ticket: Ticket::Normal,
+    refused: false,
+};
+
+/// Line counts of the whole replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Lines read.
+    pub lines: u64,
+    /// Lines that did not parse.
+    pub bad: u64,
+    /// Requests with no upstream attempt.
+    pub no_attempt: u64,
+    /// Requests of an upstream with no breaker configured.
+    pub no_breaker: u64,
+    /// Requests replayed.
+    pub replayed: u64,
+    /// Events that came after later ones had run (clamped to their time).
+    pub late: u64,
+}
+
+/// The replay over a set of settings.
+pub struct Replay {
+    specs: Specs,
+    sets: Vec<Vec<(String, String)>>,
+    seed: u64,
+    horizon_ms: u64,
+    key: String,
+    index: HashMap<String, u32, BuildHasherDefault<Fnv>>,
+    /// Breaker names, `upstream/route`, by index.
+    pub names: Vec<String>,
+    /// Per breaker, per setting; `None` when its upstream has no breaker.
+    pub runs: Vec<Option<Vec<Run>>>,
+    /// Each breaker's upstream (an index into `budgets`).
+    upstream_of: Vec<u32>,
+    upstreams: HashMap<String, u32, BuildHasherDefault<Fnv>>,
+    /// Per upstream, per setting, its retry budget (`None`: `retry_budget=off`).
+    budgets: Vec<Vec<Option<RetryBudget>>>,
+    /// The reorder buffer: `wheel[ms % len]` heads the list (in `nodes`) of the events of
+    /// millisecond `ms`, for `ms` from `cursor` on (and below `cursor + len`). Lists rather
+    /// than a `Vec` per millisecond, whose capacities would creep up with the busiest
+    /// millisecond each had seen: the nodes are as many as the events waiting, reused.
+    wheel: Vec<u32>,
+    nodes: Vec<(Event, u32)>,
+    free_nodes: Vec<u32>,
+    scratch: Vec<Event>,
+    /// The first millisecond not yet run.
+    cursor: u64,
+    /// Events in the wheel.
+    queued: usize,
+    pending: Vec<Pending>,
+    retried: Vec<Retries>,
+    told: Vec<Told>,
+    started: Vec<bool>,
+    free: Vec<u32>,
+    watermark: u64,
+    newest: u64,
+    seq: u64,
+    /// Line counts.
+    pub counts: Counts,
+    /// Errors writing the timelines.
+    pub errors: Vec<String>,
+    timelines: Option<std::path::PathBuf>,
+    /// The first setting's transitions go here as they happen.
+    pub transitions: Option<Box<dyn Write>>,
+}
+
+impl Replay {
+    /// A replay of `specs` under each of `sets` (one empty set: the specs as given).
+    pub fn new(specs: Specs, sets: Vec<Vec<(String, String)>>, seed: u64, horizon_ms: u64) -> Self {
+        Replay {
+            specs,
+            sets,
+            seed,
+            horizon_ms,
+            key: String::new(),
+            index: HashMap::default(),
+            names: Vec::new(),
+            runs: Vec::new(),
+            upstream_of: Vec::new(),
+            upstreams: HashMap::default(),
+            budgets: Vec::new(),
+            wheel: vec![NIL; (horizon_ms + 2).next_power_of_two() as usize],
+            nodes: Vec::new(),
+            free_nodes: Vec::new(),
+            scratch: Vec::new(),
+            cursor: 0,
+            queued: 0,
+            pending: Vec::new(),
+            retried: Vec::new(),
+            told: Vec::new(),
+            started: Vec::new(),
+            free: Vec::new(),
+            watermark: 0,
+            newest: 0,
+            seq: 0,
+            counts: Counts::default(),
+            errors: Vec::new(),
+            timelines: None,
+            transitions: None,
+        }
+    }
+
+    /// Writes a per-second timeline of each breaker under the first setting into `dir`
+    /// (`UPSTREAM_ROUTE.csv`).
+    pub fn keep_timelines(&mut self, dir: std::path::PathBuf) {
+        self.timelines = Some(dir);
+    }
+
+    /// The settings, as given.
+    pub fn sets(&self) -> &[Vec<(String, String)>] {
+        &self.sets
+    }
+
+    fn breaker(&mut self, l: &Line<'_>, now_ms: u64) -> Result<Option<u32>, String> {
+        self.key.clear();
+        self.key.push_str(l.upstream);
+        self.key.push('/');
+        self.key.push_str(l.route);
+        if let Some(&i) = self.index.get(self.key.as_str()) {
+            return Ok(self.runs[i as usize].is_some().then_some(i));
+        }
+        let i = self.names.len() as u32;
+        let runs = match self.specs.find(l.upstream, l.route) {
+            Some(spec) => {
+                let seed = self.seed ^ fnv(self.key.as_bytes());
+                let mut runs = Vec::with_capacity(self.sets.len());
+                for set in &self.sets {
+                    let mut run = Run::new(spec.config(set)?, now_ms, seed);
+                    if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
+                        let file: String = self
+                            .key
+                            .chars()
+                            .map(|c| match c {
+                                'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' => c,
+                                _ => '_',
+                            })
+                            .collect();
+                        run.timeline = Some(Timeline::create(&dir.join(file + ".csv"))?);
+                    }
+                    runs.push(run);
+                }
+                Some(runs)
+            }
+            None => None,
+        };
+        let found = runs.is_some().then_some(i);
+        let up = match self.upstreams.get(l.upstream) {
+            Some(&u) => u,
+            None => {
+                let u = self.budgets.len() as u32;
+                // The upstream's own breaker's parameters hold its budget, as in the module.
+                let mut budgets = Vec::with_capacity(self.sets.len());
+                for set in &self.sets {
+                    let retry = match self.specs.find(l.upstream, "default") {
+                        Some(spec) => spec.params(set)?.1,
+                        None => None,
+                    };
+                    budgets.push(retry.map(|cfg| RetryBudget::new(cfg, now_ms)));
+                }
+                self.budgets.push(budgets);
+                self.upstreams.insert(l.upstream.to_owned(), u);
+                u
+            }
+        };
+        self.upstream_of.push(up);
+        self.index.insert(self.key.clone(), i);
+        self.names.push(self.key.clone());
+        self.runs.push(runs);
+        Ok(found)
+    }
+
+    /// Feeds one parsed line (number `line` of its file).
+    pub fn feed(&mut self, l: &Line<'_>, line: u64) -> Result<(), String> {
+        let Some(attempt) = l.attempt else {
+            self.counts.no_attempt += 1;
+            return Ok(());
+        };
+        let start = l.end_ms.saturating_sub(l.request_ms);
+        let Some(b) = self.breaker(l, start)? else {
+            self.counts.no_breaker += 1;
+            return Ok(());
+        };
+        self.counts.replayed += 1;
+        let n = self.sets.len();
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                let s = self.pending.len() as u32;
+                self.pending.push(Pending {
+                    breaker: 0,
+                    attempt,
+                    tries: 0,
+                    line: 0,
+                });
+                self.retried.push(Retries::default());
+                self.started.push(false);
+                self.told.resize(self.told.len() + n, UNTOLD);
+                s
+            }
+        };
+        self.pending[slot as usize] = Pending {
+            breaker: b,
+            attempt,
+            tries: l.retries.tries,
+            line,
+        };
+        if l.retries.tries > 1 {
+            // Apart: most requests make one attempt, and the slot stays small.
+            self.retried[slot as usize] = l.retries;
+        }
+        self.started[slot as usize] = false;
+        self.newest = self.newest.max(l.end_ms);
+        self.run_until(self.newest.saturating_sub(self.horizon_ms));
+        let seq = self.seq;
+        self.seq += 2;
+        for (at_ms, seq) in [(start, seq), (l.end_ms, seq + 1)] {
+            let e = Event { at_ms, seq, slot };
+            if at_ms < self.cursor {
+                // Behind what already ran: now.
+                self.run(e);
+            } else {
+                let len = self.wheel.len() as u64;
+                let head = &mut self.wheel[(at_ms % len) as usize];
+                let node = match self.free_nodes.pop() {
+                    Some(n) => {
+                        self.nodes[n as usize] = (e, *head);
+                        n
+                    }
+                    None => {
+                        self.nodes.push((e, *head));
+                        (self.nodes.len() - 1) as u32
+                    }
+                };
+                *head = node;
+                self.queued += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every queued event before `until`, in order.
+    fn run_until(&mut self, until: u64) {
+        if self.queued == 0 {
+            self.cursor = self.cursor.max(until);
+            return;
+        }
+        let len = self.wheel.len() as u64;
+        let mut bucket = std::mem::take(&mut self.scratch);
+        while self.cursor < until && self.queued > 0 {
+            let i = (self.cursor % len) as usize;
+            let mut n = std::mem::replace(&mut self.wheel[i], NIL);
+            while n != NIL {
+                let (e, next) = self.nodes[n as usize];
+                bucket.push(e);
+                self.free_nodes.push(n);
+                n = next;
+            }
+            if !bucket.is_empty() {
+                // Log order within the millisecond (the list is newest first, and a late
+                // line's event may come after later ones).
+                bucket.sort_unstable();
+                self.queued -= bucket.len();
+                for e in bucket.drain(..) {
+                    self.run(e);
+                }
+            }
+            self.cursor += 1;
+        }
+        self.scratch = bucket;
+        self.cursor = self.cursor.max(until);
+    }
+
+    /// Runs what is left in the buffer and closes the open episodes at the last event.
+    pub fn finish(&mut self) {
+        self.run_until(u64::MAX);
+        let end = self.watermark;
+        for runs in self.runs.iter_mut().flatten() {
+            for run in runs {
+                run.stats.end_episode(end);
+                if let Some(e) = run.timeline.as_mut().and_then(Timeline::flush) {
+                    self.errors.push(e);
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, e: Event) {
+        let now = if e.at_ms < self.watermark {
+            self.counts.late += 1;
+            self.watermark
+        } else {
+            self.watermark = e.at_ms;
+            e.at_ms
+        };
+        let slot = e.slot as usize;
+        if e.seq & 1 == 0 {
+            self.admit(slot, now);
+        } else {
+            if !self.started[slot] {
+                self.admit(slot, now);
+            }
+            self.record(slot, now);
+            self.free.push(e.slot);
+        }
+    }
+
+    fn admit(&mut self, slot: usize, now: u64) {
+        self.started[slot] = true;
+        let p = self.pending[slot];
+        let n = self.sets.len();
+        let Some(runs) = self.runs[p.breaker as usize].as_mut() else {
+            return;
+        };
+        for (v, run) in runs.iter_mut().enumerate() {
+            let rnd = run.rnd();
+            let d = run.ob.breaker().admit(now, rnd, 1, &|_| true, true);
+            let told = match d.admission {
+                Admission::Pass { would_reject } => Told {
+                    ticket: Ticket::Normal,
+                    refused: would_reject,
+                },
+                Admission::Probe(ticket) => {
+                    run.stats.probes += 1;
+                    Told {
+                        ticket,
+                        refused: false,
+                    }
+                }
+                Admission::Reject { .. } | Admission::Recovering { .. } => Told {
+                    ticket: Ticket::Normal,
+                    refused: true,
+                },
+            };
+            let mut told = told;
+            if run.cfg.active && told.refused {
+                // Active probes (`probe_uri`): when one is due, this request's outcome at the
+                // origin stands for it (the log has no probe of its own).
+                let rnd = run.rnd();
+                if let Some(ticket) = run.ob.breaker().active_probe(now, rnd, 1, &|_| true) {
+                    run.stats.probes += 1;
+                    told.ticket = ticket;
+                }
+            }
+            self.told[slot * n + v] = told;
+            if let Some(t) = d.transition {
+                note(
+                    &mut self.transitions,
+                    v,
+                    run,
+                    &self.names[p.breaker as usize],
+                    p.line,
+                    now,
+                    t,
+                );
+            }
+        }
+    }
+
+    fn record(&mut self, slot: usize, now: u64) {
+        let p = self.pending[slot];
+        let n = self.sets.len();
+        let Some(runs) = self.runs[p.breaker as usize].as_mut() else {
+            return;
+        };
+        let budgets = &mut self.budgets[self.upstream_of[p.breaker as usize] as usize];
+        let retried = if p.tries > 1 {
+            self.retried[slot]
+        } else {
+            Retries::default()
+        };
+        for (v, run) in runs.iter_mut().enumerate() {
+            let told = self.told[slot * n + v];
+            // A breaker that refuses never sees the outcome (but that of the active probe it
+            // stands for); one in dry run sends the request, as the module does.
+            let sent = !told.refused || run.cfg.dry_run || told.ticket != Ticket::Normal;
+            let attempt = if sent {
+                outcome(&p, &retried, told, run, budgets[v].as_mut(), now)
+            } else {
+                p.attempt
+            };
+            let verdict = classify(&attempt, &run.cfg);
+            let s = &mut run.stats;
+            s.requests += 1;
+            s.bad += u64::from(verdict.is_bad());
+            if let Some(t) = run.timeline.as_mut() {
+                t.count(now, verdict.is_bad(), verdict.slow, told.refused);
+            }
+            if told.refused {
+                s.refused += 1;
+                match (verdict.counted && !verdict.tls, verdict.is_bad()) {
+                    (false, _) => s.refused_unjudged += 1,
+                    (true, true) => s.failures_spared += 1,
+                    (true, false) => s.successes_lost += 1,
+                }
+            }
+            if !sent {
+                continue;
+            }
+            let rnd = run.rnd();
+            let r = run
+                .ob
+                .breaker()
+                .record(now, rnd, told.ticket, &attempt, true);
+            if let Some(t) = r.transition {
+                note(
+                    &mut self.transitions,
+                    v,
+                    run,
+                    &self.names[p.breaker as usize],
+                    p.line,
+                    now,
+                    t,
+                );
+            }
+        }
+    }
+}
+
+/// What the client of a request sent to the origin gets under this setting: the log's last
+/// attempt, unless a retry it shows would not have been made — denied by the upstream's
+/// retry budget, or none at all while the breaker is not closed (unless in dry run) or for
+/// its probe, as in the module. The budget counts the request's first attempt and is asked
+/// for each retry, at the request's end (the log says when requests end, not attempts).
+fn outcome(
+    p: &Pending,
+    r: &Retries,
+    told: Told,
+    run: &mut Run,
+    budget: Option<&mut RetryBudget>,
+    now: u64,
+) -> Attempt {
+    let (first, before_last) = match (r.first, r.before_last) {
+        (Some(f), Some(b)) if r.tries > 1 => (f, b),
+        _ => {
+            if let Some(b) = budget {
+                b.record_first(now);
+            }
+            return p.attempt;
+        }
+    };
+    let s = &mut run.stats;
+    s.retries += u64::from(r.tries - 1);
+    let rescued = !classify(&p.attempt, &run.cfg).is_bad();
+    let cut = |s: &mut Stats, to: Attempt| {
+        s.retries_denied += 1;
+        if rescued && classify(&to, &run.cfg).is_bad() {
+            s.rescues_lost += 1;
+        }
+        to
+    };
+    let probe = told.ticket != Ticket::Normal;
+    if probe || (!run.cfg.dry_run && run.ob.hdr.state() != State::Closed) {
+        if let Some(b) = budget {
+            b.record_first(now);
+        }
+        return cut(s, first);
+    }
+    let Some(b) = budget else {
+        return p.attempt;
+    };
+    b.record_first(now);
+    for k in 1..r.tries {
+        if !b.take_retry(now) {
+            return cut(s, if k == 1 { first } else { before_last });
+        }
+    }
+    p.attempt
+}
+
+fn note(
+    out: &mut Option<Box<dyn Write>>,
+    setting: usize,
+    run: &mut Run,
+    name: &str,
+    line: u64,
+    now: u64,
+    t: Transition,
+) {
+    run.stats.transition(now, &t, run.cfg.max_open_ms);
+    if let Some(tl) = run.timeline.as_mut() {
+        tl.state(now, t.to);
+    }
+    if setting == 0 {
+        if let Some(w) = out.as_mut() {
+            let l = Logged {
+                line,
+                at_ms: now,
+                breaker: name.to_owned(),
+                transition: t,
+            };
+            // A transitions file that cannot be written is reported when it is flushed.
+            let _ = writeln!(
+                w,
+                "{} {}.{:03} {}",
+                l.line,
+                now / 1000,
+                now % 1000,
+                l.message()
+            );
+        }
+    }
+}
+
+/// FNV-1a: a breaker's own seed from its name, the same on every run.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// FNV-1a as the names' hasher: short keys, hashed once a line (SipHash's guard against
+/// chosen collisions buys nothing against one's own log).
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        self.0 = bytes
+            .iter()
+            .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    }
+}
