@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{EjectSpec, ProbeSpec};
-use circuit_breaker_core::fleet::FleetSpec;
+use circuit_breaker_core::fleet::FleetDirective;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use nginx_sys::{
@@ -115,7 +115,7 @@ pub struct MainConf {
     pub(crate) pass_schemes: HashMap<usize, scheme::Pass>,
     /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
     /// (registered by `crate::fleet` once the http block is parsed).
-    pub fleet: Option<FleetSpec>,
+    pub fleet: Option<FleetDirective>,
     pub fleet_zone: *mut ngx_shm_zone_t,
     /// The TLS context of the fleet's `https://` peers (null without one).
     #[cfg(ngx_ssl)]

@@ -6,7 +6,7 @@ use std::io::Read as _;
 
 use circuit_breaker_core::fleet::auth::{FleetKey, MAX_SECRET_BYTES};
 use circuit_breaker_core::fleet::conf::{Secret, TlsSpec};
-use circuit_breaker_core::fleet::FleetSpec;
+use circuit_breaker_core::fleet::FleetDirective;
 use nginx_sys::{ngx_conf_t, ngx_str_t, NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK};
 use ngx::ngx_conf_log_error;
 
@@ -20,7 +20,7 @@ use crate::conf::MainConf;
 pub unsafe fn finish(
     cf: *mut ngx_conf_t,
     mcf: &mut MainConf,
-    spec: &mut FleetSpec,
+    spec: &mut FleetDirective,
 ) -> Result<(), ()> {
     match &spec.secret {
         Secret::File(name) => {

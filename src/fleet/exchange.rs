@@ -29,7 +29,7 @@ use std::rc::Rc;
 use circuit_breaker_core::fleet::auth::{FleetKey, Kind, Nonce, HEADER};
 use circuit_breaker_core::fleet::status::{self as fleet_status, Clocks};
 use circuit_breaker_core::fleet::store::{Push, Refused};
-use circuit_breaker_core::fleet::{wire, FleetSpec, FleetStore, LocalView};
+use circuit_breaker_core::fleet::{wire, FleetDirective, FleetStore, LocalView};
 use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
@@ -103,9 +103,9 @@ enum Answer {
 /// Everything the exchange worker holds.
 pub struct Exchange {
     store: FleetStore,
-    spec: FleetSpec,
+    spec: FleetDirective,
     key: FleetKey,
-    /// By store peer index (the spec's peers, in order).
+    /// By store peer index (the directive's peers, in order).
     links: Vec<Link>,
     /// By store breaker index.
     breakers: Vec<Tracked>,
@@ -132,7 +132,7 @@ pub struct Exchange {
 /// What an [`Exchange`] starts from.
 pub struct Setup {
     pub store: FleetStore,
-    pub spec: FleetSpec,
+    pub spec: FleetDirective,
     pub key: FleetKey,
     pub links: Vec<Link>,
     pub breakers: Vec<Tracked>,

@@ -31,7 +31,7 @@ use std::rc::Rc;
 use circuit_breaker_core::fleet::auth::{Kind as AuthKind, HEADER};
 use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy};
 use circuit_breaker_core::fleet::{
-    default_expire_intervals, wire, FleetConfig, FleetSpec, FleetStore,
+    default_expire_intervals, wire, FleetConfig, FleetDirective, FleetStore,
 };
 use nginx_sys::{
     ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_str_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_ERR,
@@ -95,7 +95,7 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// Bytes for the fleet zone: its three texts for every breaker and peer of the
 /// configuration, twice over (a text that grows is copied into a new buffer, and the slab
 /// rounds sizes up), and 64 KiB beside.
-fn zone_size(spec: &FleetSpec, wanted: &[Wanted<'_>], zone_name: usize) -> usize {
+fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize) -> usize {
     let names = wanted
         .iter()
         .map(|w| w.key.upstream.len() + w.key.route.len())
@@ -186,7 +186,11 @@ unsafe fn worker_processes(cycle: *mut ngx_cycle_t) -> isize {
 
 /// Starts the exchange; `poll`: other workers may signal it (it reads their counter every
 /// `wake::POLL`).
-fn start(mcf: &MainConf, spec: FleetSpec, poll: bool) -> Result<(String, usize, usize), String> {
+fn start(
+    mcf: &MainConf,
+    spec: FleetDirective,
+    poll: bool,
+) -> Result<(String, usize, usize), String> {
     // SAFETY: our zones (or null), mapped in this worker.
     let zone = unsafe { Zone::from_shm(mcf.zone) }.ok_or("no breaker to exchange about")?;
     // SAFETY: `mcf.fleet_zone` is null or the fleet zone this module registered, mapped in this
@@ -259,7 +263,7 @@ fn start(mcf: &MainConf, spec: FleetSpec, poll: bool) -> Result<(String, usize, 
 
 /// How to reach each peer: its address, and for an `https://` one the TLS to speak
 /// (`ssl_name=` as SNI and the name its certificate must carry, else its IP address).
-fn links(mcf: &MainConf, spec: &FleetSpec) -> Result<Vec<Link>, String> {
+fn links(mcf: &MainConf, spec: &FleetDirective) -> Result<Vec<Link>, String> {
     #[cfg(ngx_ssl)]
     let named = match spec.tls.as_ref().and_then(|t| t.name.as_deref()) {
         // SAFETY: the fleet's context, built at configuration time, lives as long as it.
@@ -365,7 +369,7 @@ pub fn status_json(mcf: &MainConf, wall: impl Fn(u64) -> u64) -> Option<String> 
     let json = String::from_utf8(json).ok()?;
     let rest = json.strip_prefix('{')?;
     let w = wall(at);
-    let auth = match mcf.fleet.as_ref().and_then(FleetSpec::key) {
+    let auth = match mcf.fleet.as_ref().and_then(FleetDirective::key) {
         Some(k) if k.is_authenticated() => "hmac-sha256",
         _ => "off",
     };

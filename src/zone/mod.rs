@@ -38,8 +38,8 @@ use slot::Slot;
 
 /// Longest upstream name a breaker key can hold.
 pub const MAX_NAME: usize = u16::MAX as usize;
-/// The route of an upstream's own breaker.
-pub const DEFAULT_ROUTE: &str = "default";
+/// The route of an upstream's own breaker (the core's, which the status page names).
+pub use circuit_breaker_core::status::DEFAULT_ROUTE;
 
 /// Identifies this layout: a zone reused across a reload that loaded a build of the module
 /// with another layout is refused rather than misread. A hash (FNV-1a) of the size of every

@@ -1,4 +1,4 @@
-//! `circuit_breaker_fleet`: the words of the directive parsed into a [`FleetSpec`], with
+//! `circuit_breaker_fleet`: the words of the directive parsed into a [`FleetDirective`], with
 //! nginx's own error wording.
 //!
 //! ```text
@@ -80,7 +80,7 @@ pub struct PeerAddr {
 
 /// Everything `circuit_breaker_fleet` sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FleetSpec {
+pub struct FleetDirective {
     /// This instance's id: its address as the peers list it (canonical form).
     pub id: String,
     /// The peers, in the order given, without this instance, in canonical form.
@@ -97,7 +97,7 @@ pub struct FleetSpec {
     pub tls: Option<TlsSpec>,
 }
 
-impl FleetSpec {
+impl FleetDirective {
     /// The peers' ids (their canonical addresses), as the store and the wire name them.
     pub fn peer_ids(&self) -> Vec<String> {
         self.peers.iter().map(|p| p.addr.to_string()).collect()
@@ -174,7 +174,7 @@ fn conflict(msg: &str) -> ConfError {
 pub fn parse_fleet_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
-) -> Result<FleetSpec, ConfError> {
+) -> Result<FleetDirective, ConfError> {
     let mut addresses: Vec<PeerAddr> = Vec::new();
     let mut id: Option<SocketAddr> = None;
     let mut interval_ms = 1000;
@@ -332,7 +332,7 @@ pub fn parse_fleet_args<'a>(
     } else {
         format!("{uri}?format=fleet")
     };
-    Ok(FleetSpec {
+    Ok(FleetDirective {
         id,
         fanout: fanout.unwrap_or_else(|| default_fanout(peers.len() + 1)),
         peers,
@@ -409,12 +409,12 @@ mod tests {
 
     const KEY: &str = "secret=0123456789abcdef0123456789abcdef";
 
-    fn parse(line: &str) -> Result<FleetSpec, ConfError> {
+    fn parse(line: &str) -> Result<FleetDirective, ConfError> {
         parse_fleet_args(line.split_whitespace(), &TestUnits)
     }
 
     /// `line` with a secret.
-    fn keyed(line: &str) -> Result<FleetSpec, ConfError> {
+    fn keyed(line: &str) -> Result<FleetDirective, ConfError> {
         parse(&format!("{line} {KEY}"))
     }
 

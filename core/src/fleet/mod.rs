@@ -55,7 +55,7 @@ pub mod status;
 pub mod store;
 pub mod wire;
 
-pub use conf::FleetSpec;
+pub use conf::FleetDirective;
 pub use fingerprint::Fingerprint;
 pub use store::{
     default_expire_intervals, default_fanout, default_push_gap, BreakerFleetView, Counters,
