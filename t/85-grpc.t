@@ -7,6 +7,7 @@
 # server of a pool; NOT_FOUND, INVALID_ARGUMENT and CANCELLED never do. While open, a grpcio
 # client gets UNAVAILABLE, a grpc-message naming the state, the wait as
 # grpc-retry-pushback-ms and X-Circuit-State, and the origin sees none of those calls.
+# RESOURCE_EXHAUSTED lowers an adaptive limit at once and counts as no failure.
 
 ###############################################################################
 
@@ -35,7 +36,7 @@ my $peer = "$FindBin::Bin/lib/CB/grpc_peer.py";
 
 plan(skip_all => 'no python3-grpcio') unless !system($python, '-c', 'import grpc');
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(40);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(43);
 
 # breakers of their own, one per case, all on the backend of port 8081; the pools' second
 # server (8082) always answers OK
@@ -69,6 +70,16 @@ for my $u (qw/ pool poolnf /) {
     }
 EOF
 }
+# RESOURCE_EXHAUSTED: an overload signal for the adaptive limit, no failure
+$upstreams .= <<"EOF";
+    upstream exh {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=4 limit=adaptive limit_min=2 limit_max=64
+                        limit_initial=32;
+    }
+EOF
+$locations .= "        location /test.Echo/Exhausted { grpc_pass grpc://exh; }\n";
+
 # an upstream chosen at run time: the answer comes from peer.init
 $locations .= "        location /test.Echo/Var { set \$up only14; grpc_pass grpc://\$up; }\n";
 $locations .= "        location /test.Echo/Pool/ { grpc_pass grpc://pool; }\n";
@@ -104,6 +115,7 @@ $t->write_file('grpc-8081.hits.mode', <<'EOF');
 /test.Echo/NotFound 5 only
 /test.Echo/Invalid 3 end
 /test.Echo/Cancelled 1 only
+/test.Echo/Exhausted 8 end
 /test.Echo/Pool/ 14 end
 /test.Echo/PoolNF/ 5 end
 EOF
@@ -178,6 +190,14 @@ for my $c ([ nf => 'NotFound', 5 ], [ inv => 'Invalid', 3 ], [ can => 'Cancelled
 	is($b->{totals}{failures}, 0, "$u: no failure");
 	is(hits($bad, $m), 10, "$u: every call reached the origin");
 }
+
+# RESOURCE_EXHAUSTED lowers the limit at once, and is no failure
+
+is(codes(calls('Exhausted', 6)), '8 8 8 8 8 8', 'exh: the origin\'s code');
+my $exh = breaker_at('/status?upstream=exh');
+is($exh->{limit}{limit}, 2, 'exh: the limit fell at once');
+is(join(' ', $exh->{state}, $exh->{totals}{failures}), 'closed 0',
+	'exh: closed, no failure');
 
 # a pool: the server answering UNAVAILABLE (in trailers) is ejected, the other
 # serves; one answering NOT_FOUND is not

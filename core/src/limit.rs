@@ -101,8 +101,8 @@
 //! # Shared memory
 //!
 //! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
-//! aligned) of [`LIMITER_SIZE`] = 216 bytes, its configuration and the interval under way
-//! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock.
+//! aligned) of [`LIMITER_SIZE`] = 240 bytes, its configuration and the interval under way
+//! included; each worker's [`Samples`] is 40 bytes. The shell mutates it under the zone lock.
 //! In-flight counting is the shell's, on one atomic word per limit that holds the tenant's
 //! tag, the limit and the in-flight count ([`word`]): it admits a request while in-flight is
 //! below [`Limiter::limit`], published there after every update.
@@ -138,6 +138,11 @@ pub struct Samples {
     /// the older limit has drained below the pin, so these are answers the origin gave with
     /// no more than the pin in flight.
     pub clean: u32,
+    /// Answers in which the origin said it is saturated — a `429`, a `503` with
+    /// `Retry-After`, a gRPC `RESOURCE_EXHAUSTED` — whether or not their class counts as a
+    /// breaker failure: no latency sample (the origin turned the work away), and the limit
+    /// falls at once ([`Limiter::record`]).
+    pub overloads: u32,
 }
 
 impl Default for Samples {
@@ -156,6 +161,7 @@ impl Samples {
         drops: 0,
         inflight_max: 0,
         clean: 0,
+        overloads: 0,
     };
 
     /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
@@ -184,6 +190,13 @@ impl Samples {
         self.drops = self.drops.saturating_add(1);
     }
 
+    /// Counts one answer in which the origin said it is saturated (see
+    /// [`Samples::overloads`]).
+    #[inline]
+    pub fn add_overload(&mut self) {
+        self.overloads = self.overloads.saturating_add(1);
+    }
+
     /// Notes the in-flight count seen at an admission (after the increment) or a completion
     /// (before the decrement).
     #[inline]
@@ -201,11 +214,12 @@ impl Samples {
         self.drops = self.drops.saturating_add(other.drops);
         self.inflight_max = self.inflight_max.max(other.inflight_max);
         self.clean = self.clean.saturating_add(other.clean);
+        self.overloads = self.overloads.saturating_add(other.overloads);
     }
 
     /// Whether nothing at all was recorded.
     pub fn is_empty(&self) -> bool {
-        self.count == 0 && self.drops == 0 && self.inflight_max == 0
+        self.count == 0 && self.drops == 0 && self.inflight_max == 0 && self.overloads == 0
     }
 
     /// Mean latency in milliseconds, `None` without samples.
@@ -415,6 +429,9 @@ pub struct Update {
     pub reached: bool,
     /// What happened to the minimum.
     pub min_change: MinChange,
+    /// The origin said it is saturated: the limit fell at once, whatever the interval (see
+    /// [`Limiter::record`]).
+    pub overload: bool,
 }
 
 /// Figures for the status page (the shell adds in-flight and its shed counter).
@@ -464,6 +481,8 @@ pub struct Limiter {
     /// The latest clock reading; earlier readings are taken as this.
     last_ms: u64,
     next_probe_ms: u64,
+    /// No cut on an overload signal before this (one per interval).
+    overload_gate_ms: u64,
     updates: u64,
     remeasures: u32,
     /// The pinned limit during a measurement.
@@ -506,6 +525,7 @@ impl Limiter {
             pin_answers: 0,
             last_ms: now_ms,
             next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
+            overload_gate_ms: 0,
             updates: 0,
             remeasures: 0,
             pin: cfg.limit_min,
@@ -573,10 +593,23 @@ impl Limiter {
     /// serve: a slowdown (`slowed_down`, on at least a quarter of `samples` and at least
     /// [`CLEAN_SAMPLES`]) and a pinned measurement's clean answers (`clean_decides`, on at
     /// least [`CLEAN_SAMPLES`], or `samples` if fewer).
+    ///
+    /// An overload signal ([`Samples::overloads`]) cuts the limit at once, outside a pinned
+    /// measurement, at most once per interval (`interval_ms`, or the last mean latency if
+    /// longer: the cut's effect takes a round trip to show): to half the lower of the limit
+    /// and the most in flight of the flush that carried it — the concurrency at which the
+    /// origin said "too much" — as the gradient's largest cut (TCP halves on a loss), and
+    /// slow start ends. The interval under way goes on; the gradient may lift the limit
+    /// again by its headroom while latency stays near the minimum, and the next signal
+    /// halves it again, so that an origin that refuses what it cannot take settles the
+    /// limit just under its capacity.
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
         self.pending.merge(samples);
+        if samples.overloads > 0 && self.phase == PHASE_NORMAL && now >= self.overload_gate_ms {
+            return Some(self.overload_cut(now, samples));
+        }
         let elapsed = now - self.interval_start_ms;
         let mut length = u64::from(self.cfg.interval_ms);
         if self.phase == PHASE_PROBING {
@@ -604,6 +637,29 @@ impl Limiter {
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
         Some(self.update(now, elapsed, &interval, rnd))
+    }
+
+    /// [`Limiter::record`]'s cut on an overload signal.
+    fn overload_cut(&mut self, now: u64, s: &Samples) -> Update {
+        let from = self.limit();
+        let mut at = self.limit;
+        if s.inflight_max > 0 {
+            at = at.min(f64::from(s.inflight_max));
+        }
+        self.limit = self.bounded(at * GRADIENT_MIN);
+        self.slow_start = 0;
+        self.overload_gate_ms =
+            now.saturating_add(u64::from(self.cfg.interval_ms).max(self.sample_ms as u64));
+        Update {
+            from,
+            to: self.limit(),
+            sample_ms: self.sample_ms,
+            min_latency_ms: self.min_ms,
+            samples: 0,
+            reached: s.inflight_max >= from,
+            min_change: MinChange::None,
+            overload: true,
+        }
     }
 
     /// The update of a pinned measurement that its clean answers decided: the interval under
@@ -697,6 +753,7 @@ impl Limiter {
             samples: s.count,
             reached,
             min_change: change,
+            overload: false,
         }
     }
 
@@ -1071,8 +1128,8 @@ mod tests {
 
     #[test]
     fn the_structs_are_small_plain_data() {
-        assert_eq!(size_of::<Samples>(), 32);
-        assert_eq!(LIMITER_SIZE, 216);
+        assert_eq!(size_of::<Samples>(), 40);
+        assert_eq!(LIMITER_SIZE, 240);
         assert_eq!(std::mem::align_of::<Limiter>(), 8);
     }
 
@@ -1719,5 +1776,87 @@ mod tests {
         assert_eq!(word::give(w, 5), None, "none held");
         let full = word::pack(5, word::MAX, word::MAX);
         assert_eq!(word::take(full, 5, true), word::Take::Full, "never wraps");
+    }
+
+    fn overloaded(n: u32, inflight: u32) -> Samples {
+        let mut s = Samples::EMPTY;
+        for _ in 0..n {
+            s.add_overload();
+        }
+        s.note_inflight(inflight);
+        s
+    }
+
+    #[test]
+    fn an_overload_signal_halves_the_limit_at_once_once_per_interval() {
+        let mut st = Story::settled(1000, 10);
+        let before = st.l.limit();
+        assert!(before >= 40, "{before}");
+        // Mid-interval, a flush carrying one 429 at 40 in flight: half of 40, at once.
+        st.now += 10;
+        let u =
+            st.l.record(st.now, &overloaded(1, 40), 0)
+                .expect("cut at once");
+        assert!(u.overload);
+        assert_eq!((u.from, u.to), (before, 20));
+        assert_eq!(st.l.limit(), 20);
+        // Another within the same interval: no second cut.
+        st.now += 50;
+        assert_eq!(st.l.record(st.now, &overloaded(3, 20), 0), None);
+        assert_eq!(st.l.limit(), 20);
+        // One interval later (100 ms, the mean latency being 10 ms), the next signal cuts.
+        st.now += 50;
+        let u = st.l.record(st.now, &overloaded(1, 20), 0).expect("cut");
+        assert_eq!((u.from, u.to), (20, 10));
+    }
+
+    #[test]
+    fn an_overload_signal_cuts_from_the_lower_of_the_limit_and_in_flight() {
+        // A limit far above what is in flight: the cut is from the in-flight.
+        let mut st = Story::settled(1000, 10);
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 9), 0).unwrap();
+        assert_eq!(u.to, 4);
+        // Never below limit_min; no in-flight figure: from the limit.
+        let mut st = Story::settled(1000, 10);
+        let before = st.l.limit();
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 0), 0).unwrap();
+        assert_eq!(u.to, before / 2);
+        st.now += 200;
+        let u = st.l.record(st.now, &overloaded(1, 1), 0).unwrap();
+        assert_eq!(u.to, LimitConfig::default().limit_min);
+    }
+
+    #[test]
+    fn an_overload_signal_ends_slow_start_and_the_limit_grows_back_slowly() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(10);
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 20), 0).unwrap();
+        assert_eq!(u.to, 10);
+        // Healthy latency at the limit: no doubling (slow start is over), the √ headroom only.
+        let u = st.saturated(10);
+        assert!(u.to > 10 && u.to < 20, "{} -> {}", u.from, u.to);
+    }
+
+    #[test]
+    fn no_overload_cut_during_a_pinned_measurement() {
+        let mut st = slowed_and_pinned();
+        let pin = st.l.limit();
+        st.now += 1;
+        let u = st.l.record(st.now, &overloaded(1, pin), 0);
+        assert!(!matches!(u, Some(u) if u.overload));
+        assert_eq!(st.l.limit(), pin);
+    }
+
+    #[test]
+    fn overload_answers_are_no_latency_samples() {
+        let mut s = overloaded(2, 5);
+        assert_eq!(s.count, 0);
+        assert!(!s.is_empty());
+        assert_eq!(s.mean_ms(), None);
+        s.merge(&overloaded(3, 1));
+        assert_eq!(s.overloads, 5);
     }
 }

@@ -60,6 +60,19 @@ impl Attempt {
         }
     }
 
+    /// Whether the origin said it is saturated: a `429`, a `503` with `Retry-After`, or a
+    /// gRPC `RESOURCE_EXHAUSTED` (judged as [`classify`] judges a gRPC answer: when its HTTP
+    /// status is no 5xx). An overload signal for the adaptive limit, whatever the classes.
+    pub fn is_overload(&self) -> bool {
+        self.ending == Ending::Response
+            && match self.status {
+                429 => true,
+                503 => self.retry_after_s.is_some(),
+                500..=599 => false,
+                _ => self.grpc_status == Some(crate::grpc::RESOURCE_EXHAUSTED),
+            }
+    }
+
     /// An attempt that ended without a status.
     pub fn ended(ending: Ending, response_ms: u64) -> Attempt {
         Attempt {
@@ -185,14 +198,7 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
         slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
         tls: false,
         retry_after_503,
-        overload: matches!(
-            class,
-            Some(
-                FailureClass::Http429
-                    | FailureClass::Http503RetryAfter
-                    | FailureClass::Grpc(GrpcCode::ResourceExhausted)
-            )
-        ),
+        overload: a.is_overload(),
         retry_after_s: if retry_after_503 {
             a.retry_after_s.unwrap_or(0)
         } else {
@@ -415,6 +421,34 @@ mod tests {
         // An overload signal is no failure unless named.
         assert!(!classify(&Attempt::http(429, 5), &default).failure);
         assert!(!classify(&Attempt::grpc(8, 5), &default).failure);
+        // The same rule as the classes'.
+        for a in [
+            Attempt::http(429, 5),
+            ra(503, 1),
+            ra(500, 1),
+            Attempt::http(503, 5),
+            Attempt::grpc(8, 5),
+            Attempt::grpc(14, 5),
+            Attempt {
+                grpc_status: Some(8),
+                ..Attempt::http(502, 5)
+            },
+            Attempt {
+                grpc_status: Some(8),
+                ..Attempt::ended(Ending::Error, 5)
+            },
+        ] {
+            let v = classify(&a, &default);
+            let by_class = matches!(
+                v.class,
+                Some(
+                    FailureClass::Http429
+                        | FailureClass::Http503RetryAfter
+                        | FailureClass::Grpc(GrpcCode::ResourceExhausted)
+                )
+            );
+            assert_eq!(v.overload, by_class, "{a:?}");
+        }
         let named = cfg_with(&["grpc_resource_exhausted", "http_429"]);
         assert!(classify(&Attempt::grpc(8, 5), &named).failure);
         assert!(classify(&Attempt::http(429, 5), &named).failure);
