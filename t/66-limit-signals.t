@@ -3,7 +3,8 @@
 # Overload signals steer the adaptive limit: a 429, or a 503 with Retry-After,
 # lowers the limit at once (to half the requests in flight when the origin said
 # so, at least limit_min), without counting as a breaker failure unless its
-# class is named; a plain 503 is no such signal.  One request at a time, one
+# class is named; a plain 503 is no such signal.  Before that, a fresh limit
+# sheds nothing (it shows limit_max) until its first interval.  One request at a time, one
 # worker: each limit is read on the status page after each answer.
 
 ###############################################################################
@@ -65,8 +66,8 @@ sub limit_of { b($_[0])->{limit}{limit} // -1 }
 for my $u (qw/ s429 s503ra s503 named /) {
 	http_get("/$u/?status=200");
 }
-is(join(' ', map { limit_of($_) } qw/ s429 s503ra s503 named /), '32 32 32 32',
-	'limit_initial before any signal');
+is(join(' ', map { limit_of($_) } qw/ s429 s503ra s503 named /), '64 64 64 64',
+	'no limit (limit_max) before the first interval has shown the demand');
 
 is(status(http_get('/s429/?status=429')), 429, '429 passed on');
 is(limit_of('s429'), 2, '429: the limit at once at half the one in flight, limit_min');
@@ -78,7 +79,7 @@ is(limit_of('s503ra'), 2, '503 with Retry-After: the limit at once');
 is(b('s503ra')->{totals}{failures}, 0, '503 with Retry-After: no failure');
 
 http_get('/s503/?status=503');
-is(limit_of('s503'), 32, 'a plain 503: no signal');
+is(limit_of('s503'), 64, 'a plain 503: no signal');
 is(b('s503')->{totals}{failures}, 1, 'a plain 503: a failure');
 
 http_get('/named/?status=429');
