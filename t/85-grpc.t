@@ -7,7 +7,8 @@
 # server of a pool; NOT_FOUND, INVALID_ARGUMENT and CANCELLED never do. While open, a grpcio
 # client gets UNAVAILABLE, a grpc-message naming the state, the wait as
 # grpc-retry-pushback-ms and X-Circuit-State, and the origin sees none of those calls.
-# RESOURCE_EXHAUSTED lowers an adaptive limit at once and counts as no failure.
+# RESOURCE_EXHAUSTED lowers an adaptive limit at once and counts as no failure; a call the
+# limit sheds gets RESOURCE_EXHAUSTED with a pushback of 1 s.
 
 ###############################################################################
 
@@ -17,6 +18,7 @@ use strict;
 use Test::More;
 
 use FindBin;
+use POSIX qw//;
 use Time::HiRes qw/ sleep /;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
@@ -36,7 +38,7 @@ my $peer = "$FindBin::Bin/lib/CB/grpc_peer.py";
 
 plan(skip_all => 'no python3-grpcio') unless !system($python, '-c', 'import grpc');
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(43);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(46);
 
 # breakers of their own, one per case, all on the backend of port 8081; the pools' second
 # server (8082) always answers OK
@@ -80,6 +82,15 @@ $upstreams .= <<"EOF";
 EOF
 $locations .= "        location /test.Echo/Exhausted { grpc_pass grpc://exh; }\n";
 
+# a fixed limit of one: a second call while one is in flight is shed
+$upstreams .= <<"EOF";
+    upstream lim {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker limit=adaptive limit_min=1 limit_max=1 limit_initial=1;
+    }
+EOF
+$locations .= "        location /test.Echo/Slow { grpc_pass grpc://lim; }\n";
+
 # an upstream chosen at run time: the answer comes from peer.init
 $locations .= "        location /test.Echo/Var { set \$up only14; grpc_pass grpc://\$up; }\n";
 $locations .= "        location /test.Echo/Pool/ { grpc_pass grpc://pool; }\n";
@@ -116,6 +127,7 @@ $t->write_file('grpc-8081.hits.mode', <<'EOF');
 /test.Echo/Invalid 3 end
 /test.Echo/Cancelled 1 only
 /test.Echo/Exhausted 8 end
+/test.Echo/Slow 0 sleep1500
 /test.Echo/Pool/ 14 end
 /test.Echo/PoolNF/ 5 end
 EOF
@@ -198,6 +210,25 @@ my $exh = breaker_at('/status?upstream=exh');
 is($exh->{limit}{limit}, 2, 'exh: the limit fell at once');
 is(join(' ', $exh->{state}, $exh->{totals}{failures}), 'closed 0',
 	'exh: closed, no failure');
+
+# limited: RESOURCE_EXHAUSTED, the state in grpc-message, a pushback of 1 s
+
+my $slow = "$dir/slow.out";
+my $pid = fork() // die "fork: $!\n";
+if ($pid == 0) {
+	exec("$python $peer call " . port(8084) . " 1 test.Echo/Slow > $slow 2>&1")
+		or POSIX::_exit(1);
+}
+for (1 .. 50) {
+	last if hits($bad, 'Slow') >= 1;
+	sleep 0.05;
+}
+my @shed = calls('Slow', 1);
+waitpid($pid, 0);
+is(join(' ', map { $shed[0]{$_} // '' } qw/ code message pushback state /),
+	'8 circuit breaker limited 1000 limited', 'limited: RESOURCE_EXHAUSTED and its pushback');
+like($t->read_file('slow.out'), qr/^0 /, 'limited: the call in flight answered');
+is(hits($bad, 'Slow'), 1, 'limited: the shed call never reached the origin');
 
 # a pool: the server answering UNAVAILABLE (in trailers) is ejected, the other
 # serves; one answering NOT_FOUND is not

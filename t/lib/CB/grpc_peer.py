@@ -9,7 +9,8 @@ over cleartext HTTP/2, and appends one line per call to HITS_FILE (the method's 
 it answers is re-read from "HITS_FILE.mode" for every call, as CB::Origin's behave(): the
 first line "PREFIX CODE HOW" whose PREFIX starts the method's path ("*" matches any), CODE a
 grpc-status number (0 is OK), HOW "only" (a trailers-only answer: grpc-status in the one
-HEADERS frame that ends the stream) or "end" (headers first, then the status in trailers);
+HEADERS frame that ends the stream), "end" (headers first, then the status in trailers) or
+"sleepMS" (the answer after MS milliseconds, trailers-only);
 no file or no line: OK. The health check answers SERVING unless its line's CODE is not 0.
 The server exits once the process that started it is gone.
 
@@ -52,6 +53,8 @@ def serve(port, hits):
         def handle(request, context):
             note(path)
             code, how = mode(hits, path)
+            if how.startswith("sleep"):
+                time.sleep(int(how[5:]) / 1000)
             if code == 0:
                 return b"ok"
             if how == "end":
