@@ -146,6 +146,36 @@ pub fn class_name(class: FailureClass) -> String {
     }
 }
 
+/// The failure class of an attempt's outcome, whether or not it is configured (`None`: it
+/// has none: a success, a 4xx, a client-caused gRPC code, no verdict, TLS).
+#[inline(always)]
+fn class_of(a: &Attempt) -> Option<FailureClass> {
+    match a.ending {
+        Ending::NoVerdict | Ending::Tls => None,
+        Ending::Error => Some(FailureClass::Error),
+        Ending::Timeout => Some(FailureClass::Timeout),
+        Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
+        Ending::NoLive => Some(FailureClass::NoLive),
+        Ending::Response => match a.status {
+            503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
+            500..=599 => Some(FailureClass::Http5xx(a.status)),
+            429 => Some(FailureClass::Http429),
+            _ => match a.grpc_status {
+                None => None,
+                Some(code) => GrpcCode::of_status(code).map(FailureClass::Grpc),
+            },
+        },
+    }
+}
+
+/// Whether an attempt that ended with a response is a failure under `cfg`: what
+/// [`classify`] says of it in `failure`, for the closed path's successes, without the rest
+/// of the verdict (`scripts/bench-instructions`, closed).
+#[inline(always)]
+pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
+    class_of(a).is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c))
+}
+
 /// Classifies one attempt under `cfg`.
 ///
 /// Attempts with no verdict are not counted; TLS failures are counted apart and never fail; transport
@@ -155,7 +185,7 @@ pub fn class_name(class: FailureClass) -> String {
 /// status of a gRPC answer is `200`; a 5xx or 429 is judged by its HTTP class first).
 #[inline]
 pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
-    let class = match a.ending {
+    match a.ending {
         Ending::NoVerdict => return Verdict::default(),
         Ending::Tls => {
             return Verdict {
@@ -164,20 +194,9 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
                 ..Verdict::default()
             }
         }
-        Ending::Error => Some(FailureClass::Error),
-        Ending::Timeout => Some(FailureClass::Timeout),
-        Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
-        Ending::NoLive => Some(FailureClass::NoLive),
-        Ending::Response => match a.status {
-            503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
-            500..=599 => Some(FailureClass::Http5xx(a.status)),
-            429 => Some(FailureClass::Http429),
-            _ => a
-                .grpc_status
-                .and_then(GrpcCode::of_status)
-                .map(FailureClass::Grpc),
-        },
-    };
+        _ => {}
+    }
+    let class = class_of(a);
     let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
     let failure = class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c));
     Verdict {
@@ -398,6 +417,44 @@ mod tests {
             ..Attempt::ended(Ending::Timeout, 5)
         };
         assert_eq!(classify(&a, &default).class, Some(FailureClass::Timeout));
+    }
+
+    #[test]
+    fn response_fails_is_classify_s_failure() {
+        let cfgs = [
+            BreakerConfig::default(),
+            cfg_with(&[]),
+            cfg_with(&[
+                "http_429",
+                "grpc_resource_exhausted",
+                "http_503_retry_after",
+            ]),
+        ];
+        for status in [200, 204, 404, 429, 500, 502, 503, 504, 599] {
+            for grpc in [None, Some(0), Some(5), Some(8), Some(14), Some(99)] {
+                for retry_after_s in [None, Some(3)] {
+                    let a = Attempt {
+                        grpc_status: grpc,
+                        retry_after_s,
+                        ..Attempt::http(status, 5)
+                    };
+                    for cfg in &cfgs {
+                        assert_eq!(response_fails(&a, cfg), classify(&a, cfg).failure, "{a:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grpc_codes_follow_their_table() {
+        for n in 0..=255u8 {
+            let by_table = GrpcCode::ALL
+                .iter()
+                .find(|(_, c, _)| *c == n)
+                .map(|(g, _, _)| *g);
+            assert_eq!(GrpcCode::of_status(n), by_table, "{n}");
+        }
     }
 
     #[test]

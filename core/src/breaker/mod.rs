@@ -13,7 +13,7 @@ pub mod state;
 pub mod trip;
 pub mod window;
 
-pub use classify::{classify, Attempt, Ending, Verdict};
+pub use classify::{classify, response_fails, Attempt, Ending, Verdict};
 pub use config::{
     BreakerConfig, FailureClass, FailureSet, GrpcCode, GRPC_CLIENT_CODES, MAX_WINDOW_S,
 };
