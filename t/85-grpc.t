@@ -36,7 +36,12 @@ select STDOUT; $| = 1;
 my $python = '/usr/bin/python3';
 my $peer = "$FindBin::Bin/lib/CB/grpc_peer.py";
 
-plan(skip_all => 'no python3-grpcio') unless !system($python, '-c', 'import grpc');
+if (system("$python -c 'import grpc' 2>/dev/null")) {
+	plan(skip_all => 'no gRPC for Python (Debian package "python3-grpcio")')
+		unless $ENV{TEST_NGINX_GRPC_REQUIRED};
+	BAIL_OUT('no gRPC for Python (Debian package "python3-grpcio"), '
+		. 'and TEST_NGINX_GRPC_REQUIRED is set');
+}
 
 my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(46);
 
