@@ -18,8 +18,8 @@ applying a phase's fault only when the fault names it in `servers` (0-based; all
 Models: "simple" serves every request after `latency`, all at once. "pool" is a server with
 `pool_workers` workers and a FIFO queue (shared by all ports): a job starts when a worker is
 free and takes `service` (times the phase's factor); a job whose client has gone is still
-worked on, as real servers do. Optional `queue_limit` answers 503 at once past that many
-waiting jobs.
+worked on, as real servers do. Optional `queue_limit` answers `queue_status` (503 unless
+set; 429: the origin's "too many requests") at once past that many waiting jobs.
 
 Every request is logged (TSV, written at exit on SIGTERM): arrival, port, X-Request-Id, path,
 service start and end, status (0 when none was sent) and what happened.
@@ -48,6 +48,7 @@ class Origin:
         self.pool_workers = int(o.get("pool_workers", 4))
         self.service = o.get("service_s", self.latency)
         self.queue_limit = o.get("queue_limit")
+        self.queue_status = int(o.get("queue_status", 503))
         self.free_at = [0.0] * self.pool_workers  # heap: when each worker is next free
         self.waiting = []  # heap of start times of jobs not yet started
         self.rng = random.Random(spec.get("seed", 1))
@@ -182,7 +183,7 @@ class Origin:
                     heapq.heappop(self.waiting)
                 if len(self.waiting) >= self.queue_limit:
                     rec[4] = rec[5] = now
-                    return self.respond(rec, writer, reader, 503, "queue_full")
+                    return self.respond(rec, writer, reader, self.queue_status, "queue_full")
             start, end = self.reserve(now)
             if self.queue_limit is not None:
                 heapq.heappush(self.waiting, start)

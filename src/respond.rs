@@ -1,15 +1,19 @@
 //! What a client sees: the short-circuit 503 (from the PRECONTENT phase or from `peer.init`),
-//! whether a stale cache entry may answer instead, `X-Circuit-State`, and the
-//! `$circuit_breaker_state` / `$circuit_breaker_route` / `$circuit_breaker_upstream` variables.
+//! or a gRPC client's trailers-only answer instead, whether a stale cache entry may answer
+//! instead, `X-Circuit-State`, and the `$circuit_breaker_state` / `$circuit_breaker_route` /
+//! `$circuit_breaker_upstream` variables.
 
 use core::ptr::null_mut;
 
+use circuit_breaker_core::grpc::{self, TurnedAway};
+use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_finalize_request,
-    ngx_http_output_header_filter_pt, ngx_http_request_empty_handler, ngx_http_request_t,
-    ngx_http_top_header_filter, ngx_http_upstream_t, ngx_http_variable_value_t, ngx_int_t,
-    ngx_list_push, ngx_list_t, ngx_pnalloc, ngx_str_t, ngx_table_elt_t, ngx_uint_t, NGX_ERROR,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
+    ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_discard_request_body,
+    ngx_http_finalize_request, ngx_http_output_header_filter_pt, ngx_http_request_empty_handler,
+    ngx_http_request_t, ngx_http_send_header, ngx_http_top_header_filter, ngx_http_upstream_t,
+    ngx_http_variable_value_t, ngx_int_t, ngx_list_push, ngx_list_t, ngx_pnalloc, ngx_str_t,
+    ngx_table_elt_t, ngx_uint_t, NGX_DONE, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK,
+    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VERSION_20, NGX_OK,
 };
 use ngx::ngx_string;
 
@@ -209,6 +213,104 @@ pub fn reject(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> 
     NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
 }
 
+/// The short-circuit answer from the PRECONTENT phase, for any client: [`reject`]'s 503, or a
+/// gRPC client's answer ([`send_grpc`]), sent and finalized here (the phase handler then
+/// returns `NGX_DONE`, which is what this returns for it).
+#[inline(always)]
+pub fn answer(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> ngx_int_t {
+    if !grpc_client(r) {
+        return reject(r, label, retry_after_ms);
+    }
+    let rc = send_grpc(r, label, retry_after_ms);
+    // SAFETY: a live request in its PRECONTENT phase, finalized once, with what sending
+    // its header gave (as a content handler's caller does); nothing reads it after.
+    unsafe { ngx_http_finalize_request(r, rc) };
+    NGX_DONE as ngx_int_t
+}
+
+/// Whether the client speaks gRPC (or gRPC-Web): its request's `Content-Type` starts with
+/// `application/grpc`. Such a client reads a call's outcome in `grpc-status`, not in the
+/// HTTP status.
+#[inline(always)]
+pub fn grpc_client(r: &ngx_http_request_t) -> bool {
+    // SAFETY: null or the request's parsed Content-Type header.
+    unsafe { r.headers_in.content_type.as_ref() }
+        .is_some_and(|h| h.value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Sends a gRPC client's short-circuit answer: HTTP `200`, trailers-only (a HEADERS frame
+/// that ends the stream) with `grpc-status` and `grpc-message` (see
+/// [`grpc::answer`]), the wait as `grpc-retry-pushback-ms` (gRPC's server pushback, which a
+/// retrying client waits for) and `X-Circuit-State`. Returns what to finalize the request
+/// with.
+#[cold]
+#[inline(never)]
+pub fn send_grpc(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> ngx_int_t {
+    // SAFETY: a live request; a no-op when its body is being read already (peer.init).
+    if unsafe { ngx_http_discard_request_body(r) } != NGX_OK as ngx_int_t {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    if !add_grpc_headers(r, label, retry_after_ms) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    // SAFETY: a live request whose header is not sent yet.
+    unsafe { ngx_http_send_header(r) }
+}
+
+fn turned_away(label: Label) -> TurnedAway {
+    match label {
+        Label::State(State::HalfOpen) => TurnedAway::HalfOpen,
+        Label::State(_) => TurnedAway::Open,
+        Label::Recovering => TurnedAway::Recovering,
+        Label::Limited => TurnedAway::Limited,
+    }
+}
+
+/// The status, type and headers of [`send_grpc`]'s answer.
+fn add_grpc_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: u64) -> bool {
+    let (code, message) = grpc::answer(turned_away(label));
+    let ct = static_value("application/grpc");
+    r.headers_out.status = NGX_HTTP_OK as ngx_uint_t;
+    r.headers_out.content_type_len = ct.len;
+    r.headers_out.content_type = ct;
+    r.headers_out.content_type_lowcase = null_mut();
+    // HTTP/2 ends the stream with the header (trailers-only); HTTP/1.1 (gRPC-Web) needs a
+    // length to end the answer.
+    r.headers_out.content_length_n = if r.http_version == NGX_HTTP_VERSION_20 as ngx_uint_t {
+        -1
+    } else {
+        0
+    };
+    r.set_header_only(1);
+    let status = if code == grpc::RESOURCE_EXHAUSTED {
+        "8"
+    } else {
+        "14"
+    };
+    let mut buf = itoa::Buffer::new();
+    let text = buf.format(retry_after_ms).as_bytes();
+    // SAFETY: the request pool is live.
+    let Some(p) = (unsafe { ngx_pnalloc(r.pool, text.len()).cast::<u8>().as_mut() }) else {
+        return false;
+    };
+    // SAFETY: `p` has text.len() bytes.
+    unsafe { core::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len()) };
+    let pushback = ngx_str_t {
+        len: text.len(),
+        data: p,
+    };
+    let list = &mut r.headers_out.headers;
+    push_headers2(
+        list,
+        ("grpc-status", static_value(status)),
+        ("grpc-message", static_value(message)),
+    ) && push_headers2(
+        list,
+        ("grpc-retry-pushback-ms", pushback),
+        ("X-Circuit-State", static_value(label.name())),
+    )
+}
+
 /// Whether nginx can answer this request from a stale cache entry instead of the origin:
 /// the entry exists but expired, and `proxy_cache_use_stale` includes `error` (or the cached
 /// response allowed `stale-if-error`).
@@ -248,7 +350,8 @@ pub unsafe fn short_circuit(
     label: Label,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    if !add_reject_headers(r, label, retry_after_ms) {
+    let grpc = grpc_client(r);
+    if !grpc && !add_reject_headers(r, label, retry_after_ms) {
         return NGX_ERROR as ngx_int_t;
     }
     // The header filter must not add it again. (A PRECONTENT short-circuit's `Rejected`
@@ -278,8 +381,13 @@ pub unsafe fn short_circuit(
     // SAFETY: the main request is live while any of its requests is.
     let main = unsafe { &mut *r.main };
     main.set_count(main.count() + 1);
+    let rc = if grpc {
+        send_grpc(r, label, retry_after_ms)
+    } else {
+        NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
+    };
     // SAFETY: a live request; the extra reference above keeps it alive through this call.
-    unsafe { ngx_http_finalize_request(r, NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t) };
+    unsafe { ngx_http_finalize_request(r, rc) };
     NGX_ERROR as ngx_int_t
 }
 

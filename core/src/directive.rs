@@ -540,7 +540,9 @@ pub fn parse_failure_classes<'a>(
         let class = FailureClass::parse(w).ok_or_else(|| ConfError::InvalidValue {
             directive: "circuit_breaker_failure",
             value: w.to_owned(),
-            reason: None,
+            reason: crate::breaker::GRPC_CLIENT_CODES
+                .contains(&w)
+                .then_some("a client causes it, it never counts against a server"),
         })?;
         set.insert(class);
     }
@@ -878,12 +880,29 @@ mod tests {
         assert!(!s.contains(FailureClass::Timeout));
         assert!(s.contains(FailureClass::Http429));
         assert!(s.contains(FailureClass::Http503RetryAfter));
-        for bad in ["http_404", "http_600", "http_5000", "http_50", "fail"] {
+        for bad in [
+            "http_404",
+            "http_600",
+            "http_5000",
+            "http_50",
+            "fail",
+            "grpc_14",
+        ] {
             assert_eq!(
                 parse_failure_classes([bad]).unwrap_err().to_string(),
                 format!("invalid value \"{bad}\" in \"circuit_breaker_failure\" directive")
             );
         }
+        let s = parse_failure_classes(["grpc_unavailable", "grpc_resource_exhausted"]).unwrap();
+        assert!(s.contains(FailureClass::Grpc(crate::breaker::GrpcCode::Unavailable)));
+        assert!(!s.contains(FailureClass::Grpc(crate::breaker::GrpcCode::Internal)));
+        assert_eq!(
+            parse_failure_classes(["grpc_not_found"])
+                .unwrap_err()
+                .to_string(),
+            "invalid value \"grpc_not_found\" in \"circuit_breaker_failure\" directive, \
+             a client causes it, it never counts against a server"
+        );
     }
 
     #[test]

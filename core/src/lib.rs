@@ -4,6 +4,7 @@ pub mod breaker;
 pub mod directive;
 pub mod eject;
 pub mod fleet;
+pub mod grpc;
 pub mod limit;
 pub mod probe;
 pub mod retry_budget;

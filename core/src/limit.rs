@@ -44,6 +44,12 @@
 //!   may fall but never rise: the √ headroom alone lifted a limit the gradient had just cut,
 //!   and the limit cycled around the origin's level, each rise a burst into its queue. A
 //!   limit only bursts reach still grows.
+//! - **No shedding without evidence.** Until its first interval ends the controller limits
+//!   nothing (`limit_max`), then starts at twice the demand seen (at least `limit_initial`):
+//!   a guessed `limit_initial` below a busy origin's demand shed healthy traffic at every
+//!   start. A floor measured with nothing holding the origin is checked pinned once latency
+//!   leaves it far behind (see [`Limiter::new`]). Overload signals cut at once
+//!   ([`Limiter::record`]).
 //! - **Slow start** (TCP's, RFC 5681). Until its first cut the limit doubles whenever demand
 //!   meets it and latency allows, so a fresh controller reaches a busy origin's need in a few
 //!   intervals from `limit_initial` — but not on an interval with an answer as slow as a
@@ -101,8 +107,8 @@
 //! # Shared memory
 //!
 //! [`Limiter`] is plain data (`#[repr(C)]`, integers and floats, no pointers, 8-byte
-//! aligned) of [`LIMITER_SIZE`] = 216 bytes, its configuration and the interval under way
-//! included; each worker's [`Samples`] is 32 bytes. The shell mutates it under the zone lock.
+//! aligned) of [`LIMITER_SIZE`] = 240 bytes, its configuration and the interval under way
+//! included; each worker's [`Samples`] is 40 bytes. The shell mutates it under the zone lock.
 //! In-flight counting is the shell's, on one atomic word per limit that holds the tenant's
 //! tag, the limit and the in-flight count ([`word`]): it admits a request while in-flight is
 //! below [`Limiter::limit`], published there after every update.
@@ -138,6 +144,11 @@ pub struct Samples {
     /// the older limit has drained below the pin, so these are answers the origin gave with
     /// no more than the pin in flight.
     pub clean: u32,
+    /// Answers in which the origin said it is saturated — a `429`, a `503` with
+    /// `Retry-After`, a gRPC `RESOURCE_EXHAUSTED` — whether or not their class counts as a
+    /// breaker failure: no latency sample (the origin turned the work away), and the limit
+    /// falls at once ([`Limiter::record`]).
+    pub overloads: u32,
 }
 
 impl Default for Samples {
@@ -156,6 +167,7 @@ impl Samples {
         drops: 0,
         inflight_max: 0,
         clean: 0,
+        overloads: 0,
     };
 
     /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
@@ -184,6 +196,13 @@ impl Samples {
         self.drops = self.drops.saturating_add(1);
     }
 
+    /// Counts one answer in which the origin said it is saturated (see
+    /// [`Samples::overloads`]).
+    #[inline]
+    pub fn add_overload(&mut self) {
+        self.overloads = self.overloads.saturating_add(1);
+    }
+
     /// Notes the in-flight count seen at an admission (after the increment) or a completion
     /// (before the decrement).
     #[inline]
@@ -201,11 +220,12 @@ impl Samples {
         self.drops = self.drops.saturating_add(other.drops);
         self.inflight_max = self.inflight_max.max(other.inflight_max);
         self.clean = self.clean.saturating_add(other.clean);
+        self.overloads = self.overloads.saturating_add(other.overloads);
     }
 
     /// Whether nothing at all was recorded.
     pub fn is_empty(&self) -> bool {
-        self.count == 0 && self.drops == 0 && self.inflight_max == 0
+        self.count == 0 && self.drops == 0 && self.inflight_max == 0 && self.overloads == 0
     }
 
     /// Mean latency in milliseconds, `None` without samples.
@@ -415,6 +435,9 @@ pub struct Update {
     pub reached: bool,
     /// What happened to the minimum.
     pub min_change: MinChange,
+    /// The origin said it is saturated: the limit fell at once, whatever the interval (see
+    /// [`Limiter::record`]).
+    pub overload: bool,
 }
 
 /// Figures for the status page (the shell adds in-flight and its shed counter).
@@ -464,6 +487,8 @@ pub struct Limiter {
     /// The latest clock reading; earlier readings are taken as this.
     last_ms: u64,
     next_probe_ms: u64,
+    /// No cut on an overload signal before this (one per interval).
+    overload_gate_ms: u64,
     updates: u64,
     remeasures: u32,
     /// The pinned limit during a measurement.
@@ -478,16 +503,30 @@ pub struct Limiter {
     slow_start: u8,
     /// During a pinned measurement: the pin was halved at least once.
     halved: u8,
-    _pad: [u8; 5],
+    /// No update yet: nothing is known of the origin, and the limit admits up to
+    /// `limit_max` (see [`Limiter::new`]).
+    unmeasured: u8,
+    /// The minimum was first measured with nothing holding the origin: the first pinned
+    /// measurement checks its floor at a lower pin whatever it finds (it may have been a
+    /// queue).
+    unheld_min: u8,
+    _pad: [u8; 3],
 }
 
 /// Size of a [`Limiter`] in shared memory, bytes.
 pub const LIMITER_SIZE: usize = size_of::<Limiter>();
 
 impl Limiter {
-    /// A controller created at `now_ms`, at `limit_initial`, with no minimum yet. Its first
-    /// update also measures the minimum (as Envoy starts with a measurement), so that a
-    /// start under overload does not take a queue for the floor.
+    /// A controller created at `now_ms`, with no minimum yet. Until its first update it
+    /// sheds nothing (up to `limit_max`): it has no evidence of a queue, and a guess
+    /// (`limit_initial`) that a busy origin exceeds would shed healthy traffic at every
+    /// start, reload and new upstream. That update, on the answers of its first interval,
+    /// sets the limit at twice the most requests in flight seen (where slow start would
+    /// take it; at least `limit_initial`), so that demand that doubles within an interval is
+    /// the most let in unmeasured. Its second also measures the minimum (as Envoy starts
+    /// with a measurement), and the first pinned measurement checks that floor at a lower
+    /// pin whatever it finds, so that a start under overload does not take a queue for the
+    /// floor.
     pub fn new(cfg: LimitConfig, now_ms: u64) -> Limiter {
         let cfg = cfg.sane();
         let initial = f64::from(cfg.limit_initial);
@@ -506,6 +545,7 @@ impl Limiter {
             pin_answers: 0,
             last_ms: now_ms,
             next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
+            overload_gate_ms: 0,
             updates: 0,
             remeasures: 0,
             pin: cfg.limit_min,
@@ -514,7 +554,21 @@ impl Limiter {
             phase: PHASE_NORMAL,
             slow_start: 1,
             halved: 0,
-            _pad: [0; 5],
+            unmeasured: u8::from(cfg.limit_min < cfg.limit_max),
+            unheld_min: u8::from(cfg.limit_min < cfg.limit_max),
+            _pad: [0; 3],
+        }
+    }
+
+    /// A controller that limits from `limit_initial` from its first request, with no
+    /// unmeasured start (how [`Limiter::new`]'s is once its first interval has set the
+    /// limit at `limit_initial`). For tests of the controller proper.
+    #[doc(hidden)]
+    pub fn new_at_initial(cfg: LimitConfig, now_ms: u64) -> Limiter {
+        Limiter {
+            unmeasured: 0,
+            unheld_min: 0,
+            ..Limiter::new(cfg, now_ms)
         }
     }
 
@@ -529,6 +583,9 @@ impl Limiter {
     pub fn limit(&self) -> u32 {
         if self.phase == PHASE_PROBING {
             return self.pin;
+        }
+        if self.unmeasured != 0 {
+            return self.cfg.limit_max;
         }
         // The float stays within the bounds; the clamp only guards the conversion.
         (self.limit as u32).clamp(self.cfg.limit_min, self.cfg.limit_max)
@@ -573,10 +630,23 @@ impl Limiter {
     /// serve: a slowdown (`slowed_down`, on at least a quarter of `samples` and at least
     /// [`CLEAN_SAMPLES`]) and a pinned measurement's clean answers (`clean_decides`, on at
     /// least [`CLEAN_SAMPLES`], or `samples` if fewer).
+    ///
+    /// An overload signal ([`Samples::overloads`]) cuts the limit at once, outside a pinned
+    /// measurement, at most once per interval (`interval_ms`, or the last mean latency if
+    /// longer: the cut's effect takes a round trip to show): to half the lower of the limit
+    /// and the most in flight of the flush that carried it — the concurrency at which the
+    /// origin said "too much" — as the gradient's largest cut (TCP halves on a loss), and
+    /// slow start ends. The interval under way goes on; the gradient may lift the limit
+    /// again by its headroom while latency stays near the minimum, and the next signal
+    /// halves it again, so that an origin that refuses what it cannot take settles the
+    /// limit just under its capacity.
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
         self.pending.merge(samples);
+        if samples.overloads > 0 && self.phase == PHASE_NORMAL && now >= self.overload_gate_ms {
+            return Some(self.overload_cut(now, samples));
+        }
         let elapsed = now - self.interval_start_ms;
         let mut length = u64::from(self.cfg.interval_ms);
         if self.phase == PHASE_PROBING {
@@ -604,6 +674,35 @@ impl Limiter {
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
         Some(self.update(now, elapsed, &interval, rnd))
+    }
+
+    /// [`Limiter::record`]'s cut on an overload signal.
+    fn overload_cut(&mut self, now: u64, s: &Samples) -> Update {
+        let from = self.limit();
+        // Before the first interval, nothing limited: the origin's word is the evidence.
+        let mut at = if self.unmeasured != 0 {
+            f64::from(self.cfg.limit_max)
+        } else {
+            self.limit
+        };
+        self.unmeasured = 0;
+        if s.inflight_max > 0 {
+            at = at.min(f64::from(s.inflight_max));
+        }
+        self.limit = self.bounded(at * GRADIENT_MIN);
+        self.slow_start = 0;
+        self.overload_gate_ms =
+            now.saturating_add(u64::from(self.cfg.interval_ms).max(self.sample_ms as u64));
+        Update {
+            from,
+            to: self.limit(),
+            sample_ms: self.sample_ms,
+            min_latency_ms: self.min_ms,
+            samples: 0,
+            reached: s.inflight_max >= from,
+            min_change: MinChange::None,
+            overload: true,
+        }
     }
 
     /// The update of a pinned measurement that its clean answers decided: the interval under
@@ -681,7 +780,14 @@ impl Limiter {
         self.updates = self.updates.saturating_add(1);
         let change = if self.updates == 1 {
             // The first interval after creation only holds the requests that were fast
-            // enough to finish within it: its mean is biased low. Nothing is decided on it.
+            // enough to finish within it: its mean is biased low. Nothing is decided on it
+            // but the demand.
+            if self.unmeasured != 0 {
+                self.unmeasured = 0;
+                let demand = 2.0 * f64::from(s.inflight_max);
+                self.limit = self.bounded(demand.max(f64::from(self.cfg.limit_initial)));
+                self.saved_limit = self.limit;
+            }
             MinChange::None
         } else if self.phase == PHASE_PROBING {
             self.probe(now, elapsed, s, sample, rnd)
@@ -697,6 +803,7 @@ impl Limiter {
             samples: s.count,
             reached,
             min_change: change,
+            overload: false,
         }
     }
 
@@ -731,7 +838,8 @@ impl Limiter {
         // of in-flight (a periodic measurement's half limit, at the moment the origin slowed
         // down: the lab took 85 ms for a 30 ms origin, and the limit rose to 40). A latency
         // that then falls was that queue, and the halving goes on.
-        let rose = self.halved == 0 && sample > self.min_ms * self.tolerated();
+        let rose =
+            self.halved == 0 && (sample > self.min_ms * self.tolerated() || self.unheld_min != 0);
         if lower < self.pin && (falling || rose) {
             // Latency fell with the concurrency, or has yet to show it does not: halve again.
             self.halved = 1;
@@ -757,6 +865,9 @@ impl Limiter {
     /// the origin's queue at once, the very burst the measurement drained.
     fn end_probe(&mut self, now: u64, rnd: u32, measured: bool) {
         self.phase = PHASE_NORMAL;
+        if measured {
+            self.unheld_min = 0;
+        }
         let mut limit = self.saved_limit;
         if measured && self.probe_rate > 0.0 {
             let busy = self.probe_rate * self.min_ms * self.tolerated();
@@ -801,7 +912,13 @@ impl Limiter {
             change = MinChange::Fell;
         }
         let due = now >= self.next_probe_ms;
-        if due && !reached {
+        // A floor measured with nothing holding the origin, that latency has since left
+        // far behind (the gradient at its floor), is checked by a pinned measurement,
+        // reached or not: the unlimited start left a queue in it, and the queue grows.
+        let pin_due =
+            due && self.unheld_min != 0 && sample * GRADIENT_MIN > self.min_ms * self.tolerated();
+        if due && !reached && !pin_due {
+            self.unheld_min = 0;
             // Nobody waited on our limit: the interval's mean is the origin's own latency.
             self.min_ms = sample;
             self.remeasures = self.remeasures.saturating_add(1);
@@ -855,7 +972,7 @@ impl Limiter {
             0
         };
         let slowdown = raw * SLOWDOWN <= 1.0;
-        if reached && (due || slowdown || self.clamped >= CLAMPED_RUN) {
+        if pin_due || (reached && (due || slowdown || self.clamped >= CLAMPED_RUN)) {
             self.saved_limit = self.limit;
             self.probe_ref_ms = sample;
             self.probe_rate = 0.0;
@@ -1018,7 +1135,7 @@ mod tests {
     impl Story {
         fn new(cfg: LimitConfig) -> Story {
             Story {
-                l: Limiter::new(cfg, T0),
+                l: Limiter::new_at_initial(cfg, T0),
                 now: T0,
             }
         }
@@ -1071,20 +1188,20 @@ mod tests {
 
     #[test]
     fn the_structs_are_small_plain_data() {
-        assert_eq!(size_of::<Samples>(), 32);
-        assert_eq!(LIMITER_SIZE, 216);
+        assert_eq!(size_of::<Samples>(), 40);
+        assert_eq!(LIMITER_SIZE, 240);
         assert_eq!(std::mem::align_of::<Limiter>(), 8);
     }
 
     #[test]
     fn no_update_before_the_interval_ends_with_enough_samples() {
-        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
         assert_eq!(
             l.record(T0 + 50, &samples(100, 10, 20), 0),
             None,
             "interval not over"
         );
-        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
         assert_eq!(
             l.record(T0 + 500, &samples(19, 10, 20), 0),
             None,
@@ -1569,7 +1686,7 @@ mod tests {
 
     #[test]
     fn a_clock_that_goes_back_is_held() {
-        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
         assert_eq!(l.record(T0 + 200, &samples(5, 10, 1), 0), None);
         assert_eq!(l.record(0, &samples(5, 10, 1), 0), None);
         assert!(
@@ -1649,7 +1766,7 @@ mod tests {
         for (cfg, name) in bad {
             assert_eq!(cfg.check().map_err(LimitConfigError::parameter), Err(name));
             // Refused by `nginx -t`, but never a panic or a limit out of range here.
-            let l = Limiter::new(cfg, T0);
+            let l = Limiter::new_at_initial(cfg, T0);
             assert!(l.limit() >= 1 && l.limit() >= l.config().limit_min);
         }
     }
@@ -1719,5 +1836,173 @@ mod tests {
         assert_eq!(word::give(w, 5), None, "none held");
         let full = word::pack(5, word::MAX, word::MAX);
         assert_eq!(word::take(full, 5, true), word::Take::Full, "never wraps");
+    }
+
+    fn overloaded(n: u32, inflight: u32) -> Samples {
+        let mut s = Samples::EMPTY;
+        for _ in 0..n {
+            s.add_overload();
+        }
+        s.note_inflight(inflight);
+        s
+    }
+
+    #[test]
+    fn an_overload_signal_halves_the_limit_at_once_once_per_interval() {
+        let mut st = Story::settled(1000, 10);
+        let before = st.l.limit();
+        assert!(before >= 40, "{before}");
+        // Mid-interval, a flush carrying one 429 at 40 in flight: half of 40, at once.
+        st.now += 10;
+        let u =
+            st.l.record(st.now, &overloaded(1, 40), 0)
+                .expect("cut at once");
+        assert!(u.overload);
+        assert_eq!((u.from, u.to), (before, 20));
+        assert_eq!(st.l.limit(), 20);
+        // Another within the same interval: no second cut.
+        st.now += 50;
+        assert_eq!(st.l.record(st.now, &overloaded(3, 20), 0), None);
+        assert_eq!(st.l.limit(), 20);
+        // One interval later (100 ms, the mean latency being 10 ms), the next signal cuts.
+        st.now += 50;
+        let u = st.l.record(st.now, &overloaded(1, 20), 0).expect("cut");
+        assert_eq!((u.from, u.to), (20, 10));
+    }
+
+    #[test]
+    fn an_overload_signal_cuts_from_the_lower_of_the_limit_and_in_flight() {
+        // A limit far above what is in flight: the cut is from the in-flight.
+        let mut st = Story::settled(1000, 10);
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 9), 0).unwrap();
+        assert_eq!(u.to, 4);
+        // Never below limit_min; no in-flight figure: from the limit.
+        let mut st = Story::settled(1000, 10);
+        let before = st.l.limit();
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 0), 0).unwrap();
+        assert_eq!(u.to, before / 2);
+        st.now += 200;
+        let u = st.l.record(st.now, &overloaded(1, 1), 0).unwrap();
+        assert_eq!(u.to, LimitConfig::default().limit_min);
+    }
+
+    #[test]
+    fn an_overload_signal_ends_slow_start_and_the_limit_grows_back_slowly() {
+        let mut st = Story::new(LimitConfig::default());
+        st.saturated(10);
+        st.now += 10;
+        let u = st.l.record(st.now, &overloaded(1, 20), 0).unwrap();
+        assert_eq!(u.to, 10);
+        // Healthy latency at the limit: no doubling (slow start is over), the √ headroom only.
+        let u = st.saturated(10);
+        assert!(u.to > 10 && u.to < 20, "{} -> {}", u.from, u.to);
+    }
+
+    #[test]
+    fn no_overload_cut_during_a_pinned_measurement() {
+        let mut st = slowed_and_pinned();
+        let pin = st.l.limit();
+        st.now += 1;
+        let u = st.l.record(st.now, &overloaded(1, pin), 0);
+        assert!(!matches!(u, Some(u) if u.overload));
+        assert_eq!(st.l.limit(), pin);
+    }
+
+    #[test]
+    fn overload_answers_are_no_latency_samples() {
+        let mut s = overloaded(2, 5);
+        assert_eq!(s.count, 0);
+        assert!(!s.is_empty());
+        assert_eq!(s.mean_ms(), None);
+        s.merge(&overloaded(3, 1));
+        assert_eq!(s.overloads, 5);
+    }
+
+    #[test]
+    fn a_fresh_controller_sheds_nothing_until_it_has_seen_the_demand() {
+        let cfg = LimitConfig::default();
+        let mut l = Limiter::new(cfg, T0);
+        assert_eq!(l.limit(), cfg.limit_max, "nothing known: no limit");
+        // 30 in flight (above limit_initial) while the first interval runs.
+        assert_eq!(l.record(T0 + 50, &samples(10, 100, 30), 0), None);
+        assert_eq!(l.limit(), cfg.limit_max);
+        let u = l.record(T0 + 120, &samples(10, 100, 30), 0).unwrap();
+        assert_eq!((u.from, u.to, u.min_change), (1000, 60, MinChange::None));
+        // Healthy after it: the limit is never reached, and never falls (approached, it
+        // grows).
+        let mut now = T0 + 120;
+        for _ in 0..20 {
+            now += 110;
+            l.record(now, &samples(20, 100, 35), 0);
+            assert!(l.limit() >= 60, "{}", l.limit());
+        }
+        // A quiet start: limit_initial.
+        let mut l = Limiter::new(cfg, T0);
+        l.record(T0 + 120, &samples(20, 10, 3), 0).unwrap();
+        assert_eq!(l.limit(), cfg.limit_initial);
+        // A fixed limit is one from the start.
+        let fixed = LimitConfig {
+            limit_min: 2,
+            limit_max: 2,
+            limit_initial: 2,
+            ..cfg
+        };
+        assert_eq!(Limiter::new(fixed, T0).limit(), 2);
+    }
+
+    #[test]
+    fn a_healthy_start_is_measured_as_it_is() {
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let mut now = T0;
+        let mut changes = Vec::new();
+        for _ in 0..8 {
+            now += 110;
+            changes.push(l.record(now, &samples(20, 40, 10), 0).unwrap().min_change);
+        }
+        assert!(changes.contains(&MinChange::Remeasured), "{changes:?}");
+        assert!(!changes.contains(&MinChange::ProbeStarted), "{changes:?}");
+        assert!(l.limit() >= 20);
+    }
+
+    #[test]
+    fn a_floor_measured_in_an_unlimited_starts_queue_is_checked_pinned() {
+        // An origin overloaded from the start: its first decided interval already queues
+        // (the floor taken is 40 ms), and latency keeps growing, the limit (twice the first
+        // demand) unreached.
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let mut now = T0 + 100;
+        assert_eq!(l.record(now, &samples(20, 40, 100), 0).unwrap().to, 200);
+        now += 100;
+        l.record(now, &samples(20, 40, 120), 0).unwrap();
+        assert_eq!(l.min_latency_ms(), 40.0);
+        let mut pinned = None;
+        for _ in 0..10 {
+            now += 200;
+            let u = l.record(now, &samples(20, 150, 150), 0).unwrap();
+            if u.min_change == MinChange::ProbeStarted {
+                pinned = Some(u);
+                break;
+            }
+        }
+        let u = pinned.expect("a pinned measurement, limit unreached");
+        assert!(!u.reached);
+        assert_eq!(u.to, u.from / 2, "half the limit");
+        // Drained at the pin, at the old floor: checked at half again all the same.
+        let pin = u.to;
+        now += 200;
+        let u = l.record(now, &samples(20, 40, pin), 0).unwrap();
+        assert_eq!((u.min_change, u.to), (MinChange::ProbeHalved, pin / 2));
+    }
+
+    #[test]
+    fn an_overload_signal_before_the_first_interval_sets_the_limit() {
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let u = l.record(T0 + 5, &overloaded(1, 30), 0).unwrap();
+        assert_eq!((u.from, u.to), (1000, 15));
+        let mut l = Limiter::new(LimitConfig::default(), T0);
+        let u = l.record(T0 + 5, &overloaded(1, 0), 0).unwrap();
+        assert_eq!(u.to, 500);
     }
 }

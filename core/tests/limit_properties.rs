@@ -39,8 +39,9 @@ fn samples() -> impl Strategy<Value = Samples> {
         0u32..5,
         0u32..3000,
         any::<bool>(),
+        prop_oneof![9 => Just(0u32), 1 => 1u32..3],
     )
-        .prop_map(|(latencies, drops, inflight, clean)| {
+        .prop_map(|(latencies, drops, inflight, clean, overloads)| {
             let mut s = Samples::EMPTY;
             for l in latencies {
                 if clean {
@@ -51,6 +52,9 @@ fn samples() -> impl Strategy<Value = Samples> {
             }
             for _ in 0..drops {
                 s.add_drop();
+            }
+            for _ in 0..overloads {
+                s.add_overload();
             }
             s.note_inflight(inflight);
             s
@@ -146,6 +150,13 @@ proptest! {
             match l.record(now, &s, rnd) {
                 None => {
                     prop_assert_eq!(l.limit(), before, "moved without an update");
+                }
+                Some(u) if u.overload => {
+                    // An overload signal: a cut at once, the interval going on.
+                    prop_assert!(s.overloads > 0);
+                    prop_assert_eq!(u.from, before);
+                    prop_assert_eq!(u.to, l.limit());
+                    prop_assert!(u.to <= u.from, "{} -> {}", u.from, u.to);
                 }
                 Some(u) => {
                     let m = merged(&pending);

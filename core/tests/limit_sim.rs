@@ -623,3 +623,35 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
         assert!(rises.is_empty(), "seed {seed}: rises {rises:?}");
     }
 }
+
+#[test]
+fn a_fresh_limit_sheds_nothing_in_front_of_a_healthy_busy_origin() {
+    // The healthy starts: 100 ms (the lab's pool origin, ±2 %) at 300 requests/s,
+    // 30 in flight, and 20 ms exponential at 700 requests/s; enough workers that neither
+    // queues (47 % and 22 % busy). A fresh controller with the defaults (`limit_initial`
+    // 20, below the first one's demand) must shed nothing in the first 5 s.
+    for (service_ms, rate, fixed) in [(100.0, 300.0, true), (20.0, 700.0, false)] {
+        for seed in 1..=5 {
+            let sc = Scenario {
+                workers: 64,
+                service_ms,
+                sick_factor: 1.0,
+                sick: (0, 0),
+                rate,
+                retry_once: false,
+                seconds: 6,
+                cfg: LimitConfig::default(),
+                seed: 300 + seed,
+                fixed,
+            };
+            let run = simulate(&sc);
+            let shed: u64 = run.slices[..50].iter().map(|s| s.shed).sum();
+            let first: u64 = run.slices[..10].iter().map(|s| s.shed).sum();
+            let first_limit = run.slices[2].limit;
+            println!(
+                "fresh: {service_ms} ms at {rate}/s seed {seed}: shed {first} in the first second, {shed} in the first 5 s; limit at 0.3 s {first_limit}"
+            );
+            assert_eq!(shed, 0, "{service_ms} ms at {rate}/s seed {seed}");
+        }
+    }
+}

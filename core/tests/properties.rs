@@ -63,14 +63,18 @@ fn attempt() -> impl Strategy<Value = Attempt> {
         transport,
         status,
         proptest::option::of(0u32..100_000),
+        proptest::option::of(0u8..20),
         0u64..3000,
     )
-        .prop_map(|(transport, status, retry_after_s, response_ms)| Attempt {
-            ending: transport,
-            status,
-            retry_after_s,
-            response_ms,
-        })
+        .prop_map(
+            |(transport, status, retry_after_s, grpc_status, response_ms)| Attempt {
+                ending: transport,
+                status,
+                retry_after_s,
+                grpc_status,
+                response_ms,
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -78,6 +78,10 @@ pub enum Sample {
     Retried(u64),
     /// No latency worth averaging: refused, reset, a client that went away.
     Drop,
+    /// The origin said it is saturated (`429`, `503` with `Retry-After`, gRPC
+    /// `RESOURCE_EXHAUSTED`): no latency sample, and the batch goes to the controller at
+    /// once, which cuts the limit.
+    Overload,
 }
 
 /// This worker's view of one limited breaker.
@@ -358,13 +362,17 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
         }
         Sample::Latency(ms) | Sample::Retried(ms) => l.samples.add(ms),
         Sample::Drop => l.samples.add_drop(),
+        Sample::Overload => l.samples.add_overload(),
     }
     if last {
         if let Some(before) = l.ptr.release(l.owner.as_mut()) {
             l.samples.note_inflight(before);
         }
     }
-    if l.wait(now) {
+    // The first overload signal of a batch goes at once (the controller cuts at most once
+    // an interval: the rest wait for the batch's flush).
+    let told = s == Sample::Overload && l.samples.overloads == 1;
+    if l.wait(now) || told {
         reg.flush(i);
     }
 }

@@ -4,7 +4,9 @@
 
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::{classify, Attempt, BreakerConfig, Ending, Ticket};
+use circuit_breaker_core::breaker::{
+    classify, response_fails, Attempt, BreakerConfig, Ending, Ticket,
+};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_current_msec, ngx_log_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t,
@@ -364,6 +366,6 @@ fn is_success(cfg: &BreakerConfig, a: &Attempt) -> bool {
     if a.ending != Ending::Response || (cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms)) {
         return false;
     }
-    let v = classify(a, cfg);
-    v.counted && !v.failure && !v.slow && !v.tls
+    // A response is counted, never TLS, and not slow (above): only its class decides.
+    !response_fails(a, cfg)
 }

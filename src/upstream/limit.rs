@@ -109,8 +109,12 @@ unsafe fn sample(
 /// What the controller learns from an attempt, a `retry` or the request's first: timeouts
 /// are latency at their elapsed time (the clearest sign of a queue); errors with no answer
 /// (refused, reset, a client that went away) carry no latency worth averaging, and fast ones
-/// would drag the minimum down.
+/// would drag the minimum down; an answer in which the origin says it is saturated
+/// ([`Attempt::is_overload`]) is an overload signal, not a latency.
 fn sample_of(a: &Attempt, retry: bool) -> Sample {
+    if a.is_overload() {
+        return Sample::Overload;
+    }
     match a.ending {
         Ending::Response | Ending::Timeout | Ending::InvalidHeader if retry => {
             Sample::Retried(a.response_ms)

@@ -67,7 +67,7 @@ extern "C" fn rejected(
         else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if lcf.redirects {
+        if lcf.redirects || respond::grpc_client(req) {
             return kept_short_circuit(req, lcf, retry_after_ms);
         }
         request::mark_open_here(req);
@@ -81,7 +81,7 @@ extern "C" fn rejected(
 const OPEN: Label = Label::State(State::Open);
 
 /// [`rejected`] where the request's state must be kept in its pool (an `error_page` may
-/// move the request on).
+/// move the request on), or where a gRPC client gets its own answer.
 #[cold]
 #[inline(never)]
 extern "C" fn kept_short_circuit(
@@ -185,5 +185,5 @@ fn short_circuit(
     if !kept {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    respond::reject(req, label, retry_after_ms)
+    respond::answer(req, label, retry_after_ms)
 }

@@ -1,6 +1,6 @@
 //! Classifying one upstream attempt: does it count, is it a failure, is it slow.
 
-use super::config::{BreakerConfig, FailureClass};
+use super::config::{BreakerConfig, FailureClass, GrpcCode};
 
 /// How an attempt ended, before any HTTP status is considered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +33,9 @@ pub struct Attempt {
     pub status: u16,
     /// `Retry-After` of the response in seconds, if it had one.
     pub retry_after_s: Option<u32>,
+    /// The `grpc-status` of a gRPC answer (its trailers, or the headers of a trailers-only
+    /// answer), if it had one.
+    pub grpc_status: Option<u8>,
     /// Upstream response time in milliseconds.
     pub response_ms: u64,
 }
@@ -44,8 +47,30 @@ impl Attempt {
             ending: Ending::Response,
             status,
             retry_after_s: None,
+            grpc_status: None,
             response_ms,
         }
+    }
+
+    /// A gRPC answer: HTTP `200` whose `grpc-status` is `code`, taking `response_ms`.
+    pub fn grpc(code: u8, response_ms: u64) -> Attempt {
+        Attempt {
+            grpc_status: Some(code),
+            ..Attempt::http(200, response_ms)
+        }
+    }
+
+    /// Whether the origin said it is saturated: a `429`, a `503` with `Retry-After`, or a
+    /// gRPC `RESOURCE_EXHAUSTED` (judged as [`classify`] judges a gRPC answer: when its HTTP
+    /// status is no 5xx). An overload signal for the adaptive limit, whatever the classes.
+    pub fn is_overload(&self) -> bool {
+        self.ending == Ending::Response
+            && match self.status {
+                429 => true,
+                503 => self.retry_after_s.is_some(),
+                500..=599 => false,
+                _ => self.grpc_status == Some(crate::grpc::RESOURCE_EXHAUSTED),
+            }
     }
 
     /// An attempt that ended without a status.
@@ -54,6 +79,7 @@ impl Attempt {
             ending,
             status: 0,
             retry_after_s: None,
+            grpc_status: None,
             response_ms,
         }
     }
@@ -74,11 +100,15 @@ pub struct Verdict {
     pub retry_after_503: bool,
     /// The `Retry-After` seconds of a 503, which raise the next cooldown.
     pub retry_after_s: u32,
+    /// The origin said it is saturated: a `429`, a `503` with `Retry-After`, or a gRPC
+    /// `RESOURCE_EXHAUSTED`, whether or not its class is configured as a failure.
+    pub overload: bool,
     /// The outcome's failure class, whether or not it is configured as a failure.
     pub class: Option<FailureClass>,
     /// A gateway failure, which `consecutive` counts: a failure (by the configured classes)
     /// that says the origin cannot be reached or cannot answer — a connect error or reset, a
-    /// timeout, no live server, or a `502`, `503` or `504` — rather than that it answered
+    /// timeout, no live server, a `502`, `503` or `504`, or a gRPC `UNAVAILABLE` or
+    /// `DEADLINE_EXCEEDED` — rather than that it answered
     /// wrongly (a `500`, an invalid header: the application's, not the gateway's).
     pub gateway: bool,
 }
@@ -112,25 +142,16 @@ pub fn class_name(class: FailureClass) -> String {
         FailureClass::Http429 => "http_429".into(),
         FailureClass::Http503RetryAfter => "http_503_retry_after".into(),
         FailureClass::NoLive => "no live upstreams".into(),
+        FailureClass::Grpc(code) => code.name().into(),
     }
 }
 
-/// Classifies one attempt under `cfg`.
-///
-/// Attempts with no verdict are not counted; TLS failures are counted apart and never fail; transport
-/// errors fail when their class is configured; 5xx responses fail by code, except that a 503
-/// with `Retry-After` is its own class; 429 fails only when named; other statuses never fail.
-#[inline]
-pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
-    let class = match a.ending {
-        Ending::NoVerdict => return Verdict::default(),
-        Ending::Tls => {
-            return Verdict {
-                counted: true,
-                tls: true,
-                ..Verdict::default()
-            }
-        }
+/// The failure class of an attempt's outcome, whether or not it is configured (`None`: it
+/// has none: a success, a 4xx, a client-caused gRPC code, no verdict, TLS).
+#[inline(always)]
+fn class_of(a: &Attempt) -> Option<FailureClass> {
+    match a.ending {
+        Ending::NoVerdict | Ending::Tls => None,
         Ending::Error => Some(FailureClass::Error),
         Ending::Timeout => Some(FailureClass::Timeout),
         Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
@@ -139,9 +160,43 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
             503 if a.retry_after_s.is_some() => Some(FailureClass::Http503RetryAfter),
             500..=599 => Some(FailureClass::Http5xx(a.status)),
             429 => Some(FailureClass::Http429),
-            _ => None,
+            _ => match a.grpc_status {
+                None => None,
+                Some(code) => GrpcCode::of_status(code).map(FailureClass::Grpc),
+            },
         },
-    };
+    }
+}
+
+/// Whether an attempt that ended with a response is a failure under `cfg`: what
+/// [`classify`] says of it in `failure`, for the closed path's successes, without the rest
+/// of the verdict (`scripts/bench-instructions`, closed).
+#[inline(always)]
+pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
+    class_of(a).is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c))
+}
+
+/// Classifies one attempt under `cfg`.
+///
+/// Attempts with no verdict are not counted; TLS failures are counted apart and never fail; transport
+/// errors fail when their class is configured; 5xx responses fail by code, except that a 503
+/// with `Retry-After` is its own class; 429 fails only when named; other statuses never fail,
+/// but an answer with a `grpc-status` the server caused has that code's class (the HTTP
+/// status of a gRPC answer is `200`; a 5xx or 429 is judged by its HTTP class first).
+#[inline]
+pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
+    match a.ending {
+        Ending::NoVerdict => return Verdict::default(),
+        Ending::Tls => {
+            return Verdict {
+                counted: true,
+                tls: true,
+                ..Verdict::default()
+            }
+        }
+        _ => {}
+    }
+    let class = class_of(a);
     let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
     let failure = class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c));
     Verdict {
@@ -156,11 +211,13 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
                         | FailureClass::NoLive
                         | FailureClass::Http503RetryAfter
                         | FailureClass::Http5xx(502..=504)
+                        | FailureClass::Grpc(GrpcCode::Unavailable | GrpcCode::DeadlineExceeded)
                 )
             ),
         slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
         tls: false,
         retry_after_503,
+        overload: a.is_overload(),
         retry_after_s: if retry_after_503 {
             a.retry_after_s.unwrap_or(0)
         } else {
@@ -283,8 +340,174 @@ mod tests {
             "http_503_retry_after",
             "http_500",
             "http_599",
+            "grpc_unknown",
+            "grpc_deadline_exceeded",
+            "grpc_resource_exhausted",
+            "grpc_internal",
+            "grpc_unavailable",
+            "grpc_data_loss",
         ] {
             assert_eq!(class_name(FailureClass::parse(name).unwrap()), name);
         }
+    }
+
+    #[test]
+    fn grpc_status_classes() {
+        let default = BreakerConfig::default();
+        let all = cfg_with(&[
+            "grpc_unknown",
+            "grpc_deadline_exceeded",
+            "grpc_resource_exhausted",
+            "grpc_internal",
+            "grpc_unavailable",
+            "grpc_data_loss",
+        ]);
+        // (grpc-status, a failure by default, its class)
+        #[rustfmt::skip]
+        let table: &[(u8, bool, Option<&str>)] = &[
+            (0, false, None),                               // OK
+            (1, false, None),                               // CANCELLED
+            (2, true, Some("grpc_unknown")),
+            (3, false, None),                               // INVALID_ARGUMENT
+            (4, true, Some("grpc_deadline_exceeded")),
+            (5, false, None),                               // NOT_FOUND
+            (6, false, None),                               // ALREADY_EXISTS
+            (7, false, None),                               // PERMISSION_DENIED
+            (8, false, Some("grpc_resource_exhausted")),    // overload, not an outage
+            (9, false, None),                               // FAILED_PRECONDITION
+            (10, false, None),                              // ABORTED
+            (11, false, None),                              // OUT_OF_RANGE
+            (12, false, None),                              // UNIMPLEMENTED
+            (13, true, Some("grpc_internal")),
+            (14, true, Some("grpc_unavailable")),
+            (15, true, Some("grpc_data_loss")),
+            (16, false, None),                              // UNAUTHENTICATED
+            (17, false, None),                              // no such code
+            (200, false, None),
+        ];
+        for &(code, failure, class) in table {
+            let a = Attempt::grpc(code, 5);
+            let v = classify(&a, &default);
+            assert!(v.counted, "{code}");
+            assert_eq!(v.failure, failure, "grpc-status {code} by default");
+            assert_eq!(v.class.map(class_name).as_deref(), class, "{code}");
+            // Named or not, a code a client causes never fails; the others fail when named.
+            assert_eq!(
+                classify(&a, &all).failure,
+                class.is_some(),
+                "{code} all named"
+            );
+            assert!(!classify(&a, &cfg_with(&[])).failure, "{code} none named");
+            assert_eq!(v.overload, code == 8, "{code} overload");
+            assert_eq!(v.gateway, code == 4 || code == 14, "{code} gateway");
+        }
+        // The HTTP status of the answer comes first: a 502 from nginx is http_502.
+        let a = Attempt {
+            grpc_status: Some(5),
+            ..Attempt::http(502, 5)
+        };
+        assert_eq!(
+            classify(&a, &default).class,
+            Some(FailureClass::Http5xx(502))
+        );
+        assert!(classify(&a, &default).failure);
+        // A transport failure has no status to read.
+        let a = Attempt {
+            grpc_status: Some(14),
+            ..Attempt::ended(Ending::Timeout, 5)
+        };
+        assert_eq!(classify(&a, &default).class, Some(FailureClass::Timeout));
+    }
+
+    #[test]
+    fn response_fails_is_classify_s_failure() {
+        let cfgs = [
+            BreakerConfig::default(),
+            cfg_with(&[]),
+            cfg_with(&[
+                "http_429",
+                "grpc_resource_exhausted",
+                "http_503_retry_after",
+            ]),
+        ];
+        for status in [200, 204, 404, 429, 500, 502, 503, 504, 599] {
+            for grpc in [None, Some(0), Some(5), Some(8), Some(14), Some(99)] {
+                for retry_after_s in [None, Some(3)] {
+                    let a = Attempt {
+                        grpc_status: grpc,
+                        retry_after_s,
+                        ..Attempt::http(status, 5)
+                    };
+                    for cfg in &cfgs {
+                        assert_eq!(response_fails(&a, cfg), classify(&a, cfg).failure, "{a:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grpc_codes_follow_their_table() {
+        for n in 0..=255u8 {
+            let by_table = GrpcCode::ALL
+                .iter()
+                .find(|(_, c, _)| *c == n)
+                .map(|(g, _, _)| *g);
+            assert_eq!(GrpcCode::of_status(n), by_table, "{n}");
+        }
+    }
+
+    #[test]
+    fn client_caused_grpc_codes_cannot_be_named() {
+        for name in crate::breaker::GRPC_CLIENT_CODES {
+            assert_eq!(FailureClass::parse(name), None, "{name}");
+        }
+        assert_eq!(FailureClass::parse("grpc_"), None);
+        assert_eq!(FailureClass::parse("grpc_14"), None);
+    }
+
+    #[test]
+    fn overload_signals() {
+        let default = BreakerConfig::default();
+        assert!(classify(&Attempt::http(429, 5), &default).overload);
+        assert!(classify(&ra(503, 1), &default).overload);
+        assert!(!classify(&Attempt::http(503, 5), &default).overload);
+        assert!(!classify(&Attempt::http(500, 5), &default).overload);
+        assert!(classify(&Attempt::grpc(8, 5), &default).overload);
+        assert!(!classify(&Attempt::grpc(14, 5), &default).overload);
+        // An overload signal is no failure unless named.
+        assert!(!classify(&Attempt::http(429, 5), &default).failure);
+        assert!(!classify(&Attempt::grpc(8, 5), &default).failure);
+        // The same rule as the classes'.
+        for a in [
+            Attempt::http(429, 5),
+            ra(503, 1),
+            ra(500, 1),
+            Attempt::http(503, 5),
+            Attempt::grpc(8, 5),
+            Attempt::grpc(14, 5),
+            Attempt {
+                grpc_status: Some(8),
+                ..Attempt::http(502, 5)
+            },
+            Attempt {
+                grpc_status: Some(8),
+                ..Attempt::ended(Ending::Error, 5)
+            },
+        ] {
+            let v = classify(&a, &default);
+            let by_class = matches!(
+                v.class,
+                Some(
+                    FailureClass::Http429
+                        | FailureClass::Http503RetryAfter
+                        | FailureClass::Grpc(GrpcCode::ResourceExhausted)
+                )
+            );
+            assert_eq!(v.overload, by_class, "{a:?}");
+        }
+        let named = cfg_with(&["grpc_resource_exhausted", "http_429"]);
+        assert!(classify(&Attempt::grpc(8, 5), &named).failure);
+        assert!(classify(&Attempt::http(429, 5), &named).failure);
     }
 }

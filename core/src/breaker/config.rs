@@ -2,7 +2,7 @@
 
 /// A set of failure classes (`circuit_breaker_failure`), one bit per class.
 ///
-/// Bits 0..=99 are `http_500`..`http_599`; the named classes follow. Two `u64` words rather
+/// Bits 0..=99 are `http_500`..`http_599`; the named classes follow, then the gRPC ones. Two `u64` words rather
 /// than a `u128`, so that structs holding it need only 8-byte alignment (nginx pools give no
 /// more).
 #[repr(C)]
@@ -27,7 +27,91 @@ pub enum FailureClass {
     /// No live server in the pool (never named: always a failure, see
     /// [`Ending::NoLive`](super::Ending::NoLive)).
     NoLive,
+    /// A gRPC answer whose `grpc-status` says the server failed (see [`GrpcCode`]).
+    Grpc(GrpcCode),
 }
+
+/// The `grpc-status` codes a class may name: those that say the server (or what stands behind
+/// it) failed. The others (`OK`, and those a client causes: `CANCELLED`,
+/// `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`,
+/// `FAILED_PRECONDITION`, `ABORTED`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `UNAUTHENTICATED`)
+/// never count against a server, whatever is configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrpcCode {
+    /// 2 `UNKNOWN`: what gRPC servers answer for an unhandled exception.
+    Unknown,
+    /// 4 `DEADLINE_EXCEEDED`.
+    DeadlineExceeded,
+    /// 8 `RESOURCE_EXHAUSTED`: the server says it is saturated (an overload signal; not a
+    /// failure by default).
+    ResourceExhausted,
+    /// 13 `INTERNAL`.
+    Internal,
+    /// 14 `UNAVAILABLE`.
+    Unavailable,
+    /// 15 `DATA_LOSS`.
+    DataLoss,
+}
+
+impl GrpcCode {
+    /// Every code a class names, with its number and its name in `circuit_breaker_failure`
+    /// (the table [`GrpcCode::of_status`] follows; a test checks they agree).
+    pub const ALL: [(GrpcCode, u8, &'static str); 6] = [
+        (GrpcCode::Unknown, 2, "grpc_unknown"),
+        (GrpcCode::DeadlineExceeded, 4, "grpc_deadline_exceeded"),
+        (GrpcCode::ResourceExhausted, 8, "grpc_resource_exhausted"),
+        (GrpcCode::Internal, 13, "grpc_internal"),
+        (GrpcCode::Unavailable, 14, "grpc_unavailable"),
+        (GrpcCode::DataLoss, 15, "grpc_data_loss"),
+    ];
+
+    /// The class of a `grpc-status` number; `None` for `OK` and for the codes a client causes.
+    #[inline]
+    pub fn of_status(code: u8) -> Option<GrpcCode> {
+        Some(match code {
+            2 => GrpcCode::Unknown,
+            4 => GrpcCode::DeadlineExceeded,
+            8 => GrpcCode::ResourceExhausted,
+            13 => GrpcCode::Internal,
+            14 => GrpcCode::Unavailable,
+            15 => GrpcCode::DataLoss,
+            _ => return None,
+        })
+    }
+
+    /// The class's name in `circuit_breaker_failure` (`grpc_unavailable`).
+    pub fn name(self) -> &'static str {
+        GrpcCode::ALL
+            .iter()
+            .find(|(c, _, _)| *c == self)
+            .map_or("grpc", |(_, _, n)| n)
+    }
+
+    fn bit(self) -> u32 {
+        match self {
+            GrpcCode::Unknown => 106,
+            GrpcCode::DeadlineExceeded => 107,
+            GrpcCode::ResourceExhausted => 108,
+            GrpcCode::Internal => 109,
+            GrpcCode::Unavailable => 110,
+            GrpcCode::DataLoss => 111,
+        }
+    }
+}
+
+/// The names of the `grpc-status` codes a client causes, which no class may name.
+pub const GRPC_CLIENT_CODES: [&str; 10] = [
+    "grpc_cancelled",
+    "grpc_invalid_argument",
+    "grpc_not_found",
+    "grpc_already_exists",
+    "grpc_permission_denied",
+    "grpc_failed_precondition",
+    "grpc_aborted",
+    "grpc_out_of_range",
+    "grpc_unimplemented",
+    "grpc_unauthenticated",
+];
 
 impl FailureClass {
     fn bit(self) -> u32 {
@@ -39,6 +123,7 @@ impl FailureClass {
             FailureClass::InvalidHeader => 103,
             FailureClass::Http503RetryAfter => 104,
             FailureClass::NoLive => 105,
+            FailureClass::Grpc(code) => code.bit(),
         }
     }
 
@@ -50,6 +135,12 @@ impl FailureClass {
             "invalid_header" => FailureClass::InvalidHeader,
             "http_429" => FailureClass::Http429,
             "http_503_retry_after" => FailureClass::Http503RetryAfter,
+            _ if name.starts_with("grpc_") => FailureClass::Grpc(
+                GrpcCode::ALL
+                    .iter()
+                    .find(|(_, _, n)| *n == name)
+                    .map(|(c, _, _)| *c)?,
+            ),
             _ => {
                 let code: u16 = name.strip_prefix("http_")?.parse().ok()?;
                 if !(500..=599).contains(&code) || name.len() != 8 {
@@ -62,10 +153,24 @@ impl FailureClass {
 }
 
 impl FailureSet {
-    /// `error timeout invalid_header http_500 http_502 http_503 http_504`: what nginx itself
-    /// answers with a 502 or 504 is a failure (an invalid header becomes nginx's own 502).
+    /// `error timeout invalid_header http_500 http_502 http_503 http_504 grpc_unknown
+    /// grpc_deadline_exceeded grpc_internal grpc_unavailable grpc_data_loss`: what nginx
+    /// itself answers with a 502 or 504 is a failure (an invalid header becomes nginx's own
+    /// 502), and so are the gRPC answers that say the same of a server (only `grpc_pass`
+    /// answers carry `grpc-status`; `RESOURCE_EXHAUSTED` is an overload signal, not an outage).
     pub const DEFAULT: FailureSet = FailureSet::from_bits(
-        (1 << 101) | (1 << 102) | (1 << 103) | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 4),
+        (1 << 101)
+            | (1 << 102)
+            | (1 << 103)
+            | (1 << 0)
+            | (1 << 2)
+            | (1 << 3)
+            | (1 << 4)
+            | (1 << 106)
+            | (1 << 107)
+            | (1 << 109)
+            | (1 << 110)
+            | (1 << 111),
     );
 
     /// The empty set.

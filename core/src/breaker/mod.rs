@@ -13,8 +13,10 @@ pub mod state;
 pub mod trip;
 pub mod window;
 
-pub use classify::{classify, Attempt, Ending, Verdict};
-pub use config::{BreakerConfig, FailureClass, FailureSet, MAX_WINDOW_S};
+pub use classify::{classify, response_fails, Attempt, Ending, Verdict};
+pub use config::{
+    BreakerConfig, FailureClass, FailureSet, GrpcCode, GRPC_CLIENT_CODES, MAX_WINDOW_S,
+};
 pub use owned::OwnedBreaker;
 pub use ramp::RAMP_RETRY_AFTER_MS;
 pub use reason::Why;

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""A gRPC backend and client for the t/85-grpc*.t tests (Debian's python3-grpcio, no protoc:
+generic handlers with raw bytes).
+
+    grpc_peer.py serve PORT HITS_FILE
+
+serves every unary method of test.Echo (and grpc.health.v1.Health/Check) on 127.0.0.1:PORT,
+over cleartext HTTP/2, and appends one line per call to HITS_FILE (the method's path). What
+it answers is re-read from "HITS_FILE.mode" for every call, as CB::Origin's behave(): the
+first line "PREFIX CODE HOW" whose PREFIX starts the method's path ("*" matches any), CODE a
+grpc-status number (0 is OK), HOW "only" (a trailers-only answer: grpc-status in the one
+HEADERS frame that ends the stream), "end" (headers first, then the status in trailers) or
+"sleepMS" (the answer after MS milliseconds, trailers-only);
+no file or no line: OK. The health check answers SERVING unless its line's CODE is not 0.
+The server exits once the process that started it is gone.
+
+    grpc_peer.py call PORT N [SERVICE/METHOD]
+
+makes N unary calls through 127.0.0.1:PORT (one channel, no retries, 5 s deadline each) and
+prints one line per call: "CODE pushback=MS state=STATE message=MESSAGE" (CODE the
+grpc-status number the client saw; MS and STATE from the answer's metadata, "-" when absent).
+"""
+
+import os
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+
+def mode(hits, path):
+    try:
+        with open(hits + ".mode") as f:
+            for line in f:
+                words = line.split()
+                if len(words) == 3 and (words[0] == "*" or path.startswith(words[0])):
+                    return int(words[1]), words[2]
+    except OSError:
+        pass
+    return 0, "only"
+
+
+def serve(port, hits):
+    lock = threading.Lock()
+
+    def note(path):
+        with lock, open(hits, "a") as f:
+            f.write(path + "\n")
+
+    def unary(path):
+        def handle(request, context):
+            note(path)
+            code, how = mode(hits, path)
+            if how.startswith("sleep"):
+                time.sleep(int(how[5:]) / 1000)
+            if code == 0:
+                return b"ok"
+            if how == "end":
+                context.send_initial_metadata(())
+            context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
+
+        return handle
+
+    def health(request, context):
+        path = "/grpc.health.v1.Health/Check"
+        note(path)
+        code, _ = mode(hits, path)
+        # HealthCheckResponse { status = 1 (SERVING) | 2 (NOT_SERVING) }: field 1, varint.
+        return b"\x08\x01" if code == 0 else b"\x08\x02"
+
+    ident = lambda b: b  # noqa: E731
+
+    class Any(grpc.GenericRpcHandler):
+        def service(self, details):
+            path = details.method
+            if path == "/grpc.health.v1.Health/Check":
+                return grpc.unary_unary_rpc_method_handler(health, ident, ident)
+            if path.startswith("/test.Echo/"):
+                return grpc.unary_unary_rpc_method_handler(unary(path), ident, ident)
+            return None
+
+    # No SO_REUSEPORT (grpcio sets it by default): a port taken is an error, not a second
+    # server sharing it.
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        handlers=[Any()],
+        options=[("grpc.so_reuseport", 0)],
+    )
+    server.add_insecure_port("127.0.0.1:%d" % port)
+    server.start()
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    server.stop(0)
+
+
+# grpc.StatusCode by number
+_codes = {c.value[0]: c.value for c in grpc.StatusCode}
+
+
+def call(port, n, method):
+    options = [("grpc.enable_retries", 0)]
+    with grpc.insecure_channel("127.0.0.1:%d" % port, options=options) as ch:
+        rpc = ch.unary_unary(method)
+        for _ in range(n):
+            try:
+                _, c = rpc.with_call(b"hi", timeout=5)
+            except grpc.RpcError as e:
+                c = e
+            md = {}
+            for k, v in list(c.initial_metadata() or ()) + list(c.trailing_metadata() or ()):
+                md.setdefault(k, v)
+            print(
+                "%d pushback=%s state=%s message=%s"
+                % (
+                    c.code().value[0],
+                    md.get("grpc-retry-pushback-ms", "-"),
+                    md.get("x-circuit-state", "-"),
+                    c.details() or "-",
+                ),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "call":
+        method = sys.argv[4] if len(sys.argv) > 4 else "test.Echo/Unary"
+        call(int(sys.argv[2]), int(sys.argv[3]), "/" + method)
