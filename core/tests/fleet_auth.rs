@@ -200,8 +200,9 @@ proptest! {
 
     /// Whatever round and probe times a peer claims, and whenever, an instance that is first
     /// to probe its fleet round keeps its turn: no message received before its due time
-    /// makes its `probe_from` later than it was or than its own schedule would (the peer's
-    /// word may have brought it earlier, and take that back). And no message puts `probe_from` further ahead than one
+    /// makes its `probe_from` later than it was or than its schedule without any claim would
+    /// (the twin below: the same peer, claiming no round; the peer's word may have brought
+    /// it earlier, and take that back). And no message puts `probe_from` further ahead than one
     /// wait and one grace period per peer. (Whether the peer may probe at all stays the same
     /// throughout: a candidate that appears may take a turn its rank gives it.)
     #[test]
@@ -210,10 +211,13 @@ proptest! {
         can_probe in any::<bool>(),
     ) {
         let mut a = store("a");
+        let mut twin = store("a");
         let opened = T0 - 1000;
-        a.update_local(T0 - 2000, 0, view(State::Closed, T0 - 60_000, 0, 0));
-        a.update_local(T0 - 1000, 0, view(State::Open, opened, 0, 0));
-        a.update_local(T0, 0, view(State::Open, opened, 0, 1));
+        for s in [&mut a, &mut twin] {
+            s.update_local(T0 - 2000, 0, view(State::Closed, T0 - 60_000, 0, 0));
+            s.update_local(T0 - 1000, 0, view(State::Open, opened, 0, 0));
+            s.update_local(T0, 0, view(State::Open, opened, 0, 1));
+        }
         let p = policy();
         let grace = p.probe_base_ms.max(cfg().expire_ms);
         let mut now = T0;
@@ -223,16 +227,21 @@ proptest! {
         for (round, probe_ms) in claims {
             now += 500;
             a.update_local(now, 0, view(State::Open, opened, probes, probes + now));
+            twin.update_local(now, 0, view(State::Open, opened, probes, probes + now));
             let before = a.probe_from(now, 0).unwrap();
             let first = before <= now + 500 && a.designated(now, 0) == Some("a");
             let r = record(State::Open, round, (round > 0).then_some(probe_ms), can_probe);
             let body = message(vec![r]);
             a.receive(now, 0, body.as_bytes()).unwrap();
+            let honest = message(vec![record(State::Open, 0, None, can_probe)]);
+            twin.receive(now, 0, honest.as_bytes()).unwrap();
             let after = a.probe_from(now, 0).unwrap();
+            let unclaimed = twin.probe_from(now, 0).unwrap();
             if first {
                 prop_assert!(
-                    after <= before.max(alone),
-                    "held off: {} -> {} at {} (alone {})", before, after, now, alone
+                    after <= before.max(alone).max(unclaimed),
+                    "held off: {} -> {} at {} (alone {}, with no claim {})",
+                    before, after, now, alone, unclaimed
                 );
             }
             prop_assert!(after <= now + p.probe_max_ms + 2 * grace, "{} at {}", after, now);
@@ -240,8 +249,10 @@ proptest! {
                 // It probes, and the probe fails: its own round goes on.
                 probes += 1;
                 alone = now + p.probe_max_ms;
-                a.update_local(now, 0, view(State::HalfOpen, now, probes, probes + now));
-                a.update_local(now + 1, 0, view(State::Open, now + 1, probes, probes + now + 1));
+                for s in [&mut a, &mut twin] {
+                    s.update_local(now, 0, view(State::HalfOpen, now, probes, probes + now));
+                    s.update_local(now + 1, 0, view(State::Open, now + 1, probes, probes + now + 1));
+                }
             }
         }
     }
@@ -331,4 +342,32 @@ fn refusals_are_told_once_per_run() {
         !a.peer_stats(T0 + 1)[0].reachable,
         "a refusal after the exchange"
     );
+}
+
+/// A peer that moves its claimed probe of a round later, or drops the claim, does not move
+/// this instance's turn later: the round's earliest accepted probe stands.
+#[test]
+fn a_round_claimed_again_later_or_dropped_keeps_its_probe() {
+    let mut a = store("a");
+    let opened = T0 - 1000;
+    a.update_local(T0 - 2000, 0, view(State::Closed, T0 - 60_000, 0, 0));
+    a.update_local(T0 - 1000, 0, view(State::Open, opened, 0, 0));
+    a.update_local(T0, 0, view(State::Open, opened, 0, 1));
+    let say = |a: &mut FleetStore, now: u64, round: u32, probe: Option<u64>| {
+        // its own users keep being refused: it may probe
+        a.update_local(now, 0, view(State::Open, opened, 0, now));
+        let body = message(vec![record(State::Open, round, probe, true)]);
+        a.receive(now, 0, body.as_bytes()).unwrap();
+        a.probe_from(now, 0).unwrap()
+    };
+    // "b" probed round 1 and then round 2 (each claim at its due time)
+    let now = T0 + 4000;
+    say(&mut a, now, 1, Some(1000));
+    let now = now + 4000;
+    let first = say(&mut a, now, 2, Some(0));
+    // the same round again, claimed later; then no claim at all
+    let later = say(&mut a, now + 500, 2, Some(0));
+    assert!(later <= first, "moved later: {first} -> {later}");
+    let dropped = say(&mut a, now + 1000, 0, None);
+    assert!(dropped <= first, "dropped: {first} -> {dropped}");
 }

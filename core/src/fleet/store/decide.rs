@@ -45,6 +45,11 @@ impl FleetStore {
         if l.round > 0 {
             claims.push((l.round, l.probe_at_ms, true));
         }
+        // What was settled stands: a round's probe, once accepted, is not taken back or
+        // moved later by a peer that replaces or drops its claim.
+        if l.settled.0 > 0 {
+            claims.push((l.settled.0, l.settled.1, true));
+        }
         claims.sort_unstable();
         // (round, probe at, the least probe time a claim of this round needed).
         let (mut round, mut at, mut floor) = (0u32, self.anchor(now, l), 0u64);
@@ -70,6 +75,22 @@ impl FleetStore {
             (0, 0)
         } else {
             (round, at)
+        }
+    }
+
+    /// Remembers breaker `b`'s fleet round as it stands now (see [`Local::settled`]): after
+    /// each merge into it and each local update, so that a round's earliest known probe is
+    /// kept.
+    pub(super) fn settle_round(&mut self, now: u64, b: usize) {
+        let Some(l) = self.breakers.get(b) else {
+            return;
+        };
+        let (round, at) = self.fleet_round(now, l);
+        let l = &mut self.breakers[b];
+        if !l.in_episode() {
+            l.settled = (0, 0);
+        } else if round > l.settled.0 || (round == l.settled.0 && round > 0) {
+            l.settled = (round, at);
         }
     }
 

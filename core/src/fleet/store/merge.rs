@@ -160,6 +160,7 @@ impl FleetStore {
                     got.merged += 1;
                 }
             }
+            self.settle_round(now, b);
         }
         got
     }

@@ -141,6 +141,7 @@ impl FleetStore {
             recovered: false,
             round: 0,
             probe_at_ms: 0,
+            settled: (0, 0),
             last_refused_ms: None,
             opinions: Vec::new(),
             pushed: Signal::default(),
@@ -188,6 +189,7 @@ impl FleetStore {
             l.recovered = false;
             l.round = 0;
             l.probe_at_ms = 0;
+            l.settled = (0, 0);
         }
         if let Some(p) = prev {
             if is_open && v.probe_starts > p.probe_starts {
@@ -214,5 +216,6 @@ impl FleetStore {
             l.last_refused_ms = None;
         }
         l.view = Some(v);
+        self.settle_round(now, breaker);
     }
 }

@@ -325,6 +325,11 @@ pub(super) struct Local {
     /// This instance's own latest fleet probe in the episode.
     pub(super) round: u32,
     pub(super) probe_at_ms: u64,
+    /// The fleet's round as this instance last settled it, and the earliest probe time it
+    /// accepted for it: within an episode the round never goes back and its probe never moves
+    /// later (a peer replacing its claim with a later time of the same round, or dropping it,
+    /// would otherwise hold the next probe off).
+    pub(super) settled: (u32, u64),
     pub(super) last_refused_ms: Option<u64>,
     /// At most one opinion per peer, sorted by peer index.
     pub(super) opinions: Vec<(u32, Opinion)>,
