@@ -42,8 +42,8 @@ pub(crate) fn push_header(list: &mut ngx_list_t, key: &'static str, value: ngx_s
 /// Appends two headers as [`push_header`] does, in one step when the list's last part has
 /// room for both (as it has unless the response already carries many headers).
 ///
-/// Hand-written rather than two `ngx_list_push` calls: the short-circuit's two headers cost
-/// 35 instructions less (`scripts/bench-instructions`, open_503).
+/// Hand-written rather than two `ngx_list_push` calls, for the short-circuit's two headers
+/// (`scripts/bench-instructions`, open_503).
 fn push_headers2(
     list: &mut ngx_list_t,
     first: (&'static str, ngx_str_t),
@@ -120,8 +120,8 @@ pub fn reject_in_place(
     retry_after_ms: u64,
 ) -> Option<ngx_int_t> {
     // From 1 ms to 9 999 s, the whole seconds need neither the saturation nor the floor of
-    // `retry_after_secs` (with the digits' slice below, 11 instructions per short-circuit
-    // less, `scripts/bench-instructions`).
+    // `retry_after_secs` (with the digits' slice below: `scripts/bench-instructions`,
+    // open_503).
     if retry_after_ms.wrapping_sub(1) >= 9_999_000 {
         return None;
     }
@@ -167,8 +167,7 @@ fn add_reject_headers(r: &mut ngx_http_request_t, label: Label, retry_after_ms: 
 /// "0" to "9999" back to back, five bytes each: the number of digits, then the digits
 /// zero-padded on the left. The `Retry-After` of any cooldown up to 2 h 46 min needs no
 /// allocation and no formatting; the digits' count read rather than worked out (with the
-/// rounding in [`retry_after_secs`], 8 instructions per short-circuit less:
-/// `scripts/bench-instructions`, open_503).
+/// rounding in [`retry_after_secs`]: `scripts/bench-instructions`, open_503).
 static SECONDS: [u8; 50_000] = {
     let mut out = [0u8; 50_000];
     let mut i = 0;
@@ -394,10 +393,9 @@ pub unsafe fn short_circuit(
 /// Adds `X-Circuit-State` to responses that went through a breaker: always when the request
 /// was short-circuited, otherwise when `circuit_breaker_header on`.
 ///
-/// Whether there may be anything to do is told from the ctx alone, and the work is apart:
-/// 18 instructions per short-circuit less (a PRECONTENT short-circuit's header went in with
-/// its Retry-After), and 20 per request the module never saw (`scripts/bench-instructions`,
-/// open_503 and plain).
+/// Whether there may be anything to do is told from the ctx alone, and the work is apart (a
+/// PRECONTENT short-circuit's header went in with its Retry-After), so that a request the
+/// module never saw pays little (`scripts/bench-instructions`, open_503 and plain).
 unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx passes a live request.
     let look = match request::note(unsafe { &*r }) {

@@ -208,9 +208,8 @@ fn on_off_duration(units: &dyn Units, word: &str, v: &str) -> Result<u32, ConfEr
 
 /// The parameters a directive has named so far, to refuse a duplicate. On the stack, not in a
 /// `Vec`: scratch allocations at start-up move where glibc places every later chunk, request
-/// pools included (`scripts/bench-instructions` counted some 250 instructions per request
-/// more for `limit=adaptive`'s closed path with this `Vec` and the words' one, 2 temporary
-/// allocations at start-up being the only difference).
+/// pools included, and make every request dearer (`scripts/bench-instructions`,
+/// closed_limit; docs/adaptive-limit.md tells how it was found).
 pub(crate) struct Seen<'a> {
     keys: [&'a str; Seen::CAPACITY],
     len: usize,

@@ -189,9 +189,8 @@ unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> 
 /// The `grpc-status` of a gRPC answer: its trailers', else (a trailers-only answer) its
 /// headers'. Only where the location passes trailers on (`grpc_pass` always does, and
 /// `proxy_pass` with `proxy_pass_trailers on`), and there only for an answer of type
-/// `application/grpc…` or with trailers: a `proxy_pass` answer costs one test
-/// (`scripts/bench-instructions`, closed: 27 instructions per request less than testing
-/// its type).
+/// `application/grpc…` or with trailers: a `proxy_pass` answer costs one test, not a test
+/// of its type (`scripts/bench-instructions`, closed).
 ///
 /// # Safety
 /// `u` must be a live upstream whose header was parsed.

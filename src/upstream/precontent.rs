@@ -20,8 +20,8 @@ use crate::zone::{Handle, Zone};
 
 /// No guard around the whole: this part only reads confs, the request's ctx and the gate,
 /// and nothing in it can panic; each branch that does more has its own, and is `extern "C"`
-/// (it cannot unwind), so that it is a tail call with nothing to save first: 15
-/// instructions per short-circuit less (`scripts/bench-instructions`, open_503).
+/// (it cannot unwind), so that it is a tail call with nothing to save first
+/// (`scripts/bench-instructions`, open_503).
 pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx runs phase handlers with a live request.
     let req = unsafe { &mut *r };
@@ -34,9 +34,9 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         return NGX_DECLINED as ngx_int_t;
     }
     let handle = lcf.hint.get();
-    // The gate read once, inline, and a pass told by its mode alone: 34 instructions per
-    // closed request less than asking `admit_unlocked` (`scripts/bench-instructions`); a
-    // cooldown apart, from the same reading. Until peer.init has found the breaker (the
+    // The gate read once, inline, and a pass told by its mode alone, rather than asking
+    // `admit_unlocked` (`scripts/bench-instructions`, closed); a cooldown apart, from the
+    // same reading. Until peer.init has found the breaker (the
     // hint), there is no gate, and peer.init asks.
     if let Some(g) = Zone::raw_gate(handle, lcf.key_hash) {
         if g.passes() {
@@ -51,8 +51,7 @@ pub unsafe extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 
 /// An open breaker's request, from the gate's cooldown: short-circuited, or left to
 /// peer.init once the cooldown is over (a probe may be due). The common case calls nothing,
-/// and the rest are tail calls: 19 instructions per short-circuit less
-/// (`scripts/bench-instructions`, open_503).
+/// and the rest are tail calls (`scripts/bench-instructions`, open_503).
 #[inline(never)]
 extern "C" fn rejected(
     req: &mut ngx_http_request_t,
@@ -127,8 +126,8 @@ extern "C" fn not_passing(
 
 /// A request the breaker lets through (closed, or a ramp's share): its state is created here,
 /// with what this phase already found (the conf, the route, the breaker's handle), and
-/// peer.init does not ask again. 40 instructions per closed request less than a mark that
-/// peer.init follows (`scripts/bench-instructions`, closed).
+/// peer.init does not ask again, rather than leaving a mark that peer.init follows
+/// (`scripts/bench-instructions`, closed).
 #[inline(never)]
 extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle) -> ngx_int_t {
     guard(NGX_DECLINED as ngx_int_t, || {
@@ -137,8 +136,8 @@ extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle
         let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        // With no call (a spare state, the default route made): nothing to save first, 21
-        // instructions per closed request less (`scripts/bench-instructions`, closed).
+        // With no call (a spare state, the default route made): nothing to save first
+        // (`scripts/bench-instructions`, closed).
         let route = lcf
             .route
             .as_ref()

@@ -1,0 +1,16 @@
+//! An adaptive in-flight (concurrency) limit per breaker, kept in shared memory.
+//!
+//! The algorithm, its departures from Envoy's and why, and how it sits in shared memory are
+//! in `docs/adaptive-limit.md`; `core/tests/limit_sim.rs` drives the controller against a
+//! queueing origin in virtual time and prints the figures.
+
+mod config;
+mod controller;
+mod samples;
+#[cfg(test)]
+mod tests;
+pub mod word;
+
+pub use config::{LimitConfig, LimitConfigError};
+pub use controller::*;
+pub use samples::Samples;

@@ -1,0 +1,118 @@
+//! A worker's latency samples since its last flush, merged under the zone's lock.
+
+/// Latency samples of one worker since its last flush, merged under the lock. Merging is
+/// associative and commutative, so flushes may come in any grouping and order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Samples {
+    /// Sum of the latencies, milliseconds.
+    pub sum_ms: u64,
+    /// Latency samples: attempts the origin answered, and timeouts (their elapsed time is
+    /// the clearest sign of a queue).
+    pub count: u32,
+    /// Smallest latency, milliseconds (`u32::MAX` while `count` is 0).
+    pub min_ms: u32,
+    /// Largest latency, milliseconds.
+    pub max_ms: u32,
+    /// Attempts that ended with no latency worth averaging (refused, reset, client abort):
+    /// counted for the status page, never averaged, so that fast errors cannot drag the
+    /// minimum down and throttle a healthy origin.
+    pub drops: u32,
+    /// The most requests in flight seen at an admission (the shell's counter just after its
+    /// increment) or at a completion (just before its decrement): whether the limit was
+    /// reached, how much of it was used, and whether the origin drained.
+    pub inflight_max: u32,
+    /// Latency samples (of `count`) of attempts that started after the pin of a pinned
+    /// measurement was set ([`super::Limiter::clean_since`]): none is admitted before the queue of
+    /// the older limit has drained below the pin, so these are answers the origin gave with
+    /// no more than the pin in flight.
+    pub clean: u32,
+    /// Answers in which the origin said it is saturated — a `429`, a `503` with
+    /// `Retry-After`, a gRPC `RESOURCE_EXHAUSTED` — whether or not their class counts as a
+    /// breaker failure: no latency sample (the origin turned the work away), and the limit
+    /// falls at once ([`super::Limiter::record`]).
+    pub overloads: u32,
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Samples::EMPTY
+    }
+}
+
+impl Samples {
+    /// Nothing recorded.
+    pub const EMPTY: Samples = Samples {
+        sum_ms: 0,
+        count: 0,
+        min_ms: u32::MAX,
+        max_ms: 0,
+        drops: 0,
+        inflight_max: 0,
+        clean: 0,
+        overloads: 0,
+    };
+
+    /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
+    /// its samples at 32, nowhere near either bound, and the controller's merge saturates
+    /// (`scripts/bench-instructions`, closed_limit).
+    #[inline]
+    pub fn add(&mut self, latency_ms: u64) {
+        let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
+        self.sum_ms = self.sum_ms.wrapping_add(latency_ms);
+        self.count = self.count.wrapping_add(1);
+        self.min_ms = self.min_ms.min(ms);
+        self.max_ms = self.max_ms.max(ms);
+    }
+
+    /// Adds one latency sample of an attempt that started after [`super::Limiter::clean_since`]
+    /// (wrapping, as [`Samples::add`]).
+    #[inline]
+    pub fn add_clean(&mut self, latency_ms: u64) {
+        self.add(latency_ms);
+        self.clean = self.clean.wrapping_add(1);
+    }
+
+    /// Counts one attempt without a latency sample.
+    #[inline]
+    pub fn add_drop(&mut self) {
+        self.drops = self.drops.saturating_add(1);
+    }
+
+    /// Counts one answer in which the origin said it is saturated (see
+    /// [`Samples::overloads`]).
+    #[inline]
+    pub fn add_overload(&mut self) {
+        self.overloads = self.overloads.saturating_add(1);
+    }
+
+    /// Notes the in-flight count seen at an admission (after the increment) or a completion
+    /// (before the decrement).
+    #[inline]
+    pub fn note_inflight(&mut self, inflight: u32) {
+        self.inflight_max = self.inflight_max.max(inflight);
+    }
+
+    /// Adds `other` to `self`.
+    #[inline]
+    pub fn merge(&mut self, other: &Samples) {
+        self.sum_ms = self.sum_ms.saturating_add(other.sum_ms);
+        self.count = self.count.saturating_add(other.count);
+        self.min_ms = self.min_ms.min(other.min_ms);
+        self.max_ms = self.max_ms.max(other.max_ms);
+        self.drops = self.drops.saturating_add(other.drops);
+        self.inflight_max = self.inflight_max.max(other.inflight_max);
+        self.clean = self.clean.saturating_add(other.clean);
+        self.overloads = self.overloads.saturating_add(other.overloads);
+    }
+
+    /// Whether nothing at all was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0 && self.drops == 0 && self.inflight_max == 0 && self.overloads == 0
+    }
+
+    /// Mean latency in milliseconds, `None` without samples.
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ms as f64 / f64::from(self.count))
+    }
+}

@@ -1,0 +1,903 @@
+use super::*;
+
+const T0: u64 = 1_000_000;
+
+fn samples(n: u32, latency_ms: u64, inflight: u32) -> Samples {
+    let mut s = Samples::EMPTY;
+    for _ in 0..n {
+        s.add(latency_ms);
+    }
+    s.note_inflight(inflight);
+    s
+}
+
+/// `latencies` of attempts that started after the pin was set, with `inflight` at most
+/// in flight.
+fn clean(latencies: &[u64], inflight: u32) -> Samples {
+    let mut s = Samples::EMPTY;
+    for &l in latencies {
+        s.add_clean(l);
+    }
+    s.note_inflight(inflight);
+    s
+}
+
+/// A controller and a clock; each step is one flush at the end of a 100 ms interval.
+struct Story {
+    l: Limiter,
+    now: u64,
+}
+
+impl Story {
+    fn new(cfg: LimitConfig) -> Story {
+        Story {
+            l: Limiter::new_at_initial(cfg, T0),
+            now: T0,
+        }
+    }
+    /// A controller of `limit_max`, saturated at `latency_ms` until it has measured its
+    /// minimum once.
+    fn measured(limit_max: u32, latency_ms: u64) -> Story {
+        let mut st = Story::new(LimitConfig {
+            limit_max,
+            ..LimitConfig::default()
+        });
+        while st.l.view().remeasures == 0 {
+            st.saturated(latency_ms);
+        }
+        st
+    }
+    /// [`Story::measured`], then five more intervals saturated at `latency_ms`.
+    fn settled(limit_max: u32, latency_ms: u64) -> Story {
+        let mut st = Story::measured(limit_max, latency_ms);
+        for _ in 0..5 {
+            st.saturated(latency_ms);
+        }
+        st
+    }
+    /// An interval of 20 answers at `latency_ms` with `inflight` at most in flight.
+    fn step(&mut self, latency_ms: u64, inflight: u32) -> Update {
+        self.now += 100.max(self.l.sample_ms as u64);
+        let s = samples(20, latency_ms, inflight);
+        self.l
+            .record(self.now, &s, u32::MAX / 2)
+            .expect("an interval ended")
+    }
+    /// An interval in which the origin is held at the limit: as many requests in flight
+    /// on average as the limit allows (Little's law), each `latency_ms` long.
+    fn held(&mut self, latency_ms: u64) -> Update {
+        let limit = self.l.limit();
+        let elapsed = 100.max(self.l.sample_ms as u64);
+        self.now += elapsed;
+        let n = (u64::from(limit) * elapsed).div_ceil(latency_ms) as u32;
+        let s = samples(n.max(20), latency_ms, limit);
+        self.l
+            .record(self.now, &s, u32::MAX / 2)
+            .expect("an interval ended")
+    }
+    /// An interval in which demand meets the limit.
+    fn saturated(&mut self, latency_ms: u64) -> Update {
+        let limit = self.l.limit();
+        self.step(latency_ms, limit)
+    }
+}
+
+#[test]
+fn the_structs_are_small_plain_data() {
+    assert_eq!(size_of::<Samples>(), 40);
+    assert_eq!(LIMITER_SIZE, 240);
+    assert_eq!(std::mem::align_of::<Limiter>(), 8);
+}
+
+#[test]
+fn no_update_before_the_interval_ends_with_enough_samples() {
+    let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
+    assert_eq!(
+        l.record(T0 + 50, &samples(100, 10, 20), 0),
+        None,
+        "interval not over"
+    );
+    let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
+    assert_eq!(
+        l.record(T0 + 500, &samples(19, 10, 20), 0),
+        None,
+        "19 samples"
+    );
+    assert_eq!(
+        l.record(T0 + 510, &samples(0, 0, 20), 0),
+        None,
+        "drops are no samples"
+    );
+    let u = l
+        .record(T0 + 520, &samples(1, 10, 20), 0)
+        .expect("20 samples");
+    assert_eq!(u.samples, 20);
+}
+
+#[test]
+fn the_first_interval_decides_nothing() {
+    let mut st = Story::new(LimitConfig::default());
+    let u = st.saturated(10);
+    assert_eq!((u.from, u.to, u.min_latency_ms), (20, 20, 0.0));
+}
+
+#[test]
+fn a_queue_halves_the_limit_and_a_healthy_latency_doubles_it_in_slow_start() {
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    let u = st.saturated(10);
+    assert_eq!(
+        (u.from, u.to, u.min_latency_ms),
+        (20, 40, 10.0),
+        "slow start"
+    );
+    // 30 ms against a 10 ms floor: the gradient, 0.42, is clamped to 0.5, plus √20.
+    let u = st.saturated(30);
+    assert_eq!((u.from, u.to), (40, 24));
+    // Slow start is over: a healthy latency grows by 1.25 and a square root.
+    let u = st.saturated(10);
+    assert_eq!((u.from, u.to), (24, 36), "24.5·1.25 + √30.6");
+}
+
+#[test]
+fn a_limit_nobody_reaches_neither_falls_nor_grows() {
+    let mut st = Story::new(LimitConfig::default());
+    st.step(10, 3);
+    st.step(10, 3);
+    let u = st.step(500, 19);
+    assert_eq!((u.from, u.to), (20, 20), "not reached: no cut");
+    let u = st.step(10, 9);
+    assert_eq!((u.from, u.to), (20, 20), "less than half used: no growth");
+    let u = st.step(10, 10);
+    assert_eq!((u.from, u.to), (20, 30), "half used: growth");
+}
+
+#[test]
+fn a_queue_beyond_the_tolerance_holds_a_held_limit_and_one_within_it_grows_it() {
+    let mut st = Story::measured(100, 10);
+    // 30 ms: a cut, which also ends slow start.
+    let u = st.saturated(30);
+    assert!(u.to < u.from);
+    let held = st.l.limit();
+    // 13 ms against 12.5 tolerated, the origin held at the limit: a queue, too short to
+    // cut (the limit · 0.96 and its root are above the limit), and no reason to let in
+    // more.
+    for _ in 0..20 {
+        let u = st.held(13);
+        assert_eq!((u.from, u.to), (held, held));
+    }
+    // The same latency when only bursts reach the limit (20 answers in 100 ms: 2.6 in
+    // flight on average): the headroom grows it, so the next burst is not shed.
+    let u = st.saturated(13);
+    assert!(u.to > held, "{} → {}", u.from, u.to);
+    // Within the tolerance a held limit grows.
+    let held = st.l.limit();
+    let u = st.held(12);
+    assert!(u.to > held, "{} → {}", u.from, u.to);
+}
+
+#[test]
+fn the_limit_stays_within_its_bounds() {
+    let cfg = LimitConfig {
+        limit_min: 5,
+        limit_max: 50,
+        ..LimitConfig::default()
+    };
+    let mut st = Story::new(cfg);
+    for _ in 0..100 {
+        let u = st.saturated(1);
+        assert!((5..=50).contains(&u.to));
+    }
+    assert_eq!(st.l.limit(), 50);
+    // A queue that grows with every request let in: the pinned measurements halve down
+    // to the floor and no further.
+    let mut lowest = u32::MAX;
+    for _ in 0..100 {
+        let limit = st.l.limit();
+        let u = st.step(1000 * u64::from(limit), limit);
+        assert!((5..=50).contains(&u.to));
+        lowest = lowest.min(u.to);
+    }
+    assert_eq!(lowest, 5);
+}
+
+#[test]
+fn a_slowed_origin_is_measured_again_instead_of_starved() {
+    let mut st = Story::new(LimitConfig::default());
+    // Saturated at a 10 ms floor until the first measurement has confirmed it.
+    while st.l.view().remeasures == 0 {
+        st.saturated(10);
+    }
+    for _ in 0..10 {
+        st.saturated(10);
+    }
+    assert_eq!(st.l.min_latency_ms(), 10.0);
+    let before = st.l.limit();
+    // The origin's own service time rises 6×, whatever the concurrency: more than
+    // `SLOWDOWN` times the tolerated latency, so the measurement starts at once, pinned
+    // where the old floor would allow this latency (limit · 12.5/60), not at half. (Held:
+    // the rate of answers that the limit allows at 60 ms, which pins at the same level.)
+    let u = st.held(60);
+    assert_eq!(u.min_change, MinChange::ProbeStarted);
+    assert!(st.l.view().probing);
+    assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
+    // Drained at once, nothing falling; a floor that rose is checked once at half the
+    // pin, where latency does not fall, and taken.
+    let mut changes = Vec::new();
+    loop {
+        let u = st.saturated(60);
+        changes.push(u.min_change);
+        if u.min_change != MinChange::ProbeHalved {
+            break;
+        }
+    }
+    assert_eq!(changes.last(), Some(&MinChange::Probed), "{changes:?}");
+    assert_eq!(
+        changes,
+        [MinChange::ProbeHalved, MinChange::Probed],
+        "checked once"
+    );
+    assert_eq!(st.l.min_latency_ms(), 60.0);
+    // From the new floor the limit grows back to the origin's share.
+    let cut = st.l.limit();
+    for _ in 0..10 {
+        st.saturated(60);
+    }
+    assert!(
+        cut < before && st.l.limit() >= before,
+        "{cut} → {}",
+        st.l.limit()
+    );
+}
+
+#[test]
+fn a_queue_twice_the_tolerated_latency_is_measured_after_three_updates() {
+    let mut st = Story::new(LimitConfig::default());
+    while st.l.view().remeasures == 0 {
+        st.saturated(10);
+    }
+    // 30 ms against 12.5 tolerated: a queue the halving may drain, or a slower origin.
+    let changes: Vec<MinChange> = (0..3).map(|_| st.saturated(30).min_change).collect();
+    assert_eq!(
+        changes,
+        [MinChange::None, MinChange::None, MinChange::ProbeStarted]
+    );
+}
+
+#[test]
+fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
+    let mut st = Story::settled(40, 5);
+    let before = st.l.limit();
+    assert_eq!(before, 40);
+    // 4 workers at 30 ms: 20 answers in 150 ms while the queue drains from `before`.
+    let u = st.saturated(150);
+    assert_eq!(u.min_change, MinChange::ProbeStarted);
+    let pin = st.l.limit();
+    assert_eq!(pin, 3, "40 · 6.25/150 is below limit_min");
+    st.now += 150;
+    let u = st.l.record(st.now, &samples(20, 120, before), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::None, "not drained");
+    st.now += 100;
+    let u = st.l.record(st.now, &samples(20, 30, pin), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::Probed);
+    assert_eq!(u.min_latency_ms, 30.0);
+    // Capacity 20/150 per ms × 30 ms = 4 workers; × 1.25 = 5, + √5.
+    assert_eq!(u.to, 7, "not the saved limit");
+    assert!(u.to < before);
+}
+
+/// A controller at 40 of a 5 ms origin that slowed down to 30 ms, pinned at 3 and past
+/// one interval that had not drained.
+fn slowed_and_pinned() -> Story {
+    let mut st = Story::settled(40, 5);
+    let u = st.saturated(150);
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 3));
+    st.now += 150;
+    let u = st.l.record(st.now, &samples(20, 120, 40), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::None, "not drained");
+    st
+}
+
+#[test]
+fn clean_answers_that_agree_end_a_measurement_at_once() {
+    let mut st = slowed_and_pinned();
+    // Four clean answers are too few; a flush with one answer that is not clean, or made
+    // with more than the pin in flight (begun under the old limit), counts for nothing.
+    st.now += 10;
+    assert_eq!(st.l.record(st.now, &clean(&[30, 31, 30, 32], 3), 0), None);
+    let mut mixed = clean(&[30, 30], 3);
+    mixed.add(30);
+    assert_eq!(st.l.record(st.now + 5, &mixed, 0), None);
+    assert_eq!(st.l.record(st.now + 6, &clean(&[30, 30], 9), 0), None);
+    // The fifth, 30 ms after the pinned interval began: the floor is their mean.
+    st.now += 20;
+    let u = st.l.record(st.now, &clean(&[33], 2), 0).expect("measured");
+    assert_eq!((u.min_change, u.samples), (MinChange::Probed, 5));
+    assert_eq!(u.min_latency_ms, 31.2);
+    // Capacity 20/150 per ms × 31.2 ms × 1.25 = 5.2, + √5.2.
+    assert_eq!(u.to, 7);
+}
+
+#[test]
+fn clean_answers_that_spread_wait_for_the_interval() {
+    // An exponential origin's answers, not within the tolerance of each other: 14 ms on
+    // average, not far above the old floor of 5 (4 × 6.25) ...
+    let mut st = slowed_and_pinned();
+    st.now += 10;
+    assert_eq!(st.l.record(st.now, &clean(&[4, 25, 8, 20, 12], 3), 0), None);
+    st.now += 100;
+    let u =
+        st.l.record(st.now, &clean(&[14; 15], 3), 0)
+            .expect("interval over");
+    assert_eq!((u.min_change, u.samples), (MinChange::Probed, 20));
+    assert_eq!(u.min_latency_ms, 13.95);
+    // ... or far above it (30 ms), at a pin of `limit_min`, which cannot be halved.
+    let mut st = slowed_and_pinned();
+    st.now += 10;
+    assert_eq!(
+        st.l.record(st.now, &clean(&[8, 45, 20, 60, 17], 3), 0),
+        None
+    );
+}
+
+#[test]
+fn agreeing_clean_answers_above_the_old_floor_are_checked_at_lower_pins() {
+    // Held at 40 by a 5 ms origin that slows to 26 ms: the rate the limit allows at
+    // 26 ms (40/26 per ms) × 6.25 pins at 9, above its 4 workers.
+    let mut st = Story::settled(40, 5);
+    let u = st.held(26);
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 9));
+    // Five answers that agree, at 52 ms: each waited one service time (9 in flight for 4
+    // workers). A floor that rose is checked at half the pin, at once.
+    st.now += 60;
+    let u =
+        st.l.record(st.now, &clean(&[52, 53, 52, 52, 54], 9), 0)
+            .unwrap();
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 4));
+    // At 4 they agree at 26 ms: half what they were, still falling with the pin, which
+    // halves again (to `limit_min`); at 3 the same 26 ms is the floor.
+    st.now += 30;
+    let u =
+        st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 4), 0)
+            .unwrap();
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 3));
+    st.now += 30;
+    let u =
+        st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 3), 0)
+            .unwrap();
+    assert_eq!((u.min_change, u.min_latency_ms), (MinChange::Probed, 26.2));
+}
+
+#[test]
+fn clean_answers_far_above_the_old_floor_halve_the_pin_at_once() {
+    let mut st = Story::new(LimitConfig {
+        limit_min: 1,
+        ..LimitConfig::default()
+    });
+    // A periodic measurement of a 10 ms origin.
+    while st.saturated(10).min_change != MinChange::ProbeStarted {}
+    let pin = st.l.limit();
+    assert!(pin >= 4, "pinned at {pin}");
+    // The origin slowed down meanwhile: its answers at the pin spread from 55 to 90 ms,
+    // more than 4 × 12.5 on average. They are its own queue: halve now.
+    st.now += 20;
+    let u =
+        st.l.record(st.now, &clean(&[55, 70, 90, 60, 80], pin), 0)
+            .expect("decided");
+    assert_eq!(u.min_change, MinChange::ProbeHalved);
+    assert_eq!(st.l.limit(), pin / 2);
+    // Halved once: at the lower pin, spread answers wait for their interval.
+    st.now += 20;
+    let spread = clean(&[55, 70, 90, 60, 80], pin / 2);
+    assert_eq!(st.l.record(st.now, &spread, 0), None);
+}
+
+#[test]
+fn a_slowdown_ends_its_interval_on_a_quarter_of_its_samples() {
+    let mut st = Story::settled(40, 5);
+    let limit = st.l.limit();
+    // Four answers at 40 ms, eight times the floor, 10 ms into the interval: too few.
+    st.now += 10;
+    assert_eq!(st.l.record(st.now, &samples(4, 40, limit), 0), None);
+    // The fifth: a slowdown, decided at once. Five answers in 20 ms, 0.25 per ms × 5 ms
+    // × 1.25: pinned at `limit_min`, below the 40 · 6.25/40 the latency alone allows.
+    st.now += 10;
+    let u = st.l.record(st.now, &samples(1, 40, limit), 0).unwrap();
+    assert_eq!((u.min_change, u.samples), (MinChange::ProbeStarted, 5));
+    assert_eq!(st.l.limit(), 3);
+    // Twenty answers at 20 ms (four times the floor, under the slowdown's five) wait
+    // for their interval.
+    let mut st = Story::measured(40, 5);
+    st.saturated(5);
+    st.now += 10;
+    assert_eq!(st.l.record(st.now, &samples(20, 20, 40), 0), None);
+}
+
+#[test]
+fn slow_start_does_not_double_on_an_answer_as_slow_as_a_slowdown() {
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    st.saturated(10);
+    assert_eq!(st.l.limit(), 40, "slow start doubled");
+    // Mostly fast answers and one at 60 ms, over 4 × 12.5: the origin is slowing down.
+    st.now += 100;
+    let mut s = samples(19, 9, 40);
+    s.add(60);
+    let u = st.l.record(st.now, &s, 0).unwrap();
+    // 40 · 12.5/11.55 + √43.3, not 80.
+    assert_eq!((u.from, u.to), (40, 49));
+}
+
+#[test]
+fn after_a_halving_the_pins_queue_does_not_raise_the_reference() {
+    let mut st = Story::new(LimitConfig {
+        limit_min: 1,
+        limit_max: 64,
+        ..LimitConfig::default()
+    });
+    while st.l.view().remeasures == 0 {
+        st.saturated(10);
+    }
+    while st.l.limit() < 64 {
+        st.saturated(10);
+    }
+    // Held at 64 by a queue within the gradient's reach (14 ms) until the periodic
+    // measurement pins 32, whose drained mean fell to 10 (that was a queue): halved to 16.
+    let started = loop {
+        let u = st.held(14);
+        if u.min_change == MinChange::ProbeStarted {
+            break u;
+        }
+    };
+    assert_eq!((started.from, started.to), (64, 32));
+    assert_eq!(st.step(10, 32).min_change, MinChange::ProbeHalved);
+    // The first interval at 16 still holds 32's queue (not drained, 13 ms); the next
+    // drains at 10 ms, as at 32: the floor, not another halving.
+    assert_eq!(st.step(13, 32).min_change, MinChange::None);
+    let u = st.step(10, 16);
+    assert_eq!(u.min_change, MinChange::Probed);
+    assert_eq!(u.min_latency_ms, 10.0);
+}
+
+#[test]
+fn a_recovered_origin_lowers_the_minimum_at_once_at_the_limit() {
+    let mut st = Story::new(LimitConfig::default());
+    while st.l.view().remeasures == 0 {
+        st.saturated(60);
+    }
+    let u = st.saturated(20);
+    assert_eq!((u.min_change, u.min_latency_ms), (MinChange::Fell, 20.0));
+    // Below the limit a faster interval is no evidence: it waits for a measurement.
+    let mut st = Story::new(LimitConfig::default());
+    while st.l.view().remeasures == 0 {
+        st.step(60, 2);
+    }
+    let u = st.step(20, 2);
+    assert_eq!((u.min_change, u.min_latency_ms), (MinChange::None, 60.0));
+}
+
+#[test]
+fn the_minimum_is_measured_again_periodically_below_the_limit() {
+    let mut st = Story::new(LimitConfig::default());
+    while st.l.view().remeasures == 0 {
+        st.step(10, 2);
+    }
+    let start = st.now;
+    let u = loop {
+        let u = st.step(30, 2);
+        if u.min_change != MinChange::None {
+            break u;
+        }
+        assert_eq!(u.min_latency_ms, 10.0);
+    };
+    assert_eq!(
+        (u.min_change, u.min_latency_ms),
+        (MinChange::Remeasured, 30.0)
+    );
+    let waited = st.now - start;
+    assert!((8_400..=11_600).contains(&waited), "10 s ± 15 %: {waited}");
+    assert_eq!(st.l.limit(), 20, "nothing pinned, nothing shed");
+}
+
+#[test]
+fn a_pinned_measurement_halves_while_latency_falls() {
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    st.saturated(10);
+    st.saturated(10);
+    st.saturated(10);
+    // Demand meets a limit of 160 in slow start; the origin queues: latency grows with
+    // the concurrency as for 10 workers of 10 ms.
+    let queue = |limit: u32| u64::from(limit.max(10)) * 10 / 10;
+    let mut pins = Vec::new();
+    loop {
+        let limit = st.l.limit();
+        let u = st.step(queue(limit), limit);
+        if st.l.view().probing {
+            pins.push(st.l.limit());
+        }
+        if u.min_change == MinChange::Probed {
+            break;
+        }
+        assert!(st.l.view().updates < 100);
+    }
+    assert!(pins.windows(2).all(|w| w[1] <= w[0]), "{pins:?}");
+    assert!(*pins.last().unwrap() <= 10, "down to the knee: {pins:?}");
+    assert_eq!(st.l.min_latency_ms(), 10.0);
+}
+
+#[test]
+fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
+    let mut st = Story::measured(20, 5);
+    while st.l.limit() < 20 {
+        st.saturated(5);
+    }
+    // The periodic measurement comes due just as the origin (4 workers) slows to 30 ms:
+    // at its pin of 10, 6 requests wait at the origin, out of the limit's sight.
+    while !st.l.view().probing {
+        st.now += 1_000;
+        st.saturated(5);
+    }
+    let pin = st.l.limit();
+    assert_eq!(pin, 10);
+    let at = |n: u32| 30 * u64::from(n.max(4)) / 4;
+    let u = st.step(at(pin), pin);
+    assert_eq!(
+        u.min_change,
+        MinChange::ProbeHalved,
+        "75 ms is no 5 ms floor"
+    );
+    let mut last = u;
+    while last.min_change == MinChange::ProbeHalved || last.min_change == MinChange::None {
+        let pin = st.l.limit();
+        last = st.step(at(pin), pin);
+    }
+    assert_eq!(last.min_change, MinChange::Probed);
+    assert_eq!(
+        last.min_latency_ms, 30.0,
+        "the origin's own latency, not its queue's"
+    );
+}
+
+#[test]
+fn a_pinned_measurement_gives_up_if_the_origin_never_drains() {
+    let mut st = Story::new(LimitConfig::default());
+    let mut started = None;
+    for _ in 0..50 {
+        let limit = st.l.limit();
+        let u = st.step(10, limit + 5);
+        match u.min_change {
+            MinChange::ProbeStarted => started = Some(st.l.view().updates),
+            MinChange::ProbeAbandoned => {
+                let at = st.l.view().updates;
+                assert_eq!(at - started.unwrap(), u64::from(PROBE_MAX_INTERVALS));
+                assert!(!st.l.view().probing);
+                return;
+            }
+            _ => {}
+        }
+    }
+    panic!("never gave up");
+}
+
+#[test]
+fn a_clock_that_goes_back_is_held() {
+    let mut l = Limiter::new_at_initial(LimitConfig::default(), T0);
+    assert_eq!(l.record(T0 + 200, &samples(5, 10, 1), 0), None);
+    assert_eq!(l.record(0, &samples(5, 10, 1), 0), None);
+    assert!(
+        l.record(T0 - 1, &samples(10, 10, 1), 0).is_some(),
+        "200 ms, 20 samples"
+    );
+}
+
+#[test]
+fn fast_errors_are_counted_not_averaged() {
+    let mut s = samples(3, 30, 4);
+    s.add_drop();
+    s.add_drop();
+    assert_eq!((s.count, s.drops, s.mean_ms()), (3, 2, Some(30.0)));
+    assert_eq!(Samples::EMPTY.mean_ms(), None);
+}
+
+#[test]
+fn a_sub_millisecond_origin_is_taken_as_one_millisecond() {
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(0);
+    let u = st.saturated(0);
+    assert_eq!((u.sample_ms, u.min_latency_ms, u.to), (1.0, 1.0, 40));
+}
+
+#[test]
+fn each_bad_parameter_is_named() {
+    let ok = LimitConfig::default();
+    assert_eq!(ok.check(), Ok(()));
+    let bad = [
+        (LimitConfig { limit_min: 0, ..ok }, "limit_min"),
+        (LimitConfig { limit_max: 2, ..ok }, "limit_max"),
+        (
+            LimitConfig {
+                limit_max: word::MAX + 1,
+                ..ok
+            },
+            "limit_max",
+        ),
+        (
+            LimitConfig {
+                limit_initial: 2,
+                ..ok
+            },
+            "limit_initial",
+        ),
+        (
+            LimitConfig {
+                limit_initial: 1001,
+                ..ok
+            },
+            "limit_initial",
+        ),
+        (
+            LimitConfig {
+                tolerance: 10_001,
+                ..ok
+            },
+            "limit_tolerance",
+        ),
+        (
+            LimitConfig {
+                interval_ms: 0,
+                ..ok
+            },
+            "limit_interval",
+        ),
+        (LimitConfig { samples: 0, ..ok }, "limit_samples"),
+        (
+            LimitConfig {
+                probe_ms: 999,
+                ..ok
+            },
+            "limit_probe",
+        ),
+    ];
+    for (cfg, name) in bad {
+        assert_eq!(cfg.check().map_err(LimitConfigError::parameter), Err(name));
+        // Refused by `nginx -t`, but never a panic or a limit out of range here.
+        let l = Limiter::new_at_initial(cfg, T0);
+        assert!(l.limit() >= 1 && l.limit() >= l.config().limit_min);
+    }
+}
+
+#[test]
+fn the_word_packs_tag_limit_and_in_flight() {
+    let w = word::pack(7, 1000, 42);
+    assert_eq!(word::unpack(w), (7, 1000, 42));
+    assert_eq!(
+        word::unpack(word::pack(0xffff, word::MAX, word::MAX)),
+        (0xffff, word::MAX, word::MAX)
+    );
+    assert_eq!(
+        word::unpack(word::pack(1, u32::MAX, 0)).1,
+        word::MAX,
+        "clipped"
+    );
+    assert_eq!(word::unpack(word::with_limit(w, 3)), (7, 3, 42));
+    assert_eq!(word::unpack(word::give_back(w, 40)), (7, 1000, 2));
+    assert_eq!(
+        word::unpack(word::give_back(w, 99)),
+        (7, 1000, 0),
+        "never below 0"
+    );
+    assert_eq!(word::owner_of(word::owner(4242, 17)), (4242, 17));
+}
+
+#[test]
+fn tags_are_never_zero() {
+    assert_eq!(word::tag_of(1), 1);
+    assert_eq!(word::tag_of(0xffff), 0xffff);
+    assert_eq!(word::tag_of(0x10000), 1);
+    assert!((1..200_000u64).all(|i| (1..=0xffff).contains(&word::tag_of(i))));
+}
+
+#[test]
+fn a_slot_is_taken_below_the_limit_only() {
+    let w = word::pack(5, 2, 0);
+    let word::Take::Slot {
+        next,
+        inflight,
+        over,
+    } = word::take(w, 5, false)
+    else {
+        panic!("a free slot")
+    };
+    assert_eq!((inflight, over), (1, false));
+    let word::Take::Slot { next, .. } = word::take(next, 5, false) else {
+        panic!("the second")
+    };
+    assert_eq!(word::take(next, 5, false), word::Take::Full);
+    assert_eq!(
+        word::take(next, 6, false),
+        word::Take::Stale,
+        "another tenant"
+    );
+    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true) else {
+        panic!("dry run passes")
+    };
+    assert_eq!((inflight, over), (3, true));
+    assert_eq!(word::give(next, 5), Some((next - 1, 2)));
+    assert_eq!(
+        word::give(next, 6),
+        None,
+        "a former tenant's release changes nothing"
+    );
+    assert_eq!(word::give(w, 5), None, "none held");
+    let full = word::pack(5, word::MAX, word::MAX);
+    assert_eq!(word::take(full, 5, true), word::Take::Full, "never wraps");
+}
+
+fn overloaded(n: u32, inflight: u32) -> Samples {
+    let mut s = Samples::EMPTY;
+    for _ in 0..n {
+        s.add_overload();
+    }
+    s.note_inflight(inflight);
+    s
+}
+
+#[test]
+fn an_overload_signal_halves_the_limit_at_once_once_per_interval() {
+    let mut st = Story::settled(1000, 10);
+    let before = st.l.limit();
+    assert!(before >= 40, "{before}");
+    // Mid-interval, a flush carrying one 429 at 40 in flight: half of 40, at once.
+    st.now += 10;
+    let u =
+        st.l.record(st.now, &overloaded(1, 40), 0)
+            .expect("cut at once");
+    assert!(u.overload);
+    assert_eq!((u.from, u.to), (before, 20));
+    assert_eq!(st.l.limit(), 20);
+    // Another within the same interval: no second cut.
+    st.now += 50;
+    assert_eq!(st.l.record(st.now, &overloaded(3, 20), 0), None);
+    assert_eq!(st.l.limit(), 20);
+    // One interval later (100 ms, the mean latency being 10 ms), the next signal cuts.
+    st.now += 50;
+    let u = st.l.record(st.now, &overloaded(1, 20), 0).expect("cut");
+    assert_eq!((u.from, u.to), (20, 10));
+}
+
+#[test]
+fn an_overload_signal_cuts_from_the_lower_of_the_limit_and_in_flight() {
+    // A limit far above what is in flight: the cut is from the in-flight.
+    let mut st = Story::settled(1000, 10);
+    st.now += 10;
+    let u = st.l.record(st.now, &overloaded(1, 9), 0).unwrap();
+    assert_eq!(u.to, 4);
+    // Never below limit_min; no in-flight figure: from the limit.
+    let mut st = Story::settled(1000, 10);
+    let before = st.l.limit();
+    st.now += 10;
+    let u = st.l.record(st.now, &overloaded(1, 0), 0).unwrap();
+    assert_eq!(u.to, before / 2);
+    st.now += 200;
+    let u = st.l.record(st.now, &overloaded(1, 1), 0).unwrap();
+    assert_eq!(u.to, LimitConfig::default().limit_min);
+}
+
+#[test]
+fn an_overload_signal_ends_slow_start_and_the_limit_grows_back_slowly() {
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    st.now += 10;
+    let u = st.l.record(st.now, &overloaded(1, 20), 0).unwrap();
+    assert_eq!(u.to, 10);
+    // Healthy latency at the limit: no doubling (slow start is over), the √ headroom only.
+    let u = st.saturated(10);
+    assert!(u.to > 10 && u.to < 20, "{} -> {}", u.from, u.to);
+}
+
+#[test]
+fn no_overload_cut_during_a_pinned_measurement() {
+    let mut st = slowed_and_pinned();
+    let pin = st.l.limit();
+    st.now += 1;
+    let u = st.l.record(st.now, &overloaded(1, pin), 0);
+    assert!(!matches!(u, Some(u) if u.overload));
+    assert_eq!(st.l.limit(), pin);
+}
+
+#[test]
+fn overload_answers_are_no_latency_samples() {
+    let mut s = overloaded(2, 5);
+    assert_eq!(s.count, 0);
+    assert!(!s.is_empty());
+    assert_eq!(s.mean_ms(), None);
+    s.merge(&overloaded(3, 1));
+    assert_eq!(s.overloads, 5);
+}
+
+#[test]
+fn a_fresh_controller_sheds_nothing_until_it_has_seen_the_demand() {
+    let cfg = LimitConfig::default();
+    let mut l = Limiter::new(cfg, T0);
+    assert_eq!(l.limit(), cfg.limit_max, "nothing known: no limit");
+    // 30 in flight (above limit_initial) while the first interval runs.
+    assert_eq!(l.record(T0 + 50, &samples(10, 100, 30), 0), None);
+    assert_eq!(l.limit(), cfg.limit_max);
+    let u = l.record(T0 + 120, &samples(10, 100, 30), 0).unwrap();
+    assert_eq!((u.from, u.to, u.min_change), (1000, 60, MinChange::None));
+    // Healthy after it: the limit is never reached, and never falls (approached, it
+    // grows).
+    let mut now = T0 + 120;
+    for _ in 0..20 {
+        now += 110;
+        l.record(now, &samples(20, 100, 35), 0);
+        assert!(l.limit() >= 60, "{}", l.limit());
+    }
+    // A quiet start: limit_initial.
+    let mut l = Limiter::new(cfg, T0);
+    l.record(T0 + 120, &samples(20, 10, 3), 0).unwrap();
+    assert_eq!(l.limit(), cfg.limit_initial);
+    // A fixed limit is one from the start.
+    let fixed = LimitConfig {
+        limit_min: 2,
+        limit_max: 2,
+        limit_initial: 2,
+        ..cfg
+    };
+    assert_eq!(Limiter::new(fixed, T0).limit(), 2);
+}
+
+#[test]
+fn a_healthy_start_is_measured_as_it_is() {
+    let mut l = Limiter::new(LimitConfig::default(), T0);
+    let mut now = T0;
+    let mut changes = Vec::new();
+    for _ in 0..8 {
+        now += 110;
+        changes.push(l.record(now, &samples(20, 40, 10), 0).unwrap().min_change);
+    }
+    assert!(changes.contains(&MinChange::Remeasured), "{changes:?}");
+    assert!(!changes.contains(&MinChange::ProbeStarted), "{changes:?}");
+    assert!(l.limit() >= 20);
+}
+
+#[test]
+fn a_floor_measured_in_an_unlimited_starts_queue_is_checked_pinned() {
+    // An origin overloaded from the start: its first decided interval already queues
+    // (the floor taken is 40 ms), and latency keeps growing, the limit (twice the first
+    // demand) unreached.
+    let mut l = Limiter::new(LimitConfig::default(), T0);
+    let mut now = T0 + 100;
+    assert_eq!(l.record(now, &samples(20, 40, 100), 0).unwrap().to, 200);
+    now += 100;
+    l.record(now, &samples(20, 40, 120), 0).unwrap();
+    assert_eq!(l.min_latency_ms(), 40.0);
+    let mut pinned = None;
+    for _ in 0..10 {
+        now += 200;
+        let u = l.record(now, &samples(20, 150, 150), 0).unwrap();
+        if u.min_change == MinChange::ProbeStarted {
+            pinned = Some(u);
+            break;
+        }
+    }
+    let u = pinned.expect("a pinned measurement, limit unreached");
+    assert!(!u.reached);
+    assert_eq!(u.to, u.from / 2, "half the limit");
+    // Drained at the pin, at the old floor: checked at half again all the same.
+    let pin = u.to;
+    now += 200;
+    let u = l.record(now, &samples(20, 40, pin), 0).unwrap();
+    assert_eq!((u.min_change, u.to), (MinChange::ProbeHalved, pin / 2));
+}
+
+#[test]
+fn an_overload_signal_before_the_first_interval_sets_the_limit() {
+    let mut l = Limiter::new(LimitConfig::default(), T0);
+    let u = l.record(T0 + 5, &overloaded(1, 30), 0).unwrap();
+    assert_eq!((u.from, u.to), (1000, 15));
+    let mut l = Limiter::new(LimitConfig::default(), T0);
+    let u = l.record(T0 + 5, &overloaded(1, 0), 0).unwrap();
+    assert_eq!(u.to, 500);
+}
