@@ -6,6 +6,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(ngx_http_upstream_zone)");
     println!("cargo::rustc-check-cfg=cfg(ngx_table_elt_next)");
     println!("cargo::rustc-check-cfg=cfg(ngx_zone_peers_config)");
+    println!("cargo::rustc-check-cfg=cfg(ngx_pass_trailers_flag)");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_FEATURES");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_VERSION_NUMBER");
     // nginx 1.23.0 chained repeated headers through `ngx_table_elt_t.next`.
@@ -20,6 +21,11 @@ fn main() {
     // resolved at run time make.
     if version >= 1_027_003 {
         println!("cargo::rustc-cfg=ngx_zone_peers_config");
+    }
+    // nginx 1.27.2 made the upstream conf's `pass_trailers` a flag (`proxy_pass_trailers`);
+    // before, it was a bit that `grpc_pass` set.
+    if version >= 1_027_002 {
+        println!("cargo::rustc-cfg=ngx_pass_trailers_flag");
     }
     let features = std::env::var("DEP_NGINX_FEATURES").unwrap_or_default();
     for f in features.split(',') {

@@ -39,7 +39,7 @@ use JSON::PP qw//;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(69);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(75);
 
 my $template = CB::Nginx::conf(1, <<'EOF');
 HTTP
@@ -158,7 +158,9 @@ bad($t, 'ssl_* without https', { HTTP =>
 	$f, qq{"$f" has "ssl_*" parameters but no "https://" peer});
 
 bad($t, 'unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on $S;" },
-	$f, 'invalid parameter "gossip=on"');
+	$f, 'invalid parameter "gossip="');
+unlike(nginx_t_out($t, 'typo.conf', "$f $peers id=127.0.0.1:8090 secrte=0123456789abcdef-typo;"),
+	qr/abcdef-typo/, 'a mistyped secret= is not repeated');
 
 bad($t, 'parameter twice', { HTTP => "$f $peers id=127.0.0.1:8090 interval=1s interval=2s $S;" },
 	$f, qq{duplicate parameter "interval" $in});
@@ -283,18 +285,33 @@ is(status(req('POST', '/circuit_breaker?format=fleet',
 	'read-only: POST is refused');
 
 # a poke: the peer is pulled at once
-my $poke = req('GET', '/circuit_breaker?format=fleet',
-	"$H: " . CB::FleetPeer::header($key, 'poke', $from, CB::FleetPeer::nonce()));
-is(status($poke), 204, 'an authenticated poke: 204');
-my $pokes = 0;
-$end = time() + 3;
-while (time() < $end) {
-	my $pg = eval { JSON::PP::decode_json(body(req('GET', '/circuit_breaker'))) } // {};
-	($pokes) = map { $_->{pokes} } grep { $_->{id} eq $from } @{$pg->{fleet}{peers} // []};
-	last if $pokes;
-	sleep 0.05;
+sub pokes_of {
+	my ($want) = @_;
+	my $n = 0;
+	my $end = time() + 3;
+	while (time() < $end) {
+		my $pg = eval { JSON::PP::decode_json(body(req('GET', '/circuit_breaker'))) } // {};
+		($n) = map { $_->{pokes} } grep { $_->{id} eq $from } @{$pg->{fleet}{peers} // []};
+		last if ($n // 0) >= $want;
+		sleep 0.05;
+	}
+	return $n // 0;
 }
-is($pokes, 1, 'the poke is counted');
+my $poke_h = "$H: " . CB::FleetPeer::header($key, 'poke', $from, CB::FleetPeer::poke_nonce(1000));
+my $poke = req('GET', '/circuit_breaker?format=fleet', $poke_h);
+is(status($poke), 204, 'an authenticated poke: 204');
+is(pokes_of(1), 1, 'the poke is counted');
+# the same poke replayed, and an older one: answered alike, and nothing moves
+is(status(req('GET', '/circuit_breaker?format=fleet', $poke_h)), 204, 'a replayed poke: 204');
+is(status(req('GET', '/circuit_breaker?format=fleet', "$H: "
+	. CB::FleetPeer::header($key, 'poke', $from, CB::FleetPeer::poke_nonce(999)))), 204,
+	'an older poke: 204');
+sleep 0.5;
+is(pokes_of(2), 1, 'a replayed or older poke moves nothing');
+is(status(req('GET', '/circuit_breaker?format=fleet', "$H: "
+	. CB::FleetPeer::header($key, 'poke', $from, CB::FleetPeer::poke_nonce(2000)))), 204,
+	'a later poke: 204');
+is(pokes_of(2), 2, 'a later poke is counted');
 is(status(req('GET', '/circuit_breaker?format=fleet',
 	"$H: " . CB::FleetPeer::header('another-secret-0123456789abcdef', 'poke', $from,
 		CB::FleetPeer::nonce()))), 403, 'a poke under another secret: 403');

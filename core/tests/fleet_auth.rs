@@ -371,3 +371,54 @@ fn a_round_claimed_again_later_or_dropped_keeps_its_probe() {
     let dropped = say(&mut a, now + 1000, 0, None);
     assert!(dropped <= first, "dropped: {first} -> {dropped}");
 }
+
+/// A poke's sequence rides in its nonce, under its MAC; a receiver takes only a later one,
+/// and a sender's sequence only grows, whatever its clock does.
+#[test]
+fn poke_sequences_only_grow_and_replays_are_not_news() {
+    use circuit_breaker_core::fleet::auth::{next_sequence, poke_is_new};
+    let n = Nonce::sequenced(0x0102_0304_0506_0708, [9; NONCE_BYTES - 8]);
+    assert_eq!(n.sequence(), 0x0102_0304_0506_0708);
+    assert_eq!(&n.0[8..], &[9; NONCE_BYTES - 8]);
+    assert!(poke_is_new(0, 1));
+    assert!(!poke_is_new(5, 5), "the same poke again");
+    assert!(!poke_is_new(5, 4), "an older poke");
+    let mut last = 0;
+    for now_us in [1_000u64, 1_000, 999, 5_000, 4_000, 4_000] {
+        let next = next_sequence(last, now_us);
+        assert!(next > last, "{last} -> {next} at {now_us}");
+        last = next;
+    }
+    // The sequence is under the MAC: a changed one does not verify.
+    let k = key("0123456789abcdef-pokes");
+    let header = k.request(Kind::Poke, "10.0.0.1:80", &n);
+    let changed = Nonce::sequenced(n.sequence() + 1, [9; NONCE_BYTES - 8]);
+    let forged = header.replacen(&n.hex(), &changed.hex(), 1);
+    assert!(k.check_request(Some(header.as_bytes())).is_ok());
+    assert!(k.check_request(Some(forged.as_bytes())).is_err());
+}
+
+/// A peer that claims its episode began long ago cannot make a claim skip rounds: the
+/// rounds are counted from this instance's own start (less one expiry).
+#[test]
+fn a_start_claimed_long_ago_skips_no_round() {
+    let run = |since_ms: u64| {
+        let mut a = store("a");
+        let opened = T0 - 1000;
+        a.update_local(T0 - 2000, 0, view(State::Closed, T0 - 60_000, 0, 0));
+        a.update_local(T0 - 1000, 0, view(State::Open, opened, 0, 0));
+        let now = T0 + 1000;
+        a.update_local(now, 0, view(State::Open, opened, 0, now));
+        let unclaimed = a.probe_from(now, 0);
+        let mut r = record(State::Open, 5, Some(0), true);
+        r.since_ms = since_ms;
+        let body = message(vec![r]);
+        a.receive(now, 0, body.as_bytes()).unwrap();
+        (unclaimed, a.probe_from(now, 0))
+    };
+    let (unclaimed, claimed) = run(1_000_000_000_000);
+    assert!(
+        claimed <= unclaimed,
+        "round 5 claimed with a start long ago: {unclaimed:?} -> {claimed:?}"
+    );
+}

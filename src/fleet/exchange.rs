@@ -26,7 +26,7 @@ use core::cell::RefCell;
 use core::time::Duration;
 use std::rc::Rc;
 
-use circuit_breaker_core::fleet::auth::{FleetKey, Kind, Nonce, HEADER};
+use circuit_breaker_core::fleet::auth::{self, FleetKey, Kind, Nonce, HEADER, NONCE_BYTES};
 use circuit_breaker_core::fleet::status::{self as fleet_status, Clocks};
 use circuit_breaker_core::fleet::store::{Push, Refused};
 use circuit_breaker_core::fleet::{wire, FleetDirective, FleetStore, LocalView};
@@ -127,6 +127,8 @@ pub struct Exchange {
     /// Answers that arrived since the task last ran: (peer, nonce, answer).
     done: Vec<(usize, Nonce, Answer)>,
     warned_nonce: bool,
+    /// The last poke's sequence (see `auth::next_sequence`).
+    poke_seq: u64,
 }
 
 /// What an [`Exchange`] starts from.
@@ -167,6 +169,7 @@ impl Exchange {
             pokes_in_flight: 0,
             done: Vec::new(),
             warned_nonce: false,
+            poke_seq: 0,
         }
     }
 
@@ -424,7 +427,7 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
                 if e.pokes_in_flight + sends.pokes.len() >= MAX_POKES_IN_FLIGHT {
                     break;
                 }
-                if let Some(n) = fresh_nonce(e) {
+                if let Some(n) = poke_nonce(e) {
                     sends.pokes.push((i, n));
                 }
             }
@@ -453,6 +456,16 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
     sends
 }
 
+/// A poke's nonce: the next sequence number (the wall clock in microseconds, increasing)
+/// and fresh random bytes.
+fn poke_nonce(e: &mut Exchange) -> Option<Nonce> {
+    let n = fresh_nonce(e)?;
+    e.poke_seq = auth::next_sequence(e.poke_seq, wall_ms().saturating_mul(1000));
+    let mut random = [0u8; NONCE_BYTES - 8];
+    random.copy_from_slice(&n.0[8..]);
+    Some(Nonce::sequenced(e.poke_seq, random))
+}
+
 fn fresh_nonce(e: &mut Exchange) -> Option<Nonce> {
     let n = nonce::fresh();
     if n.is_none() && !core::mem::replace(&mut e.warned_nonce, true) {
@@ -472,7 +485,8 @@ fn send(ex: &Rc<RefCell<Exchange>>, sends: Sends) {
         net::spawn(async move {
             let req = request(&ex2, i, Kind::Pull, &nonce);
             let answer = match req {
-                Some(r) => r.send(wire::MAX_MESSAGE_BYTES).await,
+                // A message of the largest size, and its seal.
+                Some(r) => r.send(wire::MAX_MESSAGE_BYTES + auth::SEAL_BYTES).await,
                 None => Answer::Failed(Error::InvalidRequest("request")),
             };
             let mut e = ex2.borrow_mut();

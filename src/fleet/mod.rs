@@ -29,7 +29,7 @@ use core::cell::RefCell;
 use std::rc::Rc;
 
 use circuit_breaker_core::fleet::auth::{Kind as AuthKind, HEADER};
-use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy};
+use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy, MAX_PEERS};
 use circuit_breaker_core::fleet::{
     default_expire_intervals, wire, FleetConfig, FleetDirective, FleetStore,
 };
@@ -114,7 +114,9 @@ fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize) -> 
     let wire = 64 + records * (3 * (id + names) + 120);
     let json = 256 + p * (id + 220) + n * (names + 420);
     let prom = 8192 + p * 5 * (id + zone_name + 120) + n * 7 * (names + zone_name + 140);
-    (2 * (wire + json + prom) + 65_536).next_multiple_of(4096)
+    // The header's per-peer poke sequences: 8 bytes for each peer the zone can name.
+    let header = MAX_PEERS * 8;
+    (2 * (wire + json + prom) + header + 65_536).next_multiple_of(4096)
 }
 
 /// The module's `init_process`: in every worker of a fleet, where to signal the exchange;
@@ -338,8 +340,11 @@ pub fn answer(mcf: &MainConf, auth: Option<&[u8]>, now_ms: u64) -> Result<Answer
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or(NoMessage::NotYet)?;
     match req.kind {
         AuthKind::Poke => {
-            shared.poke(peer);
-            wake::kick();
+            // A poke replayed (its sequence not above the last taken) is answered the same
+            // and moves nothing.
+            if shared.poke_if_new(peer, req.nonce.sequence()) {
+                wake::kick();
+            }
             Ok(Answer::Poked)
         }
         AuthKind::Pull => {

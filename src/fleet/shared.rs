@@ -64,6 +64,9 @@ struct Header {
     moved: AtomicU64,
     /// Peers (by index) that asked to be pulled now.
     pokes: [AtomicU64; POKE_WORDS],
+    /// The highest poke sequence taken from each peer (by index): a poke is acted on only
+    /// when its sequence is higher, so a recorded one replayed moves nothing.
+    poke_seq: [AtomicU64; MAX_PEERS],
 }
 
 const POKE_WORDS: usize = MAX_PEERS.div_ceil(64);
@@ -179,8 +182,22 @@ impl FleetZone {
         &self.header().moved
     }
 
+    /// Takes peer `index`'s poke of sequence `seq` if it is later than every poke taken from
+    /// that peer before (see `circuit_breaker_core::fleet::auth::poke_is_new`).
+    pub fn poke_if_new(&self, index: usize, seq: u64) -> bool {
+        let Some(last) = self.header().poke_seq.get(index) else {
+            return false;
+        };
+        let prev = last.fetch_max(seq, Ordering::Relaxed);
+        if !circuit_breaker_core::fleet::auth::poke_is_new(prev, seq) {
+            return false;
+        }
+        self.poke(index);
+        true
+    }
+
     /// Peer `index` asked to be pulled now.
-    pub fn poke(&self, index: usize) {
+    fn poke(&self, index: usize) {
         if let Some(w) = self.header().pokes.get(index / 64) {
             w.fetch_or(1 << (index % 64), Ordering::Relaxed);
         }
@@ -254,6 +271,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
                 texts: [text(), text(), text()],
                 moved: AtomicU64::new(0),
                 pokes: [const { AtomicU64::new(0) }; POKE_WORDS],
+                poke_seq: [const { AtomicU64::new(0) }; MAX_PEERS],
             });
             let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();
             (*raw).data = hdr.cast();

@@ -197,11 +197,25 @@ unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> 
 #[inline(always)]
 unsafe fn grpc_status(u: &ngx_http_upstream_t) -> Option<u8> {
     // SAFETY: the location's upstream conf, live for the configuration.
-    if !unsafe { u.conf.as_ref() }.is_some_and(|c| c.pass_trailers != 0) {
+    if !unsafe { u.conf.as_ref() }.is_some_and(passes_trailers) {
         return None;
     }
     // SAFETY: as for this function.
     unsafe { grpc_status_typed(u) }
+}
+
+/// Whether the location passes an answer's trailers on: a flag since nginx 1.27.2
+/// (`proxy_pass_trailers`), one bit of the upstream's conf before (set by `grpc_pass`).
+#[cfg(ngx_pass_trailers_flag)]
+#[inline(always)]
+fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
+    c.pass_trailers != 0
+}
+
+#[cfg(not(ngx_pass_trailers_flag))]
+#[inline(always)]
+fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
+    c.pass_trailers() != 0
 }
 
 /// [`grpc_status`] where trailers are passed on.

@@ -43,6 +43,9 @@ pub const NONCE_BYTES: usize = 16;
 pub const MIN_SECRET_BYTES: usize = 16;
 /// The longest secret accepted.
 pub const MAX_SECRET_BYTES: usize = 1024;
+
+/// The bytes a sealed answer adds to its message: the `auth` line.
+pub const SEAL_BYTES: usize = TRAILER.len() + 2 * MAC_BYTES + 1;
 const MAC_BYTES: usize = 32;
 const TRAILER: &[u8] = b"auth ";
 /// The longest header value accepted (a name of 255 bytes percent-encoded, and the rest).
@@ -81,6 +84,36 @@ impl Nonce {
         unhex(field, &mut out)?;
         Some(Nonce(out))
     }
+
+    /// A poke's nonce: the sender's sequence number (big-endian, its first 8 bytes) and
+    /// random bytes. Under the poke's MAC, the sequence lets a receiver refuse a poke it has
+    /// seen, or an older one: a recorded poke replayed costs nothing.
+    pub fn sequenced(sequence: u64, random: [u8; NONCE_BYTES - 8]) -> Nonce {
+        let mut out = [0u8; NONCE_BYTES];
+        out[..8].copy_from_slice(&sequence.to_be_bytes());
+        out[8..].copy_from_slice(&random);
+        Nonce(out)
+    }
+
+    /// The sequence number of a poke's nonce ([`Nonce::sequenced`]).
+    pub fn sequence(&self) -> u64 {
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&self.0[..8]);
+        u64::from_be_bytes(s)
+    }
+}
+
+/// Whether a poke with sequence `seq` is news after `last` (the highest seen from its
+/// sender): only a strictly later one is. A sender's sequence is its wall clock in
+/// microseconds, kept increasing within the process ([`next_sequence`]).
+pub fn poke_is_new(last: u64, seq: u64) -> bool {
+    seq > last
+}
+
+/// The next poke sequence after `last` at wall-clock microseconds `now_us`: the clock, or
+/// one more than the last if the clock has not moved on (or stepped back).
+pub fn next_sequence(last: u64, now_us: u64) -> u64 {
+    now_us.max(last.saturating_add(1))
 }
 
 impl fmt::Debug for Nonce {
@@ -287,8 +320,8 @@ impl FleetKey {
 
     /// The message inside an answer to a pull with `nonce`, once its `auth` line verifies.
     pub fn open<'a>(&self, nonce: &Nonce, answer: &'a [u8]) -> Result<&'a [u8], AuthError> {
-        // The `auth` line has a fixed length: the last 70 bytes, whatever the message holds.
-        let trailer = TRAILER.len() + 2 * MAC_BYTES + 1;
+        // The `auth` line has a fixed length: the last bytes, whatever the message holds.
+        let trailer = SEAL_BYTES;
         let Some(start) = answer.len().checked_sub(trailer) else {
             return Err(AuthError::Missing);
         };

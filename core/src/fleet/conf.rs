@@ -266,7 +266,15 @@ pub fn parse_fleet_args<'a>(
                 }
                 ssl_name = Some(v.to_ascii_lowercase());
             }
-            _ => return Err(ConfError::InvalidParameter(word.to_owned())),
+            // An unknown parameter is named without its value: a mistyped `secret=` must not
+            // print the key.
+            _ => {
+                let named = match word.split_once('=') {
+                    Some((k, _)) => format!("{k}="),
+                    None => word.to_owned(),
+                };
+                return Err(ConfError::InvalidParameter(named));
+            }
         }
         seen.push(key);
     }
@@ -564,6 +572,9 @@ mod tests {
     #[test]
     fn errors_in_nginx_wording() {
         let d = "in \"circuit_breaker_fleet\" directive";
+        // a mistyped secret= is named without its value
+        let e = err("127.0.0.1:1 id=127.0.0.2:1 secrte=0123456789abcdef-not-shown");
+        assert!(e.contains("\"secrte=\"") && !e.contains("not-shown"), "{e}");
         assert_eq!(
             err("peer.example:80 id=127.0.0.1:80"),
             format!(
@@ -622,7 +633,7 @@ mod tests {
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 bogus=1"),
-            "invalid parameter \"bogus=1\""
+            "invalid parameter \"bogus=\""
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 id=127.0.0.1:3"),

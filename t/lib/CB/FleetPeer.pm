@@ -21,6 +21,13 @@ sub nonce {
 	return join '', map { sprintf '%02x', int rand 256 } 1 .. 16;
 }
 
+# a poke's nonce: the sender's sequence SEQ (its first 8 bytes, big-endian), then random
+
+sub poke_nonce {
+	my ($seq) = @_;
+	return sprintf('%016x', $seq) . join '', map { sprintf '%02x', int rand 256 } 1 .. 8;
+}
+
 # the X-Circuit-Breaker-Fleet value of a request of KIND (pull, poke)
 
 sub header {

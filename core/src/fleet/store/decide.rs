@@ -52,7 +52,14 @@ impl FleetStore {
         }
         claims.sort_unstable();
         // (round, probe at, the least probe time a claim of this round needed).
-        let (mut round, mut at, mut floor) = (0u32, self.anchor(now, l), 0u64);
+        // Rounds are counted from the episode's start as this instance knows it: a peer's
+        // `since` may bring it earlier by an expiry at most, so that no claimed start long ago
+        // lets a claim skip rounds (the round-0 due time in `probe_from` may use it in full:
+        // there it only brings a probe sooner).
+        let base = self
+            .anchor(now, l)
+            .max(l.episode_start_ms.saturating_sub(self.cfg.expire_ms));
+        let (mut round, mut at, mut floor) = (0u32, base, 0u64);
         for (r, t, own) in claims {
             if r < round {
                 continue;
