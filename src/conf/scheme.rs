@@ -146,20 +146,18 @@ pub unsafe fn wrap_all(cf: *mut ngx_conf_t) -> ngx_int_t {
     let modules: &[*mut ngx_module_t] =
         unsafe { core::slice::from_raw_parts(cycle.modules, cycle.modules_n) };
     for w in WRAPPED {
-        // SAFETY: every entry is a loaded module with a NUL-terminated name.
-        let Some(&m) = modules
-            .iter()
-            .find(|&&m| unsafe { CStr::from_ptr((*m).name) } == w.module)
-        else {
+        let Some(&m) = modules.iter().find(|&&m| {
+            // SAFETY: every entry is a loaded module with a NUL-terminated name.
+            (unsafe { CStr::from_ptr((*m).name) }) == w.module
+        }) else {
             continue;
         };
         // SAFETY: a module's command list ends with an entry of an empty name.
         let Some(cmd) = (unsafe { find_command(m, w.directive) }) else {
             continue;
         };
-        // SAFETY: `cmd` is an entry of the module's static command table, written to only
-        // here and in `unwrap_all`, while nginx parses the configuration (single-threaded);
-        // the handler saved first is the module's own.
+        // SAFETY: `cmd` is in the module's static command table, written only here and in
+        // `unwrap_all` while nginx parses (single-threaded); the handler saved is the module's.
         unsafe {
             let Some(own) = (*cmd).set else { continue };
             if own as usize == w.wrapper as usize {

@@ -323,9 +323,8 @@ fn assess(
         (Some(why), true) => Some((name.as_str(), why.as_str())),
         _ => None,
     };
-    // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
-    // under, and `uscf` (not null: the caller checked) its upstream conf, set in peer.init;
-    // both live in a worker.
+    // SAFETY: `srv_conf_ptr` is this request's upstream `SrvConf` and `uscf` (not null: the
+    // caller checked) its upstream conf, set in peer.init; both live as long as the worker.
     let up = unsafe { Upstream::new(zone, &*state.srv_conf_ptr(), &*state.uscf) };
     let a = eject::assess(locked, up, server, probe, now, log);
     Some(eject::Assessment {

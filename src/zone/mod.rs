@@ -425,9 +425,8 @@ impl Zone {
                 }
             }
             done += 1;
-            // SAFETY: `n` was reached under the lock and is still published: `go_on` stopped
-            // the walk if a reconciliation ran between batches, and `step` frees a node only
-            // after this read of its successor.
+            // SAFETY: `n`, reached under the lock, is published: `go_on` stopped the walk if a
+            // reconciliation ran between batches, and `step` frees a node only after this read.
             node = unsafe { locked.next(n) };
             step(&mut locked, n);
         }
