@@ -47,7 +47,7 @@ if (!profile) {
   process.exit(2);
 }
 
-const context = await chromium.launchPersistentContext(profile, {
+const launch = () => chromium.launchPersistentContext(profile, {
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
   // Root in a container: no sandbox. Nothing may reach the network but the page's origin.
@@ -56,22 +56,46 @@ const context = await chromium.launchPersistentContext(profile, {
   viewport: { width: 1400, height: 700 },
   timeout: 30000,
 });
-const page = context.pages()[0] || await context.newPage();
-page.setDefaultTimeout(10000);
 
-let origin = null;
+let origin = null, lastUrl = null, restarts = 0;
 const consoleErrors = [], pageErrors = [], offsite = [];
 let dialogAnswer = null, lastDialog = null;
-page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-page.on('pageerror', e => pageErrors.push(String(e)));
-page.on('request', r => {
-  const url = r.url();
-  if (origin && !url.startsWith(origin + '/') && !url.startsWith('data:')) offsite.push(url);
-});
-page.on('dialog', async d => {
-  lastDialog = { type: d.type(), message: d.message() };
-  if (dialogAnswer) await d.accept(); else await d.dismiss();
-});
+let context, page;
+
+// CSP violations are reported to the page itself: collect them from the first script on.
+async function start() {
+  context = await launch();
+  page = context.pages()[0] || await context.newPage();
+  page.setDefaultTimeout(10000);
+  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  page.on('pageerror', e => pageErrors.push(String(e)));
+  page.on('request', r => {
+    const url = r.url();
+    if (origin && !url.startsWith(origin + '/') && !url.startsWith('data:')) offsite.push(url);
+  });
+  page.on('dialog', async d => {
+    lastDialog = { type: d.type(), message: d.message() };
+    if (dialogAnswer) await d.accept(); else await d.dismiss();
+  });
+  await page.addInitScript(() => {
+    window.__csp = [];
+    document.addEventListener('securitypolicyviolation',
+      e => window.__csp.push(`${e.violatedDirective} ${e.blockedURI}`));
+  });
+}
+await start();
+
+// The browser's own end (a renderer or the browser gone: seen on a machine under heavy
+// load) is the test's process failing, not the page: start it again on the page last
+// opened and ask once more. It is said on stderr and counted in `report`.
+const closed = e => /has been closed|Target closed|crashed/i.test(String(e && e.message || e));
+async function restart(why) {
+  restarts++;
+  console.error(`drive.mjs: the browser ended (${why}); started again on ${lastUrl}`);
+  try { await context.close(); } catch (e) { /* already gone */ }
+  await start();
+  if (lastUrl) await page.goto(lastUrl, { waitUntil: 'load' });
+}
 
 const rowSel = (u, r, server) => `.row[data-upstream=${JSON.stringify(u)}]` +
   (server !== undefined ? `[data-server=${JSON.stringify(server)}]` : `[data-route=${JSON.stringify(r)}]`);
@@ -99,6 +123,7 @@ async function describe(sel) {
 const ops = {
   async open({ url }) {
     origin = new URL(url).origin;
+    lastUrl = url;
     for (const a of [consoleErrors, pageErrors, offsite]) a.length = 0;
     const res = await page.goto(url, { waitUntil: 'load' });
     return { status: res.status(), contentType: res.headers()['content-type'], title: await page.title() };
@@ -218,16 +243,9 @@ const ops = {
   },
   async report() {
     const csp = await page.evaluate(() => window.__csp || []);
-    return { consoleErrors, pageErrors, offsite, csp };
+    return { consoleErrors, pageErrors, offsite, csp, restarts };
   },
 };
-
-// CSP violations are reported to the page itself: collect them from the first script on.
-await page.addInitScript(() => {
-  window.__csp = [];
-  document.addEventListener('securitypolicyviolation',
-    e => window.__csp.push(`${e.violatedDirective} ${e.blockedURI}`));
-});
 
 const rl = createInterface({ input: process.stdin });
 const reply = obj => process.stdout.write(JSON.stringify(obj) + '\n');
@@ -248,7 +266,15 @@ for await (const line of rl) {
   }
   const id = cmd.id === undefined ? {} : { id: cmd.id };
   try {
-    reply({ ok: true, ...(await op(cmd)), ...id });
+    let out;
+    try {
+      out = await op(cmd);
+    } catch (e) {
+      if (!closed(e) || restarts >= 2) throw e;
+      await restart(String(e && e.message || e).split('\n')[0]);
+      out = await op(cmd);
+    }
+    reply({ ok: true, ...out, ...id });
   } catch (e) {
     reply({ ok: false, error: String(e && e.message || e).split('\n')[0], ...id });
   }
