@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # Pools judged right, with the default breaker: one bad server of a pool never takes the
 # pool down, whatever the pool's size, the balancer, the server that gets the first request,
 # min_requests, and whether requests come one at a time or many at once.  For each case an

@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # Workers killed with SIGKILL (worker_processes 4).
 #
 # All workers share the breakers; "a worker that dies mid-update must

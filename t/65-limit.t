@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # The adaptive in-flight limit (circuit_breaker ... limit=adaptive), with four
 # worker processes sharing it.
 #

@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # The dashboard at 10 000 breakers, in headless Chromium: the list holds
 # them all (aria-rowcount) but draws only the rows on screen, the open ones
 # come first, the filter finds one among them, the keyboard reaches the

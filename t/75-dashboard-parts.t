@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # The dashboard shows the whole decision, in headless Chromium, each figure
 # checked against the JSON of the same moment (a wrong value fails):
 #

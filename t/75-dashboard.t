@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # The live dashboard in a real browser: Debian's chromium, headless, driven
 # by t/browser/drive.mjs (playwright-core, no browser download). The page is
 # asked for as a browser asks (Accept: text/html) under a prefix location; a

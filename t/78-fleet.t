@@ -1,5 +1,6 @@
 #!/usr/bin/perl
 
+# prove: alone
 # The fleet on loopback: 8 instances of nginx with the module (one worker
 # each) in front of one origin that counts every request, each instance with
 # its own users, exchanging every second (circuit_breaker_fleet).
