@@ -130,12 +130,16 @@ fn threshold(word: &str, v: &str) -> Result<u32, ConfError> {
     }
 }
 
-/// An active health probe (`probe_uri=` and its companions): what the module sends to an
-/// upstream's servers while its breaker is open, and what counts as healthy.
+/// An active health probe (`probe_uri=` or `probe_grpc=`, and their companions): what the
+/// module sends to an upstream's servers while its breaker is open, and what counts as
+/// healthy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeSpec {
-    /// Path and query, from `/`.
+    /// Path and query, from `/` (for a gRPC probe, the health service's method).
     pub uri: String,
+    /// `probe_grpc=`: the service whose health `grpc.health.v1.Health/Check` asks for over
+    /// HTTP/2 (empty: the server's); `None` for an HTTP/1.1 `GET` of `uri`.
+    pub grpc: Option<String>,
     /// `Host` header; `None`: the upstream's name, as `proxy_pass` sends it by default.
     pub host: Option<String>,
     /// Statuses that count as healthy, as inclusive ranges (`probe_status=200-399`).
@@ -145,11 +149,14 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
-    /// Whether `status` counts as healthy.
+    /// Whether an HTTP answer with `status` counts as healthy: one in `probe_status`, and
+    /// never for a gRPC probe, whose verdict is the health answer's.
     pub fn healthy(&self, status: u16) -> bool {
-        self.statuses
-            .iter()
-            .any(|&(lo, hi)| (lo..=hi).contains(&status))
+        self.grpc.is_none()
+            && self
+                .statuses
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&status))
     }
 }
 
@@ -249,6 +256,7 @@ pub fn parse_breaker_args<'a>(
     let mut c = BreakerConfig::default();
     let mut probe = ProbeSpec {
         uri: String::new(),
+        grpc: None,
         host: None,
         statuses: vec![(200, 399)],
         timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
@@ -305,6 +313,17 @@ pub fn parse_breaker_args<'a>(
                     return Err(invalid(word, Some("must be a path from \"/\"")));
                 }
                 probe.uri = v.to_owned();
+                c.active = true;
+            }
+            "probe_grpc" => {
+                if !crate::grpc::health::valid_service(v) {
+                    return Err(invalid(
+                        word,
+                        Some("must be a gRPC service name, or empty for the server's health"),
+                    ));
+                }
+                probe.uri = crate::grpc::health::PATH.to_owned();
+                probe.grpc = Some(v.to_owned());
                 c.active = true;
             }
             "probe_host" => {
@@ -366,6 +385,17 @@ pub fn parse_breaker_args<'a>(
     }
     if seen.has("ramp_start") && c.ramp_ms == 0 {
         return Err(needs("ramp_start", "ramp"));
+    }
+    if seen.has("probe_uri") && seen.has("probe_grpc") {
+        return Err(ConfError::Conflict(format!(
+            "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"{CB}\" directive"
+        )));
+    }
+    if seen.has("probe_status") && seen.has("probe_grpc") {
+        // A health answer's verdict is its serving status, not its HTTP status.
+        return Err(ConfError::Conflict(format!(
+            "\"probe_status\" does not apply to \"probe_grpc\" in \"{CB}\" directive"
+        )));
     }
     for p in ["probe_host", "probe_status", "probe_timeout"] {
         if seen.has(p) && !c.active {
@@ -683,6 +713,23 @@ mod tests {
     }
 
     #[test]
+    fn probe_grpc_asks_the_health_service() {
+        let p = params(["probe_grpc=", "probe_timeout=300ms", "probe_host=api"]).unwrap();
+        assert!(p.cfg.active);
+        let probe = p.probe.unwrap();
+        assert_eq!(probe.grpc.as_deref(), Some(""), "the server's own health");
+        assert_eq!(probe.uri, "/grpc.health.v1.Health/Check");
+        assert_eq!(
+            (probe.timeout_ms, probe.host.as_deref()),
+            (300, Some("api"))
+        );
+        assert!(!probe.healthy(200), "an HTTP status alone is no verdict");
+        let probe = params(["probe_grpc=pkg.v1.Orders"]).unwrap().probe.unwrap();
+        assert_eq!(probe.grpc.as_deref(), Some("pkg.v1.Orders"));
+        assert_eq!(params(["probe_uri=/h"]).unwrap().probe.unwrap().grpc, None);
+    }
+
+    #[test]
     fn companion_errors_read_like_nginx() {
         let cases: &[(&[&str], &str)] = &[
             (&["probe_uri=health"], "invalid value \"probe_uri=health\" in \"circuit_breaker\" directive, must be a path from \"/\""),
@@ -694,6 +741,9 @@ mod tests {
             (&["limit_max=5"], "\"limit_max\" requires \"limit=adaptive\" in \"circuit_breaker\" directive"),
             (&["retry_budget=off", "retry_min=3"], "\"retry_min\" requires \"retry_budget\" in \"circuit_breaker\" directive"),
             (&["retry_min=-1"], "invalid value \"retry_min=-1\" in \"circuit_breaker\" directive"),
+            (&["probe_grpc=a b"], "invalid value \"probe_grpc=a b\" in \"circuit_breaker\" directive, must be a gRPC service name, or empty for the server's health"),
+            (&["probe_uri=/h", "probe_grpc=x"], "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"circuit_breaker\" directive"),
+            (&["probe_grpc=", "probe_status=200"], "\"probe_status\" does not apply to \"probe_grpc\" in \"circuit_breaker\" directive"),
         ];
         for (args, msg) in cases {
             let err = params(args.iter().copied()).unwrap_err();

@@ -9,6 +9,7 @@
 
 use crate::breaker::{Gate, ProbeFailure, ProbeResult};
 use crate::directive::ProbeSpec;
+use crate::grpc::health::Health;
 
 /// What a worker does with a breaker now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +69,15 @@ pub enum ProbeEnd {
     Timeout,
     /// No response: refused, reset, closed early, or an unreachable server.
     Error,
-    /// Something that was not an HTTP/1.x response head.
+    /// Something that was not an HTTP/1.x response head (HTTP/2 for a gRPC probe).
     Invalid,
+    /// A gRPC health check's answer, with HTTP status 200.
+    Grpc {
+        /// What it says.
+        health: Health,
+        /// Its `grpc-retry-pushback-ms`, in whole seconds rounded up, if it had one.
+        retry_after_s: Option<u32>,
+    },
     /// The TLS handshake failed or the certificate was refused: counted apart (`tls_errors`),
     /// never an origin failure, as for user requests.
     Tls,
@@ -77,8 +85,9 @@ pub enum ProbeEnd {
 
 /// What a probe found, for [`crate::breaker::Breaker::record_probe`].
 ///
-/// A probe is healthy when a response arrives with a status in `probe_status`; anything else
-/// — another status, no response within `probe_timeout`, an error — fails it, whatever
+/// A probe is healthy when a response arrives with a status in `probe_status` (a gRPC probe:
+/// when the health service says `SERVING`); anything else — another status, another serving
+/// status or `grpc-status`, no response within `probe_timeout`, an error — fails it, whatever
 /// `circuit_breaker_failure` lists (that directive judges user requests; an operator who
 /// points a probe at `/health` has said what healthy means). `response_ms` is the probe's
 /// time, which `probe_latency` judges; an answer's `Retry-After` delays the next probe.
@@ -95,6 +104,19 @@ pub fn result(spec: &ProbeSpec, end: ProbeEnd, response_ms: u64) -> ProbeResult 
         ProbeEnd::Timeout => (Some(ProbeFailure::Timeout), false, 0),
         ProbeEnd::Error => (Some(ProbeFailure::Error), false, 0),
         ProbeEnd::Invalid => (Some(ProbeFailure::InvalidResponse), false, 0),
+        ProbeEnd::Grpc {
+            health,
+            retry_after_s,
+        } => (
+            match health {
+                Health::Serving => None,
+                Health::NotServing(s) => Some(ProbeFailure::NotServing(s)),
+                Health::Status(code) => Some(ProbeFailure::GrpcStatus(code)),
+                Health::Invalid => Some(ProbeFailure::InvalidResponse),
+            },
+            false,
+            retry_after_s.unwrap_or(0),
+        ),
         ProbeEnd::Tls => (None, true, 0),
     };
     ProbeResult {
@@ -130,6 +152,7 @@ mod tests {
     fn spec() -> ProbeSpec {
         ProbeSpec {
             uri: "/health".into(),
+            grpc: None,
             host: None,
             statuses: vec![(200, 399)],
             timeout_ms: 1000,
@@ -193,6 +216,59 @@ mod tests {
             next_server(&[true, false], usize::MAX),
             Some(1),
             "any cursor"
+        );
+    }
+
+    #[test]
+    fn a_grpc_probe_is_healthy_when_serving_only() {
+        let s = ProbeSpec {
+            uri: crate::grpc::health::PATH.into(),
+            grpc: Some(String::new()),
+            ..spec()
+        };
+        let grpc = |health| ProbeEnd::Grpc {
+            health,
+            retry_after_s: None,
+        };
+        assert!(!failed(&s, grpc(Health::Serving)));
+        assert_eq!(
+            result(&s, grpc(Health::NotServing(2)), 5).failure,
+            Some(ProbeFailure::NotServing(2))
+        );
+        assert_eq!(
+            result(&s, grpc(Health::Status(12)), 5).failure,
+            Some(ProbeFailure::GrpcStatus(12))
+        );
+        assert_eq!(
+            result(&s, grpc(Health::Invalid), 5).failure,
+            Some(ProbeFailure::InvalidResponse)
+        );
+        // Whatever its HTTP status, an answer without a health verdict is no good probe.
+        for status in [200, 204, 302, 503] {
+            let r = result(
+                &s,
+                ProbeEnd::Response {
+                    status,
+                    retry_after_s: None,
+                },
+                5,
+            );
+            assert_eq!(r.failure, Some(ProbeFailure::Status(status)));
+        }
+        // A pushback delays the next probe as a Retry-After does.
+        let r = result(
+            &s,
+            ProbeEnd::Grpc {
+                health: Health::NotServing(2),
+                retry_after_s: Some(7),
+            },
+            5,
+        );
+        assert_eq!(r.retry_after_s, 7);
+        assert_eq!(
+            r.failed(0).as_deref(),
+            Some("probe failed: NOT_SERVING"),
+            "the log names the serving status"
         );
     }
 

@@ -102,10 +102,12 @@ pub struct MainConf {
     /// `ctx_index` of the content modules whose location conf starts with an
     /// `ngx_http_upstream_conf_t` (proxy, grpc, fastcgi, uwsgi, scgi, memcached).
     pub(crate) upstream_modules: Vec<usize>,
-    /// `ctx_index` of the proxy module, and the upstream conf of every location it passes to
-    /// a fixed upstream (`(upstream srv conf, upstream conf)`): active probes take their TLS
-    /// settings from them.
+    /// `ctx_index` of the proxy and gRPC modules (whose upstream conf carries their
+    /// `*_ssl_*` settings), and the upstream conf of every location they pass to a fixed
+    /// upstream (`(upstream srv conf, upstream conf)`): active probes take their TLS settings
+    /// from them.
     pub(crate) proxy_module: Option<usize>,
+    pub(crate) grpc_module: Option<usize>,
     pub proxied: Vec<Proxied>,
     /// Locations that pass to an upstream picked at run time over TLS
     /// (`proxy_pass https://$backend`): their upstream conf and name.
@@ -147,6 +149,7 @@ impl Default for MainConf {
             generation: 0,
             upstream_modules: Vec::new(),
             proxy_module: None,
+            grpc_module: None,
             proxied: Vec::new(),
             dynamic_tls: Vec::new(),
             pass_schemes: HashMap::new(),

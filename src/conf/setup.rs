@@ -60,6 +60,9 @@ pub unsafe fn find_upstream_modules(cf: *mut ngx_conf_t) -> ngx_int_t {
         if name == UPSTREAM_MODULES[0] {
             mcf.proxy_module = Some(m.ctx_index);
         }
+        if name == UPSTREAM_MODULES[1] {
+            mcf.grpc_module = Some(m.ctx_index);
+        }
     }
     NGX_OK as ngx_int_t
 }
@@ -121,7 +124,8 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
             lcf.pass = Some(pass);
         }
         let tls = lcf.pass == Some(Pass::Tls);
-        let proxy = mcf.proxy_module == Some(index);
+        // proxy_pass and grpc_pass: the modules that speak TLS to an upstream.
+        let proxy = mcf.proxy_module == Some(index) || mcf.grpc_module == Some(index);
         let ucf_ptr = core::ptr::from_ref(ucf).cast_mut();
         if ucf.upstream.is_null() {
             if proxy && tls {

@@ -38,11 +38,11 @@ pub struct Request<'a> {
 /// How to send a request.
 #[derive(Clone, Copy)]
 pub struct Options<'a> {
-    timeout: Duration,
-    max_body: usize,
-    action: &'static str,
+    pub(super) timeout: Duration,
+    pub(super) max_body: usize,
+    pub(super) action: &'static str,
     #[cfg(ngx_ssl)]
-    tls: Option<&'a super::Tls>,
+    pub(super) tls: Option<&'a super::Tls>,
     #[cfg(not(ngx_ssl))]
     _tls: core::marker::PhantomData<&'a ()>,
 }
@@ -103,8 +103,15 @@ pub async fn fetch(peer: &Peer, req: &Request<'_>, opts: &Options<'_>) -> Result
         return Err(Error::Exiting);
     }
     let request = build(req)?;
-    let deadline = ngx::async_::sleep(opts.timeout);
-    let work = exchange(peer, request, opts);
+    within(opts.timeout, exchange(peer, request, opts)).await
+}
+
+/// `work`'s result, or [`Error::Timeout`] once `timeout` has passed.
+pub(super) async fn within<T>(
+    timeout: Duration,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let deadline = ngx::async_::sleep(timeout);
     let (mut work, mut deadline) = (pin!(work), pin!(deadline));
     poll_fn(|cx| {
         if let Poll::Ready(r) = work.as_mut().poll(cx) {
@@ -156,7 +163,7 @@ async fn exchange(
     let stream = Stream::connect(peer, opts.action).await?;
     #[cfg(ngx_ssl)]
     if let Some(tls) = opts.tls {
-        super::tls::handshake(&stream, tls).await?;
+        super::tls::handshake(&stream, tls, super::tls::Alpn::Default).await?;
     }
     let shared = stream.shared();
     let (mut sender, conn) = http1::Builder::new()

@@ -1,11 +1,11 @@
 //! Outbound HTTP from a worker process, off the request path: active health probes and the
-//! fleet exchange send small HTTP/1.1 requests with [`fetch`], from tasks started with
-//! [`spawn`] or [`every`].
+//! fleet exchange send small HTTP/1.1 requests with [`fetch`], and gRPC health probes one
+//! HTTP/2 call with [`health_check`], from tasks started with [`spawn`] or [`every`].
 //!
 //! - **Connections** are nginx's own (`ngx_event_connect_peer`), so they count against
 //!   `worker_connections`, use nginx's event method and appear in its debug log.
 //! - **Readiness**: the connection's read and write event handlers wake the task that last
-//!   waited on them; hyper's HTTP/1 client reads and writes through `c->recv`/`c->send`.
+//!   waited on them; hyper's HTTP/1 client and h2 read and write through `c->recv`/`c->send`.
 //! - **Tasks** run on ngx's executor (`ngx::async_`): a wake outside the task runs it at once,
 //!   inside nginx's event handler; a wake from within it is posted to the next loop iteration.
 //! - **Timers**: one per request (its deadline) and one per sleeping [`every`] task, both
@@ -17,6 +17,7 @@
 //!   ends with [`Error::Exiting`] and no socket is left open; no new request starts while the
 //!   worker is exiting.
 
+mod grpc;
 mod http;
 mod stream;
 mod task;
@@ -29,6 +30,7 @@ use std::net::SocketAddr;
 
 use nginx_sys::{ngx_addr_t, ngx_sockaddr_t, sockaddr, socklen_t};
 
+pub use self::grpc::{health_check, GrpcAnswer};
 pub use self::http::{fetch, Options, Request, Response, DEFAULT_MAX_BODY};
 pub use self::task::{every, exiting, spawn, Background};
 #[cfg(ngx_ssl)]
@@ -165,7 +167,7 @@ pub enum Error {
     Closed,
     /// The overall deadline passed.
     Timeout,
-    /// The response was not valid HTTP/1.x (hyper's description).
+    /// The response was not valid HTTP/1.x or HTTP/2 (hyper's or h2's description).
     Protocol(String),
     /// Another socket error (errno).
     Io(i32),

@@ -323,33 +323,28 @@ fn failure_of(errno: i32) -> Failure {
     }
 }
 
-impl hyper::rt::Read for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
+impl Stream {
+    /// Reads into `dst` what the socket has: `Ready(Ok(0))` at the end of the stream.
+    fn poll_recv(
+        &self,
         cx: &mut Context<'_>,
-        mut buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
+        dst: &mut [mem::MaybeUninit<u8>],
+    ) -> Poll<io::Result<usize>> {
         let c = self.connection()?;
-        if buf.remaining() == 0 {
-            return Poll::Ready(Ok(()));
+        if dst.is_empty() {
+            return Poll::Ready(Ok(0));
         }
-        // SAFETY: the cursor's unfilled part is `remaining()` writable bytes; `recv` (set by nginx
-        // on every connection) writes at most that many and returns how many it wrote.
+        // SAFETY: `dst` is `dst.len()` writable bytes; `recv` (set by nginx on every
+        // connection) writes at most that many and returns how many it wrote.
         let n = unsafe {
-            let dst = buf.as_mut();
             match (*c).recv {
                 Some(recv) => recv(c, dst.as_mut_ptr().cast(), dst.len()),
                 None => NGX_ERROR as isize,
             }
         };
-        if n > 0 {
-            // SAFETY: recv initialised exactly `n` bytes at the start of the unfilled part.
-            unsafe { buf.advance(n as usize) };
-            return Poll::Ready(Ok(()));
-        }
-        if n == 0 {
-            // End of stream: hyper decides whether the response was complete.
-            return Poll::Ready(Ok(()));
+        if n >= 0 {
+            // 0 is the end of stream: the protocol decides whether what came was complete.
+            return Poll::Ready(Ok(n as usize));
         }
         if n == NGX_AGAIN as isize {
             self.shared.reader.set(Some(cx.waker().clone()));
@@ -363,14 +358,9 @@ impl hyper::rt::Read for Stream {
         // nginx logged it (at info level for resets, see `log_error`).
         Poll::Ready(Err(self.fail(failure_of(ngx_socket_errno()))))
     }
-}
 
-impl hyper::rt::Write for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    /// Writes what the socket takes of `buf`.
+    fn poll_send(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let c = self.connection()?;
         // SAFETY: `send` (ngx_unix_send or ngx_ssl_write) only reads `buf.len()` bytes of the
         // live slice.
@@ -393,6 +383,37 @@ impl hyper::rt::Write for Stream {
         }
         Poll::Ready(Err(self.fail(failure_of(ngx_socket_errno()))))
     }
+}
+
+// hyper's HTTP/1 client reads and writes through these.
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        // SAFETY: only the cursor's unfilled part is written, and `advance` counts exactly the
+        // bytes `recv` initialised there.
+        unsafe {
+            let n = match self.poll_recv(cx, buf.as_mut()) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            buf.advance(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, buf)
+    }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // Nothing is buffered here: `send` writes to the socket (or to OpenSSL, which flushes).
@@ -401,6 +422,46 @@ impl hyper::rt::Write for Stream {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // One request per connection: dropping the stream closes it.
+        Poll::Ready(Ok(()))
+    }
+}
+
+// h2 (the gRPC health probe's HTTP/2) reads and writes through these.
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        // SAFETY: only the unfilled part is written, and `assume_init` and `advance` count
+        // exactly the bytes `recv` initialised there.
+        unsafe {
+            let n = match self.poll_recv(cx, buf.unfilled_mut()) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            buf.assume_init(n);
+            buf.advance(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
 }

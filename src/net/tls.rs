@@ -11,7 +11,7 @@ use std::ffi::CString;
 
 use nginx_sys::{
     ngx_connection_t, ngx_create_pool, ngx_int_t, ngx_ssl_check_host, ngx_ssl_create_connection,
-    ngx_ssl_handshake, ngx_ssl_t, ngx_str_t, SSL_ctrl, SSL_get_verify_result,
+    ngx_ssl_handshake, ngx_ssl_t, ngx_str_t, SSL_ctrl, SSL_get_verify_result, SSL_set_alpn_protos,
     TLSEXT_NAMETYPE_host_name, NGX_AGAIN, NGX_OK, NGX_SSL_CLIENT, SSL_CTRL_SET_TLSEXT_HOSTNAME,
     X509_V_OK,
 };
@@ -85,8 +85,17 @@ impl Tls {
     }
 }
 
+/// The application protocol a handshake offers (ALPN).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Alpn {
+    /// None offered (unless the context offers one): HTTP/1.1, as `proxy_pass https://`.
+    Default,
+    /// HTTP/2, which gRPC over TLS requires, as `grpc_pass grpcs://` offers it.
+    H2,
+}
+
 /// Performs the TLS handshake on a connected stream.
-pub(super) async fn handshake(stream: &Stream, tls: &Tls) -> Result<(), Error> {
+pub(super) async fn handshake(stream: &Stream, tls: &Tls, alpn: Alpn) -> Result<(), Error> {
     let c = stream.raw()?;
     // nginx allocates the SSL connection state from `c->pool`, which a fresh peer connection
     // lacks; Shared::close destroys it after closing.
@@ -115,6 +124,12 @@ pub(super) async fn handshake(stream: &Stream, tls: &Tls) -> Result<(), Error> {
             {
                 return Err(Error::Tls);
             }
+        }
+        // In the protocol-name-list form: each name after its length.
+        if alpn == Alpn::H2
+            && SSL_set_alpn_protos((*(*c).ssl).connection, b"\x02h2".as_ptr(), 3) != 0
+        {
+            return Err(Error::Tls);
         }
     }
 

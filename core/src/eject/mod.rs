@@ -445,6 +445,7 @@ mod tests {
     fn probe(status: u16) -> ProbeResult {
         let spec = crate::directive::ProbeSpec {
             uri: "/health".into(),
+            grpc: None,
             host: None,
             statuses: vec![(200, 399)],
             timeout_ms: 1000,

@@ -367,7 +367,11 @@ pub fn breaker_fingerprint(cfg: &BreakerConfig, probe: Option<&ProbeSpec>) -> u6
             for &(lo, hi) in &p.statuses {
                 fp = fp.u32(u32::from(lo)).u32(u32::from(hi));
             }
-            fp
+            // Only a gRPC probe adds to it, so that an HTTP probe's stays what it was.
+            match &p.grpc {
+                Some(service) => fp.str("grpc").str(service),
+                None => fp,
+            }
         }
         None => fp,
     };
@@ -523,6 +527,7 @@ mod tests {
         let passive = BreakerConfig::default();
         let probe = ProbeSpec {
             uri: "/health".into(),
+            grpc: None,
             host: None,
             statuses: vec![(200, 399)],
             timeout_ms: 1000,
@@ -548,6 +553,15 @@ mod tests {
             ..probe.clone()
         };
         assert_ne!(a, breaker_fingerprint(&active, Some(&statuses)));
+        let grpc = |service: &str| ProbeSpec {
+            uri: crate::grpc::health::PATH.into(),
+            grpc: Some(service.into()),
+            ..probe.clone()
+        };
+        let g = breaker_fingerprint(&active, Some(&grpc("")));
+        assert_ne!(g, a);
+        assert_ne!(g, breaker_fingerprint(&active, Some(&grpc("pkg.Svc"))));
+        assert_eq!(g, breaker_fingerprint(&active, Some(&grpc(""))));
         assert_eq!(a, breaker_fingerprint(&active, Some(&probe.clone())));
     }
 

@@ -1,5 +1,8 @@
 //! What a short-circuited gRPC client is told: a trailers-only answer's `grpc-status` and
-//! `grpc-message` for each reason a request is turned away.
+//! `grpc-message` for each reason a request is turned away. The health checking protocol the
+//! active probe speaks is in [`health`].
+
+pub mod health;
 
 /// `grpc-status` UNAVAILABLE: the server cannot take the call now; retry after the pushback.
 pub const UNAVAILABLE: u8 = 14;

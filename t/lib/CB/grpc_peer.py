@@ -2,16 +2,20 @@
 """A gRPC backend and client for the t/85-grpc*.t tests (Debian's python3-grpcio, no protoc:
 generic handlers with raw bytes).
 
-    grpc_peer.py serve PORT HITS_FILE
+    grpc_peer.py serve PORT HITS_FILE [CERT KEY]
 
 serves every unary method of test.Echo (and grpc.health.v1.Health/Check) on 127.0.0.1:PORT,
-over cleartext HTTP/2, and appends one line per call to HITS_FILE (the method's path). What
+over cleartext HTTP/2 (over TLS with CERT and KEY, PEM files), and appends one line per call
+to HITS_FILE (the method's path; for the health check, the path and the service asked for,
+"-" for the server's own health). What
 it answers is re-read from "HITS_FILE.mode" for every call, as CB::Origin's behave(): the
 first line "PREFIX CODE HOW" whose PREFIX starts the method's path ("*" matches any), CODE a
 grpc-status number (0 is OK), HOW "only" (a trailers-only answer: grpc-status in the one
 HEADERS frame that ends the stream), "end" (headers first, then the status in trailers) or
 "sleepMS" (the answer after MS milliseconds, trailers-only);
-no file or no line: OK. The health check answers SERVING unless its line's CODE is not 0.
+no file or no line: OK. The health check answers SERVING unless its line's CODE is not 0
+(then NOT_SERVING); it knows the services "" and "test.Echo", and answers NOT_FOUND for any
+other, as grpcio's own health servicer does.
 The server exits once the process that started it is gone.
 
     grpc_peer.py call PORT N [SERVICE/METHOD]
@@ -42,7 +46,24 @@ def mode(hits, path):
     return 0, "only"
 
 
-def serve(port, hits):
+def asked_service(request):
+    """HealthCheckRequest.service: field 1, length-delimited (empty: the default)."""
+    if not request:
+        return ""
+    if request[0] != 0x0A:
+        return None
+    n, shift, i = 0, 0, 1
+    while i < len(request):
+        b = request[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            break
+        shift += 7
+    return request[i : i + n].decode("utf-8", "replace")
+
+
+def serve(port, hits, tls=None):
     lock = threading.Lock()
 
     def note(path):
@@ -65,8 +86,11 @@ def serve(port, hits):
 
     def health(request, context):
         path = "/grpc.health.v1.Health/Check"
-        note(path)
+        service = asked_service(request)
+        note("%s %s" % (path, service or "-"))
         code, _ = mode(hits, path)
+        if service not in ("", "test.Echo"):
+            context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
         # HealthCheckResponse { status = 1 (SERVING) | 2 (NOT_SERVING) }: field 1, varint.
         return b"\x08\x01" if code == 0 else b"\x08\x02"
 
@@ -88,7 +112,12 @@ def serve(port, hits):
         handlers=[Any()],
         options=[("grpc.so_reuseport", 0)],
     )
-    server.add_insecure_port("127.0.0.1:%d" % port)
+    if tls:
+        with open(tls[0], "rb") as c, open(tls[1], "rb") as k:
+            creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+        server.add_secure_port("127.0.0.1:%d" % port, creds)
+    else:
+        server.add_insecure_port("127.0.0.1:%d" % port)
     server.start()
     parent = os.getppid()
     while os.getppid() == parent:
@@ -126,7 +155,7 @@ def call(port, n, method):
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), sys.argv[3])
+        serve(int(sys.argv[2]), sys.argv[3], sys.argv[4:6] if len(sys.argv) > 5 else None)
     elif sys.argv[1] == "call":
         method = sys.argv[4] if len(sys.argv) > 4 else "test.Echo/Unary"
         call(int(sys.argv[2]), int(sys.argv[3]), "/" + method)

@@ -11,8 +11,12 @@ pub enum ProbeFailure {
     Timeout,
     /// Refused, reset, closed early, unreachable.
     Error,
-    /// Not an HTTP/1.x response head.
+    /// Not an HTTP/1.x response head, or not a gRPC health answer.
     InvalidResponse,
+    /// A gRPC health check answered with this `grpc-status`, not `OK`.
+    GrpcStatus(u32),
+    /// A gRPC health check answered with this serving status, not `SERVING`.
+    NotServing(u64),
 }
 
 impl core::fmt::Display for ProbeFailure {
@@ -22,6 +26,11 @@ impl core::fmt::Display for ProbeFailure {
             ProbeFailure::Timeout => f.write_str("timeout"),
             ProbeFailure::Error => f.write_str("error"),
             ProbeFailure::InvalidResponse => f.write_str("invalid response"),
+            ProbeFailure::GrpcStatus(code) => write!(f, "grpc-status {code}"),
+            ProbeFailure::NotServing(s) => match crate::grpc::health::serving_name(*s) {
+                Some(name) => f.write_str(name),
+                None => write!(f, "serving status {s}"),
+            },
         }
     }
 }
