@@ -5,8 +5,10 @@
 # or TLS from the first byte for grpc_pass grpcs://, verified as the location
 # verifies); SERVING is a good probe and closes the breaker, NOT_SERVING and a
 # grpc-status such as NOT_FOUND (a service the backend does not know) keep it
-# open, and so does a server that does not speak HTTP/2. The probe asks for the
-# service named, and no user call reaches the backend while the breaker is open.
+# open, and so do a server that does not speak HTTP/2 and an answer larger than
+# a health answer can be (SERVING, padded to 4 KB: the probe reads 1 KB of it).
+# The probe asks for the service named, and no user call reaches the backend
+# while the breaker is open.
 
 ###############################################################################
 
@@ -41,10 +43,10 @@ if (system("$python -c 'import grpc' 2>/dev/null")) {
 }
 
 my $t = Test::Nginx->new()->has(qw/http http_v2 grpc http_ssl/)
-	->has_daemon('openssl')->plan(18);
+	->has_daemon('openssl')->plan(21);
 
 # one breaker per case; 8081 is a cleartext gRPC backend, 8085 the same over
-# TLS, 8083 an HTTP/1.1 origin
+# TLS, 8086 one whose health answers are oversized, 8083 an HTTP/1.1 origin
 
 my $cb = 'circuit_breaker window=30s min_requests=4 failure_rate=50% open=1s '
 	. 'probes=2 probe_interval=200ms jitter=0%';
@@ -70,6 +72,11 @@ $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
         $cb probe_grpc=;
     }
 
+    upstream oversized {
+        server 127.0.0.1:%%PORT_8086%%;
+        $cb probe_grpc=;
+    }
+
     upstream tls {
         server 127.0.0.1:%%PORT_8085%%;
         $cb probe_grpc=test.Echo;
@@ -84,6 +91,7 @@ $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
         location /test.Echo/Service { grpc_pass grpc://service; }
         location /test.Echo/Unknown { grpc_pass grpc://unknown; }
         location /test.Echo/Http1 { grpc_pass grpc://http1; }
+        location /test.Echo/Oversized { grpc_pass grpc://oversized; }
         location /test.Echo/Tls {
             grpc_pass grpcs://tls;
             grpc_ssl_verify on;
@@ -110,13 +118,18 @@ my $sick = <<'EOF';
 EOF
 $t->write_file('grpc-8081.hits.mode', $sick);
 $t->write_file('grpc-8085.hits.mode', $sick);
+$t->write_file('grpc-8086.hits.mode', <<'EOF');
+/test.Echo/ 14 only
+/grpc.health.v1.Health/Check 0 big
+EOF
 
 $t->run_daemon($python, $peer, 'serve', port(8081), $hits);
 $t->run_daemon($python, $peer, 'serve', port(8085), $tls_hits,
 	"$dir/localhost.crt", "$dir/localhost.key");
+$t->run_daemon($python, $peer, 'serve', port(8086), "$dir/grpc-8086.hits");
 start($t, 8083);
 $t->waitforsocket('127.0.0.1:' . port($_)) or die "no gRPC backend on $_\n"
-	for 8081, 8085;
+	for 8081, 8085, 8086;
 
 ###############################################################################
 
@@ -134,7 +147,8 @@ sub count {
 }
 
 my %method = (server_health => 'Server', service => 'Service',
-	unknown => 'Unknown', http1 => 'Http1', tls => 'Tls');
+	unknown => 'Unknown', http1 => 'Http1', tls => 'Tls',
+	oversized => 'Oversized');
 
 # four failing calls open each breaker
 
@@ -142,7 +156,7 @@ for my $u (sort keys %method) {
 	codes($method{$u}, 4);
 }
 is(join(' ', map { state_of($_) } sort keys %method),
-	'open open open open open', 'every breaker opened');
+	'open open open open open open', 'every breaker opened');
 
 # while the backend is NOT_SERVING, the probes keep the breakers open
 
@@ -166,7 +180,7 @@ cmp_ok(count($tls_hits, qr!^/grpc\.health\.v1\.Health/Check test\.Echo$!), '>=',
 cmp_ok(log_count($t, qr/"http1\/default" probe to \S+ failed: (invalid response|prematurely closed)/),
 	'>=', 1, 'an HTTP/1.1 server: no health answer, a failed probe');
 is(join(' ', map { state_of($_) } sort keys %method),
-	'open open open open open', 'all still open while NOT_SERVING');
+	'open open open open open open', 'all still open while NOT_SERVING');
 
 # no user call reached the backend while open: each method was called 4 times
 
@@ -192,5 +206,10 @@ is(codes('Tls', 2), '0 0', 'grpcs: calls served after the close');
 sleep 1;
 is(state_of('unknown'), 'open', 'unknown service: still open');
 is(state_of('http1'), 'open', 'HTTP/1.1 server: still open');
+is(state_of('oversized'), 'open', 'an oversized health answer: still open');
+cmp_ok(count("$dir/grpc-8086.hits", $health), '>=', 2,
+	'oversized: probed, its SERVING never taken');
+cmp_ok(log_count($t, qr/"oversized\/default" probe to \S+ failed: invalid response$/m),
+	'>=', 2, 'oversized: an invalid response, said in the log');
 
 ###############################################################################

@@ -15,7 +15,8 @@ HEADERS frame that ends the stream), "end" (headers first, then the status in tr
 "sleepMS" (the answer after MS milliseconds, trailers-only);
 no file or no line: OK. The health check answers SERVING unless its line's CODE is not 0
 (then NOT_SERVING); it knows the services "" and "test.Echo", and answers NOT_FOUND for any
-other, as grpcio's own health servicer does.
+other, as grpcio's own health servicer does. With HOW "big" it answers SERVING in a message
+padded by an unknown 4 KB field: a health answer larger than any the probe reads.
 The server exits once the process that started it is gone.
 
     grpc_peer.py call PORT N [SERVICE/METHOD]
@@ -88,7 +89,10 @@ def serve(port, hits, tls=None):
         path = "/grpc.health.v1.Health/Check"
         service = asked_service(request)
         note("%s %s" % (path, service or "-"))
-        code, _ = mode(hits, path)
+        code, how = mode(hits, path)
+        if how == "big":
+            # field 2, length-delimited, 4096 bytes (varint 0x80 0x20)
+            return b"\x08\x01\x12\x80\x20" + b"x" * 4096
         if service not in ("", "test.Echo"):
             context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
         # HealthCheckResponse { status = 1 (SERVING) | 2 (NOT_SERVING) }: field 1, varint.
