@@ -253,18 +253,7 @@ pub fn parse_breaker_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
 ) -> Result<BreakerParams, ConfError> {
-    let mut c = BreakerConfig::default();
-    let mut probe = ProbeSpec {
-        uri: String::new(),
-        grpc: None,
-        host: None,
-        statuses: vec![(200, 399)],
-        timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
-    };
-    let mut limit = LimitConfig::default();
-    let mut adaptive = false;
-    let mut retry = Some(RetryBudgetConfig::default());
-    let mut retry_min = None;
+    let mut p = Parsed::new();
     let mut seen = Seen::new();
     for word in words {
         let (key, value) = match word.split_once('=') {
@@ -278,12 +267,68 @@ pub fn parse_breaker_args<'a>(
         }
         let Some(v) = value else {
             if word == "dry_run" {
-                c.dry_run = true;
+                p.c.dry_run = true;
                 seen.push(key);
                 continue;
             }
             return Err(ConfError::InvalidParameter(word.to_owned()));
         };
+        let known = p.breaker_param(units, word, key, v)?
+            || p.probe_param(units, word, key, v)?
+            || p.limit_param(units, word, key, v)?
+            || p.retry_param(word, key, v)?;
+        if !known {
+            return Err(ConfError::InvalidParameter(word.to_owned()));
+        }
+        seen.push(key);
+    }
+    p.finish(&seen)
+}
+
+/// What `circuit_breaker`'s words set so far: the breaker's own parameters and each
+/// companion's, parsed by one method per group and checked together at the end.
+struct Parsed {
+    c: BreakerConfig,
+    probe: ProbeSpec,
+    limit: LimitConfig,
+    adaptive: bool,
+    retry: Option<RetryBudgetConfig>,
+    retry_min: Option<u32>,
+}
+
+fn needs(what: &str, of: &str) -> ConfError {
+    ConfError::Conflict(format!(
+        "\"{what}\" requires \"{of}\" in \"{CB}\" directive"
+    ))
+}
+
+impl Parsed {
+    fn new() -> Parsed {
+        Parsed {
+            c: BreakerConfig::default(),
+            probe: ProbeSpec {
+                uri: String::new(),
+                grpc: None,
+                host: None,
+                statuses: vec![(200, 399)],
+                timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
+            },
+            limit: LimitConfig::default(),
+            adaptive: false,
+            retry: Some(RetryBudgetConfig::default()),
+            retry_min: None,
+        }
+    }
+
+    /// The breaker's own parameters; `false` for another's.
+    fn breaker_param(
+        &mut self,
+        units: &dyn Units,
+        word: &str,
+        key: &str,
+        v: &str,
+    ) -> Result<bool, ConfError> {
+        let c = &mut self.c;
         match key {
             "window" => {
                 let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
@@ -308,12 +353,27 @@ pub fn parse_breaker_args<'a>(
             "ramp" => c.ramp_ms = on_off_duration(units, word, v)?,
             "ramp_start" => c.ramp_start = threshold(word, v)?,
             "suspect_min" => c.suspect_min = count_u32(word, v)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `probe_uri=`, `probe_grpc=` and their companions.
+    fn probe_param(
+        &mut self,
+        units: &dyn Units,
+        word: &str,
+        key: &str,
+        v: &str,
+    ) -> Result<bool, ConfError> {
+        let probe = &mut self.probe;
+        match key {
             "probe_uri" => {
                 if !v.starts_with('/') || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
                     return Err(invalid(word, Some("must be a path from \"/\"")));
                 }
                 probe.uri = v.to_owned();
-                c.active = true;
+                self.c.active = true;
             }
             "probe_grpc" => {
                 if !crate::grpc::health::valid_service(v) {
@@ -324,7 +384,7 @@ pub fn parse_breaker_args<'a>(
                 }
                 probe.uri = crate::grpc::health::PATH.to_owned();
                 probe.grpc = Some(v.to_owned());
-                c.active = true;
+                self.c.active = true;
             }
             "probe_host" => {
                 if v.is_empty() || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -334,9 +394,24 @@ pub fn parse_breaker_args<'a>(
             }
             "probe_status" => probe.statuses = parse_statuses(word, v)?,
             "probe_timeout" => probe.timeout_ms = duration_u32(units, word, v, false)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `limit=` and `limit_*`.
+    fn limit_param(
+        &mut self,
+        units: &dyn Units,
+        word: &str,
+        key: &str,
+        v: &str,
+    ) -> Result<bool, ConfError> {
+        let limit = &mut self.limit;
+        match key {
             "limit" => match v {
-                "adaptive" => adaptive = true,
-                "off" => adaptive = false,
+                "adaptive" => self.adaptive = true,
+                "off" => self.adaptive = false,
                 _ => return Err(invalid(word, Some("must be \"adaptive\" or \"off\""))),
             },
             "limit_min" => limit.limit_min = count_u32(word, v)?,
@@ -346,8 +421,16 @@ pub fn parse_breaker_args<'a>(
             "limit_interval" => limit.interval_ms = duration_u32(units, word, v, false)?,
             "limit_samples" => limit.samples = count_u32(word, v)?,
             "limit_probe" => limit.probe_ms = duration_u32(units, word, v, false)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `retry_budget=` and `retry_min=`.
+    fn retry_param(&mut self, word: &str, key: &str, v: &str) -> Result<bool, ConfError> {
+        match key {
             "retry_budget" => {
-                retry = if v == "off" {
+                self.retry = if v == "off" {
                     None
                 } else {
                     Some(RetryBudgetConfig {
@@ -357,65 +440,89 @@ pub fn parse_breaker_args<'a>(
                 }
             }
             "retry_min" => {
-                retry_min = Some(match v.parse::<u32>() {
+                self.retry_min = Some(match v.parse::<u32>() {
                     Ok(n) if !v.starts_with('+') => n,
                     _ => return Err(invalid(word, None)),
                 })
             }
-            _ => return Err(ConfError::InvalidParameter(word.to_owned())),
+            _ => return Ok(false),
         }
-        seen.push(key);
+        Ok(true)
     }
-    if c.max_open_ms < c.open_ms {
-        if seen.has("max_open") {
+
+    /// The rules between parameters, then the result.
+    fn finish(mut self, seen: &Seen) -> Result<BreakerParams, ConfError> {
+        self.check_breaker(seen)?;
+        self.check_probe(seen)?;
+        self.check_limit(seen)?;
+        self.check_retry()?;
+        let c = self.c;
+        Ok(BreakerParams {
+            cfg: c,
+            probe: c.active.then_some(self.probe),
+            limit: self.adaptive.then_some(self.limit),
+            retry: self.retry,
+        })
+    }
+
+    fn check_breaker(&mut self, seen: &Seen) -> Result<(), ConfError> {
+        let c = &mut self.c;
+        if c.max_open_ms < c.open_ms {
+            if seen.has("max_open") {
+                return Err(ConfError::Conflict(format!(
+                    "\"max_open\" must not be less than \"open\" in \"{CB}\" directive"
+                )));
+            }
+            // Only `open` was raised above the default cap: the cap follows it.
+            c.max_open_ms = c.open_ms;
+        }
+        if seen.has("slow_rate") && !seen.has("slow") {
+            return Err(needs("slow_rate", "slow"));
+        }
+        if seen.has("ramp_start") && c.ramp_ms == 0 {
+            return Err(needs("ramp_start", "ramp"));
+        }
+        Ok(())
+    }
+
+    fn check_probe(&self, seen: &Seen) -> Result<(), ConfError> {
+        if seen.has("probe_uri") && seen.has("probe_grpc") {
             return Err(ConfError::Conflict(format!(
-                "\"max_open\" must not be less than \"open\" in \"{CB}\" directive"
+                "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"{CB}\" directive"
             )));
         }
-        // Only `open` was raised above the default cap: the cap follows it.
-        c.max_open_ms = c.open_ms;
-    }
-    let needs = |what: &str, of: &str| {
-        ConfError::Conflict(format!(
-            "\"{what}\" requires \"{of}\" in \"{CB}\" directive"
-        ))
-    };
-    if seen.has("slow_rate") && !seen.has("slow") {
-        return Err(needs("slow_rate", "slow"));
-    }
-    if seen.has("ramp_start") && c.ramp_ms == 0 {
-        return Err(needs("ramp_start", "ramp"));
-    }
-    if seen.has("probe_uri") && seen.has("probe_grpc") {
-        return Err(ConfError::Conflict(format!(
-            "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"{CB}\" directive"
-        )));
-    }
-    if seen.has("probe_status") && seen.has("probe_grpc") {
-        // A health answer's verdict is its serving status, not its HTTP status.
-        return Err(ConfError::Conflict(format!(
-            "\"probe_status\" does not apply to \"probe_grpc\" in \"{CB}\" directive"
-        )));
-    }
-    for p in ["probe_host", "probe_status", "probe_timeout"] {
-        if seen.has(p) && !c.active {
-            return Err(needs(p, "probe_uri"));
+        if seen.has("probe_status") && seen.has("probe_grpc") {
+            // A health answer's verdict is its serving status, not its HTTP status.
+            return Err(ConfError::Conflict(format!(
+                "\"probe_status\" does not apply to \"probe_grpc\" in \"{CB}\" directive"
+            )));
         }
-    }
-    for p in [
-        "limit_min",
-        "limit_max",
-        "limit_initial",
-        "limit_tolerance",
-        "limit_interval",
-        "limit_samples",
-        "limit_probe",
-    ] {
-        if seen.has(p) && !adaptive {
-            return Err(needs(p, "limit=adaptive"));
+        for p in ["probe_host", "probe_status", "probe_timeout"] {
+            if seen.has(p) && !self.c.active {
+                return Err(needs(p, "probe_uri"));
+            }
         }
+        Ok(())
     }
-    if adaptive {
+
+    fn check_limit(&mut self, seen: &Seen) -> Result<(), ConfError> {
+        for p in [
+            "limit_min",
+            "limit_max",
+            "limit_initial",
+            "limit_tolerance",
+            "limit_interval",
+            "limit_samples",
+            "limit_probe",
+        ] {
+            if seen.has(p) && !self.adaptive {
+                return Err(needs(p, "limit=adaptive"));
+            }
+        }
+        if !self.adaptive {
+            return Ok(());
+        }
+        let limit = &mut self.limit;
         if !seen.has("limit_initial") {
             // A fresh limit starts inside the bounds the operator chose.
             limit.limit_initial = limit
@@ -438,23 +545,22 @@ pub fn parse_breaker_args<'a>(
             };
             return Err(ConfError::Conflict(format!("{rule} in \"{CB}\" directive")));
         }
+        Ok(())
     }
-    match (retry.as_mut(), retry_min) {
-        (Some(r), Some(m)) => r.min_per_s = m,
-        (None, Some(_)) => return Err(needs("retry_min", "retry_budget")),
-        _ => {}
-    }
-    if let Some(r) = retry {
-        if r.check().is_err() {
-            return Err(invalid("retry_min", Some("is too large")));
+
+    fn check_retry(&mut self) -> Result<(), ConfError> {
+        match (self.retry.as_mut(), self.retry_min) {
+            (Some(r), Some(m)) => r.min_per_s = m,
+            (None, Some(_)) => return Err(needs("retry_min", "retry_budget")),
+            _ => {}
         }
+        if let Some(r) = &self.retry {
+            if r.check().is_err() {
+                return Err(invalid("retry_min", Some("is too large")));
+            }
+        }
+        Ok(())
     }
-    Ok(BreakerParams {
-        cfg: c,
-        probe: c.active.then_some(probe),
-        limit: adaptive.then_some(limit),
-        retry,
-    })
 }
 
 /// `circuit_breaker_eject`: when one server of an upstream is ejected (skipped by the
