@@ -175,7 +175,7 @@ proptest! {
         a.update_local(T0, 0, view(State::Closed, T0 - 60_000, 0, 0));
         let body = message(vec![record(State::Open, 0, None, true)]);
         let sealed = k.seal(&n, body.as_bytes());
-        let before = (a.verdict(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges);
+        let before = (a.advice(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges);
         let (answer, with) = match how {
             // altered by a byte
             0 => {
@@ -191,11 +191,11 @@ proptest! {
         };
         let r = a.receive_sealed(T0, 0, &k, &with, &answer);
         prop_assert!(matches!(r, Err(Refused::Auth { .. })), "{:?}", r);
-        prop_assert_eq!((a.verdict(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges), before);
+        prop_assert_eq!((a.advice(T0, 0), a.held(), a.peer_stats(T0)[0].counters.exchanges), before);
         prop_assert_eq!(a.peer_stats(T0)[0].counters.auth_failures, 1);
         // The genuine answer still merges, and makes the breaker suspicious.
         prop_assert!(a.receive_sealed(T0, 0, &k, &n, &sealed).is_ok());
-        prop_assert!(a.verdict(T0, 0).suspicious_until_ms.is_some());
+        prop_assert!(a.advice(T0, 0).suspicious_until_ms.is_some());
     }
 
     /// Whatever round and probe times a peer claims, and whenever, an instance that is first

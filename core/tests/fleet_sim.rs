@@ -4,20 +4,20 @@
 //!
 //! Each instance runs the exchange as the shell would: every interval (from its own random
 //! phase) it reads its breaker into the store, pulls from `fanout` random peers the body they
-//! last published, expires, then publishes its own body and its breaker's verdict. Requests
-//! between two ticks see the last published verdict, as the request path would read it from
+//! last published, expires, then publishes its own body and its breaker's advice. Requests
+//! between two ticks see the last published advice, as the request path would read it from
 //! shared memory.
 //!
 //! The breaker is a model of the one in `core/src/breaker` plus the rule the shell is to add:
 //! a 10 s window; it opens at `failure_rate` with `min_requests` attempts, or, while
 //! suspicious, with `suspect_min` failures of its own; after a jittered cooldown (doubling per
-//! failed probe) a request may probe if the fleet's verdict allows it.
+//! failed probe) a request may probe if the fleet's advice allows it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use circuit_breaker_core::fleet::{
-    default_fanout, wire, FleetConfig, FleetStore, LocalView, Policy, Verdict,
+    default_fanout, wire, FleetAdvice, FleetConfig, FleetStore, LocalView, Policy,
 };
 use circuit_breaker_core::snapshot::State;
 
@@ -335,7 +335,7 @@ fn outage(o: &Outage) -> OutageResult {
     let mut st = stores(n, cfg);
     let mut rng = Rng(o.seed);
     let mut br: Vec<Breaker> = (0..n).map(|_| Breaker::new()).collect();
-    let mut verdict = vec![Verdict::default(); n];
+    let mut advice = vec![FleetAdvice::default(); n];
     let mut published = vec![Published::default(); n];
     for (i, s) in st.iter().enumerate() {
         published[i] = Published {
@@ -398,8 +398,8 @@ fn outage(o: &Outage) -> OutageResult {
                     body: st[i].render(t),
                     at: t,
                 };
-                verdict[i] = st[i].verdict(t, 0);
-                if verdict[i].suspicious_until_ms.is_some() {
+                advice[i] = st[i].advice(t, 0);
+                if advice[i].suspicious_until_ms.is_some() {
                     res.suspected[i] = true;
                 }
             }
@@ -422,7 +422,7 @@ fn outage(o: &Outage) -> OutageResult {
                 b.window.push_back((t, fails));
                 let (r, f) = b.counts(t);
                 let rate_ok = f * 2 >= r;
-                let suspicious = verdict[i].suspicious_until_ms.is_some_and(|u| u >= t);
+                let suspicious = advice[i].suspicious_until_ms.is_some_and(|u| u >= t);
                 if rate_ok && (r >= MIN_REQUESTS || (suspicious && f >= o.suspect_min)) {
                     b.open(t, &mut rng);
                     res.opened[i] = true;
@@ -434,7 +434,7 @@ fn outage(o: &Outage) -> OutageResult {
             }
             State::Open => {
                 let fleet_ok =
-                    verdict[i].probe_from_ms.is_some_and(|p| p <= t) || verdict[i].peers_recovered;
+                    advice[i].probe_from_ms.is_some_and(|p| p <= t) || advice[i].peers_recovered;
                 if t >= b.retry_at && (fleet_ok || o.fanout == 0) {
                     // The probe: one request to the origin.
                     b.half_opened += 1;
@@ -442,9 +442,9 @@ fn outage(o: &Outage) -> OutageResult {
                     if std::env::var("SIM_DEBUG").is_ok() {
                         let v = st[i].breaker_view(t, 0).unwrap();
                         eprintln!(
-                            "probe t={} by {i}: verdict {:?} round {} designated {:?} agreeing {} open {}",
+                            "probe t={} by {i}: advice {:?} round {} designated {:?} agreeing {} open {}",
                             t - T0,
-                            verdict[i],
+                            advice[i],
                             v.round,
                             v.designated,
                             v.agreeing_peers,

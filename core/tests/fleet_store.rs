@@ -285,7 +285,7 @@ fn a_peer_with_another_configuration_shows_as_a_disagreement() {
         (v.agreeing_peers, v.disagreeing_peers, v.open_peers),
         (0, 1, 0)
     );
-    assert_eq!(v.verdict.suspicious_until_ms, None);
+    assert_eq!(v.advice.suspicious_until_ms, None);
 }
 
 #[test]
@@ -562,7 +562,7 @@ fn a_peer_that_closed_after_a_probe_lets_local_probes_start_early() {
     );
     pull(T0 + 28_000, &b, &mut a);
     assert!(a.peers_report_recovered(T0 + 28_000, 0));
-    assert!(a.verdict(T0 + 28_000, 0).peers_recovered);
+    assert!(a.advice(T0 + 28_000, 0).peers_recovered);
     assert!(!a.peers_report_recovered(T0 + 31_001, 0), "expired");
 
     // A close that came before this breaker opened is old news.

@@ -8,7 +8,7 @@
 //!    (under the lock, in batches); once per interval, or every quarter while a local breaker
 //!    fails without having opened yet (`FleetStore::hurry`), pulls `fanout` random peers;
 //!    publishes its message, the fleet's JSON object and Prometheus families into the fleet
-//!    zone; writes each breaker's verdict beside it (under the lock).
+//!    zone; writes each breaker's advice beside it (under the lock).
 //! 2. **Pushes**: when a worker says a breaker moved, it reads the breakers again (at most
 //!    once per push gap) and asks the store whether peers should know now
 //!    (`FleetStore::take_push`); if so it publishes its message and pokes `fanout` random
@@ -237,15 +237,15 @@ impl Exchange {
             .publish(now, [wire.as_bytes(), json.as_bytes(), prom.as_bytes()]);
     }
 
-    /// Each breaker's verdict, written beside it.
+    /// Each breaker's advice, written beside it.
     fn apply(&mut self, now: u64) {
         let until = now.saturating_add(self.store.config().expire_ms);
-        let verdicts: Vec<_> = (0..self.breakers.len())
-            .map(|i| self.store.verdict(now, i))
+        let all: Vec<_> = (0..self.breakers.len())
+            .map(|i| self.store.advice(now, i))
             .collect();
-        for (chunk, verdicts) in self.breakers.chunks_mut(BATCH).zip(verdicts.chunks(BATCH)) {
+        for (chunk, advice) in self.breakers.chunks_mut(BATCH).zip(all.chunks(BATCH)) {
             let mut locked = self.zone.lock();
-            for (t, &v) in chunk.iter_mut().zip(verdicts) {
+            for (t, &v) in chunk.iter_mut().zip(advice) {
                 let Some(mut b) = locked.find(&Self::key_of(t)) else {
                     continue;
                 };
@@ -255,7 +255,7 @@ impl Exchange {
                 } else {
                     v.probe_from_ms.unwrap_or(u64::MAX)
                 };
-                b.set_fleet_verdict(probe_from, until);
+                b.set_fleet_advice(probe_from, until);
                 if v.peers_recovered && !t.recovered && b.hasten(now) {
                     ngx::ngx_log_error!(
                         NGX_LOG_INFO,

@@ -12,7 +12,7 @@
 //!   the zone lock: a suspicion deadline (the breaker opens on `suspect_min` local failures
 //!   instead of `min_requests`), from when this instance may start a probe (read on the
 //!   locked admission path only), and a cooldown cut short once when peers report recovery.
-//!   A verdict not refreshed within the expiry is ignored, so an instance whose exchange
+//!   Advice not refreshed within the expiry is ignored, so an instance whose exchange
 //!   worker is gone acts alone. No request ever waits for a peer.
 //! - **What peers see.** The status location answers an authenticated pull at
 //!   `?format=fleet` with the message the exchange worker last published ([`shared`]), its

@@ -24,13 +24,14 @@
 
 use core::cell::UnsafeCell;
 
+use circuit_breaker_core::limit::word::Take;
 use circuit_breaker_core::limit::{LimitConfig, Samples};
 use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
 use crate::ffi::{pid, process_alive};
-use crate::zone::{Acquired, Handle, LimitPtr, Owner, Zone};
+use crate::zone::{Handle, LimitPtr, Owner, Zone};
 
 /// A worker flushes its samples once it has this many...
 const FLUSH_SAMPLES: u32 = 32;
@@ -260,19 +261,19 @@ impl Local {
     #[inline]
     fn acquire(&mut self, dry_run: bool) -> Option<bool> {
         match self.ptr.acquire(self.owner.as_mut(), dry_run) {
-            Acquired::Slot { inflight, over } => {
+            Take::Slot { inflight, over, .. } => {
                 self.samples.note_inflight(inflight);
                 if over {
                     self.ptr.count_shed();
                 }
                 Some(true)
             }
-            Acquired::Full => {
+            Take::Full => {
                 self.ptr.count_shed();
                 self.shed = true;
                 Some(false)
             }
-            Acquired::Stale => None,
+            Take::Stale => None,
         }
     }
 }

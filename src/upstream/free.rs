@@ -62,7 +62,7 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
     let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
     // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
     // asks.
-    let outcome = unsafe { outcome::classify(u, pcr, 0, elapsed) };
+    let outcome = unsafe { outcome::read(u, pcr, 0, elapsed) };
     if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.
         unsafe { free(pcr, state.balancer.data, 0) };
@@ -93,7 +93,7 @@ unsafe fn free_any(
     let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
     // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
     // asks.
-    let outcome = unsafe { outcome::classify(u, pcr, ngx_state, elapsed) };
+    let outcome = unsafe { outcome::read(u, pcr, ngx_state, elapsed) };
     if core::mem::take(&mut state.probing) {
         // This module chose the peer (a server probe): the balancer has nothing to
         // free, and the try is counted here as its free would.

@@ -27,11 +27,12 @@ pub struct Outcome {
     pub free_retry: bool,
 }
 
-/// Classifies the attempt being freed with `state` after `elapsed_ms`.
+/// Reads the outcome of the attempt being freed with `state` after `elapsed_ms`, as nginx left
+/// it (the core's `classify` then judges it).
 ///
 /// # Safety
 /// `u` must be the live upstream of the request whose peer `pc` is, called from `peer.free`.
-pub unsafe fn classify(
+pub unsafe fn read(
     u: &ngx_http_upstream_t,
     pc: &ngx_peer_connection_t,
     state: ngx_uint_t,
@@ -93,7 +94,7 @@ pub unsafe fn classify(
 /// An attempt `ngx_http_upstream_next` gave up on.
 ///
 /// # Safety
-/// As for [`classify`].
+/// As for [`read`].
 unsafe fn failed_ending(
     u: &ngx_http_upstream_t,
     c: Option<&ngx_connection_t>,
@@ -155,7 +156,7 @@ fn tls_handshake_failure(_u: &ngx_http_upstream_t, _c: &ngx_connection_t) -> Opt
 /// still have failed (nginx answers the client 502/504, or cuts the body short).
 ///
 /// # Safety
-/// As for [`classify`].
+/// As for [`read`].
 unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> Ending {
     // SAFETY: a live connection's read event.
     let rd = c.map(|c| unsafe { &*c.read });

@@ -72,17 +72,6 @@ impl Owner {
     }
 }
 
-/// What an admission got.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Acquired {
-    /// A slot: in-flight is now `inflight`; `over` in dry run when it was past the limit.
-    Slot { inflight: u32, over: bool },
-    /// In-flight is at the limit.
-    Full,
-    /// The block belongs to another tenant now.
-    Stale,
-}
-
 impl LimitPtr {
     fn new(block: NonNull<Block>, ident: u64) -> LimitPtr {
         LimitPtr {
@@ -124,42 +113,33 @@ impl LimitPtr {
     }
 
     /// Takes a slot if in-flight is below the limit (or past it in dry run), counting it in
-    /// `owner` first (see the module's note on the order).
+    /// `owner` first (see the module's note on the order): what [`word::take`] made of the
+    /// word that was swapped in, or why none was.
     #[inline]
-    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Acquired {
+    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Take {
         let cell = &self.shared().word;
         let mut w = cell.load(Ordering::Acquire);
         match word::take(w, self.tag, dry_run) {
             // At the limit: shed without touching the owners table.
-            Take::Full => return Acquired::Full,
-            Take::Stale => return Acquired::Stale,
+            refused @ (Take::Full | Take::Stale) => return refused,
             Take::Slot { .. } => {}
         }
         let mut owner = owner;
         if let Some(o) = owner.as_deref_mut() {
             if !o.move_to(o.held + 1) {
-                return Acquired::Stale;
+                return Take::Stale;
             }
         }
         loop {
-            let (next, inflight, over) = match word::take(w, self.tag, dry_run) {
-                Take::Slot {
-                    next,
-                    inflight,
-                    over,
-                } => (next, inflight, over),
-                refused => {
-                    if let Some(o) = owner.as_deref_mut() {
-                        o.move_to(o.held - 1);
-                    }
-                    return match refused {
-                        Take::Full => Acquired::Full,
-                        _ => Acquired::Stale,
-                    };
+            let taken = word::take(w, self.tag, dry_run);
+            let Take::Slot { next, .. } = taken else {
+                if let Some(o) = owner.as_deref_mut() {
+                    o.move_to(o.held - 1);
                 }
+                return taken;
             };
             match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Acquired::Slot { inflight, over },
+                Ok(_) => return taken,
                 Err(now) => w = now,
             }
         }

@@ -28,7 +28,7 @@ use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
 pub use init::{init_zone, ZoneName};
-pub use limit::{Acquired, LimitPtr, Owner};
+pub use limit::{LimitPtr, Owner};
 pub use reload::Wanted;
 pub use table::{Entry, Locked, Missing};
 

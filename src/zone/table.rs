@@ -92,15 +92,15 @@ impl BreakerMut<'_> {
     }
 
     /// Whether the fleet lets this instance start a probe now (see `crate::fleet`): always,
-    /// unless the exchange worker published a verdict that still holds and names another
+    /// unless the exchange worker published advice that still holds and names another
     /// prober.
     pub fn may_probe(&self, now_ms: u64) -> bool {
         self.slot.fleet_may_probe(now_ms)
     }
 
-    /// Records the fleet's verdict: probes from `probe_from_ms` (`u64::MAX`: not this
+    /// Records the fleet's advice: probes from `probe_from_ms` (`u64::MAX`: not this
     /// instance), until `until_ms`.
-    pub fn set_fleet_verdict(&self, probe_from_ms: u64, until_ms: u64) {
+    pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
         self.slot.set_fleet(probe_from_ms, until_ms);
     }
 

@@ -33,16 +33,16 @@
 //!    each answer to [`FleetStore::receive_sealed`] and each failure to
 //!    [`FleetStore::peer_failed`] or [`FleetStore::tls_failed`]; then [`FleetStore::expire`];
 //! 3. publishes into the shared zone: [`FleetStore::render`] with the time it was rendered,
-//!    and each breaker's [`FleetStore::verdict`] beside the breaker;
+//!    and each breaker's [`FleetStore::advice`] beside the breaker;
 //! 4. between rounds, when a breaker moved, reads the breakers again and asks
 //!    [`FleetStore::take_push`]: on [`Push::Now`] it publishes its message and pokes
 //!    [`FleetStore::pick_peers`], each of which pulls it at once; a peer that pokes it is
 //!    pulled at once ([`FleetStore::poked`]).
 //!
-//! The request path reads only the published verdict (three integers): while
+//! The request path reads only the published advice (three integers): while
 //! `suspicious_until_ms >= now` a closed breaker opens on `suspect_min` failures of its own
 //! at its failure rate; an open breaker whose cooldown has passed probes only when
-//! `probe_from_ms <= now` or `peers_recovered`. A verdict older than the expiry (the
+//! `probe_from_ms <= now` or `peers_recovered`. Advice older than the expiry (the
 //! exchange worker is gone) is ignored, so the breaker acts alone. A worker serving
 //! `?format=fleet` sends the published body through [`wire::delayed`] with the body's age,
 //! so that ages stay true without re-rendering.
@@ -59,7 +59,7 @@ pub use conf::FleetDirective;
 pub use fingerprint::Fingerprint;
 pub use store::{
     default_expire_intervals, default_fanout, default_push_gap, BreakerFleetView, Counters,
-    FleetConfig, FleetError, FleetStore, LocalView, Opinion, PeerCounters, PeerStats, Policy, Push,
-    Received, Refused, Verdict,
+    FleetAdvice, FleetConfig, FleetError, FleetStore, LocalView, Opinion, PeerCounters, PeerStats,
+    Policy, Push, Received, Refused,
 };
 pub use wire::{ErrorKind, Flags, Message, ParseError, WireOpinion};

@@ -109,21 +109,21 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
             out,
             ",\"fingerprint\":\"{}\",\"suspicious\":{},\"suspicious_until\":",
             hex(v.fingerprint),
-            v.verdict.suspicious_until_ms.is_some()
+            v.advice.suspicious_until_ms.is_some()
         );
-        json_time(&mut out, v.verdict.suspicious_until_ms, c);
+        json_time(&mut out, v.advice.suspicious_until_ms, c);
         let _ = write!(
             out,
             ",\"peers_agreeing\":{},\"peers_open\":{},\"peers_disagreeing\":{},\
              \"peers_recovered\":{},\"designated_prober\":",
-            v.agreeing_peers, v.open_peers, v.disagreeing_peers, v.verdict.peers_recovered
+            v.agreeing_peers, v.open_peers, v.disagreeing_peers, v.advice.peers_recovered
         );
         match &v.designated {
             Some(d) => json_str(&mut out, d),
             None => out.push_str("null"),
         }
         out.push_str(",\"probe_from\":");
-        json_time(&mut out, v.verdict.probe_from_ms, c);
+        json_time(&mut out, v.advice.probe_from_ms, c);
         let _ = write!(out, ",\"round\":{}}}", v.round);
     }
     out.push_str("]}");
@@ -283,7 +283,7 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
         (
             "suspicious",
             "1 while peers' evidence lowers the bar for opening.",
-            |v, _| u64::from(v.verdict.suspicious_until_ms.is_some()),
+            |v, _| u64::from(v.advice.suspicious_until_ms.is_some()),
         ),
         (
             "peers_open",

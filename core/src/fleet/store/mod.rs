@@ -3,7 +3,7 @@
 //! recovery seen elsewhere).
 //!
 //! Plain data on the heap of the one worker that runs the exchange, not in the shared zone:
-//! names are of any length, and the request path needs only the [`Verdict`] the worker
+//! names are of any length, and the request path needs only the [`FleetAdvice`] the worker
 //! publishes next to each breaker (see [`super`]). A worker that dies takes the store with
 //! it; the next one refills it from peers within a few intervals, and the breakers in the
 //! zone are untouched meanwhile. The stored [`Opinion`] itself is a `#[repr(C)]`, `Copy`

@@ -1,12 +1,12 @@
-//! What the store says: the verdict each breaker publishes, the status page's views and
+//! What the store says: the advice each breaker publishes, the status page's views and
 //! the outbound message.
 
 use super::*;
 
 impl FleetStore {
     /// The three answers at once, as the shell publishes them.
-    pub fn verdict(&self, now_ms: u64, breaker: usize) -> Verdict {
-        Verdict {
+    pub fn advice(&self, now_ms: u64, breaker: usize) -> FleetAdvice {
+        FleetAdvice {
             suspicious_until_ms: self.suspicious(now_ms, breaker),
             probe_from_ms: self.probe_from(now_ms, breaker),
             peers_recovered: self.peers_report_recovered(now_ms, breaker),
@@ -37,7 +37,7 @@ impl FleetStore {
             agreeing_peers: agreeing,
             open_peers: self.agreeing(now, l).filter(|(_, o)| o.tripped()).count(),
             disagreeing_peers: fresh.count() - agreeing,
-            verdict: self.verdict(now, breaker),
+            advice: self.advice(now, breaker),
             designated: self.designated(now, breaker).map(str::to_string),
             round: self.fleet_round(now, l).0,
         })

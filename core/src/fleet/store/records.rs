@@ -113,7 +113,7 @@ impl Opinion {
 /// What the exchange worker publishes for one breaker after each round, for every worker's
 /// request path to read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Verdict {
+pub struct FleetAdvice {
     /// Until when peers' evidence makes the breaker suspicious ([`super::FleetStore::suspicious`]).
     pub suspicious_until_ms: Option<u64>,
     /// From when this instance may start the fleet's next probe
@@ -174,8 +174,8 @@ pub struct BreakerFleetView {
     pub open_peers: usize,
     /// Peers with a fresh opinion and another fingerprint (not combined).
     pub disagreeing_peers: usize,
-    /// See [`Verdict`].
-    pub verdict: Verdict,
+    /// See [`FleetAdvice`].
+    pub advice: FleetAdvice,
     /// The instance the fleet expects to probe next, while open.
     pub designated: Option<String>,
     /// Fleet probes started in this open episode, as far as known.
