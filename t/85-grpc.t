@@ -25,6 +25,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
 use CB::Nginx qw/ conf /;
+use CB::GrpcPeer qw/ grpc_peer /;
 use CB::Origin;
 use CB::Status qw/ breaker_at /;
 
@@ -33,15 +34,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $python = '/usr/bin/python3';
-my $peer = "$FindBin::Bin/lib/CB/grpc_peer.py";
-
-if (system("$python -c 'import grpc' 2>/dev/null")) {
-	plan(skip_all => 'no gRPC for Python (Debian package "python3-grpcio")')
-		unless $ENV{TEST_NGINX_GRPC_REQUIRED};
-	BAIL_OUT('no gRPC for Python (Debian package "python3-grpcio"), '
-		. 'and TEST_NGINX_GRPC_REQUIRED is set');
-}
+my ($python, $peer) = grpc_peer();
 
 my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(46);
 

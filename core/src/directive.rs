@@ -260,6 +260,11 @@ pub fn parse_breaker_args<'a>(
             Some((k, v)) => (k, Some(v)),
             None => (word, None),
         };
+        // The list is the one the replay tool reads words by: a name the parser takes that
+        // it lacks is refused here too.
+        if !BREAKER_PARAMETERS.contains(&key) {
+            return Err(ConfError::InvalidParameter(word.to_owned()));
+        }
         if seen.has(key) {
             return Err(ConfError::Conflict(format!(
                 "duplicate parameter \"{key}\" in \"{CB}\" directive"
@@ -284,6 +289,52 @@ pub fn parse_breaker_args<'a>(
     }
     p.finish(&seen)
 }
+
+/// Every parameter `circuit_breaker` takes, by name (`dry_run` has no value).
+pub const BREAKER_PARAMETERS: &[&str] = &[
+    "window",
+    "min_requests",
+    "failure_rate",
+    "slow",
+    "slow_rate",
+    "open",
+    "max_open",
+    "jitter",
+    "probes",
+    "probe_interval",
+    "probe_latency",
+    "consecutive",
+    "ramp",
+    "ramp_start",
+    "suspect_min",
+    "probe_uri",
+    "probe_grpc",
+    "probe_host",
+    "probe_status",
+    "probe_timeout",
+    "limit",
+    "limit_min",
+    "limit_max",
+    "limit_initial",
+    "limit_tolerance",
+    "limit_interval",
+    "limit_samples",
+    "limit_probe",
+    "retry_budget",
+    "retry_min",
+    "dry_run",
+];
+
+/// The `limit_*` companions of `limit=adaptive`.
+const LIMIT_COMPANIONS: [&str; 7] = [
+    "limit_min",
+    "limit_max",
+    "limit_initial",
+    "limit_tolerance",
+    "limit_interval",
+    "limit_samples",
+    "limit_probe",
+];
 
 /// What `circuit_breaker`'s words set so far: the breaker's own parameters and each
 /// companion's, parsed by one method per group and checked together at the end.
@@ -506,15 +557,7 @@ impl Parsed {
     }
 
     fn check_limit(&mut self, seen: &Seen) -> Result<(), ConfError> {
-        for p in [
-            "limit_min",
-            "limit_max",
-            "limit_initial",
-            "limit_tolerance",
-            "limit_interval",
-            "limit_samples",
-            "limit_probe",
-        ] {
+        for p in LIMIT_COMPANIONS {
             if seen.has(p) && !self.adaptive {
                 return Err(needs(p, "limit=adaptive"));
             }
@@ -816,6 +859,34 @@ mod tests {
             params(["probe_uri=/h"]).unwrap().probe.unwrap().statuses,
             vec![(200, 399)]
         );
+    }
+
+    #[test]
+    fn the_parameter_list_is_what_the_parser_takes() {
+        for name in BREAKER_PARAMETERS {
+            // A known name is refused for its value or for lacking one (`dry_run` for having
+            // one), if at all: never as unknown when written as it is meant.
+            let meant = if *name == "dry_run" {
+                name.to_string()
+            } else {
+                format!("{name}=x")
+            };
+            assert!(
+                !matches!(
+                    params([meant.as_str()]),
+                    Err(ConfError::InvalidParameter(_))
+                ),
+                "{meant}: refused as unknown"
+            );
+        }
+        assert!(matches!(
+            params(["no_such=1"]),
+            Err(ConfError::InvalidParameter(_))
+        ));
+        assert!(LIMIT_COMPANIONS
+            .iter()
+            .all(|c| BREAKER_PARAMETERS.contains(c)));
+        assert!(Seen::CAPACITY >= BREAKER_PARAMETERS.len());
     }
 
     #[test]

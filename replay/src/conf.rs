@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
-use circuit_breaker_core::directive::{parse_breaker_args, parse_failure_classes, ConfError};
+use circuit_breaker_core::directive::{
+    parse_breaker_args, parse_failure_classes, ConfError, BREAKER_PARAMETERS,
+};
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
 use crate::units::NginxUnits;
@@ -64,41 +66,11 @@ pub struct Specs {
     any: Option<Spec>,
 }
 
-/// The parameters the module knows, so that `--breaker 'window=10s …'` (no name) is told
-/// from `--breaker 'api=window=10s …'`.
-const PARAMS: &[&str] = &[
-    "window",
-    "min_requests",
-    "failure_rate",
-    "slow",
-    "slow_rate",
-    "open",
-    "max_open",
-    "jitter",
-    "probes",
-    "probe_interval",
-    "probe_latency",
-    "consecutive",
-    "probe_uri",
-    "probe_host",
-    "probe_status",
-    "probe_timeout",
-    "ramp",
-    "ramp_start",
-    "retry_budget",
-    "retry_min",
-    "limit",
-    "limit_min",
-    "limit_max",
-    "limit_initial",
-    "limit_tolerance",
-    "limit_interval",
-    "limit_samples",
-    "limit_probe",
-    "suspect_min",
-    "dry_run",
-    "failure",
-];
+/// A word of `--breaker` that is a parameter (the module's, or `failure`), so that
+/// `--breaker 'window=10s …'` (no name) is told from `--breaker 'api=window=10s …'`.
+fn is_param(word: &str) -> bool {
+    word == "failure" || BREAKER_PARAMETERS.contains(&word)
+}
 
 impl Specs {
     /// The spec for (upstream, route), if any.
@@ -122,7 +94,7 @@ impl Specs {
     /// `--config` too).
     pub fn add_option(&mut self, arg: &str) -> Result<(), String> {
         let head = arg.split_once('=').map_or(arg, |(h, _)| h).trim();
-        let (name, params) = if PARAMS.contains(&head) || !arg.contains('=') {
+        let (name, params) = if is_param(head) || !arg.contains('=') {
             ("*", arg)
         } else {
             let (n, p) = arg.split_once('=').unwrap_or((arg, ""));

@@ -2,15 +2,11 @@
 //! h2's connection future and the call's are polled together by the probe's own task, as
 //! [`super::http`] does with hyper's, under an overall deadline, with a bounded answer.
 
-use core::future::{poll_fn, Future};
-use core::pin::pin;
-use core::task::Poll;
-
 use bytes::Bytes;
 use circuit_breaker_core::grpc::health::{self, MAX_ANSWER};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 
-use super::http::within;
+use super::http::{drive, within};
 use super::stream::{Failure, Stream};
 use super::{exiting, Error, Options, Peer};
 
@@ -119,30 +115,7 @@ async fn call(
         }
         Ok(answer)
     };
-    let (mut conn, mut work) = (pin!(conn), pin!(work));
-    let mut conn_done = false;
-    poll_fn(|cx| {
-        if !conn_done {
-            match conn.as_mut().poll(cx) {
-                Poll::Ready(Ok(())) => conn_done = true,
-                Poll::Ready(Err(e)) => {
-                    return Poll::Ready(match work.as_mut().poll(cx) {
-                        Poll::Ready(Ok(r)) => Ok(r),
-                        _ => Err(fail(e)),
-                    });
-                }
-                Poll::Pending => {}
-            }
-        }
-        match work.as_mut().poll(cx) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(fail)),
-            Poll::Pending if conn_done => {
-                Poll::Ready(Err(shared.failure().map_or(Error::Closed, Error::from)))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
+    drive(conn, work, fail, &shared).await
 }
 
 fn take_status(answer: &mut GrpcAnswer, headers: &HeaderMap) {

@@ -12,7 +12,7 @@ use hyper::client::conn::http1;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
 use hyper::{HeaderMap, Method, Uri};
 
-use super::stream::{Failure, Stream};
+use super::stream::{Failure, Shared, Stream};
 use super::{exiting, Error, Peer};
 
 /// The default cap on a response body kept in memory.
@@ -186,26 +186,37 @@ async fn exchange(
             truncated,
         })
     };
+    drive(conn, work, |e| classify(&e, shared.failure()), &shared).await
+}
+
+/// Polls a client connection's future and its exchange's together, in this one task (no
+/// second task to outlive the request): the connection first, as it writes the request and
+/// reads the answer that the exchange then finds ready. A connection that fails fails the
+/// exchange unless it had finished; one that ends with the exchange still waiting left it
+/// nothing to wake it: the connection closed.
+pub(super) async fn drive<T, E>(
+    conn: impl Future<Output = Result<(), E>>,
+    work: impl Future<Output = Result<T, E>>,
+    fail: impl Fn(E) -> Error,
+    shared: &Shared,
+) -> Result<T, Error> {
     let (mut conn, mut work) = (pin!(conn), pin!(work));
     let mut conn_done = false;
     poll_fn(|cx| {
-        // The connection first: it writes the request and reads the response that the
-        // request's future then finds ready.
         if !conn_done {
             match conn.as_mut().poll(cx) {
                 Poll::Ready(Ok(())) => conn_done = true,
                 Poll::Ready(Err(e)) => {
                     return Poll::Ready(match work.as_mut().poll(cx) {
                         Poll::Ready(Ok(r)) => Ok(r),
-                        _ => Err(classify(&e, shared.failure())),
+                        _ => Err(fail(e)),
                     });
                 }
                 Poll::Pending => {}
             }
         }
         match work.as_mut().poll(cx) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(|e| classify(&e, shared.failure()))),
-            // The connection is done but the response never came: nothing will wake us.
+            Poll::Ready(r) => Poll::Ready(r.map_err(&fail)),
             Poll::Pending if conn_done => {
                 Poll::Ready(Err(shared.failure().map_or(Error::Closed, Error::from)))
             }

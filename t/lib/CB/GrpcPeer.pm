@@ -1,0 +1,39 @@
+package CB::GrpcPeer;
+
+# The gRPC backend and client the gRPC tests start (grpc_peer.py beside this file, on
+# Debian's python3-grpcio): where they are, once grpcio is known to be there.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Exporter qw/ import /;
+our @EXPORT_OK = qw/ grpc_peer /;
+
+use File::Basename qw/ dirname /;
+use File::Spec;
+use Test::More;
+
+###############################################################################
+
+# (python, grpc_peer.py); without grpcio the test is skipped, or bails out when
+# TEST_NGINX_GRPC_REQUIRED is set (scripts/test sets it).
+
+sub grpc_peer {
+	my $python = '/usr/bin/python3';
+	my $peer = File::Spec->rel2abs(dirname(__FILE__) . '/grpc_peer.py');
+
+	if (system("$python -c 'import grpc' 2>/dev/null")) {
+		plan(skip_all => 'no gRPC for Python (Debian package "python3-grpcio")')
+			unless $ENV{TEST_NGINX_GRPC_REQUIRED};
+		BAIL_OUT('no gRPC for Python (Debian package "python3-grpcio"), '
+			. 'and TEST_NGINX_GRPC_REQUIRED is set');
+	}
+
+	return ($python, $peer);
+}
+
+###############################################################################
+
+1;
