@@ -188,7 +188,7 @@ unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         Err(e) => return fail(cf, e),
     };
     // SAFETY: `cf` is the configuration being parsed, at this directive.
-    if unsafe { crate::fleet::conf::finish(cf, mcf, &mut spec) }.is_err() {
+    if unsafe { super::fleet::finish(cf, mcf, &mut spec) }.is_err() {
         return NGX_CONF_ERROR;
     }
     mcf.fleet = Some(spec);

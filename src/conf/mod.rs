@@ -4,6 +4,7 @@
 //! zone must hold.
 
 pub mod directives;
+mod fleet;
 pub mod scheme;
 pub mod setup;
 

@@ -19,7 +19,6 @@
 //!   ages advanced by the time since, sealed with the puller's nonce; an authenticated poke
 //!   makes the exchange worker pull its sender at once.
 
-pub mod conf;
 pub mod exchange;
 mod nonce;
 mod shared;

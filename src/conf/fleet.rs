@@ -10,7 +10,7 @@ use circuit_breaker_core::fleet::FleetDirective;
 use nginx_sys::{ngx_conf_t, ngx_str_t, NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK};
 use ngx::ngx_conf_log_error;
 
-use crate::conf::MainConf;
+use super::MainConf;
 
 /// Reads `secret_file=`, warns of `auth=off`, and builds the TLS context. `Err` once nginx's
 /// error is logged.
