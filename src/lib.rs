@@ -13,6 +13,7 @@ pub mod net;
 mod probe;
 mod request;
 mod respond;
+mod retry;
 mod status;
 mod upstream;
 mod wake;

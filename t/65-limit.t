@@ -95,7 +95,7 @@ sub http_conf {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=10000 limit=adaptive
                         limit_min=2 limit_max=16 limit_initial=8
-                        limit_interval=100ms limit_probe=2s;
+                        limit_interval=100ms limit_remeasure=2s;
         keepalive 32;
     }
 

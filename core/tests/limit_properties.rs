@@ -17,7 +17,7 @@ fn config() -> impl Strategy<Value = LimitConfig> {
         0u32..=20_000,
     )
         .prop_map(
-            |(min, span, initial, tolerance, interval, samples, probe)| {
+            |(min, span, initial, tolerance, interval, samples, remeasure)| {
                 let max = min + span;
                 LimitConfig {
                     limit_min: min,
@@ -26,7 +26,7 @@ fn config() -> impl Strategy<Value = LimitConfig> {
                     tolerance,
                     interval_ms: interval,
                     samples,
-                    probe_ms: 10 * interval + probe,
+                    remeasure_ms: 10 * interval + remeasure,
                 }
             },
         )
@@ -168,7 +168,7 @@ proptest! {
                     prop_assert!(
                         full || matches!(
                             u.min_change,
-                            MinChange::ProbeStarted | MinChange::Probed | MinChange::ProbeHalved
+                            MinChange::PinStarted | MinChange::PinMeasured | MinChange::PinHalved
                         ),
                         "{:?} on {} of {} samples", u.min_change, u.samples, m.count
                     );
@@ -179,7 +179,7 @@ proptest! {
                         u64::from(u.samples) <= since_start
                     };
                     prop_assert!(counted, "{} samples of {}", u.samples, since_start);
-                    if u.min_change == MinChange::ProbeStarted {
+                    if u.min_change == MinChange::PinStarted {
                         since_start = 0;
                     }
                     prop_assert_eq!(u.from, before);
@@ -202,7 +202,7 @@ proptest! {
         tolerance in 500u32..=5000,
         interval in 20u32..=200,
         needed in 5u32..=40,
-        probe in 1_000u32..=5_000,
+        remeasure in 1_000u32..=5_000,
         a in 1u64..=2_000,
         b in 1u64..=2_000,
         saturated in any::<bool>(),
@@ -214,7 +214,7 @@ proptest! {
             tolerance,
             interval_ms: interval,
             samples: needed,
-            probe_ms: probe.max(10 * interval),
+            remeasure_ms: remeasure.max(10 * interval),
             ..LimitConfig::default()
         };
         let mut l = Limiter::new(cfg, 0);
@@ -237,7 +237,7 @@ proptest! {
         let interval_time = |lat: u64| {
             u64::from(interval).max(lat) + gap * u64::from(needed.div_ceil(per_flush)) + gap
         };
-        let settle = |lat: u64| u64::from(cfg.probe_ms) * 115 / 100 + 12 * interval_time(lat.max(a).max(b));
+        let settle = |lat: u64| u64::from(cfg.remeasure_ms) * 115 / 100 + 12 * interval_time(lat.max(a).max(b));
         run(&mut l, a, settle(a), &mut now);
         prop_assert_eq!(l.min_latency_ms(), a as f64, "learnt the first floor");
         let t = now + settle(b);

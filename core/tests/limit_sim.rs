@@ -573,19 +573,19 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
         let sick_updates: Vec<_> = run.updates.iter().filter(|u| u.0 >= 10_000).collect();
         let started = sick_updates
             .iter()
-            .find(|u| u.5.starts_with("ProbeStarted"))
+            .find(|u| u.5.starts_with("PinStarted"))
             .expect("a measurement");
-        let probed = sick_updates
+        let measured = sick_updates
             .iter()
-            .find(|u| u.5.starts_with("Probed"))
+            .find(|u| u.5.starts_with("PinMeasured"))
             .expect("a measured floor");
         let protect = protect_ms(&run, &sc, 0.34);
         println!(
             "seed {seed}: measurement from +{} ms to +{} ms, floor {:.1} ms, limit {}; lab's time to protect {protect:?} ms",
             started.0 - 10_000,
-            probed.0 - 10_000,
-            probed.4,
-            probed.2
+            measured.0 - 10_000,
+            measured.4,
+            measured.2
         );
         if std::env::var("SIM_TRACE").is_ok() {
             print_slices(&run, 9.9, 11.5);
@@ -602,13 +602,17 @@ fn the_labs_overload_is_measured_at_once_and_held_at_the_origins_capacity() {
         assert!(started.0 <= 10_200, "measured from {}", started.0);
         // Back at the origin's level before the lab's 0.5 s: the step from the pin adds
         // attempts to the window that holds it.
-        assert!(probed.0 <= 10_500, "floor measured at {}", probed.0);
+        assert!(measured.0 <= 10_500, "floor measured at {}", measured.0);
         assert!(
             protect.is_some_and(|p| p <= 500),
             "time to protect {protect:?}"
         );
-        assert!((probed.4 - 30.0).abs() <= 3.0, "floor {}", probed.4);
-        assert!((5..=9).contains(&probed.2), "limit after it {}", probed.2);
+        assert!((measured.4 - 30.0).abs() <= 3.0, "floor {}", measured.4);
+        assert!(
+            (5..=9).contains(&measured.2),
+            "limit after it {}",
+            measured.2
+        );
         let peak = run.slices[110..150].iter().map(|s| s.limit).max().unwrap();
         assert!(peak <= 10, "limit up to {peak} while sick");
         // Held there: from a second in to the end of the slowdown the origin keeps a queue,

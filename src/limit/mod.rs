@@ -12,11 +12,11 @@
 //! - **Samples** (one per attempt, [`attempt_ended`]) are aggregated in worker memory, with no
 //!   lock, and flushed to the controller under the zone lock by the attempt that brings them
 //!   to 32, or that ends 25 ms or more after the first of them. No timer: its node in
-//!   nginx's timer tree made each request's own timers dearer (`scripts/bench-instructions`:
-//!   closed_limit 20 452 with the timer, 20 374 without). A worker whose traffic to
-//!   the upstream stops hands its last samples (fewer than 32, of its last 25 ms) over with
-//!   its next attempt there; the controller needs traffic to move anyway. A shed flushes at
-//!   once when due, so the dead owners' slots come back at the first shed that may look.
+//!   nginx's timer tree made each request's own timers dearer (`scripts/bench-instructions`,
+//!   closed_limit). A worker whose traffic to the upstream stops hands its last samples
+//!   (fewer than 32, of its last 25 ms) over with its next attempt there; the controller
+//!   needs traffic to move anyway. A shed flushes at once when due, so the dead owners'
+//!   slots come back at the first shed that may look.
 //!   The controller (`circuit_breaker_core::limit`) updates the limit from the flushes.
 //!
 //! Imports: request → limit → conf (in `init_process` only), zone. This room keeps its own

@@ -19,7 +19,8 @@ use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
 use crate::zone::{Locked, Zone};
 
-use super::{connection_log, limit, log_transition, outcome, retry};
+use super::{connection_log, limit, log_transition, outcome};
+use crate::retry;
 
 /// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
 /// settles the request's verdict (see [`super`]), and gives the limit's
@@ -224,38 +225,7 @@ fn settle_locked(
         let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
         eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
     }
-    if retry.is_some() && !dry_run {
-        let closed = locked
-            .get(state.handle, state.key_hash)
-            .map_or(true, |b| b.state() == State::Closed);
-        if !closed {
-            // No proxy_next_upstream retries while open or half-open.
-            if let Some(pc) = retry.take() {
-                pc.tries = 0;
-            }
-        }
-    }
-    if scf.retry.is_some() {
-        let home = locked.get_or_find(scf.home.get(), &scf.key(crate::conf::default_route()));
-        if let Some(mut home) = home {
-            scf.home.set(home.handle());
-            if let Some(budget) = home.retry_budget() {
-                // This worker's first attempts, then this one's if not counted yet.
-                if let Some((second, n)) = scf.firsts.take() {
-                    budget.record_firsts(second.saturating_mul(1000), n);
-                }
-                if !core::mem::replace(&mut state.counted_first, true) {
-                    budget.record_first(now);
-                }
-                if retry.is_some() && !budget.take_retry(now) {
-                    // Over budget: the client gets what this attempt produced.
-                    if let Some(pc) = retry.take() {
-                        pc.tries = 0;
-                    }
-                }
-            }
-        }
-    }
+    retry::allow(&mut locked, scf, state, &mut retry, dry_run, now);
     if retry.is_some() {
         drop(locked);
         state.pending = Some(*attempt);

@@ -127,7 +127,7 @@ fn sample_of(a: &Attempt, retry: bool) -> Sample {
 }
 
 /// Whether nginx will make another attempt for this request after this `peer.free`: the
-/// conditions of `ngx_http_upstream_next` ([`super::retry::follows`]). A free from the
+/// conditions of `ngx_http_upstream_next` ([`crate::retry::follows`]). A free from the
 /// request's finalization (state 0) is the last. When this says yes and nginx still gives
 /// up, the pool cleanup returns the slot.
 ///
@@ -141,6 +141,6 @@ unsafe fn retry_follows(
     a: &Attempt,
 ) -> bool {
     // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
-    // contract), which is what `retry::follows` asks.
-    ngx_state != 0 && unsafe { super::retry::follows(r, u, pc, a) }
+    // contract), which is what `crate::retry::follows` asks.
+    ngx_state != 0 && unsafe { crate::retry::follows(r, u, pc, a) }
 }

@@ -5,14 +5,15 @@
 //! classifies the attempt, records it on its server's breaker, settles the request's verdict
 //! (see [`settle`]), and gives the limit's slot back after the last attempt. The PRECONTENT
 //! short-circuit is `precontent.rs`, asking the breaker `admit.rs`, the limit's part
-//! `limit.rs`, reading an attempt's outcome `outcome.rs`, nginx's retry decision `retry.rs`.
+//! `limit.rs`, reading an attempt's outcome `outcome.rs`; whether a retry follows and may be
+//! made is `crate::retry`.
 //!
 //! # A request's verdict
 //!
 //! The (upstream, route) breaker judges what clients got: each request's final outcome,
 //! once, and the attempts before it only through the servers' breakers. The free from
 //! `ngx_http_upstream_finalize_request` ends the last attempt; the free from
-//! `ngx_http_upstream_next` is followed by a retry exactly when [`retry::follows`] says so
+//! `ngx_http_upstream_next` is followed by a retry exactly when [`crate::retry::follows`] says so
 //! (nginx decides right after the free, on what the free can read). So the verdict is
 //! recorded at the free that ends the request — in the same lock hold as the attempt's
 //! server record and the retry budget — and the request that crosses the threshold opens
@@ -26,7 +27,6 @@ mod init;
 mod limit;
 mod outcome;
 pub mod precontent;
-mod retry;
 
 use core::ffi::c_void;
 

@@ -160,7 +160,7 @@ pub const BREAKER_PARAMETERS: &[&str] = &[
     "limit_tolerance",
     "limit_interval",
     "limit_samples",
-    "limit_probe",
+    "limit_remeasure",
     "retry_budget",
     "retry_min",
     "dry_run",
@@ -174,7 +174,7 @@ pub(crate) const LIMIT_COMPANIONS: [&str; 7] = [
     "limit_tolerance",
     "limit_interval",
     "limit_samples",
-    "limit_probe",
+    "limit_remeasure",
 ];
 
 /// What `circuit_breaker`'s words set so far: the breaker's own parameters and each
@@ -312,7 +312,7 @@ impl Parsed {
             "limit_tolerance" => limit.tolerance = rate(word, v)?,
             "limit_interval" => limit.interval_ms = duration_u32(units, word, v, false)?,
             "limit_samples" => limit.samples = count_u32(word, v)?,
-            "limit_probe" => limit.probe_ms = duration_u32(units, word, v, false)?,
+            "limit_remeasure" => limit.remeasure_ms = duration_u32(units, word, v, false)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -425,7 +425,7 @@ impl Parsed {
                 E::Tolerance => "\"limit_tolerance\" must be at most 100%",
                 E::Interval => "\"limit_interval\" must be at most 60s",
                 E::Samples => "\"limit_samples\" must be at most 100000",
-                E::Probe => "\"limit_probe\" must be at least ten \"limit_interval\"s",
+                E::Remeasure => "\"limit_remeasure\" must be at least ten \"limit_interval\"s",
             };
             return Err(ConfError::Conflict(format!("{rule} in \"{CB}\" directive")));
         }

@@ -486,6 +486,8 @@ mod tests {
             (&["probe_grpc=a b"], "invalid value \"probe_grpc=a b\" in \"circuit_breaker\" directive, must be a gRPC service name, or empty for the server's health"),
             (&["probe_uri=/h", "probe_grpc=x"], "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"circuit_breaker\" directive"),
             (&["probe_grpc=", "probe_status=200"], "\"probe_status\" does not apply to \"probe_grpc\" in \"circuit_breaker\" directive"),
+            (&["limit=adaptive", "limit_interval=1s", "limit_remeasure=5s"], "\"limit_remeasure\" must be at least ten \"limit_interval\"s in \"circuit_breaker\" directive"),
+            (&["limit=adaptive", "limit_probe=10s"], "invalid parameter \"limit_probe=10s\""),
         ];
         for (args, msg) in cases {
             let err = params(args.iter().copied()).unwrap_err();
@@ -616,7 +618,7 @@ mod tests {
                    ramp=10s ramp_start=10% suspect_min=3 probe_uri=/health probe_host=h \
                    probe_status=200 probe_timeout=1s limit=adaptive limit_min=2 limit_max=50 \
                    limit_initial=10 limit_tolerance=50% limit_interval=100ms limit_samples=20 \
-                   limit_probe=30s retry_budget=20% retry_min=5 consecutive=5 dry_run";
+                   limit_remeasure=30s retry_budget=20% retry_min=5 consecutive=5 dry_run";
         let params =
             parse_breaker_args(all.split_whitespace(), &Fixed).expect("every parameter once");
         assert!(params.cfg.dry_run && params.limit.is_some());

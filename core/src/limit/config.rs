@@ -33,10 +33,10 @@ pub struct LimitConfig {
     /// times in four; fewer would move the limit on noise. An interval short of them is
     /// extended.
     pub samples: u32,
-    /// Period of the minimum's re-measurement (`limit_probe`, default 10 s, BBR's
+    /// Period of the minimum's re-measurement (`limit_remeasure`, default 10 s, BBR's
     /// `min_rtt` window; Envoy's 60 s learns a slower origin too late): how long a lasting
     /// upward shift of latency that costs no throughput may go unnoticed.
-    pub probe_ms: u32,
+    pub remeasure_ms: u32,
 }
 
 impl Default for LimitConfig {
@@ -48,7 +48,7 @@ impl Default for LimitConfig {
             tolerance: 2500,
             interval_ms: 100,
             samples: 20,
-            probe_ms: 10_000,
+            remeasure_ms: 10_000,
         }
     }
 }
@@ -68,8 +68,8 @@ pub enum LimitConfigError {
     Interval,
     /// `samples` is 0 or above 100 000.
     Samples,
-    /// `probe_ms` is shorter than ten intervals.
-    Probe,
+    /// `remeasure_ms` is shorter than ten intervals.
+    Remeasure,
 }
 
 impl LimitConfigError {
@@ -82,7 +82,7 @@ impl LimitConfigError {
             LimitConfigError::Tolerance => "limit_tolerance",
             LimitConfigError::Interval => "limit_interval",
             LimitConfigError::Samples => "limit_samples",
-            LimitConfigError::Probe => "limit_probe",
+            LimitConfigError::Remeasure => "limit_remeasure",
         }
     }
 }
@@ -110,8 +110,8 @@ impl LimitConfig {
         if self.samples == 0 || self.samples > 100_000 {
             return Err(LimitConfigError::Samples);
         }
-        if u64::from(self.probe_ms) < 10 * u64::from(self.interval_ms) {
-            return Err(LimitConfigError::Probe);
+        if u64::from(self.remeasure_ms) < 10 * u64::from(self.interval_ms) {
+            return Err(LimitConfigError::Remeasure);
         }
         Ok(())
     }
@@ -125,7 +125,7 @@ impl LimitConfig {
         self.tolerance = self.tolerance.min(10_000);
         self.interval_ms = self.interval_ms.clamp(1, 60_000);
         self.samples = self.samples.clamp(1, 100_000);
-        self.probe_ms = self.probe_ms.max(self.interval_ms.saturating_mul(10));
+        self.remeasure_ms = self.remeasure_ms.max(self.interval_ms.saturating_mul(10));
         self
     }
 }

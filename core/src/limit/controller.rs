@@ -8,7 +8,7 @@ use crate::breaker::jittered;
 
 /// A pinned measurement gives up after this many intervals in which the origin did not drain
 /// (long-lived requests may hold slots for minutes); the minimum is then left as it was.
-pub const PROBE_MAX_INTERVALS: u32 = 8;
+pub const REMEASURE_MAX_INTERVALS: u32 = 8;
 
 /// This many updates in a row at the gradient's floor (latency at least twice the tolerated
 /// level) while the limit is reached start a pinned measurement at once: either the queue is
@@ -32,7 +32,7 @@ pub const SOON_INTERVALS: u64 = 5;
 
 /// Jitter of the re-measurement period (15 %, Envoy's default), in hundredths of a percent:
 /// the nginx instances of a fleet do not pin the same origin at the same moment.
-pub(super) const PROBE_JITTER: u32 = 1500;
+pub(super) const REMEASURE_JITTER: u32 = 1500;
 
 /// Latencies below 1 ms are taken as 1 ms: nginx's clock has millisecond resolution, and
 /// a ratio of two zeros means nothing.
@@ -56,13 +56,13 @@ pub enum MinChange {
     /// Taken again from an interval in which the limit was not reached (periodic).
     Remeasured,
     /// A pinned measurement began: the limit is held at a lower pin until the origin drains.
-    ProbeStarted,
+    PinStarted,
     /// A pinned measurement halved its pin: latency was still falling.
-    ProbeHalved,
+    PinHalved,
     /// A pinned measurement ended: the minimum is its last drained interval's mean.
-    Probed,
+    PinMeasured,
     /// A pinned measurement gave up without draining; the minimum is unchanged.
-    ProbeAbandoned,
+    PinAbandoned,
 }
 
 /// What an update did, for logging and tests.
@@ -118,13 +118,13 @@ pub struct Limiter {
     /// The limit before a pinned measurement, restored after it.
     pub(super) saved_limit: f64,
     /// During a pinned measurement: the mean latency at the previous pin (or before it).
-    pub(super) probe_ref_ms: f64,
+    pub(super) remeasure_ref_ms: f64,
     /// During a pinned measurement: the highest rate of answers (per millisecond) of an
     /// interval that had not drained — the origin was busy then, so this is its capacity.
-    pub(super) probe_rate: f64,
+    pub(super) remeasure_rate: f64,
     /// During a pinned measurement: the flushes made of clean samples only (see
     /// [`Samples::clean`]), merged.
-    pub(super) probe_clean: Samples,
+    pub(super) remeasure_clean: Samples,
     /// The interval under way.
     pub(super) pending: Samples,
     pub(super) interval_start_ms: u64,
@@ -133,7 +133,7 @@ pub struct Limiter {
     pub(super) pin_answers: u64,
     /// The latest clock reading; earlier readings are taken as this.
     pub(super) last_ms: u64,
-    pub(super) next_probe_ms: u64,
+    pub(super) next_remeasure_ms: u64,
     /// No cut on an overload signal before this (one per interval).
     pub(super) overload_gate_ms: u64,
     pub(super) updates: u64,
@@ -141,7 +141,7 @@ pub struct Limiter {
     /// The pinned limit during a measurement.
     pub(super) pin: u32,
     /// Intervals spent at the current pin without draining.
-    pub(super) probe_busy: u32,
+    pub(super) remeasure_busy: u32,
     /// Consecutive updates at the gradient's floor with the limit reached.
     pub(super) clamped: u32,
 
@@ -183,20 +183,20 @@ impl Limiter {
             min_ms: 0.0,
             sample_ms: 0.0,
             saved_limit: initial,
-            probe_ref_ms: 0.0,
-            probe_rate: 0.0,
-            probe_clean: Samples::EMPTY,
+            remeasure_ref_ms: 0.0,
+            remeasure_rate: 0.0,
+            remeasure_clean: Samples::EMPTY,
             pending: Samples::EMPTY,
             interval_start_ms: now_ms,
             pin_since_ms: now_ms,
             pin_answers: 0,
             last_ms: now_ms,
-            next_probe_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
+            next_remeasure_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
             overload_gate_ms: 0,
             updates: 0,
             remeasures: 0,
             pin: cfg.limit_min,
-            probe_busy: 0,
+            remeasure_busy: 0,
             clamped: 0,
             phase: PHASE_NORMAL,
             slow_start: 1,
@@ -305,7 +305,7 @@ impl Limiter {
                 && samples.clean == samples.count
                 && samples.inflight_max <= self.pin
             {
-                self.probe_clean.merge(samples);
+                self.remeasure_clean.merge(samples);
             }
             if self.clean_decides() {
                 return Some(self.clean_update(now, elapsed, rnd));
@@ -355,17 +355,17 @@ impl Limiter {
     /// The update of a pinned measurement that its clean answers decided: the interval under
     /// way ends, and the floor is their mean, or the pin is halved.
     fn clean_update(&mut self, now: u64, elapsed: u64, rnd: u32) -> Update {
-        let clean = std::mem::replace(&mut self.probe_clean, Samples::EMPTY);
+        let clean = std::mem::replace(&mut self.remeasure_clean, Samples::EMPTY);
         let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
         self.interval_start_ms = now;
         let since = now.saturating_sub(self.pin_since_ms);
-        if self.probe_rate == 0.0 && interval.inflight_max > self.pin && since > 0 {
+        if self.remeasure_rate == 0.0 && interval.inflight_max > self.pin && since > 0 {
             // No interval has ended busy yet, and the queue drained within this one: the
             // answers since the pin was set, while it drained and then at the pin, are a
             // capacity measured low rather than none. (This interval alone may be a few
             // milliseconds long: four workers answering at once made one a third too high
             // in the lab.)
-            self.probe_rate = self.pin_answers as f64 / since as f64;
+            self.remeasure_rate = self.pin_answers as f64 / since as f64;
         }
         self.update(now, elapsed, &clean, rnd)
     }
@@ -391,12 +391,12 @@ impl Limiter {
     /// - they agree, the slowest within the tolerance of the fastest: more would not move
     ///   their mean beyond the tolerance (an origin whose latency spreads wider, the
     ///   exponential service times of a busy one, is measured over whole intervals of
-    ///   `samples` answers instead); `probe` takes their mean as a drained interval's; or
+    ///   `samples` answers instead); `remeasure` takes their mean as a drained interval's; or
     /// - they spread, at [`SLOWDOWN`] times the tolerated floor on average, at a pin that
     ///   may still be halved: the floor rose far, and for a steady origin such a spread is a
-    ///   queue at the origin, the pin above its concurrency; `probe` halves it.
+    ///   queue at the origin, the pin above its concurrency; `remeasure` halves it.
     fn clean_decides(&self) -> bool {
-        let c = &self.probe_clean;
+        let c = &self.remeasure_clean;
         if c.count < CLEAN_SAMPLES.min(self.cfg.samples) {
             return false;
         }
@@ -411,9 +411,12 @@ impl Limiter {
         (self.pin / 2).max(self.cfg.limit_min)
     }
 
-    fn schedule_probe(&mut self, now: u64, rnd: u32) {
-        self.next_probe_ms =
-            now.saturating_add(jittered(u64::from(self.cfg.probe_ms), PROBE_JITTER, rnd));
+    fn schedule_remeasure(&mut self, now: u64, rnd: u32) {
+        self.next_remeasure_ms = now.saturating_add(jittered(
+            u64::from(self.cfg.remeasure_ms),
+            REMEASURE_JITTER,
+            rnd,
+        ));
     }
 
     fn bounded(&self, limit: f64) -> f64 {
@@ -437,7 +440,7 @@ impl Limiter {
             }
             MinChange::None
         } else if self.phase == PHASE_PROBING {
-            self.probe(now, elapsed, s, sample, rnd)
+            self.remeasure(now, elapsed, s, sample, rnd)
         } else {
             self.gradient(now, elapsed, s, sample, reached, rnd)
         };
@@ -455,7 +458,14 @@ impl Limiter {
     }
 
     /// One step of a pinned measurement.
-    fn probe(&mut self, now: u64, elapsed: u64, s: &Samples, sample: f64, rnd: u32) -> MinChange {
+    fn remeasure(
+        &mut self,
+        now: u64,
+        elapsed: u64,
+        s: &Samples,
+        sample: f64,
+        rnd: u32,
+    ) -> MinChange {
         if s.inflight_max > self.pin {
             // Not drained: some of this interval's requests queued behind more than `pin`.
             // They were waiting, so the origin was busy: its rate of answers is its
@@ -464,22 +474,22 @@ impl Limiter {
             // before: the tail of that pin's queue, raised into it, made every next pin seem
             // to fall, and one measurement halved a 64-worker origin's pin down to 3.
             if self.halved == 0 {
-                self.probe_ref_ms = self.probe_ref_ms.max(sample);
+                self.remeasure_ref_ms = self.remeasure_ref_ms.max(sample);
             }
             if elapsed > 0 {
-                self.probe_rate = self.probe_rate.max(f64::from(s.count) / elapsed as f64);
+                self.remeasure_rate = self.remeasure_rate.max(f64::from(s.count) / elapsed as f64);
             }
-            self.probe_busy += 1;
-            if self.probe_busy < PROBE_MAX_INTERVALS {
+            self.remeasure_busy += 1;
+            if self.remeasure_busy < REMEASURE_MAX_INTERVALS {
                 return MinChange::None;
             }
-            self.end_probe(now, rnd, false);
-            return MinChange::ProbeAbandoned;
+            self.end_remeasure(now, rnd, false);
+            return MinChange::PinAbandoned;
         }
-        self.probe_busy = 0;
+        self.remeasure_busy = 0;
         let lower = self.lower_pin();
         // Latency that fell with the pin by more than the tolerance was still a queue.
-        let falling = sample * self.tolerated() < self.probe_ref_ms;
+        let falling = sample * self.tolerated() < self.remeasure_ref_ms;
         // A floor above the last one beyond the tolerance is checked at half the pin once: a
         // pin above the origin's own concurrency keeps a queue at the origin, out of sight
         // of in-flight (a periodic measurement's half limit, at the moment the origin slowed
@@ -493,14 +503,14 @@ impl Limiter {
             self.pin = lower;
             self.pin_since_ms = now;
             self.pin_answers = 0;
-            self.probe_ref_ms = sample;
-            self.probe_clean = Samples::EMPTY;
-            return MinChange::ProbeHalved;
+            self.remeasure_ref_ms = sample;
+            self.remeasure_clean = Samples::EMPTY;
+            return MinChange::PinHalved;
         }
         self.min_ms = sample;
         self.remeasures = self.remeasures.saturating_add(1);
-        self.end_probe(now, rnd, true);
-        MinChange::Probed
+        self.end_remeasure(now, rnd, true);
+        MinChange::PinMeasured
     }
 
     /// Ends a pinned measurement. The limit goes back to where it was, or, when the
@@ -510,21 +520,21 @@ impl Limiter {
     /// the tolerance and the gradient's headroom. After a slowdown the saved limit was cut
     /// against a stale minimum and is far above that level; going back to it would refill
     /// the origin's queue at once, the very burst the measurement drained.
-    fn end_probe(&mut self, now: u64, rnd: u32, measured: bool) {
+    fn end_remeasure(&mut self, now: u64, rnd: u32, measured: bool) {
         self.phase = PHASE_NORMAL;
         if measured {
             self.unheld_min = 0;
         }
         let mut limit = self.saved_limit;
-        if measured && self.probe_rate > 0.0 {
-            let busy = self.probe_rate * self.min_ms * self.tolerated();
+        if measured && self.remeasure_rate > 0.0 {
+            let busy = self.remeasure_rate * self.min_ms * self.tolerated();
             limit = limit.min(busy + busy.sqrt()).max(f64::from(self.pin));
         }
         self.limit = self.bounded(limit);
-        self.probe_rate = 0.0;
-        self.probe_clean = Samples::EMPTY;
+        self.remeasure_rate = 0.0;
+        self.remeasure_clean = Samples::EMPTY;
         self.clamped = 0;
-        self.schedule_probe(now, rnd);
+        self.schedule_remeasure(now, rnd);
     }
 
     fn tolerated(&self) -> f64 {
@@ -555,10 +565,10 @@ impl Limiter {
             // latency for a queue.
             self.min_ms = sample;
             let soon = now.saturating_add(SOON_INTERVALS * u64::from(self.cfg.interval_ms));
-            self.next_probe_ms = self.next_probe_ms.min(soon);
+            self.next_remeasure_ms = self.next_remeasure_ms.min(soon);
             change = MinChange::Fell;
         }
-        let due = now >= self.next_probe_ms;
+        let due = now >= self.next_remeasure_ms;
         // A floor measured with nothing holding the origin, that latency has since left
         // far behind (the gradient at its floor), is checked by a pinned measurement,
         // reached or not: the unlimited start left a queue in it, and the queue grows.
@@ -569,7 +579,7 @@ impl Limiter {
             // Nobody waited on our limit: the interval's mean is the origin's own latency.
             self.min_ms = sample;
             self.remeasures = self.remeasures.saturating_add(1);
-            self.schedule_probe(now, rnd);
+            self.schedule_remeasure(now, rnd);
             change = MinChange::Remeasured;
         }
 
@@ -621,10 +631,10 @@ impl Limiter {
         let slowdown = raw * SLOWDOWN <= 1.0;
         if pin_due || (reached && (due || slowdown || self.clamped >= CLAMPED_RUN)) {
             self.saved_limit = self.limit;
-            self.probe_ref_ms = sample;
-            self.probe_rate = 0.0;
-            self.probe_clean = Samples::EMPTY;
-            self.probe_busy = 0;
+            self.remeasure_ref_ms = sample;
+            self.remeasure_rate = 0.0;
+            self.remeasure_clean = Samples::EMPTY;
+            self.remeasure_busy = 0;
             // A periodic measurement pins half the limit, and halves on while latency
             // falls. After a slowdown, the pin goes at once to the concurrency the old
             // minimum would allow at this latency (`l · raw`, often `limit_min`): halving
@@ -642,7 +652,7 @@ impl Limiter {
             self.pin_answers = 0;
             self.halved = 0;
             self.phase = PHASE_PROBING;
-            change = MinChange::ProbeStarted;
+            change = MinChange::PinStarted;
         }
         change
     }

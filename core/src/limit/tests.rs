@@ -218,7 +218,7 @@ fn a_slowed_origin_is_measured_again_instead_of_starved() {
     // where the old floor would allow this latency (limit · 12.5/60), not at half. (Held:
     // the rate of answers that the limit allows at 60 ms, which pins at the same level.)
     let u = st.held(60);
-    assert_eq!(u.min_change, MinChange::ProbeStarted);
+    assert_eq!(u.min_change, MinChange::PinStarted);
     assert!(st.l.view().probing);
     assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
     // Drained at once, nothing falling; a floor that rose is checked once at half the
@@ -227,14 +227,14 @@ fn a_slowed_origin_is_measured_again_instead_of_starved() {
     loop {
         let u = st.saturated(60);
         changes.push(u.min_change);
-        if u.min_change != MinChange::ProbeHalved {
+        if u.min_change != MinChange::PinHalved {
             break;
         }
     }
-    assert_eq!(changes.last(), Some(&MinChange::Probed), "{changes:?}");
+    assert_eq!(changes.last(), Some(&MinChange::PinMeasured), "{changes:?}");
     assert_eq!(
         changes,
-        [MinChange::ProbeHalved, MinChange::Probed],
+        [MinChange::PinHalved, MinChange::PinMeasured],
         "checked once"
     );
     assert_eq!(st.l.min_latency_ms(), 60.0);
@@ -260,7 +260,7 @@ fn a_queue_twice_the_tolerated_latency_is_measured_after_three_updates() {
     let changes: Vec<MinChange> = (0..3).map(|_| st.saturated(30).min_change).collect();
     assert_eq!(
         changes,
-        [MinChange::None, MinChange::None, MinChange::ProbeStarted]
+        [MinChange::None, MinChange::None, MinChange::PinStarted]
     );
 }
 
@@ -271,7 +271,7 @@ fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
     assert_eq!(before, 40);
     // 4 workers at 30 ms: 20 answers in 150 ms while the queue drains from `before`.
     let u = st.saturated(150);
-    assert_eq!(u.min_change, MinChange::ProbeStarted);
+    assert_eq!(u.min_change, MinChange::PinStarted);
     let pin = st.l.limit();
     assert_eq!(pin, 3, "40 · 6.25/150 is below limit_min");
     st.now += 150;
@@ -279,7 +279,7 @@ fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
     assert_eq!(u.min_change, MinChange::None, "not drained");
     st.now += 100;
     let u = st.l.record(st.now, &samples(20, 30, pin), 0).unwrap();
-    assert_eq!(u.min_change, MinChange::Probed);
+    assert_eq!(u.min_change, MinChange::PinMeasured);
     assert_eq!(u.min_latency_ms, 30.0);
     // Capacity 20/150 per ms × 30 ms = 4 workers; × 1.25 = 5, + √5.
     assert_eq!(u.to, 7, "not the saved limit");
@@ -291,7 +291,7 @@ fn after_a_slowdown_the_limit_returns_to_the_origins_capacity_not_above() {
 fn slowed_and_pinned() -> Story {
     let mut st = Story::settled(40, 5);
     let u = st.saturated(150);
-    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 3));
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::PinStarted, 3));
     st.now += 150;
     let u = st.l.record(st.now, &samples(20, 120, 40), 0).unwrap();
     assert_eq!(u.min_change, MinChange::None, "not drained");
@@ -312,7 +312,7 @@ fn clean_answers_that_agree_end_a_measurement_at_once() {
     // The fifth, 30 ms after the pinned interval began: the floor is their mean.
     st.now += 20;
     let u = st.l.record(st.now, &clean(&[33], 2), 0).expect("measured");
-    assert_eq!((u.min_change, u.samples), (MinChange::Probed, 5));
+    assert_eq!((u.min_change, u.samples), (MinChange::PinMeasured, 5));
     assert_eq!(u.min_latency_ms, 31.2);
     // Capacity 20/150 per ms × 31.2 ms × 1.25 = 5.2, + √5.2.
     assert_eq!(u.to, 7);
@@ -329,7 +329,7 @@ fn clean_answers_that_spread_wait_for_the_interval() {
     let u =
         st.l.record(st.now, &clean(&[14; 15], 3), 0)
             .expect("interval over");
-    assert_eq!((u.min_change, u.samples), (MinChange::Probed, 20));
+    assert_eq!((u.min_change, u.samples), (MinChange::PinMeasured, 20));
     assert_eq!(u.min_latency_ms, 13.95);
     // ... or far above it (30 ms), at a pin of `limit_min`, which cannot be halved.
     let mut st = slowed_and_pinned();
@@ -346,26 +346,29 @@ fn agreeing_clean_answers_above_the_old_floor_are_checked_at_lower_pins() {
     // 26 ms (40/26 per ms) × 6.25 pins at 9, above its 4 workers.
     let mut st = Story::settled(40, 5);
     let u = st.held(26);
-    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeStarted, 9));
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::PinStarted, 9));
     // Five answers that agree, at 52 ms: each waited one service time (9 in flight for 4
     // workers). A floor that rose is checked at half the pin, at once.
     st.now += 60;
     let u =
         st.l.record(st.now, &clean(&[52, 53, 52, 52, 54], 9), 0)
             .unwrap();
-    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 4));
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::PinHalved, 4));
     // At 4 they agree at 26 ms: half what they were, still falling with the pin, which
     // halves again (to `limit_min`); at 3 the same 26 ms is the floor.
     st.now += 30;
     let u =
         st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 4), 0)
             .unwrap();
-    assert_eq!((u.min_change, st.l.limit()), (MinChange::ProbeHalved, 3));
+    assert_eq!((u.min_change, st.l.limit()), (MinChange::PinHalved, 3));
     st.now += 30;
     let u =
         st.l.record(st.now, &clean(&[26, 26, 27, 26, 26], 3), 0)
             .unwrap();
-    assert_eq!((u.min_change, u.min_latency_ms), (MinChange::Probed, 26.2));
+    assert_eq!(
+        (u.min_change, u.min_latency_ms),
+        (MinChange::PinMeasured, 26.2)
+    );
 }
 
 #[test]
@@ -375,7 +378,7 @@ fn clean_answers_far_above_the_old_floor_halve_the_pin_at_once() {
         ..LimitConfig::default()
     });
     // A periodic measurement of a 10 ms origin.
-    while st.saturated(10).min_change != MinChange::ProbeStarted {}
+    while st.saturated(10).min_change != MinChange::PinStarted {}
     let pin = st.l.limit();
     assert!(pin >= 4, "pinned at {pin}");
     // The origin slowed down meanwhile: its answers at the pin spread from 55 to 90 ms,
@@ -384,7 +387,7 @@ fn clean_answers_far_above_the_old_floor_halve_the_pin_at_once() {
     let u =
         st.l.record(st.now, &clean(&[55, 70, 90, 60, 80], pin), 0)
             .expect("decided");
-    assert_eq!(u.min_change, MinChange::ProbeHalved);
+    assert_eq!(u.min_change, MinChange::PinHalved);
     assert_eq!(st.l.limit(), pin / 2);
     // Halved once: at the lower pin, spread answers wait for their interval.
     st.now += 20;
@@ -403,7 +406,7 @@ fn a_slowdown_ends_its_interval_on_a_quarter_of_its_samples() {
     // × 1.25: pinned at `limit_min`, below the 40 · 6.25/40 the latency alone allows.
     st.now += 10;
     let u = st.l.record(st.now, &samples(1, 40, limit), 0).unwrap();
-    assert_eq!((u.min_change, u.samples), (MinChange::ProbeStarted, 5));
+    assert_eq!((u.min_change, u.samples), (MinChange::PinStarted, 5));
     assert_eq!(st.l.limit(), 3);
     // Twenty answers at 20 ms (four times the floor, under the slowdown's five) wait
     // for their interval.
@@ -445,17 +448,17 @@ fn after_a_halving_the_pins_queue_does_not_raise_the_reference() {
     // measurement pins 32, whose drained mean fell to 10 (that was a queue): halved to 16.
     let started = loop {
         let u = st.held(14);
-        if u.min_change == MinChange::ProbeStarted {
+        if u.min_change == MinChange::PinStarted {
             break u;
         }
     };
     assert_eq!((started.from, started.to), (64, 32));
-    assert_eq!(st.step(10, 32).min_change, MinChange::ProbeHalved);
+    assert_eq!(st.step(10, 32).min_change, MinChange::PinHalved);
     // The first interval at 16 still holds 32's queue (not drained, 13 ms); the next
     // drains at 10 ms, as at 32: the floor, not another halving.
     assert_eq!(st.step(13, 32).min_change, MinChange::None);
     let u = st.step(10, 16);
-    assert_eq!(u.min_change, MinChange::Probed);
+    assert_eq!(u.min_change, MinChange::PinMeasured);
     assert_eq!(u.min_latency_ms, 10.0);
 }
 
@@ -516,7 +519,7 @@ fn a_pinned_measurement_halves_while_latency_falls() {
         if st.l.view().probing {
             pins.push(st.l.limit());
         }
-        if u.min_change == MinChange::Probed {
+        if u.min_change == MinChange::PinMeasured {
             break;
         }
         assert!(st.l.view().updates < 100);
@@ -542,17 +545,13 @@ fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
     assert_eq!(pin, 10);
     let at = |n: u32| 30 * u64::from(n.max(4)) / 4;
     let u = st.step(at(pin), pin);
-    assert_eq!(
-        u.min_change,
-        MinChange::ProbeHalved,
-        "75 ms is no 5 ms floor"
-    );
+    assert_eq!(u.min_change, MinChange::PinHalved, "75 ms is no 5 ms floor");
     let mut last = u;
-    while last.min_change == MinChange::ProbeHalved || last.min_change == MinChange::None {
+    while last.min_change == MinChange::PinHalved || last.min_change == MinChange::None {
         let pin = st.l.limit();
         last = st.step(at(pin), pin);
     }
-    assert_eq!(last.min_change, MinChange::Probed);
+    assert_eq!(last.min_change, MinChange::PinMeasured);
     assert_eq!(
         last.min_latency_ms, 30.0,
         "the origin's own latency, not its queue's"
@@ -567,10 +566,10 @@ fn a_pinned_measurement_gives_up_if_the_origin_never_drains() {
         let limit = st.l.limit();
         let u = st.step(10, limit + 5);
         match u.min_change {
-            MinChange::ProbeStarted => started = Some(st.l.view().updates),
-            MinChange::ProbeAbandoned => {
+            MinChange::PinStarted => started = Some(st.l.view().updates),
+            MinChange::PinAbandoned => {
                 let at = st.l.view().updates;
-                assert_eq!(at - started.unwrap(), u64::from(PROBE_MAX_INTERVALS));
+                assert_eq!(at - started.unwrap(), u64::from(REMEASURE_MAX_INTERVALS));
                 assert!(!st.l.view().probing);
                 return;
             }
@@ -653,10 +652,10 @@ fn each_bad_parameter_is_named() {
         (LimitConfig { samples: 0, ..ok }, "limit_samples"),
         (
             LimitConfig {
-                probe_ms: 999,
+                remeasure_ms: 999,
                 ..ok
             },
-            "limit_probe",
+            "limit_remeasure",
         ),
     ];
     for (cfg, name) in bad {
@@ -858,7 +857,7 @@ fn a_healthy_start_is_measured_as_it_is() {
         changes.push(l.record(now, &samples(20, 40, 10), 0).unwrap().min_change);
     }
     assert!(changes.contains(&MinChange::Remeasured), "{changes:?}");
-    assert!(!changes.contains(&MinChange::ProbeStarted), "{changes:?}");
+    assert!(!changes.contains(&MinChange::PinStarted), "{changes:?}");
     assert!(l.limit() >= 20);
 }
 
@@ -877,7 +876,7 @@ fn a_floor_measured_in_an_unlimited_starts_queue_is_checked_pinned() {
     for _ in 0..10 {
         now += 200;
         let u = l.record(now, &samples(20, 150, 150), 0).unwrap();
-        if u.min_change == MinChange::ProbeStarted {
+        if u.min_change == MinChange::PinStarted {
             pinned = Some(u);
             break;
         }
@@ -889,7 +888,7 @@ fn a_floor_measured_in_an_unlimited_starts_queue_is_checked_pinned() {
     let pin = u.to;
     now += 200;
     let u = l.record(now, &samples(20, 40, pin), 0).unwrap();
-    assert_eq!((u.min_change, u.to), (MinChange::ProbeHalved, pin / 2));
+    assert_eq!((u.min_change, u.to), (MinChange::PinHalved, pin / 2));
 }
 
 #[test]
