@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(55);
+	->has(qw/upstream_least_conn/)->plan(58);
 
 ###############################################################################
 
@@ -146,6 +146,11 @@ bad($t, 'limit_max above what the shared word holds', {
 	UPSTREAM => "$cb limit=adaptive limit_max=16777216;" },
 	"$cb limit=adaptive",
 	qq{"limit_max" must be between "limit_min" and 16777215 in "$cb" directive});
+
+bad($t, 'eject twice', { UPSTREAM => "$cb;\n        ${cb}_eject;\n"
+		. "        ${cb}_eject off;" },
+	"${cb}_eject off",
+	qq{"${cb}_eject" directive is duplicate});
 
 bad($t, 'eject time 0', { UPSTREAM => "$cb;\n        ${cb}_eject time=0s;" },
 	"${cb}_eject",
@@ -276,6 +281,11 @@ bad($t, 'route name too long', { UPSTREAM => "$cb;",
 	qq{invalid value "} . ('r' x 65) . qq{" in "${cb}_route" directive, }
 	. 'a route is 1 to 64 letters, digits, "_", "-" or "."');
 
+bad($t, 'route twice', { UPSTREAM => "$cb;",
+	LOCATION => "${cb}_route a;\n            ${cb}_route b;" },
+	"${cb}_route b",
+	qq{"${cb}_route" directive is duplicate});
+
 bad($t, 'route named default', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_route default;" },
 	"${cb}_route",
@@ -288,6 +298,13 @@ bad($t, 'status control=maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status control=maybe;" },
 	"${cb}_status",
 	'invalid parameter "control=maybe"');
+
+bad($t, 'status twice', { UPSTREAM => "$cb;",
+	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
+		. "        location /s {\n            ${cb}_status;\n"
+		. "            ${cb}_status control=on;\n        }\n    }" },
+	"${cb}_status control=on",
+	qq{"${cb}_status" directive is duplicate});
 
 # the status location answers itself: no other content handler, whichever
 # directive comes first

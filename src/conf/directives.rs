@@ -96,16 +96,59 @@ fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {
     NGX_CONF_ERROR
 }
 
+/// What every handler starts with: the conf nginx passes it, refused with nginx's own "is
+/// duplicate" when `is_set` says the directive was already given there, and the directive's
+/// words.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, at this directive, and `conf` the `C` its
+/// command's offset names.
+unsafe fn once<'a, C>(
+    cf: *mut ngx_conf_t,
+    conf: *mut c_void,
+    is_set: impl FnOnce(&mut C) -> bool,
+) -> Result<(&'a mut C, &'a [ngx_str_t]), *mut c_char> {
+    // SAFETY: `conf` is a `C` (this fn's contract), which nginx keeps for the cycle.
+    let c = unsafe { &mut *conf.cast::<C>() };
+    if is_set(c) {
+        return Err(c"is duplicate".as_ptr().cast_mut());
+    }
+    // SAFETY: `cf` is the configuration being parsed, at this directive: what `args` asks.
+    Ok((c, unsafe { args(cf) }))
+}
+
+/// A directive whose words parse into one value, stored once in the field `field` picks.
+///
+/// # Safety
+/// As [`once`].
+unsafe fn set_once<C, T>(
+    cf: *mut ngx_conf_t,
+    conf: *mut c_void,
+    field: impl Fn(&mut C) -> &mut Option<T>,
+    parse: impl FnOnce(&[ngx_str_t]) -> Result<T, ConfError>,
+) -> *mut c_char {
+    // SAFETY: this fn's contract is `once`'s.
+    let (c, raw) = match unsafe { once::<C>(cf, conf, |c| field(c).is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    match parse(raw) {
+        Ok(v) => {
+            *field(c) = Some(v);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
+}
+
 /// `circuit_breaker_zone name:size`
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
-    let mcf = unsafe { &mut *conf.cast::<MainConf>() };
-    if !mcf.zone.is_null() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    let arg = unsafe { args(cf) }[0];
+    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET, at this directive.
+    let (mcf, raw) = match unsafe { once::<MainConf>(cf, conf, |c| !c.zone.is_null()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    let arg = raw[0];
     let Ok(text) = arg.to_str() else {
         return fail(
             cf,
@@ -163,14 +206,11 @@ pub unsafe fn add_zone(
 
 /// `circuit_breaker_fleet address ... id=address (secret= | secret_file= | auth=off) [...]`
 unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET.
-    let mcf = unsafe { &mut *conf.cast::<MainConf>() };
-    if mcf.fleet.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    let raw = unsafe { args(cf) };
+    // SAFETY: nginx passes our main conf for NGX_HTTP_MAIN_CONF_OFFSET, at this directive.
+    let (mcf, raw) = match unsafe { once::<MainConf>(cf, conf, |c| c.fleet.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
     // A secret that is not UTF-8 is refused without being repeated.
     if raw
         .iter()
@@ -197,14 +237,12 @@ unsafe fn fleet(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
 
 /// `circuit_breaker [param=value ...] [dry_run]`
 unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our upstream-level conf for NGX_HTTP_SRV_CONF_OFFSET.
-    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
-    if scf.breaker.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    let raw = unsafe { args(cf) };
+    // SAFETY: nginx passes our upstream-level conf for NGX_HTTP_SRV_CONF_OFFSET, at this
+    // directive.
+    let (scf, raw) = match unsafe { once::<SrvConf>(cf, conf, |c| c.breaker.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
     let parsed = words(raw).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
     let params = match parsed {
         Ok(p) => p,
@@ -234,75 +272,50 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
 
 /// `circuit_breaker_eject [param=value ...] | off`
 unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our `SrvConf` (the command is registered with NGX_HTTP_SRV_CONF_OFFSET).
-    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
-    if scf.eject.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    match words(unsafe { args(cf) }).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
-        Ok(e) => scf.eject = Some(e),
-        Err(e) => return fail(cf, e),
-    }
-    NGX_CONF_OK
+    let parse =
+        |raw: &[ngx_str_t]| words(raw).and_then(|w| directive::parse_eject_args(w, &NginxUnits));
+    // SAFETY: nginx passes our `SrvConf` (the command is registered with
+    // NGX_HTTP_SRV_CONF_OFFSET), at this directive.
+    unsafe { set_once(cf, conf, |c: &mut SrvConf| &mut c.eject, parse) }
 }
 
 /// `circuit_breaker_failure class ...`
 unsafe fn failure(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our `SrvConf` (the command is registered with NGX_HTTP_SRV_CONF_OFFSET).
-    let scf = unsafe { &mut *conf.cast::<SrvConf>() };
-    if scf.failures.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    match words(unsafe { args(cf) }).and_then(directive::parse_failure_classes) {
-        Ok(set) => scf.failures = Some(set),
-        Err(e) => return fail(cf, e),
-    }
-    NGX_CONF_OK
+    let parse = |raw: &[ngx_str_t]| words(raw).and_then(directive::parse_failure_classes);
+    // SAFETY: nginx passes our `SrvConf` (the command is registered with
+    // NGX_HTTP_SRV_CONF_OFFSET), at this directive.
+    unsafe { set_once(cf, conf, |c: &mut SrvConf| &mut c.failures, parse) }
 }
 
 /// `circuit_breaker_route name`
 unsafe fn route(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET.
-    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-    if lcf.route.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    let arg = unsafe { args(cf) }[0];
-    let name = String::from_utf8_lossy(arg.as_bytes()).into_owned();
-    if let Err(e) = directive::check_route_name(&name) {
-        return fail(cf, e);
-    }
+    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET, at this directive.
+    unsafe { set_once(cf, conf, |c: &mut LocConf| &mut c.route, route_name) }
+}
+
+/// `circuit_breaker_route`'s name, checked: "default" is the upstream's own breaker.
+fn route_name(raw: &[ngx_str_t]) -> Result<Route, ConfError> {
+    let name = String::from_utf8_lossy(raw[0].as_bytes()).into_owned();
+    directive::check_route_name(&name)?;
     if name == DEFAULT_ROUTE {
-        return fail(
-            cf,
-            ConfError::InvalidValue {
-                directive: "circuit_breaker_route",
-                value: name,
-                reason: Some("\"default\" names the upstream's own breaker"),
-            },
-        );
+        return Err(ConfError::InvalidValue {
+            directive: "circuit_breaker_route",
+            value: name,
+            reason: Some("\"default\" names the upstream's own breaker"),
+        });
     }
-    lcf.route = Some(Route::new(&name));
-    NGX_CONF_OK
+    Ok(Route::new(&name))
 }
 
 /// `circuit_breaker_status [control=on|off]`: the command's `post` is the content handler
 /// to install (set where the module is registered).
 unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    // SAFETY: nginx passes our `LocConf` (the command is registered with NGX_HTTP_LOC_CONF_OFFSET).
-    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-    if lcf.status != StatusMode::Off {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    // SAFETY: `cf` is the configuration nginx is parsing this directive in, its `args` filled: what
-    // `args` asks.
-    let a = unsafe { args(cf) };
+    // SAFETY: nginx passes our `LocConf` (the command is registered with
+    // NGX_HTTP_LOC_CONF_OFFSET), at this directive.
+    let (lcf, a) = match unsafe { once::<LocConf>(cf, conf, |c| c.status != StatusMode::Off) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
     lcf.status = match a.first().map(|s| s.as_bytes()) {
         None | Some(b"control=off") => StatusMode::ReadOnly,
         Some(b"control=on") => StatusMode::Control,
