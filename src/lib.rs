@@ -74,6 +74,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             return rc;
         }
         respond::add_header_filter();
+        upstream::body::add_body_filter();
         setup::add_phase_handler(
             cf,
             nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,

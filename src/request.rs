@@ -12,7 +12,7 @@ use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
-    ngx_http_upstream_srv_conf_t, ngx_palloc, ngx_pool_cleanup_t,
+    ngx_http_upstream_srv_conf_t, ngx_msec_t, ngx_palloc, ngx_pool_cleanup_t,
 };
 
 use crate::conf::Module;
@@ -110,6 +110,11 @@ pub struct RequestState {
     /// The PRECONTENT phase let the request through (its breaker closed) and created this
     /// state: `peer.init` does not ask the breaker again.
     pub passed: bool,
+    /// The client's request body was still arriving when `peer.init` ran (an upload passed
+    /// on as it arrives), and, once the body filter saw its end, when (`ngx_current_msec`):
+    /// the origin's time starts there, not at the connect.
+    pub body_arriving: bool,
+    pub body_done_at: Option<ngx_msec_t>,
     /// The pool cleanup record that releases this state, kept in the state rather than
     /// allocated by `ngx_pool_cleanup_add` (`scripts/bench-instructions`, closed).
     cleanup: ngx_pool_cleanup_t,
@@ -129,6 +134,17 @@ impl RequestState {
     /// configuration the request runs under, which outlives the state.
     pub fn srv_conf_ptr(&self) -> *const SrvConf {
         self.scf
+    }
+
+    /// When the client's body ended, if it was still arriving when nginx connected: as the
+    /// body filter saw it, or now when it has not ended yet (the attempt ended first).
+    #[inline(always)]
+    pub fn body_end(&self) -> Option<ngx_msec_t> {
+        // SAFETY: a plain global only this worker's event loop writes, and it runs us.
+        self.body_arriving.then(|| {
+            self.body_done_at
+                .unwrap_or(unsafe { nginx_sys::ngx_current_msec })
+        })
     }
 
     /// The request's route.
@@ -356,6 +372,8 @@ fn fresh(
         pending: None,
         settles_late: false,
         passed,
+        body_arriving: false,
+        body_done_at: None,
         cleanup: ngx_pool_cleanup_t {
             handler: Some(release),
             data: core::ptr::null_mut(),
@@ -564,6 +582,15 @@ pub fn note(r: &ngx_http_request_t) -> Note {
         Some(s) if wants_header(s, || header_on(r)) => Note::Here,
         _ => Note::Nothing,
     }
+}
+
+/// Whether `r`'s state holds a slot of the adaptive limit (told from the ctx alone).
+#[inline(always)]
+pub fn holds_slot(r: &ngx_http_request_t) -> bool {
+    let ctx = ctx(r);
+    // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
+    !is_tagged(ctx)
+        && unsafe { ctx.cast::<RequestState>().as_ref() }.is_some_and(|s| s.limit.is_held())
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,

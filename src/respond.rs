@@ -409,6 +409,13 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
             add_state_header(unsafe { &mut *r }, look)
         });
     }
+    // SAFETY: as above.
+    if request::holds_slot(unsafe { &*r }) {
+        guard((), || {
+            // SAFETY: as above, in the header filter; no other reference to it is live.
+            unsafe { crate::upstream::limit::header_passed(&mut *r) }
+        });
+    }
     // SAFETY: set in add_header_filter to the previous top filter, during configuration.
     match unsafe { NEXT_HEADER_FILTER } {
         // SAFETY: the next filter in nginx's chain, with the request it was given.

@@ -182,6 +182,7 @@ mod tests {
     fn an_open_breaker_is_looked_at_when_its_probe_is_due() {
         let open = |until_ms| Gate::Reject {
             until_ms,
+            announce_ms: until_ms,
             wait_ms: 1000,
         };
         assert_eq!(look(open(1150), 1000, 1000), Look::At(1150));

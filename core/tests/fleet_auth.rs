@@ -380,9 +380,10 @@ fn poke_sequences_only_grow_and_replays_are_not_news() {
     let n = Nonce::sequenced(0x0102_0304_0506_0708, [9; NONCE_BYTES - 8]);
     assert_eq!(n.sequence(), 0x0102_0304_0506_0708);
     assert_eq!(&n.0[8..], &[9; NONCE_BYTES - 8]);
-    assert!(poke_is_new(0, 1));
-    assert!(!poke_is_new(5, 5), "the same poke again");
-    assert!(!poke_is_new(5, 4), "an older poke");
+    let now_us = 1_800_000_000_000_000;
+    assert!(poke_is_new(0, 1, now_us));
+    assert!(!poke_is_new(5, 5, now_us), "the same poke again");
+    assert!(!poke_is_new(5, 4, now_us), "an older poke");
     let mut last = 0;
     for now_us in [1_000u64, 1_000, 999, 5_000, 4_000, 4_000] {
         let next = next_sequence(last, now_us);
@@ -396,6 +397,51 @@ fn poke_sequences_only_grow_and_replays_are_not_news() {
     let forged = header.replacen(&n.hex(), &changed.hex(), 1);
     assert!(k.check_request(Some(header.as_bytes())).is_ok());
     assert!(k.check_request(Some(forged.as_bytes())).is_err());
+}
+
+/// The receiver's side of pokes, as the shell keeps it: the last sequence taken from the
+/// sender, replaced by a poke's only when the poke is news.
+fn take(last: &mut u64, seq: u64, now_us: u64) -> bool {
+    use circuit_breaker_core::fleet::auth::poke_is_new;
+    let new = poke_is_new(*last, seq, now_us);
+    if new {
+        *last = seq;
+    }
+    new
+}
+
+/// A poke dated far ahead of the receiver's clock (up to 2^64 - 1) is refused and stored
+/// nowhere, so the sender's honest pokes that follow are still taken; and a sequence stored
+/// beyond that horizon (by an earlier build, before a reload) guards nothing.
+#[test]
+fn a_poke_from_the_future_silences_no_one() {
+    use circuit_breaker_core::fleet::auth::{next_sequence, POKE_AHEAD_US};
+    let mut now_us = 1_800_000_000_000_000u64;
+    let mut last = 0;
+    let mut sent = 0;
+    sent = next_sequence(sent, now_us);
+    assert!(take(&mut last, sent, now_us), "an honest poke");
+    for ahead in [u64::MAX, now_us + POKE_AHEAD_US + 1, now_us * 2] {
+        assert!(!take(&mut last, ahead, now_us), "{ahead} is too far ahead");
+        assert_eq!(last, sent, "a refused poke moves nothing");
+    }
+    // A sender whose clock runs somewhat ahead is still heard.
+    assert!(take(&mut last, now_us + POKE_AHEAD_US, now_us));
+    // The sender's next pokes, on its own clock: taken once the clock passes the last taken.
+    let mut honest = 0;
+    for _ in 0..10 {
+        now_us += 7_000_000;
+        sent = next_sequence(sent, now_us);
+        honest += u32::from(take(&mut last, sent, now_us));
+    }
+    assert_eq!(honest, 2, "taken once past the poke a minute ahead");
+    // A sequence of 2^64 - 1 already stored (an earlier build took it) is forgotten, as at a
+    // restart, and the honest pokes are taken again, each once.
+    last = u64::MAX;
+    sent = next_sequence(sent, now_us + 1);
+    assert!(take(&mut last, sent, now_us + 1));
+    assert!(!take(&mut last, sent, now_us + 1), "the same poke replayed");
+    assert!(take(&mut last, next_sequence(sent, now_us + 2), now_us + 2));
 }
 
 /// A peer that claims its episode began long ago cannot make a claim skip rounds: the

@@ -2,7 +2,7 @@
 //! (idempotent, order-independent), stale opinions expire, suspicion needs fresh evidence
 //! from peers with the same fingerprint, sizes stay bounded, and one prober is designated.
 
-use circuit_breaker_core::fleet::wire::{self, MAX_ENTRIES, MAX_NUMBER};
+use circuit_breaker_core::fleet::wire::{self, ErrorKind, MAX_ENTRIES, MAX_NUMBER};
 use circuit_breaker_core::fleet::{
     Flags, FleetConfig, FleetStore, LocalView, Message, Policy, WireOpinion,
 };
@@ -462,4 +462,251 @@ proptest! {
         prop_assert_eq!(probers[0], d);
         prop_assert!(stores.iter().all(|s| s.designated(due, 0) == Some(d)));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The merge's cost: counted in the store's own steps ([`FleetStore::work`]), not timed.
+
+/// Steps a merge may take per record, and per peer for each breaker it changes that is open
+/// here (whose fleet round it settles once: each opinion looked at, the claims above the
+/// settled round sorted and chained, the instance ranked in a few rounds).
+const PER_RECORD: u64 = 2;
+const PER_PEER_AND_OPEN_BREAKER: u64 = 16;
+
+fn peer_id(i: usize) -> String {
+    format!("10.0.{}.{}:8080", i / 250, i % 250)
+}
+
+/// Instance 0 of `peers + 1`, with breakers api/r0..r3: open with traffic to probe with,
+/// open without, or closed, as `states` says.
+fn wide_store(peers: usize, states: &[u8]) -> FleetStore {
+    let ids: Vec<String> = (0..=peers).map(peer_id).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut s = FleetStore::new(refs[0], &refs, cfg(MAX_ENTRIES)).unwrap();
+    for (r, &st) in states.iter().enumerate() {
+        let b = s
+            .add_breaker("api", &format!("r{r}"), FPS[0], policy())
+            .unwrap();
+        let view = |short: u64| LocalView {
+            state: if st == 0 { State::Closed } else { State::Open },
+            forced: false,
+            since_ms: NOW - 400_000,
+            requests: 20,
+            failures: 20,
+            slow: 0,
+            probe_starts: 0,
+            short_circuited: if st == 2 { short } else { 0 },
+            active_probes: false,
+        };
+        s.update_local(NOW - 1000, b, view(1));
+        s.update_local(NOW, b, view(2));
+    }
+    s
+}
+
+/// A crafted record, but for its origin: any of the breakers (and one this instance lacks),
+/// any state, round and probe time (the odd round far ahead, or far back in time), so that
+/// claims are credible or not and rank many candidates.
+fn crafted() -> impl Strategy<Value = WireOpinion> {
+    (
+        (0usize..5, state(), 0u64..2500, any::<bool>()),
+        (
+            0u32..12,
+            0u64..400_000,
+            any::<bool>(),
+            any::<bool>(),
+            prop::bool::weighted(0.1),
+        ),
+    )
+        .prop_map(
+            |((route, st, age, other_fp), (round, probe, can_probe, recovered, wide))| {
+                let (round, probe) = if wide {
+                    (round * 1000 + 1, probe * 1000)
+                } else {
+                    (round, probe)
+                };
+                WireOpinion {
+                    origin: String::new(),
+                    upstream: "api".into(),
+                    route: format!("r{route}"),
+                    fingerprint: FPS[usize::from(other_fp && route % 2 == 0)],
+                    state: st,
+                    age_ms: age,
+                    since_ms: age + 300_000,
+                    requests: 20,
+                    failures: 10,
+                    slow: 0,
+                    round,
+                    probe_ms: (round > 0).then_some(age + probe),
+                    flags: Flags {
+                        can_probe,
+                        recovered,
+                        forced: false,
+                    },
+                }
+            },
+        )
+}
+
+/// The steps `m`'s merge takes in `s`, and the bound it must stay under.
+fn merge_cost(
+    s: &mut FleetStore,
+    now: u64,
+    m: &Message,
+    states: &[u8],
+    peers: usize,
+) -> (u64, u64) {
+    let open_named = (0..states.len())
+        .filter(|&r| states[r] != 0 && m.opinions.iter().any(|o| o.route == format!("r{r}")))
+        .count() as u64;
+    let before = s.work();
+    s.merge(now, m);
+    let cost = s.work() - before;
+    let bound = PER_RECORD * m.opinions.len() as u64
+        + PER_PEER_AND_OPEN_BREAKER * peers as u64 * open_named.max(1);
+    (cost, bound)
+}
+
+fn sender(peers: usize) -> String {
+    peer_id(1.min(peers))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever a message holds — records repeated many times (each copy newer than the
+    /// last), all about one breaker or spread, claims of many rounds, many peers — its merge
+    /// takes at most a few steps per record, plus a few per peer for each breaker it changes
+    /// that is open here (the store has four: c · (records + peers)). Before, each record
+    /// settled its breaker again, and each settle ranked every candidate for every claim:
+    /// records × peers².
+    #[test]
+    fn a_merge_costs_in_proportion_to_the_message(
+        peers in prop_oneof![1usize..8, 190usize..260],
+        states in prop::collection::vec(0u8..3, 4),
+        first in prop::collection::vec(any::<prop::sample::Index>(), 0..600),
+        repeats in 1u64..8,
+        records in prop::collection::vec(any::<prop::sample::Index>(), 1..585),
+        seed in prop::collection::vec((any::<usize>(), crafted()), 256),
+        one_breaker in any::<bool>(),
+        later in 0u64..3000,
+    ) {
+        let mut s = wide_store(peers, &states);
+        // Seed records, each copied `n` times (the copies newer and newer), from any instance
+        // of the fleet (this one included) or a stranger.
+        let pick = |ix: &[prop::sample::Index], n: u64| -> Vec<WireOpinion> {
+            ix.iter()
+                .flat_map(|i| {
+                    let (o, r) = i.get(&seed);
+                    let origin = if o % 16 == 0 {
+                        "stranger".into()
+                    } else {
+                        peer_id(o % (peers + 1))
+                    };
+                    let route = if one_breaker { "r0".into() } else { r.route.clone() };
+                    (0..n).map(move |k| WireOpinion {
+                        origin: origin.clone(),
+                        route: route.clone(),
+                        age_ms: r.age_ms.saturating_sub(k),
+                        ..r.clone()
+                    })
+                })
+                .collect()
+        };
+        // What the store held before: a message merged once.
+        let earlier = Message { sender: sender(peers), delay_ms: 0, opinions: pick(&first, 1) };
+        let (cost, bound) = merge_cost(&mut s, NOW, &earlier, &states, peers);
+        prop_assert!(cost <= bound, "first merge: {} steps > {}", cost, bound);
+        // Then a crafted one.
+        let m = Message {
+            sender: sender(peers),
+            delay_ms: 0,
+            opinions: pick(&records, repeats),
+        };
+        let (cost, bound) = merge_cost(&mut s, NOW + later, &m, &states, peers);
+        prop_assert!(
+            cost <= bound,
+            "{} records, {} peers: {} steps > {}",
+            m.opinions.len(), peers, cost, bound
+        );
+        // On the wire, a message that repeats a record is refused whole before any merge.
+        let mut keys = std::collections::HashSet::new();
+        let repeated = !m
+            .opinions
+            .iter()
+            .all(|o| keys.insert((&o.origin, &o.upstream, &o.route)));
+        match wire::parse(wire::render(&m).as_bytes()) {
+            Ok(_) => prop_assert!(!repeated),
+            Err(e) => prop_assert_eq!((repeated, e.kind), (true, ErrorKind::Duplicate)),
+        }
+    }
+}
+
+/// The crafted messages at full size: 200 peers and the record cap, every breaker
+/// open with traffic. The record cap's worth of distinct records; the same breaker's records
+/// from every origin over and over (built by hand: the parser refuses it); a round of its own
+/// claimed by every origin; and, on the wire, the second refused without a step of the
+/// store.
+#[test]
+fn a_message_at_the_record_cap_costs_in_proportion_to_it() {
+    let peers = 200;
+    let states = [2u8; 4];
+    let record = |o: usize, r: usize| WireOpinion {
+        origin: peer_id(1 + o % peers),
+        upstream: "api".into(),
+        route: format!("r{r}"),
+        fingerprint: FPS[0],
+        state: State::Open,
+        age_ms: (o as u64 * 7) % 900,
+        since_ms: 300_000,
+        requests: 20,
+        failures: 20,
+        slow: 0,
+        round: 1 + (o % 9) as u32,
+        probe_ms: Some(1000 * (o as u64 % 300) + 900),
+        flags: Flags {
+            can_probe: o % 3 != 0,
+            ..Flags::default()
+        },
+    };
+    let distinct = Message {
+        sender: sender(peers),
+        delay_ms: 0,
+        opinions: (0..MAX_ENTRIES)
+            .map(|k| record(k % peers, (k / peers) % 4))
+            .collect(),
+    };
+    let repeated = Message {
+        sender: sender(peers),
+        delay_ms: 0,
+        opinions: (0..MAX_ENTRIES).map(|k| record(k, 0)).collect(),
+    };
+    // Every origin claims a round of its own, a second ago: the first counts, and the rest,
+    // never credible, are sorted again at each settle.
+    let rounds = Message {
+        sender: sender(peers),
+        delay_ms: 0,
+        opinions: (0..peers)
+            .map(|o| WireOpinion {
+                round: 1 + o as u32,
+                probe_ms: Some(1000),
+                ..record(o, 0)
+            })
+            .collect(),
+    };
+    for m in [&distinct, &repeated, &rounds] {
+        let mut s = wide_store(peers, &states);
+        let (cost, bound) = merge_cost(&mut s, NOW, m, &states, peers);
+        assert!(cost <= bound, "{cost} steps > {bound}");
+        // Again, now that it is all known.
+        let (cost, bound) = merge_cost(&mut s, NOW, m, &states, peers);
+        assert!(cost <= bound, "again: {cost} steps > {bound}");
+    }
+    let mut s = wide_store(peers, &states);
+    let before = (s.work(), s.held());
+    let err = s
+        .receive(NOW, 0, wire::render(&repeated).as_bytes())
+        .unwrap_err();
+    assert_eq!((err.line, err.kind), (2 + peers, ErrorKind::Duplicate));
+    assert_eq!((s.work(), s.held()), before);
 }

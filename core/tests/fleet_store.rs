@@ -572,6 +572,88 @@ fn a_peer_that_closed_after_a_probe_lets_local_probes_start_early() {
     assert!(!late.peers_report_recovered(T0 + 28_000, 0));
 }
 
+/// Peers' report of recovery ends this instance's cooldown once per open episode: a peer
+/// flipping between recovered and open every second for 15 s cuts it once (its report rose 8
+/// times, and each rise cut it before), a failed probe's reopening is the same episode, and
+/// the next episode, after a close, may be cut once again.
+#[test]
+fn a_recovery_report_cuts_a_cooldown_once_per_episode() {
+    let mut a = store("a");
+    // b's opinion at `now`: closed after a probe (a recovery) `ago` ms before, or open.
+    let say = |a: &mut FleetStore, now: u64, recovered: bool, ago: u64| {
+        let mut r = record("b", State::Open, 0);
+        if recovered {
+            r.state = State::Closed;
+            r.since_ms = ago;
+            (r.requests, r.failures) = (0, 0);
+            r.flags.recovered = true;
+        }
+        a.merge(now, &message("b", vec![r]));
+    };
+    a.update_local(T0, 0, open(T0, 0, 1));
+    assert!(!a.take_hasten(T0, 0), "no report, no cut");
+    let (mut cuts, mut rises, mut was) = (0, 0, false);
+    for k in 1..=15u64 {
+        let now = T0 + k * 1000;
+        say(&mut a, now, k % 2 == 1, 500);
+        a.update_local(now, 0, open(T0, 0, 1 + k));
+        let reported = a.peers_report_recovered(now, 0);
+        rises += u32::from(reported && !was);
+        was = reported;
+        cuts += u32::from(a.take_hasten(now, 0));
+    }
+    assert_eq!(rises, 8, "the report came and went");
+    assert_eq!(cuts, 1, "the cooldown is cut once");
+
+    // a's probe fails: reopened, the same episode; the report stands, and cuts nothing more.
+    let mut now = T0 + 16_000;
+    a.update_local(
+        now,
+        0,
+        LocalView {
+            state: State::HalfOpen,
+            ..open(now, 1, 17)
+        },
+    );
+    now += 100;
+    a.update_local(now, 0, open(now, 1, 18));
+    for _ in 0..3 {
+        now += 1000;
+        say(&mut a, now, true, 500);
+        a.update_local(now, 0, open(T0 + 16_100, 1, 19));
+        assert!(a.peers_report_recovered(now, 0));
+        assert!(
+            !a.take_hasten(now, 0),
+            "a failed probe reopens the same episode"
+        );
+    }
+
+    // Closed, then open again: another episode, whose cooldown one report may cut once.
+    now += 1000;
+    a.update_local(
+        now,
+        0,
+        LocalView {
+            since_ms: now,
+            probe_starts: 2,
+            ..closed(0, 0)
+        },
+    );
+    assert!(!a.take_hasten(now, 0), "closed: nothing to cut");
+    now += 5000;
+    let reopened = now;
+    a.update_local(now, 0, open(reopened, 2, 20));
+    say(&mut a, now, true, 6000);
+    assert!(
+        !a.take_hasten(now, 0),
+        "a recovery before this episode is old news"
+    );
+    now += 1000;
+    say(&mut a, now, true, 500);
+    assert!(a.take_hasten(now, 0), "a recovery in this episode");
+    assert!(!a.take_hasten(now, 0));
+}
+
 #[test]
 fn an_operator_reset_is_not_a_recovery() {
     let (mut a, mut b) = (store("a"), store("b"));

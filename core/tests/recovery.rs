@@ -409,6 +409,7 @@ fn with_active_probes_the_gate_rejects_for_the_whole_open_period() {
         gate,
         Gate::Reject {
             until_ms: s.now + 1000,
+            announce_ms: s.now + 1000,
             wait_ms: 1000
         }
     );

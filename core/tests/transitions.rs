@@ -134,10 +134,13 @@ fn full_cycle_closed_open_half_open_closed() {
     assert_eq!(s.view().consecutive_probe_successes, 1);
 
     // Once a hard outage's first probe is good, the rest of the run comes within half a
-    // probe_interval: 166 ms apart.
+    // probe_interval: 166 ms apart. Retry-After says the end of the probe spacing's range
+    // from the last probe's start instead (a client told the run's pace could time it).
     s.wait(100);
-    assert_eq!(s.rejected(), 66);
-    s.wait(66);
+    assert_eq!(s.rejected(), 900);
+    s.wait(65);
+    assert_eq!(s.rejected(), 835);
+    s.wait(1);
     let p = s.probe();
     assert_eq!(s.record(p, &ok()).transition, None);
     s.wait(166);
@@ -156,7 +159,7 @@ fn full_cycle_closed_open_half_open_closed() {
     let t = v.totals;
     assert_eq!((t.opened, t.half_opened, t.closed), (1, 1, 1));
     assert_eq!((t.requests, t.failures, t.probes), (23, 20, 3));
-    assert_eq!(t.short_circuited, 4);
+    assert_eq!(t.short_circuited, 5);
     assert_eq!(s.request(&ok()), None);
 }
 
@@ -524,7 +527,11 @@ fn a_clock_going_backwards_is_clamped() {
     };
     s.record(p, &ok());
     s.now = 3;
-    assert_eq!(s.rejected(), 166);
+    assert_eq!(
+        s.rejected(),
+        1000,
+        "the probe spacing from the probe's start"
+    );
     // Even the end of time is just a time.
     s.now = u64::MAX;
     s.admit();
@@ -551,18 +558,28 @@ fn jitter_stays_within_its_bounds() {
     assert_eq!(jittered(30_000, 0, 12345), 30_000);
     assert_eq!(jittered(u64::MAX, 10_000, u32::MAX), u64::MAX);
 
-    // The breaker applies it to the cooldown and to probe spacing.
+    // The breaker draws the cooldown and the run's pace in their ranges, and tells clients
+    // the cooldown's end of range (see tests/probe_timing.rs).
     for rnd in [0, u32::MAX / 3, u32::MAX] {
         let mut s = Story::new(BreakerConfig::default());
         s.rnd = rnd;
         s.trip();
-        let c = s.view().cooldown_ms;
-        assert!((24_000..=36_000).contains(&c), "{c}");
-        assert_eq!(s.rejected(), c);
+        assert_eq!(s.view().cooldown_ms, 36_000, "as told");
+        assert_eq!(s.rejected(), 36_000);
+        let circuit_breaker_core::breaker::Gate::Reject { until_ms, .. } = s.b.breaker().gate()
+        else {
+            panic!("open")
+        };
+        let c = until_ms - s.now;
+        assert!((24_000..36_000).contains(&c), "{c}");
         s.wait(c);
         let p = s.probe();
         s.record(p, &ok());
-        let spacing = s.rejected();
+        let start = s.now;
+        while !matches!(s.admit().admission, Admission::Probe(_)) {
+            s.wait(1);
+        }
+        let spacing = s.now - start;
         assert!((132..=200).contains(&spacing), "{spacing}");
     }
 }
@@ -673,6 +690,7 @@ fn the_gate_answers_the_common_cases_without_the_lock() {
         gate,
         Gate::Reject {
             until_ms: s.now + 30_000,
+            announce_ms: s.now + 30_000,
             wait_ms: 0
         }
     );

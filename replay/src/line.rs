@@ -8,6 +8,9 @@
 //! nginx escapes `"` inside a variable's value (`\x22`), so a quoted field ends at the next
 //! `"`. Fields after the eighth are ignored. Pure and total: any bytes give a line or an
 //! error, never a panic.
+//!
+//! The upstream and route names are at most [`MAX_NAME`] bytes: the replay keeps the names it
+//! has seen, and `$proxy_host` is the client's `Host` when nginx proxies to `http://$host`.
 
 use circuit_breaker_core::breaker::{Attempt, Ending};
 
@@ -48,13 +51,19 @@ pub enum LineError {
     MissingField(&'static str),
     /// A field that is not what the format puts there.
     BadField(&'static str),
+    /// A name longer than [`MAX_NAME`].
+    TooLong(&'static str),
 }
+
+/// The longest upstream or route name: a host name and its port take at most 259 bytes.
+pub const MAX_NAME: usize = 512;
 
 impl core::fmt::Display for LineError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             LineError::MissingField(name) => write!(f, "no {name}"),
             LineError::BadField(name) => write!(f, "invalid {name}"),
+            LineError::TooLong(name) => write!(f, "{name} longer than {MAX_NAME} bytes"),
         }
     }
 }
@@ -187,6 +196,11 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         "" | "-" => "default",
         r => r,
     };
+    for (name, i) in [(FIELDS[2], 2), (FIELDS[3], 3)] {
+        if f[i].len() > MAX_NAME {
+            return Err(LineError::TooLong(name));
+        }
+    }
     let mut retries = Retries::default();
     let attempt = if f[4] == "-" || f[4].is_empty() {
         None
@@ -320,6 +334,28 @@ mod tests {
         assert_eq!(
             parse(r#"1.0 0.1 "api"x "-" "a" "200" "0.1" "0.1""#),
             Err(LineError::BadField("upstream name"))
+        );
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        let with = |up: &str, route: &str| {
+            parse(&format!(
+                r#"1.0 0.1 "{up}" "{route}" "a" "200" "0.1" "0.1""#
+            ))
+            .err()
+        };
+        let long = "h".repeat(MAX_NAME);
+        assert_eq!(with(&long, &long), None);
+        let longer = "h".repeat(MAX_NAME + 1);
+        assert_eq!(
+            with(&longer, "-"),
+            Some(LineError::TooLong("upstream name"))
+        );
+        assert_eq!(with("api", &longer), Some(LineError::TooLong("route")));
+        assert_eq!(
+            LineError::TooLong("route").to_string(),
+            "route longer than 512 bytes"
         );
     }
 

@@ -2,20 +2,22 @@
 //! README's "Choosing the numbers".
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use cb_replay::conf::Specs;
+use cb_replay::input::{self, Got, DEFAULT_MAX_LINE};
 use cb_replay::line;
 use cb_replay::report::{self, BadLine};
-use cb_replay::sim::Replay;
-use cb_replay::units::parse_msec;
+use cb_replay::sim::{Replay, DEFAULT_MAX_BREAKERS, MAX_WAITING};
+use cb_replay::units::{parse_msec, parse_size};
 
 const USAGE: &str =
     "usage: cb-replay [--config NGINX_T_OUTPUT] [--breaker '[UPSTREAM[:ROUTE]=]PARAMS']...
                  [--set PARAM=V1,V2,...]... [--json] [--timeline DIR] [--transitions FILE|-]
-                 [--seed N] [--reorder TIME] LOG... (plain or gzip; - for stdin)";
+                 [--seed N] [--reorder TIME] [--max-line SIZE] [--max-breakers N]
+                 LOG... (plain or gzip; - for stdin)";
 
 /// How many unparseable lines are shown.
 const SHOW_BAD: usize = 5;
@@ -28,6 +30,8 @@ struct Args {
     transitions: Option<String>,
     seed: u64,
     horizon_ms: u64,
+    max_line: usize,
+    max_breakers: usize,
     logs: Vec<String>,
 }
 
@@ -40,6 +44,8 @@ fn args() -> Result<Args, String> {
         transitions: None,
         seed: 1,
         horizon_ms: 30_000,
+        max_line: DEFAULT_MAX_LINE,
+        max_breakers: DEFAULT_MAX_BREAKERS,
         logs: Vec::new(),
     };
     let mut breakers = Vec::new();
@@ -71,6 +77,24 @@ fn args() -> Result<Args, String> {
                 a.horizon_ms = parse_msec(&v).filter(|&ms| ms <= 600_000).ok_or(format!(
                     "--reorder wants a time up to 10m (\"30s\"): \"{v}\""
                 ))?
+            }
+            "--max-line" => {
+                let v = value("--max-line")?;
+                a.max_line = parse_size(&v)
+                    .filter(|&n| (1..=1 << 30).contains(&n))
+                    .ok_or(format!(
+                        "--max-line wants a size up to 1024m (\"64k\"): \"{v}\""
+                    ))? as usize
+            }
+            "--max-breakers" => {
+                let v = value("--max-breakers")?;
+                a.max_breakers = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| (1..=1 << 24).contains(&n))
+                    .ok_or(format!(
+                        "--max-breakers wants a number from 1 to 16777216: \"{v}\""
+                    ))?
             }
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
@@ -114,28 +138,8 @@ fn combinations(sets: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
     out
 }
 
-fn open(path: &str) -> Result<Box<dyn BufRead>, String> {
-    let raw: Box<dyn Read> = if path == "-" {
-        Box::new(io::stdin().lock())
-    } else {
-        Box::new(File::open(path).map_err(|e| format!("{path}: {e}"))?)
-    };
-    let mut r = BufReader::with_capacity(1 << 16, raw);
-    let gz = r
-        .fill_buf()
-        .map_err(|e| format!("{path}: {e}"))?
-        .starts_with(&[0x1f, 0x8b]);
-    Ok(if gz {
-        Box::new(BufReader::with_capacity(
-            1 << 16,
-            flate2::bufread::MultiGzDecoder::new(r),
-        ))
-    } else {
-        Box::new(r)
-    })
-}
-
-fn replay(a: Args) -> Result<String, String> {
+/// Replays the logs; the replay, and the unparseable lines it shows.
+fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
     let sets = combinations(&a.sets);
     for spec in a.specs.all() {
         for set in &sets {
@@ -143,6 +147,7 @@ fn replay(a: Args) -> Result<String, String> {
         }
     }
     let mut r = Replay::new(a.specs, sets, a.seed, a.horizon_ms);
+    r.max_breakers = a.max_breakers;
     if let Some(dir) = a.timeline {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         r.keep_timelines(dir);
@@ -159,32 +164,66 @@ fn replay(a: Args) -> Result<String, String> {
     let mut bad: Vec<BadLine> = Vec::new();
     let many = a.logs.len() > 1;
     let mut buf = Vec::with_capacity(4096);
+    // Each bound is said once, when first hit; the report counts every line it refused.
+    let (mut said_long, mut said_cap, mut said_full) = (false, false, false);
     for path in &a.logs {
-        let mut input = open(path)?;
+        let mut input = input::open(path)?;
         let mut n = 0u64;
+        let at = |n: u64| {
+            if many {
+                format!("{path}:{n}")
+            } else {
+                n.to_string()
+            }
+        };
         loop {
-            buf.clear();
-            let got = input
-                .read_until(b'\n', &mut buf)
+            let got = input::read_line(&mut *input, &mut buf, a.max_line)
                 .map_err(|e| format!("{path}: {e}"))?;
-            if got == 0 {
+            if got == Got::End {
                 break;
             }
             n += 1;
             r.counts.lines += 1;
-            let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
-            let text = String::from_utf8_lossy(bytes);
+            if got == Got::TooLong {
+                r.counts.too_long += 1;
+                if !said_long {
+                    said_long = true;
+                    eprintln!(
+                        "cb-replay: line {} is longer than {} bytes (--max-line): not replayed, \
+                         nor any other that long",
+                        at(n),
+                        a.max_line
+                    );
+                }
+                continue;
+            }
+            let text = String::from_utf8_lossy(&buf);
             match line::parse(&text) {
-                Ok(l) => r.feed(&l, n)?,
+                Ok(l) => {
+                    r.feed(&l, n)?;
+                    if !said_cap && r.counts.over_max_breakers > 0 {
+                        said_cap = true;
+                        eprintln!(
+                            "cb-replay: line {}: {:?} would be breaker {} (--max-breakers): not \
+                             replayed, nor any line of a breaker not seen before",
+                            at(n),
+                            format!("{}/{}", l.upstream, l.route),
+                            a.max_breakers + 1
+                        );
+                    }
+                    if !said_full && r.counts.early > 0 {
+                        said_full = true;
+                        eprintln!(
+                            "cb-replay: line {}: {MAX_WAITING} requests within --reorder: the \
+                             oldest run early from here on when there are more",
+                            at(n)
+                        );
+                    }
+                }
                 Err(e) => {
                     r.counts.bad += 1;
                     if bad.len() < SHOW_BAD {
-                        let at = if many {
-                            format!("{path}:{n}")
-                        } else {
-                            n.to_string()
-                        };
-                        bad.push((at, e.to_string()));
+                        bad.push((at(n), e.to_string()));
                     }
                 }
             }
@@ -197,19 +236,23 @@ fn replay(a: Args) -> Result<String, String> {
     if let Some(e) = r.errors.first() {
         return Err(format!("timeline: {e}"));
     }
-    Ok(if a.json {
-        format!("{:#}\n", report::json(&r, &bad))
-    } else {
-        report::text(&r, &bad)
-    })
+    Ok((r, bad))
 }
 
 fn main() -> ExitCode {
-    let result = args().and_then(replay);
+    let result = args().and_then(|a| {
+        let json = a.json;
+        replay(a).map(|(r, bad)| (json, r, bad))
+    });
     match result {
-        Ok(out) => {
-            let mut o = io::stdout().lock();
-            if o.write_all(out.as_bytes()).and_then(|_| o.flush()).is_err() {
+        Ok((json, r, bad)) => {
+            let mut o = io::BufWriter::new(io::stdout().lock());
+            let written = if json {
+                report::write_json(&mut o, &r, &bad)
+            } else {
+                o.write_all(report::text(&r, &bad).as_bytes())
+            };
+            if written.and_then(|_| o.flush()).is_err() {
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

@@ -1,6 +1,7 @@
 //! What the replay prints: a summary per breaker, a sweep's table, or JSON.
 
 use std::fmt::Write as _;
+use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
@@ -11,11 +12,23 @@ use crate::stats::{human_ms, Stats};
 pub type BadLine = (String, String);
 
 fn counts_line(c: &Counts) -> String {
-    format!(
+    let mut s = format!(
         "{} lines: {} replayed, {} unparseable, {} without an upstream attempt, {} of upstreams \
          without a breaker, {} events late",
         c.lines, c.replayed, c.bad, c.no_attempt, c.no_breaker, c.late
-    )
+    );
+    // The bounds' counts only when hit: an ordinary log's report stays as it was.
+    if c.early > 0 {
+        let _ = write!(s, " ({} run early: the reorder buffer was full)", c.early);
+    }
+    if c.too_long > 0 || c.over_max_breakers > 0 {
+        let _ = write!(
+            s,
+            "; refused: {} longer than --max-line, {} of breakers past --max-breakers",
+            c.too_long, c.over_max_breakers
+        );
+    }
+    s
 }
 
 fn setting_label(set: &[(String, String)]) -> String {
@@ -68,7 +81,6 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     let mut order: Vec<usize> = (0..r.names.len()).collect();
     order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
     for (name, runs) in order.iter().map(|&i| (&r.names[i], &r.runs[i])) {
-        let Some(runs) = runs else { continue };
         for (t, run) in total.iter_mut().zip(runs) {
             t.add(&run.stats);
         }
@@ -133,36 +145,61 @@ fn stats_json(s: &Stats) -> Value {
     })
 }
 
-/// The JSON report: `{"lines": {…}, "bad_lines": […], "settings": [{"set": {…},
-/// "breakers": {"api/default": {…}}}]}`.
-pub fn json(r: &Replay, bad: &[BadLine]) -> Value {
+/// Writes the JSON report: `{"bad_lines": […], "lines": {…}, "settings": [{"breakers":
+/// {"api/default": {…}}, "set": {…}}]}`, pretty-printed, keys sorted. Written a breaker at a
+/// time rather than built whole: a tree of every breaker's counters under every setting would
+/// take more memory than the breakers themselves.
+pub fn write_json(out: &mut impl Write, r: &Replay, bad: &[BadLine]) -> io::Result<()> {
+    // A value as serde_json pretty-prints it, its lines after the first indented by `depth`.
+    let pretty = |v: &Value, depth: usize| {
+        let text = serde_json::to_string_pretty(v).unwrap_or_default();
+        text.replace('\n', &format!("\n{}", "  ".repeat(depth)))
+    };
     let c = &r.counts;
-    let settings: Vec<Value> = r
-        .sets()
+    let lines = json!({
+        "read": c.lines,
+        "replayed": c.replayed,
+        "unparseable": c.bad,
+        "no_attempt": c.no_attempt,
+        "no_breaker": c.no_breaker,
+        "late_events": c.late,
+        "early_events": c.early,
+        "too_long": c.too_long,
+        "over_max_breakers": c.over_max_breakers,
+    });
+    let bad: Vec<Value> = bad
         .iter()
-        .enumerate()
-        .map(|(i, set)| {
-            let mut breakers = serde_json::Map::new();
-            for (name, runs) in r.names.iter().zip(&r.runs) {
-                if let Some(runs) = runs {
-                    breakers.insert(name.clone(), stats_json(&runs[i].stats));
-                }
-            }
-            let set: serde_json::Map<String, Value> =
-                set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-            json!({"set": set, "breakers": breakers})
-        })
+        .map(|(n, why)| json!({"line": n, "error": why}))
         .collect();
-    json!({
-        "lines": {
-            "read": c.lines,
-            "replayed": c.replayed,
-            "unparseable": c.bad,
-            "no_attempt": c.no_attempt,
-            "no_breaker": c.no_breaker,
-            "late_events": c.late,
-        },
-        "bad_lines": bad.iter().map(|(n, why)| json!({"line": n, "error": why})).collect::<Vec<_>>(),
-        "settings": settings,
-    })
+    writeln!(out, "{{")?;
+    writeln!(out, "  \"bad_lines\": {},", pretty(&Value::from(bad), 1))?;
+    writeln!(out, "  \"lines\": {},", pretty(&lines, 1))?;
+    writeln!(out, "  \"settings\": [")?;
+    let mut order: Vec<usize> = (0..r.names.len()).collect();
+    order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
+    for (i, set) in r.sets().iter().enumerate() {
+        writeln!(out, "    {{")?;
+        if order.is_empty() {
+            writeln!(out, "      \"breakers\": {{}},")?;
+        } else {
+            writeln!(out, "      \"breakers\": {{")?;
+            for (k, &b) in order.iter().enumerate() {
+                let comma = if k + 1 < order.len() { "," } else { "" };
+                writeln!(
+                    out,
+                    "        {}: {}{comma}",
+                    Value::from(&*r.names[b]),
+                    pretty(&stats_json(&r.runs[b][i].stats), 4)
+                )?;
+            }
+            writeln!(out, "      }},")?;
+        }
+        let set: serde_json::Map<String, Value> =
+            set.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        writeln!(out, "      \"set\": {}", pretty(&Value::from(set), 3))?;
+        let comma = if i + 1 < r.sets().len() { "," } else { "" };
+        writeln!(out, "    }}{comma}")?;
+    }
+    writeln!(out, "  ]")?;
+    writeln!(out, "}}")
 }

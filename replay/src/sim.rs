@@ -8,13 +8,19 @@
 //! run in time order once the log has moved `horizon` past them (ties in log order, a
 //! request's admission before its own record). An event older than what already ran (a
 //! request longer than the horizon, or a line that came that late) runs at once, its time
-//! clamped, and is counted as late. The buffer holds `horizon` worth of requests, so memory
-//! does not grow with the log: a ring of one list per millisecond (a binary heap of the
-//! same events spent 60 % of the replay's time sifting them).
+//! clamped, and is counted as late. The buffer holds `horizon` worth of requests, at most
+//! `max_waiting` of them (past that its oldest events run early), so memory does not grow
+//! with the log: a ring of one list per millisecond (a binary heap of the same events spent
+//! 60 % of the replay's time sifting them).
+//!
+//! Nor with the names in it, which a client may choose (`proxy_pass http://$host`): at most
+//! `max_breakers` breakers are made, a line of another one is counted and dropped, and as
+//! many names without a breaker are remembered (others are looked up again each time).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
+use std::rc::Rc;
 
 use circuit_breaker_core::breaker::{
     classify, Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Transition,
@@ -145,7 +151,33 @@ pub struct Counts {
     pub replayed: u64,
     /// Events that came after later ones had run (clamped to their time).
     pub late: u64,
+    /// Lines longer than `--max-line`, not replayed (counted by the reader).
+    pub too_long: u64,
+    /// Lines of a breaker past the first `max_breakers`, not replayed.
+    pub over_max_breakers: u64,
+    /// Events run before the log had moved the horizon past them: the buffer was full.
+    pub early: u64,
 }
+
+/// The default `--max-breakers`: far more breakers than a configuration has, few enough that
+/// their memory (which grows with their window and the sweep's settings) is not the log's to
+/// choose.
+pub const DEFAULT_MAX_BREAKERS: usize = 10_000;
+
+/// Requests the reorder buffer holds at most: `--reorder` worth at thousands of requests a
+/// second; a log that crowds more into its horizon (all at one time, say) has its oldest run
+/// early rather than all of it held.
+pub const MAX_WAITING: usize = 1 << 17;
+
+/// What a line's (upstream, route) is to the replay.
+enum Found {
+    Breaker(u32),
+    NoBreaker,
+    OverCap,
+}
+
+/// In `Replay::index`: a name without a breaker.
+const NO_BREAKER: u32 = u32::MAX;
 
 /// The replay over a set of settings.
 pub struct Replay {
@@ -154,11 +186,16 @@ pub struct Replay {
     seed: u64,
     horizon_ms: u64,
     key: String,
-    index: HashMap<String, u32, BuildHasherDefault<Fnv>>,
+    /// Each name seen: its breaker's index, or `NO_BREAKER`.
+    index: HashMap<Rc<str>, u32, BuildHasherDefault<Fnv>>,
     /// Breaker names, `upstream/route`, by index.
-    pub names: Vec<String>,
-    /// Per breaker, per setting; `None` when its upstream has no breaker.
-    pub runs: Vec<Option<Vec<Run>>>,
+    pub names: Vec<Rc<str>>,
+    /// Per breaker, per setting.
+    pub runs: Vec<Vec<Run>>,
+    /// At most this many breakers, and as many names without one remembered.
+    pub max_breakers: usize,
+    /// At most this many requests in the reorder buffer.
+    pub max_waiting: usize,
     /// Each breaker's upstream (an index into `budgets`).
     upstream_of: Vec<u32>,
     upstreams: HashMap<String, u32, BuildHasherDefault<Fnv>>,
@@ -205,6 +242,8 @@ impl Replay {
             index: HashMap::default(),
             names: Vec::new(),
             runs: Vec::new(),
+            max_breakers: DEFAULT_MAX_BREAKERS,
+            max_waiting: MAX_WAITING,
             upstream_of: Vec::new(),
             upstreams: HashMap::default(),
             budgets: Vec::new(),
@@ -240,39 +279,41 @@ impl Replay {
         &self.sets
     }
 
-    fn breaker(&mut self, l: &Line<'_>, now_ms: u64) -> Result<Option<u32>, String> {
+    /// Requests in the reorder buffer.
+    pub fn waiting(&self) -> usize {
+        self.pending.len() - self.free.len()
+    }
+
+    fn breaker(&mut self, l: &Line<'_>, now_ms: u64) -> Result<Found, String> {
         self.key.clear();
         self.key.push_str(l.upstream);
         self.key.push('/');
         self.key.push_str(l.route);
         if let Some(&i) = self.index.get(self.key.as_str()) {
-            return Ok(self.runs[i as usize].is_some().then_some(i));
+            return Ok(match i {
+                NO_BREAKER => Found::NoBreaker,
+                i => Found::Breaker(i),
+            });
+        }
+        let Some(spec) = self.specs.find(l.upstream, l.route) else {
+            if self.index.len() - self.names.len() < self.max_breakers {
+                self.index.insert(Rc::from(self.key.as_str()), NO_BREAKER);
+            }
+            return Ok(Found::NoBreaker);
+        };
+        if self.names.len() >= self.max_breakers {
+            return Ok(Found::OverCap);
         }
         let i = self.names.len() as u32;
-        let runs = match self.specs.find(l.upstream, l.route) {
-            Some(spec) => {
-                let seed = self.seed ^ fnv(self.key.as_bytes());
-                let mut runs = Vec::with_capacity(self.sets.len());
-                for set in &self.sets {
-                    let mut run = Run::new(spec.config(set)?, now_ms, seed);
-                    if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
-                        let file: String = self
-                            .key
-                            .chars()
-                            .map(|c| match c {
-                                'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' => c,
-                                _ => '_',
-                            })
-                            .collect();
-                        run.timeline = Some(Timeline::create(&dir.join(file + ".csv"))?);
-                    }
-                    runs.push(run);
-                }
-                Some(runs)
+        let seed = self.seed ^ fnv(self.key.as_bytes());
+        let mut runs = Vec::with_capacity(self.sets.len());
+        for set in &self.sets {
+            let mut run = Run::new(spec.config(set)?, now_ms, seed);
+            if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
+                run.timeline = Some(Timeline::create(&dir.join(timeline_file(&self.key)))?);
             }
-            None => None,
-        };
-        let found = runs.is_some().then_some(i);
+            runs.push(run);
+        }
         let up = match self.upstreams.get(l.upstream) {
             Some(&u) => u,
             None => {
@@ -292,10 +333,11 @@ impl Replay {
             }
         };
         self.upstream_of.push(up);
-        self.index.insert(self.key.clone(), i);
-        self.names.push(self.key.clone());
+        let name: Rc<str> = Rc::from(self.key.as_str());
+        self.index.insert(name.clone(), i);
+        self.names.push(name);
         self.runs.push(runs);
-        Ok(found)
+        Ok(Found::Breaker(i))
     }
 
     /// Feeds one parsed line (number `line` of its file).
@@ -305,12 +347,25 @@ impl Replay {
             return Ok(());
         };
         let start = l.end_ms.saturating_sub(l.request_ms);
-        let Some(b) = self.breaker(l, start)? else {
-            self.counts.no_breaker += 1;
-            return Ok(());
+        let b = match self.breaker(l, start)? {
+            Found::Breaker(b) => b,
+            Found::NoBreaker => {
+                self.counts.no_breaker += 1;
+                return Ok(());
+            }
+            Found::OverCap => {
+                self.counts.over_max_breakers += 1;
+                return Ok(());
+            }
         };
         self.counts.replayed += 1;
         let n = self.sets.len();
+        while self.free.is_empty() && self.pending.len() >= self.max_waiting && self.queued > 0 {
+            // Full: its oldest millisecond runs now, until a request's end frees a slot.
+            let queued = self.queued;
+            self.run_until(self.cursor + 1);
+            self.counts.early += (queued - self.queued) as u64;
+        }
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -403,7 +458,7 @@ impl Replay {
     pub fn finish(&mut self) {
         self.run_until(u64::MAX);
         let end = self.watermark;
-        for runs in self.runs.iter_mut().flatten() {
+        for runs in self.runs.iter_mut() {
             for run in runs {
                 run.stats.end_episode(end);
                 if let Some(e) = run.timeline.as_mut().and_then(Timeline::flush) {
@@ -437,9 +492,7 @@ impl Replay {
         self.started[slot] = true;
         let p = self.pending[slot];
         let n = self.sets.len();
-        let Some(runs) = self.runs[p.breaker as usize].as_mut() else {
-            return;
-        };
+        let runs = &mut self.runs[p.breaker as usize];
         for (v, run) in runs.iter_mut().enumerate() {
             let rnd = run.rnd();
             let d = run.ob.breaker().admit(now, rnd, 1, &|_| true, true);
@@ -488,9 +541,7 @@ impl Replay {
     fn record(&mut self, slot: usize, now: u64) {
         let p = self.pending[slot];
         let n = self.sets.len();
-        let Some(runs) = self.runs[p.breaker as usize].as_mut() else {
-            return;
-        };
+        let runs = &mut self.runs[p.breaker as usize];
         let budgets = &mut self.budgets[self.upstream_of[p.breaker as usize] as usize];
         let retried = if p.tries > 1 {
             self.retried[slot]
@@ -628,6 +679,25 @@ fn note(
             );
         }
     }
+}
+
+/// A breaker's timeline file: its name with what a file name should not hold replaced, cut
+/// short (with its hash, to keep it apart) when a file system might refuse its length.
+fn timeline_file(key: &str) -> String {
+    const MAX: usize = 200;
+    let mut file: String = key
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    if file.len() > MAX {
+        let hash = fnv(key.as_bytes());
+        file.truncate(MAX);
+        file = format!("{file}-{hash:016x}");
+    }
+    file + ".csv"
 }
 
 /// FNV-1a: a breaker's own seed from its name, the same on every run.

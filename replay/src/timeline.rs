@@ -1,15 +1,25 @@
 //! A breaker's per-second series for `--timeline DIR`, written as it goes (CSV, one row per
 //! second with requests or a change of state; `replay/plot.py` draws it).
+//!
+//! A replay may have thousands of breakers (`--max-breakers`), more than a process may keep
+//! files open: each timeline keeps its rows in a small buffer and appends them to its file,
+//! opened for that, when the buffer fills.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use circuit_breaker_core::snapshot::State;
 
+/// The rows' buffer, bytes: they are appended to the file before one more might not fit.
+const BUFFER: usize = 1024;
+/// The longest row: a second and four counts of 20 digits at most, and a state.
+const MAX_ROW: usize = 5 * 21 + 10;
+
 /// The current second's counts, and where finished seconds go.
 pub struct Timeline {
-    out: BufWriter<File>,
+    path: PathBuf,
+    rows: Vec<u8>,
     second: u64,
     requests: u32,
     bad: u32,
@@ -25,11 +35,12 @@ pub const HEADER: &str = "second,requests,bad,slow,refused,state";
 impl Timeline {
     /// Writes to `path` (with its header).
     pub fn create(path: &Path) -> Result<Timeline, String> {
-        let f = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut out = BufWriter::new(f);
-        writeln!(out, "{HEADER}").map_err(|e| format!("{}: {e}", path.display()))?;
+        File::create(path)
+            .and_then(|mut f| writeln!(f, "{HEADER}"))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Timeline {
-            out,
+            path: path.to_owned(),
+            rows: Vec::new(),
             second: 0,
             requests: 0,
             bad: 0,
@@ -52,8 +63,9 @@ impl Timeline {
         if self.second == 0 {
             return;
         }
-        let r = writeln!(
-            self.out,
+        // Writing to a Vec cannot fail.
+        let _ = writeln!(
+            self.rows,
             "{},{},{},{},{},{}",
             self.second,
             self.requests,
@@ -62,8 +74,8 @@ impl Timeline {
             self.refused,
             self.state.name()
         );
-        if let Err(e) = r {
-            self.error.get_or_insert(e.to_string());
+        if self.rows.len() > BUFFER - MAX_ROW {
+            self.write_rows();
         }
         self.requests = 0;
         self.bad = 0;
@@ -86,11 +98,23 @@ impl Timeline {
         self.state = state;
     }
 
+    fn write_rows(&mut self) {
+        let r = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .and_then(|mut f| f.write_all(&self.rows));
+        if let Err(e) = r {
+            self.error
+                .get_or_insert(format!("{}: {e}", self.path.display()));
+        }
+        self.rows.clear();
+    }
+
     /// Writes the last second; the first write error, if any.
     pub fn flush(&mut self) -> Option<String> {
         self.flush_row();
-        if let Err(e) = self.out.flush() {
-            self.error.get_or_insert(e.to_string());
+        if !self.rows.is_empty() {
+            self.write_rows();
         }
         self.error.clone()
     }

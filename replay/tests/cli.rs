@@ -1,5 +1,6 @@
 //! The `cb-replay` binary as an operator runs it: gzip'd and plain logs, bad lines reported
-//! by number, JSON, timelines, late lines, and configuration errors in nginx's words.
+//! by number, JSON, timelines, late lines, configuration errors in nginx's words, and the
+//! bounds that keep a hostile log's memory flat (a line bomb, a flood of names).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -183,4 +184,221 @@ fn refused_settings_in_nginx_words() {
         err.starts_with("cb-replay: invalid value \"window=0s\" in \"circuit_breaker\""),
         "{err}"
     );
+}
+
+/// A well-formed line of `up` at `ms`, with `tail` as the operator's own fields after the
+/// eighth (which the replay ignores, whatever their length).
+fn line_of(ms: u64, up: &str, tail: &str) -> String {
+    format!(
+        "{}.{:03} 0.010 \"{up}\" \"-\" \"10.0.0.1:80\" \"200\" \"0.010\" \"0.005\"{tail}\n",
+        ms / 1000,
+        ms % 1000
+    )
+}
+
+fn gzip(path: &PathBuf, text: &[u8]) {
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(text).unwrap();
+    enc.finish().unwrap();
+}
+
+#[test]
+fn a_line_bomb_is_refused_said_once_and_counted() {
+    let d = dir("bomb");
+    let t0 = 1_700_000_000_000;
+    let mut s = String::new();
+    for i in 0..10 {
+        s.push_str(&line_of(t0 + i * 100, "api", ""));
+    }
+    // Line 11: 4 MB, line 22: just past the bound; both well-formed.
+    s.push_str(&line_of(
+        t0 + 1000,
+        "api",
+        &format!(" \"{}\"", "x".repeat(4 << 20)),
+    ));
+    for i in 0..10 {
+        s.push_str(&line_of(t0 + 1100 + i * 100, "api", ""));
+    }
+    let pad = 65_536 - line_of(t0, "api", " \"\"").len() + 2;
+    s.push_str(&line_of(
+        t0 + 2100,
+        "api",
+        &format!(" \"{}\"", "x".repeat(pad)),
+    ));
+    // At the bound exactly: kept (without its newline).
+    let pad = 65_536 - line_of(t0, "api", " \"\"").len() + 1;
+    let at_bound = line_of(t0 + 2200, "api", &format!(" \"{}\"", "x".repeat(pad)));
+    assert_eq!(at_bound.len(), 65_537);
+    s.push_str(&at_bound);
+    let plain = d.join("a.log");
+    std::fs::write(&plain, &s).unwrap();
+    let gz = d.join("a.log.gz");
+    gzip(&gz, s.as_bytes());
+    let mut outs = Vec::new();
+    for p in [&plain, &gz] {
+        let o = run(&["--breaker", "open=2s", p.to_str().unwrap()]);
+        assert!(o.status.success(), "{o:?}");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(
+            err,
+            "cb-replay: line 11 is longer than 65536 bytes (--max-line): not replayed, nor any \
+             other that long\n"
+        );
+        outs.push(String::from_utf8(o.stdout).unwrap());
+    }
+    assert_eq!(outs[0], outs[1]);
+    assert!(
+        outs[0].starts_with(
+            "23 lines: 21 replayed, 0 unparseable, 0 without an upstream attempt, 0 of upstreams \
+             without a breaker, 0 events late; refused: 2 longer than --max-line, 0 of breakers \
+             past --max-breakers\n"
+        ),
+        "{}",
+        outs[0]
+    );
+    assert!(outs[0].contains("\n  21 requests, 0 bad"), "{}", outs[0]);
+    let o = run(&["--breaker", "open=2s", "--json", gz.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["lines"]["too_long"], 2);
+    assert_eq!(v["lines"]["replayed"], 21);
+    // A longer bound takes them all, and says nothing.
+    let o = run(&[
+        "--breaker",
+        "open=2s",
+        "--max-line",
+        "8m",
+        gz.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(o.stderr.is_empty(), "{o:?}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.starts_with("23 lines: 23 replayed,"), "{out}");
+    assert!(!out.contains("refused: "), "{out}");
+    let o = run(&[
+        "--breaker",
+        "open=2s",
+        "--max-line",
+        "0",
+        gz.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn names_past_max_breakers_are_refused_said_once_and_counted() {
+    let d = dir("names");
+    let t0 = 1_700_000_000_000;
+    let mut s = String::new();
+    // 20 names, each twice: the first five make breakers, and keep being replayed.
+    for round in 0..2 {
+        for i in 0..20 {
+            s.push_str(&line_of(t0 + round * 1000 + i * 10, &format!("h{i}"), ""));
+        }
+    }
+    let p = d.join("a.log");
+    std::fs::write(&p, &s).unwrap();
+    let p = p.to_str().unwrap();
+    let o = run(&["--breaker", "open=2s", "--max-breakers", "5", p]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8(o.stderr).unwrap(),
+        "cb-replay: line 6: \"h5/default\" would be breaker 6 (--max-breakers): not replayed, \
+         nor any line of a breaker not seen before\n"
+    );
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.starts_with(
+            "40 lines: 10 replayed, 0 unparseable, 0 without an upstream attempt, 0 of upstreams \
+             without a breaker, 0 events late; refused: 0 longer than --max-line, 30 of breakers \
+             past --max-breakers\n"
+        ),
+        "{out}"
+    );
+    assert_eq!(out.matches("\nbreaker \"").count(), 5, "{out}");
+    assert!(out.contains("breaker \"h4/default\"\n"), "{out}");
+    let o = run(&[
+        "--breaker",
+        "open=2s",
+        "--max-breakers",
+        "5",
+        "--set",
+        "min_requests=5,10",
+        "--json",
+        p,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["lines"]["over_max_breakers"], 30);
+    for set in v["settings"].as_array().unwrap() {
+        assert_eq!(set["breakers"].as_object().unwrap().len(), 5, "{set}");
+    }
+    // Names without a breaker take no breaker's place: "api" still gets its own.
+    s.push_str(&line_of(t0 + 3000, "api", ""));
+    std::fs::write(p, &s).unwrap();
+    let o = run(&["--breaker", "api=open=2s", "--max-breakers", "5", p]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(o.stderr.is_empty(), "{o:?}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.starts_with("41 lines: 1 replayed, 0 unparseable, 0 without an upstream attempt, 40 of upstreams without a breaker, 0 events late\n"),
+        "{out}"
+    );
+    assert!(out.contains("breaker \"api/default\"\n"), "{out}");
+    let o = run(&["--breaker", "open=2s", "--max-breakers", "none", p]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn timelines_of_many_breakers_and_long_names() {
+    let d = dir("many-timelines");
+    let t0 = 1_700_000_000_000;
+    let mut s = String::new();
+    for i in 0..100 {
+        s.push_str(&line_of(t0 + i * 10, &format!("h{i}"), ""));
+    }
+    // Longer than a file name may be, but not than a name may be.
+    let long = "l".repeat(500);
+    s.push_str(&line_of(t0 + 1000, &long, ""));
+    s.push_str(&line_of(t0 + 2000, &long, ""));
+    // Longer than a name may be.
+    s.push_str(&line_of(t0 + 2000, &"l".repeat(513), ""));
+    let p = d.join("a.log");
+    std::fs::write(&p, &s).unwrap();
+    let tl = d.join("tl");
+    // Fewer files open at once than there are breakers.
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -n 32 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_cb-replay"))
+        .args(["--breaker", "open=2s", "--timeline"])
+        .args([&tl, &p])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.starts_with("103 lines: 102 replayed, 1 unparseable"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  line 103: upstream name longer than 512 bytes\n"),
+        "{out}"
+    );
+    let files: Vec<String> = std::fs::read_dir(&tl)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 101);
+    let csv = std::fs::read_to_string(tl.join("h7_default.csv")).unwrap();
+    assert_eq!(
+        csv,
+        "second,requests,bad,slow,refused,state\n1700000000,1,0,0,0,closed\n"
+    );
+    let long_file = files.iter().find(|f| f.starts_with("lll")).unwrap();
+    assert!(long_file.len() < 255, "{long_file}");
+    let csv = std::fs::read_to_string(tl.join(long_file)).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
 }

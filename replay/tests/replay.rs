@@ -54,7 +54,7 @@ fn replay(lines: &[String], params: &str) -> (Replay, String) {
 #[test]
 fn an_outage_opens_once_and_spares_the_origin() {
     let (r, log) = replay(&outage(), "api=open=5s jitter=0% probes=1");
-    let s = &r.runs[0].as_ref().unwrap()[0].stats;
+    let s = &r.runs[0][0].stats;
     // Opens on the 10th failure in a row (`consecutive`): line 110.
     assert!(
         log.starts_with(
@@ -84,8 +84,8 @@ fn lines_a_little_out_of_order_change_nothing() {
     }
     let (a, la) = replay(&lines, "api=open=5s jitter=20% probes=2");
     let (b, lb) = replay(&shuffled, "api=open=5s jitter=20% probes=2");
-    let sa = &a.runs[0].as_ref().unwrap()[0].stats;
-    let sb = &b.runs[0].as_ref().unwrap()[0].stats;
+    let sa = &a.runs[0][0].stats;
+    let sb = &b.runs[0][0].stats;
     assert_eq!(sa, sb);
     // The same transitions at the same times; the line numbers follow the shuffle.
     let strip = |s: &str| -> Vec<String> {
@@ -117,7 +117,7 @@ fn a_sweep_runs_every_setting_in_one_pass() {
         r.feed(&parse(&l).unwrap(), i + 1).unwrap();
     }
     r.finish();
-    let runs = r.runs[0].as_ref().unwrap();
+    let runs = &r.runs[0];
     assert!(runs[0].stats.opens >= 1, "{:?}", runs[0].stats);
     assert_eq!(runs[1].stats.opens, 0);
     assert_eq!((runs[0].stats.requests, runs[1].stats.requests), (300, 300));
@@ -129,7 +129,7 @@ fn active_probes_take_a_refused_requests_outcome() {
         &outage(),
         "api=probe_uri=/healthz probe_interval=2s jitter=0%",
     );
-    let s = &r.runs[0].as_ref().unwrap()[0].stats;
+    let s = &r.runs[0][0].stats;
     assert_eq!((s.opens, s.closes), (1, 1), "{log}");
     // Probes every 2 s from the trip on; the origin heals at 30 s (line 301), and the first
     // probe after it closes the breaker (a hard outage: `probes` of them, close together).
@@ -177,9 +177,9 @@ mod fuzz {
             r.finish();
             prop_assert_eq!(r.counts.replayed, reqs.len() as u64);
             for v in 0..2 {
-                let total: u64 = r.runs.iter().flatten().map(|runs| runs[v].stats.requests).sum();
+                let total: u64 = r.runs.iter().map(|runs| runs[v].stats.requests).sum();
                 prop_assert_eq!(total, reqs.len() as u64);
-                for runs in r.runs.iter().flatten() {
+                for runs in r.runs.iter() {
                     let s = &runs[v].stats;
                     prop_assert_eq!(s.refused, s.failures_spared + s.successes_lost + s.refused_unjudged);
                     prop_assert!(s.longest_open_ms <= s.open_ms);
@@ -216,7 +216,7 @@ fn the_retry_budget_decides_what_the_client_gets() {
         .collect();
     let stats = |params: &str| {
         let (r, log) = replay(&lines, params);
-        (r.runs[0].as_ref().unwrap()[0].stats.clone(), log)
+        (r.runs[0][0].stats.clone(), log)
     };
     let (off, log) = stats("api=retry_budget=off consecutive=off failure_rate=20%");
     assert_eq!(
@@ -240,4 +240,28 @@ fn the_retry_budget_decides_what_the_client_gets() {
         dry.retries_denied > 250 && dry.retries_denied < 400,
         "{dry:?}"
     );
+}
+
+/// A log that crowds more requests into the reorder horizon than the buffer holds (here all
+/// at one time): the oldest run early, the buffer stays within its bound, and none is lost.
+#[test]
+fn the_reorder_buffer_is_bounded() {
+    let mut specs = Specs::default();
+    specs.add_option("api=open=5s").unwrap();
+    let mut r = Replay::new(specs, vec![Vec::new()], 1, 30_000);
+    r.max_waiting = 100;
+    for i in 0..1000u64 {
+        // Ending together, started over the second before.
+        let l = format!(
+            "1700000001.000 0.{:03} \"api\" \"-\" \"10.0.0.1:80\" \"200\" \"0.001\" \"0.001\"",
+            i % 1000
+        );
+        r.feed(&parse(&l).unwrap(), i + 1).unwrap();
+        assert!(r.waiting() <= 100, "{}", r.waiting());
+    }
+    r.finish();
+    assert_eq!(r.runs[0][0].stats.requests, 1000);
+    assert!(r.counts.early > 0, "{:?}", r.counts);
+    // Its starts came after the earliest had run: late, as a line that far out of order is.
+    assert!(r.counts.late > 0, "{:?}", r.counts);
 }

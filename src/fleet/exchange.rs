@@ -57,9 +57,6 @@ pub struct Tracked {
     pub route: String,
     /// It probes actively (needs no traffic to probe).
     pub active: bool,
-    /// Peers reported recovery at the last round (the cooldown is cut short once per
-    /// report, not at every round).
-    pub recovered: bool,
 }
 
 /// How to reach one peer, and its pulls' state.
@@ -243,9 +240,14 @@ impl Exchange {
         let all: Vec<_> = (0..self.breakers.len())
             .map(|i| self.store.advice(now, i))
             .collect();
-        for (chunk, advice) in self.breakers.chunks_mut(BATCH).zip(all.chunks(BATCH)) {
+        for (batch, (chunk, advice)) in self
+            .breakers
+            .chunks(BATCH)
+            .zip(all.chunks(BATCH))
+            .enumerate()
+        {
             let mut locked = self.zone.lock();
-            for (t, &v) in chunk.iter_mut().zip(advice) {
+            for (k, (t, &v)) in chunk.iter().zip(advice).enumerate() {
                 let Some(mut b) = locked.find(&Self::key_of(t)) else {
                     continue;
                 };
@@ -256,7 +258,12 @@ impl Exchange {
                     v.probe_from_ms.unwrap_or(u64::MAX)
                 };
                 b.set_fleet_advice(probe_from, until);
-                if v.peers_recovered && !t.recovered && b.hasten(now) {
+                // Once per open episode, however the peers' reports come and go (the store
+                // counts it when it says so).
+                if v.peers_recovered
+                    && self.store.take_hasten(now, batch * BATCH + k)
+                    && b.hasten(now)
+                {
                     ngx::ngx_log_error!(
                         NGX_LOG_INFO,
                         ngx_cycle_log().as_ptr(),
@@ -265,7 +272,6 @@ impl Exchange {
                         t.route
                     );
                 }
-                t.recovered = v.peers_recovered;
                 // Dropping `b` publishes its gate: a hastened cooldown reaches requests now.
             }
         }

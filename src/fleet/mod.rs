@@ -11,7 +11,8 @@
 //! - **What requests see.** Only what the exchange worker writes beside each breaker, under
 //!   the zone lock: a suspicion deadline (the breaker opens on `suspect_min` local failures
 //!   instead of `min_requests`), from when this instance may start a probe (read on the
-//!   locked admission path only), and a cooldown cut short once when peers report recovery.
+//!   locked admission path only), and a cooldown cut short once per open episode when peers
+//!   report recovery.
 //!   Advice not refreshed within the expiry is ignored, so an instance whose exchange
 //!   worker is gone acts alone. No request ever waits for a peer.
 //! - **What peers see.** The status location answers an authenticated pull at
@@ -229,7 +230,6 @@ fn start(
                 upstream: upstream.to_owned(),
                 route: route.to_owned(),
                 active: w.cfg.active,
-                recovered: false,
             }),
             Err(e) => {
                 ngx::ngx_log_error!(
@@ -339,9 +339,10 @@ pub fn answer(mcf: &MainConf, auth: Option<&[u8]>, now_ms: u64) -> Result<Answer
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or(NoMessage::NotYet)?;
     match req.kind {
         AuthKind::Poke => {
-            // A poke replayed (its sequence not above the last taken) is answered the same
-            // and moves nothing.
-            if shared.poke_if_new(peer, req.nonce.sequence()) {
+            // A poke replayed (its sequence not above the last taken), or dated too far ahead
+            // of this clock, is answered the same and moves nothing.
+            let now_us = crate::clock::wall_ms().saturating_mul(1000);
+            if shared.poke_if_new(peer, req.nonce.sequence(), now_us) {
                 wake::kick();
             }
             Ok(Answer::Poked)

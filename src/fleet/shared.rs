@@ -182,14 +182,18 @@ impl FleetZone {
         &self.header().moved
     }
 
-    /// Takes peer `index`'s poke of sequence `seq` if it is later than every poke taken from
-    /// that peer before (see `circuit_breaker_core::fleet::auth::poke_is_new`).
-    pub fn poke_if_new(&self, index: usize, seq: u64) -> bool {
+    /// Takes peer `index`'s poke of sequence `seq` at wall-clock microseconds `now_us` if it
+    /// is later than every poke taken from that peer before and not too far ahead of this
+    /// clock (see `circuit_breaker_core::fleet::auth::poke_is_new`); one refused stores
+    /// nothing.
+    pub fn poke_if_new(&self, index: usize, seq: u64, now_us: u64) -> bool {
         let Some(last) = self.header().poke_seq.get(index) else {
             return false;
         };
-        let prev = last.fetch_max(seq, Ordering::Relaxed);
-        if !circuit_breaker_core::fleet::auth::poke_is_new(prev, seq) {
+        let taken = last.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |prev| {
+            circuit_breaker_core::fleet::auth::poke_is_new(prev, seq, now_us).then_some(seq)
+        });
+        if taken.is_err() {
             return false;
         }
         self.poke(index);

@@ -19,7 +19,7 @@ use nginx_sys::{
 fn ft_type(a: &Attempt) -> u32 {
     match a.ending {
         Ending::Timeout => NGX_HTTP_UPSTREAM_FT_TIMEOUT,
-        Ending::InvalidHeader => NGX_HTTP_UPSTREAM_FT_INVALID_HEADER,
+        Ending::InvalidHeader | Ending::TooBigHeader => NGX_HTTP_UPSTREAM_FT_INVALID_HEADER,
         Ending::Response => match a.status {
             500 => NGX_HTTP_UPSTREAM_FT_HTTP_500,
             502 => NGX_HTTP_UPSTREAM_FT_HTTP_502,
@@ -30,7 +30,9 @@ fn ft_type(a: &Attempt) -> u32 {
             429 => NGX_HTTP_UPSTREAM_FT_HTTP_429,
             _ => NGX_HTTP_UPSTREAM_FT_ERROR,
         },
-        Ending::Error | Ending::Tls | Ending::NoVerdict => NGX_HTTP_UPSTREAM_FT_ERROR,
+        Ending::Error | Ending::Tls | Ending::NoVerdict | Ending::ClientDeadline => {
+            NGX_HTTP_UPSTREAM_FT_ERROR
+        }
         Ending::NoLive => NGX_HTTP_UPSTREAM_FT_NOLIVE,
     }
 }

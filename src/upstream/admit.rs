@@ -28,8 +28,9 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
     Some(a)
 }
 
-/// The full answer, under the lock when the gate cannot tell: may claim the probe slot.
-/// `None` when no breaker applies (the zone is full, or this worker's configuration is older
+/// The full answer, under the lock when the gate cannot tell: may claim the probe slot,
+/// unless `may_probe` is false (a request whose body is still arriving: it would hold the
+/// probe for as long as its client takes). `None` when no breaker applies (the zone is full, or this worker's configuration is older
 /// than the zone's and the breaker is new).
 ///
 /// Inline with [`ask_unlocked`], the locked half apart, for the stale path's cost
@@ -39,11 +40,12 @@ pub fn ask(
     state: &mut RequestState,
     hint: Option<&Cell<Handle>>,
     log: *mut ngx_log_t,
+    may_probe: bool,
 ) -> Option<Admission> {
     if let Some(a) = ask_unlocked(state, hint) {
         return Some(a);
     }
-    ask_locked(state, hint, log)
+    ask_locked(state, hint, log, may_probe)
 }
 
 /// [`ask`] when the gate cannot tell.
@@ -52,12 +54,21 @@ fn ask_locked(
     state: &mut RequestState,
     hint: Option<&Cell<Handle>>,
     log: *mut ngx_log_t,
+    may_probe: bool,
 ) -> Option<Admission> {
     let cfg = *state.srv_conf().breaker.as_ref()?;
     let (zone, mcf) = state.zone()?;
     let now = mono_ms();
     let handle = hint.map_or(state.handle, Cell::get);
-    let answer = admit_locked(zone, handle, &state.key(), &cfg, mcf.generation, now);
+    let answer = admit_locked(
+        zone,
+        handle,
+        &state.key(),
+        &cfg,
+        mcf.generation,
+        now,
+        may_probe,
+    );
     let (decision, breaker_state, found) = match answer {
         Ok(a) => a,
         Err(Missing::Full) => {
@@ -87,12 +98,13 @@ fn admit_locked(
     cfg: &BreakerConfig,
     generation: u64,
     now: u64,
+    may_probe: bool,
 ) -> Result<(Decision, State, Handle), Missing> {
     let mut locked = zone.lock();
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
     // The fleet names one prober per open episode; a half-open breaker is already this
     // instance's probe, whose good answers in a row it still needs.
-    let may_probe = b.state() == State::HalfOpen || b.may_probe(now);
+    let may_probe = may_probe && (b.state() == State::HalfOpen || b.may_probe(now));
     let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
     Ok((d, b.state(), b.handle()))
 }

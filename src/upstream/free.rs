@@ -9,8 +9,8 @@ use circuit_breaker_core::breaker::{
 };
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_current_msec, ngx_log_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t,
-    NGX_LOG_ERR, NGX_PEER_FAILED, NGX_PEER_NEXT,
+    ngx_log_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t, NGX_LOG_ERR, NGX_LOG_WARN,
+    NGX_PEER_FAILED, NGX_PEER_NEXT,
 };
 
 use crate::clock::{mono_ms, rnd};
@@ -58,12 +58,9 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    // SAFETY: a plain global only this worker's event loop writes, and it runs us. The attempt
-    // started when `ngx_http_upstream_connect` set `u->start_time`.
-    let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
-    // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
-    // asks.
-    let outcome = unsafe { outcome::read(u, pcr, 0, elapsed) };
+    // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
+    // what `outcome::read` asks.
+    let outcome = unsafe { outcome::read(req, u, pcr, 0, state.body_end()) };
     if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.
         unsafe { free(pcr, state.balancer.data, 0) };
@@ -89,12 +86,9 @@ unsafe fn free_any(
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    // SAFETY: a plain global only this worker's event loop writes, and it runs us. The attempt
-    // started when `ngx_http_upstream_connect` set `u->start_time`, before `peer.get`.
-    let elapsed = unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64;
-    // SAFETY: `u` is this request's upstream and `pcr` its peer, in peer.free: what `classify`
-    // asks.
-    let outcome = unsafe { outcome::read(u, pcr, ngx_state, elapsed) };
+    // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
+    // what `outcome::read` asks.
+    let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, state.body_end()) };
     if core::mem::take(&mut state.probing) {
         // This module chose the peer (a server probe): the balancer has nothing to
         // free, and the try is counted here as its free would.
@@ -122,6 +116,13 @@ unsafe fn free_any(
                 NGX_LOG_ERR,
                 connection_log(req),
                 "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
+                state.name()
+            );
+        } else if attempt.ending == Ending::TooBigHeader {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                connection_log(req),
+                "circuit breaker \"{}\": upstream sent too big header, not counted as an origin failure",
                 state.name()
             );
         }

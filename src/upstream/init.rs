@@ -96,6 +96,8 @@ unsafe fn init_asked(
     let (req, uscf) = unsafe { (&mut *r, &mut *us) };
     let log = connection_log(req);
     let me: *const ngx_http_request_t = req;
+    // An upload passed on as it arrives, not yet whole: never the probe (`body.rs`).
+    let body_arriving = req.reading_body() != 0;
     // A request the PRECONTENT phase let through (closed) is not asked again: it is
     // admitted, as one already in flight would be.
     let passed = take_passed(req, scf).map(core::ptr::from_mut);
@@ -132,7 +134,9 @@ unsafe fn init_asked(
             };
             let state_ptr: *mut RequestState = state;
             // SAFETY: just found or created; no other borrow of it is live.
-            let answer = admit::ask(unsafe { &mut *state_ptr }, hint, log);
+            let state = unsafe { &mut *state_ptr };
+            state.body_arriving = body_arriving;
+            let answer = admit::ask(state, hint, log, !body_arriving);
             (state_ptr, answer)
         }
     };
@@ -193,6 +197,7 @@ unsafe fn init_asked(
             if probe {
                 // One probe is one attempt: no proxy_next_upstream retry on its behalf.
                 u.peer.tries = 1;
+                read_whole(u);
             } else {
                 // Peers out of the pool are tries nginx would count but cannot make, as
                 // for `server … down`.
@@ -203,6 +208,19 @@ unsafe fn init_asked(
             }
             NGX_OK as ngx_int_t
         }
+    }
+}
+
+/// The probe's answer is read at the origin's pace, whatever its client does: buffered (and
+/// spooled to disk past the buffers), as `proxy_buffering on` would, where the module
+/// passing to the origin can buffer at all (it made an event pipe with an input filter:
+/// proxy, FastCGI, uwsgi, SCGI — gRPC cannot). A client that reads slowly then holds the
+/// probe no longer than the origin takes.
+fn read_whole(u: &mut nginx_sys::ngx_http_upstream_t) {
+    // SAFETY: null, or the pipe the content handler allocated for this upstream.
+    let can_buffer = unsafe { u.pipe.as_ref() }.is_some_and(|p| p.input_filter.is_some());
+    if can_buffer && u.buffering() == 0 {
+        u.set_buffering(1);
     }
 }
 
@@ -221,10 +239,12 @@ fn serve_stale(u: &mut nginx_sys::ngx_http_upstream_t, state: *mut RequestState)
 #[inline(always)]
 fn take_passed<'r>(req: &'r mut ngx_http_request_t, scf: &SrvConf) -> Option<&'r mut RequestState> {
     let me: *const ngx_http_request_t = req;
+    let body_arriving = req.reading_body() != 0;
     let state = request::here(req)
         .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))?;
     state.passed = false;
     state.label = Some(Label::State(State::Closed));
+    state.body_arriving = body_arriving;
     Some(state)
 }
 

@@ -9,7 +9,9 @@ use nginx_sys::{
 };
 
 use crate::limit::{self, Admit, Hold, Sample};
-use crate::request::{Label, RequestState};
+use crate::request::{self, Label, RequestState};
+
+use super::outcome::{passes_trailers, retry_after};
 
 /// `Retry-After` of a request the limit shed: HTTP's smallest. The limit moves every
 /// interval (100 ms by default) and in-flight drops within a round trip of the origin, so a
@@ -122,8 +124,63 @@ fn sample_of(a: &Attempt, retry: bool) -> Sample {
         Ending::Response | Ending::Timeout | Ending::InvalidHeader => {
             Sample::Latency(a.response_ms)
         }
-        Ending::Error | Ending::Tls | Ending::NoVerdict | Ending::NoLive => Sample::Drop,
+        Ending::Error
+        | Ending::Tls
+        | Ending::NoVerdict
+        | Ending::ClientDeadline
+        | Ending::TooBigHeader
+        | Ending::NoLive => Sample::Drop,
     }
+}
+
+/// The response header of a request holding a slot goes to its client, passed on as it
+/// arrives (`proxy_buffering off`): the origin's part is its header (the rest waits on the
+/// client, `breaker::timing`), so the sample is taken and the slot given back now, and a
+/// client that reads slowly holds no slot. Not for gRPC (its status, an overload signal
+/// among them, comes in trailers), nor an answer nginx reads whole.
+///
+/// # Safety
+/// `r` must be the live request, in the header filter.
+pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
+    // SAFETY: the request's upstream, null or live while it runs.
+    let Some(u) = (unsafe { r.upstream.as_ref() }) else {
+        return;
+    };
+    // SAFETY: the location's upstream conf, live for the configuration.
+    let conf = unsafe { u.conf.as_ref() };
+    match conf {
+        Some(c) if u.buffering() == 0 && !u.peer.connection.is_null() && !passes_trailers(c) => {}
+        _ => return,
+    }
+    // SAFETY: the attempt's state record, null or live.
+    let Some(st) = (unsafe { u.state.as_ref() }) else {
+        return;
+    };
+    if st.header_time == nginx_sys::ngx_msec_t::MAX {
+        return;
+    }
+    let status = st.status as u16;
+    let Some(state) = request::here(r) else {
+        return;
+    };
+    if !state.limit.is_held() {
+        return;
+    }
+    let since = state
+        .body_end()
+        .map_or(0, |t| t.saturating_sub(u.start_time) as u64);
+    let ms = (st.header_time as u64).saturating_sub(since);
+    let a = Attempt {
+        retry_after_s: if status == 503 {
+            // SAFETY: the upstream's parsed headers.
+            unsafe { retry_after(&u.headers_in.headers) }
+        } else {
+            None
+        },
+        ..Attempt::http(status, ms)
+    };
+    limit::attempt_ended(state.limit, sample_of(&a, state.attempts > 1), true);
+    state.limit = Hold::NONE;
 }
 
 /// Whether nginx will make another attempt for this request after this `peer.free`: the

@@ -4,7 +4,8 @@
 //! probe where it is due, and notes the server the balancer chose; `peer.free` (`free.rs`)
 //! classifies the attempt, records it on its server's breaker, settles the request's verdict
 //! (see [`settle`]), and gives the limit's slot back after the last attempt. The PRECONTENT
-//! short-circuit is `precontent.rs`, asking the breaker `admit.rs`, the limit's part
+//! short-circuit is `precontent.rs` (which reads a body first where a client could hold the
+//! probe or a slot with it: `body.rs`), asking the breaker `admit.rs`, the limit's part
 //! `limit.rs`, reading an attempt's outcome `outcome.rs`; whether a retry follows and may be
 //! made is `crate::retry`.
 //!
@@ -22,9 +23,10 @@
 //! nginx decide otherwise than foreseen, the request's end (a pool cleanup).
 
 mod admit;
+pub mod body;
 mod free;
 mod init;
-mod limit;
+pub mod limit;
 mod outcome;
 pub mod precontent;
 

@@ -13,10 +13,12 @@
 //! trailers-only answer. A stream the client cancels before the trailers has none: it is
 //! judged by its HTTP status, as any body the client abandons.
 
-use circuit_breaker_core::breaker::{Attempt, Ending};
+use circuit_breaker_core::breaker::{origin_ms, Attempt, Ending, Marks};
+use circuit_breaker_core::grpc::{self, deadline};
 use nginx_sys::{
-    ngx_connection_t, ngx_http_upstream_t, ngx_list_t, ngx_parse_http_time, ngx_peer_connection_t,
-    ngx_table_elt_t, ngx_time, ngx_uint_t, NGX_PEER_FAILED,
+    ngx_connection_t, ngx_current_msec, ngx_http_request_t, ngx_http_upstream_t, ngx_list_t,
+    ngx_msec_t, ngx_parse_http_time, ngx_peer_connection_t, ngx_table_elt_t, ngx_time, ngx_uint_t,
+    NGX_PEER_FAILED,
 };
 
 /// An attempt, and whether nginx will retry it for free: a kept-alive connection the origin
@@ -27,17 +29,23 @@ pub struct Outcome {
     pub free_retry: bool,
 }
 
-/// Reads the outcome of the attempt being freed with `state` after `elapsed_ms`, as nginx left
-/// it (the core's `classify` then judges it).
+/// Reads the outcome of the attempt of `r` being freed with `state`, as nginx left it (the
+/// core's `classify` then judges it), timed as the origin's time
+/// ([`circuit_breaker_core::breaker::timing`]): `body_done_at` is when the client's body
+/// ended, if it was still arriving when nginx connected.
 ///
 /// # Safety
-/// `u` must be the live upstream of the request whose peer `pc` is, called from `peer.free`.
+/// `r` and `u` must be the live request and its upstream, whose peer `pc` is, called from
+/// `peer.free`.
 pub unsafe fn read(
+    r: &ngx_http_request_t,
     u: &ngx_http_upstream_t,
     pc: &ngx_peer_connection_t,
     state: ngx_uint_t,
-    elapsed_ms: u64,
+    body_done_at: Option<ngx_msec_t>,
 ) -> Outcome {
+    // SAFETY: as for this function.
+    let elapsed_ms = unsafe { origin_time(u, body_done_at) };
     // SAFETY: u.state is the current attempt's state record while the upstream runs.
     let status = unsafe { u.state.as_ref() }.map_or(0, |s| s.status) as u16;
     let failed = state & NGX_PEER_FAILED as ngx_uint_t != 0;
@@ -85,10 +93,43 @@ pub unsafe fn read(
         retry_after_s,
         response_ms: elapsed_ms,
     };
+    let attempt = if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
+        // SAFETY: the request's parsed headers list.
+        let sent = unsafe { header(&r.headers_in.headers, b"grpc-timeout") };
+        attempt.with_client_deadline(sent.and_then(deadline::parse_timeout))
+    } else {
+        attempt
+    };
     Outcome {
         attempt,
         free_retry,
     }
+}
+
+/// The origin's time of the attempt being freed, in milliseconds: the core's rule, from the
+/// marks nginx keeps (`u->start_time` at the connect, `header_time` once the header is
+/// parsed) and the body's end.
+///
+/// # Safety
+/// `u` must be a live upstream in `peer.free`.
+#[inline(always)]
+unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>) -> u64 {
+    // SAFETY: a plain global only this worker's event loop writes, and it runs us.
+    let now = unsafe { ngx_current_msec };
+    let since = |t: ngx_msec_t| t.saturating_sub(u.start_time) as u64;
+    // SAFETY: u.state is the current attempt's state record while the upstream runs.
+    let header_ms = unsafe { u.state.as_ref() }
+        .map(|s| s.header_time)
+        .filter(|&h| h != ngx_msec_t::MAX)
+        .map(|h| h as u64);
+    // SAFETY: the location's upstream conf, live for the configuration.
+    let spools = unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0);
+    origin_ms(Marks {
+        ended_ms: since(now),
+        header_ms,
+        body_done_ms: body_done_at.map(since),
+        paced_by_client: u.buffering() == 0 || !spools,
+    })
 }
 
 /// An attempt `ngx_http_upstream_next` gave up on.
@@ -120,8 +161,14 @@ unsafe fn failed_ending(
         return Ending::Response;
     }
     if !u.buffer.start.is_null() && u.buffer.last != u.buffer.start {
-        // Bytes arrived but made no valid header.
-        return Ending::InvalidHeader;
+        // A full buffer and no whole header: "upstream sent too big header" (nginx's
+        // buffer, or what a client made the origin echo); else bytes that made no valid
+        // header.
+        return if u.buffer.last == u.buffer.end {
+            Ending::TooBigHeader
+        } else {
+            Ending::InvalidHeader
+        };
     }
     Ending::Error
 }
@@ -209,13 +256,13 @@ unsafe fn grpc_status(u: &ngx_http_upstream_t) -> Option<u8> {
 /// (`proxy_pass_trailers`), one bit of the upstream's conf before (set by `grpc_pass`).
 #[cfg(ngx_pass_trailers_flag)]
 #[inline(always)]
-fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
+pub(super) fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
     c.pass_trailers != 0
 }
 
 #[cfg(not(ngx_pass_trailers_flag))]
 #[inline(always)]
-fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
+pub(super) fn passes_trailers(c: &nginx_sys::ngx_http_upstream_conf_t) -> bool {
     c.pass_trailers() != 0
 }
 
@@ -259,7 +306,7 @@ unsafe fn grpc_status_read(u: &ngx_http_upstream_t) -> Option<u8> {
 ///
 /// # Safety
 /// `list` must be a live headers list.
-unsafe fn header<'a>(list: &'a ngx_list_t, name: &[u8]) -> Option<&'a [u8]> {
+pub(super) unsafe fn header<'a>(list: &'a ngx_list_t, name: &[u8]) -> Option<&'a [u8]> {
     let mut part = &list.part;
     loop {
         if !part.elts.is_null() {
@@ -284,7 +331,7 @@ unsafe fn header<'a>(list: &'a ngx_list_t, name: &[u8]) -> Option<&'a [u8]> {
 ///
 /// # Safety
 /// `list` must be a live headers list.
-unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
+pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
     let mut part = &list.part;
     loop {
         let first = part.elts.cast::<ngx_table_elt_t>();

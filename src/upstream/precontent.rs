@@ -2,10 +2,13 @@
 //! has no cache, an open breaker answers here, before the proxy module reads the body or
 //! builds the upstream request — about as cheap as a `return 503`. This phase only ever
 //! short-circuits or lets through (a closed breaker: it creates the request's state, which
-//! `peer.init` takes without asking again): a probe is claimed in `peer.init`, once the body
-//! has been read, so a slow upload never holds the instance's probe slot. Locations with a
+//! `peer.init` takes without asking again): a probe is claimed in `peer.init`, and a request
+//! that may become one, or take a slot of the adaptive limit, has its whole body read here
+//! first (`body.rs`), so a slow upload never holds the probe or a slot — even where the body
+//! would be passed on as it arrives (gRPC, `proxy_request_buffering off`). Locations with a
 //! cache (a fresh hit or a stale entry may still answer) or an upstream chosen at run time
-//! are decided in `peer.init`.
+//! are decided in `peer.init`, where a request whose body is still arriving is never the
+//! probe.
 
 use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_core::snapshot::State;
@@ -17,6 +20,8 @@ use crate::ffi::guard;
 use crate::request::{self, Label};
 use crate::respond;
 use crate::zone::{Handle, Zone};
+
+use super::body;
 
 /// No guard around the whole: this part only reads confs, the request's ctx and the gate,
 /// and nothing in it can panic; each branch that does more has its own, and is `extern "C"`
@@ -64,7 +69,8 @@ extern "C" fn rejected(
         let Some(Admission::Reject { retry_after_ms }) =
             Zone::admit_reject(handle, until_ms, wait_ms, mono_ms())
         else {
-            return NGX_DECLINED as ngx_int_t;
+            // The cooldown is over: this request may be the probe.
+            return asked_later(req);
         };
         if lcf.redirects || respond::grpc_client(req) {
             return kept_short_circuit(req, lcf, retry_after_ms);
@@ -118,10 +124,18 @@ extern "C" fn not_passing(
             Some(Admission::Pass { .. }) => return passed(req, lcf, handle),
             Some(Admission::Reject { retry_after_ms }) => (OPEN, retry_after_ms),
             Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
-            _ => return NGX_DECLINED as ngx_int_t,
+            _ => return asked_later(req),
         };
         short_circuit(req, lcf, label, retry_after_ms)
     })
+}
+
+/// A request that `peer.init` decides, where it may become the probe: its body first.
+fn asked_later(req: &mut ngx_http_request_t) -> ngx_int_t {
+    if body::unread(req) {
+        return body::read_first(req);
+    }
+    NGX_DECLINED as ngx_int_t
 }
 
 /// A request the breaker lets through (closed, or a ramp's share): its state is created here,
@@ -136,6 +150,10 @@ extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle
         let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
             return NGX_DECLINED as ngx_int_t;
         };
+        // A slot of the limit goes to a request whose body is here.
+        if scf.limit.is_some() && body::unread(req) {
+            return body::read_first(req);
+        }
         // With no call (a spare state, the default route made): nothing to save first
         // (`scripts/bench-instructions`, closed).
         let route = lcf

@@ -57,8 +57,10 @@ const MAGIC: u64 = layout_hash(&[
 ]);
 
 /// Bumped when a layout changes without a size changing (revision 1: a slot's index in
-/// what was padding; 2: the limit controller's capacity estimate).
-const LAYOUT_REVISION: u64 = 2;
+/// what was padding; 2: the limit controller's capacity estimate; 3: a slot's rejecting
+/// gate packs the announced end beside its wait, which an older build would read as a wait,
+/// and a breaker's `cooldown_ms` is the one told).
+const LAYOUT_REVISION: u64 = 3;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -257,15 +259,20 @@ impl Zone {
         Self::admit_gate(handle.slot()?, raw.gate(), now_ms)
     }
 
-    /// [`Zone::admit_raw`] for a gate that [`RawGate::rejects`].
+    /// [`Zone::admit_raw`] for a gate that [`RawGate::rejects`], given the two words it
+    /// returned.
     #[inline(always)]
     pub fn admit_reject(
         handle: Handle,
         until_ms: u64,
-        wait_ms: u64,
+        wait_word: u64,
         now_ms: u64,
     ) -> Option<Admission> {
-        Self::admit_gate(handle.slot()?, Gate::Reject { until_ms, wait_ms }, now_ms)
+        Self::admit_gate(
+            handle.slot()?,
+            slot::reject_gate(until_ms, wait_word),
+            now_ms,
+        )
     }
 
     #[inline(always)]

@@ -33,6 +33,9 @@ pub struct Slot {
     seq: AtomicU64,
     mode: AtomicU64,
     until: AtomicU64,
+    /// `Reject`: the announced end past `until` (high half) and the wait after it (low
+    /// half); `Ramp`: its length and start. Two words packed in one, as read on the open
+    /// path: no load more, and a `RawGate` still passed in registers.
     wait: AtomicU64,
     /// The second successes may be gathered in without the lock (`NO_SECOND`: none).
     lock_free_second: AtomicU64,
@@ -76,7 +79,8 @@ impl RawGate {
         self.mode == MODE_PASS
     }
 
-    /// The cooldown's end and the wait after it, if it is [`Gate::Reject`]: told apart from
+    /// The cooldown's end and the word that says what to announce before and after it
+    /// ([`reject_gate`] makes the gate of the two), if it is [`Gate::Reject`]: told apart from
     /// the other gates, an open breaker's short-circuit takes them in registers rather than
     /// the whole gate (`scripts/bench-instructions`, open_503).
     #[inline(always)]
@@ -89,10 +93,7 @@ impl RawGate {
     pub fn gate(self) -> Gate {
         match self.mode {
             MODE_PASS => Gate::Pass,
-            MODE_REJECT => Gate::Reject {
-                until_ms: self.until,
-                wait_ms: self.wait,
-            },
+            MODE_REJECT => reject_gate(self.until, self.wait),
             MODE_RAMP => Gate::Ramp {
                 until_ms: self.until,
                 ramp_ms: (self.wait >> 32) as u32,
@@ -101,6 +102,26 @@ impl RawGate {
             _ => Gate::Ask,
         }
     }
+}
+
+/// The [`Gate::Reject`] a slot's `until` and `wait` words hold (see [`RawGate::rejects`]).
+#[inline(always)]
+pub fn reject_gate(until: u64, wait: u64) -> Gate {
+    Gate::Reject {
+        until_ms: until,
+        announce_ms: until.saturating_add(wait >> 32),
+        wait_ms: wait & 0xffff_ffff,
+    }
+}
+
+/// The `wait` word of a [`Gate::Reject`]: the announced end's lead over `until_ms` and the
+/// wait after it, each at most a `u32` (both come from `u32` durations: a cooldown capped by
+/// `max_open`, `probe_interval`, `open`).
+fn reject_word(until_ms: u64, announce_ms: u64, wait_ms: u64) -> u64 {
+    let lead = announce_ms
+        .saturating_sub(until_ms)
+        .min(u64::from(u32::MAX));
+    (lead << 32) | wait_ms.min(u64::from(u32::MAX))
 }
 
 impl Slot {
@@ -255,7 +276,15 @@ impl Slot {
         let second = lock_free_second.unwrap_or(NO_SECOND);
         let (mode, until, wait) = match gate {
             Gate::Pass => (MODE_PASS, 0, 0),
-            Gate::Reject { until_ms, wait_ms } => (MODE_REJECT, until_ms, wait_ms),
+            Gate::Reject {
+                until_ms,
+                announce_ms,
+                wait_ms,
+            } => (
+                MODE_REJECT,
+                until_ms,
+                reject_word(until_ms, announce_ms, wait_ms),
+            ),
             Gate::Ramp {
                 until_ms,
                 ramp_ms,

@@ -18,6 +18,13 @@ pub enum Ending {
     /// Nothing to judge the origin by: the client went away before any response, or nginx
     /// retries for free a kept-alive connection the origin had closed. Not counted at all.
     NoVerdict,
+    /// A gRPC `DEADLINE_EXCEEDED` that answered the client's own `grpc-timeout` (see
+    /// [`Attempt::with_client_deadline`]): the client's, not counted at all.
+    ClientDeadline,
+    /// The origin's response header did not fit nginx's buffer (`proxy_buffer_size`,
+    /// "upstream sent too big header"): nginx's configuration, or a client that made the
+    /// origin echo a long path or cookie into a header. Not counted at all.
+    TooBigHeader,
     /// The balancer found no live server ("no live upstreams": every server is marked down by
     /// `max_fails`, ejected, or both): nginx answers `502` itself. Always a failure of the
     /// pool, whatever `circuit_breaker_failure` lists.
@@ -71,6 +78,29 @@ impl Attempt {
                 500..=599 => false,
                 _ => self.grpc_status == Some(crate::grpc::RESOURCE_EXHAUSTED),
             }
+    }
+
+    /// The attempt, judged against the deadline the client itself sent (`grpc-timeout`, in
+    /// microseconds, when it sent one): a gRPC `DEADLINE_EXCEEDED` that answers it is
+    /// [`Ending::ClientDeadline`], anything else is unchanged. A client that asks for a
+    /// deadline it knows cannot be met (`1n`) must not fail the origin.
+    pub fn with_client_deadline(self, deadline_us: Option<u64>) -> Attempt {
+        match deadline_us {
+            Some(d)
+                if self.ending == Ending::Response
+                    && self.status == 200
+                    && self.grpc_status == Some(crate::grpc::DEADLINE_EXCEEDED)
+                    && crate::grpc::deadline::answers_client(self.response_ms, d) =>
+            {
+                Attempt {
+                    ending: Ending::ClientDeadline,
+                    status: 0,
+                    grpc_status: None,
+                    ..self
+                }
+            }
+            _ => self,
+        }
     }
 
     /// An attempt that ended without a status.
@@ -151,7 +181,7 @@ pub fn class_name(class: FailureClass) -> String {
 #[inline(always)]
 fn class_of(a: &Attempt) -> Option<FailureClass> {
     match a.ending {
-        Ending::NoVerdict | Ending::Tls => None,
+        Ending::NoVerdict | Ending::ClientDeadline | Ending::TooBigHeader | Ending::Tls => None,
         Ending::Error => Some(FailureClass::Error),
         Ending::Timeout => Some(FailureClass::Timeout),
         Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
@@ -178,7 +208,8 @@ pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
 
 /// Classifies one attempt under `cfg`.
 ///
-/// Attempts with no verdict are not counted; TLS failures are counted apart and never fail; transport
+/// Attempts with no verdict, and those the client or nginx's configuration caused (a gRPC
+/// deadline the client set, a header too big for nginx's buffer), are not counted; TLS failures are counted apart and never fail; transport
 /// errors fail when their class is configured; 5xx responses fail by code, except that a 503
 /// with `Retry-After` is its own class; 429 fails only when named; other statuses never fail,
 /// but an answer with a `grpc-status` the server caused has that code's class (the HTTP
@@ -186,7 +217,9 @@ pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
 #[inline]
 pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
     match a.ending {
-        Ending::NoVerdict => return Verdict::default(),
+        Ending::NoVerdict | Ending::ClientDeadline | Ending::TooBigHeader => {
+            return Verdict::default()
+        }
         Ending::Tls => {
             return Verdict {
                 counted: true,
@@ -241,6 +274,51 @@ mod tests {
             failures,
             slow_ms: 800,
             ..BreakerConfig::default()
+        }
+    }
+
+    #[test]
+    fn what_the_client_or_nginx_caused_never_counts() {
+        let all = cfg_with(&[
+            "error",
+            "timeout",
+            "invalid_header",
+            "grpc_deadline_exceeded",
+        ]);
+        for ending in [Ending::ClientDeadline, Ending::TooBigHeader] {
+            for cfg in [&all, &BreakerConfig::default()] {
+                let a = Attempt::ended(ending, 50_000);
+                let v = classify(&a, cfg);
+                assert_eq!(v, Verdict::default(), "{ending:?}");
+                assert!(!v.is_bad() && !response_fails(&a, cfg));
+                assert!(!a.is_overload());
+            }
+        }
+    }
+
+    #[test]
+    fn a_deadline_the_client_set_is_the_clients() {
+        let cfg = BreakerConfig::default();
+        // `grpc-timeout: 1n`, answered at once.
+        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 0).with_client_deadline(Some(0));
+        assert_eq!(a.ending, Ending::ClientDeadline);
+        assert!(!classify(&a, &cfg).counted);
+        // No deadline from the client: the origin's (a gateway failure by default).
+        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 3_000).with_client_deadline(None);
+        let v = classify(&a, &cfg);
+        assert!(v.failure && v.gateway);
+        // The origin gave up long before the client's 10 s: its own deadline.
+        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 200)
+            .with_client_deadline(Some(10_000_000));
+        assert!(classify(&a, &cfg).failure);
+        // Other answers are left alone, whatever the client's deadline.
+        for a in [
+            Attempt::grpc(crate::grpc::UNAVAILABLE, 0),
+            Attempt::grpc(0, 0),
+            Attempt::http(504, 0),
+            Attempt::ended(Ending::Timeout, 0),
+        ] {
+            assert_eq!(a.with_client_deadline(Some(0)), a);
         }
     }
 

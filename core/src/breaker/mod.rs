@@ -10,6 +10,7 @@ pub mod owned;
 pub mod ramp;
 pub mod reason;
 pub mod state;
+pub mod timing;
 pub mod trip;
 pub mod window;
 
@@ -24,4 +25,5 @@ pub use state::{
     jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
     ProbeFailure, ProbeResult, Recorded, Ticket, Transition, PROBE_LEASE_MS,
 };
+pub use timing::{origin_ms, Marks};
 pub use window::Bucket;

@@ -217,9 +217,11 @@ pub fn claim_probe(
     let Decision { admission, .. } = b.admit(now_ms, rnd, owner, owner_alive, true);
     match admission {
         Admission::Probe(t) => (Some(t), None),
-        Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms } => {
-            (None, Some(retry_after_ms.max(1)))
-        }
+        // When the probe may really start, not the end of the jitter's range that clients
+        // are told: no client is told a server's return, and asking again that late would
+        // hold an ejected server out longer than its cooldown.
+        Admission::Reject { .. } => (None, Some(b.probe_wait_ms(now_ms).max(1))),
+        Admission::Recovering { retry_after_ms } => (None, Some(retry_after_ms.max(1))),
         // A dry run lets a would-be rejection through; it sends no probe.
         Admission::Pass { .. } => (None, Some(u64::from(b.config().probe_interval_ms).max(1))),
     }

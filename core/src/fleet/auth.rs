@@ -15,7 +15,9 @@
 //! - **A poke** ("pull me now", sent when a breaker moves) is the same header with `poke`:
 //!   `poke FROM NONCE MAC` over `cbfleet poke FROM NONCE`. It carries no opinion, only a
 //!   reason to pull `FROM` at once (with a nonce of the receiver's): replaying one costs at
-//!   most one extra pull, which the receiver paces.
+//!   most one extra pull, which the receiver paces. Its nonce starts with the sender's
+//!   sequence ([`Nonce::sequenced`]), taken only above the last one and not far ahead of the
+//!   receiver's clock ([`poke_is_new`]).
 //!
 //! The three inputs start with different words, so that no MAC of one kind is valid as
 //! another. The request MAC is what `openssl dgst -sha256 -hmac SECRET` prints for the same
@@ -103,11 +105,23 @@ impl Nonce {
     }
 }
 
-/// Whether a poke with sequence `seq` is news after `last` (the highest seen from its
-/// sender): only a strictly later one is. A sender's sequence is its wall clock in
-/// microseconds, kept increasing within the process ([`next_sequence`]).
-pub fn poke_is_new(last: u64, seq: u64) -> bool {
-    seq > last
+/// How far ahead of the receiver's wall clock a poke's sequence may be (µs): a minute, far
+/// beyond what the clocks of a fleet's machines differ by (NTP keeps them within
+/// milliseconds), and no longer than a sender's pokes can be silenced by one dated ahead.
+pub const POKE_AHEAD_US: u64 = 60_000_000;
+
+/// Whether a poke with sequence `seq`, taken at the receiver's wall clock `now_us`
+/// (microseconds), is news after `last` (the highest taken from its sender); when it is,
+/// `seq` is the new `last`. A sender's sequence is its wall clock in microseconds, kept
+/// increasing within the process ([`next_sequence`]), so only a strictly later one is news,
+/// and none more than [`POKE_AHEAD_US`] ahead of the receiver's clock: taken, a sequence
+/// dated far ahead (up to 2^64 − 1) would refuse the sender's honest pokes until the clock
+/// reached it. A `last` itself beyond that horizon was not taken under this rule (an earlier
+/// build took it, or this clock stepped back): it guards nothing, as after a restart.
+pub fn poke_is_new(last: u64, seq: u64, now_us: u64) -> bool {
+    let horizon = now_us.saturating_add(POKE_AHEAD_US);
+    let last = if last > horizon { 0 } else { last };
+    seq <= horizon && seq > last
 }
 
 /// The next poke sequence after `last` at wall-clock microseconds `now_us`: the clock, or

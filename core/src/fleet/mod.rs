@@ -33,7 +33,9 @@
 //!    each answer to [`FleetStore::receive_sealed`] and each failure to
 //!    [`FleetStore::peer_failed`] or [`FleetStore::tls_failed`]; then [`FleetStore::expire`];
 //! 3. publishes into the shared zone: [`FleetStore::render`] with the time it was rendered,
-//!    and each breaker's [`FleetStore::advice`] beside the breaker;
+//!    and each breaker's [`FleetStore::advice`] beside the breaker; when peers report
+//!    recovery it ends the breaker's cooldown if [`FleetStore::take_hasten`] says so (once
+//!    per open episode);
 //! 4. between rounds, when a breaker moved, reads the breakers again and asks
 //!    [`FleetStore::take_push`]: on [`Push::Now`] it publishes its message and pokes
 //!    [`FleetStore::pick_peers`], each of which pulls it at once; a peer that pokes it is

@@ -40,11 +40,15 @@
 //! Names are percent-encoded: bytes other than ASCII letters, digits and `-._~:[]/@+=,` are
 //! written `%XX`, so that a name never holds a space, a line break or a control character.
 //! Every message ends with a line break; a body that does not, or whose record count differs
-//! from the header's, was cut short and is refused whole.
+//! from the header's, was cut short and is refused whole. A message holds at most one record
+//! per (origin, upstream, route): one that repeats one is refused whole as well, since no
+//! instance sends that (its own opinions and those it relays are one per breaker and origin),
+//! and a receiver must not pay for the same record twice.
 //!
 //! On the wire a message is always followed by its `auth` line and verified before it is
 //! parsed ([`super::auth`]); this module reads only what verified.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::fmt::Write as _;
 
@@ -178,6 +182,8 @@ pub enum ErrorKind {
     Flags,
     /// The sender is not the peer that was asked (see the store's `receive`).
     Sender,
+    /// A second record of the same (origin, upstream, route).
+    Duplicate,
 }
 
 impl fmt::Display for ErrorKind {
@@ -197,6 +203,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Inconsistent => f.write_str("inconsistent numbers"),
             ErrorKind::Flags => f.write_str("bad flags"),
             ErrorKind::Sender => f.write_str("unexpected sender"),
+            ErrorKind::Duplicate => f.write_str("duplicate record"),
         }
     }
 }
@@ -526,6 +533,15 @@ pub fn parse(body: &[u8]) -> Result<Message, ParseError> {
     if opinions.len() != entries {
         return Err(whole(ErrorKind::Count));
     }
+    // Keyed by the decoded names (what the store keys opinions by), in one pass: a crafted
+    // message cannot make the receiver weigh one record many times.
+    let mut seen = HashSet::with_capacity(opinions.len());
+    for (i, o) in opinions.iter().enumerate() {
+        if !seen.insert((o.origin.as_str(), o.upstream.as_str(), o.route.as_str())) {
+            return Err(at(i + 2, ErrorKind::Duplicate));
+        }
+    }
+    drop(seen);
     Ok(Message {
         sender,
         delay_ms,
@@ -863,6 +879,29 @@ mod tests {
                 },
             ),
         ];
+        // A record repeated, even under another fingerprint, state or encoding of its names,
+        // is refused whole; another route is another record.
+        let again = |r: &str| {
+            format!(
+                "cbfleet 1 s 3 0\n{rec}\n{}\n{r}\n",
+                rec.replace("checkout", "cart")
+            )
+        };
+        for r in [
+            rec.to_string(),
+            rec.replace("9f3c2a1b00d4e5f6 open", "0000000000000001 closed"),
+            rec.replace(" api ", " %61pi "),
+        ] {
+            assert_eq!(
+                err(&again(&r)),
+                ParseError {
+                    line: 4,
+                    kind: ErrorKind::Duplicate
+                },
+                "{r}"
+            );
+        }
+        assert!(parse(again(&rec.replace("checkout", "catalog")).as_bytes()).is_ok());
         for (body, want) in cases {
             assert_eq!(err(&body), want, "{body:?}");
         }
@@ -902,6 +941,14 @@ mod tests {
 
     #[test]
     fn errors_read_as_sentences() {
+        assert_eq!(
+            ParseError {
+                line: 7,
+                kind: ErrorKind::Duplicate
+            }
+            .to_string(),
+            "line 7: duplicate record"
+        );
         assert_eq!(
             ParseError {
                 line: 3,

@@ -1,9 +1,12 @@
 //! What a short-circuited gRPC client is told: a trailers-only answer's `grpc-status` and
 //! `grpc-message` for each reason a request is turned away. The health checking protocol the
-//! active probe speaks is in [`health`].
+//! active probe speaks is in [`health`]; whose a `DEADLINE_EXCEEDED` is, in [`deadline`].
 
+pub mod deadline;
 pub mod health;
 
+/// `grpc-status` DEADLINE_EXCEEDED.
+pub const DEADLINE_EXCEEDED: u8 = 4;
 /// `grpc-status` UNAVAILABLE: the server cannot take the call now; retry after the pushback.
 pub const UNAVAILABLE: u8 = 14;
 /// `grpc-status` RESOURCE_EXHAUSTED.

@@ -24,6 +24,13 @@ The server exits once the process that started it is gone.
 makes N unary calls through 127.0.0.1:PORT (one channel, no retries, 5 s deadline each) and
 prints one line per call: "CODE pushback=MS state=STATE message=MESSAGE" (CODE the
 grpc-status number the client saw; MS and STATE from the answer's metadata, "-" when absent).
+
+    grpc_peer.py streams PORT N COUNT INTERVAL_MS SERVICE/METHOD
+
+opens N client streams at once (stream-unary calls of test.Echo/Stream…, which the backend
+counts: "PATH MESSAGES" in HITS_FILE), the K-th (from 0) sending COUNT + K messages
+INTERVAL_MS apart (so that they end one by one), and prints each call's grpc-status as it
+ends: clients that trickle their request bodies.
 """
 
 import os
@@ -98,6 +105,14 @@ def serve(port, hits, tls=None):
         # HealthCheckResponse { status = 1 (SERVING) | 2 (NOT_SERVING) }: field 1, varint.
         return b"\x08\x01" if code == 0 else b"\x08\x02"
 
+    def stream(path):
+        def handle(requests, context):
+            n = sum(1 for _ in requests)
+            note("%s %d" % (path, n))
+            return b"ok"
+
+        return handle
+
     ident = lambda b: b  # noqa: E731
 
     class Any(grpc.GenericRpcHandler):
@@ -105,6 +120,8 @@ def serve(port, hits, tls=None):
             path = details.method
             if path == "/grpc.health.v1.Health/Check":
                 return grpc.unary_unary_rpc_method_handler(health, ident, ident)
+            if path.startswith("/test.Echo/Stream"):
+                return grpc.stream_unary_rpc_method_handler(stream(path), ident, ident)
             if path.startswith("/test.Echo/"):
                 return grpc.unary_unary_rpc_method_handler(unary(path), ident, ident)
             return None
@@ -157,9 +174,42 @@ def call(port, n, method):
             )
 
 
+def streams(port, n, count, interval_ms, method):
+    """N client streams at once, the K-th sending COUNT + K messages INTERVAL_MS apart: one
+    line per stream, its grpc-status, in the order they end."""
+    options = [("grpc.enable_retries", 0)]
+    with grpc.insecure_channel("127.0.0.1:%d" % port, options=options) as ch:
+        rpc = ch.stream_unary(method)
+
+        printing = threading.Lock()
+
+        def slowly(k):
+            for i in range(count + k):
+                if i:
+                    time.sleep(interval_ms / 1000)
+                yield b"x"
+
+        def one(k):
+            try:
+                _, c = rpc.with_call(slowly(k), timeout=60)
+            except grpc.RpcError as e:
+                c = e
+            with printing:
+                print("%d" % c.code().value[0], flush=True)
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(int(sys.argv[2]), sys.argv[3], sys.argv[4:6] if len(sys.argv) > 5 else None)
     elif sys.argv[1] == "call":
         method = sys.argv[4] if len(sys.argv) > 4 else "test.Echo/Unary"
         call(int(sys.argv[2]), int(sys.argv[3]), "/" + method)
+    elif sys.argv[1] == "streams":
+        port, n, count, interval = (int(a) for a in sys.argv[2:6])
+        streams(port, n, count, interval, "/" + sys.argv[6])

@@ -26,7 +26,9 @@ pub enum Admission {
     /// Short-circuit it: the breaker is open or half-open (`X-Circuit-State: open` or
     /// `half_open`).
     Reject {
-        /// Time until a probe may start, at least 1 ms (for `Retry-After`).
+        /// Time until a probe may start, at least 1 ms (for `Retry-After`); with passive
+        /// probes, until the end of the jitter's range that moment was drawn in (never
+        /// before it: see [`Gate::Reject`]).
         retry_after_ms: u64,
     },
     /// Short-circuit it: the breaker is closed but ramping up after a recovery, and this
@@ -64,13 +66,20 @@ pub enum Gate {
         /// Share at its start (`ramp_start`).
         start: u32,
     },
-    /// Short-circuit every request: until `until_ms` with `Retry-After` counting down to it,
-    /// then with `Retry-After` = `wait_ms` — or, when `wait_ms` is 0, only [`Breaker::admit`]
-    /// can tell (the cooldown of passive probes has ended). Open breakers; forced open is
-    /// `until_ms = u64::MAX`, announcing `wait_ms`.
+    /// Short-circuit every request: until `until_ms` with `Retry-After` counting down to
+    /// `announce_ms`, then with `Retry-After` = `wait_ms` — or, when `wait_ms` is 0, only
+    /// [`Breaker::admit`] can tell (the cooldown of passive probes has ended). Open breakers;
+    /// forced open is `until_ms = u64::MAX`, announcing `wait_ms`.
+    ///
+    /// With passive probes the first request after `until_ms` is the probe, so `until_ms` is
+    /// never told: `announce_ms` is the end of the jitter's range it was drawn in, and a
+    /// client that comes back when told finds the probe taken unless no one asked since.
     Reject {
         /// End of the cooldown, or time of the next active probe.
         until_ms: u64,
+        /// What `Retry-After` counts down to before `until_ms`: at or after it (equal with
+        /// active probes, or without jitter).
+        announce_ms: u64,
         /// The wait to announce after `until_ms` (or forever when it is `u64::MAX`); 0: ask.
         wait_ms: u64,
     },
@@ -104,11 +113,15 @@ impl Gate {
                     }
                 },
             ),
-            Gate::Reject { until_ms, wait_ms } if now_ms < until_ms => Some(Admission::Reject {
+            Gate::Reject {
+                until_ms,
+                announce_ms,
+                wait_ms,
+            } if now_ms < until_ms => Some(Admission::Reject {
                 retry_after_ms: if until_ms == u64::MAX {
                     wait_ms.max(1)
                 } else {
-                    until_ms - now_ms
+                    announce_ms.max(until_ms) - now_ms
                 },
             }),
             Gate::Reject { wait_ms, .. } if wait_ms > 0 => Some(Admission::Reject {
@@ -131,6 +144,7 @@ impl<'a> Breaker<'a> {
             Some(Forced::Open) => {
                 return Gate::Reject {
                     until_ms: u64::MAX,
+                    announce_ms: u64::MAX,
                     wait_ms: u64::from(h.cfg.open_ms),
                 }
             }
@@ -156,10 +170,12 @@ impl<'a> Breaker<'a> {
             State::Open if h.retry_at_ms == u64::MAX => Gate::Ask,
             State::Open if h.cfg.active => Gate::Reject {
                 until_ms: h.retry_at_ms,
+                announce_ms: h.retry_at_ms,
                 wait_ms: u64::from(h.cfg.probe_interval_ms).max(1),
             },
             State::Open => Gate::Reject {
                 until_ms: h.retry_at_ms,
+                announce_ms: h.told(h.retry_at_ms),
                 wait_ms: 0,
             },
             State::HalfOpen => Gate::Ask,
@@ -176,7 +192,10 @@ impl<'a> Breaker<'a> {
     /// request is rejected with `Retry-After` = `probe_interval`.
     ///
     /// With active probes an open breaker rejects every request, `Retry-After` saying when
-    /// the next active probe is due (`probe_interval` once it is due or in flight).
+    /// the next active probe is due (`probe_interval` once it is due or in flight). With
+    /// passive probes `Retry-After` says the end of the range the cooldown (or the probe
+    /// spacing) was drawn in, not the moment drawn: the first request after that moment is
+    /// the probe, and a client told the moment could be that request every time.
     pub fn admit(
         &mut self,
         now_ms: u64,
@@ -208,7 +227,9 @@ impl<'a> Breaker<'a> {
                 let wait = h.retry_at_ms.saturating_sub(now);
                 return self.reject(if wait > 0 { wait } else { interval }, None);
             }
-            State::Open if now < h.retry_at_ms => return self.reject(h.retry_at_ms - now, None),
+            State::Open if now < h.retry_at_ms => {
+                return self.reject(h.told(h.retry_at_ms) - now, None)
+            }
             State::Open | State::HalfOpen if !may_probe => return self.reject(interval, None),
             State::Open => Some(self.half_open_now(now)),
             State::HalfOpen => None,
@@ -219,13 +240,19 @@ impl<'a> Breaker<'a> {
                 transition,
             };
         }
-        let h = &*self.hdr;
-        let wait = if h.probe_busy != 0 {
-            interval
-        } else {
-            h.next_probe_at_ms - now
-        };
+        let wait = self.hdr.wait_ms(now, true);
         self.reject(wait.max(1), transition)
+    }
+
+    /// When a passive probe may start, from `now_ms`, as the breaker keeps it rather than as
+    /// clients are told: for the shell's own schedule (an ejected server's next look), never
+    /// for a client. 0 when closed, forced or past due.
+    pub fn probe_wait_ms(&self, now_ms: u64) -> u64 {
+        let h = &*self.hdr;
+        if h.forced != FORCED_NONE {
+            return 0;
+        }
+        h.wait_ms(now_ms.max(h.last_ms), false)
     }
 
     /// With active probes, hands the instance-wide probe slot to `owner` when a probe is due
@@ -274,8 +301,10 @@ impl<'a> Breaker<'a> {
             (h.probe_gen & !0xffff_ffff) | u64::from((h.probe_gen as u32).wrapping_add(1));
         h.probe_owner = owner;
         h.probe_granted_ms = now;
-        let spacing = jittered(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter, rnd);
-        h.next_probe_at_ms = now.saturating_add(spacing);
+        // Drawn below the top of its range, which is what clients are told until the next
+        // probe (a good probe's run may bring it sooner, never later: see `probe_verdict`).
+        let (lo, hi) = jitter_range(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter);
+        h.next_probe_at_ms = now.saturating_add(draw(lo, hi, rnd));
         h.totals.probes = h.totals.probes.saturating_add(1);
         Some(h.probe_gen)
     }

@@ -8,12 +8,18 @@
 //!   not open now (`may_open`, the per-server `max_eject` cap), or the rate was reached without
 //!   a single failure (or slow call).
 //! - **Open**: requests are short-circuited ([`Admission::Reject`], `Retry-After` = time to the
-//!   next probe). What happens next depends on `active`:
+//!   next probe; with passive probes, to the end of the jitter's range, see below). What
+//!   happens next depends on `active`:
 //!   - *Passive probes* (no `probe_uri`, as before): after the cooldown — the base cooldown
 //!     (`open`, doubled after each failed probe, up to `max_open`), jittered, raised to the
 //!     largest `Retry-After` an origin sent in the window, capped by `max_open` — the next
 //!     request turns the breaker **half-open** and is the probe; at most one probe in flight
 //!     and one started per `probe_interval` for the whole instance. A failed probe reopens it.
+//!     The probe is a user request, so the moment it becomes possible is never told: a client
+//!     that came back exactly then would win it every time (and, asking for a URL the origin
+//!     fails on, keep the breaker open). The cooldown and the probe spacing are drawn in
+//!     their jitter's range, and `Retry-After` counts down to the range's end
+//!     (`BreakerHeader::told`).
 //!   - *Active probes* (`active`): the breaker stays **open** throughout. User requests are
 //!     never probes; the shell asks [`Breaker::active_probe`] for the instance-wide probe slot
 //!     and sends its own request when it gets it: first one cooldown after opening — here
@@ -99,7 +105,10 @@ pub struct BreakerHeader {
     retry_at_ms: u64,
     next_probe_at_ms: u64,
     probe_granted_ms: u64,
-    /// The current (jittered, floored, capped) cooldown.
+    /// The current cooldown as clients are told it: with active probes the one drawn
+    /// (jittered, floored, capped), with passive probes the end of the range it was drawn in
+    /// (the one drawn is `retry_at_ms - since_ms`, kept from clients: see
+    /// `BreakerHeader::told`).
     cooldown_ms: u32,
     /// The un-jittered cooldown: the first one (`open`, or `probe_interval` with active
     /// probes), doubled after each failed passive probe and, with `repeat_backoff`, on each
@@ -210,6 +219,41 @@ impl BreakerHeader {
         &self.totals
     }
 
+    /// What clients are told a wait that ends at `due_ms` ends at: with active probes
+    /// `due_ms` itself (clients never probe: nothing to hide); with passive probes the end of
+    /// the jitter's range `due_ms` was drawn in, never before it — open, the cooldown's
+    /// (`since_ms + cooldown_ms`); half-open, the probe spacing's, from the last probe's
+    /// start (a good probe's run may bring the next one sooner, never later). The first
+    /// request after `due_ms` is the probe: a client told `due_ms` itself could be that
+    /// request every time.
+    fn told(&self, due_ms: u64) -> u64 {
+        let end = match self.state {
+            _ if self.cfg.active => due_ms,
+            STATE_OPEN => self.since_ms.saturating_add(u64::from(self.cooldown_ms)),
+            STATE_HALF_OPEN => self.probe_granted_ms.saturating_add(
+                jitter_range(u64::from(self.cfg.probe_interval_ms), self.cfg.jitter).1,
+            ),
+            _ => due_ms,
+        };
+        end.max(due_ms)
+    }
+
+    /// A rejected request's wait at `now` (open or half-open, not forced): to the end of the
+    /// cooldown, or of the probe spacing, `told` (as `BreakerHeader::told`) or not;
+    /// `probe_interval` while a probe is in flight. 0 when none is due (closed).
+    fn wait_ms(&self, now: u64, told: bool) -> u64 {
+        let due = match self.state {
+            STATE_OPEN => self.retry_at_ms,
+            STATE_HALF_OPEN if self.probe_busy != 0 => {
+                return u64::from(self.cfg.probe_interval_ms).max(1)
+            }
+            STATE_HALF_OPEN => self.next_probe_at_ms,
+            _ => return 0,
+        };
+        let due = if told { self.told(due) } else { due };
+        due.saturating_sub(now)
+    }
+
     /// With active probes, when the next one is due (the shell arms its timer for it); `None`
     /// when none will be (closed, forced, or passive probes).
     pub fn active_probe_due_ms(&self) -> Option<u64> {
@@ -251,6 +295,35 @@ pub fn jittered(base_ms: u64, jitter: u32, rnd: u32) -> u64 {
     (base_ms / 10_000)
         .saturating_mul(factor)
         .saturating_add((base_ms % 10_000) * factor / 10_000)
+}
+
+/// The range `[lo, hi]` of [`jittered`]: `base_ms` times `1 - j` and `1 + j`.
+#[inline]
+fn jitter_range(base_ms: u64, jitter: u32) -> (u64, u64) {
+    (
+        jittered(base_ms, jitter, 0),
+        jittered(base_ms, jitter, u32::MAX),
+    )
+}
+
+/// A wait drawn uniformly in `[lo, hi)` by `rnd` (`lo` when the range is empty): strictly
+/// before `hi`, which is what clients are told, so that the two never coincide.
+#[inline]
+fn draw(lo: u64, hi: u64, rnd: u32) -> u64 {
+    let span = u128::from(hi.saturating_sub(lo));
+    lo + ((span * u128::from(rnd)) >> 32) as u64
+}
+
+/// The range a cooldown is drawn in, `[lo, hi)`: the base cooldown's jitter range, raised to
+/// the origin's `Retry-After` (`floor_ms`) as a range of its own, `[floor, floor·(1+j))`, so
+/// that the floor is not a moment a client could bet on either; both ends capped by
+/// `max_ms`, where the range keeps `[max·(1-j), max)` rather than shrinking to a point. With
+/// no jitter, a point: `max(base, floor)` capped.
+fn cooldown_range(base_ms: u64, floor_ms: u64, jitter: u32, max_ms: u64) -> (u64, u64) {
+    let (lo, hi) = jitter_range(base_ms, jitter);
+    let hi = hi.max(jitter_range(floor_ms, jitter).1).min(max_ms);
+    let lo = lo.max(floor_ms).min(jitter_range(max_ms, jitter).0);
+    (lo.min(hi), hi)
 }
 
 /// Whether `part` of `requests` reaches `rate` (hundredths of a percent); never without one

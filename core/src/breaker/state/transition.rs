@@ -56,8 +56,9 @@ impl<'a> Breaker<'a> {
     }
 
     /// Opens with the current base cooldown, jittered, raised to the largest `Retry-After` in
-    /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open`. With
-    /// active probes the first one is due when that cooldown ends.
+    /// the window (or `retry_after_s` of the outcome at hand), capped at `max_open` (see
+    /// [`cooldown_range`]). With active probes the first one is due when that cooldown ends.
+    /// Clients are told the end of the range, never the moment drawn in it.
     pub(super) fn open_now(
         &mut self,
         now: u64,
@@ -68,11 +69,18 @@ impl<'a> Breaker<'a> {
         let live = self.hdr.sums.live(self.ring, now / 1000, None);
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
-        let cooldown = jittered(u64::from(h.base_cooldown_ms), h.cfg.jitter, rnd)
-            .max(floor)
-            .min(u64::from(h.cfg.max_open_ms));
-        // At most `max_open`, a `u32`.
-        h.cooldown_ms = u32::try_from(cooldown).unwrap_or(u32::MAX);
+        let (lo, hi) = cooldown_range(
+            u64::from(h.base_cooldown_ms),
+            floor,
+            h.cfg.jitter,
+            u64::from(h.cfg.max_open_ms),
+        );
+        let cooldown = draw(lo, hi, rnd);
+        // With passive probes clients are told `hi`, the range's end (see
+        // `BreakerHeader::told`); with active ones, the cooldown itself. At most `max_open`,
+        // a `u32`.
+        let told = if h.cfg.active { cooldown } else { hi };
+        h.cooldown_ms = u32::try_from(told).unwrap_or(u32::MAX);
         h.retry_at_ms = now.saturating_add(cooldown);
         h.next_probe_at_ms = h.retry_at_ms;
         let from = self.set_state(now, STATE_OPEN, &reason);
@@ -85,10 +93,9 @@ impl<'a> Breaker<'a> {
     }
 
     pub(super) fn half_open_now(&mut self, now: u64) -> Transition {
-        let reason = format!(
-            "cooldown {}s elapsed",
-            reason::secs_ceil(u64::from(self.hdr.cooldown_ms))
-        );
+        // The cooldown drawn (or cut short by peers), not the one told.
+        let drawn = self.hdr.retry_at_ms.saturating_sub(self.hdr.since_ms);
+        let reason = format!("cooldown {}s elapsed", reason::secs_ceil(drawn));
         let from = self.set_state(now, STATE_HALF_OPEN, &reason);
         self.hdr.next_probe_at_ms = now;
         Transition {

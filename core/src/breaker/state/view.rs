@@ -24,16 +24,26 @@ impl<'a> Breaker<'a> {
         let live = h.sums.live(self.ring, now / 1000, Some(&mut hist));
         let state = h.state();
         let forced = h.forced();
-        // When the next probe may start: while one is in flight, not before one spacing from
-        // now (what a turned-away request's Retry-After says too).
+        // When the next probe may start, as a turned-away request's Retry-After says it: with
+        // passive probes the end of the jitter's range, not the moment drawn in it (a status
+        // page may be public, and that moment is the probe's), and once that moment has
+        // passed, now at the latest; while one is in flight, not before one spacing from now.
+        let told = |due: u64| {
+            let t = h.told(due);
+            if due > now {
+                t
+            } else {
+                t.min(now)
+            }
+        };
         let spacing = now.saturating_add(u64::from(h.cfg.probe_interval_ms));
         let retry_at_ms = match state {
             State::Open if forced.is_none() && h.cfg.active && h.probe_busy != 0 => {
                 Some(h.retry_at_ms.max(spacing))
             }
-            State::Open if forced.is_none() => Some(h.retry_at_ms),
-            State::HalfOpen if h.probe_busy != 0 => Some(h.next_probe_at_ms.max(spacing)),
-            State::HalfOpen => Some(h.next_probe_at_ms),
+            State::Open if forced.is_none() => Some(told(h.retry_at_ms)),
+            State::HalfOpen if h.probe_busy != 0 => Some(told(h.next_probe_at_ms).max(spacing)),
+            State::HalfOpen => Some(told(h.next_probe_at_ms)),
             _ => None,
         };
         let unforced_closed = state == State::Closed && forced.is_none();
@@ -54,6 +64,7 @@ impl<'a> Breaker<'a> {
                 p95: hist.percentile(950),
                 p99: hist.percentile(990),
             },
+            // As told (with passive probes, `since` plus the one drawn would be the moment).
             cooldown_ms: u64::from(h.cooldown_ms),
             consecutive_probe_successes: h.consecutive,
             probes_needed: if state == State::Closed || forced.is_some() {

@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// The rounds one computation of the fleet's round ranks this instance in (one step per
+/// candidate each): honest claims need one or two (the fleet's latest round, and the one
+/// before from a peer that lags). Past them a claim counts only as it would whoever was
+/// first, so that claims of many rounds at once cost no more than these.
+pub(super) const RANKED_ROUNDS: u32 = 4;
+
 impl FleetStore {
     /// The fresh opinions of peers that judge this breaker by the same rules.
     pub(super) fn agreeing<'a>(
@@ -13,6 +19,7 @@ impl FleetStore {
         let exp = self.cfg.expire_ms;
         l.opinions
             .iter()
+            .inspect(|_| self.step())
             .filter(move |(_, o)| o.fingerprint == l.fingerprint && o.fresh(now, exp))
             .map(|(i, o)| (*i as usize, o))
     }
@@ -30,6 +37,9 @@ impl FleetStore {
     /// the same round, the earliest probe counts. A forged round or probe field can thus
     /// neither skip rounds to choose the order nor keep moving the next probe into the
     /// future: the most it can do is what the fleet's own failing probes would.
+    ///
+    /// Costs a step per opinion and per claim (and the claims' sort), and one per candidate
+    /// for each round whose first prober matters, at most [`RANKED_ROUNDS`] of them.
     pub(super) fn fleet_round(&self, now: u64, l: &Local) -> (u32, u64) {
         if !l.in_episode() {
             return (0, 0);
@@ -50,7 +60,10 @@ impl FleetStore {
         if l.settled.0 > 0 {
             claims.push((l.settled.0, l.settled.1, true));
         }
-        claims.sort_unstable();
+        claims.sort_unstable_by(|a, b| {
+            self.step();
+            a.cmp(b)
+        });
         // (round, probe at, the least probe time a claim of this round needed).
         // Rounds are counted from the episode's start as this instance knows it: a peer's
         // `since` may bring it earlier by an expiry at most, so that no claimed start long ago
@@ -60,7 +73,12 @@ impl FleetStore {
             .anchor(now, l)
             .max(l.episode_start_ms.saturating_sub(self.cfg.expire_ms));
         let (mut round, mut at, mut floor) = (0u32, base, 0u64);
+        // Whether this instance is first in the order of the credited round, once asked:
+        // ranking costs a step per candidate, so once per round, and for a few rounds at most.
+        let mut first: Option<(u32, bool)> = None;
+        let mut ranked = 0u32;
         for (r, t, own) in claims {
+            self.step();
             if r < round {
                 continue;
             }
@@ -70,10 +88,27 @@ impl FleetStore {
                 }
                 continue;
             }
-            let mut need = at.saturating_add(p.waits(round, r));
-            if self.rank(now, l, round) == Some(0) {
-                need = need.saturating_add(grace);
+            let need = at.saturating_add(p.waits(round, r));
+            if !own && t.saturating_add(tol) < need {
+                // Too early whoever was first.
+                continue;
             }
+            let is_first = match first {
+                Some((of, f)) if of == round => f,
+                _ => {
+                    // Past the rounds ranked, a claim counts only as it would whoever was
+                    // first: the grace is required.
+                    let f = ranked >= RANKED_ROUNDS || self.first_in(now, l, round);
+                    ranked += 1;
+                    first = Some((round, f));
+                    f
+                }
+            };
+            let need = if is_first {
+                need.saturating_add(grace)
+            } else {
+                need
+            };
             if own || t.saturating_add(tol) >= need {
                 (round, at, floor) = (r, t, need);
             }
@@ -86,8 +121,8 @@ impl FleetStore {
     }
 
     /// Remembers breaker `b`'s fleet round as it stands now (see [`Local::settled`]): after
-    /// each merge into it and each local update, so that a round's earliest known probe is
-    /// kept.
+    /// each message that changed its opinions (once, after the last record) and each local
+    /// update, so that a round's earliest known probe is kept.
     pub(super) fn settle_round(&mut self, now: u64, b: usize) {
         let Some(l) = self.breakers.get(b) else {
             return;
@@ -114,6 +149,19 @@ impl FleetStore {
     /// everyone before the next in line acts.
     pub(super) fn grace(&self, l: &Local) -> u64 {
         l.policy.probe_base_ms.max(self.cfg.expire_ms)
+    }
+
+    /// Whether this instance is first in the probing order of `round` ([`FleetStore::rank`]
+    /// 0): it may probe and no candidate ranks above it. Stops at the first that does.
+    pub(super) fn first_in(&self, now: u64, l: &Local, round: u32) -> bool {
+        if !self.can_probe(now, l) {
+            return false;
+        }
+        let mine = (self.score(&self.self_id, l, round), self.self_id.as_str());
+        self.candidates(now, l).all(|i| {
+            let id = self.peers[i].id.as_str();
+            (self.score(id, l, round), id) < mine
+        })
     }
 
     /// This instance's place in the probing order of `round` (0: first), if it may probe.
@@ -145,6 +193,7 @@ impl FleetStore {
     /// the same order from the same ids, and a new round reshuffles it, so that the probing
     /// duty rotates and one instance with a broken path cannot hold it.
     pub(super) fn score(&self, id: &str, l: &Local, round: u32) -> u64 {
+        self.step();
         mix(Fingerprint::new()
             .str(id)
             .str(&l.upstream)
@@ -281,6 +330,22 @@ impl FleetStore {
                     && !f.forced
                     && o.since_ms >= l.episode_start_ms
             })
+    }
+
+    /// Whether to end this open breaker's cooldown now because peers report the upstream
+    /// recovered ([`FleetStore::peers_report_recovered`]); the call counts it as done. True
+    /// at most once per open episode (from the breaker's opening until it closes; a failed
+    /// probe's reopening is the same episode): a report that comes and goes, a peer flipping
+    /// between recovered and open, or several peers recovering cut the cooldown once, so that
+    /// no peer's word buys more than one early probe of an origin that fails this instance.
+    pub fn take_hasten(&mut self, now_ms: u64, breaker: usize) -> bool {
+        let now = self.clock(now_ms);
+        let fresh = self.breakers.get(breaker).is_some_and(|l| !l.hastened);
+        if !fresh || !self.peers_report_recovered(now, breaker) {
+            return false;
+        }
+        self.breakers[breaker].hastened = true;
+        true
     }
 
     /// Whether the next round should come sooner, after a quarter of the interval: some

@@ -1,5 +1,7 @@
 //! Taking peers' answers in: authentication, merge, expiry and the per-peer counters.
 
+use std::collections::hash_map::Entry;
+
 use super::*;
 
 impl FleetStore {
@@ -107,10 +109,17 @@ impl FleetStore {
     /// Merges a parsed message (whoever sent it): each record replaces the stored opinion of
     /// its (origin, breaker) when it is newer. Records about this instance, from unknown
     /// origins, about unknown breakers or older than the expiry are dropped.
+    ///
+    /// Linear: each record is one step, and each breaker whose opinions changed has its fleet
+    /// round settled once, after the last record, whatever the number of records about it.
+    /// A parsed message repeats no (origin, breaker) ([`ErrorKind::Duplicate`]); in one built
+    /// by hand that does, the records are merged in turn, the newest winning as always.
     pub fn merge(&mut self, now_ms: u64, m: &Message) -> Received {
         let now = self.clock(now_ms);
         let mut got = Received::default();
+        let mut touched = Vec::new();
         for o in &m.opinions {
+            self.step();
             if o.origin == self.self_id {
                 got.own += 1;
                 continue;
@@ -148,18 +157,26 @@ impl FleetStore {
                 state: o.state.code(),
                 flags: o.flags.bits(),
             };
-            let slot = &mut self.breakers[b].opinions;
-            match slot.binary_search_by_key(&(origin as u32), |(i, _)| *i) {
-                Ok(at) if slot[at].1 >= new => got.known += 1,
-                Ok(at) => {
-                    slot[at].1 = new;
-                    got.merged += 1;
+            let l = &mut self.breakers[b];
+            match l.opinions.entry(origin as u32) {
+                Entry::Occupied(old) if *old.get() >= new => {
+                    got.known += 1;
+                    continue;
                 }
-                Err(at) => {
-                    slot.insert(at, (origin as u32, new));
-                    got.merged += 1;
+                Entry::Occupied(mut old) => {
+                    old.insert(new);
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(new);
                 }
             }
+            got.merged += 1;
+            if !core::mem::replace(&mut l.touched, true) {
+                touched.push(b);
+            }
+        }
+        for b in touched {
+            self.breakers[b].touched = false;
             self.settle_round(now, b);
         }
         got
@@ -170,8 +187,11 @@ impl FleetStore {
     pub fn expire(&mut self, now_ms: u64) {
         let now = self.clock(now_ms);
         let exp = self.cfg.expire_ms;
+        let mut looked = 0u64;
         for l in &mut self.breakers {
-            l.opinions.retain(|(_, o)| o.fresh(now, exp));
+            looked += l.opinions.len() as u64;
+            l.opinions.retain(|_, o| o.fresh(now, exp));
         }
+        self.work.set(self.work.get().wrapping_add(looked));
     }
 }

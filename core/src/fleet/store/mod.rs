@@ -17,7 +17,14 @@
 //! Every stored time is on this instance's monotonic clock (`now_ms`, as the breakers use);
 //! peers' times arrive as ages and become local instants on receipt, so no two instances
 //! ever compare clocks. A `now_ms` earlier than one already seen is taken as the latest.
+//!
+//! A message's merge costs in proportion to its records and, once per breaker it changes that
+//! is open here, that breaker's opinions (at most one per peer): each record is found and
+//! stored in constant time, and each such breaker's fleet round is settled once, after the
+//! last record ([`FleetStore::merge`]). [`FleetStore::work`] counts the steps taken, so that
+//! tests bound the cost by the message's size rather than by a clock.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use super::auth::{FleetKey, Nonce};
@@ -33,7 +40,7 @@ mod records;
 
 pub use config::*;
 pub use records::*;
-use records::{valid_name, Local, Peer, Signal};
+use records::{valid_name, Local, Opinions, Peer, Signal};
 
 /// Everything this instance knows of the fleet. See the module's documentation.
 #[derive(Clone, Debug)]
@@ -47,6 +54,9 @@ pub struct FleetStore {
     counters: Counters,
     last_now: u64,
     last_push_ms: Option<u64>,
+    /// Steps taken (see [`FleetStore::work`]); a cell, so that the answers, which only read
+    /// the store, count theirs too.
+    work: Cell<u64>,
 }
 
 impl FleetStore {
@@ -70,6 +80,7 @@ impl FleetStore {
             counters: Counters::default(),
             last_now: 0,
             last_push_ms: None,
+            work: Cell::new(0),
         };
         for &p in peers.iter().filter(|&&p| p != self_id) {
             valid_name(p)?;
@@ -112,6 +123,17 @@ impl FleetStore {
         self.breakers.iter().map(|l| l.opinions.len()).sum()
     }
 
+    /// Steps taken so far by the store's loops: a record read, an opinion looked at, a claim
+    /// chained or compared in a sort, an instance ranked. The cost of a merge or an answer in
+    /// units that no machine or load changes; tests bound a merge's by the message's size.
+    pub fn work(&self) -> u64 {
+        self.work.get()
+    }
+
+    fn step(&self) {
+        self.work.set(self.work.get().wrapping_add(1));
+    }
+
     /// Adds a breaker this instance has; returns its index for the other calls.
     pub fn add_breaker(
         &mut self,
@@ -143,8 +165,10 @@ impl FleetStore {
             probe_at_ms: 0,
             settled: (0, 0),
             last_refused_ms: None,
-            opinions: Vec::new(),
+            opinions: Opinions::default(),
             pushed: Signal::default(),
+            hastened: false,
+            touched: false,
         });
         Ok(idx)
     }
@@ -190,6 +214,7 @@ impl FleetStore {
             l.round = 0;
             l.probe_at_ms = 0;
             l.settled = (0, 0);
+            l.hastened = false;
         }
         if let Some(p) = prev {
             if is_open && v.probe_starts > p.probe_starts {

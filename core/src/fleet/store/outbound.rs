@@ -17,11 +17,7 @@ impl FleetStore {
     pub fn opinion(&self, now_ms: u64, breaker: usize, peer: usize) -> Option<&Opinion> {
         let now = now_ms.max(self.last_now);
         let l = self.breakers.get(breaker)?;
-        let at = l
-            .opinions
-            .binary_search_by_key(&(peer as u32), |(i, _)| *i)
-            .ok()?;
-        let o = &l.opinions[at].1;
+        let o = l.opinions.get(&u32::try_from(peer).ok()?)?;
         o.fresh(now, self.cfg.expire_ms).then_some(o)
     }
 
@@ -175,8 +171,8 @@ impl FleetStore {
         relayed.sort_unstable();
         for (_, b, i) in relayed {
             let l = &self.breakers[b];
-            if let Ok(at) = l.opinions.binary_search_by_key(&(i as u32), |(k, _)| *k) {
-                own.push(self.relayed_opinion(now, l, i, &l.opinions[at].1));
+            if let Some(o) = l.opinions.get(&(i as u32)) {
+                own.push(self.relayed_opinion(now, l, i, o));
             }
         }
         Message {

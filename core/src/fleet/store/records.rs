@@ -1,6 +1,10 @@
 //! The store's records: what it reads of local breakers, keeps of peers' opinions and
 //! publishes, and its counters.
 
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
 use super::config::Policy;
 use crate::fleet::auth::AuthError;
 use crate::fleet::wire::{self, Flags, ParseError};
@@ -331,11 +335,21 @@ pub(super) struct Local {
     /// would otherwise hold the next probe off).
     pub(super) settled: (u32, u64),
     pub(super) last_refused_ms: Option<u64>,
-    /// At most one opinion per peer, sorted by peer index.
-    pub(super) opinions: Vec<(u32, Opinion)>,
+    /// At most one opinion per peer, by peer index.
+    pub(super) opinions: Opinions,
     /// What peers were last told of it.
     pub(super) pushed: Signal,
+    /// Peers' report of recovery has cut this episode's cooldown.
+    pub(super) hastened: bool,
+    /// A message being merged changed one of its opinions (it is settled once, after).
+    pub(super) touched: bool,
 }
+
+/// One breaker's opinions, by peer index: found and replaced in constant time, so that a
+/// message's records cost one step each whatever the peers. The hasher is fixed, since the
+/// keys are this instance's own indexes (nothing a peer chooses), and the order of iteration
+/// is then the same at every run; nothing depends on that order anyway.
+pub(super) type Opinions = HashMap<u32, Opinion, BuildHasherDefault<DefaultHasher>>;
 
 impl Local {
     pub(super) fn in_episode(&self) -> bool {
