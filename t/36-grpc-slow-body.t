@@ -5,7 +5,9 @@
 # its whole body read first.  Eight client streams sending a message every 0.3 s for 3 to
 # 5 s beside a limit of four: every unary call is served meanwhile, the streams are served when
 # they end, and the limit does not fall.  While half-open, a trickling stream does not keep
-# the breaker from closing on the next call.
+# the breaker from closing on the next call; to an upstream named by a variable (where every
+# call's body is still arriving when nginx connects), a call takes the probe once it has
+# waited one probe_interval.
 
 ###############################################################################
 
@@ -32,7 +34,7 @@ select STDOUT; $| = 1;
 
 my ($python, $peer) = grpc_peer();
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(8);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(11);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     upstream lim {
@@ -41,6 +43,12 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     }
 
     upstream half {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker window=30s min_requests=3 failure_rate=50% open=1s jitter=0%
+                        probes=1;
+    }
+
+    upstream vhalf {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker window=30s min_requests=3 failure_rate=50% open=1s jitter=0%
                         probes=1;
@@ -57,6 +65,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /test.Echo/StreamLim { grpc_pass grpc://lim; }
         location /test.Echo/Half { grpc_pass grpc://half; }
         location /test.Echo/StreamHalf { grpc_pass grpc://half; }
+        location /test.Echo/Var { set $up vhalf; grpc_pass grpc://$up; }
     }
 
     server {
@@ -68,7 +77,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
 EOF
 
 my $hits = $t->testdir() . '/grpc-8081.hits';
-$t->write_file('grpc-8081.hits.mode', "/test.Echo/HalfFail 14 only\n");
+$t->write_file('grpc-8081.hits.mode', "/test.Echo/HalfFail 14 only\n/test.Echo/VarFail 14 only\n");
 
 $t->run_daemon($python, $peer, 'serve', port(8081), $hits);
 $t->run();
@@ -125,5 +134,21 @@ is(join(' ', codes('Half', 1)), '0', 'half: the next unary call is the probe, se
 is(breaker_at('/status?upstream=half')->{state}, 'closed', 'half: closed on it');
 my @rest = <$fh>;
 close $fh;
+
+# an upstream named by a variable: the PRECONTENT phase does not decide, and every gRPC
+# call's body is still arriving when nginx connects (its DATA frames follow its HEADERS):
+# once the probe has waited one probe_interval with no other taker, such a call takes it
+
+is(join(' ', codes('VarFail', 4)), '14 14 14 14', 'variable: trips');
+sleep 1.2;
+my @var;
+$end = time() + 6;
+while (time() < $end) {
+	push @var, codes('Var', 1);
+	last if $var[-1] eq '0';
+	sleep 0.2;
+}
+is($var[-1], '0', 'variable: a call became the probe') or diag("@var");
+is(breaker_at('/status?upstream=vhalf')->{state}, 'closed', 'variable: closed on it');
 
 ###############################################################################

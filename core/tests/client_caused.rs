@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 /// A call sent with `grpc-timeout: 1n`, answered at once with `DEADLINE_EXCEEDED`.
 fn client_deadline() -> Attempt {
-    Attempt::grpc(DEADLINE_EXCEEDED, 0).with_client_deadline(Some(0))
+    Attempt::grpc(DEADLINE_EXCEEDED, 0).with_client_deadline(Some(0), 0)
 }
 
 fn too_big_header() -> Attempt {
@@ -41,7 +41,7 @@ fn a_thousand_of_them_open_nothing() {
 fn the_origins_own_deadline_still_opens() {
     let mut s = Story::new(cfg());
     // No deadline from the client: ten in a row open by `consecutive`.
-    let own = Attempt::grpc(DEADLINE_EXCEEDED, 40).with_client_deadline(None);
+    let own = Attempt::grpc(DEADLINE_EXCEEDED, 40).with_client_deadline(None, 40);
     let t = s.requests(10, &own).expect("opened");
     assert!(
         t.reason.starts_with("10 gateway failures in a row"),
@@ -143,4 +143,37 @@ proptest! {
         prop_assert_eq!(end_with, end_without);
         prop_assert_eq!(probes_taken(&with), probes_taken(&without));
     }
+}
+
+#[test]
+fn a_streaming_body_takes_the_probe_only_once_it_is_overdue() {
+    let mut s = Story::new(cfg());
+    s.trip();
+    let overdue = |s: &mut Story| {
+        let now = s.now;
+        s.b.breaker().probe_overdue(now)
+    };
+    assert!(!overdue(&mut s), "not while the cooldown runs");
+    s.wait(30_000);
+    assert!(!overdue(&mut s), "not as the cooldown ends");
+    s.wait(999);
+    assert!(!overdue(&mut s));
+    s.wait(1);
+    assert!(
+        overdue(&mut s),
+        "one probe_interval after, nobody having taken it"
+    );
+    let p = s.probe();
+    assert!(!overdue(&mut s), "not while a probe is in flight");
+    s.record(p, &ok());
+    s.wait(2_000);
+    assert!(overdue(&mut s), "the next one, once it waited an interval");
+    // With active probes no user request ever probes.
+    let mut a = Story::new(circuit_breaker_core::breaker::BreakerConfig {
+        active: true,
+        ..cfg()
+    });
+    a.trip();
+    a.wait(120_000);
+    assert!(!overdue(&mut a));
 }

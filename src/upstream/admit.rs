@@ -30,7 +30,8 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
 
 /// The full answer, under the lock when the gate cannot tell: may claim the probe slot,
 /// unless `may_probe` is false (a request whose body is still arriving: it would hold the
-/// probe for as long as its client takes). `None` when no breaker applies (the zone is full, or this worker's configuration is older
+/// probe for as long as its client takes) and the probe has not waited a `probe_interval`
+/// for another taker. `None` when no breaker applies (the zone is full, or this worker's configuration is older
 /// than the zone's and the breaker is new).
 ///
 /// Inline with [`ask_unlocked`], the locked half apart, for the stale path's cost
@@ -104,7 +105,8 @@ fn admit_locked(
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
     // The fleet names one prober per open episode; a half-open breaker is already this
     // instance's probe, whose good answers in a row it still needs.
-    let may_probe = may_probe && (b.state() == State::HalfOpen || b.may_probe(now));
+    let may_probe =
+        (may_probe || b.probe_overdue(now)) && (b.state() == State::HalfOpen || b.may_probe(now));
     let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
     Ok((d, b.state(), b.handle()))
 }

@@ -197,7 +197,10 @@ unsafe fn init_asked(
             if probe {
                 // One probe is one attempt: no proxy_next_upstream retry on its behalf.
                 u.peer.tries = 1;
-                read_whole(u);
+                // SAFETY: the live request in peer.init, apart from its upstream.
+                if !unsafe { caches(&*r) } {
+                    read_whole(u);
+                }
             } else {
                 // Peers out of the pool are tries nginx would count but cannot make, as
                 // for `server … down`.
@@ -222,6 +225,20 @@ fn read_whole(u: &mut nginx_sys::ngx_http_upstream_t) {
     if can_buffer && u.buffering() == 0 {
         u.set_buffering(1);
     }
+}
+
+/// Whether the request's answer may be cached or stored: buffering it for the probe alone
+/// would cache or store that one answer where the location's others are not.
+#[cfg(ngx_http_cache)]
+fn caches(r: &ngx_http_request_t) -> bool {
+    // SAFETY: the request's upstream, live in peer.init.
+    !r.cache.is_null() || unsafe { r.upstream.as_ref() }.is_some_and(|u| u.store() != 0)
+}
+
+#[cfg(not(ngx_http_cache))]
+fn caches(r: &ngx_http_request_t) -> bool {
+    // SAFETY: the request's upstream, live in peer.init.
+    unsafe { r.upstream.as_ref() }.is_some_and(|u| u.store() != 0)
 }
 
 /// Short-circuited to stale: the balancer is never asked (its init would only allocate),

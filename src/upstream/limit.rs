@@ -134,9 +134,10 @@ fn sample_of(a: &Attempt, retry: bool) -> Sample {
 }
 
 /// The response header of a request holding a slot goes to its client, passed on as it
-/// arrives (`proxy_buffering off`): the origin's part is its header (the rest waits on the
-/// client, `breaker::timing`), so the sample is taken and the slot given back now, and a
-/// client that reads slowly holds no slot. Not for gRPC (its status, an overload signal
+/// arrives (`proxy_buffering off`, or a `101` that turns the connection into a tunnel): the
+/// origin's part is its header (the rest waits on the client, `breaker::timing`), so the
+/// sample is taken and the slot given back now, and a client that reads slowly, or keeps a
+/// WebSocket open, holds no slot. Not for gRPC (its status, an overload signal
 /// among them, comes in trailers), nor an answer nginx reads whole.
 ///
 /// # Safety
@@ -149,7 +150,10 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
     // SAFETY: the location's upstream conf, live for the configuration.
     let conf = unsafe { u.conf.as_ref() };
     match conf {
-        Some(c) if u.buffering() == 0 && !u.peer.connection.is_null() && !passes_trailers(c) => {}
+        Some(c)
+            if (u.buffering() == 0 || u.upgrade() != 0)
+                && !u.peer.connection.is_null()
+                && !passes_trailers(c) => {}
         _ => return,
     }
     // SAFETY: the attempt's state record, null or live.
@@ -169,7 +173,14 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
     let since = state
         .body_end()
         .map_or(0, |t| t.saturating_sub(u.start_time) as u64);
-    let ms = (st.header_time as u64).saturating_sub(since);
+    let header_ms = st.header_time as u64;
+    if since > header_ms {
+        // The answer came before the client's body ended: no time of the origin's to learn.
+        limit::attempt_ended(state.limit, Sample::Drop, true);
+        state.limit = Hold::NONE;
+        return;
+    }
+    let ms = header_ms - since;
     let a = Attempt {
         retry_after_s: if status == 503 {
             // SAFETY: the upstream's parsed headers.

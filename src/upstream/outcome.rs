@@ -45,7 +45,7 @@ pub unsafe fn read(
     body_done_at: Option<ngx_msec_t>,
 ) -> Outcome {
     // SAFETY: as for this function.
-    let elapsed_ms = unsafe { origin_time(u, body_done_at) };
+    let (elapsed_ms, since_sent_ms) = unsafe { origin_time(u, body_done_at) };
     // SAFETY: u.state is the current attempt's state record while the upstream runs.
     let status = unsafe { u.state.as_ref() }.map_or(0, |s| s.status) as u16;
     let failed = state & NGX_PEER_FAILED as ngx_uint_t != 0;
@@ -96,7 +96,7 @@ pub unsafe fn read(
     let attempt = if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
         // SAFETY: the request's parsed headers list.
         let sent = unsafe { header(&r.headers_in.headers, b"grpc-timeout") };
-        attempt.with_client_deadline(sent.and_then(deadline::parse_timeout))
+        attempt.with_client_deadline(sent.and_then(deadline::parse_timeout), since_sent_ms)
     } else {
         attempt
     };
@@ -108,12 +108,12 @@ pub unsafe fn read(
 
 /// The origin's time of the attempt being freed, in milliseconds: the core's rule, from the
 /// marks nginx keeps (`u->start_time` at the connect, `header_time` once the header is
-/// parsed) and the body's end.
+/// parsed) and the body's end; and the whole attempt's, since the connect.
 ///
 /// # Safety
 /// `u` must be a live upstream in `peer.free`.
 #[inline(always)]
-unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>) -> u64 {
+unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>) -> (u64, u64) {
     // SAFETY: a plain global only this worker's event loop writes, and it runs us.
     let now = unsafe { ngx_current_msec };
     let since = |t: ngx_msec_t| t.saturating_sub(u.start_time) as u64;
@@ -124,12 +124,14 @@ unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>)
         .map(|h| h as u64);
     // SAFETY: the location's upstream conf, live for the configuration.
     let spools = unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0);
-    origin_ms(Marks {
-        ended_ms: since(now),
+    let ended_ms = since(now);
+    let origin = origin_ms(Marks {
+        ended_ms,
         header_ms,
         body_done_ms: body_done_at.map(since),
         paced_by_client: u.buffering() == 0 || !spools,
-    })
+    });
+    (origin, ended_ms)
 }
 
 /// An attempt `ngx_http_upstream_next` gave up on.

@@ -70,7 +70,7 @@ extern "C" fn rejected(
             Zone::admit_reject(handle, until_ms, wait_ms, mono_ms())
         else {
             // The cooldown is over: this request may be the probe.
-            return asked_later(req);
+            return asked_later(req, lcf);
         };
         if lcf.redirects || respond::grpc_client(req) {
             return kept_short_circuit(req, lcf, retry_after_ms);
@@ -118,24 +118,43 @@ extern "C" fn not_passing(
     handle: Handle,
 ) -> ngx_int_t {
     guard(NGX_DECLINED as ngx_int_t, || {
+        // A slot is taken once the body is here: read it before the ramp's draw, so that the
+        // request draws once.
+        if body_first(req, lcf, true) {
+            return body::read_first(req);
+        }
         let answer = Zone::raw_gate(handle, lcf.key_hash)
             .and_then(|g| Zone::admit_raw(handle, g, mono_ms()));
         let (label, retry_after_ms) = match answer {
             Some(Admission::Pass { .. }) => return passed(req, lcf, handle),
             Some(Admission::Reject { retry_after_ms }) => (OPEN, retry_after_ms),
             Some(Admission::Recovering { retry_after_ms }) => (Label::Recovering, retry_after_ms),
-            _ => return asked_later(req),
+            _ => return asked_later(req, lcf),
         };
         short_circuit(req, lcf, label, retry_after_ms)
     })
 }
 
 /// A request that `peer.init` decides, where it may become the probe: its body first.
-fn asked_later(req: &mut ngx_http_request_t) -> ngx_int_t {
-    if body::unread(req) {
+fn asked_later(req: &mut ngx_http_request_t, lcf: &LocConf) -> ngx_int_t {
+    if body_first(req, lcf, false) {
         return body::read_first(req);
     }
     NGX_DECLINED as ngx_int_t
+}
+
+/// Whether the request's body is read here first: it has one nobody has read, and it may
+/// become the probe or (`for_slot`) take a slot of the limit. Never in a dry run, which
+/// changes no request.
+fn body_first(req: &ngx_http_request_t, lcf: &LocConf, for_slot: bool) -> bool {
+    // SAFETY: null, or a fixed upstream's conf set when merging, which lives as long as the
+    // configuration.
+    let Some(scf) = (unsafe { lcf.precontent.as_ref() }) else {
+        return false;
+    };
+    !scf.breaker.is_some_and(|c| c.dry_run)
+        && (!for_slot || scf.limit.is_some())
+        && body::unread(req)
 }
 
 /// A request the breaker lets through (closed, or a ramp's share): its state is created here,
@@ -151,7 +170,7 @@ extern "C" fn passed(req: &mut ngx_http_request_t, lcf: &LocConf, handle: Handle
             return NGX_DECLINED as ngx_int_t;
         };
         // A slot of the limit goes to a request whose body is here.
-        if scf.limit.is_some() && body::unread(req) {
+        if scf.limit.is_some() && body_first(req, lcf, true) {
             return body::read_first(req);
         }
         // With no call (a spare state, the default route made): nothing to save first

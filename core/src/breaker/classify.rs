@@ -81,16 +81,18 @@ impl Attempt {
     }
 
     /// The attempt, judged against the deadline the client itself sent (`grpc-timeout`, in
-    /// microseconds, when it sent one): a gRPC `DEADLINE_EXCEEDED` that answers it is
+    /// microseconds, when it sent one), `since_sent_ms` after nginx connected to send the call
+    /// (the whole attempt, not the origin's time: the origin counts the deadline from the
+    /// call's headers, whatever came after): a gRPC `DEADLINE_EXCEEDED` that answers it is
     /// [`Ending::ClientDeadline`], anything else is unchanged. A client that asks for a
     /// deadline it knows cannot be met (`1n`) must not fail the origin.
-    pub fn with_client_deadline(self, deadline_us: Option<u64>) -> Attempt {
+    pub fn with_client_deadline(self, deadline_us: Option<u64>, since_sent_ms: u64) -> Attempt {
         match deadline_us {
             Some(d)
                 if self.ending == Ending::Response
                     && self.status == 200
                     && self.grpc_status == Some(crate::grpc::DEADLINE_EXCEEDED)
-                    && crate::grpc::deadline::answers_client(self.response_ms, d) =>
+                    && crate::grpc::deadline::answers_client(since_sent_ms, d) =>
             {
                 Attempt {
                     ending: Ending::ClientDeadline,
@@ -300,16 +302,17 @@ mod tests {
     fn a_deadline_the_client_set_is_the_clients() {
         let cfg = BreakerConfig::default();
         // `grpc-timeout: 1n`, answered at once.
-        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 0).with_client_deadline(Some(0));
+        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 0).with_client_deadline(Some(0), 0);
         assert_eq!(a.ending, Ending::ClientDeadline);
         assert!(!classify(&a, &cfg).counted);
         // No deadline from the client: the origin's (a gateway failure by default).
-        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 3_000).with_client_deadline(None);
+        let a =
+            Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 3_000).with_client_deadline(None, 3_000);
         let v = classify(&a, &cfg);
         assert!(v.failure && v.gateway);
         // The origin gave up long before the client's 10 s: its own deadline.
         let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 200)
-            .with_client_deadline(Some(10_000_000));
+            .with_client_deadline(Some(10_000_000), 200);
         assert!(classify(&a, &cfg).failure);
         // Other answers are left alone, whatever the client's deadline.
         for a in [
@@ -318,8 +321,13 @@ mod tests {
             Attempt::http(504, 0),
             Attempt::ended(Ending::Timeout, 0),
         ] {
-            assert_eq!(a.with_client_deadline(Some(0)), a);
+            assert_eq!(a.with_client_deadline(Some(0), 0), a);
         }
+        // A server stream: its header came at once (the origin's time), its status when the
+        // client's 2-s deadline ran out.
+        let a = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 10)
+            .with_client_deadline(Some(2_000_000), 2_001);
+        assert_eq!(a.ending, Ending::ClientDeadline);
     }
 
     fn ra(status: u16, secs: u32) -> Attempt {

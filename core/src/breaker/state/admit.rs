@@ -255,6 +255,27 @@ impl<'a> Breaker<'a> {
         h.wait_ms(now_ms.max(h.last_ms), false)
     }
 
+    /// Whether a user-request probe that may start has waited at least one `probe_interval`
+    /// at `now_ms` with no request to take it. The shell lets a request whose body is still
+    /// arriving (which would hold the probe for as long as its client takes) be the probe
+    /// only then, so that where every request streams its body (gRPC to an upstream named by
+    /// a variable) the breaker still probes, one interval late.
+    pub fn probe_overdue(&self, now_ms: u64) -> bool {
+        let h = &*self.hdr;
+        let now = now_ms.max(h.last_ms);
+        let interval = u64::from(h.cfg.probe_interval_ms).max(1);
+        if h.forced != FORCED_NONE || h.cfg.active {
+            return false;
+        }
+        match h.state() {
+            State::Open => now >= h.retry_at_ms.saturating_add(interval),
+            State::HalfOpen => {
+                h.probe_busy == 0 && now >= h.next_probe_at_ms.saturating_add(interval)
+            }
+            State::Closed => false,
+        }
+    }
+
     /// With active probes, hands the instance-wide probe slot to `owner` when a probe is due
     /// (the slot, its dead-owner reclaim and its lease are those of half-open probes): the
     /// caller sends its probe request and reports it with [`Breaker::record`] (or

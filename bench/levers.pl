@@ -1,0 +1,171 @@
+#!/usr/bin/perl
+
+# The client's levers on a breaker, measured as issue 36 measured them on the build before
+# its fix: each scenario is an attack a client can make with the default configuration (or
+# the one the issue names), and prints what it did to the breaker and to everyone else.
+# Run by scripts/measure-levers, which says which module it loads; the figures, not pass or
+# fail, are its output (t/21 and t/32..36 are the tests).
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use IO::Socket::INET;
+use Socket qw/ SOL_SOCKET SO_RCVBUF inet_aton pack_sockaddr_in /;
+use Time::HiRes qw/ sleep time /;
+
+BEGIN { push @INC, "$FindBin::Bin/../t/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start /;
+use CB::GrpcPeer qw/ grpc_peer /;
+use CB::Origin;
+use CB::Response qw/ status /;
+use CB::Status qw/ breaker_at /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my ($python, $peer) = grpc_peer();
+
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2 grpc/);
+
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
+    upstream g { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream gl { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive limit_max=20; }
+    upstream hdr { server 127.0.0.1:%%PORT_8082%%; circuit_breaker; }
+    upstream rd {
+        server 127.0.0.1:%%PORT_8082%%;
+        circuit_breaker slow=500ms slow_rate=50%;
+    }
+    upstream up {
+        server 127.0.0.1:%%PORT_8082%%;
+        circuit_breaker min_requests=5 open=2s;
+    }
+
+    server {
+        listen       127.0.0.1:8084;
+        http2        on;
+        server_name  localhost;
+        client_body_timeout 60s;
+
+        location /test.Echo/Deadline { grpc_pass grpc://g; }
+        location /test.Echo/ { grpc_pass grpc://gl; }
+    }
+
+    server {
+        listen       127.0.0.1:8085;
+        http2        on;
+        server_name  localhost;
+
+        location / {
+            grpc_pass grpc://127.0.0.1:%%PORT_8084%%;
+            grpc_set_header grpc-timeout 1n;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:8080 sndbuf=16k;
+        server_name  localhost;
+        client_body_timeout 60s;
+
+        location /hdr/ { proxy_pass http://hdr; }
+        location /rd/ { proxy_pass http://rd; proxy_buffering off; }
+        location /up/ { proxy_pass http://up; proxy_request_buffering off; }
+        location = /status { circuit_breaker_status; }
+    }
+EOF
+
+my $dir = $t->testdir();
+$t->write_file('grpc-8081.hits.mode', "/test.Echo/Deadline 0 sleep100\n");
+$t->run_daemon($python, $peer, 'serve', port(8081), "$dir/grpc-8081.hits");
+my $hits = start($t, 8082);
+$t->waitforsocket('127.0.0.1:' . port(8081)) or die "no grpc backend\n";
+
+sub b { breaker_at("/status?upstream=$_[0]") }
+sub said { my $b = b($_[0]); "$b->{state}" . ($b->{last_transition} ? ": $b->{last_transition}" : '') }
+sub calls {
+	my ($port, $n, $method) = @_;
+	map { /^(\d+) / ? $1 : -1 } `$python $peer call @{[ port($port) ]} $n test.Echo/$method`;
+}
+
+# 1. ten gRPC calls with the client's own 1-ns deadline (default configuration)
+
+my @c = calls(8085, 10, 'Deadline');
+my @after = calls(8084, 20, 'Deadline');
+printf "grpc-timeout 1n: 10 calls, codes %s; breaker %s; 20 other calls then: %d got 14\n",
+	join(' ', @c), said('g'), scalar grep { $_ == 14 } @after;
+
+# 2. 25 gRPC client streams trickling for 10 s beside an adaptive limit of 20, 36 unary
+# calls meanwhile
+
+# the controller's first intervals set its initial limit (20)
+for (1 .. 3) { calls(8084, 2, 'Warm'); sleep 0.15; }
+my $limit_start = b('gl')->{limit}{limit};
+open my $fh, '-|', $python, $peer, 'streams', port(8084), 25, 34, 300, 'test.Echo/StreamSlow'
+	or die "streams: $!\n";
+sleep 1;
+my $limit_before = b('gl')->{limit}{limit};
+my @legit;
+for (1 .. 36) { push @legit, calls(8084, 1, 'Unary'); sleep 0.2; }
+my @ends = <$fh>;
+close $fh;
+sleep 1;
+printf "25 trickling gRPC streams: %d of 36 unary calls got RESOURCE_EXHAUSTED; "
+	. "limit %s before, %s during, %s after; streams ended: %s\n",
+	scalar(grep { $_ == 8 } @legit), $limit_start // '-', $limit_before // '-',
+	b('gl')->{limit}{limit} // '-',
+	join(' ', map { chomp; $_ } @ends);
+
+# 3. a 6000-byte path the origin echoes into Location, 22 times (default configuration)
+
+my $long = 'a' x 6000;
+my @h = map { status(http_get("/hdr/r$_?hdr=Location:/$long")) } 1 .. 22;
+printf "reflected header: 22 requests, statuses %s; breaker %s; then /hdr/ok: %s\n",
+	join(' ', @h), said('hdr'), status(http_get('/hdr/ok'));
+
+# 4. 20 clients reading a 4 MB answer slowly and hanging up (slow=500ms slow_rate=50%),
+# beside 8 ordinary requests
+
+status(http_get("/rd/ok$_")) for 1 .. 8;
+my @s;
+for my $i (1 .. 20) {
+	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
+	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
+	print $s "GET /rd/big$i?size=4000000 HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	push @s, $s;
+}
+sleep 1.5;
+close $_ for @s;
+my $end = time() + 10;
+sleep 0.1 while (b('rd')->{totals}{requests} // 0) < 28 && time() < $end;
+printf "slow readers: 20 readers + 8 requests; breaker %s\n", said('rd');
+
+# 5. one upload trickling a byte every 0.5 s after the cooldown (proxy_request_buffering
+# off), 50 legitimate requests over 25 s
+
+status(http_get("/up/f$_?status=500")) for 1 .. 5;
+sleep 2.5;
+my $u = IO::Socket::INET->new('127.0.0.1:' . port(8080)) or die "connect: $!\n";
+$u->autoflush(1);
+print $u "POST /up/upload HTTP/1.0\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nx";
+my ($sent, @st) = (1);
+for my $i (1 .. 50) {
+	sleep 0.5;
+	print $u 'x' if $sent++ < 99;
+	push @st, status(http_get("/up/ok$i"));
+}
+close $u;
+printf "trickling upload at the probe: %d of 50 requests got 503; breaker %s\n",
+	scalar(grep { $_ == 503 } @st), said('up');
+
+done_testing();
+
+###############################################################################
