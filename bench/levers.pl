@@ -44,6 +44,11 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         server 127.0.0.1:%%PORT_8082%%;
         circuit_breaker slow=500ms slow_rate=50%;
     }
+    upstream vol {
+        server 127.0.0.1:%%PORT_8082%%;
+        circuit_breaker min_requests=5 open=2s;
+    }
+
     upstream up {
         server 127.0.0.1:%%PORT_8082%%;
         circuit_breaker min_requests=5 open=2s;
@@ -78,6 +83,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /hdr/ { proxy_pass http://hdr; }
         location /rd/ { proxy_pass http://rd; proxy_buffering off; }
         location /up/ { proxy_pass http://up; proxy_request_buffering off; }
+        location /vol/ { proxy_pass http://vol; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -165,6 +171,24 @@ for my $i (1 .. 50) {
 close $u;
 printf "trickling upload at the probe: %d of 50 requests got 503; breaker %s\n",
 	scalar(grep { $_ == 503 } @st), said('up');
+
+# 6. the user-request probe taken by volume (which no jitter hides: the README's recipe is
+# probe_uri): a client asks a URL the origin fails on every 20 ms for 25 s, 50 legitimate
+# requests meanwhile
+
+status(http_get("/vol/f$_?status=500")) for 1 .. 5;
+my $pid = fork() // die "fork: $!\n";
+if ($pid == 0) {
+	my $until = time() + 25;
+	while (time() < $until) { http_get('/vol/fail?status=500'); sleep 0.02; }
+	exit 0;
+}
+my @v;
+for my $i (1 .. 50) { sleep 0.5; push @v, status(http_get("/vol/ok$i")); }
+waitpid($pid, 0);
+printf "probe by volume (a failing URL every 20 ms): %d of 50 requests got 503; "
+	. "breaker %s, cooldown %s ms\n", scalar(grep { $_ == 503 } @v), said('vol'),
+	b('vol')->{cooldown_ms} // '-';
 
 done_testing();
 
