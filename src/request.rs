@@ -147,6 +147,12 @@ impl RequestState {
         })
     }
 
+    /// Whether the client's body, still arriving when nginx connected, has not ended yet.
+    #[inline(always)]
+    pub fn body_open(&self) -> bool {
+        self.body_arriving && self.body_done_at.is_none()
+    }
+
     /// The request's route.
     pub fn route(&self) -> &Route {
         // SAFETY: routes live in loc confs (or a static) for the configuration's lifetime.
@@ -591,6 +597,16 @@ pub fn holds_slot(r: &ngx_http_request_t) -> bool {
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     !is_tagged(ctx)
         && unsafe { ctx.cast::<RequestState>().as_ref() }.is_some_and(|s| s.limit.is_held())
+}
+
+/// Whether `r`'s state holds the half-open probe (told from the ctx alone).
+#[inline(always)]
+pub fn holds_probe(r: &ngx_http_request_t) -> bool {
+    let ctx = ctx(r);
+    // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
+    !is_tagged(ctx)
+        && unsafe { ctx.cast::<RequestState>().as_ref() }
+            .is_some_and(|s| s.ticket != Ticket::Normal)
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,

@@ -410,6 +410,13 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         });
     }
     // SAFETY: as above.
+    if request::holds_probe(unsafe { &*r }) {
+        guard((), || {
+            // SAFETY: as above, in the header filter; no other reference to it is live.
+            unsafe { crate::upstream::read_probe_whole(&mut *r) }
+        });
+    }
+    // SAFETY: as above.
     if request::holds_slot(unsafe { &*r }) {
         guard((), || {
             // SAFETY: as above, in the header filter; no other reference to it is live.

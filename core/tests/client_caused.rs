@@ -61,7 +61,10 @@ fn a_probe_the_client_ended_only_frees_its_slot() {
         assert_eq!(s.state(), State::HalfOpen);
         s.wait(1_000);
     }
-    // The next request is the probe, and its answer decides.
+    // The next request is the probe at once (no probe of the origin's was spent), and its
+    // answer decides.
+    let p = s.probe();
+    s.record(p, &client_deadline());
     let p = s.probe();
     s.record(p, &ok());
     assert_eq!(s.view().consecutive_probe_successes, 1);

@@ -60,7 +60,7 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
     let u = unsafe { &*req.upstream };
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome = unsafe { outcome::read(req, u, pcr, 0, state.body_end()) };
+    let outcome = unsafe { outcome::read(req, u, pcr, 0, state.body_end(), state.body_open()) };
     if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.
         unsafe { free(pcr, state.balancer.data, 0) };
@@ -88,7 +88,8 @@ unsafe fn free_any(
     let u = unsafe { &*req.upstream };
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, state.body_end()) };
+    let outcome =
+        unsafe { outcome::read(req, u, pcr, ngx_state, state.body_end(), state.body_open()) };
     if core::mem::take(&mut state.probing) {
         // This module chose the peer (a server probe): the balancer has nothing to
         // free, and the try is counted here as its free would.

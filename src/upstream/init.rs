@@ -227,6 +227,24 @@ fn read_whole(u: &mut nginx_sys::ngx_http_upstream_t) {
     }
 }
 
+/// The probe's answer, its header about to be sent: read whole, again — an origin's
+/// `X-Accel-Buffering: no` turned buffering off after `peer.init` (nginx decides how to read
+/// the answer only once its header is sent).
+///
+/// # Safety
+/// `r` must be the live request, in the header filter.
+pub unsafe fn read_probe_whole(r: &mut ngx_http_request_t) {
+    if caches(r) {
+        return;
+    }
+    // SAFETY: the request's upstream, null or live while it runs.
+    if let Some(u) = unsafe { r.upstream.as_mut() } {
+        if !u.peer.connection.is_null() && u.header_sent() == 0 {
+            read_whole(u);
+        }
+    }
+}
+
 /// Whether the request's answer may be cached or stored: buffering it for the probe alone
 /// would cache or store that one answer where the location's others are not.
 #[cfg(ngx_http_cache)]

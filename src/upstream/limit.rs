@@ -134,7 +134,8 @@ fn sample_of(a: &Attempt, retry: bool) -> Sample {
 }
 
 /// The response header of a request holding a slot goes to its client, passed on as it
-/// arrives (`proxy_buffering off`, or a `101` that turns the connection into a tunnel): the
+/// arrives (`proxy_buffering off`, `proxy_max_temp_file_size 0`, or a `101` that turns the
+/// connection into a tunnel): the
 /// origin's part is its header (the rest waits on the client, `breaker::timing`), so the
 /// sample is taken and the slot given back now, and a client that reads slowly, or keeps a
 /// WebSocket open, holds no slot. Not for gRPC (its status, an overload signal
@@ -151,7 +152,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
     let conf = unsafe { u.conf.as_ref() };
     match conf {
         Some(c)
-            if (u.buffering() == 0 || u.upgrade() != 0)
+            if (u.buffering() == 0 || u.upgrade() != 0 || c.max_temp_file_size == 0)
                 && !u.peer.connection.is_null()
                 && !passes_trailers(c) => {}
         _ => return,

@@ -44,7 +44,7 @@ use crate::ffi::guard;
 use crate::request::{self, RequestState, NO_SERVER};
 
 pub use admit::log_transition;
-pub use init::init_peer;
+pub use init::{init_peer, read_probe_whole};
 
 use free::{settle, Settle};
 

@@ -32,7 +32,8 @@ pub struct Outcome {
 /// Reads the outcome of the attempt of `r` being freed with `state`, as nginx left it (the
 /// core's `classify` then judges it), timed as the origin's time
 /// ([`circuit_breaker_core::breaker::timing`]): `body_done_at` is when the client's body
-/// ended, if it was still arriving when nginx connected.
+/// ended, if it was still arriving when nginx connected, and `body_open` when it has not
+/// ended yet.
 ///
 /// # Safety
 /// `r` and `u` must be the live request and its upstream, whose peer `pc` is, called from
@@ -43,6 +44,7 @@ pub unsafe fn read(
     pc: &ngx_peer_connection_t,
     state: ngx_uint_t,
     body_done_at: Option<ngx_msec_t>,
+    body_open: bool,
 ) -> Outcome {
     // SAFETY: as for this function.
     let (elapsed_ms, since_sent_ms) = unsafe { origin_time(u, body_done_at) };
@@ -64,7 +66,7 @@ pub unsafe fn read(
     } else {
         // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
         // peer.free (this fn's contract).
-        unsafe { body_ending(u, c) }
+        unsafe { body_ending(r, u, c) }
     };
     let retry_after_s = if status == 503 && ending == Ending::Response {
         // SAFETY: the upstream's parsed headers list.
@@ -80,7 +82,10 @@ pub unsafe fn read(
     };
     let attempt = Attempt {
         grpc_status,
-        ending: if free_retry {
+        // An attempt that ended while the client's body was still arriving: the origin never
+        // had the whole request, and whatever it did (an origin that gives up on a body that
+        // trickles) is the client's pace.
+        ending: if free_retry || body_open {
             Ending::NoVerdict
         } else {
             ending
@@ -95,8 +100,8 @@ pub unsafe fn read(
     };
     let attempt = if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
         // SAFETY: the request's parsed headers list.
-        let sent = unsafe { header(&r.headers_in.headers, b"grpc-timeout") };
-        attempt.with_client_deadline(sent.and_then(deadline::parse_timeout), since_sent_ms)
+        let sent = unsafe { headers(&r.headers_in.headers, b"grpc-timeout") };
+        attempt.with_client_deadline(deadline::client_deadline(sent), since_sent_ms)
     } else {
         attempt
     };
@@ -122,8 +127,13 @@ unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>)
         .map(|s| s.header_time)
         .filter(|&h| h != ngx_msec_t::MAX)
         .map(|h| h as u64);
-    // SAFETY: the location's upstream conf, live for the configuration.
-    let spools = unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0);
+    // SAFETY: the location's upstream conf, live for the configuration; null, or the
+    // request's event pipe and its temporary file. A spool that filled up waited on the
+    // client.
+    let spools = unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0)
+        && !unsafe { u.pipe.as_ref() }.is_some_and(|p| {
+            unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
+        });
     let ended_ms = since(now);
     let origin = origin_ms(Marks {
         ended_ms,
@@ -206,14 +216,21 @@ fn tls_handshake_failure(_u: &ngx_http_upstream_t, _c: &ngx_connection_t) -> Opt
 ///
 /// # Safety
 /// As for [`read`].
-unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> Ending {
+unsafe fn body_ending(
+    r: &ngx_http_request_t,
+    u: &ngx_http_upstream_t,
+    c: Option<&ngx_connection_t>,
+) -> Ending {
     // SAFETY: a live connection's read event.
     let rd = c.map(|c| unsafe { &*c.read });
     let timed_out = rd.is_some_and(|e| e.timedout() != 0);
     // SAFETY: u.pipe is null or the request's event pipe.
     if let (true, Some(p)) = (u.buffering() != 0, unsafe { u.pipe.as_ref() }) {
         if p.upstream_error() != 0 {
-            return if timed_out {
+            // SAFETY: as for this function.
+            return if unsafe { waited_on_client(r, u) } {
+                Ending::NoVerdict
+            } else if timed_out {
                 Ending::Timeout
             } else {
                 Ending::Error
@@ -224,16 +241,45 @@ unsafe fn body_ending(u: &ngx_http_upstream_t, c: Option<&ngx_connection_t>) -> 
         }
         return Ending::Response;
     }
+    let failed = timed_out || u.error() != 0 || rd.is_some_and(|e| e.error() != 0);
+    // SAFETY: as for this function.
+    if failed && unsafe { waited_on_client(r, u) } {
+        return Ending::NoVerdict;
+    }
     if timed_out {
         return Ending::Timeout;
     }
-    if u.error() != 0 || rd.is_some_and(|e| e.error() != 0) {
+    if failed {
         return Ending::Error;
     }
     if rd.is_some_and(|e| e.eof() != 0) && u.length > 0 {
         return Ending::Error; // closed before the announced length or the last chunk
     }
     Ending::Response
+}
+
+/// Whether an answer that failed after its header was waiting on the client: nginx reads
+/// an answer it passes on as it arrives (`proxy_buffering off`, gRPC) only as fast as the
+/// client takes it, and a buffered one too once its spool is full (`proxy_max_temp_file_size`),
+/// so a client that reads nothing (an HTTP/2 window of 0, a socket it never reads) makes
+/// the origin's connection time out or the origin give up. The client's doing, not the
+/// origin's: such an attempt has no verdict.
+///
+/// # Safety
+/// `r` and `u` must be the live request and its upstream, in `peer.free`.
+#[cold]
+unsafe fn waited_on_client(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: a live request's connection (an HTTP/2 stream's own).
+    let stuck = unsafe { r.connection.as_ref() }.is_some_and(|c| c.buffered() != 0);
+    if u.buffering() == 0 {
+        return stuck || !u.busy_bufs.is_null();
+    }
+    // SAFETY: null, or the request's event pipe and its temporary file.
+    let full = unsafe { u.pipe.as_ref() }.is_some_and(|p| {
+        p.max_temp_file_size == 0
+            || unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
+    });
+    stuck && full
 }
 
 /// The `grpc-status` of a gRPC answer: its trailers', else (a trailers-only answer) its
@@ -302,6 +348,32 @@ unsafe fn grpc_status_read(u: &ngx_http_upstream_t) -> Option<u8> {
         .iter()
         .try_fold(0u16, |n, d| Some(n * 10 + u16::from(d - b'0')))
         .and_then(|n| u8::try_from(n).ok())
+}
+
+/// The values of every header `name` (lower case) of a list.
+///
+/// # Safety
+/// `list` must be a live headers list.
+unsafe fn headers<'a>(list: &'a ngx_list_t, name: &[u8]) -> Vec<&'a [u8]> {
+    let mut found = Vec::new();
+    let mut part = &list.part;
+    loop {
+        if !part.elts.is_null() {
+            let first = part.elts.cast::<ngx_table_elt_t>();
+            // SAFETY: a list part's elts hold nelts table elements.
+            let elts = unsafe { core::slice::from_raw_parts(first, part.nelts) };
+            found.extend(
+                elts.iter()
+                    .filter(|h| h.hash != 0 && h.key.as_bytes().eq_ignore_ascii_case(name))
+                    .map(|h| h.value.as_bytes()),
+            );
+        }
+        // SAFETY: next is null or the next live part.
+        match unsafe { part.next.as_ref() } {
+            Some(p) => part = p,
+            None => return found,
+        }
+    }
 }
 
 /// The value of the first header `name` (lower case) of a list.

@@ -219,8 +219,16 @@ pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
 #[inline]
 pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
     match a.ending {
-        Ending::NoVerdict | Ending::ClientDeadline | Ending::TooBigHeader => {
-            return Verdict::default()
+        Ending::NoVerdict | Ending::TooBigHeader => return Verdict::default(),
+        // The client's deadline ran out first: no verdict on the answer, but an origin that
+        // had not answered in `slow` or more is slow (a deadline shorter than `slow` says
+        // nothing).
+        Ending::ClientDeadline => {
+            return Verdict {
+                counted: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
+                slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
+                ..Verdict::default()
+            }
         }
         Ending::Tls => {
             return Verdict {
@@ -287,8 +295,9 @@ mod tests {
             "invalid_header",
             "grpc_deadline_exceeded",
         ]);
+        let fast = BreakerConfig { slow_ms: 0, ..all };
         for ending in [Ending::ClientDeadline, Ending::TooBigHeader] {
-            for cfg in [&all, &BreakerConfig::default()] {
+            for cfg in [&fast, &BreakerConfig::default()] {
                 let a = Attempt::ended(ending, 50_000);
                 let v = classify(&a, cfg);
                 assert_eq!(v, Verdict::default(), "{ending:?}");
@@ -296,6 +305,23 @@ mod tests {
                 assert!(!a.is_overload());
             }
         }
+    }
+
+    #[test]
+    fn a_client_deadline_past_slow_is_slow() {
+        let cfg = BreakerConfig {
+            slow_ms: 300,
+            ..BreakerConfig::default()
+        };
+        let hung = Attempt::ended(Ending::ClientDeadline, 500);
+        let v = classify(&hung, &cfg);
+        assert!(v.counted && v.slow && !v.failure && v.is_bad());
+        assert_eq!(v.why_bad(&hung).as_deref(), Some("slow: 500ms"));
+        // A deadline shorter than `slow`: nothing.
+        assert_eq!(
+            classify(&Attempt::ended(Ending::ClientDeadline, 200), &cfg),
+            Verdict::default()
+        );
     }
 
     #[test]

@@ -385,9 +385,20 @@ impl<'a> Breaker<'a> {
 
     /// The request holding `ticket` ended without an outcome: frees its probe slot, if any.
     pub fn release(&mut self, now_ms: u64, ticket: Ticket) {
-        self.clock(now_ms);
+        let now = self.clock(now_ms);
         if self.holds_probe(ticket) {
-            self.hdr.probe_busy = 0;
+            self.free_probe(now);
+        }
+    }
+
+    /// Frees the probe slot of a probe that ended without a verdict on the origin: a
+    /// half-open breaker's next request may be the probe at once, since this one spent no
+    /// probe of the origin's (an active probe keeps its spacing).
+    pub(super) fn free_probe(&mut self, now: u64) {
+        let h = &mut *self.hdr;
+        h.probe_busy = 0;
+        if h.state == STATE_HALF_OPEN && !h.cfg.active {
+            h.next_probe_at_ms = h.next_probe_at_ms.min(now);
         }
     }
 }

@@ -80,9 +80,11 @@ impl<'a> Breaker<'a> {
                 .saturating_add(u64::from(v.retry_after_503));
         }
         let transition = if !v.counted || v.tls {
-            // No verdict on the origin: a probe that got none just frees its slot.
+            // No verdict on the origin: a probe that got none just frees its slot, and the
+            // next request may probe at once (a client that ends its probes early must not
+            // space the origin's out).
             if probe {
-                self.hdr.probe_busy = 0;
+                self.free_probe(now);
             }
             None
         } else if probe {

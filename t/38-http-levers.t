@@ -1,0 +1,185 @@
+#!/usr/bin/perl
+
+# Hostile HTTP clients against breakers of a healthy origin (CB::Origin; its hdr= parameter
+# stands for an origin that echoes something of the request into a response header): uploads
+# that stall until the origin gives up reading them, an HTTP/2 client whose windows are 0
+# behind proxy_buffering off, slow readers where the spool is bounded, probes answered with
+# a header too big for nginx's buffer, a slow reader of a probe whose origin says
+# X-Accel-Buffering: no.  None opens or holds a breaker.  Each check states the claim: a
+# failure is a client lever that works.  About 45 s, most of it CB::Origin's 30-s body read
+# timeout.
+# prove: alone
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use IO::Socket::INET;
+use POSIX ();
+use Socket qw/ SOL_SOCKET SO_RCVBUF inet_aton pack_sockaddr_in /;
+use Time::HiRes qw/ sleep time /;
+
+use FindBin;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start /;
+use CB::Origin;
+use CB::Response qw/ status /;
+use CB::Status qw/ breaker_at /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(5);
+
+my $half = 'window=30s min_requests=3 failure_rate=50% open=1s probes=1';
+
+$t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
+    upstream up  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker min_requests=5; }
+    upstream inv { server 127.0.0.1:%%PORT_8081%%; circuit_breaker min_requests=5; }
+    upstream nb  { server 127.0.0.1:%%PORT_8081%%; keepalive 4; circuit_breaker min_requests=5; }
+    upstream sl  {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=5 slow=300ms slow_rate=50%;
+    }
+    upstream h1  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker $half; }
+    upstream h2  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker $half; }
+    upstream h3  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker $half; }
+    upstream lim {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker limit=adaptive limit_min=2 limit_max=4 limit_initial=4;
+    }
+    upstream l2  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive; }
+
+    server {
+        listen       127.0.0.1:8080;
+        http2        on;
+        server_name  localhost;
+
+        proxy_read_timeout 3s;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+
+        location /up/  { proxy_request_buffering off; proxy_pass http://up; }
+        location /inv/ { proxy_pass http://inv; }
+        location /nb/  { proxy_buffering off; proxy_pass http://nb; }
+        location /sl/  { proxy_max_temp_file_size 32k; proxy_pass http://sl; }
+        location /h1/  { proxy_pass http://h1; }
+        location /h2/  { proxy_pass http://h2; }
+        location /h3/  { proxy_max_temp_file_size 0; proxy_pass http://h3; }
+        location /lim/ { proxy_max_temp_file_size 32k; proxy_pass http://lim; }
+        location /l2/  { proxy_pass http://l2; }
+        location = /status { circuit_breaker_status; }
+    }
+EOF
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+sub b { breaker_at("/status?upstream=$_[0]") }
+sub state_of { b($_[0])->{state} // 'none' }
+sub why { b($_[0])->{last_transition} // '' }
+
+sub conn {
+	my ($rcvbuf) = @_;
+	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, $rcvbuf) if $rcvbuf;
+	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
+	$s->autoflush(1);
+	return $s;
+}
+
+# a GET whose answer nobody reads (4 KB receive buffer)
+sub reader {
+	my $s = conn(4096);
+	print $s "GET $_[0] HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	return $s;
+}
+
+sub trip {
+	my ($u) = @_;
+	http_get("/$u/trip$_?status=500") for 1 .. 4;
+	sleep 1.3;
+}
+
+# statuses of a legitimate GET every 0.5 s for SECONDS
+sub legit {
+	my ($uri, $seconds) = @_;
+	my @st;
+	my $end = time() + $seconds;
+	while (time() < $end) { push @st, status(http_get($uri)); sleep 0.5; }
+	return @st;
+}
+
+# 1. slow uploads, proxy_request_buffering off, closed breaker, no limit: ten POSTs announce
+# 100 bytes and send one; the origin gives up reading the body after 30 s and closes
+
+http_get('/up/prime');	# a fresh breaker's first requests have their body read first
+
+my @up = map {
+	my $s = conn();
+	print $s "POST /up/u$_ HTTP/1.0\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nx";
+	$s;
+} 1 .. 10;
+
+# meanwhile (the 30 s): the other attacks
+
+# 2. an HTTP/2 client with zero stream windows, proxy_buffering off: ten tiny GETs
+
+system("/usr/bin/python3 $FindBin::Bin/lib/CB/levers.py zerowin_get " . port(8080) . " /nb/x 10 5");
+is(state_of('nb'), 'closed', 'nb: ten zero-window HTTP/2 GETs do not open the breaker') or diag(why('nb'));
+
+# 4. slow readers where the temp file is bounded (proxy_max_temp_file_size 32k): 8 readers
+# of 4 MB, read nothing for 2 s
+
+my @r = map { reader("/sl/big$_?size=4000000") } 1 .. 8;
+sleep 2;
+close $_ for @r;
+sleep 1;
+is(state_of('sl'), 'closed', 'sl: slow readers do not open the breaker') or diag(why('sl'));
+
+# 6. half-open held by probes answered with a header too big for nginx's buffer (the origin
+# echoes 5000 bytes of the query): no verdict, the breaker stays half-open
+
+trip('h1');
+my $pid = fork() // die "fork: $!\n";
+if ($pid == 0) {
+	my $end = time() + 6;
+	while (time() < $end) { http_get('/h1/a?hdr=X-Echo:' . ('y' x 5000)); sleep 0.05; }
+	POSIX::_exit(0);
+}
+sleep 0.2;
+my @st = legit('/h1/legit', 5.5);
+waitpid($pid, 0);
+cmp_ok(scalar(grep { $_ == 200 } @st), '>=', @st - 3, 'h1: too-big-header probes do not hold the breaker')
+	or diag("@st");
+
+# 7. the probe held by a slow reader: X-Accel-Buffering: no (the origin streams; the probe's
+# answer is read whole all the same)
+
+for my $c ([ 'h2', 'hdr=X-Accel-Buffering:no&' ]) {
+	my ($u, $q) = @$c;
+	trip($u);
+	my $r = reader("/$u/big?${q}size=4000000");
+	sleep 0.3;
+	@st = legit("/$u/legit", 3);
+	close $r;
+	cmp_ok(scalar(grep { $_ == 200 } @st), '>=', @st - 1, "$u: a slow reader does not hold the probe")
+		or diag("@st");
+}
+
+# 1, the end: the uploads
+
+my @ans = map { local $/; my $a = <$_> // ''; close $_; status($a) // 'none' } @up;
+is(state_of('up'), 'closed', "up: stalled uploads do not open the breaker (answers: @ans)")
+	or diag(why('up'));
+
+###############################################################################
