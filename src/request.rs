@@ -590,23 +590,15 @@ pub fn note(r: &ngx_http_request_t) -> Note {
     }
 }
 
-/// Whether `r`'s state holds a slot of the adaptive limit (told from the ctx alone).
+/// Whether `r`'s state holds the half-open probe or a slot of the adaptive limit (told from
+/// the ctx alone): what the header filter may give back at the header.
 #[inline(always)]
-pub fn holds_slot(r: &ngx_http_request_t) -> bool {
-    let ctx = ctx(r);
-    // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
-    !is_tagged(ctx)
-        && unsafe { ctx.cast::<RequestState>().as_ref() }.is_some_and(|s| s.limit.is_held())
-}
-
-/// Whether `r`'s state holds the half-open probe (told from the ctx alone).
-#[inline(always)]
-pub fn holds_probe(r: &ngx_http_request_t) -> bool {
+pub fn holds_grant(r: &ngx_http_request_t) -> bool {
     let ctx = ctx(r);
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     !is_tagged(ctx)
         && unsafe { ctx.cast::<RequestState>().as_ref() }
-            .is_some_and(|s| s.ticket != Ticket::Normal)
+            .is_some_and(|s| s.ticket != Ticket::Normal || s.limit.is_held())
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,

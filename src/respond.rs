@@ -410,17 +410,10 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         });
     }
     // SAFETY: as above.
-    if request::holds_probe(unsafe { &*r }) {
+    if request::holds_grant(unsafe { &*r }) {
         guard((), || {
             // SAFETY: as above, in the header filter; no other reference to it is live.
-            unsafe { crate::upstream::read_probe_whole(&mut *r) }
-        });
-    }
-    // SAFETY: as above.
-    if request::holds_slot(unsafe { &*r }) {
-        guard((), || {
-            // SAFETY: as above, in the header filter; no other reference to it is live.
-            unsafe { crate::upstream::limit::header_passed(&mut *r) }
+            unsafe { crate::upstream::header_passed(&mut *r) }
         });
     }
     // SAFETY: set in add_header_filter to the previous top filter, during configuration.

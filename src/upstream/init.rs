@@ -1,7 +1,7 @@
 //! `peer.init`: asks the breaker (pass, probe or short-circuit), then the adaptive limit (a
 //! slot, or shed), follows the pool's ejections, and wraps the balancer's callbacks.
 
-use circuit_breaker_core::breaker::Admission;
+use circuit_breaker_core::breaker::{Admission, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_uint_t, NGX_ERROR, NGX_OK,
@@ -234,7 +234,8 @@ fn read_whole(u: &mut nginx_sys::ngx_http_upstream_t) {
 /// # Safety
 /// `r` must be the live request, in the header filter.
 pub unsafe fn read_probe_whole(r: &mut ngx_http_request_t) {
-    if caches(r) {
+    let probing = request::here(r).is_some_and(|s| s.ticket != Ticket::Normal);
+    if !probing || caches(r) {
         return;
     }
     // SAFETY: the request's upstream, null or live while it runs.

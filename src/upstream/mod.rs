@@ -44,7 +44,21 @@ use crate::ffi::guard;
 use crate::request::{self, RequestState, NO_SERVER};
 
 pub use admit::log_transition;
-pub use init::{init_peer, read_probe_whole};
+pub use init::init_peer;
+
+/// The header filter, for a request holding the probe or a slot of the limit: the probe's
+/// answer read whole (again: an origin's `X-Accel-Buffering: no`), a slot given back at a
+/// streamed answer's header.
+///
+/// # Safety
+/// `r` must be the live request, in the header filter.
+pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
+    // SAFETY: as for this function.
+    unsafe {
+        init::read_probe_whole(r);
+        limit::header_passed(r);
+    }
+}
 
 use free::{settle, Settle};
 

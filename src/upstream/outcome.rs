@@ -127,21 +127,57 @@ unsafe fn origin_time(u: &ngx_http_upstream_t, body_done_at: Option<ngx_msec_t>)
         .map(|s| s.header_time)
         .filter(|&h| h != ngx_msec_t::MAX)
         .map(|h| h as u64);
-    // SAFETY: the location's upstream conf, live for the configuration; null, or the
-    // request's event pipe and its temporary file. A spool that filled up waited on the
-    // client.
-    let spools = unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0)
-        && !unsafe { u.pipe.as_ref() }.is_some_and(|p| {
-            unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
-        });
     let ended_ms = since(now);
-    let origin = origin_ms(Marks {
+    // The rule has nothing to take off an answer that came whole with its header and a body
+    // that was whole before the connect: most answers of a proxy (`scripts/bench-instructions`,
+    // closed).
+    let origin = if body_done_at.is_none() && !header_ms.is_some_and(|h| h < ended_ms) {
+        ended_ms
+    } else {
+        // SAFETY: u is live in peer.free (this fn's contract).
+        unsafe { origin_marked(u, ended_ms, header_ms, body_done_at.map(since)) }
+    };
+    (origin, ended_ms)
+}
+
+/// [`origin_time`] by the core's rule, for an answer whose header came before its end or a
+/// body that ended after the connect.
+///
+/// # Safety
+/// `u` must be a live upstream in `peer.free`.
+#[cold]
+#[inline(never)]
+unsafe fn origin_marked(
+    u: &ngx_http_upstream_t,
+    ended_ms: u64,
+    header_ms: Option<u64>,
+    body_done_ms: Option<u64>,
+) -> u64 {
+    // Whether the client paced the answer matters only when the header came before the end.
+    // SAFETY: as for this function.
+    let paced_by_client = header_ms.is_some_and(|h| h < ended_ms) && unsafe { paced(u) };
+    origin_ms(Marks {
         ended_ms,
         header_ms,
-        body_done_ms: body_done_at.map(since),
-        paced_by_client: u.buffering() == 0 || !spools,
-    });
-    (origin, ended_ms)
+        body_done_ms,
+        paced_by_client,
+    })
+}
+
+/// Whether the answer went to the client at the client's pace: passed on as it arrived, or
+/// buffered with no spool, or with a spool that filled up.
+///
+/// # Safety
+/// `u` must be a live upstream in `peer.free`.
+#[inline(never)]
+unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: the location's upstream conf, live for the configuration; null, or the
+    // request's event pipe and its temporary file.
+    u.buffering() == 0
+        || !unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0)
+        || unsafe { u.pipe.as_ref() }.is_some_and(|p| {
+            unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
+        })
 }
 
 /// An attempt `ngx_http_upstream_next` gave up on.
