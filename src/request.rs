@@ -140,10 +140,11 @@ impl RequestState {
     /// body filter saw it, or now when it has not ended yet (the attempt ended first).
     #[inline(always)]
     pub fn body_end(&self) -> Option<ngx_msec_t> {
-        // SAFETY: a plain global only this worker's event loop writes, and it runs us.
         self.body_arriving.then(|| {
-            self.body_done_at
-                .unwrap_or(unsafe { nginx_sys::ngx_current_msec })
+            self.body_done_at.unwrap_or({
+                // SAFETY: a plain global only this worker's event loop writes, and it runs us.
+                unsafe { nginx_sys::ngx_current_msec }
+            })
         })
     }
 
@@ -595,10 +596,12 @@ pub fn note(r: &ngx_http_request_t) -> Note {
 #[inline(always)]
 pub fn holds_grant(r: &ngx_http_request_t) -> bool {
     let ctx = ctx(r);
+    if is_tagged(ctx) {
+        return false;
+    }
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
-    !is_tagged(ctx)
-        && unsafe { ctx.cast::<RequestState>().as_ref() }
-            .is_some_and(|s| s.ticket != Ticket::Normal || s.limit.is_held())
+    let state = unsafe { ctx.cast::<RequestState>().as_ref() };
+    state.is_some_and(|s| s.ticket != Ticket::Normal || s.limit.is_held())
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,

@@ -156,9 +156,10 @@ unsafe fn tls_context(cf: *mut ngx_conf_t, mcf: &mut MainConf, tls: &TlsSpec) ->
     cln.data = ssl.cast();
     if let Some((cert, key)) = &tls.certificate {
         // SAFETY: as for this function.
-        let (Some(mut c), Some(mut k)) =
-            (unsafe { pool_str(cf, cert) }, unsafe { pool_str(cf, key) })
-        else {
+        let c = unsafe { pool_str(cf, cert) };
+        // SAFETY: as for this function.
+        let k = unsafe { pool_str(cf, key) };
+        let (Some(mut c), Some(mut k)) = (c, k) else {
             return Err(());
         };
         // SAFETY: `ssl` is created; nginx reads both files (relative to the prefix).

@@ -142,9 +142,9 @@ pub unsafe fn wrap_all(cf: *mut ngx_conf_t) -> ngx_int_t {
     let cfr = unsafe { &*cf };
     // SAFETY: the cycle being configured has its module list set before parsing begins.
     let cycle = unsafe { &*cfr.cycle };
+    let (first, n) = (cycle.modules, cycle.modules_n);
     // SAFETY: `modules` holds `modules_n` module pointers.
-    let modules: &[*mut ngx_module_t] =
-        unsafe { core::slice::from_raw_parts(cycle.modules, cycle.modules_n) };
+    let modules: &[*mut ngx_module_t] = unsafe { core::slice::from_raw_parts(first, n) };
     for w in WRAPPED {
         let Some(&m) = modules.iter().find(|&&m| {
             // SAFETY: every entry is a loaded module with a NUL-terminated name.

@@ -267,13 +267,12 @@ fn start(
 fn links(mcf: &MainConf, spec: &FleetDirective) -> Result<Vec<Link>, String> {
     #[cfg(ngx_ssl)]
     let named = match spec.tls.as_ref().and_then(|t| t.name.as_deref()) {
-        // SAFETY: the fleet's context, built at configuration time, lives as long as it.
-        Some(name) => Some(Rc::new(
-            unsafe {
-                crate::net::Tls::new(mcf.fleet_ssl, name.as_bytes(), Some(name.as_bytes()), true)
-            }
-            .ok_or("no TLS context")?,
-        )),
+        Some(name) => {
+            let sni = name.as_bytes();
+            // SAFETY: the fleet's context, built at configuration time, lives as long as it.
+            let tls = unsafe { crate::net::Tls::new(mcf.fleet_ssl, sni, Some(sni), true) };
+            Some(Rc::new(tls.ok_or("no TLS context")?))
+        }
         None => None,
     };
     #[cfg(not(ngx_ssl))]

@@ -67,8 +67,10 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
                 state.body_done_at = Some(unsafe { ngx_current_msec });
             }
         }
-        // SAFETY: the next filter, set at configuration; as nginx would call it.
-        match unsafe { NEXT_BODY_FILTER } {
+        // SAFETY: the next filter, set at configuration, read on the one thread that runs.
+        let next = unsafe { NEXT_BODY_FILTER };
+        match next {
+            // SAFETY: the next filter in nginx's chain, with the request and chain it is given.
             Some(next) => unsafe { next(r, chain) },
             None => NGX_ERROR as ngx_int_t,
         }

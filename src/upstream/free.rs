@@ -86,10 +86,10 @@ unsafe fn free_any(
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
+    let (body_end, body_open) = (state.body_end(), state.body_open());
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome =
-        unsafe { outcome::read(req, u, pcr, ngx_state, state.body_end(), state.body_open()) };
+    let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open) };
     if core::mem::take(&mut state.probing) {
         // This module chose the peer (a server probe): the balancer has nothing to
         // free, and the try is counted here as its free would.

@@ -171,13 +171,27 @@ unsafe fn origin_marked(
 /// `u` must be a live upstream in `peer.free`.
 #[inline(never)]
 unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
-    // SAFETY: the location's upstream conf, live for the configuration; null, or the
-    // request's event pipe and its temporary file.
-    u.buffering() == 0
-        || !unsafe { u.conf.as_ref() }.is_some_and(|c| c.max_temp_file_size != 0)
-        || unsafe { u.pipe.as_ref() }.is_some_and(|p| {
-            unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
-        })
+    // SAFETY: the location's upstream conf, live for the configuration.
+    let conf = unsafe { u.conf.as_ref() };
+    if u.buffering() == 0 || !conf.is_some_and(|c| c.max_temp_file_size != 0) {
+        return true;
+    }
+    // SAFETY: as for this function.
+    unsafe { spool_full(u) }
+}
+
+/// Whether the answer's spool (the event pipe's temporary file) reached its size bound.
+///
+/// # Safety
+/// `u` must be a live upstream in `peer.free`.
+unsafe fn spool_full(u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: null, or the request's event pipe.
+    let Some(p) = (unsafe { u.pipe.as_ref() }) else {
+        return false;
+    };
+    // SAFETY: null, or the pipe's temporary file.
+    let file = unsafe { p.temp_file.as_ref() };
+    file.is_some_and(|f| f.offset >= p.max_temp_file_size)
 }
 
 /// An attempt `ngx_http_upstream_next` gave up on.
@@ -310,12 +324,10 @@ unsafe fn waited_on_client(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> b
     if u.buffering() == 0 {
         return stuck || !u.busy_bufs.is_null();
     }
-    // SAFETY: null, or the request's event pipe and its temporary file.
-    let full = unsafe { u.pipe.as_ref() }.is_some_and(|p| {
-        p.max_temp_file_size == 0
-            || unsafe { p.temp_file.as_ref() }.is_some_and(|f| f.offset >= p.max_temp_file_size)
-    });
-    stuck && full
+    // SAFETY: null, or the request's event pipe.
+    let unspooled = unsafe { u.pipe.as_ref() }.is_some_and(|p| p.max_temp_file_size == 0);
+    // SAFETY: as for this function.
+    stuck && (unspooled || unsafe { spool_full(u) })
 }
 
 /// The `grpc-status` of a gRPC answer: its trailers', else (a trailers-only answer) its
