@@ -2,7 +2,8 @@
 
 # The Debian package (scripts/package-deb) as an operator uses it, on this machine's Debian
 # nginx: lintian finds no error or warning; `dpkg -i` enables the module through
-# /etc/nginx/modules-enabled/ and Debian's own `nginx -t` passes with it; Debian's
+# /etc/nginx/modules-enabled/ and Debian's own `nginx -t` passes with it; /usr/bin/cb-replay
+# answers --version and --help and has its manual page; Debian's
 # /usr/sbin/nginx, run on a test configuration that loads the module by including
 # modules-enabled/*.conf, trips a breaker against a failing origin and reports the
 # package's version; `dpkg -r` disables it (Debian's `.removed` link) and nginx still
@@ -100,7 +101,7 @@ require CB::Debian;
 require CB::Response;
 CB::Response->import(qw/ body header /);
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(37);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(40);
 
 ###############################################################################
 
@@ -160,6 +161,18 @@ is(slurp($available),
 	"load_module modules/ngx_http_circuit_breaker_module.so;\n",
 	'modules-available holds the load_module line');
 ok(-f $so, "module in /usr/lib/nginx/modules/");
+
+# cb-replay beside it, with its manual page
+
+my $replay = '/usr/bin/cb-replay';
+($rc, $out) = run($replay, '--version');
+is("$rc $out", "0 cb-replay $version\n", 'cb-replay --version: the package version');
+($rc, $out) = run($replay, '--help');
+ok($rc == 0 && $out =~ /^Usage: cb-replay /m && $out =~ /--transitions/,
+	'cb-replay --help: usage and options, exit 0') or diag($out);
+($rc, $out) = run('zcat', '/usr/share/man/man1/cb-replay.1.gz');
+ok($rc == 0 && $out =~ /^\.TH CB-REPLAY "1"/m && $out =~ /transitions/,
+	'cb-replay(1) made from its --help') or diag($out);
 
 # Debian's own configuration, now with the module: -T dumps what it read
 ($rc, $out) = run("$bin -T");
@@ -226,7 +239,7 @@ is($rc, 0, 'dpkg -r') or diag($out);
 is(status($pkg), 'deinstall ok config-files', 'removed');
 ok(!-e $enabled && !-l $enabled, 'modules-enabled link gone');
 is(readlink("$enabled.removed"), $available, 'link kept as .removed');
-ok(!-e $so && !-e $available, 'module files gone');
+ok(!-e $so && !-e $available && !-e $replay, 'module files and cb-replay gone');
 
 ($rc, $out) = run("$bin -T");
 is($rc, 0, "Debian's nginx -t passes without the module") or diag($out);
