@@ -14,7 +14,7 @@
 # (every request that reaches it between the trip and the close is a probe).  When it was
 # told the moment itself, the attacker took every probe (24 of 24) and none closed within
 # 30 s.  A client that asks more often than the legitimate traffic still takes the probe:
-# the README says so, and to use probe_uri.
+# docs/probes.md says so, and to use active probes.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
 #	prove -v -I t/lib t/21-probe-timing.t

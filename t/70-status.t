@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# Status location, JSON: every field of the README's example, with its JSON
+# Status location, JSON: every field of docs/status.md's example, with its JSON
 # type, followed while a breaker goes closed -> open -> half-open -> closed
 # (window, state, state_code, since/retry_at, totals, last_transition,
 # cooldown_ms, latency percentiles), the zone's figures, a route breaker
@@ -95,7 +95,7 @@ sub jtype {
 	return 'unknown';
 }
 
-# the README's example breaker object (Status location): field => JSON type
+# docs/status.md's example breaker object (Status location): field => JSON type
 # ("num": an integer or a float; "float?": a float or null, and so on)
 
 my %breaker_fields = (

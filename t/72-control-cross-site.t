@@ -68,14 +68,14 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
             proxy_pass http://up;
         }
 
-        # as the README shows it: the operator's own machine only
+        # as docs/status.md shows it: the operator's own machine only
         location = /circuit_breaker {
             circuit_breaker_status control=on;
             allow 127.0.0.1;
             deny all;
         }
 
-        # and who the operator is, as the README shows it
+        # and who the operator is, as docs/status.md shows it
         location = /ops/circuit_breaker {
             circuit_breaker_status control=on;
             allow 127.0.0.1;

@@ -64,7 +64,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
             proxy_pass http://up;
         }
 
-        # the README's control location: the operator's machine may
+        # docs/status.md's control location: the operator's machine may
         location = /circuit_breaker {
             circuit_breaker_status control=on;
             allow 127.0.0.1;

@@ -589,7 +589,7 @@ fn eight_instances_pay_for_an_outage_about_once() {
             assert!(r.densest <= 2, "r={rate}: {} probes within 30 s", r.densest);
             assert!(r.probes <= 3, "r={rate}: {} probes in 100 s", r.probes);
         }
-        // Bounds a little above the figures of `report` (20 seeds), which the README quotes.
+        // Bounds a little above the figures of `report` (20 seeds), which docs/fleet.md quotes.
         let (plain_max, best_max) = match rate as u32 {
             1 => (52, 48),
             2 => (60, 48),

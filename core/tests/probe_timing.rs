@@ -237,7 +237,7 @@ fn the_probe_spacing_is_not_told_either() {
 
 #[test]
 fn without_jitter_there_is_nothing_to_hide() {
-    // jitter=0%: the moment is the cooldown's end, and Retry-After tells it (the README says
+    // jitter=0%: the moment is the cooldown's end, and Retry-After tells it (docs/behaviour.md says
     // so: jitter is what hides it).
     let mut s = Story::new(cfg());
     s.trip();

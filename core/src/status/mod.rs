@@ -478,7 +478,7 @@ pub(crate) mod tests {
     use crate::snapshot::{Forced, LatencyView, State, Totals, TripCause, TripView, WindowView};
     use serde_json::Value;
 
-    /// The README's example breaker (Status location).
+    /// docs/status.md's example breaker (Status location).
     pub(crate) fn example_entry() -> Entry {
         Entry {
             upstream: "api".into(),
