@@ -66,12 +66,14 @@ use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowVie
 mod admit;
 mod probe;
 mod record;
+mod retune;
 mod transition;
 mod view;
 
 pub use admit::{Admission, Decision, Gate, Ticket};
 pub use probe::{ProbeFailure, ProbeResult};
 pub use record::Recorded;
+pub use retune::Retuned;
 pub use transition::{Control, Transition};
 
 /// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
