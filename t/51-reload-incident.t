@@ -54,24 +54,24 @@ sub conf {
 
     upstream inc {
         server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker failure_rate=$rate open=10s jitter=0% probes=1;
+        circuit_breaker failure_rate=$rate open=20s jitter=0% probes=1;
     }
 
     upstream inc10 {
         server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker min_requests=10 failure_rate=$rate open=10s
+        circuit_breaker min_requests=10 failure_rate=$rate open=20s
                         jitter=0% probes=1;
     }
 
     upstream len {
         server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker window=$len open=10s jitter=0% probes=1;
+        circuit_breaker window=$len open=20s jitter=0% probes=1;
     }
 
     upstream win {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker window=60s min_requests=10 failure_rate=$win_rate
-                        consecutive=off open=10s jitter=0% probes=1;
+                        consecutive=off open=20s jitter=0% probes=1;
     }
 
     server {
@@ -209,8 +209,8 @@ like($log, qr/\[notice\].*circuit breaker zone "cb": 0 breaker\(s\) dropped, 4 r
 # the probe: once the cooldown drawn before the reload has passed, one
 # request reaches the origin, fails, and the breaker opens again
 
-my $ra = header(http_get('/inc/?status=500&ra=1'), 'Retry-After') // 10;
-my $wait = $opened_at + 10 - time();
+my $ra = header(http_get('/inc/?status=500&ra=1'), 'Retry-After") // 20;
+my $wait = $opened_at + 20 - time();
 sleep($wait + 0.3) if $wait > -0.3;
 
 my $n0 = at_origin('inc');
