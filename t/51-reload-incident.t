@@ -209,7 +209,7 @@ like($log, qr/\[notice\].*circuit breaker zone "cb": 0 breaker\(s\) dropped, 4 r
 # the probe: once the cooldown drawn before the reload has passed, one
 # request reaches the origin, fails, and the breaker opens again
 
-my $ra = header(http_get('/inc/?status=500&ra=1'), 'Retry-After") // 20;
+my $ra = header(http_get('/inc/?status=500&ra=1'), 'Retry-After') // 20;
 my $wait = $opened_at + 20 - time();
 sleep($wait + 0.3) if $wait > -0.3;
 
