@@ -6,12 +6,13 @@
 use core::ptr::NonNull;
 use std::collections::HashMap;
 
+use circuit_breaker_core::breaker::retunes::Retunes;
 use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
 use super::node::Node;
-use super::retuned::{who, Retunes};
+use super::retuned::who;
 use super::{Key, Kind, Locked, Zone};
 
 /// Breakers handled per lock hold: about a millisecond of work.

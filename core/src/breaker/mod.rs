@@ -9,6 +9,7 @@ pub mod judge;
 pub mod owned;
 pub mod ramp;
 pub mod reason;
+pub mod retunes;
 pub mod state;
 pub mod timing;
 pub mod trip;
