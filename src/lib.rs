@@ -27,7 +27,7 @@ use nginx_sys::{
     ngx_module_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS,
     NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
     NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
-    NGX_HTTP_UPS_CONF, NGX_LOG_NOTICE, NGX_OK,
+    NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf};
 use ngx::ngx_string;
@@ -197,16 +197,7 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         let reused = zone.generation() > 0;
         let done = zone.reconcile(&setup::wanted(mcf), clock::mono_ms());
         mcf.generation = done.generation;
-        if reused && done.dropped + done.reset > 0 {
-            ngx::ngx_log_error!(
-                NGX_LOG_NOTICE,
-                cycle.log,
-                "circuit breaker zone \"{}\": {} breaker(s) dropped, {} reset by the new configuration",
-                mcf.zone_name.0,
-                done.dropped,
-                done.reset
-            );
-        }
+        zone::log_reconciled(cycle.log, &mcf.zone_name.0, &done, reused);
         NGX_OK as ngx_int_t
     })
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/perl
 
-# Probe tickets are unique across resets and reloads: a probe granted before a
-# reload that reset its breaker, still in flight afterwards, is never taken
-# for the probe the reset breaker grants later.
+# Probe tickets across resets and reloads: a probe granted before an
+# operator's reset, still in flight afterwards, is never taken for the probe
+# the reset breaker grants later; a probe granted before a reload that
+# retuned its breaker (changed parameters) is still that breaker's probe:
+# it holds the slot across the reload, and its good answer is judged by the
+# new parameters (probes=2 -> 1: it closes the breaker).
 
 ###############################################################################
 
@@ -18,7 +21,7 @@ use Time::HiRes qw/ sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start reload /;
+use CB::Nginx qw/ conf start req reload /;
 use CB::Origin;
 use CB::Response qw/ status header /;
 
@@ -27,13 +30,13 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(7);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(14);
 
 my $conf = <<'EOF';
     upstream tk {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker window=10s min_requests=MIN failure_rate=50% open=1s
-                        jitter=0% probes=2 probe_interval=100ms;
+                        jitter=0% probes=PROBES probe_interval=100ms;
     }
 
     server {
@@ -41,11 +44,15 @@ my $conf = <<'EOF';
         server_name  localhost;
 
         location /tk/ { proxy_pass http://tk; }
+
+        location = /control { circuit_breaker_status control=on; }
     }
 EOF
 
 (my $first = $conf) =~ s/MIN/2/;
+$first =~ s/PROBES/2/;
 (my $second = $conf) =~ s/MIN/3/;
+$second =~ s/PROBES/1/;
 
 $t->write_file_expand('nginx.conf', conf(2, $first));
 my $hits = start($t, 8081);
@@ -68,22 +75,26 @@ sub answer {
 	return $r;
 }
 
+sub reset_breaker {
+	return status(req('POST', '/control?upstream=tk&action=reset',
+		'X-Circuit-Breaker-Control: 1'));
+}
+
+# 1. an operator's reset
+
 is(join(' ', map { status(http_get('/tk/x?status=500')) } 1 .. 3),
 	'500 500 503', 'trips');
 sleep 1.2;
 
-# the first probe: slow, still in flight across the reload
+# the first probe: slow, still in flight across the reset
 
 my $p1 = send_slow('/tk/x?p1=1&delay=2500');
 sleep 0.3;
 
-# a changed parameter resets the breaker in the same memory
+is(reset_breaker(), '200', 'reset');
 
-$t->write_file_expand('nginx.conf', conf(2, $second));
-ok(reload($t), 'reloaded with another min_requests');
-
-is(join(' ', map { status(http_get('/tk/x?status=500')) } 1 .. 4),
-	'500 500 500 503', 'the reset breaker trips again');
+is(join(' ', map { status(http_get('/tk/x?status=500')) } 1 .. 3),
+	'500 500 503', 'the reset breaker trips again');
 sleep 1.2;
 
 # its own first probe, slower still
@@ -100,5 +111,29 @@ is(status($r), '503', 'the new probe still holds the slot');
 is(header($r, 'X-Circuit-State'), 'half_open', '... half-open');
 
 is(status(answer($p2)), '200', 'the new probe ends');
+
+# 2. a reload that changes the breaker's parameters (min_requests 2 -> 3,
+# probes 2 -> 1)
+
+is(reset_breaker(), '200', 'reset again');
+is(join(' ', map { status(http_get('/tk/x?status=500')) } 1 .. 3),
+	'500 500 503', 'trips');
+sleep 1.2;
+
+my $p3 = send_slow('/tk/x?p3=1&delay=2500');
+sleep 0.3;
+
+$t->write_file_expand('nginx.conf', conf(2, $second));
+ok(reload($t), 'reloaded with another min_requests and probes');
+
+my $before = CB::Origin::hits($hits);
+$r = http_get('/tk/x?status=500&during=1');
+is(header($r, 'X-Circuit-State') // '', 'half_open',
+	'the retuned breaker is still half-open, its probe in flight');
+is(CB::Origin::hits($hits) - $before, 0, '... and nothing reached the origin');
+
+is(status(answer($p3)), '200', 'the probe granted before the reload ends');
+is(status(http_get('/tk/x?after=2')), '200',
+	'its good answer closed the breaker (probes=1 now)');
 
 ###############################################################################

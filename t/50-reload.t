@@ -3,15 +3,16 @@
 # nginx -s reload and the breakers in the shared zone.
 #
 # The zone survives a reload; each breaker keeps its window and state
-# when its parameters are unchanged, is reset (closed, fresh window) when
-# they changed, and is dropped when it no longer exists.  The reload logs
-# at notice level: circuit breaker zone "cb": N breaker(s) dropped, M reset
-# by the new configuration.
+# when its parameters are unchanged, keeps its state, episode, totals and
+# window when they changed (retuned: see t/51-reload-incident.t), and is
+# dropped when it no longer exists.  The reload logs at notice level:
+# circuit breaker zone "cb": N breaker(s) dropped, M retuned by the new
+# configuration (and a line per retuned breaker, warn for an open one).
 #
 # Three upstreams, each with a 15s cooldown so that breakers opened at the
 # start stay open for the whole test:
 #	a	parameters never change: stays open across every reload
-#	b	min_requests changes 2 -> 3 in the first reload: reset
+#	b	min_requests changes 2 -> 3 in the first reload: retuned, stays open
 #	c	removed by the first reload, re-added by the second: fresh
 # then two configurations that fail (nginx -t fails, the old configuration
 # keeps serving; state must be intact), and finally a zone size change.
@@ -44,7 +45,7 @@ use CB::Response qw/ status /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(35);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(36);
 
 # generation, zone size, b's min_requests, c present, extra server lines
 
@@ -193,16 +194,18 @@ ok(defined $ra1 && $ra1 >= 1 && $ra1 <= $ra0 - floor($elapsed),
 	or diag(sprintf("before %s, after %s, %.2fs later", $ra0,
 		$ra1 // 'undef', $elapsed));
 
-# reset: closed, and a fresh window (min_requests=3: two failures do not
-# trip it, the third does)
+# retuned: still open, no request reaches the origin, and the reload's
+# log names it at warn
 
-is(statuses('b', 4, 'r1'), '500 500 500 503',
-	'reload 1: b reset, fresh window with new min_requests');
+ok(still_open('b', 'r1'), 'reload 1: b retuned, stays open, no origin hits');
+like($t->read_file('error.log'),
+	qr/\[warn\].*circuit breaker "b\/default": parameters changed on reload while open, kept open until its probe, window kept/,
+	'reload 1: b named at warn');
 
 my @n = notices($t);
 is(scalar @n, 1, 'reload 1: one notice');
 like($n[0] // '',
-	qr/circuit breaker zone "cb": 1 breaker\(s\) dropped, 1 reset by the new configuration/,
+	qr/circuit breaker zone "cb": 1 breaker\(s\) dropped, 1 retuned by the new configuration/,
 	'reload 1: notice text');
 
 ###############################################################################

@@ -17,6 +17,7 @@ mod limit;
 mod node;
 mod pending;
 mod reload;
+mod retuned;
 mod slot;
 mod table;
 
@@ -30,6 +31,7 @@ use ngx::core::SlabPool;
 pub use init::{init_zone, ZoneName};
 pub use limit::{LimitPtr, Owner};
 pub use reload::Wanted;
+pub use retuned::log_reconciled;
 pub use table::{Entry, Locked, Missing};
 
 use node::Node;

@@ -6,12 +6,13 @@
 use core::ptr::NonNull;
 use std::collections::HashMap;
 
-use circuit_breaker_core::breaker::{BreakerConfig, Control};
+use circuit_breaker_core::breaker::retunes::Retunes;
+use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
-use circuit_breaker_core::snapshot::Forced;
 
 use super::node::Node;
+use super::retuned::who;
 use super::{Key, Kind, Locked, Zone};
 
 /// Breakers handled per lock hold: about a millisecond of work.
@@ -37,15 +38,17 @@ pub struct Wanted<'a> {
 pub struct Reconciled {
     pub generation: u64,
     pub dropped: usize,
-    pub reset: usize,
+    /// The breakers whose parameters changed, for the reload's log.
+    pub retuned: Retunes,
 }
 
 impl Zone {
     /// Takes the zone over for a new configuration: a new generation (older workers create
     /// no breakers from now on), breakers the configuration no longer knows freed, those
-    /// whose parameters changed started afresh (an operator's forced state kept), unchanged
-    /// ones left alone, and every eager breaker created. Every stamp moves on, so that
-    /// workers of the older configuration look again at what they follow.
+    /// whose parameters changed retuned (state, episode, totals and, same length, window
+    /// kept: see `Breaker::retune`), unchanged ones left alone, and every eager breaker
+    /// created. Every stamp moves on, so that workers of the older configuration look again
+    /// at what they follow.
     pub fn reconcile(&self, wanted: &[Wanted], now_ms: u64) -> Reconciled {
         let index: HashMap<(&[u8], &[u8], Kind), usize> = wanted
             .iter()
@@ -74,35 +77,41 @@ impl Zone {
             let w = &wanted[i];
             // SAFETY: `n` is published (walk's promise), the lock held; the `BreakerMut` borrows
             // `locked` mutably and drops at the end of the arm.
-            let (current, forced) = match unsafe { locked.breaker_at(n) } {
+            let current = match unsafe { locked.breaker_at(n) } {
                 Some(b) => {
                     b.bump_stamp();
-                    (*b.config(), b.forced())
+                    *b.config()
                 }
                 None => return,
             };
             let mut kept = Some(n);
             if current != w.cfg {
-                out.reset += 1;
+                let who = out
+                    .retuned
+                    .wants_name()
+                    .then(|| who(w.key.upstream, w.key.route, kind));
                 // SAFETY: `n` is published (walk's promise); `window_s` is fixed at creation.
-                if unsafe { super::Locked::window_of(n) } == w.cfg.window_s {
-                    // SAFETY: same window length: the node has room for the buckets.
-                    unsafe { locked.reset(n, w.cfg, now_ms) };
-                    // SAFETY: `n` is still published: `reset` rewrote its breaker in place, the
-                    // node stayed linked, and the lock is still held.
-                    if let Some(mut b) = unsafe { locked.breaker_at(n) } {
-                        reapply(&mut b, forced, now_ms);
-                    }
+                let retuned = if unsafe { super::Locked::window_of(n) } == w.cfg.window_s {
+                    // SAFETY: `n` is published (walk's promise), the lock held; the
+                    // `BreakerMut` drops (publishing the new gate) at the end of the block.
+                    unsafe { locked.breaker_at(n) }.and_then(|mut b| b.retune(now_ms, w.cfg))
                 } else {
-                    // SAFETY: `n` is published (walk's promise); the `BreakerMut` is dropped.
+                    // Another window length needs another allocation: the breaker moves into
+                    // it, window emptied, the rest carried.
+                    // SAFETY: `n` is published (walk's promise), the lock held; the
+                    // `BreakerMut` is dropped before `remove(n)`.
+                    let old = unsafe { locked.breaker_at(n) }.map(|mut b| b.carry_out());
+                    // SAFETY: `n` is published (walk's promise) and no longer borrowed.
                     unsafe { locked.remove(n) };
                     kept = locked.create(&w.key, &w.cfg, now_ms);
-                    if kept.is_some() {
-                        if let Some(mut b) = locked.find(&w.key) {
-                            reapply(&mut b, forced, now_ms);
+                    match (kept, old) {
+                        (Some(_), Some(old)) => {
+                            locked.find(&w.key).map(|mut b| b.adopt(&old, now_ms))
                         }
+                        _ => None,
                     }
-                }
+                };
+                out.retuned.note(who, retuned);
             }
             if let Some(n) = kept {
                 // SAFETY: `n` is published (kept, or created just above).
@@ -134,17 +143,4 @@ impl Zone {
         }
         out
     }
-}
-
-fn reapply(
-    b: &mut circuit_breaker_core::breaker::Breaker<'_>,
-    forced: Option<Forced>,
-    now_ms: u64,
-) {
-    let action = match forced {
-        Some(Forced::Open) => Control::ForceOpen,
-        Some(Forced::Closed) => Control::ForceClose,
-        None => return,
-    };
-    b.control(now_ms, 0, action);
 }

@@ -4,7 +4,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use circuit_breaker_core::breaker::{BreakerConfig, Gate};
+use circuit_breaker_core::breaker::{BreakerConfig, BreakerHeader, Gate};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::LimitStatus;
@@ -102,6 +102,15 @@ impl BreakerMut<'_> {
     /// instance), until `until_ms`.
     pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
         self.slot.set_fleet(probe_from_ms, until_ms);
+    }
+
+    /// The breaker's header, to move into another allocation (a reload changed its window
+    /// length), with the requests turned away lock-free, which the slot counts and the move
+    /// leaves behind, counted in its totals.
+    pub fn carry_out(&mut self) -> BreakerHeader {
+        let (rejects, ramp_shed) = self.slot.lock_free_counts();
+        self.breaker.count_lock_free(rejects, ramp_shed);
+        *self.breaker.header()
     }
 
     /// The status view, with the requests short-circuited lock-free counted in.
@@ -579,20 +588,5 @@ impl<'z> Locked<'z> {
     pub(super) unsafe fn window_of(n: NonNull<Node>) -> u32 {
         // SAFETY: `n` is published (this fn's contract), so live; `window_s` is fixed at creation.
         unsafe { n.as_ref() }.window_s
-    }
-
-    /// Starts the breaker of node `n` afresh with `cfg` (same window length), in place.
-    ///
-    /// # Safety
-    /// `n` must be a published node whose window has `cfg.window_s` buckets.
-    pub(super) unsafe fn reset(&mut self, n: NonNull<Node>, cfg: BreakerConfig, now_ms: u64) {
-        let epoch = self
-            .header()
-            .epochs
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1) as u32;
-        // SAFETY: `n` is published with `cfg.window_s` buckets (this fn's contract); `&mut self`
-        // holds the mutex and rules out a live `BreakerMut`, so the breaker is not borrowed.
-        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch) };
     }
 }

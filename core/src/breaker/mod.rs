@@ -9,6 +9,7 @@ pub mod judge;
 pub mod owned;
 pub mod ramp;
 pub mod reason;
+pub mod retunes;
 pub mod state;
 pub mod timing;
 pub mod trip;
@@ -23,7 +24,7 @@ pub use ramp::RAMP_RETRY_AFTER_MS;
 pub use reason::Why;
 pub use state::{
     jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
-    ProbeFailure, ProbeResult, Recorded, Ticket, Transition, PROBE_LEASE_MS,
+    ProbeFailure, ProbeResult, Recorded, Retuned, Ticket, Transition, PROBE_LEASE_MS,
 };
 pub use timing::{origin_ms, Marks};
 pub use window::Bucket;

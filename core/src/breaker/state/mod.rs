@@ -66,12 +66,14 @@ use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowVie
 mod admit;
 mod probe;
 mod record;
+mod retune;
 mod transition;
 mod view;
 
 pub use admit::{Admission, Decision, Gate, Ticket};
 pub use probe::{ProbeFailure, ProbeResult};
 pub use record::Recorded;
+pub use retune::Retuned;
 pub use transition::{Control, Transition};
 
 /// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
@@ -147,8 +149,9 @@ impl BreakerHeader {
     /// with [`Bucket::EMPTY`].
     ///
     /// `epoch` must differ from that of every earlier breaker that lived in the same memory
-    /// (the shell takes it from a counter in the zone), so that a probe ticket handed out
-    /// before a reset or a reload is never taken for one handed out after.
+    /// (the shell takes it from a counter in the zone), so that a probe ticket of a breaker
+    /// a reload dropped is never taken for one of a breaker created after. (A reload that
+    /// changes a breaker's parameters keeps its tickets: see [`Breaker::retune`].)
     pub fn new(cfg: BreakerConfig, now_ms: u64, epoch: u32) -> Self {
         let base = first_cooldown(&cfg);
         BreakerHeader {
