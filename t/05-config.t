@@ -321,14 +321,16 @@ bad($t, 'status twice', { UPSTREAM => "$cb;",
 bad($t, 'status after proxy_pass', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status;" },
 	"${cb}_status",
-	qq{"${cb}_status" cannot share a location with another content handler});
+	qq{"${cb}_status" cannot share a location with another content handler, }
+	. 'give it a location of its own');
 
 bad($t, 'status before proxy_pass', { UPSTREAM => "$cb;",
 	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
 		. "        location /s {\n            ${cb}_status;\n"
 		. "            proxy_pass http://u;\n        }\n    }" },
 	"${cb}_status;",
-	qq{"${cb}_status" cannot share a location with another content handler});
+	qq{"${cb}_status" cannot share a location with another content handler, }
+	. 'give it a location of its own');
 
 bad($t, 'status at http level', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_status;" },

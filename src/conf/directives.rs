@@ -197,7 +197,12 @@ pub unsafe fn add_zone(
         return Err(());
     };
     if !z.data.is_null() {
-        ngx_conf_log_error!(NGX_LOG_EMERG, cf, "zone \"{}\" is already used", name);
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "zone \"{}\" is already used, give \"circuit_breaker_zone\" another name",
+            name
+        );
         return Err(());
     }
     z.init = Some(zone::init_zone);
@@ -292,7 +297,9 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
         return fail(
             cf,
             ConfError::Conflict(format!(
-                "upstream name \"{name}\" is too long for \"circuit_breaker\""
+                "upstream name \"{name}\" is too long for \"circuit_breaker\", \
+                 it must be at most {} bytes",
+                zone::MAX_NAME
             )),
         );
     }
@@ -467,7 +474,8 @@ unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void
         return fail(
             cf,
             ConfError::Conflict(
-                "\"circuit_breaker_status\" cannot share a location with another content handler"
+                "\"circuit_breaker_status\" cannot share a location with another content handler, \
+                 give it a location of its own"
                     .into(),
             ),
         );

@@ -102,7 +102,8 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         ngx::ngx_log_error!(
             NGX_LOG_EMERG,
             cfr.log,
-            "\"circuit_breaker_status\" cannot share a location with another content handler in {}:{}",
+            "\"circuit_breaker_status\" cannot share a location with another content handler, \
+             give it a location of its own in {}:{}",
             lcf.status_at.0,
             lcf.status_at.1
         );

@@ -518,9 +518,10 @@ impl Parsed {
             if r.check().is_err() {
                 let min = self.retry_min.unwrap_or_default();
                 return Err(ConfError::Conflict(format!(
-                    "invalid value \"{}={min}\" in \"{}\" directive, is too large",
+                    "invalid value \"{}={min}\" in \"{}\" directive, must be at most {}",
                     self.name("retry_min"),
-                    self.d
+                    self.d,
+                    crate::retry_budget::MAX_MIN_PER_S
                 )));
             }
         }

@@ -382,7 +382,7 @@ mod tests {
             (retry("20% min=x"), "invalid value \"min=x\" in \"circuit_breaker_retry_budget\" directive, a whole number of retries per second is expected"),
             (retry("off min=3"), "invalid parameter \"min=3\" in \"circuit_breaker_retry_budget\" directive, \"off\" takes no parameters"),
             (retry("20% retry_min=3"), "invalid parameter \"retry_min=3\" in \"circuit_breaker_retry_budget\" directive, did you mean \"min\"?"),
-            (retry("20% min=100000000"), "invalid value \"min=100000000\" in \"circuit_breaker_retry_budget\" directive, is too large"),
+            (retry("20% min=100000000"), "invalid value \"min=100000000\" in \"circuit_breaker_retry_budget\" directive, must be at most 100000"),
         ];
         for (got, want) in cases {
             assert_eq!(got, want);

@@ -130,6 +130,8 @@ const TIME_OR_OFF: &str =
     "a time (e.g. 800ms, 30s; units: ms, s, m, h, d, w) or \"off\" is expected";
 /// A rate.
 pub const RATE_EXPECTED: &str = "must be a percentage from 0% to 100%";
+/// A time above what the breaker keeps (milliseconds in 32 bits: 49 days and a half).
+const TOO_LONG: &str = "must be less than 49d";
 /// A count.
 const COUNT_EXPECTED: &str = "a whole number of at least 1 is expected";
 
@@ -154,7 +156,7 @@ fn duration_u32(
     if ms == 0 && !allow_zero {
         return Err(invalid(d, word, Some("must be positive")));
     }
-    u32::try_from(ms).map_err(|_| invalid(d, word, Some("is too large")))
+    u32::try_from(ms).map_err(|_| invalid(d, word, Some(TOO_LONG)))
 }
 
 fn count_u32(d: &'static str, word: &str, v: &str) -> Result<u32, ConfError> {
@@ -304,7 +306,7 @@ pub fn parse_eject_args<'a>(
         let ms = |v: &str| -> Result<u32, ConfError> {
             match units.msec(v) {
                 Some(0) => Err(bad(word, Some("must be positive"))),
-                Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some("is too large"))),
+                Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some(TOO_LONG))),
                 None => Err(bad(word, Some(TIME_EXPECTED))),
             }
         };
@@ -725,7 +727,7 @@ mod tests {
             (&["probe_interval=1y"], "invalid value \"probe_interval=1y\" in \"circuit_breaker\" directive, a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)"),
             (&["failure_rate=50"], "invalid value \"failure_rate=50\" in \"circuit_breaker\" directive, must be a percentage from 0% to 100%"),
             (&["open=0s"], "invalid value \"open=0s\" in \"circuit_breaker\" directive, must be positive"),
-            (&["open=60d"], "invalid value \"open=60d\" in \"circuit_breaker\" directive, is too large"),
+            (&["open=60d"], "invalid value \"open=60d\" in \"circuit_breaker\" directive, must be less than 49d"),
             (&["open=1m", "max_open=30s"], "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive, or be left out to follow \"open\""),
             (&["slow_rate=10%"], "\"slow_rate\" requires \"slow\" in \"circuit_breaker\" directive"),
             (&["colour=red"], "invalid parameter \"colour=red\" in \"circuit_breaker\" directive, expected one of: window, min_requests, failure_rate, slow, slow_rate, consecutive, open, max_open, jitter, probes, probe_interval, probe_latency, ramp, ramp_start, suspect_min, dry_run"),
