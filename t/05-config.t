@@ -138,7 +138,8 @@ bad($t, 'probe_status out of range', {
 bad($t, 'probe_timeout without probe_uri', {
 	UPSTREAM => "$cb probe_timeout=1s;" },
 	"$cb probe_timeout",
-	qq{"probe_timeout" requires "probe_uri" in "$cb" directive});
+	qq{"probe_timeout" requires "probe_uri" in "$cb" directive, }
+	. qq{or use "${cb}_probe uri=... timeout=..."});
 
 bad($t, 'limit_max below limit_min', {
 	UPSTREAM => "$cb limit=adaptive limit_min=10 limit_max=5;" },

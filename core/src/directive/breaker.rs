@@ -228,6 +228,16 @@ impl Parsed {
         ))
     }
 
+    /// A companion's parameter of `circuit_breaker` without the one that turns it on: also
+    /// the directive that says both (`"circuit_breaker_probe uri=... timeout=..."`).
+    fn needs_companion(&self, what: &'static str, of: &str, new: &str) -> ConfError {
+        let plain = self.needs(what, of);
+        if self.d != CB {
+            return plain;
+        }
+        ConfError::Conflict(format!("{plain}, or use \"{new}\""))
+    }
+
     pub(super) fn new(d: &'static str) -> Parsed {
         Parsed {
             d,
@@ -452,7 +462,9 @@ impl Parsed {
         }
         for p in ["probe_host", "probe_status", "probe_timeout"] {
             if seen.has(p) && !self.c.active {
-                return Err(self.needs(p, "probe_uri"));
+                let n = p.trim_start_matches("probe_");
+                let new = format!("{} uri=... {n}=...", super::PROBE_DIRECTIVE);
+                return Err(self.needs_companion(p, "probe_uri", &new));
             }
         }
         Ok(())
@@ -461,7 +473,9 @@ impl Parsed {
     pub(super) fn check_limit(&mut self, seen: &Seen) -> Result<(), ConfError> {
         for p in LIMIT_COMPANIONS {
             if seen.has(p) && !self.adaptive {
-                return Err(self.needs(p, "limit=adaptive"));
+                let n = p.trim_start_matches("limit_");
+                let new = format!("{} adaptive {n}=...", super::LIMIT_DIRECTIVE);
+                return Err(self.needs_companion(p, "limit=adaptive", &new));
             }
         }
         if !self.adaptive {
