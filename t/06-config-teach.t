@@ -29,7 +29,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(40);
+my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(41);
 
 ###############################################################################
 
@@ -197,6 +197,10 @@ bad($t, 'probe without circuit_breaker', {
 bad($t, 'limit without circuit_breaker', {
 	UPSTREAM => "${cb}_limit adaptive;" }, 'upstream u {',
 	qq{"${cb}_limit" requires "$cb" in upstream "u"});
+
+bad($t, 'eject without circuit_breaker', {
+	UPSTREAM => "${cb}_eject time=5s;" }, 'upstream u {',
+	qq{"${cb}_eject" requires "$cb" in upstream "u"});
 
 bad($t, 'retry budget without circuit_breaker', {
 	UPSTREAM => "${cb}_retry_budget 10%;" }, 'upstream u {',

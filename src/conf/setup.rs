@@ -236,6 +236,7 @@ pub unsafe fn collect_upstreams(
         let Some(cfg) = scf.breaker.as_mut() else {
             let alone = [
                 (scf.failures.is_some(), "circuit_breaker_failure"),
+                (scf.eject.is_some(), "circuit_breaker_eject"),
                 (scf.probe_directive.is_some(), PROBE_DIRECTIVE),
                 (scf.limit_directive.is_some(), LIMIT_DIRECTIVE),
                 (scf.retry_directive.is_some(), RETRY_DIRECTIVE),
