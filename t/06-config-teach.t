@@ -29,7 +29,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(41);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(41);
 
 ###############################################################################
 
