@@ -24,6 +24,14 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
+    /// `probe_status`'s default (`200-399`) when none was given.
+    pub(super) fn with_default_statuses(mut self) -> ProbeSpec {
+        if self.statuses.is_empty() {
+            self.statuses = vec![(200, 399)];
+        }
+        self
+    }
+
     /// Whether an HTTP answer with `status` counts as healthy: one in `probe_status`, and
     /// never for a gRPC probe, whose verdict is the health answer's.
     pub fn healthy(&self, status: u16) -> bool {
@@ -246,7 +254,9 @@ impl Parsed {
                 uri: String::new(),
                 grpc: None,
                 host: None,
-                statuses: vec![(200, 399)],
+                // `probe_status`'s default is set once a probe is configured: nothing is
+                // allocated for a breaker without one (see `Seen`).
+                statuses: Vec::new(),
                 timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
             },
             limit: LimitConfig::default(),
@@ -413,7 +423,7 @@ impl Parsed {
         let c = self.c;
         Ok(BreakerParams {
             cfg: c,
-            probe: c.active.then_some(self.probe),
+            probe: c.active.then(|| self.probe.with_default_statuses()),
             limit: self.adaptive.then_some(self.limit),
             retry: self.retry,
             legacy: Legacy::default(),

@@ -63,13 +63,15 @@ fn named_words<'a>(
     seen: &mut Seen<'a>,
     mut parse: impl FnMut(&mut Parsed, &str, &'static str, &str) -> Result<bool, ConfError>,
 ) -> Result<(), ConfError> {
-    let names: Vec<&str> = params.iter().map(|(n, _)| *n).collect();
+    // Only an error lists them: nothing is allocated while a good configuration is read
+    // (see `Seen`).
+    let names = || params.iter().map(|(n, _)| *n).collect::<Vec<&str>>();
     for word in words {
         let Some((name, v)) = word.split_once('=') else {
-            let hint = if names.contains(&word) {
+            let hint = if names().contains(&word) {
                 format!("parameters are given as name=value, e.g. \"{word}=...\"")
             } else {
-                hint::expected_names(word, &names)
+                hint::expected_names(word, &names())
             };
             return Err(ConfError::UnknownParameter {
                 directive: d,
@@ -82,7 +84,7 @@ fn named_words<'a>(
             let old = params.iter().find(|(_, k)| *k == name).map(|(n, _)| *n);
             let hint = match old {
                 Some(n) => format!("did you mean \"{n}\"?"),
-                None => hint::expected_names(name, &names),
+                None => hint::expected_names(name, &names()),
             };
             return Err(ConfError::UnknownParameter {
                 directive: d,
@@ -124,7 +126,7 @@ pub fn parse_probe_args<'a>(
         )));
     }
     p.check_probe(&seen)?;
-    Ok(p.probe)
+    Ok(p.probe.with_default_statuses())
 }
 
 /// Parses `circuit_breaker_limit`'s words: the adaptive in-flight limit.
@@ -247,58 +249,81 @@ impl Legacy {
 
     /// The one `warn` a `circuit_breaker` with such parameters gets: `the "probe_uri"
     /// parameter of "circuit_breaker" is deprecated, use "circuit_breaker_probe uri=..."
-    /// instead` (nginx's own words for `listen ... http2`).
-    pub fn warning(&self) -> Option<String> {
-        let mut old = Vec::new();
-        let mut new = Vec::new();
-        if let Some(k) = self.probe {
-            old.push(k);
-            new.push(if k == "probe_grpc" {
-                format!("\"{PROBE_DIRECTIVE} grpc=...\"")
-            } else {
-                format!("\"{PROBE_DIRECTIVE} uri=...\"")
-            });
-        }
-        if let Some(k) = self.limit {
-            old.push(k);
-            new.push(if self.limit_off && k == "limit" {
-                format!("no \"{LIMIT_DIRECTIVE}\"")
-            } else {
-                format!("\"{LIMIT_DIRECTIVE} adaptive ...\"")
-            });
-        }
-        if let Some(k) = self.retry {
-            old.push(k);
-            new.push(if self.retry_off {
-                format!("\"{RETRY_DIRECTIVE} off\"")
-            } else {
-                format!("\"{RETRY_DIRECTIVE} RATE ...\"")
-            });
-        }
-        let quoted: Vec<String> = old.iter().map(|k| format!("\"{k}\"")).collect();
-        let (names, noun) = match quoted.len() {
-            0 => return None,
-            1 => (quoted[0].clone(), "parameter of \"circuit_breaker\" is"),
-            _ => (and_list(&quoted), "parameters of \"circuit_breaker\" are"),
+    /// instead` (nginx's own words for `listen ... http2`). Written as it is logged, with no
+    /// allocation (see `Seen`).
+    pub fn warning(&self) -> Option<Deprecation<'_>> {
+        self.any().then_some(Deprecation(self))
+    }
+
+    /// Per companion given: the old parameter named, and the new spelling.
+    fn pairs(&self) -> [Option<(&'static str, &'static str)>; 3] {
+        [
+            self.probe.map(|k| {
+                let new = if k == "probe_grpc" {
+                    "\"circuit_breaker_probe grpc=...\""
+                } else {
+                    "\"circuit_breaker_probe uri=...\""
+                };
+                (k, new)
+            }),
+            self.limit.map(|k| {
+                let new = if self.limit_off && k == "limit" {
+                    "no \"circuit_breaker_limit\""
+                } else {
+                    "\"circuit_breaker_limit adaptive ...\""
+                };
+                (k, new)
+            }),
+            self.retry.map(|k| {
+                let new = if self.retry_off {
+                    "\"circuit_breaker_retry_budget off\""
+                } else {
+                    "\"circuit_breaker_retry_budget RATE ...\""
+                };
+                (k, new)
+            }),
+        ]
+    }
+}
+
+/// The deprecation warning of a [`Legacy`], as `Display`.
+pub struct Deprecation<'a>(&'a Legacy);
+
+impl core::fmt::Display for Deprecation<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let pairs = self.0.pairs();
+        let n = pairs.iter().flatten().count();
+        // `a`, `a and b`, `a, b and c`.
+        let list = |f: &mut core::fmt::Formatter<'_>, new: bool| -> core::fmt::Result {
+            for (i, (old, spelling)) in pairs.iter().flatten().enumerate() {
+                let sep = match i {
+                    0 => "",
+                    _ if i + 1 == n => " and ",
+                    _ => ", ",
+                };
+                f.write_str(sep)?;
+                if new {
+                    f.write_str(spelling)?;
+                } else {
+                    write!(f, "\"{old}\"")?;
+                }
+            }
+            Ok(())
         };
-        Some(format!(
-            "the {names} {noun} deprecated, use {} instead",
-            and_list(&new)
-        ))
+        f.write_str("the ")?;
+        list(f, false)?;
+        f.write_str(if n == 1 {
+            " parameter of \"circuit_breaker\" is deprecated, use "
+        } else {
+            " parameters of \"circuit_breaker\" are deprecated, use "
+        })?;
+        list(f, true)?;
+        f.write_str(" instead")
     }
 }
 
 /// The breaker's own parameters whose names start like a companion's.
 const BREAKER_OWN: [&str; 3] = ["probe_interval", "probe_latency", "probes"];
-
-/// `a`, `a and b`, `a, b and c`.
-fn and_list(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -398,6 +423,7 @@ mod tests {
                 .unwrap()
                 .legacy
                 .warning()
+                .map(|w| w.to_string())
         };
         assert_eq!(warn("window=5s"), None);
         assert_eq!(

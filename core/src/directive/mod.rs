@@ -22,8 +22,8 @@ pub use breaker::{
     parse_breaker_args, BreakerParams, ProbeSpec, BREAKER_PARAMETERS, DEFAULT_PROBE_TIMEOUT_MS,
 };
 pub use family::{
-    parse_limit_args, parse_probe_args, parse_retry_budget_args, Legacy, LIMIT_DIRECTIVE,
-    PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+    parse_limit_args, parse_probe_args, parse_retry_budget_args, Deprecation, Legacy,
+    LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
 };
 pub use suggest::{distance, suggest};
 
