@@ -188,9 +188,9 @@ pub struct SrvConf {
     /// Set by `circuit_breaker`; the failure set is filled in by `setup`.
     pub breaker: Option<BreakerConfig>,
     pub failures: Option<FailureSet>,
-    /// `probe_uri=` and companions: active probes while open.
+    /// `circuit_breaker_probe` (or `probe_uri=` and companions): active probes while open.
     pub probe: Option<ProbeSpec>,
-    /// `limit=adaptive`: the adaptive in-flight limit.
+    /// `circuit_breaker_limit` (or `limit=adaptive`): the adaptive in-flight limit.
     pub limit: Option<LimitConfig>,
     /// The retry budget (`None` with `retry_budget=off`).
     pub retry: Option<RetryBudgetConfig>,

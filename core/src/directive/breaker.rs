@@ -1,11 +1,12 @@
-//! `circuit_breaker`'s words: the breaker's own parameters and its companions' (active
-//! probes, the adaptive limit, the retry budget), parsed one group at a time and checked
-//! together.
+//! `circuit_breaker`'s words: the breaker's own parameters and, deprecated, its companions'
+//! (active probes, the adaptive limit, the retry budget: directives of their own now, parsed
+//! by the same methods in `family`), parsed one group at a time and checked together.
 
 use super::family::Legacy;
 use super::*;
 
-/// An active health probe (`probe_uri=` or `probe_grpc=`, and their companions): what the
+/// An active health probe (`circuit_breaker_probe`, or the deprecated `probe_uri=` or
+/// `probe_grpc=` and their companions): what the
 /// module sends to an upstream's servers while its breaker is open, and what counts as
 /// healthy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,11 +50,12 @@ impl ProbeSpec {
 pub struct BreakerParams {
     /// The breaker (its `active` flag set when a probe is configured).
     pub cfg: BreakerConfig,
-    /// `probe_uri=` and companions.
+    /// `probe_uri=` and companions (deprecated: `circuit_breaker_probe`).
     pub probe: Option<ProbeSpec>,
-    /// `limit=adaptive` and `limit_*`.
+    /// `limit=adaptive` and `limit_*` (deprecated: `circuit_breaker_limit`).
     pub limit: Option<LimitConfig>,
-    /// `retry_budget=` and `retry_min=`; `None` with `retry_budget=off`.
+    /// `retry_budget=` and `retry_min=` (deprecated: `circuit_breaker_retry_budget`); the
+    /// default budget when not given, `None` with `retry_budget=off`.
     pub retry: Option<RetryBudgetConfig>,
     /// The parameters given that have a directive of their own now (a `warn` names it).
     pub legacy: Legacy,
