@@ -112,7 +112,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 9] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 12] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -125,6 +125,30 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 9] = [
         ngx_string!("circuit_breaker"),
         NGX_HTTP_UPS_CONF | NGX_CONF_ANY,
         directives::set_breaker,
+        NGX_HTTP_SRV_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_probe"),
+        NGX_HTTP_UPS_CONF | NGX_CONF_1MORE,
+        directives::set_probe,
+        NGX_HTTP_SRV_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_limit"),
+        NGX_HTTP_UPS_CONF | NGX_CONF_1MORE,
+        directives::set_limit,
+        NGX_HTTP_SRV_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_retry_budget"),
+        NGX_HTTP_UPS_CONF | NGX_CONF_1MORE,
+        directives::set_retry_budget,
         NGX_HTTP_SRV_CONF_OFFSET,
         0,
         null_mut(),

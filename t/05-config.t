@@ -70,7 +70,8 @@ my $cb = 'circuit_breaker';
 
 bad($t, 'window not a duration', { UPSTREAM => "$cb window=abc;" },
 	"$cb window=abc",
-	qq{invalid value "window=abc" in "$cb" directive});
+	qq{invalid value "window=abc" in "$cb" directive, }
+	. 'must be whole seconds from 1s to 300s');
 
 bad($t, 'window not whole seconds', { UPSTREAM => "$cb window=1500ms;" },
 	"$cb window=",
@@ -94,7 +95,8 @@ bad($t, 'min_requests=0', { UPSTREAM => "$cb window=5s min_requests=0;" },
 
 bad($t, 'probes not a number', { UPSTREAM => "$cb probes=x;" },
 	"$cb probes",
-	qq{invalid value "probes=x" in "$cb" directive});
+	qq{invalid value "probes=x" in "$cb" directive, }
+	. 'a whole number of at least 1 is expected');
 
 bad($t, 'failure_rate over 100%', { UPSTREAM => "$cb failure_rate=150%;" },
 	"$cb failure_rate",
@@ -124,7 +126,8 @@ bad($t, 'slow_rate=0%', { UPSTREAM => "$cb slow=1s slow_rate=0%;" },
 
 bad($t, 'probe_interval=1y', { UPSTREAM => "$cb probe_interval=1y;" },
 	"$cb probe_interval=1y",
-	qq{invalid value "probe_interval=1y" in "$cb" directive});
+	qq{invalid value "probe_interval=1y" in "$cb" directive, }
+	. 'a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)');
 
 bad($t, 'probe_status out of range', {
 	UPSTREAM => "$cb probe_uri=/health probe_status=200-600;" },
@@ -135,7 +138,8 @@ bad($t, 'probe_status out of range', {
 bad($t, 'probe_timeout without probe_uri', {
 	UPSTREAM => "$cb probe_timeout=1s;" },
 	"$cb probe_timeout",
-	qq{"probe_timeout" requires "probe_uri" in "$cb" directive});
+	qq{"probe_timeout" requires "probe_uri" in "$cb" directive, }
+	. qq{or use "${cb}_probe uri=... timeout=..."});
 
 bad($t, 'limit_max below limit_min', {
 	UPSTREAM => "$cb limit=adaptive limit_min=10 limit_max=5;" },
@@ -167,7 +171,8 @@ bad($t, 'open=0s', { UPSTREAM => "$cb open=0s;" },
 
 bad($t, 'max_open below open', { UPSTREAM => "$cb open=1m max_open=30s;" },
 	"$cb open",
-	qq{"max_open" must not be less than "open" in "$cb" directive});
+	qq{"max_open" must not be less than "open" in "$cb" directive, }
+	. 'or be left out to follow "open"');
 
 bad($t, 'slow_rate without slow', { UPSTREAM => "$cb slow_rate=10%;" },
 	"$cb slow_rate",
@@ -175,11 +180,12 @@ bad($t, 'slow_rate without slow', { UPSTREAM => "$cb slow_rate=10%;" },
 
 bad($t, 'unknown parameter', { UPSTREAM => "$cb window=5s colour=red;" },
 	"$cb window",
-	'invalid parameter "colour=red"');
+	qq{invalid parameter "colour=red" in "$cb" directive, }
+	. 'expected one of: window, min_requests, failure_rate, slow, slow_rate, consecutive, open, max_open, jitter, probes, probe_interval, probe_latency, ramp, ramp_start, suspect_min, dry_run');
 
 bad($t, 'unknown flag', { UPSTREAM => "$cb dry;" },
 	"$cb dry",
-	'invalid parameter "dry"');
+	qq{invalid parameter "dry" in "$cb" directive, did you mean "dry_run"?});
 
 bad($t, 'duplicate parameter', { UPSTREAM => "$cb open=1s open=2s;" },
 	"$cb open",
@@ -212,12 +218,14 @@ bad($t, 'circuit_breaker_failure twice', {
 bad($t, 'unknown failure class', {
 	UPSTREAM => "$cb;\n        ${cb}_failure error http_404 timeout;" },
 	"${cb}_failure",
-	qq{invalid value "http_404" in "${cb}_failure" directive});
+	qq{invalid value "http_404" in "${cb}_failure" directive, }
+	. 'expected one of: error, timeout, invalid_header, http_500 to http_599 (e.g. http_502), http_429, http_503_retry_after, grpc_unknown, grpc_deadline_exceeded, grpc_resource_exhausted, grpc_internal, grpc_unavailable, grpc_data_loss');
 
 bad($t, 'failure class http_600', {
 	UPSTREAM => "$cb;\n        ${cb}_failure http_600;" },
 	"${cb}_failure",
-	qq{invalid value "http_600" in "${cb}_failure" directive});
+	qq{invalid value "http_600" in "${cb}_failure" directive, }
+	. 'expected one of: error, timeout, invalid_header, http_500 to http_599 (e.g. http_502), http_429, http_503_retry_after, grpc_unknown, grpc_deadline_exceeded, grpc_resource_exhausted, grpc_internal, grpc_unavailable, grpc_data_loss');
 
 # found once the upstream block is parsed: named at the block, as nginx's own
 # "no servers are inside upstream"
@@ -231,25 +239,26 @@ bad($t, 'circuit_breaker_failure without circuit_breaker', {
 
 bad($t, 'zone bad size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:lots;" },
 	"${cb}_zone",
-	'invalid zone size "lots"');
+	'invalid zone size "lots", a size is expected (e.g. 1m, 512k; units: k, m)');
 
 # nginx's own size parser: no "g", as limit_req_zone says
 
 bad($t, 'zone of 100g', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:100g;" },
 	"${cb}_zone",
-	'invalid zone size "100g"');
+	'invalid zone size "100g", a size is expected (e.g. 1m, 512k; units: k, m)');
 
 bad($t, 'zone too small', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:8k;" },
 	"${cb}_zone",
-	'zone "cb" is too small');
+	'zone "cb" is too small, it must be at least 32k');
 
 bad($t, 'zone without size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb;" },
 	"${cb}_zone",
-	qq{invalid value "cb" in "${cb}_zone" directive});
+	qq{invalid value "cb" in "${cb}_zone" directive, }
+	. 'must be name:size, e.g. "circuit_breaker:1m"');
 
 bad($t, 'zone without name', { UPSTREAM => "$cb;", HTTP => "${cb}_zone :1m;" },
 	"${cb}_zone",
-	'invalid zone name ":1m"');
+	'invalid zone name ":1m", must be name:size, e.g. "circuit_breaker:1m"');
 
 bad($t, 'zone twice', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m;\n    ${cb}_zone cb2:1m;" },
@@ -297,7 +306,8 @@ bad($t, 'route named default', { UPSTREAM => "$cb;",
 bad($t, 'status control=maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status control=maybe;" },
 	"${cb}_status",
-	'invalid parameter "control=maybe"');
+	qq{invalid parameter "control=maybe" in "${cb}_status" directive, }
+	. 'expected "control=on" or "control=off"');
 
 bad($t, 'status twice', { UPSTREAM => "$cb;",
 	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
@@ -312,14 +322,16 @@ bad($t, 'status twice', { UPSTREAM => "$cb;",
 bad($t, 'status after proxy_pass', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_status;" },
 	"${cb}_status",
-	qq{"${cb}_status" cannot share a location with another content handler});
+	qq{"${cb}_status" cannot share a location with another content handler, }
+	. 'give it a location of its own');
 
 bad($t, 'status before proxy_pass', { UPSTREAM => "$cb;",
 	HTTP => "server {\n        listen 127.0.0.1:8082;\n"
 		. "        location /s {\n            ${cb}_status;\n"
 		. "            proxy_pass http://u;\n        }\n    }" },
 	"${cb}_status;",
-	qq{"${cb}_status" cannot share a location with another content handler});
+	qq{"${cb}_status" cannot share a location with another content handler, }
+	. 'give it a location of its own');
 
 bad($t, 'status at http level', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_status;" },

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 
-# Active probes (probe_uri), worker_processes 4, a client sending all along:
+# Active probes (circuit_breaker_probe uri=, given before or after
+# circuit_breaker), worker_processes 4, a client sending all along:
 #
 # 1. "act": the origin refuses connections, then hangs, then heals.  While
 #    the breaker is open no user request reaches the origin; the module's own
@@ -48,8 +49,8 @@ $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     upstream act {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker window=5s min_requests=4 failure_rate=50%
-                        probes=3 probe_interval=500ms jitter=20%
-                        probe_uri=/act/health probe_timeout=300ms;
+                        probes=3 probe_interval=500ms jitter=20%;
+        circuit_breaker_probe uri=/act/health timeout=300ms;
     }
 
     upstream pas {
@@ -60,9 +61,9 @@ $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
 
     upstream brown {
         server 127.0.0.1:%%PORT_8083%%;
+        circuit_breaker_probe uri=/brown/health timeout=300ms;
         circuit_breaker window=10s min_requests=50 failure_rate=15%
-                        probes=3 probe_interval=100ms
-                        probe_uri=/brown/health probe_timeout=300ms;
+                        probes=3 probe_interval=100ms;
     }
 
     server {

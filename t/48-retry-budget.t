@@ -57,7 +57,8 @@ $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     upstream budget {
         server 127.0.0.1:8083 max_fails=0;
         server 127.0.0.1:8084 max_fails=0;
-        circuit_breaker min_requests=1000 retry_budget=20% retry_min=0;
+        circuit_breaker_retry_budget 20% min=0;
+        circuit_breaker min_requests=1000;
         circuit_breaker_eject off;
     }
 

@@ -38,8 +38,8 @@ for my $u (qw/ s429 s503ra s503 named /) {
 	$ups .= <<"EOF";
     upstream $u {
         server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker min_requests=1000 limit=adaptive limit_min=2
-                        limit_max=64 limit_initial=32;
+        circuit_breaker min_requests=1000;
+        circuit_breaker_limit adaptive min=2 max=64 initial=32;
         $named
     }
 EOF

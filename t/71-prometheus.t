@@ -461,7 +461,8 @@ like(ctype($r), qr!^text/plain; version=0\.0\.4!,
 	'format=prometheus wins over Accept');
 
 $r = get('/status?format=yaml');
-ok(status($r) == 400 && body($r) eq "invalid value \"yaml\" for \"format\"\n",
+ok(status($r) == 400 && body($r) eq "invalid value \"yaml\" for \"format\", "
+	. "expected one of: json, prometheus, html, fleet\n",
 	'bad format: 400') or diag($r);
 
 # HEAD: headers only

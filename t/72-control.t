@@ -32,7 +32,7 @@ use CB::Response qw/ status body header json /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(72);
+my $t = Test::Nginx->new()->has(qw/http proxy access realip/)->plan(73);
 
 $t->write_file_expand('nginx.conf', conf(4, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -152,10 +152,14 @@ for my $case (
 	[ 'POST', 'upstream=up&route=default', 400,
 		'missing parameter "action"' ],
 	[ 'POST', 'upstream=up&action=explode', 400,
-		'invalid value "explode" for "action"' ],
-	[ 'POST', 'upstream=up&action=', 400, 'invalid value "" for "action"' ],
+		'invalid value "explode" for "action", expected one of: force_open, force_close, reset, eject, restore' ],
+	[ 'POST', 'upstream=up&action=rest', 400,
+		'invalid value "rest" for "action", did you mean "reset"? '
+		. 'expected one of: force_open, force_close, reset, eject, restore' ],
+	[ 'POST', 'upstream=up&action=', 400,
+		'invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore' ],
 	[ 'POST', 'upstream=up&action=reset&bogus=1', 400,
-		'unknown parameter "bogus"' ],
+		'unknown parameter "bogus", expected one of: format, upstream, route, action, server' ],
 	[ 'POST', 'upstream=up&action=reset&action=reset', 400,
 		'duplicate parameter "action"' ],
 	[ 'POST', 'upstream=nosuch&action=force_open', 404,

@@ -105,7 +105,8 @@ bad($t, 'interval too short', { HTTP => "$f $peers id=127.0.0.1:8090 interval=10
 	$f, qq{invalid value "interval=10ms" $in, must be from 100ms to 1h});
 
 bad($t, 'interval not a time', { HTTP => "$f $peers id=127.0.0.1:8090 interval=soon $S;" },
-	$f, qq{invalid value "interval=soon" $in});
+	$f, qq{invalid value "interval=soon" $in, a time is expected (e.g. 30s, }
+	. '500ms, 2m; units: ms, s, m, h, d, w)');
 
 bad($t, 'fanout 0', { HTTP => "$f $peers id=127.0.0.1:8090 fanout=0 $S;" },
 	$f, qq{invalid value "fanout=0" $in, must be from 1 to 16});
@@ -158,7 +159,9 @@ bad($t, 'ssl_* without https', { HTTP =>
 	$f, qq{"$f" has "ssl_*" parameters but no "https://" peer});
 
 bad($t, 'unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on $S;" },
-	$f, 'invalid parameter "gossip="');
+	$f, qq{invalid parameter "gossip=" $in, expected peer addresses and one of: }
+	. 'id, interval, fanout, uri, secret, secret_file, auth, '
+	. 'ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, ssl_name');
 unlike(nginx_t_out($t, 'typo.conf', "$f $peers id=127.0.0.1:8090 secrte=0123456789abcdef-typo;"),
 	qr/abcdef-typo/, 'a mistyped secret= is not repeated');
 

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{
-    parse_breaker_args, parse_failure_classes, ConfError, BREAKER_PARAMETERS,
+    parse_breaker_args, parse_failure_classes, parse_limit_args, parse_probe_args,
+    parse_retry_budget_args, ConfError, BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE,
+    RETRY_DIRECTIVE,
 };
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
@@ -161,7 +163,10 @@ impl Specs {
         let mut stack: Vec<Option<String>> = Vec::new();
         let mut words: Vec<&str> = Vec::new();
         type Directive = Option<(Vec<String>, String)>;
-        let mut local: HashMap<String, (Directive, Directive)> = HashMap::new();
+        // `circuit_breaker`, `circuit_breaker_failure`, and the companions' directives
+        // (checked as nginx checks them, then read as the `circuit_breaker` parameters they
+        // replace, which the sweep's `--set` names).
+        let mut local: HashMap<String, (Directive, Directive, Vec<String>)> = HashMap::new();
         for (tok, line, text) in tokens {
             match tok {
                 Tok::Word => {
@@ -190,6 +195,10 @@ impl Specs {
                             "circuit_breaker" => e.0 = Some((args(), origin)),
                             "circuit_breaker_failure" if e.1.is_some() => return Err(dup()),
                             "circuit_breaker_failure" => e.1 = Some((args(), origin)),
+                            PROBE_DIRECTIVE | LIMIT_DIRECTIVE | RETRY_DIRECTIVE => {
+                                let at = |e: ConfError| format!("{e} in {origin}");
+                                e.2.extend(companion(directive, &words[1..]).map_err(at)?);
+                            }
                             _ => {}
                         }
                     }
@@ -198,7 +207,7 @@ impl Specs {
             }
         }
         let mut found = 0;
-        for (up, (cb, failures)) in local {
+        for (up, (cb, failures, companions)) in local {
             // Checked in nginx's order: each directive as it comes.
             let mut order: Vec<&(Vec<String>, String)> = cb.iter().chain(failures.iter()).collect();
             order.sort_by_key(|(_, o)| {
@@ -220,9 +229,10 @@ impl Specs {
                 };
                 probe.config(&[])?;
             }
-            let Some((words, origin)) = cb else {
+            let Some((mut words, origin)) = cb else {
                 continue;
             };
+            words.extend(companions);
             found += 1;
             self.by_upstream.insert(
                 up,
@@ -235,6 +245,37 @@ impl Specs {
         }
         Ok(found)
     }
+}
+
+/// A companion directive's words, checked by the module's own parser, as the
+/// `circuit_breaker` parameters they stand for (`circuit_breaker_probe uri=/h` is
+/// `probe_uri=/h`).
+fn companion(directive: &str, args: &[&str]) -> Result<Vec<String>, ConfError> {
+    let args = args.iter().copied();
+    let named = |prefix: &str, words: &mut dyn Iterator<Item = &str>| -> Vec<String> {
+        words.map(|w| format!("{prefix}{w}")).collect()
+    };
+    let mut rest = args.clone();
+    Ok(match directive {
+        PROBE_DIRECTIVE => {
+            parse_probe_args(args, &NginxUnits)?;
+            named("probe_", &mut rest)
+        }
+        LIMIT_DIRECTIVE => {
+            parse_limit_args(args, &NginxUnits)?;
+            rest.next();
+            let mut out = vec!["limit=adaptive".to_owned()];
+            out.extend(named("limit_", &mut rest));
+            out
+        }
+        _ => {
+            parse_retry_budget_args(args)?;
+            let rate = rest.next().unwrap_or("off");
+            let mut out = vec![format!("retry_budget={rate}")];
+            out.extend(named("retry_", &mut rest));
+            out
+        }
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,18 +399,53 @@ http {
         let bad = T.replace("http_500", "http_600");
         assert_eq!(
             s.add_nginx_t(&bad),
-            Err(
-                "invalid value \"http_600\" in \"circuit_breaker_failure\" directive in \
-                 /etc/nginx/nginx.conf:6"
-                    .into()
-            )
+            Err(format!(
+                "invalid value \"http_600\" in \"circuit_breaker_failure\" directive, {} in \
+                     /etc/nginx/nginx.conf:6",
+                circuit_breaker_core::directive::FAILURE_CLASSES
+            ))
         );
         let e = Specs::default()
             .add_option("api=open=10s max_open=5s")
             .unwrap_err();
         assert_eq!(
             e,
-            "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive in --breaker"
+            "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive, or be \
+             left out to follow \"open\" in --breaker"
+        );
+    }
+
+    #[test]
+    fn reads_the_companions_directives() {
+        let text = "# configuration file /etc/nginx/nginx.conf:
+upstream api {
+    circuit_breaker_retry_budget 50% min=1;
+    circuit_breaker window=5s;
+    circuit_breaker_probe uri=/health timeout=1s;
+    circuit_breaker_limit adaptive max=10;
+}
+";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(text), Ok(1));
+        let (cfg, retry) = s.find("api", "default").unwrap().params(&[]).unwrap();
+        assert!(cfg.active, "active probes");
+        let retry = retry.unwrap();
+        assert_eq!((retry.budget, retry.min_per_s), (5000, 1));
+        let off = text.replace("50% min=1", "off");
+        let mut s = Specs::default();
+        s.add_nginx_t(&off).unwrap();
+        assert_eq!(
+            s.find("api", "default").unwrap().params(&[]).unwrap().1,
+            None
+        );
+        let bad = text.replace("uri=/health", "url=/health");
+        assert_eq!(
+            Specs::default().add_nginx_t(&bad),
+            Err(
+                "invalid parameter \"url=/health\" in \"circuit_breaker_probe\" directive, \
+                 did you mean \"uri\"? in /etc/nginx/nginx.conf:4"
+                    .into()
+            )
         );
     }
 

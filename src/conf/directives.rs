@@ -4,11 +4,13 @@
 
 use core::ffi::{c_char, c_void};
 
-use circuit_breaker_core::directive::{self, ConfError, Units};
+use circuit_breaker_core::directive::{
+    self, ConfError, Units, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+};
 use circuit_breaker_core::fleet::conf as fleet_conf;
 use nginx_sys::{
     ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_shared_memory_add, ngx_str_t,
-    NGX_LOG_EMERG,
+    NGX_LOG_EMERG, NGX_LOG_WARN,
 };
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{
@@ -44,7 +46,7 @@ macro_rules! handler {
     )+};
 }
 
-handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet);
+handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
 
 /// nginx's own parsers for time and size values, so that a value means here what it means
 /// to nginx.
@@ -195,7 +197,12 @@ pub unsafe fn add_zone(
         return Err(());
     };
     if !z.data.is_null() {
-        ngx_conf_log_error!(NGX_LOG_EMERG, cf, "zone \"{}\" is already used", name);
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "zone \"{}\" is already used, give \"circuit_breaker_zone\" another name",
+            name
+        );
         return Err(());
     }
     z.init = Some(zone::init_zone);
@@ -248,6 +255,39 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
         Ok(p) => p,
         Err(e) => return fail(cf, e),
     };
+    // One spelling per companion: the old parameter and the new directive both given is
+    // refused, whichever came first.
+    let both = [
+        (
+            params.legacy.probe,
+            scf.probe_directive.is_some(),
+            PROBE_DIRECTIVE,
+        ),
+        (
+            params.legacy.limit,
+            scf.limit_directive.is_some(),
+            LIMIT_DIRECTIVE,
+        ),
+        (
+            params.legacy.retry,
+            scf.retry_directive.is_some(),
+            RETRY_DIRECTIVE,
+        ),
+    ];
+    for (old, new, d) in both {
+        if let (Some(old), true) = (old, new) {
+            return fail(
+                cf,
+                ConfError::Conflict(format!(
+                    "the \"{old}\" parameter of \"circuit_breaker\" duplicates \"{d}\", \
+                     keep \"{d}\" only"
+                )),
+            );
+        }
+    }
+    if let Some(warning) = params.legacy.warning() {
+        ngx_conf_log_error!(NGX_LOG_WARN, cf, "{}", warning);
+    }
     // SAFETY: `cf` is live; in an upstream block the upstream module's srv conf is set.
     let Some(uscf) = NgxHttpUpstreamModule::server_conf(unsafe { &*cf }) else {
         return NGX_CONF_ERROR;
@@ -257,7 +297,9 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
         return fail(
             cf,
             ConfError::Conflict(format!(
-                "upstream name \"{name}\" is too long for \"circuit_breaker\""
+                "upstream name \"{name}\" is too long for \"circuit_breaker\", \
+                 it must be at most {} bytes",
+                zone::MAX_NAME
             )),
         );
     }
@@ -267,7 +309,100 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
     scf.probe = params.probe;
     scf.limit = params.limit;
     scf.retry = params.retry;
+    scf.legacy = params.legacy;
     NGX_CONF_OK
+}
+
+/// A companion directive (`circuit_breaker_probe`, `_limit`, `_retry_budget`): refused as
+/// nginx refuses a repeated directive, and when the deprecated `circuit_breaker` parameter
+/// `old` picks says the same; `setup` joins it to the breaker once the http block is parsed.
+///
+/// # Safety
+/// As [`once`], with `conf` a `SrvConf`.
+unsafe fn companion<T>(
+    cf: *mut ngx_conf_t,
+    conf: *mut c_void,
+    d: &'static str,
+    field: impl Fn(&mut SrvConf) -> &mut Option<T>,
+    old: impl Fn(&SrvConf) -> Option<&'static str>,
+    parse: impl FnOnce(&[ngx_str_t]) -> Result<T, ConfError>,
+) -> *mut c_char {
+    // SAFETY: this fn's contract is `once`'s.
+    let (scf, raw) = match unsafe { once::<SrvConf>(cf, conf, |c| field(c).is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    if let Some(old) = old(scf) {
+        return fail(
+            cf,
+            ConfError::Conflict(format!(
+                "\"{d}\" duplicates the \"{old}\" parameter of \"circuit_breaker\", \
+                 keep \"{d}\" only"
+            )),
+        );
+    }
+    match parse(raw) {
+        Ok(v) => {
+            *field(scf) = Some(v);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
+}
+
+/// `circuit_breaker_probe uri=PATH | grpc=SERVICE [host=] [status=] [timeout=]`
+unsafe fn probe(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    let parse =
+        |raw: &[ngx_str_t]| words(raw).and_then(|w| directive::parse_probe_args(w, &NginxUnits));
+    // SAFETY: nginx passes our `SrvConf` (NGX_HTTP_SRV_CONF_OFFSET), at this directive.
+    unsafe {
+        companion(
+            cf,
+            conf,
+            PROBE_DIRECTIVE,
+            |c| &mut c.probe_directive,
+            |c| c.legacy.probe,
+            parse,
+        )
+    }
+}
+
+/// `circuit_breaker_limit adaptive [min=] [max=] [initial=] [tolerance=] [interval=]
+/// [samples=] [remeasure=]`
+unsafe fn limit(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    let parse =
+        |raw: &[ngx_str_t]| words(raw).and_then(|w| directive::parse_limit_args(w, &NginxUnits));
+    // SAFETY: nginx passes our `SrvConf` (NGX_HTTP_SRV_CONF_OFFSET), at this directive.
+    unsafe {
+        companion(
+            cf,
+            conf,
+            LIMIT_DIRECTIVE,
+            |c| &mut c.limit_directive,
+            |c| c.legacy.limit,
+            parse,
+        )
+    }
+}
+
+/// `circuit_breaker_retry_budget RATE [min=N] | off`
+unsafe fn retry_budget(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    let parse = |raw: &[ngx_str_t]| words(raw).and_then(directive::parse_retry_budget_args);
+    // SAFETY: nginx passes our `SrvConf` (NGX_HTTP_SRV_CONF_OFFSET), at this directive.
+    unsafe {
+        companion(
+            cf,
+            conf,
+            RETRY_DIRECTIVE,
+            |c| &mut c.retry_directive,
+            |c| c.legacy.retry,
+            parse,
+        )
+    }
 }
 
 /// `circuit_breaker_eject [param=value ...] | off`
@@ -322,7 +457,11 @@ unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void
         Some(other) => {
             return fail(
                 cf,
-                ConfError::InvalidParameter(String::from_utf8_lossy(other).into_owned()),
+                ConfError::UnknownParameter {
+                    directive: "circuit_breaker_status",
+                    word: String::from_utf8_lossy(other).into_owned(),
+                    hint: "expected \"control=on\" or \"control=off\"".into(),
+                },
             )
         }
     };
@@ -335,7 +474,8 @@ unsafe fn status(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void
         return fail(
             cf,
             ConfError::Conflict(
-                "\"circuit_breaker_status\" cannot share a location with another content handler"
+                "\"circuit_breaker_status\" cannot share a location with another content handler, \
+                 give it a location of its own"
                     .into(),
             ),
         );

@@ -13,7 +13,7 @@ use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
-use circuit_breaker_core::directive::{EjectSpec, ProbeSpec};
+use circuit_breaker_core::directive::{EjectSpec, Legacy, ProbeSpec};
 use circuit_breaker_core::fleet::FleetDirective;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
@@ -188,12 +188,20 @@ pub struct SrvConf {
     /// Set by `circuit_breaker`; the failure set is filled in by `setup`.
     pub breaker: Option<BreakerConfig>,
     pub failures: Option<FailureSet>,
-    /// `probe_uri=` and companions: active probes while open.
+    /// `circuit_breaker_probe` (or `probe_uri=` and companions): active probes while open.
     pub probe: Option<ProbeSpec>,
-    /// `limit=adaptive`: the adaptive in-flight limit.
+    /// `circuit_breaker_limit` (or `limit=adaptive`): the adaptive in-flight limit.
     pub limit: Option<LimitConfig>,
     /// The retry budget (`None` with `retry_budget=off`).
     pub retry: Option<RetryBudgetConfig>,
+    /// `circuit_breaker_probe`, `circuit_breaker_limit` and `circuit_breaker_retry_budget`
+    /// as given, in whatever order with `circuit_breaker`: `setup` moves them into `probe`,
+    /// `limit` and `retry` once the http block is parsed.
+    pub probe_directive: Option<ProbeSpec>,
+    pub limit_directive: Option<LimitConfig>,
+    pub retry_directive: Option<Option<RetryBudgetConfig>>,
+    /// The deprecated `circuit_breaker` parameters that spelled them (one spelling only).
+    pub legacy: Legacy,
     /// `circuit_breaker_eject`: `None` until given (then on for pools of two or more
     /// servers), `Some(None)` for `off`.
     pub eject: Option<Option<EjectSpec>>,

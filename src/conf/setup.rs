@@ -5,6 +5,7 @@
 use core::ffi::{c_char, c_void, CStr};
 
 use circuit_breaker_core::breaker::FailureSet;
+use circuit_breaker_core::directive::{LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE};
 use nginx_sys::{
     ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t, ngx_http_upstream_conf_t,
     ngx_http_upstream_init_peer_pt, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_module_t,
@@ -101,7 +102,8 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         ngx::ngx_log_error!(
             NGX_LOG_EMERG,
             cfr.log,
-            "\"circuit_breaker_status\" cannot share a location with another content handler in {}:{}",
+            "\"circuit_breaker_status\" cannot share a location with another content handler, \
+             give it a location of its own in {}:{}",
             lcf.status_at.0,
             lcf.status_at.1
         );
@@ -232,13 +234,21 @@ pub unsafe fn collect_upstreams(
             continue; // an implicit upstream (proxy_pass to a host) has no srv confs
         };
         let Some(cfg) = scf.breaker.as_mut() else {
-            if scf.failures.is_some() {
+            let alone = [
+                (scf.failures.is_some(), "circuit_breaker_failure"),
+                (scf.eject.is_some(), "circuit_breaker_eject"),
+                (scf.probe_directive.is_some(), PROBE_DIRECTIVE),
+                (scf.limit_directive.is_some(), LIMIT_DIRECTIVE),
+                (scf.retry_directive.is_some(), RETRY_DIRECTIVE),
+            ];
+            if let Some((_, d)) = alone.iter().find(|(given, _)| *given) {
                 // SAFETY: an upstream block's file name is a NUL-terminated string.
                 let file = unsafe { CStr::from_ptr(uscf.file_name.cast()) };
                 ngx::ngx_log_error!(
                     NGX_LOG_EMERG,
                     cfr.log,
-                    "\"circuit_breaker_failure\" requires \"circuit_breaker\" in upstream \"{}\" in {}:{}",
+                    "\"{}\" requires \"circuit_breaker\" in upstream \"{}\" in {}:{}",
+                    d,
                     String::from_utf8_lossy(uscf.host.as_bytes()),
                     file.to_string_lossy(),
                     uscf.line
@@ -248,6 +258,17 @@ pub unsafe fn collect_upstreams(
             continue;
         };
         cfg.failures = scf.failures.unwrap_or(FailureSet::DEFAULT);
+        // The companions' own directives, given before or after `circuit_breaker`.
+        if let Some(probe) = scf.probe_directive.take() {
+            cfg.active = true;
+            scf.probe = Some(probe);
+        }
+        if let Some(limit) = scf.limit_directive.take() {
+            scf.limit = Some(limit);
+        }
+        if let Some(retry) = scf.retry_directive.take() {
+            scf.retry = retry;
+        }
         if uscf.peer.init.is_none() {
             continue;
         }

@@ -84,7 +84,8 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
                 ngx::ngx_log_error!(
                     NGX_LOG_EMERG,
                     cfr.log,
-                    "\"circuit_breaker_eject\" needs a balancer that keeps nginx's round-robin peers in upstream \"{}\" in {}:{}",
+                    "\"circuit_breaker_eject\" needs a balancer that keeps nginx's round-robin peers \
+                     (round robin, least_conn, hash, ip_hash, random) in upstream \"{}\" in {}:{}",
                     scf.name,
                     file.to_string_lossy(),
                     uscf.line

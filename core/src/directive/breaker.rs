@@ -1,10 +1,12 @@
-//! `circuit_breaker`'s words: the breaker's own parameters and its companions' (active
-//! probes, the adaptive limit, the retry budget), parsed one group at a time and checked
-//! together.
+//! `circuit_breaker`'s words: the breaker's own parameters and, deprecated, its companions'
+//! (active probes, the adaptive limit, the retry budget: directives of their own now, parsed
+//! by the same methods in `family`), parsed one group at a time and checked together.
 
+use super::family::Legacy;
 use super::*;
 
-/// An active health probe (`probe_uri=` or `probe_grpc=`, and their companions): what the
+/// An active health probe (`circuit_breaker_probe`, or the deprecated `probe_uri=` or
+/// `probe_grpc=` and their companions): what the
 /// module sends to an upstream's servers while its breaker is open, and what counts as
 /// healthy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +25,14 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
+    /// `probe_status`'s default (`200-399`) when none was given.
+    pub(super) fn with_default_statuses(mut self) -> ProbeSpec {
+        if self.statuses.is_empty() {
+            self.statuses = vec![(200, 399)];
+        }
+        self
+    }
+
     /// Whether an HTTP answer with `status` counts as healthy: one in `probe_status`, and
     /// never for a gRPC probe, whose verdict is the health answer's.
     pub fn healthy(&self, status: u16) -> bool {
@@ -40,21 +50,25 @@ impl ProbeSpec {
 pub struct BreakerParams {
     /// The breaker (its `active` flag set when a probe is configured).
     pub cfg: BreakerConfig,
-    /// `probe_uri=` and companions.
+    /// `probe_uri=` and companions (deprecated: `circuit_breaker_probe`).
     pub probe: Option<ProbeSpec>,
-    /// `limit=adaptive` and `limit_*`.
+    /// `limit=adaptive` and `limit_*` (deprecated: `circuit_breaker_limit`).
     pub limit: Option<LimitConfig>,
-    /// `retry_budget=` and `retry_min=`; `None` with `retry_budget=off`.
+    /// `retry_budget=` and `retry_min=` (deprecated: `circuit_breaker_retry_budget`); the
+    /// default budget when not given, `None` with `retry_budget=off`.
     pub retry: Option<RetryBudgetConfig>,
+    /// The parameters given that have a directive of their own now (a `warn` names it).
+    pub legacy: Legacy,
 }
 
 /// Default deadline of an active probe: a healthy origin answers a health check well within
 /// a second, and a probe that hangs must be judged before the next one is due.
 pub const DEFAULT_PROBE_TIMEOUT_MS: u32 = 1000;
 
-fn parse_statuses(word: &str, v: &str) -> Result<Vec<(u16, u16)>, ConfError> {
+fn parse_statuses(d: &'static str, word: &str, v: &str) -> Result<Vec<(u16, u16)>, ConfError> {
     let bad = || {
         invalid(
+            d,
             word,
             Some("must be statuses or ranges from 100 to 599, such as 200-399"),
         )
@@ -79,11 +93,18 @@ fn parse_statuses(word: &str, v: &str) -> Result<Vec<(u16, u16)>, ConfError> {
     Ok(out)
 }
 
-fn on_off_duration(units: &dyn Units, word: &str, v: &str) -> Result<u32, ConfError> {
+fn on_off_duration(
+    d: &'static str,
+    units: &dyn Units,
+    word: &str,
+    v: &str,
+) -> Result<u32, ConfError> {
     if v == "off" {
-        Ok(0)
-    } else {
-        duration_u32(units, word, v, false)
+        return Ok(0);
+    }
+    match units.msec(v) {
+        None => Err(invalid(d, word, Some(TIME_OR_OFF))),
+        Some(_) => duration_u32(d, units, word, v, false),
     }
 }
 
@@ -94,8 +115,9 @@ pub fn parse_breaker_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
 ) -> Result<BreakerParams, ConfError> {
-    let mut p = Parsed::new();
+    let mut p = Parsed::new(CB);
     let mut seen = Seen::new();
+    let mut legacy = Legacy::default();
     for word in words {
         let (key, value) = match word.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -103,9 +125,9 @@ pub fn parse_breaker_args<'a>(
         };
         // The list is the one the replay tool reads words by: a name the parser takes that
         // it lacks is refused here too.
-        if !BREAKER_PARAMETERS.contains(&key) {
-            return Err(ConfError::InvalidParameter(word.to_owned()));
-        }
+        let Some(&key) = BREAKER_PARAMETERS.iter().find(|&&k| k == key) else {
+            return Err(hint::unknown_breaker_parameter(word, units));
+        };
         if seen.has(key) {
             return Err(ConfError::Conflict(format!(
                 "duplicate parameter \"{key}\" in \"{CB}\" directive"
@@ -117,18 +139,24 @@ pub fn parse_breaker_args<'a>(
                 seen.push(key);
                 continue;
             }
-            return Err(ConfError::InvalidParameter(word.to_owned()));
+            return Err(hint::missing_value(word));
         };
+        if word == "dry_run" || key == "dry_run" {
+            return Err(invalid(CB, word, Some("\"dry_run\" takes no value")));
+        }
         let known = p.breaker_param(units, word, key, v)?
             || p.probe_param(units, word, key, v)?
             || p.limit_param(units, word, key, v)?
             || p.retry_param(word, key, v)?;
         if !known {
-            return Err(ConfError::InvalidParameter(word.to_owned()));
+            return Err(hint::unknown_breaker_parameter(word, units));
         }
+        legacy.note(key, v);
         seen.push(key);
     }
-    p.finish(&seen)
+    let mut params = p.finish(&seen)?;
+    params.legacy = legacy;
+    Ok(params)
 }
 
 /// Every parameter `circuit_breaker` takes, by name (`dry_run` has no value).
@@ -179,30 +207,58 @@ pub(crate) const LIMIT_COMPANIONS: [&str; 7] = [
 
 /// What `circuit_breaker`'s words set so far: the breaker's own parameters and each
 /// companion's, parsed by one method per group and checked together at the end.
-struct Parsed {
-    c: BreakerConfig,
-    probe: ProbeSpec,
-    limit: LimitConfig,
-    adaptive: bool,
-    retry: Option<RetryBudgetConfig>,
-    retry_min: Option<u32>,
-}
-
-fn needs(what: &str, of: &str) -> ConfError {
-    ConfError::Conflict(format!(
-        "\"{what}\" requires \"{of}\" in \"{CB}\" directive"
-    ))
+pub(super) struct Parsed {
+    /// The directive whose words these are (errors name it, and its parameters).
+    d: &'static str,
+    pub(super) c: BreakerConfig,
+    pub(super) probe: ProbeSpec,
+    pub(super) limit: LimitConfig,
+    pub(super) adaptive: bool,
+    pub(super) retry: Option<RetryBudgetConfig>,
+    pub(super) retry_min: Option<u32>,
 }
 
 impl Parsed {
-    fn new() -> Parsed {
+    /// A parameter's name in this directive: `probe_uri` is `circuit_breaker_probe`'s `uri`.
+    pub(super) fn name(&self, key: &'static str) -> &'static str {
+        if self.d == CB {
+            return key;
+        }
+        ["probe_", "limit_", "retry_"]
+            .iter()
+            .find_map(|p| key.strip_prefix(p))
+            .unwrap_or(key)
+    }
+
+    fn needs(&self, what: &'static str, of: &str) -> ConfError {
+        ConfError::Conflict(format!(
+            "\"{}\" requires \"{of}\" in \"{}\" directive",
+            self.name(what),
+            self.d
+        ))
+    }
+
+    /// A companion's parameter of `circuit_breaker` without the one that turns it on: also
+    /// the directive that says both (`"circuit_breaker_probe uri=... timeout=..."`).
+    fn needs_companion(&self, what: &'static str, of: &str, new: &str) -> ConfError {
+        let plain = self.needs(what, of);
+        if self.d != CB {
+            return plain;
+        }
+        ConfError::Conflict(format!("{plain}, or use \"{new}\""))
+    }
+
+    pub(super) fn new(d: &'static str) -> Parsed {
         Parsed {
+            d,
             c: BreakerConfig::default(),
             probe: ProbeSpec {
                 uri: String::new(),
                 grpc: None,
                 host: None,
-                statuses: vec![(200, 399)],
+                // `probe_status`'s default is set once a probe is configured: nothing is
+                // allocated for a breaker without one (see `Seen`).
+                statuses: Vec::new(),
                 timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
             },
             limit: LimitConfig::default(),
@@ -213,56 +269,61 @@ impl Parsed {
     }
 
     /// The breaker's own parameters; `false` for another's.
-    fn breaker_param(
+    pub(super) fn breaker_param(
         &mut self,
         units: &dyn Units,
         word: &str,
         key: &str,
         v: &str,
     ) -> Result<bool, ConfError> {
-        let c = &mut self.c;
+        let (d, c) = (self.d, &mut self.c);
         match key {
             "window" => {
-                let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
+                let whole = Some("must be whole seconds from 1s to 300s");
+                let ms = units.msec(v).ok_or_else(|| invalid(d, word, whole))?;
                 if ms < 1000 || ms % 1000 != 0 || ms / 1000 > u64::from(MAX_WINDOW_S) {
-                    return Err(invalid(word, Some("must be whole seconds from 1s to 300s")));
+                    return Err(invalid(d, word, whole));
                 }
                 c.window_s = (ms / 1000) as u32;
             }
-            "min_requests" => c.min_requests = count_u32(word, v)?,
-            "failure_rate" => c.failure_rate = threshold(word, v)?,
-            "slow" => c.slow_ms = on_off_duration(units, word, v)?,
-            "slow_rate" => c.slow_rate = threshold(word, v)?,
-            "open" => c.open_ms = duration_u32(units, word, v, false)?,
-            "max_open" => c.max_open_ms = duration_u32(units, word, v, false)?,
-            "jitter" => c.jitter = rate(word, v)?,
-            "probes" => c.probes = count_u32(word, v)?,
-            "probe_interval" => c.probe_interval_ms = duration_u32(units, word, v, false)?,
+            "min_requests" => c.min_requests = count_u32(d, word, v)?,
+            "failure_rate" => c.failure_rate = threshold(d, word, v)?,
+            "slow" => c.slow_ms = on_off_duration(d, units, word, v)?,
+            "slow_rate" => c.slow_rate = threshold(d, word, v)?,
+            "open" => c.open_ms = duration_u32(d, units, word, v, false)?,
+            "max_open" => c.max_open_ms = duration_u32(d, units, word, v, false)?,
+            "jitter" => c.jitter = rate(d, word, v)?,
+            "probes" => c.probes = count_u32(d, word, v)?,
+            "probe_interval" => c.probe_interval_ms = duration_u32(d, units, word, v, false)?,
             "probe_latency" if v == "off" => c.probe_latency_ms = PROBE_LATENCY_OFF,
-            "probe_latency" => c.probe_latency_ms = duration_u32(units, word, v, false)?,
+            "probe_latency" => c.probe_latency_ms = duration_u32(d, units, word, v, false)?,
             "consecutive" if v == "off" => c.consecutive = 0,
-            "consecutive" => c.consecutive = count_u32(word, v)?,
-            "ramp" => c.ramp_ms = on_off_duration(units, word, v)?,
-            "ramp_start" => c.ramp_start = threshold(word, v)?,
-            "suspect_min" => c.suspect_min = count_u32(word, v)?,
+            "consecutive" => {
+                c.consecutive = count_u32(d, word, v).map_err(|_| {
+                    invalid(d, word, Some("must be a number of at least 1, or \"off\""))
+                })?
+            }
+            "ramp" => c.ramp_ms = on_off_duration(d, units, word, v)?,
+            "ramp_start" => c.ramp_start = threshold(d, word, v)?,
+            "suspect_min" => c.suspect_min = count_u32(d, word, v)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
 
     /// `probe_uri=`, `probe_grpc=` and their companions.
-    fn probe_param(
+    pub(super) fn probe_param(
         &mut self,
         units: &dyn Units,
         word: &str,
         key: &str,
         v: &str,
     ) -> Result<bool, ConfError> {
-        let probe = &mut self.probe;
+        let (d, probe) = (self.d, &mut self.probe);
         match key {
             "probe_uri" => {
                 if !v.starts_with('/') || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                    return Err(invalid(word, Some("must be a path from \"/\"")));
+                    return Err(invalid(d, word, Some("must be a path from \"/\"")));
                 }
                 probe.uri = v.to_owned();
                 self.c.active = true;
@@ -270,6 +331,7 @@ impl Parsed {
             "probe_grpc" => {
                 if !crate::grpc::health::valid_service(v) {
                     return Err(invalid(
+                        d,
                         word,
                         Some("must be a gRPC service name, or empty for the server's health"),
                     ));
@@ -280,53 +342,59 @@ impl Parsed {
             }
             "probe_host" => {
                 if v.is_empty() || v.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                    return Err(invalid(word, None));
+                    return Err(invalid(d, word, Some("must be a host name")));
                 }
                 probe.host = Some(v.to_owned());
             }
-            "probe_status" => probe.statuses = parse_statuses(word, v)?,
-            "probe_timeout" => probe.timeout_ms = duration_u32(units, word, v, false)?,
+            "probe_status" => probe.statuses = parse_statuses(d, word, v)?,
+            "probe_timeout" => probe.timeout_ms = duration_u32(d, units, word, v, false)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
 
     /// `limit=` and `limit_*`.
-    fn limit_param(
+    pub(super) fn limit_param(
         &mut self,
         units: &dyn Units,
         word: &str,
         key: &str,
         v: &str,
     ) -> Result<bool, ConfError> {
-        let limit = &mut self.limit;
+        let (d, limit) = (self.d, &mut self.limit);
         match key {
             "limit" => match v {
                 "adaptive" => self.adaptive = true,
                 "off" => self.adaptive = false,
-                _ => return Err(invalid(word, Some("must be \"adaptive\" or \"off\""))),
+                _ => return Err(invalid(d, word, Some("must be \"adaptive\" or \"off\""))),
             },
-            "limit_min" => limit.limit_min = count_u32(word, v)?,
-            "limit_max" => limit.limit_max = count_u32(word, v)?,
-            "limit_initial" => limit.limit_initial = count_u32(word, v)?,
-            "limit_tolerance" => limit.tolerance = rate(word, v)?,
-            "limit_interval" => limit.interval_ms = duration_u32(units, word, v, false)?,
-            "limit_samples" => limit.samples = count_u32(word, v)?,
-            "limit_remeasure" => limit.remeasure_ms = duration_u32(units, word, v, false)?,
+            "limit_min" => limit.limit_min = count_u32(d, word, v)?,
+            "limit_max" => limit.limit_max = count_u32(d, word, v)?,
+            "limit_initial" => limit.limit_initial = count_u32(d, word, v)?,
+            "limit_tolerance" => limit.tolerance = rate(d, word, v)?,
+            "limit_interval" => limit.interval_ms = duration_u32(d, units, word, v, false)?,
+            "limit_samples" => limit.samples = count_u32(d, word, v)?,
+            "limit_remeasure" => limit.remeasure_ms = duration_u32(d, units, word, v, false)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
 
     /// `retry_budget=` and `retry_min=`.
-    fn retry_param(&mut self, word: &str, key: &str, v: &str) -> Result<bool, ConfError> {
+    pub(super) fn retry_param(
+        &mut self,
+        word: &str,
+        key: &str,
+        v: &str,
+    ) -> Result<bool, ConfError> {
+        let d = self.d;
         match key {
             "retry_budget" => {
                 self.retry = if v == "off" {
                     None
                 } else {
                     Some(RetryBudgetConfig {
-                        budget: rate(word, v)?,
+                        budget: rate(d, word, v)?,
                         ..RetryBudgetConfig::default()
                     })
                 }
@@ -334,7 +402,13 @@ impl Parsed {
             "retry_min" => {
                 self.retry_min = Some(match v.parse::<u32>() {
                     Ok(n) if !v.starts_with('+') => n,
-                    _ => return Err(invalid(word, None)),
+                    _ => {
+                        return Err(invalid(
+                            d,
+                            word,
+                            Some("a whole number of retries per second is expected"),
+                        ))
+                    }
                 })
             }
             _ => return Ok(false),
@@ -343,7 +417,7 @@ impl Parsed {
     }
 
     /// The rules between parameters, then the result.
-    fn finish(mut self, seen: &Seen) -> Result<BreakerParams, ConfError> {
+    pub(super) fn finish(mut self, seen: &Seen) -> Result<BreakerParams, ConfError> {
         self.check_breaker(seen)?;
         self.check_probe(seen)?;
         self.check_limit(seen)?;
@@ -351,9 +425,10 @@ impl Parsed {
         let c = self.c;
         Ok(BreakerParams {
             cfg: c,
-            probe: c.active.then_some(self.probe),
+            probe: c.active.then(|| self.probe.with_default_statuses()),
             limit: self.adaptive.then_some(self.limit),
             retry: self.retry,
+            legacy: Legacy::default(),
         })
     }
 
@@ -362,45 +437,57 @@ impl Parsed {
         if c.max_open_ms < c.open_ms {
             if seen.has("max_open") {
                 return Err(ConfError::Conflict(format!(
-                    "\"max_open\" must not be less than \"open\" in \"{CB}\" directive"
+                    "\"max_open\" must not be less than \"open\" in \"{CB}\" directive, \
+                     or be left out to follow \"open\""
                 )));
             }
             // Only `open` was raised above the default cap: the cap follows it.
             c.max_open_ms = c.open_ms;
         }
         if seen.has("slow_rate") && !seen.has("slow") {
-            return Err(needs("slow_rate", "slow"));
+            return Err(self.needs("slow_rate", "slow"));
         }
         if seen.has("ramp_start") && c.ramp_ms == 0 {
-            return Err(needs("ramp_start", "ramp"));
+            return Err(self.needs("ramp_start", "ramp"));
         }
         Ok(())
     }
 
-    fn check_probe(&self, seen: &Seen) -> Result<(), ConfError> {
+    pub(super) fn check_probe(&self, seen: &Seen) -> Result<(), ConfError> {
+        let (n, d) = (|k| self.name(k), self.d);
         if seen.has("probe_uri") && seen.has("probe_grpc") {
             return Err(ConfError::Conflict(format!(
-                "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"{CB}\" directive"
+                "\"{}\" and \"{}\" are mutually exclusive in \"{d}\" directive, \
+                 a probe is HTTP or gRPC",
+                n("probe_uri"),
+                n("probe_grpc")
             )));
         }
         if seen.has("probe_status") && seen.has("probe_grpc") {
             // A health answer's verdict is its serving status, not its HTTP status.
             return Err(ConfError::Conflict(format!(
-                "\"probe_status\" does not apply to \"probe_grpc\" in \"{CB}\" directive"
+                "\"{}\" does not apply to \"{}\" in \"{d}\" directive, \
+                 a gRPC probe is judged by its serving status",
+                n("probe_status"),
+                n("probe_grpc")
             )));
         }
         for p in ["probe_host", "probe_status", "probe_timeout"] {
             if seen.has(p) && !self.c.active {
-                return Err(needs(p, "probe_uri"));
+                let n = p.trim_start_matches("probe_");
+                let new = format!("{} uri=... {n}=...", super::PROBE_DIRECTIVE);
+                return Err(self.needs_companion(p, "probe_uri", &new));
             }
         }
         Ok(())
     }
 
-    fn check_limit(&mut self, seen: &Seen) -> Result<(), ConfError> {
+    pub(super) fn check_limit(&mut self, seen: &Seen) -> Result<(), ConfError> {
         for p in LIMIT_COMPANIONS {
             if seen.has(p) && !self.adaptive {
-                return Err(needs(p, "limit=adaptive"));
+                let n = p.trim_start_matches("limit_");
+                let new = format!("{} adaptive {n}=...", super::LIMIT_DIRECTIVE);
+                return Err(self.needs_companion(p, "limit=adaptive", &new));
             }
         }
         if !self.adaptive {
@@ -416,31 +503,52 @@ impl Parsed {
         }
         if let Err(e) = limit.check() {
             use crate::limit::LimitConfigError as E;
+            let n = |k| self.name(k);
             let rule = match e {
-                E::LimitMin => "\"limit_min\" must be at least 1",
-                E::LimitMax => "\"limit_max\" must be between \"limit_min\" and 16777215",
-                E::LimitInitial => {
-                    "\"limit_initial\" must be between \"limit_min\" and \"limit_max\""
-                }
-                E::Tolerance => "\"limit_tolerance\" must be at most 100%",
-                E::Interval => "\"limit_interval\" must be at most 60s",
-                E::Samples => "\"limit_samples\" must be at most 100000",
-                E::Remeasure => "\"limit_remeasure\" must be at least ten \"limit_interval\"s",
+                E::LimitMin => format!("\"{}\" must be at least 1", n("limit_min")),
+                E::LimitMax => format!(
+                    "\"{}\" must be between \"{}\" and 16777215",
+                    n("limit_max"),
+                    n("limit_min")
+                ),
+                E::LimitInitial => format!(
+                    "\"{}\" must be between \"{}\" and \"{}\"",
+                    n("limit_initial"),
+                    n("limit_min"),
+                    n("limit_max")
+                ),
+                E::Tolerance => format!("\"{}\" must be at most 100%", n("limit_tolerance")),
+                E::Interval => format!("\"{}\" must be at most 60s", n("limit_interval")),
+                E::Samples => format!("\"{}\" must be at most 100000", n("limit_samples")),
+                E::Remeasure => format!(
+                    "\"{}\" must be at least ten \"{}\"s",
+                    n("limit_remeasure"),
+                    n("limit_interval")
+                ),
             };
-            return Err(ConfError::Conflict(format!("{rule} in \"{CB}\" directive")));
+            return Err(ConfError::Conflict(format!(
+                "{rule} in \"{}\" directive",
+                self.d
+            )));
         }
         Ok(())
     }
 
-    fn check_retry(&mut self) -> Result<(), ConfError> {
+    pub(super) fn check_retry(&mut self) -> Result<(), ConfError> {
         match (self.retry.as_mut(), self.retry_min) {
             (Some(r), Some(m)) => r.min_per_s = m,
-            (None, Some(_)) => return Err(needs("retry_min", "retry_budget")),
+            (None, Some(_)) => return Err(self.needs("retry_min", "retry_budget")),
             _ => {}
         }
         if let Some(r) = &self.retry {
             if r.check().is_err() {
-                return Err(invalid("retry_min", Some("is too large")));
+                let min = self.retry_min.unwrap_or_default();
+                return Err(ConfError::Conflict(format!(
+                    "invalid value \"{}={min}\" in \"{}\" directive, must be at most {}",
+                    self.name("retry_min"),
+                    self.d,
+                    crate::retry_budget::MAX_MIN_PER_S
+                )));
             }
         }
         Ok(())

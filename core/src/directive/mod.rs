@@ -12,12 +12,20 @@ use crate::limit::LimitConfig;
 use crate::retry_budget::RetryBudgetConfig;
 
 mod breaker;
+mod family;
+mod hint;
+mod suggest;
 
 #[cfg(test)]
 use breaker::LIMIT_COMPANIONS;
 pub use breaker::{
     parse_breaker_args, BreakerParams, ProbeSpec, BREAKER_PARAMETERS, DEFAULT_PROBE_TIMEOUT_MS,
 };
+pub use family::{
+    parse_limit_args, parse_probe_args, parse_retry_budget_args, Deprecation, Legacy,
+    LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+};
+pub use suggest::{distance, suggest};
 
 /// A configuration error; `Display` gives the `[emerg]` text nginx prints before
 /// ` in FILE:LINE`.
@@ -34,6 +42,16 @@ pub enum ConfError {
     },
     /// `invalid parameter "WORD"`.
     InvalidParameter(String),
+    /// `invalid parameter "WORD" in "DIRECTIVE" directive, HINT`: a word the directive does
+    /// not take, and what it does take (a near name, the `name=value` form, the list).
+    UnknownParameter {
+        /// The directive's name.
+        directive: &'static str,
+        /// The word as given.
+        word: String,
+        /// What would be valid.
+        hint: String,
+    },
     /// `"DIRECTIVE" directive is duplicate`.
     Duplicate(&'static str),
     /// A rule that spans parameters, such as `max_open` below `open`.
@@ -55,6 +73,14 @@ impl fmt::Display for ConfError {
                 Ok(())
             }
             ConfError::InvalidParameter(p) => write!(f, "invalid parameter \"{p}\""),
+            ConfError::UnknownParameter {
+                directive,
+                word,
+                hint,
+            } => write!(
+                f,
+                "invalid parameter \"{word}\" in \"{directive}\" directive, {hint}"
+            ),
             ConfError::Duplicate(d) => write!(f, "\"{d}\" directive is duplicate"),
             ConfError::Conflict(msg) => f.write_str(msg),
         }
@@ -96,45 +122,61 @@ pub fn parse_rate(s: &str) -> Option<u32> {
 
 const CB: &str = "circuit_breaker";
 
-fn invalid(value: &str, reason: Option<&'static str>) -> ConfError {
+/// What a time value must look like: `ngx_parse_time` for milliseconds (no `M` or `y`).
+pub const TIME_EXPECTED: &str =
+    "a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)";
+/// A time, or `off`.
+const TIME_OR_OFF: &str =
+    "a time (e.g. 800ms, 30s; units: ms, s, m, h, d, w) or \"off\" is expected";
+/// A rate.
+pub const RATE_EXPECTED: &str = "must be a percentage from 0% to 100%";
+/// A time above what the breaker keeps (milliseconds in 32 bits: 49 days and a half).
+const TOO_LONG: &str = "must be less than 49d";
+/// A count.
+const COUNT_EXPECTED: &str = "a whole number of at least 1 is expected";
+
+fn invalid(d: &'static str, value: &str, reason: Option<&'static str>) -> ConfError {
     ConfError::InvalidValue {
-        directive: CB,
+        directive: d,
         value: value.to_owned(),
         reason,
     }
 }
 
 fn duration_u32(
+    d: &'static str,
     units: &dyn Units,
     word: &str,
     v: &str,
     allow_zero: bool,
 ) -> Result<u32, ConfError> {
-    let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
+    let ms = units
+        .msec(v)
+        .ok_or_else(|| invalid(d, word, Some(TIME_EXPECTED)))?;
     if ms == 0 && !allow_zero {
-        return Err(invalid(word, Some("must be positive")));
+        return Err(invalid(d, word, Some("must be positive")));
     }
-    u32::try_from(ms).map_err(|_| invalid(word, Some("is too large")))
+    u32::try_from(ms).map_err(|_| invalid(d, word, Some(TOO_LONG)))
 }
 
-fn count_u32(word: &str, v: &str) -> Result<u32, ConfError> {
+fn count_u32(d: &'static str, word: &str, v: &str) -> Result<u32, ConfError> {
     match v.parse::<u32>() {
         Ok(n) if n >= 1 && !v.starts_with('+') => Ok(n),
-        Ok(_) => Err(invalid(word, Some("must be at least 1"))),
-        Err(_) => Err(invalid(word, None)),
+        Ok(_) => Err(invalid(d, word, Some("must be at least 1"))),
+        Err(_) => Err(invalid(d, word, Some(COUNT_EXPECTED))),
     }
 }
 
-fn rate(word: &str, v: &str) -> Result<u32, ConfError> {
-    parse_rate(v).ok_or_else(|| invalid(word, Some("must be a percentage from 0% to 100%")))
+fn rate(d: &'static str, word: &str, v: &str) -> Result<u32, ConfError> {
+    parse_rate(v).ok_or_else(|| invalid(d, word, Some(RATE_EXPECTED)))
 }
 
 /// A rate that opens a breaker: 0 % would open it with no failures at all.
-fn threshold(word: &str, v: &str) -> Result<u32, ConfError> {
+fn threshold(d: &'static str, word: &str, v: &str) -> Result<u32, ConfError> {
     match parse_rate(v) {
-        Some(0) => Err(invalid(word, Some("must be more than 0%"))),
+        Some(0) => Err(invalid(d, word, Some("must be more than 0%"))),
         Some(r) => Ok(r),
-        None => Err(invalid(word, Some("must be a percentage from 0% to 100%"))),
+        None => Err(invalid(d, word, Some(RATE_EXPECTED))),
     }
 }
 
@@ -215,9 +257,26 @@ pub fn parse_eject_args<'a>(
         return match words.next() {
             None => Ok(None),
             // `off` with other parameters is none of them.
-            Some(_) => Err(ConfError::InvalidParameter("off".to_owned())),
+            Some(_) => Err(ConfError::UnknownParameter {
+                directive: D,
+                word: "off".to_owned(),
+                hint: "\"off\" takes no other parameters".to_owned(),
+            }),
         };
     }
+    const NAMES: [&str; 6] = [
+        "failure_rate",
+        "slow_rate",
+        "min_requests",
+        "time",
+        "max_time",
+        "max_ejected",
+    ];
+    let unknown = |word: &str, hint: String| ConfError::UnknownParameter {
+        directive: D,
+        word: word.to_owned(),
+        hint,
+    };
     let bad = |word: &str, reason: Option<&'static str>| ConfError::InvalidValue {
         directive: D,
         value: word.to_owned(),
@@ -227,7 +286,12 @@ pub fn parse_eject_args<'a>(
     let mut seen = Seen::new();
     for word in words {
         let Some((key, v)) = word.split_once('=') else {
-            return Err(ConfError::InvalidParameter(word.to_owned()));
+            let hint = if NAMES.contains(&word) {
+                format!("parameters are given as name=value, e.g. \"{word}=...\"")
+            } else {
+                hint::expected_names(word, &NAMES)
+            };
+            return Err(unknown(word, hint));
         };
         if seen.has(key) {
             return Err(ConfError::Conflict(format!(
@@ -237,13 +301,13 @@ pub fn parse_eject_args<'a>(
         let pct = |v: &str| match parse_rate(v) {
             Some(0) => Err(bad(word, Some("must be more than 0%"))),
             Some(r) => Ok(r),
-            None => Err(bad(word, Some("must be a percentage from 0% to 100%"))),
+            None => Err(bad(word, Some(RATE_EXPECTED))),
         };
         let ms = |v: &str| -> Result<u32, ConfError> {
             match units.msec(v) {
                 Some(0) => Err(bad(word, Some("must be positive"))),
-                Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some("is too large"))),
-                None => Err(bad(word, None)),
+                Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some(TOO_LONG))),
+                None => Err(bad(word, Some(TIME_EXPECTED))),
             }
         };
         match key {
@@ -253,26 +317,33 @@ pub fn parse_eject_args<'a>(
                 e.min_requests = match v.parse::<u32>() {
                     Ok(n) if n >= 1 && !v.starts_with('+') => n,
                     Ok(_) => return Err(bad(word, Some("must be at least 1"))),
-                    Err(_) => return Err(bad(word, None)),
+                    Err(_) => return Err(bad(word, Some(COUNT_EXPECTED))),
                 }
             }
             "time" => e.time_ms = ms(v)?,
             "max_time" => e.max_time_ms = ms(v)?,
             "max_ejected" => e.max_ejected = pct(v)?,
-            _ => return Err(ConfError::InvalidParameter(word.to_owned())),
+            _ => return Err(unknown(word, hint::expected_names(key, &NAMES))),
         }
         seen.push(key);
     }
     if e.max_time_ms < e.time_ms {
         if seen.has("max_time") {
             return Err(ConfError::Conflict(format!(
-                "\"max_time\" must not be less than \"time\" in \"{D}\" directive"
+                "\"max_time\" must not be less than \"time\" in \"{D}\" directive, \
+                 or be left out to follow \"time\""
             )));
         }
         e.max_time_ms = e.time_ms;
     }
     Ok(Some(e))
 }
+
+/// What `circuit_breaker_failure` takes (a test checks the list against the parser).
+pub const FAILURE_CLASSES: &str = "expected one of: error, timeout, invalid_header, \
+     http_500 to http_599 (e.g. http_502), http_429, http_503_retry_after, grpc_unknown, \
+     grpc_deadline_exceeded, grpc_resource_exhausted, grpc_internal, grpc_unavailable, \
+     grpc_data_loss";
 
 /// Parses the classes of `circuit_breaker_failure`.
 pub fn parse_failure_classes<'a>(
@@ -283,9 +354,11 @@ pub fn parse_failure_classes<'a>(
         let class = FailureClass::parse(w).ok_or_else(|| ConfError::InvalidValue {
             directive: "circuit_breaker_failure",
             value: w.to_owned(),
-            reason: crate::breaker::GRPC_CLIENT_CODES
-                .contains(&w)
-                .then_some("a client causes it, it never counts against a server"),
+            reason: Some(if crate::breaker::GRPC_CLIENT_CODES.contains(&w) {
+                "a client causes it, it never counts against a server"
+            } else {
+                FAILURE_CLASSES
+            }),
         })?;
         set.insert(class);
     }
@@ -302,17 +375,24 @@ pub fn parse_zone<'a>(
     let bad = || ConfError::InvalidValue {
         directive: "circuit_breaker_zone",
         value: arg.to_owned(),
-        reason: None,
+        reason: Some("must be name:size, e.g. \"circuit_breaker:1m\""),
     };
     let (name, size) = arg.rsplit_once(':').ok_or_else(bad)?;
     if name.is_empty() {
-        return Err(ConfError::Conflict(format!("invalid zone name \"{arg}\"")));
+        return Err(ConfError::Conflict(format!(
+            "invalid zone name \"{arg}\", must be name:size, e.g. \"circuit_breaker:1m\""
+        )));
     }
-    let bytes = units
-        .size(size)
-        .ok_or_else(|| ConfError::Conflict(format!("invalid zone size \"{size}\"")))?;
+    let bytes = units.size(size).ok_or_else(|| {
+        ConfError::Conflict(format!(
+            "invalid zone size \"{size}\", a size is expected (e.g. 1m, 512k; units: k, m)"
+        ))
+    })?;
     if bytes < min_size {
-        return Err(ConfError::Conflict(format!("zone \"{name}\" is too small")));
+        return Err(ConfError::Conflict(format!(
+            "zone \"{name}\" is too small, it must be at least {}k",
+            min_size / 1024
+        )));
     }
     Ok((name, bytes))
 }
@@ -341,7 +421,7 @@ mod tests {
     use super::*;
 
     /// nginx's parsers stand outside this crate; the tests need only the values they use.
-    struct Fixed;
+    pub(super) struct Fixed;
 
     impl Units for Fixed {
         fn msec(&self, v: &str) -> Option<u64> {
@@ -439,14 +519,14 @@ mod tests {
             assert!(
                 !matches!(
                     params([meant.as_str()]),
-                    Err(ConfError::InvalidParameter(_))
+                    Err(ConfError::UnknownParameter { .. })
                 ),
                 "{meant}: refused as unknown"
             );
         }
         assert!(matches!(
             params(["no_such=1"]),
-            Err(ConfError::InvalidParameter(_))
+            Err(ConfError::UnknownParameter { .. })
         ));
         assert!(LIMIT_COMPANIONS
             .iter()
@@ -477,17 +557,17 @@ mod tests {
             (&["probe_uri=health"], "invalid value \"probe_uri=health\" in \"circuit_breaker\" directive, must be a path from \"/\""),
             (&["probe_uri=/h", "probe_status=600"], "invalid value \"probe_status=600\" in \"circuit_breaker\" directive, must be statuses or ranges from 100 to 599, such as 200-399"),
             (&["probe_uri=/h", "probe_status=399-200"], "invalid value \"probe_status=399-200\" in \"circuit_breaker\" directive, must be statuses or ranges from 100 to 599, such as 200-399"),
-            (&["probe_timeout=1s"], "\"probe_timeout\" requires \"probe_uri\" in \"circuit_breaker\" directive"),
+            (&["probe_timeout=1s"], "\"probe_timeout\" requires \"probe_uri\" in \"circuit_breaker\" directive, or use \"circuit_breaker_probe uri=... timeout=...\""),
             (&["ramp_start=5%"], "\"ramp_start\" requires \"ramp\" in \"circuit_breaker\" directive"),
             (&["limit=yes"], "invalid value \"limit=yes\" in \"circuit_breaker\" directive, must be \"adaptive\" or \"off\""),
-            (&["limit_max=5"], "\"limit_max\" requires \"limit=adaptive\" in \"circuit_breaker\" directive"),
+            (&["limit_max=5"], "\"limit_max\" requires \"limit=adaptive\" in \"circuit_breaker\" directive, or use \"circuit_breaker_limit adaptive max=...\""),
             (&["retry_budget=off", "retry_min=3"], "\"retry_min\" requires \"retry_budget\" in \"circuit_breaker\" directive"),
-            (&["retry_min=-1"], "invalid value \"retry_min=-1\" in \"circuit_breaker\" directive"),
+            (&["retry_min=-1"], "invalid value \"retry_min=-1\" in \"circuit_breaker\" directive, a whole number of retries per second is expected"),
             (&["probe_grpc=a b"], "invalid value \"probe_grpc=a b\" in \"circuit_breaker\" directive, must be a gRPC service name, or empty for the server's health"),
-            (&["probe_uri=/h", "probe_grpc=x"], "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"circuit_breaker\" directive"),
-            (&["probe_grpc=", "probe_status=200"], "\"probe_status\" does not apply to \"probe_grpc\" in \"circuit_breaker\" directive"),
+            (&["probe_uri=/h", "probe_grpc=x"], "\"probe_uri\" and \"probe_grpc\" are mutually exclusive in \"circuit_breaker\" directive, a probe is HTTP or gRPC"),
+            (&["probe_grpc=", "probe_status=200"], "\"probe_status\" does not apply to \"probe_grpc\" in \"circuit_breaker\" directive, a gRPC probe is judged by its serving status"),
             (&["limit=adaptive", "limit_interval=1s", "limit_remeasure=5s"], "\"limit_remeasure\" must be at least ten \"limit_interval\"s in \"circuit_breaker\" directive"),
-            (&["limit=adaptive", "limit_probe=10s"], "invalid parameter \"limit_probe=10s\""),
+            (&["limit=adaptive", "limit_probe=10s"], "invalid parameter \"limit_probe=10s\" in \"circuit_breaker\" directive, expected one of: window, min_requests, failure_rate, slow, slow_rate, consecutive, open, max_open, jitter, probes, probe_interval, probe_latency, ramp, ramp_start, suspect_min, dry_run"),
         ];
         for (args, msg) in cases {
             let err = params(args.iter().copied()).unwrap_err();
@@ -539,9 +619,12 @@ mod tests {
         for (args, msg) in [
             (&["time=0s"][..], "invalid value \"time=0s\" in \"circuit_breaker_eject\" directive, must be positive"),
             (&["max_ejected=0%"][..], "invalid value \"max_ejected=0%\" in \"circuit_breaker_eject\" directive, must be more than 0%"),
-            (&["time=1m", "max_time=10s"][..], "\"max_time\" must not be less than \"time\" in \"circuit_breaker_eject\" directive"),
-            (&["colour=red"][..], "invalid parameter \"colour=red\""),
-            (&["off", "time=1s"][..], "invalid parameter \"off\""),
+            (&["time=1m", "max_time=10s"][..], "\"max_time\" must not be less than \"time\" in \"circuit_breaker_eject\" directive, or be left out to follow \"time\""),
+            (&["colour=red"][..], "invalid parameter \"colour=red\" in \"circuit_breaker_eject\" directive, expected one of: failure_rate, slow_rate, min_requests, time, max_time, max_ejected"),
+            (&["max_time=1m", "tme=5s"][..], "invalid parameter \"tme=5s\" in \"circuit_breaker_eject\" directive, did you mean \"time\"?"),
+            (&["time"][..], "invalid parameter \"time\" in \"circuit_breaker_eject\" directive, parameters are given as name=value, e.g. \"time=...\""),
+            (&["time=soon"][..], "invalid value \"time=soon\" in \"circuit_breaker_eject\" directive, a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)"),
+            (&["off", "time=1s"][..], "invalid parameter \"off\" in \"circuit_breaker_eject\" directive, \"off\" takes no other parameters"),
         ] {
             assert_eq!(parse_eject_args(args.iter().copied(), &Fixed).unwrap_err().to_string(), msg);
         }
@@ -633,22 +716,22 @@ mod tests {
     #[test]
     fn every_error_reads_like_nginx() {
         let cases: &[(&[&str], &str)] = &[
-            (&["window=abc"], "invalid value \"window=abc\" in \"circuit_breaker\" directive"),
+            (&["window=abc"], "invalid value \"window=abc\" in \"circuit_breaker\" directive, must be whole seconds from 1s to 300s"),
             (&["window=1500ms"], "invalid value \"window=1500ms\" in \"circuit_breaker\" directive, must be whole seconds from 1s to 300s"),
             (&["window=301s"], "invalid value \"window=301s\" in \"circuit_breaker\" directive, must be whole seconds from 1s to 300s"),
             (&["min_requests=0"], "invalid value \"min_requests=0\" in \"circuit_breaker\" directive, must be at least 1"),
-            (&["probes=x"], "invalid value \"probes=x\" in \"circuit_breaker\" directive"),
+            (&["probes=x"], "invalid value \"probes=x\" in \"circuit_breaker\" directive, a whole number of at least 1 is expected"),
             (&["failure_rate=150%"], "invalid value \"failure_rate=150%\" in \"circuit_breaker\" directive, must be a percentage from 0% to 100%"),
             (&["failure_rate=0%"], "invalid value \"failure_rate=0%\" in \"circuit_breaker\" directive, must be more than 0%"),
             (&["slow=1s", "slow_rate=0%"], "invalid value \"slow_rate=0%\" in \"circuit_breaker\" directive, must be more than 0%"),
-            (&["probe_interval=1y"], "invalid value \"probe_interval=1y\" in \"circuit_breaker\" directive"),
+            (&["probe_interval=1y"], "invalid value \"probe_interval=1y\" in \"circuit_breaker\" directive, a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)"),
             (&["failure_rate=50"], "invalid value \"failure_rate=50\" in \"circuit_breaker\" directive, must be a percentage from 0% to 100%"),
             (&["open=0s"], "invalid value \"open=0s\" in \"circuit_breaker\" directive, must be positive"),
-            (&["open=60d"], "invalid value \"open=60d\" in \"circuit_breaker\" directive, is too large"),
-            (&["open=1m", "max_open=30s"], "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive"),
+            (&["open=60d"], "invalid value \"open=60d\" in \"circuit_breaker\" directive, must be less than 49d"),
+            (&["open=1m", "max_open=30s"], "\"max_open\" must not be less than \"open\" in \"circuit_breaker\" directive, or be left out to follow \"open\""),
             (&["slow_rate=10%"], "\"slow_rate\" requires \"slow\" in \"circuit_breaker\" directive"),
-            (&["colour=red"], "invalid parameter \"colour=red\""),
-            (&["fast"], "invalid parameter \"fast\""),
+            (&["colour=red"], "invalid parameter \"colour=red\" in \"circuit_breaker\" directive, expected one of: window, min_requests, failure_rate, slow, slow_rate, consecutive, open, max_open, jitter, probes, probe_interval, probe_latency, ramp, ramp_start, suspect_min, dry_run"),
+            (&["fast"], "invalid parameter \"fast\" in \"circuit_breaker\" directive, expected one of: window, min_requests, failure_rate, slow, slow_rate, consecutive, open, max_open, jitter, probes, probe_interval, probe_latency, ramp, ramp_start, suspect_min, dry_run"),
             (&["open=1s", "open=2s"], "duplicate parameter \"open\" in \"circuit_breaker\" directive"),
         ];
         for (args, msg) in cases {
@@ -683,9 +766,26 @@ mod tests {
         ] {
             assert_eq!(
                 parse_failure_classes([bad]).unwrap_err().to_string(),
-                format!("invalid value \"{bad}\" in \"circuit_breaker_failure\" directive")
+                format!(
+                    "invalid value \"{bad}\" in \"circuit_breaker_failure\" directive, \
+                     {FAILURE_CLASSES}"
+                )
             );
         }
+        // The list the message gives is what the parser takes.
+        let listed = FAILURE_CLASSES
+            .trim_start_matches("expected one of: ")
+            .replace(" to http_599 (e.g. http_502)", "")
+            .split(", ")
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        for class in &listed {
+            assert!(parse_failure_classes([class.as_str()]).is_ok(), "{class}");
+        }
+        for (_, _, name) in crate::breaker::GrpcCode::ALL {
+            assert!(listed.iter().any(|c| c == name), "{name} is not listed");
+        }
+        assert!(parse_failure_classes(["http_599"]).is_ok());
         let s = parse_failure_classes(["grpc_unavailable", "grpc_resource_exhausted"]).unwrap();
         assert!(s.contains(FailureClass::Grpc(crate::breaker::GrpcCode::Unavailable)));
         assert!(!s.contains(FailureClass::Grpc(crate::breaker::GrpcCode::Internal)));
@@ -706,21 +806,22 @@ mod tests {
         );
         assert_eq!(
             parse_zone("cb", 32768, &Fixed).unwrap_err().to_string(),
-            "invalid value \"cb\" in \"circuit_breaker_zone\" directive"
+            "invalid value \"cb\" in \"circuit_breaker_zone\" directive, must be name:size, \
+             e.g. \"circuit_breaker:1m\""
         );
         assert_eq!(
             parse_zone("cb:lots", 32768, &Fixed)
                 .unwrap_err()
                 .to_string(),
-            "invalid zone size \"lots\""
+            "invalid zone size \"lots\", a size is expected (e.g. 1m, 512k; units: k, m)"
         );
         assert_eq!(
             parse_zone("cb:8k", 32768, &Fixed).unwrap_err().to_string(),
-            "zone \"cb\" is too small"
+            "zone \"cb\" is too small, it must be at least 32k"
         );
         assert_eq!(
             parse_zone(":1m", 32768, &Fixed).unwrap_err().to_string(),
-            "invalid zone name \":1m\""
+            "invalid zone name \":1m\", must be name:size, e.g. \"circuit_breaker:1m\""
         );
     }
 

@@ -43,6 +43,20 @@ pub const MAX_PEERS: usize = 4096;
 /// answers whatever the configuration; 16 already reaches 1000 instances in three rounds.
 pub const MAX_FANOUT: usize = 16;
 const MAX_URI_BYTES: usize = 2048;
+/// The parameters besides the peers' addresses, as an unknown one's error lists them.
+const PARAMETERS: [&str; 11] = [
+    "id",
+    "interval",
+    "fanout",
+    "uri",
+    "secret",
+    "secret_file",
+    "auth",
+    "ssl_trusted_certificate",
+    "ssl_certificate",
+    "ssl_certificate_key",
+    "ssl_name",
+];
 const MAX_PATH_BYTES: usize = 4096;
 
 /// Where the fleet's key comes from.
@@ -215,7 +229,9 @@ pub fn parse_fleet_args<'a>(
                 })?)
             }
             "interval" => {
-                let ms = units.msec(v).ok_or_else(|| invalid(word, None))?;
+                let ms = units
+                    .msec(v)
+                    .ok_or_else(|| invalid(word, Some(crate::directive::TIME_EXPECTED)))?;
                 if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&ms) {
                     return Err(invalid(word, Some("must be from 100ms to 1h")));
                 }
@@ -224,7 +240,7 @@ pub fn parse_fleet_args<'a>(
             "fanout" => match v.parse::<usize>() {
                 Ok(n) if (1..=MAX_FANOUT).contains(&n) && !v.starts_with('+') => fanout = Some(n),
                 Ok(_) => return Err(invalid(word, Some("must be from 1 to 16"))),
-                Err(_) => return Err(invalid(word, None)),
+                Err(_) => return Err(invalid(word, Some("must be from 1 to 16"))),
             },
             "uri" => {
                 if !v.starts_with('/')
@@ -273,7 +289,18 @@ pub fn parse_fleet_args<'a>(
                     Some((k, _)) => format!("{k}="),
                     None => word.to_owned(),
                 };
-                return Err(ConfError::InvalidParameter(named));
+                let hint = match crate::directive::suggest(key, &PARAMETERS) {
+                    Some(near) => format!("did you mean \"{near}\"?"),
+                    None => format!(
+                        "expected peer addresses and one of: {}",
+                        PARAMETERS.join(", ")
+                    ),
+                };
+                return Err(ConfError::UnknownParameter {
+                    directive: DIRECTIVE,
+                    word: named,
+                    hint,
+                });
             }
         }
         seen.push(key);
@@ -623,7 +650,10 @@ mod tests {
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 interval=fast"),
-            format!("invalid value \"interval=fast\" {d}")
+            format!(
+                "invalid value \"interval=fast\" {d}, {}",
+                crate::directive::TIME_EXPECTED
+            )
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 fanout=0"),
@@ -639,7 +669,7 @@ mod tests {
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 fanout=x"),
-            format!("invalid value \"fanout=x\" {d}")
+            format!("invalid value \"fanout=x\" {d}, must be from 1 to 16")
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 uri=status"),
@@ -647,7 +677,15 @@ mod tests {
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 bogus=1"),
-            "invalid parameter \"bogus=\""
+            "invalid parameter \"bogus=\" in \"circuit_breaker_fleet\" directive, expected peer \
+             addresses and one of: id, interval, fanout, uri, secret, secret_file, auth, \
+             ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, ssl_name"
+        );
+        assert_eq!(
+            err("127.0.0.1:1 id=127.0.0.1:2 secrte=0123456789abcdef"),
+            "invalid parameter \"secrte=\" in \"circuit_breaker_fleet\" directive, \
+             did you mean \"secret\"?",
+            "the value, a key perhaps, is not repeated"
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 id=127.0.0.1:3"),

@@ -69,6 +69,26 @@ pub struct Query {
 /// The longest parameter text quoted back in an error, in characters.
 const QUOTE_MAX: usize = 64;
 
+/// The query's parameters, its formats and its actions, as an error lists them.
+const PARAMETERS: [&str; 5] = ["format", "upstream", "route", "action", "server"];
+const FORMATS: [&str; 4] = ["json", "prometheus", "html", "fleet"];
+const ACTIONS: [&str; 5] = ["force_open", "force_close", "reset", "eject", "restore"];
+
+/// What would be valid instead of `given`: the list, and the nearest if it is near.
+fn expected(given: &str, valid: &[&str]) -> String {
+    let list = format!("expected one of: {}", valid.join(", "));
+    if given.len() > QUOTE_MAX {
+        return list;
+    }
+    match crate::directive::suggest(&given.to_ascii_lowercase(), valid) {
+        Some(near) => format!("did you mean \"{near}\"? {list}"),
+        None if valid.contains(&given.to_ascii_lowercase().as_str()) => {
+            format!("names are lower case; {list}")
+        }
+        None => list,
+    }
+}
+
 /// Parses the raw query string (nginx's `r->args`, without the `?`): `&`-separated
 /// `name=value` pairs, percent-encoded, `+` meaning a space. Empty pairs (`a=1&&b=2`, a
 /// trailing `&`) are ignored; empty `args` gives all `None`.
@@ -98,10 +118,12 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             b"action" => "action",
             b"server" => "server",
             _ => {
+                let name = String::from_utf8_lossy(&name);
                 return Err(format!(
-                    "unknown parameter {}",
-                    quote(&String::from_utf8_lossy(&name))
-                ))
+                    "unknown parameter {}, {}",
+                    quote(&name),
+                    expected(&name, &PARAMETERS)
+                ));
             }
         };
         let given = match name {
@@ -117,7 +139,13 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
         let value = percent_decode(raw_value)
             .ok_or_else(|| format!("invalid percent-encoding in \"{name}\""))?;
         let value = String::from_utf8(value).map_err(|_| format!("invalid UTF-8 in \"{name}\""))?;
-        let invalid = || format!("invalid value {} for \"{name}\"", quote(&value));
+        let invalid = |valid: &[&str]| {
+            format!(
+                "invalid value {} for \"{name}\", {}",
+                quote(&value),
+                expected(&value, valid)
+            )
+        };
         match name {
             "format" => {
                 q.format = Some(match value.as_str() {
@@ -125,7 +153,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "prometheus" => Format::Prometheus,
                     "html" => Format::Html,
                     "fleet" => Format::Fleet,
-                    _ => return Err(invalid()),
+                    _ => return Err(invalid(&FORMATS)),
                 })
             }
             "action" => {
@@ -135,7 +163,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "reset" => Action::Reset,
                     "eject" => Action::Eject,
                     "restore" => Action::Restore,
-                    _ => return Err(invalid()),
+                    _ => return Err(invalid(&ACTIONS)),
                 })
             }
             _ if value.is_empty() => return Err(format!("empty value for \"{name}\"")),
@@ -505,24 +533,27 @@ mod tests {
     #[test]
     fn bad_queries() {
         let cases: &[(&[u8], &str)] = &[
-            (b"foo=1", r#"unknown parameter "foo""#),
-            (b"foo", r#"unknown parameter "foo""#),
-            (b"=x", r#"unknown parameter """#),
-            (b"Format=json", r#"unknown parameter "Format""#),
-            (b"upstream=a&foo=1", r#"unknown parameter "foo""#),
-            (b"fo%22o=1", r#"unknown parameter "fo\"o""#),
-            (b"a%0Ab=1", r#"unknown parameter "a\nb""#),
-            (b"%ff=1", "unknown parameter \"\u{fffd}\""),
+            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
+            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
+            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server"#),
+            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server"#),
+            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
+            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server"#),
+            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server"#),
+            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server"),
             (b"%zz=1", "invalid percent-encoding in a parameter name"),
-            (b"format=xml", r#"invalid value "xml" for "format""#),
-            (b"format=", r#"invalid value "" for "format""#),
-            (b"format", r#"invalid value "" for "format""#),
-            (b"format=JSON", r#"invalid value "JSON" for "format""#),
-            (b"action=explode", r#"invalid value "explode" for "action""#),
-            (b"action=", r#"invalid value "" for "action""#),
+            (b"format=xml", r#"invalid value "xml" for "format", expected one of: json, prometheus, html, fleet"#),
+            (b"format=", r#"invalid value "" for "format", expected one of: json, prometheus, html, fleet"#),
+            (b"format", r#"invalid value "" for "format", expected one of: json, prometheus, html, fleet"#),
+            (b"format=JSON", r#"invalid value "JSON" for "format", names are lower case; expected one of: json, prometheus, html, fleet"#),
+            (b"action=explode", r#"invalid value "explode" for "action", expected one of: force_open, force_close, reset, eject, restore"#),
+            (b"action=", r#"invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore"#),
+            (b"action=rest", r#"invalid value "rest" for "action", did you mean "reset"? expected one of: force_open, force_close, reset, eject, restore"#),
+            (b"format=promethus", r#"invalid value "promethus" for "format", did you mean "prometheus"? expected one of: json, prometheus, html, fleet"#),
+            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server"#),
             (
                 b"action=force+open",
-                r#"invalid value "force open" for "action""#,
+                r#"invalid value "force open" for "action", did you mean "force_open"? expected one of: force_open, force_close, reset, eject, restore"#,
             ),
             (
                 b"format=json&format=json",
@@ -566,10 +597,16 @@ mod tests {
         let err = parse_query(long.as_bytes()).unwrap_err();
         assert!(!err.contains('\n') && err.len() < 200, "{err}");
         assert!(
-            err.starts_with(r#"invalid value "x\nx\n"#) && err.ends_with(r#""... for "format""#)
+            err.starts_with(r#"invalid value "x\nx\n"#)
+                && err.ends_with(
+                    r#""... for "format", expected one of: json, prometheus, html, fleet"#
+                )
         );
         let err = parse_query(b"a%0D%0Ab%00=1").unwrap_err();
-        assert_eq!(err, r#"unknown parameter "a\r\nb\0""#);
+        assert_eq!(
+            err,
+            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server"#
+        );
     }
 
     #[test]
