@@ -59,8 +59,8 @@ const MAGIC: u64 = layout_hash(&[
 /// Bumped when a layout changes without a size changing (revision 1: a slot's index in
 /// what was padding; 2: the limit controller's capacity estimate; 3: a slot's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
-/// and a breaker's `cooldown_ms` is the one told).
-const LAYOUT_REVISION: u64 = 3;
+/// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start).
+const LAYOUT_REVISION: u64 = 4;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

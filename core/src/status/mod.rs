@@ -374,6 +374,8 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     write_tripped(out, v.tripped.as_ref());
+    out.extend_from_slice(b",\"open_since\":");
+    write_opt(out, v.episode_ms.map(secs));
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -446,6 +448,8 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     write_tripped(out, v.tripped.as_ref());
+    out.extend_from_slice(b",\"out_since\":");
+    write_opt(out, v.episode_ms.map(secs));
     out.push(b'}');
 }
 
@@ -488,6 +492,7 @@ pub(crate) mod tests {
                 dry_run: false,
                 forced: None,
                 since_ms: 1_764_484_800_123,
+                episode_ms: Some(1_764_484_790_500),
                 retry_at_ms: Some(1_764_484_830_500),
                 window: WindowView {
                     seconds: 10,
@@ -550,6 +555,7 @@ pub(crate) mod tests {
                 dry_run: true,
                 forced: None,
                 since_ms: 1_764_484_000_000,
+                episode_ms: None,
                 retry_at_ms: None,
                 window: WindowView {
                     seconds: 30,
@@ -648,7 +654,7 @@ pub(crate) mod tests {
             s[0]["last_transition"],
             "failure rate 60% (6/10) >= 50% in 10s"
         );
-        assert_eq!(s[0].as_object().unwrap().len(), 12);
+        assert_eq!(s[0].as_object().unwrap().len(), 13);
         // An ejected server shows the window that ejected it, an in server none.
         assert_eq!(s[0]["tripped"]["by"], "failure_rate");
         assert_eq!(s[0]["tripped"]["window"]["failures"], 22);
@@ -666,7 +672,7 @@ pub(crate) mod tests {
             (Some(30), Some(4))
         );
         // The breaker's own fields come first, unchanged.
-        assert_eq!(v.as_object().unwrap().len(), 20);
+        assert_eq!(v.as_object().unwrap().len(), 21);
         let mut half = pool_entry();
         half.servers[0].view.state = crate::snapshot::State::HalfOpen;
         half.retry = None;
@@ -733,13 +739,14 @@ pub(crate) mod tests {
                 concat!(
                     r#">= 50% in 10s","tripped":{"by":"failure_rate","threshold":0.5,"#,
                     r#""suspected":false,"window":{"seconds":10,"requests":40,"failures":22,"#,
-                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}}}]}"#
+                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}},"#,
+                    r#""open_since":1764484790.5}]}"#
                 ),
                 1,
             );
         assert_eq!(
             expected.len(),
-            spec.len() + 25 + 52 + 14 + 14 + 165,
+            spec.len() + 25 + 52 + 14 + 14 + 165 + 26,
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
@@ -802,7 +809,8 @@ pub(crate) mod tests {
         assert_eq!(tr["suspected"], false);
         assert_eq!(tr["window"], b["window"], "tripped by this very window");
         assert_eq!(tr.as_object().unwrap().len(), 4);
-        assert_eq!(b.as_object().unwrap().len(), 18);
+        assert_eq!(b.as_object().unwrap().len(), 19);
+        assert_eq!(b["open_since"].as_f64(), Some(1_764_484_790.5));
     }
 
     #[test]
@@ -983,7 +991,7 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains(
-            r#"0.075}},"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+            r#"0.075}},"open_since":1764484790.5,"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
         ), "{text}");
         let v = parse(&out);
         assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
@@ -1024,13 +1032,13 @@ pub(crate) mod tests {
     fn json_limit_object_follows_the_breaker() {
         let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
         assert!(
-            out.ends_with(r#","last_transition":"","tripped":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            out.ends_with(r#","last_transition":"","tripped":null,"open_since":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
             "{out}"
         );
         let v = parse(out.as_bytes());
         assert_eq!(
             v.as_object().unwrap().len(),
-            15 + 3 + 1,
+            15 + 3 + 1 + 1,
             "with the recovery fields and tripped"
         );
         let mut fresh = limited_entry();

@@ -101,6 +101,9 @@ pub struct BreakerHeader {
     /// The latest clock reading seen; earlier readings are clamped to it.
     last_ms: u64,
     since_ms: u64,
+    /// When the current episode began: the trip (or the operator's force open) that took it
+    /// out of closed; a failed probe's reopen does not move it; 0 while closed.
+    episode_ms: u64,
     /// Open: when the cooldown ends (passive) or the next active probe is due (active).
     retry_at_ms: u64,
     next_probe_at_ms: u64,
@@ -161,6 +164,7 @@ impl BreakerHeader {
             trip: Trip::NONE,
             last_ms: now_ms,
             since_ms: now_ms,
+            episode_ms: 0,
             retry_at_ms: 0,
             next_probe_at_ms: 0,
             probe_granted_ms: 0,

@@ -39,6 +39,13 @@ impl<'a> Breaker<'a> {
         let from = h.state();
         if h.state != to {
             h.since_ms = now;
+            // An episode runs from leaving closed to coming back: a reopen after a failed
+            // probe is the same episode.
+            if to == STATE_CLOSED {
+                h.episode_ms = 0;
+            } else if h.state == STATE_CLOSED {
+                h.episode_ms = now;
+            }
             let t = &mut h.totals;
             let counter = match to {
                 STATE_OPEN => &mut t.opened,

@@ -52,6 +52,7 @@ impl<'a> Breaker<'a> {
             dry_run: h.cfg.dry_run,
             forced,
             since_ms: h.since_ms,
+            episode_ms: (state != State::Closed).then_some(h.episode_ms),
             retry_at_ms,
             window: WindowView {
                 seconds: h.cfg.window_s,
