@@ -213,6 +213,9 @@ pub struct BreakerView {
     pub last_transition: String,
     /// Open or half-open by a trip (not forced): the window that tripped it.
     pub tripped: Option<TripView>,
+    /// The last minutes, interval by interval, when the status request asked for them
+    /// (`history=1`); on the same clock.
+    pub history: Option<crate::history::HistoryView>,
 }
 
 impl BreakerView {
@@ -238,5 +241,8 @@ impl BreakerView {
         self.suspect_until_ms = self
             .suspect_until_ms
             .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+        if let Some(h) = &mut self.history {
+            h.start_ms = to_wall(h.start_ms, mono_now_ms, wall_now_ms);
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! leaves or rejoins the pool, so that every worker follows without the lock.
 
 mod block;
+mod history;
 mod init;
 mod limit;
 mod node;
@@ -444,7 +445,13 @@ impl Zone {
     /// Nodes are freed only by a new configuration's reconciliation, which bumps the
     /// generation under the lock first: the walk stops if that happened between batches, so
     /// it never follows a freed node. Returns the zone's usage as [`Locked::usage`] saw it.
-    pub fn visit(&self, now_ms: u64, mut f: impl FnMut(Entry<'_>)) -> (u64, u64, u64) {
+    /// `history`: each view carries the breaker's history, if it has one.
+    pub fn visit(
+        &self,
+        now_ms: u64,
+        history: bool,
+        mut f: impl FnMut(Entry<'_>),
+    ) -> (u64, u64, u64) {
         let locked = self.lock();
         let usage = locked.usage();
         let generation = locked.generation();
@@ -452,7 +459,13 @@ impl Zone {
             // SAFETY: `n` is published (walk's promise: same generation, lock held); the
             // `BreakerMut` borrows `locked` mutably and is gone by the end of the match.
             let (view, retry) = match unsafe { locked.breaker_at(n) } {
-                Some(mut b) => (b.view(now_ms), b.retry_budget().map(|r| r.view(now_ms))),
+                Some(mut b) => {
+                    let mut view = b.view(now_ms);
+                    if history {
+                        view.history = b.history(now_ms);
+                    }
+                    (view, b.retry_budget().map(|r| r.view(now_ms)))
+                }
                 None => return,
             };
             // SAFETY: `n` is published (as above); only its slot index is read.

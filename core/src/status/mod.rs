@@ -189,18 +189,26 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
 /// that may be there counts (see `size_hints_cover_every_part`).
 fn json_size_hint(entry: &Entry) -> usize {
     let tripped = |v: &BreakerView| if v.tripped.is_some() { 190 } else { 0 };
+    // Each point: three counts of up to 10 digits, a state code and their commas.
+    let history = |v: &BreakerView| v.history.as_ref().map_or(0, |h| 110 + 36 * h.points.len());
     let servers: usize = entry
         .servers
         .iter()
-        .map(|s| 460 + s.address.len() + s.view.last_transition.len() + tripped(&s.view))
+        .map(|s| {
+            480 + s.address.len()
+                + s.view.last_transition.len()
+                + tripped(&s.view)
+                + history(&s.view)
+        })
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
     let retry = if entry.retry.is_some() { 160 } else { 0 };
     let fleet = if entry.fingerprint.is_some() { 100 } else { 0 };
-    660 + limit
+    690 + limit
         + retry
         + fleet
         + tripped(&entry.view)
+        + history(&entry.view)
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
@@ -376,6 +384,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     write_tripped(out, v.tripped.as_ref());
     out.extend_from_slice(b",\"open_since\":");
     write_opt(out, v.episode_ms.map(secs));
+    write_history(out, v.history.as_ref());
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -450,6 +459,33 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     write_tripped(out, v.tripped.as_ref());
     out.extend_from_slice(b",\"out_since\":");
     write_opt(out, v.episode_ms.map(secs));
+    write_history(out, v.history.as_ref());
+    out.push(b'}');
+}
+
+/// Writes `,"history":{…}` when the view has one: `start` (Unix seconds, when the first
+/// point's interval began), `step` (seconds) and, per point oldest first (the last one the
+/// current interval, still filling), `requests`, `failures`, `slow` and `state_codes` (the
+/// worst state seen, as `state_code`).
+fn write_history(out: &mut Vec<u8>, h: Option<&crate::history::HistoryView>) {
+    let Some(h) = h else { return };
+    out.extend_from_slice(b",\"history\":{\"start\":");
+    write_num(out, secs(h.start_ms));
+    int(out, b",\"step\":", h.step_ms / 1000);
+    let column = |out: &mut Vec<u8>, key: &[u8], f: &dyn Fn(&crate::history::Point) -> u64| {
+        out.extend_from_slice(key);
+        for (i, p) in h.points.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_num(out, Num::Int(f(p)));
+        }
+        out.push(b']');
+    };
+    column(out, b",\"requests\":[", &|p| u64::from(p.requests));
+    column(out, b",\"failures\":[", &|p| u64::from(p.failures));
+    column(out, b",\"slow\":[", &|p| u64::from(p.slow));
+    column(out, b",\"state_codes\":[", &|p| u64::from(p.state));
     out.push(b'}');
 }
 
@@ -536,6 +572,7 @@ pub(crate) mod tests {
                         slow: 3,
                     },
                 }),
+                history: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -570,6 +607,7 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
                 tripped: None,
+                history: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -1107,6 +1145,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn json_history_when_asked_for() {
+        let mut e = example_entry();
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(!out.contains("history"), "none unless asked for");
+        let p = |requests, failures, state| crate::history::Point {
+            requests,
+            failures,
+            slow: 1,
+            state,
+        };
+        e.view.history = Some(crate::history::HistoryView {
+            start_ms: 1_764_484_770_000,
+            step_ms: 10_000,
+            points: vec![p(40, 2, 0), p(35, 20, 2), p(0, 0, 2)],
+        });
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(
+            out.ends_with(concat!(
+                r#""open_since":1764484790.5,"history":{"start":1764484770.0,"step":10,"#,
+                r#""requests":[40,35,0],"failures":[2,20,0],"slow":[1,1,1],"#,
+                r#""state_codes":[0,2,2]}}"#
+            )),
+            "{out}"
+        );
+        let mut pool = pool_entry();
+        pool.servers[0].view.history = e.view.history.clone();
+        let v = parse(&render_breaker_json(&pool));
+        assert_eq!(v["servers"][0]["history"]["requests"][1], 35);
+        assert!(v["servers"][1].get("history").is_none());
+    }
+
+    #[test]
     fn size_hints_cover_every_part() {
         let mut fleet = pool_entry();
         fleet.fingerprint = Some(u64::MAX);
@@ -1114,6 +1184,23 @@ pub(crate) mod tests {
         fleet.limit = limited_entry().limit;
         fleet.view.tripped = example_entry().view.tripped;
         fleet.probe_uri = Some("/health".into());
+        let full = crate::history::HistoryView {
+            start_ms: u64::MAX,
+            step_ms: 10_000,
+            points: vec![
+                crate::history::Point {
+                    requests: u32::MAX,
+                    failures: u32::MAX,
+                    slow: u32::MAX,
+                    state: 2,
+                };
+                crate::history::POINTS
+            ],
+        };
+        fleet.view.history = Some(full.clone());
+        for s in &mut fleet.servers {
+            s.view.history = Some(full.clone());
+        }
         for e in [
             example_entry(),
             closed_entry(),

@@ -101,9 +101,6 @@ pub struct BreakerHeader {
     /// The latest clock reading seen; earlier readings are clamped to it.
     last_ms: u64,
     since_ms: u64,
-    /// When the current episode began: the trip (or the operator's force open) that took it
-    /// out of closed; a failed probe's reopen does not move it; 0 while closed.
-    episode_ms: u64,
     /// Open: when the cooldown ends (passive) or the next active probe is due (active).
     retry_at_ms: u64,
     next_probe_at_ms: u64,
@@ -143,6 +140,12 @@ pub struct BreakerHeader {
     flags: u8,
     reason_len: u8,
     reason: [u8; REASON_BYTES],
+    /// Open or half-open: how long before `since_ms` the episode began — the trip (or the
+    /// operator's force open) that took it out of closed, which a failed probe's reopen
+    /// does not move. Milliseconds, at most `u32::MAX` (49 days): 4 bytes keep a default
+    /// breaker within the slab's 2 KiB class (here, beside the reason, in what was
+    /// padding).
+    episode_back_ms: u32,
 }
 
 impl BreakerHeader {
@@ -164,7 +167,6 @@ impl BreakerHeader {
             trip: Trip::NONE,
             last_ms: now_ms,
             since_ms: now_ms,
-            episode_ms: 0,
             retry_at_ms: 0,
             next_probe_at_ms: 0,
             probe_granted_ms: 0,
@@ -179,6 +181,7 @@ impl BreakerHeader {
             slow_run: 0,
             gateway_run: 0,
             needed: 0,
+            episode_back_ms: 0,
             soft_needed: 0,
             state: STATE_CLOSED,
             forced: FORCED_NONE,

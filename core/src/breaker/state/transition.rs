@@ -38,14 +38,15 @@ impl<'a> Breaker<'a> {
         let h = &mut *self.hdr;
         let from = h.state();
         if h.state != to {
-            h.since_ms = now;
             // An episode runs from leaving closed to coming back: a reopen after a failed
             // probe is the same episode.
-            if to == STATE_CLOSED {
-                h.episode_ms = 0;
-            } else if h.state == STATE_CLOSED {
-                h.episode_ms = now;
-            }
+            h.episode_back_ms = if to == STATE_CLOSED || h.state == STATE_CLOSED {
+                0
+            } else {
+                let began = h.since_ms.saturating_sub(u64::from(h.episode_back_ms));
+                u32::try_from(now.saturating_sub(began)).unwrap_or(u32::MAX)
+            };
+            h.since_ms = now;
             let t = &mut h.totals;
             let counter = match to {
                 STATE_OPEN => &mut t.opened,
