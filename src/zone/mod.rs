@@ -53,6 +53,7 @@ const MAGIC: u64 = layout_hash(&[
     core::mem::size_of::<Bucket>() as u64,
     core::mem::size_of::<Slot>() as u64,
     core::mem::size_of::<block::Block>() as u64,
+    core::mem::size_of::<circuit_breaker_core::history::History>() as u64,
     circuit_breaker_core::limit::LIMITER_SIZE as u64,
     LAYOUT_REVISION,
 ]);
