@@ -108,6 +108,11 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `consecutive`'s run length; 0 for a server ejected by a failed probe), whether peers' suspicion
 /// let it trip on `suspect_min` requests, and the window as it was on the request that
 /// tripped it (the live window ages out during a long cooldown) — and `null` otherwise.
+/// Then `"open_since"`: while open or half-open, when the episode began (Unix seconds, as
+/// `since`: the trip out of closed, which a failed probe's reopen does not move), else
+/// `null`; and, when the view has one (`history=1`), `"history":{…}` (see `write_history`).
+/// A server has `"out_since"` (the same, for its time out of the pool) and its history after
+/// its `tripped`.
 /// While open or half-open, `latency_ms` counts the probes' response times too (they are
 /// not the window's requests).
 ///
@@ -146,6 +151,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `dry_run` | gauge | 1 when `dry_run` is set |
 /// | `forced{state="open"\|"closed"}` | gauge | 1 for the forced state, else 0 (both always present; both 0 when not forced) |
 /// | `state_since_seconds` | gauge | Unix time the current state began |
+/// | `open_since_seconds` | gauge | Unix time the current episode began: the trip out of closed, which a failed probe's reopen does not move (absent while closed) |
 /// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
 /// | `cooldown_seconds` | gauge | current cooldown |
 /// | `consecutive_probe_successes` | gauge | good probes in a row |
