@@ -220,14 +220,16 @@ ok($r->{spark}{'p-open'}, 'hist: and the state it was in then (open)')
 
 $r = $b->row(upstream => $long_up, route => 'default', state => 'open');
 my $shown = strftime('%H:%M:%S', localtime(int($first->{since})));
-like($r->{cells}{when}, qr/^open since \Q$shown\E \((\d+)s\) open \d+s · probe /,
+like($r->{cells}{when},
+	qr/^open since \Q$shown\E \((?:\d+m )?\d+s\) open (?:\d+m )?\d+s · probe /,
 	"long: open since $shown, the trip") or diag(explain($r->{cells}));
-my ($for) = ($r->{cells}{when} // '') =~ /\((\d+)s\)/;
+my ($m, $sec) = ($r->{cells}{when} // '') =~ /\((?:(\d+)m )?(\d+)s\)/;
+my $for = defined $sec ? ($m // 0) * 60 + $sec : undef;
 ok(defined $for && abs($for - (time() - $first->{since})) <= 2,
 	'long: and for how long') or diag($r->{cells}{when});
 
 $r = $b->row(upstream => 'hp', route => 'default', state => 'half_open');
-like($r->{cells}{when}, qr/^open since \d\d:\d\d:\d\d \(\d+s\) half-open \d+s · 1\/3 good probes/,
+like($r->{cells}{when}, qr/^open since \d\d:\d\d:\d\d \((?:\d+m )?\d+s\) half-open (?:\d+m )?\d+s · 1\/3 good probes/,
 	'hp: half-open within its episode') or diag(explain($r->{cells}));
 
 # nothing past the right edge
