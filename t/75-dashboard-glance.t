@@ -29,7 +29,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
 use CB::Browser;
-use CB::Nginx qw/ conf start req /;
+use CB::Nginx qw/ conf start req reload /;
 use CB::Origin;
 use CB::Status qw/ breakers /;
 use CB::Response qw/ status json /;
@@ -40,14 +40,20 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/);
-CB::Browser::plan($t, 24);
+CB::Browser::plan($t, 27);
 
 # 60 characters each
 my $long_up = 'payments-gateway-europe-west-primary-cluster-upstream-000001';
 my $long_rt = 'checkout-confirmation-with-three-d-secure-and-wallets-000002';
 
-$t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
+# $extra: more upstreams (a reload adds the adaptive limit's column)
+sub config {
+	my ($extra) = @_;
+	$extra //= '';
+	return conf(1, <<"EOF");
     circuit_breaker_zone cb:1m;
+
+$extra
 
     # its probe fails: reopened, the episode still the trip's
     upstream $long_up {
@@ -104,7 +110,9 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
         }
     }
 EOF
+}
 
+$t->write_file_expand('nginx.conf', config());
 my ($hits, $bad) = start($t, 8081, 8082);
 
 ###############################################################################
@@ -249,6 +257,28 @@ ok($r->{scrollWidth} <= $r->{innerWidth} && !@{ $r->{out} || [1] }
 	"1024 x 768: no sideways scroll ($r->{scrollWidth} <= $r->{innerWidth})")
 	or diag(explain($r));
 $b->keep('glance-1024x768');
+
+# the adaptive limit's column too, at 1 280: still no sideways scroll
+
+$t->write_file_expand('nginx.conf', config(<<'EOF'));
+    upstream lim {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker limit=adaptive limit_min=2 limit_max=2
+                        limit_initial=2;
+    }
+EOF
+ok(reload($t), 'reloaded with an adaptive limit');
+$b->drive('viewport', width => 1280, height => 800);
+$r = $b->drive('open', url => $b->url('/circuit_breaker'));
+$r = $b->row(upstream => 'lim', route => 'default');
+ok($r->{found} && defined $r->{cells}{limit}, 'the limit\'s column')
+	or diag(explain($r));
+$r = $b->drive('layout');
+ok($r->{scrollWidth} <= $r->{innerWidth} && !@{ $r->{out} || [1] }
+	&& $r->{statusVisible},
+	"1280 x 800 with the limit: no sideways scroll ($r->{scrollWidth} <= $r->{innerWidth})")
+	or diag(explain($r));
+$b->keep('glance-limit-1280x800');
 
 $r = $b->drive('report');
 is_deeply([ @{ $r->{consoleErrors} || [] }, @{ $r->{pageErrors} || [] },
