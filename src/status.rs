@@ -111,7 +111,7 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
     let mut entries = Vec::new();
     let mut servers: HashMap<(String, String), BreakerView> = HashMap::new();
     if let Some(zone) = zone {
-        (zview.used, zview.size, zview.alloc_failures) = zone.visit(mono, |e| {
+        (zview.used, zview.size, zview.alloc_failures) = zone.visit(mono, query.history, |e| {
             let (u, rt) = (
                 String::from_utf8_lossy(e.upstream),
                 String::from_utf8_lossy(e.route),

@@ -35,7 +35,7 @@ use CB::Release qw/ version /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(128);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(132);
 
 $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -109,6 +109,8 @@ my %breaker_fields = (
 	tripped => 'hash?',
 	# recovery
 	probes_needed => 'int', ramp_share => 'float', probe_uri => 'string?',
+	# the episode's start: the trip out of closed (null while closed)
+	open_since => 'float?',
 );
 my %window_fields = (
 	seconds => 'int', requests => 'int', failures => 'int', slow => 'int',
@@ -343,6 +345,8 @@ is($db->{state}, 'open', 'open');
 is($db->{state_code}, 2, 'open: state_code 2');
 ok(near($db->{since}, $opened, 1), 'open: since is now')
 	or diag("since $db->{since}, now $opened");
+is($db->{open_since}, $db->{since}, 'open: open_since, the trip');
+my $trip_since = $db->{since};
 ok(defined $db->{retry_at} && abs($db->{retry_at} - $db->{since} - 1) < 0.01,
 	'open: retry_at = since + 1s')
 	or diag("since $db->{since} retry_at " . ($db->{retry_at} // 'null'));
@@ -364,6 +368,7 @@ my $tripped = { by => 'failure_rate', threshold => 0.5,
 is_deeply($db->{tripped}, $tripped, 'open: tripped by the window 3/4');
 is(jtype($db->{tripped}{suspected}), 'bool', 'open: tripped.suspected bool');
 is($fb->{tripped}, undef, 'fresh: tripped null');
+is($fb->{open_since}, undef, 'fresh: open_since null');
 is($rb->{state}, 'closed', 'open: route breaker still closed');
 
 # short-circuited while open
@@ -395,6 +400,7 @@ is($db->{state}, 'half_open', 'half-open');
 is($db->{state_code}, 1, 'half-open: state_code 1');
 ok(near($db->{since}, $half, 0.5), 'half-open: since')
 	or diag("since $db->{since}, probe sent $half");
+is($db->{open_since}, $trip_since, 'half-open: open_since still the trip');
 ok(near($db->{retry_at}, $half, 1), 'half-open: retry_at near now')
 	or diag('retry_at ' . ($db->{retry_at} // 'null'));
 is($db->{totals}{half_opened}, 1, 'half-open: totals half_opened 1');
@@ -435,6 +441,7 @@ is($db->{state}, 'closed', 'closed again');
 is($db->{state_code}, 0, 'closed: state_code 0');
 ok(near($db->{since}, $closed, 0.5), 'closed: since')
 	or diag("since $db->{since}, now $closed");
+is($db->{open_since}, undef, 'closed: open_since null, the episode over');
 is($db->{retry_at}, undef, 'closed: retry_at null');
 is_deeply([ @{ $db->{window} || {} }{qw/ requests failures /} ], [ 0, 0 ],
 	'closed: fresh window');

@@ -32,7 +32,7 @@ use CB::Release qw/ version nginx_version /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(74);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(76);
 
 $t->write_file_expand('nginx.conf', conf(2, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -312,6 +312,7 @@ for my $b (@{ $j->{breakers} }) {
 		dry_run => $b->{dry_run} ? 1 : 0,
 	);
 	$want{retry_at_seconds} = $b->{retry_at} if defined $b->{retry_at};
+	$want{open_since_seconds} = $b->{open_since} if defined $b->{open_since};
 	for my $m (sort keys %want) {
 		my $got = metric($s, $m, $u, $r);
 		push @mismatch, "$u/$r $m: json $want{$m}, prometheus "
@@ -355,6 +356,11 @@ is(metric($s, 'window_requests', 'up', 'checkout'), 3,
 	'up/checkout window_requests');
 is(metric($s, 'retry_at_seconds', 'up', 'checkout'), undef,
 	'closed: no retry_at_seconds');
+is(metric($s, 'open_since_seconds', 'up', 'default'),
+	metric($s, 'state_since_seconds', 'up', 'default'),
+	'up/default open_since_seconds: the trip');
+is(metric($s, 'open_since_seconds', 'up', 'checkout'), undef,
+	'closed: no open_since_seconds');
 is(metric($s, 'state', 'up', 'v1.Cart-x_9'), 0, 'route name as label');
 like($text, qr/^${prefix}state\{zone="cb",upstream="up",route="v1\.Cart-x_9"\} 0$/m,
 	'label order and quoting');

@@ -227,7 +227,7 @@ ok($j->{state} eq 'open' && $j->{state_code} == 2 && $j->{forced} eq 'open',
 is_deeply([ sort keys %$j ], [ sort qw/ upstream route state state_code
 	dry_run forced since retry_at window latency_ms cooldown_ms
 	consecutive_probe_successes totals last_transition
-	probes_needed ramp_share probe_uri tripped / ],
+	probes_needed ramp_share probe_uri tripped open_since / ],
 	'force_open: the breaker object of the status page');
 like(log_since($t, $log0),
 	qr/\[warn\] .*circuit breaker "up\/default" forced open by 127\.0\.0\.1/,

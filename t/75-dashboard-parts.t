@@ -255,7 +255,7 @@ ok($j->{latency_ms}{p95} >= 700 * 0.828 - 0.5, 'hp: the probe\'s 700 ms (JSON)')
 	or diag(explain($j->{latency_ms}));
 is((split / p50 /, $r->{cells}{latency} // '')[0], 'probes ' . ms($j->{latency_ms}{p95}),
 	'hp: origin p95 from the probes');
-like($r->{cells}{when}, qr/^half-open \d+s 1\/3 good probes · probe (?:in \d+s|due)$/,
+like($r->{cells}{when}, qr/^open since \d\d:\d\d:\d\d \((?:\d+m )?\d+s\) half-open \d+s · 1\/3 good probes · probe (?:in \d+s|due)$/,
 	'hp: the probes needed');
 is($r->{color}, $amber, 'hp: amber');
 $b->keep('half-open');

@@ -158,9 +158,8 @@ is($r->{color}, $red, 'open is red');
 like($r->{text}, qr/100% · 0% of 4/, 'failure and slow rates of the window');
 like($r->{text}, qr/failure rate 100% \(4\/4\) >= 50%/,
 	'the last transition');
-ok($r->{spark}{'p-open'} && $r->{spark}{'p-closed'}
-	&& $r->{spark}{'p-fail'} =~ /L/,
-	'history: closed then open, and a failure-rate line');
+ok($r->{spark}{'p-open'} && $r->{spark}{'p-fail'} =~ /^M/,
+	'history: open, and the failure rate');
 
 $r = drive('rows');
 is($r->{rows}[0], 'up/default open', 'worst first: the open breaker on top');

@@ -5,6 +5,7 @@ pub mod directive;
 pub mod eject;
 pub mod fleet;
 pub mod grpc;
+pub mod history;
 pub mod limit;
 pub mod probe;
 pub mod retry_budget;

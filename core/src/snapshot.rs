@@ -184,6 +184,9 @@ pub struct BreakerView {
     /// When the current state began, on the clock the breaker runs on (see
     /// [`BreakerView::on_wall_clock`]).
     pub since_ms: u64,
+    /// Open or half-open: when the episode began, on the same clock — the trip (or force
+    /// open) that took it out of closed, which a failed probe's reopen does not move.
+    pub episode_ms: Option<u64>,
     /// When the next probe may start (open or half-open only), on the same clock.
     pub retry_at_ms: Option<u64>,
     /// The live window.
@@ -210,6 +213,9 @@ pub struct BreakerView {
     pub last_transition: String,
     /// Open or half-open by a trip (not forced): the window that tripped it.
     pub tripped: Option<TripView>,
+    /// The last minutes, interval by interval, when the status request asked for them
+    /// (`history=1`); on the same clock.
+    pub history: Option<crate::history::HistoryView>,
 }
 
 impl BreakerView {
@@ -226,11 +232,17 @@ impl BreakerView {
             }
         }
         self.since_ms = to_wall(self.since_ms, mono_now_ms, wall_now_ms);
+        self.episode_ms = self
+            .episode_ms
+            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
         self.retry_at_ms = self
             .retry_at_ms
             .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
         self.suspect_until_ms = self
             .suspect_until_ms
             .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+        if let Some(h) = &mut self.history {
+            h.start_ms = to_wall(h.start_ms, mono_now_ms, wall_now_ms);
+        }
     }
 }

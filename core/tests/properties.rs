@@ -320,6 +320,17 @@ proptest! {
                 prop_assert!(after != State::HalfOpen, "active probes never half-open");
             }
             let view = b.breaker().view(now);
+            // The episode: from leaving closed to coming back, whatever reopens it between.
+            prop_assert_eq!(view.episode_ms.is_some(), after != State::Closed);
+            if let Some(e) = view.episode_ms {
+                prop_assert!(e <= view.since_ms);
+                match before_view.episode_ms {
+                    None => prop_assert_eq!(e, view.since_ms, "a new episode begins with its state"),
+                    // Kept, but for one that outlasted the 49 days the header can hold.
+                    Some(was) if view.since_ms - was < u64::from(u32::MAX) => prop_assert_eq!(e, was),
+                    Some(_) => {}
+                }
+            }
             for rate in [view.window.failure_rate(), view.window.slow_rate()] {
                 prop_assert!((0.0..=1.0).contains(&rate));
             }

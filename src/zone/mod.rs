@@ -12,6 +12,7 @@
 //! leaves or rejoins the pool, so that every worker follows without the lock.
 
 mod block;
+mod history;
 mod init;
 mod limit;
 mod node;
@@ -54,6 +55,7 @@ const MAGIC: u64 = layout_hash(&[
     core::mem::size_of::<Bucket>() as u64,
     core::mem::size_of::<Slot>() as u64,
     core::mem::size_of::<block::Block>() as u64,
+    core::mem::size_of::<circuit_breaker_core::history::History>() as u64,
     circuit_breaker_core::limit::LIMITER_SIZE as u64,
     LAYOUT_REVISION,
 ]);
@@ -61,8 +63,8 @@ const MAGIC: u64 = layout_hash(&[
 /// Bumped when a layout changes without a size changing (revision 1: a slot's index in
 /// what was padding; 2: the limit controller's capacity estimate; 3: a slot's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
-/// and a breaker's `cooldown_ms` is the one told).
-const LAYOUT_REVISION: u64 = 3;
+/// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start).
+const LAYOUT_REVISION: u64 = 4;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -446,7 +448,13 @@ impl Zone {
     /// Nodes are freed only by a new configuration's reconciliation, which bumps the
     /// generation under the lock first: the walk stops if that happened between batches, so
     /// it never follows a freed node. Returns the zone's usage as [`Locked::usage`] saw it.
-    pub fn visit(&self, now_ms: u64, mut f: impl FnMut(Entry<'_>)) -> (u64, u64, u64) {
+    /// `history`: each view carries the breaker's history, if it has one.
+    pub fn visit(
+        &self,
+        now_ms: u64,
+        history: bool,
+        mut f: impl FnMut(Entry<'_>),
+    ) -> (u64, u64, u64) {
         let locked = self.lock();
         let usage = locked.usage();
         let generation = locked.generation();
@@ -454,7 +462,13 @@ impl Zone {
             // SAFETY: `n` is published (walk's promise: same generation, lock held); the
             // `BreakerMut` borrows `locked` mutably and is gone by the end of the match.
             let (view, retry) = match unsafe { locked.breaker_at(n) } {
-                Some(mut b) => (b.view(now_ms), b.retry_budget().map(|r| r.view(now_ms))),
+                Some(mut b) => {
+                    let mut view = b.view(now_ms);
+                    if history {
+                        view.history = b.history(now_ms);
+                    }
+                    (view, b.retry_budget().map(|r| r.view(now_ms)))
+                }
                 None => return,
             };
             // SAFETY: `n` is published (as above); only its slot index is read.

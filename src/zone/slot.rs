@@ -6,6 +6,7 @@
 use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::Gate;
+use circuit_breaker_core::history::History;
 
 use super::block::Block;
 use super::node::Node;
@@ -62,6 +63,9 @@ pub struct Slot {
     /// The adaptive limit's block, made for the first tenant with a limit and kept with the
     /// slot from then on (never freed).
     limit: AtomicPtr<Block>,
+    /// The tenant's history (`super::history`), made for the first tenant that needed one
+    /// and kept with the slot from then on (never freed); it names the tenant it follows.
+    history: AtomicPtr<History>,
 }
 
 /// A slot's gate as published, not yet decoded into a [`Gate`].
@@ -145,6 +149,7 @@ impl Slot {
             next_free: AtomicU32::new(next_free),
             index,
             limit: AtomicPtr::new(core::ptr::null_mut()),
+            history: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 
@@ -158,6 +163,17 @@ impl Slot {
     #[inline]
     pub fn limit_block(&self) -> *mut Block {
         self.limit.load(Ordering::Acquire)
+    }
+
+    /// The history, if one was ever made for this slot (read and written under the mutex).
+    #[inline]
+    pub fn history(&self) -> *mut History {
+        self.history.load(Ordering::Relaxed)
+    }
+
+    /// Attaches a history, once built (under the mutex).
+    pub fn set_history(&self, history: *mut History) {
+        self.history.store(history, Ordering::Relaxed);
     }
 
     /// Attaches a limit block, once built (under the mutex).

@@ -5,6 +5,7 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use circuit_breaker_core::breaker::{BreakerConfig, BreakerHeader, Gate};
+use circuit_breaker_core::history::{History, HistoryView};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::LimitStatus;
@@ -50,6 +51,8 @@ pub struct BreakerMut<'l> {
     slot: &'l Slot,
     node: NonNull<Node>,
     handle: Handle,
+    /// Its history, if it has one (see `super::history`).
+    history: Option<NonNull<History>>,
 }
 
 impl<'l> core::ops::Deref for BreakerMut<'l> {
@@ -69,6 +72,12 @@ impl Drop for BreakerMut<'_> {
     fn drop(&mut self) {
         self.slot
             .publish(self.breaker.gate(), self.breaker.successes_lock_free());
+        if let Some(mut h) = self.history {
+            let b = &self.breaker;
+            // SAFETY: a history stays allocated once made and is touched only under the
+            // mutex, held for as long as this borrow lives.
+            unsafe { h.as_mut() }.note(b.last_ms(), b.totals(), b.state());
+        }
     }
 }
 
@@ -111,6 +120,14 @@ impl BreakerMut<'_> {
         let (rejects, ramp_shed) = self.slot.lock_free_counts();
         self.breaker.count_lock_free(rejects, ramp_shed);
         *self.breaker.header()
+    }
+
+    /// Its history at `now_ms`, if it has one.
+    pub fn history(&self, now_ms: u64) -> Option<HistoryView> {
+        let h = self.history?;
+        let b = &self.breaker;
+        // SAFETY: as in `drop`.
+        Some(unsafe { h.as_ref() }.view(now_ms, b.totals(), b.state()))
     }
 
     /// The status view, with the requests short-circuited lock-free counted in.
@@ -263,6 +280,20 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     unsafe fn borrow(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
+        // SAFETY: `n` is published (this fn's contract).
+        unsafe { self.borrow_with(n, true) }
+    }
+
+    /// As [`Locked::borrow`]; `make_history`: make the breaker a history if it has none (a
+    /// status walk or a reload does not: a breaker no request touched has no past to show).
+    ///
+    /// # Safety
+    /// `n` must be a published node.
+    unsafe fn borrow_with(
+        &mut self,
+        n: NonNull<Node>,
+        make_history: bool,
+    ) -> Option<BreakerMut<'_>> {
         // SAFETY: `n` is published (this fn's contract), and cannot be freed: `remove` needs the
         // mutex, which `self` holds.
         let node = unsafe { n.as_ref() };
@@ -275,11 +306,13 @@ impl<'z> Locked<'z> {
         if let Some((second, count, latency)) = slot.pending.take() {
             breaker.absorb_successes(second, count, &latency);
         }
+        let history = self.history_for(slot, handle.ident, &breaker, make_history);
         Some(BreakerMut {
             breaker,
             slot,
             node: n,
             handle,
+            history,
         })
     }
 
@@ -577,8 +610,8 @@ impl<'z> Locked<'z> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn breaker_at(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
-        // SAFETY: `n` is published (this fn's contract), all that `borrow` asks.
-        unsafe { self.borrow(n) }
+        // SAFETY: `n` is published (this fn's contract), all that `borrow_with` asks.
+        unsafe { self.borrow_with(n, false) }
     }
 
     /// The window length a node was laid out for.

@@ -32,6 +32,11 @@
 //   text {selector, timeout_ms?}    wait for an element, answer its text
 //   fill {selector, value}          type into an input
 //   screenshot {path}
+//   viewport {width, height}       resize the window's viewport
+//   layout {}                      whether the page fits the viewport: the document's
+//                                   scrollWidth and the window's innerWidth, and every
+//                                   drawn button, the status line and the header's parts
+//                                   that end past the viewport's right edge
 //   report {}                       console errors, page errors, CSP violations, requests
 //                                   that left the page's origin
 //   quit {}
@@ -240,6 +245,29 @@ const ops = {
     const tall = await page.evaluate(() => document.documentElement.scrollHeight > 8000);
     await page.screenshot({ path, fullPage: !tall });
     return { path };
+  },
+  async viewport({ width, height }) {
+    await page.setViewportSize({ width, height });
+    // Two frames: the page redraws its rows on resize.
+    await page.evaluate(() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))));
+    return {};
+  },
+  async layout() {
+    return page.evaluate(() => {
+      const right = innerWidth, out = [];
+      const name = el => el.id || (el.dataset.action ? 'button[' + el.dataset.action + '] of '
+        + (el.closest('.row') ? el.closest('.row').dataset.upstream : '?') : el.tagName.toLowerCase());
+      for (const el of [...document.querySelectorAll('#list button, header .bar > *, #status')]) {
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.right > right + 0.5) out.push(`${name(el)} ends at ${Math.round(r.right)}`);
+      }
+      const st = document.getElementById('status').getBoundingClientRect();
+      return {
+        scrollWidth: document.documentElement.scrollWidth, innerWidth: right,
+        innerHeight, out, status: document.getElementById('status').textContent,
+        statusVisible: st.width > 0 && st.right <= right && st.left >= 0,
+      };
+    });
   },
   async report() {
     const csp = await page.evaluate(() => window.__csp || []);

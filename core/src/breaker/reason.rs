@@ -2,8 +2,9 @@
 
 /// Bytes kept of the last transition's reason in shared memory: real ones are about 40; one
 /// with ten-digit counts while suspected, or a server ejected by the probe of a route with a
-/// long name, is cut (its log line is whole).
-pub const REASON_BYTES: usize = 68;
+/// long name, is cut (its log line is whole). 64, so that the episode's start fits beside it
+/// in what was the header's padding.
+pub const REASON_BYTES: usize = 64;
 
 /// `num / den` as a percentage: an integer when whole, else floored to one decimal (`55`,
 /// `33.3`). Flooring keeps `rate >= threshold` true as printed.
@@ -94,11 +95,11 @@ mod tests {
         let mut buf = [0u8; REASON_BYTES];
         let long = "é".repeat(100);
         let len = store(&mut buf, &long);
-        assert_eq!(len, 68);
-        assert_eq!(load(&buf, len), "é".repeat(34));
+        assert_eq!(len, 64);
+        assert_eq!(load(&buf, len), "é".repeat(32));
         let odd = format!("x{long}");
         let len = store(&mut buf, &odd);
-        assert_eq!(len, 67);
+        assert_eq!(len, 63);
         assert!(load(&buf, len).starts_with('x'));
         assert_eq!(secs_ceil(29_001), 30);
         assert_eq!(secs_ceil(0), 0);

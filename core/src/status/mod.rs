@@ -108,6 +108,11 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// `consecutive`'s run length; 0 for a server ejected by a failed probe), whether peers' suspicion
 /// let it trip on `suspect_min` requests, and the window as it was on the request that
 /// tripped it (the live window ages out during a long cooldown) — and `null` otherwise.
+/// Then `"open_since"`: while open or half-open, when the episode began (Unix seconds, as
+/// `since`: the trip out of closed, which a failed probe's reopen does not move), else
+/// `null`; and, when the view has one (`history=1`), `"history":{…}` (see `write_history`).
+/// A server has `"out_since"` (the same, for its time out of the pool) and its history after
+/// its `tripped`.
 /// While open or half-open, `latency_ms` counts the probes' response times too (they are
 /// not the window's requests).
 ///
@@ -146,6 +151,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `dry_run` | gauge | 1 when `dry_run` is set |
 /// | `forced{state="open"\|"closed"}` | gauge | 1 for the forced state, else 0 (both always present; both 0 when not forced) |
 /// | `state_since_seconds` | gauge | Unix time the current state began |
+/// | `open_since_seconds` | gauge | Unix time the current episode began: the trip out of closed, which a failed probe's reopen does not move (absent while closed) |
 /// | `retry_at_seconds` | gauge | Unix time the next probe may start (absent when none is scheduled) |
 /// | `cooldown_seconds` | gauge | current cooldown |
 /// | `consecutive_probe_successes` | gauge | good probes in a row |
@@ -189,18 +195,26 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
 /// that may be there counts (see `size_hints_cover_every_part`).
 fn json_size_hint(entry: &Entry) -> usize {
     let tripped = |v: &BreakerView| if v.tripped.is_some() { 190 } else { 0 };
+    // Each point: three counts of up to 10 digits, a state code and their commas.
+    let history = |v: &BreakerView| v.history.as_ref().map_or(0, |h| 110 + 36 * h.points.len());
     let servers: usize = entry
         .servers
         .iter()
-        .map(|s| 460 + s.address.len() + s.view.last_transition.len() + tripped(&s.view))
+        .map(|s| {
+            480 + s.address.len()
+                + s.view.last_transition.len()
+                + tripped(&s.view)
+                + history(&s.view)
+        })
         .sum();
     let limit = if entry.limit.is_some() { 160 } else { 0 };
     let retry = if entry.retry.is_some() { 160 } else { 0 };
     let fleet = if entry.fingerprint.is_some() { 100 } else { 0 };
-    660 + limit
+    690 + limit
         + retry
         + fleet
         + tripped(&entry.view)
+        + history(&entry.view)
         + entry.upstream.len()
         + entry.route.len()
         + entry.view.last_transition.len()
@@ -374,6 +388,9 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     write_tripped(out, v.tripped.as_ref());
+    out.extend_from_slice(b",\"open_since\":");
+    write_opt(out, v.episode_ms.map(secs));
+    write_history(out, v.history.as_ref());
     if !entry.servers.is_empty() {
         out.extend_from_slice(b",\"servers\":[");
         for (i, s) in entry.servers.iter().enumerate() {
@@ -446,6 +463,35 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     out.extend_from_slice(b"},\"last_transition\":");
     json_str(out, &v.last_transition);
     write_tripped(out, v.tripped.as_ref());
+    out.extend_from_slice(b",\"out_since\":");
+    write_opt(out, v.episode_ms.map(secs));
+    write_history(out, v.history.as_ref());
+    out.push(b'}');
+}
+
+/// Writes `,"history":{…}` when the view has one: `start` (Unix seconds, when the first
+/// point's interval began), `step` (seconds) and, per point oldest first (the last one the
+/// current interval, still filling), `requests`, `failures`, `slow` and `state_codes` (the
+/// worst state seen, as `state_code`).
+fn write_history(out: &mut Vec<u8>, h: Option<&crate::history::HistoryView>) {
+    let Some(h) = h else { return };
+    out.extend_from_slice(b",\"history\":{\"start\":");
+    write_num(out, secs(h.start_ms));
+    int(out, b",\"step\":", h.step_ms / 1000);
+    let column = |out: &mut Vec<u8>, key: &[u8], f: &dyn Fn(&crate::history::Point) -> u64| {
+        out.extend_from_slice(key);
+        for (i, p) in h.points.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_num(out, Num::Int(f(p)));
+        }
+        out.push(b']');
+    };
+    column(out, b",\"requests\":[", &|p| u64::from(p.requests));
+    column(out, b",\"failures\":[", &|p| u64::from(p.failures));
+    column(out, b",\"slow\":[", &|p| u64::from(p.slow));
+    column(out, b",\"state_codes\":[", &|p| u64::from(p.state));
     out.push(b'}');
 }
 
@@ -488,6 +534,7 @@ pub(crate) mod tests {
                 dry_run: false,
                 forced: None,
                 since_ms: 1_764_484_800_123,
+                episode_ms: Some(1_764_484_790_500),
                 retry_at_ms: Some(1_764_484_830_500),
                 window: WindowView {
                     seconds: 10,
@@ -531,6 +578,7 @@ pub(crate) mod tests {
                         slow: 3,
                     },
                 }),
+                history: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -550,6 +598,7 @@ pub(crate) mod tests {
                 dry_run: true,
                 forced: None,
                 since_ms: 1_764_484_000_000,
+                episode_ms: None,
                 retry_at_ms: None,
                 window: WindowView {
                     seconds: 30,
@@ -564,6 +613,7 @@ pub(crate) mod tests {
                 totals: Totals::default(),
                 last_transition: String::new(),
                 tripped: None,
+                history: None,
             },
             servers: Vec::new(),
             retry: None,
@@ -648,7 +698,7 @@ pub(crate) mod tests {
             s[0]["last_transition"],
             "failure rate 60% (6/10) >= 50% in 10s"
         );
-        assert_eq!(s[0].as_object().unwrap().len(), 12);
+        assert_eq!(s[0].as_object().unwrap().len(), 13);
         // An ejected server shows the window that ejected it, an in server none.
         assert_eq!(s[0]["tripped"]["by"], "failure_rate");
         assert_eq!(s[0]["tripped"]["window"]["failures"], 22);
@@ -666,7 +716,7 @@ pub(crate) mod tests {
             (Some(30), Some(4))
         );
         // The breaker's own fields come first, unchanged.
-        assert_eq!(v.as_object().unwrap().len(), 20);
+        assert_eq!(v.as_object().unwrap().len(), 21);
         let mut half = pool_entry();
         half.servers[0].view.state = crate::snapshot::State::HalfOpen;
         half.retry = None;
@@ -733,13 +783,14 @@ pub(crate) mod tests {
                 concat!(
                     r#">= 50% in 10s","tripped":{"by":"failure_rate","threshold":0.5,"#,
                     r#""suspected":false,"window":{"seconds":10,"requests":40,"failures":22,"#,
-                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}}}]}"#
+                    r#""slow":3,"failure_rate":0.55,"slow_rate":0.075}},"#,
+                    r#""open_since":1764484790.5}]}"#
                 ),
                 1,
             );
         assert_eq!(
             expected.len(),
-            spec.len() + 25 + 52 + 14 + 14 + 165,
+            spec.len() + 25 + 52 + 14 + 14 + 165 + 26,
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
@@ -802,7 +853,8 @@ pub(crate) mod tests {
         assert_eq!(tr["suspected"], false);
         assert_eq!(tr["window"], b["window"], "tripped by this very window");
         assert_eq!(tr.as_object().unwrap().len(), 4);
-        assert_eq!(b.as_object().unwrap().len(), 18);
+        assert_eq!(b.as_object().unwrap().len(), 19);
+        assert_eq!(b["open_since"].as_f64(), Some(1_764_484_790.5));
     }
 
     #[test]
@@ -926,7 +978,7 @@ pub(crate) mod tests {
     fn dashboard_is_self_contained() {
         let page = DASHBOARD_HTML;
         assert!(page.starts_with("<!DOCTYPE html>"));
-        assert!(page.len() < 40 * 1024, "{} bytes", page.len());
+        assert!(page.len() < 48 * 1024, "{} bytes", page.len());
         let lower = page.to_ascii_lowercase();
         // Nothing fetched from elsewhere: no absolute or scheme-relative address anywhere, no
         // element that loads a file, and a policy that forbids it even if one slipped in.
@@ -983,7 +1035,7 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(text.contains(
-            r#"0.075}},"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
+            r#"0.075}},"open_since":1764484790.5,"fingerprint":"9f3c2a1b00d4e5f6","suspicious":true,"suspicious_until":1764484801.25}"#
         ), "{text}");
         let v = parse(&out);
         assert_eq!(v["breakers"][1]["fingerprint"], "0000000000000001");
@@ -1024,13 +1076,13 @@ pub(crate) mod tests {
     fn json_limit_object_follows_the_breaker() {
         let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
         assert!(
-            out.ends_with(r#","last_transition":"","tripped":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            out.ends_with(r#","last_transition":"","tripped":null,"open_since":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
             "{out}"
         );
         let v = parse(out.as_bytes());
         assert_eq!(
             v.as_object().unwrap().len(),
-            15 + 3 + 1,
+            15 + 3 + 1 + 1,
             "with the recovery fields and tripped"
         );
         let mut fresh = limited_entry();
@@ -1099,6 +1151,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn json_history_when_asked_for() {
+        let mut e = example_entry();
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(!out.contains("history"), "none unless asked for");
+        let p = |requests, failures, state| crate::history::Point {
+            requests,
+            failures,
+            slow: 1,
+            state,
+        };
+        e.view.history = Some(crate::history::HistoryView {
+            start_ms: 1_764_484_770_000,
+            step_ms: 10_000,
+            points: vec![p(40, 2, 0), p(35, 20, 2), p(0, 0, 2)],
+        });
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        assert!(
+            out.ends_with(concat!(
+                r#""open_since":1764484790.5,"history":{"start":1764484770.0,"step":10,"#,
+                r#""requests":[40,35,0],"failures":[2,20,0],"slow":[1,1,1],"#,
+                r#""state_codes":[0,2,2]}}"#
+            )),
+            "{out}"
+        );
+        let mut pool = pool_entry();
+        pool.servers[0].view.history = e.view.history.clone();
+        let v = parse(&render_breaker_json(&pool));
+        assert_eq!(v["servers"][0]["history"]["requests"][1], 35);
+        assert!(v["servers"][1].get("history").is_none());
+    }
+
+    #[test]
     fn size_hints_cover_every_part() {
         let mut fleet = pool_entry();
         fleet.fingerprint = Some(u64::MAX);
@@ -1106,6 +1190,23 @@ pub(crate) mod tests {
         fleet.limit = limited_entry().limit;
         fleet.view.tripped = example_entry().view.tripped;
         fleet.probe_uri = Some("/health".into());
+        let full = crate::history::HistoryView {
+            start_ms: u64::MAX,
+            step_ms: 10_000,
+            points: vec![
+                crate::history::Point {
+                    requests: u32::MAX,
+                    failures: u32::MAX,
+                    slow: u32::MAX,
+                    state: 2,
+                };
+                crate::history::POINTS
+            ],
+        };
+        fleet.view.history = Some(full.clone());
+        for s in &mut fleet.servers {
+            s.view.history = Some(full.clone());
+        }
         for e in [
             example_entry(),
             closed_entry(),

@@ -162,6 +162,12 @@ impl Renderer<'_> {
             |v| Some(secs(v.since_ms)),
         );
         self.family(
+            "open_since_seconds",
+            Gauge,
+            "Unix time the current episode began: the trip out of closed, which a failed probe's reopen does not move (absent while closed).",
+            |v| v.episode_ms.map(secs),
+        );
+        self.family(
             "retry_at_seconds",
             Gauge,
             "Unix time the next probe may start (open or half-open only).",
@@ -734,6 +740,7 @@ mod tests {
             ("forced", "gauge", r#"{state="open"} 0"#),
             ("", "", r#"{state="closed"} 0"#),
             ("state_since_seconds", "gauge", "1764484800.123"),
+            ("open_since_seconds", "gauge", "1764484790.5"),
             ("retry_at_seconds", "gauge", "1764484830.5"),
             ("cooldown_seconds", "gauge", "30.0"),
             ("consecutive_probe_successes", "gauge", "0"),
@@ -874,7 +881,7 @@ mod tests {
         let text = render(&example_zone(), &many_entries(50));
         let (samples, types) = validate(&text);
         // Every family is present (the example breakers have latency and retry_at).
-        assert_eq!(types.len(), 5 + 26);
+        assert_eq!(types.len(), 5 + 27);
         let count = |name: &str| {
             samples
                 .iter()
@@ -1109,6 +1116,6 @@ mod tests {
         // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
         let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
-        assert_eq!(samples.len(), 5 + 10_000 * 27 + 5_000 * 4);
+        assert_eq!(samples.len(), 5 + 10_000 * 27 + 5_000 * 5);
     }
 }

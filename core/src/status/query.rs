@@ -64,6 +64,9 @@ pub struct Query {
     pub action: Option<Action>,
     /// `server=ADDRESS`: the server of `upstream` to `eject` or `restore`.
     pub server: Option<String>,
+    /// `history=1`: each breaker's (and server's) last minutes in the JSON
+    /// (`crate::history`); `history=0`, the default, none.
+    pub history: bool,
 }
 
 /// The longest parameter text quoted back in an error, in characters.
@@ -101,6 +104,7 @@ fn expected(given: &str, valid: &[&str]) -> String {
 /// characters) and cut at 64 characters.
 pub fn parse_query(args: &[u8]) -> Result<Query, String> {
     let mut q = Query::default();
+    let mut seen_history = false;
     for pair in args.split(|&b| b == b'&') {
         if pair.is_empty() {
             continue;
@@ -117,6 +121,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             b"route" => "route",
             b"action" => "action",
             b"server" => "server",
+            b"history" => "history",
             _ => {
                 let name = String::from_utf8_lossy(&name);
                 return Err(format!(
@@ -131,6 +136,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             "upstream" => q.upstream.is_some(),
             "route" => q.route.is_some(),
             "server" => q.server.is_some(),
+            "history" => seen_history,
             _ => q.action.is_some(),
         };
         if given {
@@ -155,6 +161,14 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "fleet" => Format::Fleet,
                     _ => return Err(invalid(&FORMATS)),
                 })
+            }
+            "history" => {
+                seen_history = true;
+                q.history = match value.as_str() {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(invalid()),
+                }
             }
             "action" => {
                 q.action = Some(match value.as_str() {
@@ -452,7 +466,23 @@ mod tests {
             route: route.map(String::from),
             action,
             server: None,
+            history: false,
         }
+    }
+
+    #[test]
+    fn history_is_asked_for_with_1() {
+        assert!(parse_query(b"format=json&history=1").unwrap().history);
+        assert!(!parse_query(b"history=0").unwrap().history);
+        assert!(!parse_query(b"format=json").unwrap().history);
+        assert_eq!(
+            parse_query(b"history=yes").unwrap_err(),
+            r#"invalid value "yes" for "history""#
+        );
+        assert_eq!(
+            parse_query(b"history=0&history=1").unwrap_err(),
+            r#"duplicate parameter "history""#
+        );
     }
 
     #[test]

@@ -142,6 +142,12 @@ pub struct BreakerHeader {
     flags: u8,
     reason_len: u8,
     reason: [u8; REASON_BYTES],
+    /// Open or half-open: how long before `since_ms` the episode began — the trip (or the
+    /// operator's force open) that took it out of closed, which a failed probe's reopen
+    /// does not move. Milliseconds, at most `u32::MAX` (49 days): 4 bytes keep a default
+    /// breaker within the slab's 2 KiB class (here, beside the reason, in what was
+    /// padding).
+    episode_back_ms: u32,
 }
 
 impl BreakerHeader {
@@ -178,6 +184,7 @@ impl BreakerHeader {
             slow_run: 0,
             gateway_run: 0,
             needed: 0,
+            episode_back_ms: 0,
             soft_needed: 0,
             state: STATE_CLOSED,
             forced: FORCED_NONE,

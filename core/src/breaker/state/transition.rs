@@ -38,6 +38,14 @@ impl<'a> Breaker<'a> {
         let h = &mut *self.hdr;
         let from = h.state();
         if h.state != to {
+            // An episode runs from leaving closed to coming back: a reopen after a failed
+            // probe is the same episode.
+            h.episode_back_ms = if to == STATE_CLOSED || h.state == STATE_CLOSED {
+                0
+            } else {
+                let began = h.since_ms.saturating_sub(u64::from(h.episode_back_ms));
+                u32::try_from(now.saturating_sub(began)).unwrap_or(u32::MAX)
+            };
             h.since_ms = now;
             let t = &mut h.totals;
             let counter = match to {

@@ -3,6 +3,16 @@
 use super::*;
 
 impl<'a> Breaker<'a> {
+    /// The latest clock reading the breaker has seen.
+    pub fn last_ms(&self) -> u64 {
+        self.hdr.last_ms
+    }
+
+    /// Running totals.
+    pub fn totals(&self) -> &Totals {
+        &self.hdr.totals
+    }
+
     /// The window's running sums at `now_ms` (advancing it first), as used for decisions.
     pub fn window(&mut self, now_ms: u64) -> WindowView {
         let now = self.clock(now_ms);
@@ -52,6 +62,8 @@ impl<'a> Breaker<'a> {
             dry_run: h.cfg.dry_run,
             forced,
             since_ms: h.since_ms,
+            episode_ms: (state != State::Closed)
+                .then(|| h.since_ms.saturating_sub(u64::from(h.episode_back_ms))),
             retry_at_ms,
             window: WindowView {
                 seconds: h.cfg.window_s,
@@ -85,6 +97,7 @@ impl<'a> Breaker<'a> {
             } else {
                 h.trip.view(&h.cfg)
             },
+            history: None,
         }
     }
 }
