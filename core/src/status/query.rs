@@ -73,7 +73,8 @@ pub struct Query {
 const QUOTE_MAX: usize = 64;
 
 /// The query's parameters, its formats and its actions, as an error lists them.
-const PARAMETERS: [&str; 5] = ["format", "upstream", "route", "action", "server"];
+const PARAMETERS: [&str; 6] = ["format", "upstream", "route", "action", "server", "history"];
+const HISTORY: [&str; 2] = ["0", "1"];
 const FORMATS: [&str; 4] = ["json", "prometheus", "html", "fleet"];
 const ACTIONS: [&str; 5] = ["force_open", "force_close", "reset", "eject", "restore"];
 
@@ -167,7 +168,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                 q.history = match value.as_str() {
                     "1" => true,
                     "0" => false,
-                    _ => return Err(invalid()),
+                    _ => return Err(invalid(&HISTORY)),
                 }
             }
             "action" => {
@@ -477,7 +478,7 @@ mod tests {
         assert!(!parse_query(b"format=json").unwrap().history);
         assert_eq!(
             parse_query(b"history=yes").unwrap_err(),
-            r#"invalid value "yes" for "history""#
+            r#"invalid value "yes" for "history", expected one of: 0, 1"#
         );
         assert_eq!(
             parse_query(b"history=0&history=1").unwrap_err(),
@@ -563,14 +564,14 @@ mod tests {
     #[test]
     fn bad_queries() {
         let cases: &[(&[u8], &str)] = &[
-            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
-            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
-            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server"#),
-            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server"#),
-            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server"#),
-            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server"#),
-            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server"#),
-            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server"),
+            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
+            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
+            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server, history"#),
+            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server, history"#),
+            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
+            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server, history"#),
+            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server, history"#),
+            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server, history"),
             (b"%zz=1", "invalid percent-encoding in a parameter name"),
             (b"format=xml", r#"invalid value "xml" for "format", expected one of: json, prometheus, html, fleet"#),
             (b"format=", r#"invalid value "" for "format", expected one of: json, prometheus, html, fleet"#),
@@ -580,7 +581,7 @@ mod tests {
             (b"action=", r#"invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore"#),
             (b"action=rest", r#"invalid value "rest" for "action", did you mean "reset"? expected one of: force_open, force_close, reset, eject, restore"#),
             (b"format=promethus", r#"invalid value "promethus" for "format", did you mean "prometheus"? expected one of: json, prometheus, html, fleet"#),
-            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server"#),
+            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server, history"#),
             (
                 b"action=force+open",
                 r#"invalid value "force open" for "action", did you mean "force_open"? expected one of: force_open, force_close, reset, eject, restore"#,
@@ -635,7 +636,7 @@ mod tests {
         let err = parse_query(b"a%0D%0Ab%00=1").unwrap_err();
         assert_eq!(
             err,
-            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server"#
+            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server, history"#
         );
     }
 
