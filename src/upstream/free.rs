@@ -259,6 +259,7 @@ fn settle_locked(
         (None, _) => return,
     };
     drop(locked);
+    state.recorded_ms = now;
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
     } else if recorded.state == State::Closed {

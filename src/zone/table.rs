@@ -4,6 +4,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
+use circuit_breaker_core::breaker::jitter::{self, JitterKey};
 use circuit_breaker_core::breaker::{BreakerConfig, Gate};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
@@ -354,7 +355,13 @@ impl<'z> Locked<'z> {
                 route_len,
                 kind: key.kind as u8,
             });
-            write_fresh_breaker(n, *cfg, now_ms, epoch);
+            write_fresh_breaker(
+                n,
+                *cfg,
+                now_ms,
+                epoch,
+                jitter_key(h, key.upstream, key.route),
+            );
         }
         let ident = h.idents.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = self.zone.slot(slot_index)?;
@@ -591,8 +598,21 @@ impl<'z> Locked<'z> {
             .epochs
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1) as u32;
+        // SAFETY: `n` is published (this fn's contract); its names live as long as it does.
+        let (upstream, route) = unsafe { names(n.as_ref()) };
+        let key = jitter_key(self.header(), upstream, route);
         // SAFETY: `n` is published with `cfg.window_s` buckets (this fn's contract); `&mut self`
         // holds the mutex and rules out a live `BreakerMut`, so the breaker is not borrowed.
-        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch) };
+        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch, key) };
     }
+}
+
+/// The jitter key of the breaker named `upstream/route`, from the zone's seed (as
+/// `cb-replay --seed-file` makes it).
+fn jitter_key(h: &Header, upstream: &[u8], route: &[u8]) -> JitterKey {
+    let mut name = Vec::with_capacity(upstream.len() + 1 + route.len());
+    name.extend_from_slice(upstream);
+    name.push(b'/');
+    name.extend_from_slice(route);
+    jitter::breaker_key(&h.jitter_seed(), &name)
 }

@@ -56,6 +56,7 @@ use std::mem::{align_of, size_of};
 use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::{Histogram, HistogramSum};
+use super::jitter::{self, JitterKey, Purpose, NO_KEY};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
@@ -140,6 +141,8 @@ pub struct BreakerHeader {
     flags: u8,
     reason_len: u8,
     reason: [u8; REASON_BYTES],
+    /// The key of the draws that decide transitions ([`super::jitter`]); none: `rnd`.
+    jitter_key: JitterKey,
 }
 
 impl BreakerHeader {
@@ -182,7 +185,19 @@ impl BreakerHeader {
             flags: 0,
             reason_len: 0,
             reason: [0; REASON_BYTES],
+            jitter_key: NO_KEY,
         }
+    }
+
+    /// Draws cooldowns and probe spacings from `key` ([`super::jitter`]) rather than from
+    /// the random numbers the calls pass.
+    pub fn set_jitter_key(&mut self, key: JitterKey) {
+        self.jitter_key = key;
+    }
+
+    /// The uniform number of a draw for `purpose` at `now`: the key's, or `rnd`.
+    fn jitter_rnd(&self, purpose: Purpose, now: u64, rnd: u32) -> u32 {
+        jitter::draw(&self.jitter_key, purpose, now).unwrap_or(rnd)
     }
 
     /// The parameters this breaker was created with.

@@ -75,7 +75,7 @@ impl<'a> Breaker<'a> {
             h.cfg.jitter,
             u64::from(h.cfg.max_open_ms),
         );
-        let cooldown = draw(lo, hi, rnd);
+        let cooldown = draw(lo, hi, h.jitter_rnd(Purpose::Cooldown, now, rnd));
         // With passive probes clients are told `hi`, the range's end (see
         // `BreakerHeader::told`); with active ones, the cooldown itself. At most `max_open`,
         // a `u32`.

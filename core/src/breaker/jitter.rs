@@ -1,0 +1,141 @@
+//! Jitter a replay can reproduce: the draws that decide transitions (a cooldown's length, a
+//! probe's spacing) taken from a keyed pseudo-random function rather than a generator's
+//! stream.
+//!
+//! A draw is HMAC-SHA-256 under the breaker's key of what it is for and the millisecond it is
+//! made at (on the module's monotonic clock, which `$circuit_breaker_msec` logs); the key is
+//! HMAC-SHA-256 under the instance's secret seed of the breaker's name. So a replay given the
+//! seed and a log with that clock makes the same draws at the same requests, and picks them
+//! up again after any difference (a draw depends on no earlier one); a client, without the
+//! seed, can no more predict them than random ones; and instances with seeds of their own
+//! draw apart, as a fleet should (probes in step would hit a recovering origin together).
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// A breaker's jitter key (128 bits: the breaker's header must stay small); all zeroes: none
+/// (the caller's random numbers are used).
+pub type JitterKey = [u8; 16];
+
+/// No key: draws are the caller's random numbers.
+pub const NO_KEY: JitterKey = [0; 16];
+
+/// What a draw is for, so that two draws at the same millisecond differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Purpose {
+    /// The cooldown drawn when a breaker opens.
+    Cooldown = 1,
+    /// The spacing to the next probe, drawn when one starts.
+    ProbeSpacing = 2,
+}
+
+/// The key of the breaker named `name` (`UPSTREAM/ROUTE`) under the instance's `seed`.
+pub fn breaker_key(seed: &[u8], name: &[u8]) -> JitterKey {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(seed).expect("HMAC takes any key length");
+    mac.update(b"circuit-breaker jitter v1\0");
+    mac.update(name);
+    let out = mac.finalize().into_bytes();
+    let mut key = NO_KEY;
+    key.copy_from_slice(&out[..16]);
+    // All zeroes means "no key": a 2^-128 chance, turned into a key all the same.
+    if key == NO_KEY {
+        key[0] = 1;
+    }
+    key
+}
+
+/// The uniform number `key` gives a draw for `purpose` at `now_ms`; `None` without a key.
+pub fn draw(key: &JitterKey, purpose: Purpose, now_ms: u64) -> Option<u32> {
+    if *key == NO_KEY {
+        return None;
+    }
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(&[purpose as u8]);
+    mac.update(&now_ms.to_be_bytes());
+    let out = mac.finalize().into_bytes();
+    Some(u32::from_be_bytes([out[0], out[1], out[2], out[3]]))
+}
+
+/// A seed from its text: 64 hexadecimal digits (32 bytes), spaces and a final newline
+/// ignored, as `head -c 32 /dev/urandom | od -An -tx1` or `openssl rand -hex 32` write it.
+pub fn parse_seed(text: &str) -> Result<[u8; 32], &'static str> {
+    let hex: Vec<u8> = text.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    if hex.len() != 64 {
+        return Err("a jitter seed is 64 hexadecimal digits (32 bytes)");
+    }
+    let mut seed = [0u8; 32];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => seed[i] = (h * 16 + l) as u8,
+            _ => return Err("a jitter seed is 64 hexadecimal digits (32 bytes)"),
+        }
+    }
+    Ok(seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: [u8; 32] = [7; 32];
+
+    #[test]
+    fn no_key_no_draw() {
+        assert_eq!(draw(&NO_KEY, Purpose::Cooldown, 5), None);
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_draw() {
+        let k = breaker_key(&SEED, b"api/default");
+        assert_eq!(
+            draw(&k, Purpose::Cooldown, 1234),
+            draw(&breaker_key(&SEED, b"api/default"), Purpose::Cooldown, 1234)
+        );
+    }
+
+    #[test]
+    fn draws_differ_by_breaker_seed_purpose_and_time() {
+        let k = breaker_key(&SEED, b"api/default");
+        let d = draw(&k, Purpose::Cooldown, 1234);
+        assert_ne!(
+            d,
+            draw(&breaker_key(&SEED, b"api/other"), Purpose::Cooldown, 1234)
+        );
+        assert_ne!(
+            d,
+            draw(
+                &breaker_key(&[8; 32], b"api/default"),
+                Purpose::Cooldown,
+                1234
+            )
+        );
+        assert_ne!(d, draw(&k, Purpose::ProbeSpacing, 1234));
+        assert_ne!(d, draw(&k, Purpose::Cooldown, 1235));
+    }
+
+    #[test]
+    fn draws_spread_over_the_range() {
+        let k = breaker_key(&SEED, b"api/default");
+        let n = 4000u64;
+        let low = (0..n)
+            .filter(|&t| draw(&k, Purpose::Cooldown, t).unwrap() < u32::MAX / 2)
+            .count() as u64;
+        assert!(
+            (n * 45 / 100..=n * 55 / 100).contains(&low),
+            "{low} of {n} below half"
+        );
+    }
+
+    #[test]
+    fn seeds_parse_from_hex() {
+        let text = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF\n";
+        let s = parse_seed(text).unwrap();
+        assert_eq!(s[1], 0x11);
+        assert_eq!(s[31], 0xff);
+        assert_eq!(parse_seed(" 00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff 00 11 22 33 44 55 66 77 88 99 aa bb cc dd ee ff"), Ok(s));
+        assert!(parse_seed("0011").is_err());
+        assert!(parse_seed(&"zz".repeat(32)).is_err());
+    }
+}
