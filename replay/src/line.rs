@@ -316,7 +316,8 @@ mod tests {
             assert_eq!(l.judged, Some((81_234_567, 81_234_567)));
         }
         // Let through in a dry run: an attempt, so not refused, whatever the state says.
-        let dry = r#"1700000000.123 0.015 "api" "default" "10.0.0.1:80" "502" "0.014" "-" "open" "5+14""#;
+        let dry =
+            r#"1700000000.123 0.015 "api" "default" "10.0.0.1:80" "502" "0.014" "-" "open" "5+14""#;
         assert!(!parse(dry).unwrap().refused);
         // No breaker judged it (a `return`): nothing refused.
         let none = r#"1700000000.123 0.000 "api" "default" "-" "-" "-" "-" "" "-""#;
@@ -327,7 +328,13 @@ mod tests {
 
     #[test]
     fn other_fields_after_the_eighth_are_not_the_module_s() {
-        for tail in [r#" "/a/?n=1""#, r#" "open" "soon""#, r#" "GET" "-""#, " 12 13", ""] {
+        for tail in [
+            r#" "/a/?n=1""#,
+            r#" "open" "soon""#,
+            r#" "GET" "-""#,
+            " 12 13",
+            "",
+        ] {
             let text = format!("{OK}{tail}");
             let l = parse(&text).unwrap();
             assert!(!l.refused, "{tail}");

@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use cb_replay::conf::Specs;
-use circuit_breaker_core::breaker::jitter;
 use cb_replay::input::{self, Got, DEFAULT_MAX_LINE};
 use cb_replay::line;
 use cb_replay::report::{self, BadLine};
 use cb_replay::sim::{Replay, DEFAULT_MAX_BREAKERS, MAX_WAITING};
 use cb_replay::units::{parse_msec, parse_size};
+use circuit_breaker_core::breaker::jitter;
 
 const USAGE: &str =
     "usage: cb-replay [--config NGINX_T_OUTPUT] [--breaker '[UPSTREAM[:ROUTE]=]PARAMS']...

@@ -139,3 +139,34 @@ mod tests {
         assert!(parse_seed(&"zz".repeat(32)).is_err());
     }
 }
+
+#[cfg(test)]
+mod breaker_tests {
+    use super::*;
+    use crate::breaker::{BreakerConfig, OwnedBreaker};
+
+    /// The cooldown a breaker opened at `now` with `rnd` draws, as its transition says it.
+    fn cooldown(key: Option<JitterKey>, rnd: u32) -> String {
+        let cfg = BreakerConfig {
+            open_ms: 10_000,
+            max_open_ms: 60_000,
+            jitter: 5_000,
+            ..BreakerConfig::default()
+        };
+        let mut ob = OwnedBreaker::new(cfg, 1_000);
+        if let Some(k) = key {
+            ob.hdr.set_jitter_key(k);
+        }
+        let t = ob.breaker().trip(5_000, rnd, "test".into()).unwrap();
+        t.detail.unwrap()
+    }
+
+    #[test]
+    fn a_keyed_breaker_draws_from_its_key_not_from_the_random_numbers() {
+        let k = breaker_key(&[3; 32], b"api/default");
+        assert_eq!(cooldown(Some(k), 0), cooldown(Some(k), u32::MAX));
+        // Without a key, the random number decides (5 s and 15 s, the range's ends).
+        assert_eq!(cooldown(None, 0), "retry in 5s");
+        assert_eq!(cooldown(None, u32::MAX), "retry in 15s");
+    }
+}

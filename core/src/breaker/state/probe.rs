@@ -131,7 +131,7 @@ impl<'a> Breaker<'a> {
                 let pace = jittered(
                     judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed),
                     h.cfg.jitter,
-                    rnd,
+                    h.jitter_rnd(Purpose::ProbeSpacing, now, rnd),
                 );
                 h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
                 if h.state() == State::Open {
