@@ -33,7 +33,7 @@ my $root = "$FindBin::Bin/..";
 my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
 plan(skip_all => "no $replay (scripts/replay --build makes it)") unless -x $replay;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(14);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(15);
 
 # The format as documented, then the request (to find the live log line's request).
 open my $fh, '<', "$root/nginx-conf/replay-log.conf" or die "replay-log.conf: $!\n";
@@ -138,6 +138,8 @@ like($log, qr/^\S+ \S+ "api" "a" "-" "-" "-" "-" "open" "\d+" "\/a\/\?status=500
 	'a refused line: upstream, route, state, time');
 like($log, qr/^\S+ \S+ "api" "a" "127\.0\.0\.1:\d+" "200" \S+ \S+ "closed" "\d+\+\d+" /m,
 	'a passed line: judged and recorded at the module\'s times');
+unlike($log, qr/^\S+ \S+ "[^"]+" "[^"]+" "127\.0\.0\.1:\d+" "\d+" \S+ \S+ "\w+" "\d+" /m,
+	'every request sent has the time of its record (successes recorded without the lock too)');
 
 my $d = $t->testdir();
 my $conf = `$Test::Nginx::NGINX -p $d/ -c nginx.conf -e error-t.log -T 2>/dev/null`;

@@ -135,15 +135,13 @@ fn args() -> Result<Option<Args>, String> {
 /// The file `circuit_breaker_jitter_key` names in `nginx -T`'s output, if any (the last one:
 /// nginx refuses a second).
 fn jitter_key_of(text: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|l| {
-            let l = l.split('#').next()?.trim();
-            let rest = l.strip_prefix("circuit_breaker_jitter_key")?;
-            let path = rest.trim().strip_suffix(';')?.trim();
-            let path = path.trim_matches(|c| c == '"' || c == '\'');
-            (!path.is_empty() && rest.starts_with(char::is_whitespace)).then(|| path.to_owned())
-        })
-        .last()
+    text.lines().rev().find_map(|l| {
+        let l = l.split('#').next()?.trim();
+        let rest = l.strip_prefix("circuit_breaker_jitter_key")?;
+        let path = rest.trim().strip_suffix(';')?.trim();
+        let path = path.trim_matches(|c| c == '"' || c == '\'');
+        (!path.is_empty() && rest.starts_with(char::is_whitespace)).then(|| path.to_owned())
+    })
 }
 
 /// The seed in a `circuit_breaker_jitter_key` file, read as the module reads it: 32 bytes,
