@@ -44,7 +44,7 @@ pub unsafe extern "C" fn set_jitter_key(
                 ngx_conf_log_error!(
                     NGX_LOG_EMERG,
                     cf,
-                    "cannot use \"circuit_breaker_jitter_key\" \"{}\": {}",
+                    "cannot use \"circuit_breaker_jitter_key\" \"{}\" {}",
                     name,
                     why
                 );
@@ -60,7 +60,17 @@ fn read_seed(path: &str) -> Result<[u8; 32], String> {
     let mut contents = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(1024).read_to_end(&mut contents))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e.raw_os_error() {
+            // As nginx says a file it cannot open: "(2: No such file or directory)".
+            Some(n) => {
+                let text = e.to_string();
+                let why = text
+                    .strip_suffix(&format!(" (os error {n})"))
+                    .unwrap_or(&text);
+                format!("({n}: {why})")
+            }
+            None => e.to_string(),
+        })?;
     let seed = match contents.len() {
         32 => {
             let mut s = [0u8; 32];
@@ -68,8 +78,8 @@ fn read_seed(path: &str) -> Result<[u8; 32], String> {
             Ok(s)
         }
         _ => core::str::from_utf8(&contents)
-            .map_err(|_| "it holds neither 32 bytes nor 64 hexadecimal digits".to_owned())
-            .and_then(|t| parse_seed(t).map_err(|e| format!("{e}, or 32 bytes"))),
+            .map_err(|_| "(it holds neither 32 bytes nor 64 hexadecimal digits)".to_owned())
+            .and_then(|t| parse_seed(t).map_err(|e| format!("({e}, or 32 bytes)"))),
     };
     // The secret's bytes do not outlive the parse.
     contents.iter_mut().for_each(|b| *b = 0);
