@@ -188,7 +188,7 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
     let mut r = Replay::new(a.specs, sets, a.seed, a.horizon_ms);
     r.max_breakers = a.max_breakers;
     if let Some(path) = &a.jitter_key {
-        r.set_jitter_seed(&read_jitter_key(path)?);
+        r.set_jitter_seed(read_jitter_key(path)?);
     }
     if let Some(dir) = a.timeline {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

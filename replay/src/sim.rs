@@ -22,9 +22,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::rc::Rc;
 
-use circuit_breaker_core::breaker::jitter;
+use circuit_breaker_core::breaker::jitter::JitterSource;
 use circuit_breaker_core::breaker::{
-    classify, Admission, Attempt, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
+    classify, Admission, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
 };
 use circuit_breaker_core::retry_budget::RetryBudget;
 use circuit_breaker_core::snapshot::State;
@@ -40,6 +40,8 @@ pub struct Run {
     /// The configuration as given (the core runs it in dry run, to see what it would refuse).
     pub cfg: BreakerConfig,
     rng: u64,
+    /// The live instance's seed and the breaker's upstream and route: its live draws.
+    jitter: Option<([u8; 32], Box<str>, Box<str>)>,
     /// What it did.
     pub stats: Stats,
     /// Its per-second series, when asked for.
@@ -47,15 +49,17 @@ pub struct Run {
 }
 
 impl Run {
-    fn new(cfg: BreakerConfig, now_ms: u64, seed: u64, key: Option<jitter::JitterKey>) -> Run {
+    fn new(
+        cfg: BreakerConfig,
+        now_ms: u64,
+        seed: u64,
+        jitter: Option<([u8; 32], Box<str>, Box<str>)>,
+    ) -> Run {
         let mut core_cfg = cfg;
         core_cfg.dry_run = true;
-        let mut ob = OwnedBreaker::new(core_cfg, now_ms);
-        if let Some(key) = key {
-            ob.hdr.set_jitter_key(key);
-        }
         Run {
-            ob,
+            ob: OwnedBreaker::new(core_cfg, now_ms),
+            jitter,
             cfg,
             rng: seed | 1,
             stats: Stats::default(),
@@ -70,6 +74,19 @@ impl Run {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((z ^ (z >> 31)) >> 32) as u32
+    }
+
+    /// The breaker, drawing as the live one did when the seed is known.
+    fn breaker(&mut self) -> Breaker<'_> {
+        let b = self.ob.breaker();
+        match &self.jitter {
+            Some((seed, upstream, route)) => b.with_jitter(JitterSource {
+                seed: *seed,
+                upstream: upstream.as_bytes(),
+                route: route.as_bytes(),
+            }),
+            None => b,
+        }
     }
 
     /// The state now.
@@ -196,7 +213,7 @@ pub struct Replay {
     sets: Vec<Vec<(String, String)>>,
     seed: u64,
     /// The live instance's jitter seed (`circuit_breaker_jitter_key`), if given.
-    jitter_seed: Option<Vec<u8>>,
+    jitter_seed: Option<[u8; 32]>,
     /// The wall clock minus the replay's, as of the last line that logged both: the
     /// module's clock when the log has `$circuit_breaker_msec`, else 0 (the log's own).
     pub wall_offset: i64,
@@ -293,8 +310,8 @@ impl Replay {
     }
 
     /// Draws cooldowns and probe spacings as the live instance whose jitter seed this is.
-    pub fn set_jitter_seed(&mut self, seed: &[u8]) {
-        self.jitter_seed = Some(seed.to_vec());
+    pub fn set_jitter_seed(&mut self, seed: [u8; 32]) {
+        self.jitter_seed = Some(seed);
     }
 
     /// Whether the draws are the live instance's (a jitter seed was given).
@@ -340,13 +357,12 @@ impl Replay {
         }
         let i = self.names.len() as u32;
         let seed = self.seed ^ fnv(self.key.as_bytes());
-        let key = self
+        let jitter = self
             .jitter_seed
-            .as_ref()
-            .map(|s| jitter::breaker_key(s, self.key.as_bytes()));
+            .map(|s| (s, Box::from(l.upstream), Box::from(l.route)));
         let mut runs = Vec::with_capacity(self.sets.len());
         for set in &self.sets {
-            let mut run = Run::new(spec.config(set)?, now_ms, seed, key);
+            let mut run = Run::new(spec.config(set)?, now_ms, seed, jitter.clone());
             if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
                 run.timeline = Some(Timeline::create(&dir.join(timeline_file(&self.key)))?);
             }
@@ -567,7 +583,7 @@ impl Replay {
         let runs = &mut self.runs[p.breaker as usize];
         for (v, run) in runs.iter_mut().enumerate() {
             let rnd = run.rnd();
-            let d = run.ob.breaker().admit(now, rnd, 1, &|_| true, true);
+            let d = run.breaker().admit(now, rnd, 1, &|_| true, true);
             let told = match d.admission {
                 Admission::Pass { would_reject } => Told {
                     ticket: Ticket::Normal,
@@ -590,7 +606,7 @@ impl Replay {
                 // Active probes (`probe_uri`): when one is due, this request's outcome at the
                 // origin stands for it (the log has no probe of its own).
                 let rnd = run.rnd();
-                if let Some(ticket) = run.ob.breaker().active_probe(now, rnd, 1, &|_| true) {
+                if let Some(ticket) = run.breaker().active_probe(now, rnd, 1, &|_| true) {
                     run.stats.probes += 1;
                     told.ticket = ticket;
                 }
@@ -646,7 +662,7 @@ impl Replay {
                     t.count(now, false, false, told.refused);
                 }
                 if told.ticket != Ticket::Normal {
-                    run.ob.breaker().release(now, told.ticket);
+                    run.breaker().release(now, told.ticket);
                 }
                 continue;
             }
@@ -677,10 +693,7 @@ impl Replay {
                 continue;
             }
             let rnd = run.rnd();
-            let r = run
-                .ob
-                .breaker()
-                .record(now, rnd, told.ticket, &attempt, true);
+            let r = run.breaker().record(now, rnd, told.ticket, &attempt, true);
             if let Some(t) = r.transition {
                 note(
                     &mut self.transitions,

@@ -164,10 +164,7 @@ fn random_seed() -> [u8; 32] {
             crate::ffi::pid(),
             &seed
         );
-        let a = circuit_breaker_core::breaker::jitter::breaker_key(mixed.as_bytes(), b"seed 1");
-        let b = circuit_breaker_core::breaker::jitter::breaker_key(mixed.as_bytes(), b"seed 2");
-        seed[..16].copy_from_slice(&a);
-        seed[16..].copy_from_slice(&b);
+        seed = circuit_breaker_core::breaker::jitter::breaker_key(mixed.as_bytes(), b"seed", b"");
     }
     seed
 }

@@ -6,7 +6,6 @@ use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use circuit_breaker_core::breaker::jitter::JitterKey;
 use circuit_breaker_core::breaker::state::{layout, tail_offset};
 use circuit_breaker_core::breaker::{Breaker, BreakerConfig, BreakerHeader, Bucket};
 use circuit_breaker_core::retry_budget::RetryBudget;
@@ -84,13 +83,7 @@ pub fn slab_class(size: usize) -> usize {
 
 /// # Safety
 /// `n` must point at a node's allocation sized for `cfg.window_s` buckets, not borrowed.
-pub unsafe fn write_fresh_breaker(
-    n: NonNull<Node>,
-    cfg: BreakerConfig,
-    now_ms: u64,
-    epoch: u32,
-    jitter_key: JitterKey,
-) {
+pub unsafe fn write_fresh_breaker(n: NonNull<Node>, cfg: BreakerConfig, now_ms: u64, epoch: u32) {
     // SAFETY: the header and the buckets lie inside the node's allocation (node_layout).
     unsafe {
         let hdr = n
@@ -99,7 +92,6 @@ pub unsafe fn write_fresh_breaker(
             .add(breaker_offset())
             .cast::<BreakerHeader>();
         hdr.write(BreakerHeader::new(cfg, now_ms, epoch));
-        (*hdr).set_jitter_key(jitter_key);
         let tail = hdr.cast::<u8>().add(tail_offset()).cast::<Bucket>();
         for i in 0..cfg.window_s as usize {
             tail.add(i).write(Bucket::EMPTY);

@@ -4,7 +4,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use circuit_breaker_core::breaker::jitter::{self, JitterKey};
+use circuit_breaker_core::breaker::jitter::JitterSource;
 use circuit_breaker_core::breaker::{BreakerConfig, Gate};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
@@ -260,9 +260,17 @@ impl<'z> Locked<'z> {
         let node = unsafe { n.as_ref() };
         let slot = self.zone.slot(node.slot)?;
         let handle = Handle::new(slot.ident(), slot);
+        // SAFETY: `n` is published (this fn's contract); its names live as long as it does.
+        let (upstream, route) = unsafe { names(node) };
+        // Its draws from the zone's seed and its name, as `cb-replay --jitter-key` makes them.
+        let jitter = JitterSource {
+            seed: self.header().jitter_seed(),
+            upstream,
+            route,
+        };
         // SAFETY: the breaker memory follows the node and is touched only under the mutex,
         // which `self` holds for as long as the borrow lives.
-        let mut breaker = unsafe { breaker_of(n) };
+        let mut breaker = unsafe { breaker_of(n) }.with_jitter(jitter);
         // Successes gathered without the lock come first, as they happened first.
         if let Some((second, count, latency)) = slot.pending.take() {
             breaker.absorb_successes(second, count, &latency);
@@ -355,13 +363,7 @@ impl<'z> Locked<'z> {
                 route_len,
                 kind: key.kind as u8,
             });
-            write_fresh_breaker(
-                n,
-                *cfg,
-                now_ms,
-                epoch,
-                jitter_key(h, key.upstream, key.route),
-            );
+            write_fresh_breaker(n, *cfg, now_ms, epoch);
         }
         let ident = h.idents.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = self.zone.slot(slot_index)?;
@@ -598,21 +600,8 @@ impl<'z> Locked<'z> {
             .epochs
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1) as u32;
-        // SAFETY: `n` is published (this fn's contract); its names live as long as it does.
-        let (upstream, route) = unsafe { names(n.as_ref()) };
-        let key = jitter_key(self.header(), upstream, route);
         // SAFETY: `n` is published with `cfg.window_s` buckets (this fn's contract); `&mut self`
         // holds the mutex and rules out a live `BreakerMut`, so the breaker is not borrowed.
-        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch, key) };
+        unsafe { write_fresh_breaker(n, cfg, now_ms, epoch) };
     }
-}
-
-/// The jitter key of the breaker named `upstream/route`, from the zone's seed (as
-/// `cb-replay --seed-file` makes it).
-fn jitter_key(h: &Header, upstream: &[u8], route: &[u8]) -> JitterKey {
-    let mut name = Vec::with_capacity(upstream.len() + 1 + route.len());
-    name.extend_from_slice(upstream);
-    name.push(b'/');
-    name.extend_from_slice(route);
-    jitter::breaker_key(&h.jitter_seed(), &name)
 }

@@ -13,12 +13,32 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// A breaker's jitter key (128 bits: the breaker's header must stay small); all zeroes: none
-/// (the caller's random numbers are used).
-pub type JitterKey = [u8; 16];
+/// A breaker's jitter key.
+pub type JitterKey = [u8; 32];
 
-/// No key: draws are the caller's random numbers.
-pub const NO_KEY: JitterKey = [0; 16];
+/// Where a breaker's draws come from: the instance's seed and the breaker's name. Nothing of
+/// it is kept in the breaker's shared memory (a default breaker must fit its slab class):
+/// the shell passes it with each borrow, and the key is made only when a draw is.
+#[derive(Clone, Copy, Debug)]
+pub struct JitterSource<'a> {
+    /// The instance's seed (`circuit_breaker_jitter_key`).
+    pub seed: [u8; 32],
+    /// The breaker's upstream name.
+    pub upstream: &'a [u8],
+    /// The breaker's route name.
+    pub route: &'a [u8],
+}
+
+impl JitterSource<'_> {
+    /// The uniform number of a draw for `purpose` at `now_ms`.
+    pub fn draw(&self, purpose: Purpose, now_ms: u64) -> u32 {
+        draw(
+            &breaker_key(&self.seed, self.upstream, self.route),
+            purpose,
+            now_ms,
+        )
+    }
+}
 
 /// What a draw is for, so that two draws at the same millisecond differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,31 +50,23 @@ pub enum Purpose {
     ProbeSpacing = 2,
 }
 
-/// The key of the breaker named `name` (`UPSTREAM/ROUTE`) under the instance's `seed`.
-pub fn breaker_key(seed: &[u8], name: &[u8]) -> JitterKey {
+/// The key of the breaker `upstream/route` under the instance's `seed`.
+pub fn breaker_key(seed: &[u8], upstream: &[u8], route: &[u8]) -> JitterKey {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(seed).expect("HMAC takes any key length");
     mac.update(b"circuit-breaker jitter v1\0");
-    mac.update(name);
-    let out = mac.finalize().into_bytes();
-    let mut key = NO_KEY;
-    key.copy_from_slice(&out[..16]);
-    // All zeroes means "no key": a 2^-128 chance, turned into a key all the same.
-    if key == NO_KEY {
-        key[0] = 1;
-    }
-    key
+    mac.update(upstream);
+    mac.update(b"/");
+    mac.update(route);
+    mac.finalize().into_bytes().into()
 }
 
-/// The uniform number `key` gives a draw for `purpose` at `now_ms`; `None` without a key.
-pub fn draw(key: &JitterKey, purpose: Purpose, now_ms: u64) -> Option<u32> {
-    if *key == NO_KEY {
-        return None;
-    }
+/// The uniform number `key` gives a draw for `purpose` at `now_ms`.
+pub fn draw(key: &JitterKey, purpose: Purpose, now_ms: u64) -> u32 {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(&[purpose as u8]);
     mac.update(&now_ms.to_be_bytes());
     let out = mac.finalize().into_bytes();
-    Some(u32::from_be_bytes([out[0], out[1], out[2], out[3]]))
+    u32::from_be_bytes([out[0], out[1], out[2], out[3]])
 }
 
 /// A seed from its text: 64 hexadecimal digits (32 bytes), spaces and a final newline
@@ -82,31 +94,34 @@ mod tests {
     const SEED: [u8; 32] = [7; 32];
 
     #[test]
-    fn no_key_no_draw() {
-        assert_eq!(draw(&NO_KEY, Purpose::Cooldown, 5), None);
-    }
-
-    #[test]
     fn the_same_inputs_give_the_same_draw() {
-        let k = breaker_key(&SEED, b"api/default");
+        let k = breaker_key(&SEED, b"api", b"default");
         assert_eq!(
             draw(&k, Purpose::Cooldown, 1234),
-            draw(&breaker_key(&SEED, b"api/default"), Purpose::Cooldown, 1234)
+            draw(
+                &breaker_key(&SEED, b"api", b"default"),
+                Purpose::Cooldown,
+                1234
+            )
         );
     }
 
     #[test]
     fn draws_differ_by_breaker_seed_purpose_and_time() {
-        let k = breaker_key(&SEED, b"api/default");
+        let k = breaker_key(&SEED, b"api", b"default");
         let d = draw(&k, Purpose::Cooldown, 1234);
         assert_ne!(
             d,
-            draw(&breaker_key(&SEED, b"api/other"), Purpose::Cooldown, 1234)
+            draw(
+                &breaker_key(&SEED, b"api", b"other"),
+                Purpose::Cooldown,
+                1234
+            )
         );
         assert_ne!(
             d,
             draw(
-                &breaker_key(&[8; 32], b"api/default"),
+                &breaker_key(&[8; 32], b"api", b"default"),
                 Purpose::Cooldown,
                 1234
             )
@@ -117,10 +132,10 @@ mod tests {
 
     #[test]
     fn draws_spread_over_the_range() {
-        let k = breaker_key(&SEED, b"api/default");
+        let k = breaker_key(&SEED, b"api", b"default");
         let n = 4000u64;
         let low = (0..n)
-            .filter(|&t| draw(&k, Purpose::Cooldown, t).unwrap() < u32::MAX / 2)
+            .filter(|&t| draw(&k, Purpose::Cooldown, t) < u32::MAX / 2)
             .count() as u64;
         assert!(
             (n * 45 / 100..=n * 55 / 100).contains(&low),
@@ -146,7 +161,7 @@ mod breaker_tests {
     use crate::breaker::{BreakerConfig, OwnedBreaker};
 
     /// The cooldown a breaker opened at `now` with `rnd` draws, as its transition says it.
-    fn cooldown(key: Option<JitterKey>, rnd: u32) -> String {
+    fn cooldown(seed: Option<[u8; 32]>, rnd: u32) -> String {
         let cfg = BreakerConfig {
             open_ms: 10_000,
             max_open_ms: 60_000,
@@ -154,17 +169,24 @@ mod breaker_tests {
             ..BreakerConfig::default()
         };
         let mut ob = OwnedBreaker::new(cfg, 1_000);
-        if let Some(k) = key {
-            ob.hdr.set_jitter_key(k);
+        let mut b = ob.breaker();
+        if let Some(seed) = seed {
+            b = b.with_jitter(JitterSource {
+                seed,
+                upstream: b"api",
+                route: b"default",
+            });
         }
-        let t = ob.breaker().trip(5_000, rnd, "test".into()).unwrap();
+        let t = b.trip(5_000, rnd, "test".into()).unwrap();
         t.detail.unwrap()
     }
 
     #[test]
     fn a_keyed_breaker_draws_from_its_key_not_from_the_random_numbers() {
-        let k = breaker_key(&[3; 32], b"api/default");
-        assert_eq!(cooldown(Some(k), 0), cooldown(Some(k), u32::MAX));
+        assert_eq!(
+            cooldown(Some([3; 32]), 0),
+            cooldown(Some([3; 32]), u32::MAX)
+        );
         // Without a key, the random number decides (5 s and 15 s, the range's ends).
         assert_eq!(cooldown(None, 0), "retry in 5s");
         assert_eq!(cooldown(None, u32::MAX), "retry in 15s");

@@ -56,7 +56,7 @@ use std::mem::{align_of, size_of};
 use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::{Histogram, HistogramSum};
-use super::jitter::{self, JitterKey, Purpose, NO_KEY};
+use super::jitter::{JitterSource, Purpose};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
@@ -141,8 +141,6 @@ pub struct BreakerHeader {
     flags: u8,
     reason_len: u8,
     reason: [u8; REASON_BYTES],
-    /// The key of the draws that decide transitions ([`super::jitter`]); none: `rnd`.
-    jitter_key: JitterKey,
 }
 
 impl BreakerHeader {
@@ -185,19 +183,7 @@ impl BreakerHeader {
             flags: 0,
             reason_len: 0,
             reason: [0; REASON_BYTES],
-            jitter_key: NO_KEY,
         }
-    }
-
-    /// Draws cooldowns and probe spacings from `key` ([`super::jitter`]) rather than from
-    /// the random numbers the calls pass.
-    pub fn set_jitter_key(&mut self, key: JitterKey) {
-        self.jitter_key = key;
-    }
-
-    /// The uniform number of a draw for `purpose` at `now`: the key's, or `rnd`.
-    fn jitter_rnd(&self, purpose: Purpose, now: u64, rnd: u32) -> u32 {
-        jitter::draw(&self.jitter_key, purpose, now).unwrap_or(rnd)
     }
 
     /// The parameters this breaker was created with.
@@ -353,13 +339,27 @@ fn at_rate(part: u64, rate: u32, requests: u64) -> bool {
 pub struct Breaker<'a> {
     hdr: &'a mut BreakerHeader,
     ring: &'a mut [Bucket],
+    /// Where the draws that decide transitions come from ([`super::jitter`]); `None`: the
+    /// random numbers the calls pass.
+    jitter: Option<JitterSource<'a>>,
 }
 
 impl<'a> Breaker<'a> {
     /// Wraps a header and its `window_s` buckets.
     pub fn new(hdr: &'a mut BreakerHeader, buckets: &'a mut [Bucket]) -> Breaker<'a> {
         debug_assert_eq!(buckets.len(), hdr.cfg.window_s as usize);
-        Breaker { hdr, ring: buckets }
+        Breaker {
+            hdr,
+            ring: buckets,
+            jitter: None,
+        }
+    }
+
+    /// Draws cooldowns and probe spacings from `src` ([`super::jitter`]) rather than from the
+    /// random numbers the calls pass.
+    pub fn with_jitter(mut self, src: JitterSource<'a>) -> Breaker<'a> {
+        self.jitter = Some(src);
+        self
     }
 
     /// The current state.
@@ -382,4 +382,9 @@ impl<'a> Breaker<'a> {
         self.hdr.last_ms = now;
         now
     }
+}
+
+/// The uniform number of a draw for `purpose` at `now`: `jitter`'s, or `rnd`.
+fn jitter_rnd(jitter: Option<JitterSource<'_>>, purpose: Purpose, now: u64, rnd: u32) -> u32 {
+    jitter.map_or(rnd, |j| j.draw(purpose, now))
 }
