@@ -8,6 +8,7 @@ mod conf;
 pub mod eject;
 mod ffi;
 mod fleet;
+mod judged;
 mod limit;
 pub mod net;
 mod probe;
@@ -112,7 +113,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 12] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 13] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
@@ -190,6 +191,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 12] = [
         ngx_string!("circuit_breaker_fleet"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE,
         directives::set_fleet,
+        NGX_HTTP_MAIN_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_jitter_key"),
+        NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+        conf::jitter::set_jitter_key,
         NGX_HTTP_MAIN_CONF_OFFSET,
         0,
         null_mut(),

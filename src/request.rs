@@ -115,6 +115,11 @@ pub struct RequestState {
     /// the origin's time starts there, not at the connect.
     pub body_arriving: bool,
     pub body_done_at: Option<ngx_msec_t>,
+    /// When the breaker judged the request (`ngx_current_msec`, the time its admission was
+    /// asked at, or the state made), and when its outcome was recorded (0: not yet), for
+    /// `$circuit_breaker_msec`: what a replay needs to run the breaker at the same moments.
+    pub judged_ms: u64,
+    pub recorded_ms: u64,
     /// The pool cleanup record that releases this state, kept in the state rather than
     /// allocated by `ngx_pool_cleanup_add` (`scripts/bench-instructions`, closed).
     cleanup: ngx_pool_cleanup_t,
@@ -381,6 +386,8 @@ fn fresh(
         passed,
         body_arriving: false,
         body_done_at: None,
+        judged_ms: crate::clock::mono_ms(),
+        recorded_ms: 0,
         cleanup: ngx_pool_cleanup_t {
             handler: Some(release),
             data: core::ptr::null_mut(),
@@ -417,6 +424,8 @@ pub struct Rejected {
     request: *const ngx_http_request_t,
     /// Null in a shared record: the route of the request's location.
     route: *const Route,
+    /// The breaker's upstream; null in a shared record: the location's.
+    upstream: *const SrvConf,
     pub label: Label,
 }
 
@@ -426,6 +435,12 @@ impl Rejected {
         // SAFETY: null, or a route in a loc conf (or a static), which lives for the
         // configuration's lifetime.
         unsafe { self.route.as_ref() }
+    }
+
+    /// The breaker's upstream; `None` for the upstream of the request's location.
+    pub fn upstream(&self) -> Option<&SrvConf> {
+        // SAFETY: null, or an upstream's conf, which lives for the configuration's lifetime.
+        unsafe { self.upstream.as_ref() }
     }
 }
 
@@ -439,12 +454,14 @@ unsafe impl Sync for Shared {}
 static OPEN_HERE: Shared = Shared(Rejected {
     request: core::ptr::null(),
     route: core::ptr::null(),
+    upstream: core::ptr::null(),
     label: Label::State(State::Open),
 });
 
 static RECOVERING_HERE: Shared = Shared(Rejected {
     request: core::ptr::null(),
     route: core::ptr::null(),
+    upstream: core::ptr::null(),
     label: Label::Recovering,
 });
 
@@ -486,9 +503,14 @@ fn is_tagged(ctx: *mut c_void) -> bool {
 }
 
 /// Keeps what the variables read of a request the PRECONTENT phase short-circuited with
-/// `label`, sets it as the module ctx and registers its cleanup. False when the pool is
-/// exhausted.
-pub fn attach_rejected(r: &mut ngx_http_request_t, route: &Route, label: Label) -> bool {
+/// `label` (its breaker that of `upstream` and `route`), sets it as the module ctx and
+/// registers its cleanup. False when the pool is exhausted.
+pub fn attach_rejected(
+    r: &mut ngx_http_request_t,
+    upstream: *const SrvConf,
+    route: &Route,
+    label: Label,
+) -> bool {
     // SAFETY: the request pool is live; ngx_palloc aligns to NGX_ALIGNMENT (a word), enough
     // for the record's pointers.
     let kept = unsafe { ngx_palloc(r.pool, core::mem::size_of::<KeptRejected>()) };
@@ -511,6 +533,7 @@ pub fn attach_rejected(r: &mut ngx_http_request_t, route: &Route, label: Label) 
             rejected: Rejected {
                 request: r,
                 route,
+                upstream,
                 label,
             },
         });

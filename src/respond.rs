@@ -470,12 +470,17 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         *mut ngx_http_variable_value_t,
         usize,
     ) -> ngx_int_t;
-    let vars: [(ngx_str_t, Handler, usize); 3] = [
+    let vars: [(ngx_str_t, Handler, usize); 4] = [
         (ngx_string!("circuit_breaker_state"), variable, 0),
         (ngx_string!("circuit_breaker_route"), variable, 1),
         (
             ngx_string!("circuit_breaker_upstream"),
             upstream_variable,
+            0,
+        ),
+        (
+            ngx_string!("circuit_breaker_msec"),
+            crate::judged::msec_variable,
             0,
         ),
     ];
@@ -495,7 +500,9 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
 
 /// `$circuit_breaker_upstream`: the name of the upstream the request went to, as breakers
 /// are named, whether or not one applies (so that a log for `cb-replay` can be captured
-/// before any breaker is on); not found (`-` in a log) when the request has none.
+/// before any breaker is on), or of the breaker that turned it away (a refused request
+/// never gets an upstream of its own, and a replay must know whose it was); not found (`-`
+/// in a log) when the request has neither.
 unsafe extern "C" fn upstream_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
@@ -503,24 +510,44 @@ unsafe extern "C" fn upstream_variable(
 ) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx passes a live request and a value to fill.
-        let (req, v) = unsafe { (&*r, &mut *v) };
+        let (req, v) = unsafe { (&mut *r, &mut *v) };
         // SAFETY: `r->upstream` is null or the request's upstream, live with the request; its
         // `upstream` is null or an upstream's conf, which lives as long as the configuration.
         let host = unsafe { req.upstream.as_ref().and_then(|u| u.upstream.as_ref()) }
             .map(|uscf| uscf.host)
-            .filter(|h| h.len > 0 && !h.data.is_null());
+            .filter(|h| h.len > 0 && !h.data.is_null())
+            .map(|h| (h.data, h.len))
+            .or_else(|| judged_by(req).map(|n| (n.as_ptr().cast_mut(), n.len())));
         match host {
-            Some(h) => {
-                v.set_len(h.len as u32);
+            Some((data, len)) => {
+                v.set_len(len as u32);
                 v.set_valid(1);
                 v.set_no_cacheable(0);
                 v.set_not_found(0);
-                v.data = h.data;
+                v.data = data;
             }
             None => v.set_not_found(1),
         }
         NGX_OK as ngx_int_t
     })
+}
+
+/// The upstream of the breaker that judged a request with no upstream of its own: the one
+/// its state names, or the one its short-circuit kept (the location's, for a shared record).
+fn judged_by(req: &mut ngx_http_request_t) -> Option<&'static str> {
+    let lcf = request::loc_conf(req);
+    let scf = match request::find(req)? {
+        Answer::State(s) => s.srv_conf_ptr(),
+        Answer::Rejected(rec) => match rec.upstream() {
+            Some(scf) => scf,
+            None => lcf?.precontent,
+        },
+    };
+    // SAFETY: null, or an upstream's conf, which lives as long as the configuration the
+    // request runs under.
+    let scf = unsafe { scf.as_ref() }?;
+    // SAFETY: the name lives in that conf, longer than the variable's value is used.
+    Some(unsafe { &*(scf.name.as_str() as *const str) })
 }
 
 unsafe extern "C" fn variable(

@@ -193,7 +193,7 @@ like($out, qr/^\d+ lines: \d+ replayed, 0 unparseable/, 'every line parsed')
 
 my @replayed;
 for (split /\n/, $t->read_file('transitions.txt')) {
-	my ($line, $msg) = /^(\d+) \S+ (.*)$/ or next;
+	my ($line, $msg) = /^(\d+) \S+ \+\d+\.\d{3} (.*)$/ or next;
 	push @replayed, ($uri[$line - 1] // '?') . " $msg";
 }
 

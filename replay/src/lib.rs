@@ -1,5 +1,6 @@
 //! Replays nginx access logs through the circuit breaker's own core: with these settings,
 //! how often would it have opened, for how long, and what would it have refused?
+pub mod clock;
 pub mod conf;
 pub mod input;
 pub mod line;

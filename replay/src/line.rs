@@ -1,13 +1,17 @@
 //! One access-log line in the `circuit_breaker_replay` format (see the README):
 //!
 //! ```text
-//! $msec $request_time "$proxy_host" "$circuit_breaker_route" "$upstream_addr"
-//! "$upstream_status" "$upstream_response_time" "$upstream_header_time" [anything]
+//! $msec $request_time "$circuit_breaker_upstream" "$circuit_breaker_route" "$upstream_addr"
+//! "$upstream_status" "$upstream_response_time" "$upstream_header_time"
+//! ["$circuit_breaker_state" "$circuit_breaker_msec"] [anything]
 //! ```
 //!
 //! nginx escapes `"` inside a variable's value (`\x22`), so a quoted field ends at the next
-//! `"`. Fields after the eighth are ignored. Pure and total: any bytes give a line or an
-//! error, never a panic.
+//! `"`. The ninth and tenth fields are the module's, when they read as its values (a state
+//! and `JUDGED[+ELAPSED]` or `-`); the format of an older log, or one captured before the
+//! module was loaded (`$proxy_host` for the upstream), may go on with anything: fields that
+//! do not read so are ignored, as all after them. Pure and total: any bytes give a line or
+//! an error, never a panic.
 //!
 //! The upstream and route names are at most [`MAX_NAME`] bytes: the replay keeps the names it
 //! has seen, and `$proxy_host` is the client's `Host` when nginx proxies to `http://$host`.
@@ -31,6 +35,12 @@ pub struct Line<'a> {
     pub attempt: Option<Attempt>,
     /// The attempts of the request's upstream before its last, when there were any.
     pub retries: Retries,
+    /// A breaker turned the request away (`$circuit_breaker_state` says so, and it made no
+    /// upstream attempt): it never reached the origin.
+    pub refused: bool,
+    /// `$circuit_breaker_msec`: when the breaker judged the request and when it recorded its
+    /// outcome (the same, for a request with none), on the module's monotonic clock.
+    pub judged: Option<(u64, u64)>,
 }
 
 /// What a retry budget needs of a request's earlier attempts (in its last upstream).
@@ -226,6 +236,11 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         }
         Some(last)
     };
+    let (state, judged) = module_fields(rest).unwrap_or((None, None));
+    // A request a breaker let through, or none judged, made an attempt or ended otherwise
+    // (a cache hit, a `return`); one without an attempt whose breaker was not closed was
+    // turned away by it (open, half-open but not the probe, a ramp's share, the limit).
+    let refused = attempt.is_none() && state.is_some_and(|s| s != "closed");
     Ok(Line {
         end_ms,
         request_ms,
@@ -233,13 +248,102 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         route,
         attempt,
         retries,
+        refused,
+        judged,
     })
+}
+
+/// The values `$circuit_breaker_state` takes.
+const STATES: [&str; 5] = ["closed", "open", "half_open", "recovering", "limited"];
+
+/// `$circuit_breaker_state` and `$circuit_breaker_msec` from what follows the eighth field,
+/// when the next two read as such (the state may be empty, the time `-`: no breaker judged
+/// the request); `None` when they do not (an older format going on with other fields).
+#[allow(clippy::type_complexity)]
+fn module_fields(mut rest: &str) -> Option<(Option<&str>, Option<(u64, u64)>)> {
+    let state = field(&mut rest, "$circuit_breaker_state").ok()?;
+    let msec = field(&mut rest, "$circuit_breaker_msec").ok()?;
+    let state = match state {
+        "" | "-" => None,
+        s if STATES.contains(&s) => Some(s),
+        _ => return None,
+    };
+    let judged = match msec {
+        "-" | "" => None,
+        m => {
+            let (at, elapsed) = m.split_once('+').unwrap_or((m, "0"));
+            let num = |d: &str| -> Option<u64> {
+                if d.is_empty() || d.len() > 19 || !d.bytes().all(|c| c.is_ascii_digit()) {
+                    return None;
+                }
+                d.parse().ok()
+            };
+            let at = num(at)?;
+            Some((at, at.saturating_add(num(elapsed)?)))
+        }
+    };
+    if state.is_none() && judged.is_some() {
+        return None;
+    }
+    Some((state, judged))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    const NEW: &str = r#"1700000000.123 0.015 "api" "checkout" "10.0.0.1:80" "200" "0.014" "0.010" "closed" "81234567+15""#;
+
+    #[test]
+    fn the_module_fields() {
+        let l = parse(NEW).unwrap();
+        assert_eq!(l.judged, Some((81_234_567, 81_234_582)));
+        assert!(!l.refused);
+        assert!(l.attempt.is_some());
+    }
+
+    #[test]
+    fn a_refused_line_is_refused() {
+        for state in ["open", "half_open", "recovering", "limited"] {
+            let text = format!(
+                r#"1700000000.123 0.000 "api" "default" "-" "-" "-" "-" "{state}" "81234567""#
+            );
+            let l = parse(&text).unwrap();
+            assert!(l.refused, "{state}");
+            assert_eq!(l.upstream, "api");
+            assert_eq!(l.attempt, None);
+            assert_eq!(l.judged, Some((81_234_567, 81_234_567)));
+        }
+        // Let through in a dry run: an attempt, so not refused, whatever the state says.
+        let dry =
+            r#"1700000000.123 0.015 "api" "default" "10.0.0.1:80" "502" "0.014" "-" "open" "5+14""#;
+        assert!(!parse(dry).unwrap().refused);
+        // No breaker judged it (a `return`): nothing refused.
+        let none = r#"1700000000.123 0.000 "api" "default" "-" "-" "-" "-" "" "-""#;
+        let l = parse(none).unwrap();
+        assert!(!l.refused);
+        assert_eq!(l.judged, None);
+    }
+
+    #[test]
+    fn other_fields_after_the_eighth_are_not_the_module_s() {
+        for tail in [
+            r#" "/a/?n=1""#,
+            r#" "open" "soon""#,
+            r#" "GET" "-""#,
+            " 12 13",
+            "",
+        ] {
+            let text = format!("{OK}{tail}");
+            let l = parse(&text).unwrap();
+            assert!(!l.refused, "{tail}");
+            assert_eq!(l.judged, None, "{tail}");
+        }
+        let text = format!("{NEW} \"/a/?n=1\"");
+        let l = parse(&text).unwrap();
+        assert_eq!(l.judged, Some((81_234_567, 81_234_582)));
+    }
 
     const OK: &str = r#"1700000000.123 0.015 "api" "checkout" "10.0.0.1:80" "200" "0.014" "0.010""#;
 

@@ -12,12 +12,17 @@ use cb_replay::line;
 use cb_replay::report::{self, BadLine};
 use cb_replay::sim::{Replay, DEFAULT_MAX_BREAKERS, MAX_WAITING};
 use cb_replay::units::{parse_msec, parse_size};
+use circuit_breaker_core::breaker::jitter;
 
 const USAGE: &str =
     "usage: cb-replay [--config NGINX_T_OUTPUT] [--breaker '[UPSTREAM[:ROUTE]=]PARAMS']...
-                 [--set PARAM=V1,V2,...]... [--json] [--timeline DIR] [--transitions FILE|-]
-                 [--seed N] [--reorder TIME] [--max-line SIZE] [--max-breakers N]
-                 LOG... (plain or gzip; - for stdin)";
+                 [--set PARAM=V1,V2,...]... [--jitter-key FILE] [--json] [--timeline DIR]
+                 [--transitions FILE|-] [--seed N] [--reorder TIME] [--max-line SIZE]
+                 [--max-breakers N] LOG...
+       cb-replay --help";
+
+/// `--help`: the usage, every option, examples, and what the report says.
+const HELP: &str = include_str!("help.txt");
 
 /// How many unparseable lines are shown.
 const SHOW_BAD: usize = 5;
@@ -29,13 +34,15 @@ struct Args {
     timeline: Option<PathBuf>,
     transitions: Option<String>,
     seed: u64,
+    jitter_key: Option<String>,
     horizon_ms: u64,
     max_line: usize,
     max_breakers: usize,
     logs: Vec<String>,
 }
 
-fn args() -> Result<Args, String> {
+/// The arguments; `None` for `--help`.
+fn args() -> Result<Option<Args>, String> {
     let mut a = Args {
         specs: Specs::default(),
         sets: Vec::new(),
@@ -43,6 +50,7 @@ fn args() -> Result<Args, String> {
         timeline: None,
         transitions: None,
         seed: 1,
+        jitter_key: None,
         horizon_ms: 30_000,
         max_line: DEFAULT_MAX_LINE,
         max_breakers: DEFAULT_MAX_BREAKERS,
@@ -65,6 +73,7 @@ fn args() -> Result<Args, String> {
                     .push((k.to_owned(), vs.split(',').map(str::to_owned).collect()));
             }
             "--json" => a.json = true,
+            "--jitter-key" => a.jitter_key = Some(value("--jitter-key")?),
             "--timeline" => a.timeline = Some(value("--timeline")?.into()),
             "--transitions" => a.transitions = Some(value("--transitions")?),
             "--seed" => {
@@ -96,7 +105,7 @@ fn args() -> Result<Args, String> {
                         "--max-breakers wants a number from 1 to 16777216: \"{v}\""
                     ))?
             }
-            "-h" | "--help" => return Err(USAGE.into()),
+            "-h" | "--help" => return Ok(None),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
             _ => a.logs.push(arg),
         }
@@ -106,6 +115,9 @@ fn args() -> Result<Args, String> {
         let n = a.specs.add_nginx_t(&text)?;
         if n == 0 && breakers.is_empty() {
             return Err(format!("{path}: no upstream has \"circuit_breaker\""));
+        }
+        if a.jitter_key.is_none() {
+            a.jitter_key = jitter_key_of(&text);
         }
     }
     for b in &breakers {
@@ -117,7 +129,34 @@ fn args() -> Result<Args, String> {
     if a.logs.is_empty() {
         return Err(format!("no log\n{USAGE}"));
     }
-    Ok(a)
+    Ok(Some(a))
+}
+
+/// The file `circuit_breaker_jitter_key` names in `nginx -T`'s output, if any (the last one:
+/// nginx refuses a second).
+fn jitter_key_of(text: &str) -> Option<String> {
+    text.lines().rev().find_map(|l| {
+        let l = l.split('#').next()?.trim();
+        let rest = l.strip_prefix("circuit_breaker_jitter_key")?;
+        let path = rest.trim().strip_suffix(';')?.trim();
+        let path = path.trim_matches(|c| c == '"' || c == '\'');
+        (!path.is_empty() && rest.starts_with(char::is_whitespace)).then(|| path.to_owned())
+    })
+}
+
+/// The seed in a `circuit_breaker_jitter_key` file, read as the module reads it: 32 bytes,
+/// or 64 hexadecimal digits.
+fn read_jitter_key(path: &str) -> Result<[u8; 32], String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("--jitter-key {path}: {e}"))?;
+    if bytes.len() == 32 {
+        let mut s = [0u8; 32];
+        s.copy_from_slice(&bytes);
+        return Ok(s);
+    }
+    std::str::from_utf8(&bytes)
+        .map_err(|_| "not text".to_owned())
+        .and_then(|t| jitter::parse_seed(t).map_err(str::to_owned))
+        .map_err(|e| format!("--jitter-key {path}: {e}, or 32 bytes"))
 }
 
 /// Every combination of the `--set` values, the first parameter's varying slowest.
@@ -148,6 +187,9 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
     }
     let mut r = Replay::new(a.specs, sets, a.seed, a.horizon_ms);
     r.max_breakers = a.max_breakers;
+    if let Some(path) = &a.jitter_key {
+        r.set_jitter_seed(read_jitter_key(path)?);
+    }
     if let Some(dir) = a.timeline {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         r.keep_timelines(dir);
@@ -240,7 +282,15 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
 }
 
 fn main() -> ExitCode {
-    let result = args().and_then(|a| {
+    let a = match args() {
+        Ok(Some(a)) => Ok(a),
+        Ok(None) => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => Err(e),
+    };
+    let result = a.and_then(|a| {
         let json = a.json;
         replay(a).map(|(r, bad)| (json, r, bad))
     });

@@ -12,9 +12,15 @@ use crate::stats::{human_ms, Stats};
 pub type BadLine = (String, String);
 
 fn counts_line(c: &Counts) -> String {
+    // Lines a live breaker refused only when there are some: a dry run's report stays as it was.
+    let refused = if c.refused_live > 0 {
+        format!(" ({} refused live)", c.refused_live)
+    } else {
+        String::new()
+    };
     let mut s = format!(
-        "{} lines: {} replayed, {} unparseable, {} without an upstream attempt, {} of upstreams \
-         without a breaker, {} events late",
+        "{} lines: {} replayed{refused}, {} unparseable, {} without an upstream attempt, {} of \
+         upstreams without a breaker, {} events late",
         c.lines, c.replayed, c.bad, c.no_attempt, c.no_breaker, c.late
     );
     // The bounds' counts only when hit: an ordinary log's report stays as it was.
@@ -29,6 +35,31 @@ fn counts_line(c: &Counts) -> String {
         );
     }
     s
+}
+
+/// What the replay's times and draws are: the module's clock or the log's, the live jitter
+/// draws or random ones.
+fn clock_line(r: &Replay) -> String {
+    let c = &r.counts;
+    let clock = if c.replayed > 0 && c.module_clock == c.replayed {
+        "times: the module's ($circuit_breaker_msec)".to_owned()
+    } else if c.module_clock > 0 {
+        format!(
+            "times: the module's for {} of {} requests ($circuit_breaker_msec), the others moved \
+             onto it",
+            c.module_clock, c.replayed
+        )
+    } else {
+        "times: the log's wall clock ($msec: no $circuit_breaker_msec), buckets may differ near \
+         a second's edge"
+            .to_owned()
+    };
+    let draws = if r.keyed() {
+        "jitter: the live draws (circuit_breaker_jitter_key)"
+    } else {
+        "jitter: drawn at random, not the live draws (no --jitter-key)"
+    };
+    format!("{clock}; {draws}")
 }
 
 fn setting_label(set: &[(String, String)]) -> String {
@@ -59,7 +90,17 @@ fn stats_text(s: &Stats) -> String {
         } else {
             String::new()
         }
-    ) + &if s.retries > 0 {
+    ) + &if s.refused_live > 0 {
+        format!(
+            "  refused live {}: refused again by the replay {}, let through {} (never at the \
+             origin: not recorded)\n",
+            s.refused_live,
+            s.refused_live - s.refused_live_let_through,
+            s.refused_live_let_through
+        )
+    } else {
+        String::new()
+    } + &if s.retries > 0 {
         format!(
             "  {} retries in the log; {} requests would not have retried, {} rescues lost\n",
             s.retries, s.retries_denied, s.rescues_lost
@@ -76,6 +117,7 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     for (n, why) in bad {
         let _ = writeln!(out, "  line {n}: {why}");
     }
+    let _ = writeln!(out, "{}", clock_line(r));
     let sweep = r.sets().len() > 1;
     let mut total = vec![Stats::default(); r.sets().len()];
     let mut order: Vec<usize> = (0..r.names.len()).collect();
@@ -135,6 +177,8 @@ fn stats_json(s: &Stats) -> Value {
         "open_ms": s.open_ms,
         "longest_open_ms": s.longest_open_ms,
         "probes": s.probes,
+        "refused_live": s.refused_live,
+        "refused_live_let_through": s.refused_live_let_through,
         "refused": s.refused,
         "failures_spared": s.failures_spared,
         "successes_lost": s.successes_lost,
@@ -159,6 +203,8 @@ pub fn write_json(out: &mut impl Write, r: &Replay, bad: &[BadLine]) -> io::Resu
     let lines = json!({
         "read": c.lines,
         "replayed": c.replayed,
+        "refused_live": c.refused_live,
+        "module_clock": c.module_clock,
         "unparseable": c.bad,
         "no_attempt": c.no_attempt,
         "no_breaker": c.no_breaker,

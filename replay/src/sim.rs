@@ -22,8 +22,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::rc::Rc;
 
+use circuit_breaker_core::breaker::jitter::JitterSource;
 use circuit_breaker_core::breaker::{
-    classify, Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Transition,
+    classify, Admission, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
 };
 use circuit_breaker_core::retry_budget::RetryBudget;
 use circuit_breaker_core::snapshot::State;
@@ -39,6 +40,8 @@ pub struct Run {
     /// The configuration as given (the core runs it in dry run, to see what it would refuse).
     pub cfg: BreakerConfig,
     rng: u64,
+    /// The live instance's seed and the breaker's upstream and route: its live draws.
+    jitter: Option<([u8; 32], Box<str>, Box<str>)>,
     /// What it did.
     pub stats: Stats,
     /// Its per-second series, when asked for.
@@ -46,11 +49,17 @@ pub struct Run {
 }
 
 impl Run {
-    fn new(cfg: BreakerConfig, now_ms: u64, seed: u64) -> Run {
+    fn new(
+        cfg: BreakerConfig,
+        now_ms: u64,
+        seed: u64,
+        jitter: Option<([u8; 32], Box<str>, Box<str>)>,
+    ) -> Run {
         let mut core_cfg = cfg;
         core_cfg.dry_run = true;
         Run {
             ob: OwnedBreaker::new(core_cfg, now_ms),
+            jitter,
             cfg,
             rng: seed | 1,
             stats: Stats::default(),
@@ -65,6 +74,19 @@ impl Run {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((z ^ (z >> 31)) >> 32) as u32
+    }
+
+    /// The breaker, drawing as the live one did when the seed is known.
+    fn breaker(&mut self) -> Breaker<'_> {
+        let b = self.ob.breaker();
+        match &self.jitter {
+            Some((seed, upstream, route)) => b.with_jitter(JitterSource {
+                seed: *seed,
+                upstream: upstream.as_bytes(),
+                route: route.as_bytes(),
+            }),
+            None => b,
+        }
     }
 
     /// The state now.
@@ -119,6 +141,8 @@ struct Pending {
     /// Attempts in all (its earlier ones, when more than one, are in `Replay::retried`).
     tries: u32,
     line: u64,
+    /// A live breaker turned it away: no outcome to record.
+    refused_live: bool,
 }
 
 /// What a request was told, per setting.
@@ -149,6 +173,10 @@ pub struct Counts {
     pub no_breaker: u64,
     /// Requests replayed.
     pub replayed: u64,
+    /// Of which, requests a live breaker had turned away.
+    pub refused_live: u64,
+    /// Requests replayed at the module's own times (`$circuit_breaker_msec`).
+    pub module_clock: u64,
     /// Events that came after later ones had run (clamped to their time).
     pub late: u64,
     /// Lines longer than `--max-line`, not replayed (counted by the reader).
@@ -184,6 +212,15 @@ pub struct Replay {
     specs: Specs,
     sets: Vec<Vec<(String, String)>>,
     seed: u64,
+    /// The live instance's jitter seed (`circuit_breaker_jitter_key`), if given.
+    jitter_seed: Option<[u8; 32]>,
+    /// The wall clock minus the replay's, as of the last line that logged both: the
+    /// module's clock when the log has `$circuit_breaker_msec`, else 0 (the log's own).
+    pub wall_offset: i64,
+    /// The wall-clock time of the first event, for `--transitions`.
+    first_wall: Option<u64>,
+    /// Whether the log has shown the module's clock.
+    module_clock: bool,
     horizon_ms: u64,
     key: String,
     /// Each name seen: its breaker's index, or `NO_BREAKER`.
@@ -237,6 +274,10 @@ impl Replay {
             specs,
             sets,
             seed,
+            jitter_seed: None,
+            wall_offset: 0,
+            first_wall: None,
+            module_clock: false,
             horizon_ms,
             key: String::new(),
             index: HashMap::default(),
@@ -266,6 +307,16 @@ impl Replay {
             timelines: None,
             transitions: None,
         }
+    }
+
+    /// Draws cooldowns and probe spacings as the live instance whose jitter seed this is.
+    pub fn set_jitter_seed(&mut self, seed: [u8; 32]) {
+        self.jitter_seed = Some(seed);
+    }
+
+    /// Whether the draws are the live instance's (a jitter seed was given).
+    pub fn keyed(&self) -> bool {
+        self.jitter_seed.is_some()
     }
 
     /// Writes a per-second timeline of each breaker under the first setting into `dir`
@@ -306,9 +357,12 @@ impl Replay {
         }
         let i = self.names.len() as u32;
         let seed = self.seed ^ fnv(self.key.as_bytes());
+        let jitter = self
+            .jitter_seed
+            .map(|s| (s, Box::from(l.upstream), Box::from(l.route)));
         let mut runs = Vec::with_capacity(self.sets.len());
         for set in &self.sets {
-            let mut run = Run::new(spec.config(set)?, now_ms, seed);
+            let mut run = Run::new(spec.config(set)?, now_ms, seed, jitter.clone());
             if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
                 run.timeline = Some(Timeline::create(&dir.join(timeline_file(&self.key)))?);
             }
@@ -342,11 +396,16 @@ impl Replay {
 
     /// Feeds one parsed line (number `line` of its file).
     pub fn feed(&mut self, l: &Line<'_>, line: u64) -> Result<(), String> {
-        let Some(attempt) = l.attempt else {
-            self.counts.no_attempt += 1;
-            return Ok(());
+        let attempt = match l.attempt {
+            Some(a) => a,
+            // Never sent: the replayed breaker decides again, with no outcome to record.
+            None if l.refused => Attempt::ended(Ending::NoVerdict, 0),
+            None => {
+                self.counts.no_attempt += 1;
+                return Ok(());
+            }
         };
-        let start = l.end_ms.saturating_sub(l.request_ms);
+        let (start, end) = self.times(l);
         let b = match self.breaker(l, start)? {
             Found::Breaker(b) => b,
             Found::NoBreaker => {
@@ -359,6 +418,8 @@ impl Replay {
             }
         };
         self.counts.replayed += 1;
+        self.counts.refused_live += u64::from(l.refused);
+        self.counts.module_clock += u64::from(l.judged.is_some());
         let n = self.sets.len();
         while self.free.is_empty() && self.pending.len() >= self.max_waiting && self.queued > 0 {
             // Full: its oldest millisecond runs now, until a request's end frees a slot.
@@ -375,6 +436,7 @@ impl Replay {
                     attempt,
                     tries: 0,
                     line: 0,
+                    refused_live: false,
                 });
                 self.retried.push(Retries::default());
                 self.started.push(false);
@@ -387,17 +449,18 @@ impl Replay {
             attempt,
             tries: l.retries.tries,
             line,
+            refused_live: l.refused,
         };
         if l.retries.tries > 1 {
             // Apart: most requests make one attempt, and the slot stays small.
             self.retried[slot as usize] = l.retries;
         }
         self.started[slot as usize] = false;
-        self.newest = self.newest.max(l.end_ms);
+        self.newest = self.newest.max(end);
         self.run_until(self.newest.saturating_sub(self.horizon_ms));
         let seq = self.seq;
         self.seq += 2;
-        for (at_ms, seq) in [(start, seq), (l.end_ms, seq + 1)] {
+        for (at_ms, seq) in [(start, seq), (end, seq + 1)] {
             let e = Event { at_ms, seq, slot };
             if at_ms < self.cursor {
                 // Behind what already ran: now.
@@ -420,6 +483,27 @@ impl Replay {
             }
         }
         Ok(())
+    }
+
+    /// When the breaker judged the request and recorded its outcome, on the replay's clock:
+    /// the module's (`$circuit_breaker_msec`) once the log has shown it — a line without it
+    /// is moved onto it by the last offset seen — else the log's wall clock (`$msec -
+    /// $request_time` and `$msec`).
+    fn times(&mut self, l: &Line<'_>) -> (u64, u64) {
+        let wall_start = l.end_ms.saturating_sub(l.request_ms);
+        if let Some((judged, recorded)) = l.judged {
+            // The wall clock at the record is the line's end, nearly (the log phase follows).
+            self.wall_offset = l.end_ms as i64 - recorded as i64;
+            self.module_clock = true;
+            return (judged, recorded);
+        }
+        let shift = |t: u64| (t as i64 - self.wall_offset).max(0) as u64;
+        (shift(wall_start), shift(l.end_ms))
+    }
+
+    /// The wall-clock time of `now` on the replay's clock (milliseconds since the epoch).
+    fn wall(&self, now: u64) -> u64 {
+        (now as i64 + self.wall_offset).max(0) as u64
     }
 
     /// Runs every queued event before `until`, in order.
@@ -469,6 +553,9 @@ impl Replay {
     }
 
     fn run(&mut self, e: Event) {
+        if self.first_wall.is_none() {
+            self.first_wall = Some(self.wall(e.at_ms));
+        }
         let now = if e.at_ms < self.watermark {
             self.counts.late += 1;
             self.watermark
@@ -489,13 +576,14 @@ impl Replay {
     }
 
     fn admit(&mut self, slot: usize, now: u64) {
+        let stamp = self.stamp(now);
         self.started[slot] = true;
         let p = self.pending[slot];
         let n = self.sets.len();
         let runs = &mut self.runs[p.breaker as usize];
         for (v, run) in runs.iter_mut().enumerate() {
             let rnd = run.rnd();
-            let d = run.ob.breaker().admit(now, rnd, 1, &|_| true, true);
+            let d = run.breaker().admit(now, rnd, 1, &|_| true, true);
             let told = match d.admission {
                 Admission::Pass { would_reject } => Told {
                     ticket: Ticket::Normal,
@@ -518,7 +606,7 @@ impl Replay {
                 // Active probes (`probe_uri`): when one is due, this request's outcome at the
                 // origin stands for it (the log has no probe of its own).
                 let rnd = run.rnd();
-                if let Some(ticket) = run.ob.breaker().active_probe(now, rnd, 1, &|_| true) {
+                if let Some(ticket) = run.breaker().active_probe(now, rnd, 1, &|_| true) {
                     run.stats.probes += 1;
                     told.ticket = ticket;
                 }
@@ -532,13 +620,22 @@ impl Replay {
                     &self.names[p.breaker as usize],
                     p.line,
                     now,
+                    stamp,
                     t,
                 );
             }
         }
     }
 
+    /// When `now` was, for `--transitions`: its wall-clock time and seconds since the first
+    /// event.
+    fn stamp(&self, now: u64) -> (u64, u64) {
+        let wall = self.wall(now);
+        (wall, wall.saturating_sub(self.first_wall.unwrap_or(wall)))
+    }
+
     fn record(&mut self, slot: usize, now: u64) {
+        let stamp = self.stamp(now);
         let p = self.pending[slot];
         let n = self.sets.len();
         let runs = &mut self.runs[p.breaker as usize];
@@ -550,6 +647,25 @@ impl Replay {
         };
         for (v, run) in runs.iter_mut().enumerate() {
             let told = self.told[slot * n + v];
+            if p.refused_live {
+                // Never at the origin: nothing to record, whatever this breaker decided; a
+                // probe it would have sent is given back without a verdict.
+                let s = &mut run.stats;
+                s.refused_live += 1;
+                if told.refused {
+                    s.refused += 1;
+                    s.refused_unjudged += 1;
+                } else {
+                    s.refused_live_let_through += 1;
+                }
+                if let Some(t) = run.timeline.as_mut() {
+                    t.count(now, false, false, told.refused);
+                }
+                if told.ticket != Ticket::Normal {
+                    run.breaker().release(now, told.ticket);
+                }
+                continue;
+            }
             // A breaker that refuses never sees the outcome (but that of the active probe it
             // stands for); one in dry run sends the request, as the module does.
             let sent = !told.refused || run.cfg.dry_run || told.ticket != Ticket::Normal;
@@ -577,10 +693,7 @@ impl Replay {
                 continue;
             }
             let rnd = run.rnd();
-            let r = run
-                .ob
-                .breaker()
-                .record(now, rnd, told.ticket, &attempt, true);
+            let r = run.breaker().record(now, rnd, told.ticket, &attempt, true);
             if let Some(t) = r.transition {
                 note(
                     &mut self.transitions,
@@ -589,6 +702,7 @@ impl Replay {
                     &self.names[p.breaker as usize],
                     p.line,
                     now,
+                    stamp,
                     t,
                 );
             }
@@ -647,6 +761,7 @@ fn outcome(
     p.attempt
 }
 
+#[allow(clippy::too_many_arguments)]
 fn note(
     out: &mut Option<Box<dyn Write>>,
     setting: usize,
@@ -654,6 +769,7 @@ fn note(
     name: &str,
     line: u64,
     now: u64,
+    (wall, since): (u64, u64),
     t: Transition,
 ) {
     run.stats.transition(now, &t, run.cfg.max_open_ms);
@@ -664,17 +780,18 @@ fn note(
         if let Some(w) = out.as_mut() {
             let l = Logged {
                 line,
-                at_ms: now,
+                at_ms: wall,
                 breaker: name.to_owned(),
                 transition: t,
             };
             // A transitions file that cannot be written is reported when it is flushed.
             let _ = writeln!(
                 w,
-                "{} {}.{:03} {}",
+                "{} {} +{}.{:03} {}",
                 l.line,
-                now / 1000,
-                now % 1000,
+                crate::clock::local_iso(wall),
+                since / 1000,
+                since % 1000,
                 l.message()
             );
         }

@@ -35,6 +35,11 @@ pub struct Stats {
     pub refused_unjudged: u64,
     /// Probes let through (half-open requests).
     pub probes: u64,
+    /// Requests a live breaker turned away (they never reached the origin: their outcome is
+    /// unknown, and never recorded).
+    pub refused_live: u64,
+    /// Of those, the ones this replay let through (it decided otherwise).
+    pub refused_live_let_through: u64,
     /// Retries the log shows (attempts after a request's first, in its last upstream).
     pub retries: u64,
     /// Of those, the requests whose retry the upstream's retry budget would have denied (the
@@ -97,6 +102,8 @@ impl Stats {
         self.successes_lost += o.successes_lost;
         self.refused_unjudged += o.refused_unjudged;
         self.probes += o.probes;
+        self.refused_live += o.refused_live;
+        self.refused_live_let_through += o.refused_live_let_through;
         self.retries += o.retries;
         self.retries_denied += o.retries_denied;
         self.rescues_lost += o.rescues_lost;

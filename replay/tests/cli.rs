@@ -402,3 +402,256 @@ fn timelines_of_many_breakers_and_long_names() {
     let csv = std::fs::read_to_string(tl.join(long_file)).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
 }
+
+#[test]
+fn help_says_every_option_and_succeeds() {
+    let o = run(&["--help"]);
+    assert!(o.status.success(), "{o:?}");
+    let text = String::from_utf8(o.stdout).unwrap();
+    for option in [
+        "--config",
+        "--breaker",
+        "--set",
+        "--jitter-key",
+        "--json",
+        "--transitions",
+        "--timeline",
+        "--seed",
+        "--reorder",
+        "--max-line",
+        "--max-breakers",
+        "log_format circuit_breaker_replay",
+        "$circuit_breaker_msec",
+        "refused live",
+        "Examples:",
+    ] {
+        assert!(
+            text.contains(option),
+            "--help does not say {option}:\n{text}"
+        );
+    }
+    assert_eq!(run(&["-h"]).stdout, text.as_bytes());
+}
+
+/// A line of the full format: judged at `at` (the module's clock), recorded `took` ms later;
+/// refused (no attempt, the breaker open) when `status` is 0.
+fn module_line(at: u64, took: u64, status: u16) -> String {
+    let wall = 1_700_000_000_000 + at + took;
+    if status == 0 {
+        return format!(
+            "{}.{:03} 0.000 \"api\" \"-\" \"-\" \"-\" \"-\" \"-\" \"open\" \"{at}\"\n",
+            wall / 1000,
+            wall % 1000
+        );
+    }
+    let ht = if status == 502 { "-" } else { "0.005" };
+    format!(
+        "{}.{:03} 0.{took:03} \"api\" \"-\" \"10.0.0.1:80\" \"{status}\" \"0.{took:03}\" \"{ht}\" \
+         \"closed\" \"{at}+{took}\"\n",
+        wall / 1000,
+        wall % 1000
+    )
+}
+
+#[test]
+fn refused_lines_are_counted_as_refused_not_unparseable() {
+    let d = dir("refused");
+    let mut s = String::new();
+    // 20 good, 20 failing: the live breaker opens; 30 refused; then good again.
+    for i in 0..40u64 {
+        s.push_str(&module_line(
+            5_000 + i * 100,
+            10,
+            if i < 20 { 200 } else { 502 },
+        ));
+    }
+    for i in 40..70u64 {
+        s.push_str(&module_line(5_000 + i * 100, 0, 0));
+    }
+    for i in 70..200u64 {
+        s.push_str(&module_line(5_000 + i * 100, 10, 200));
+    }
+    let log = d.join("a.log");
+    std::fs::write(&log, s).unwrap();
+    let o = run(&[
+        "--breaker",
+        "open=5s jitter=0%",
+        "--json",
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["lines"]["unparseable"], 0, "{v}");
+    assert_eq!(v["lines"]["refused_live"], 30, "{v}");
+    assert_eq!(v["lines"]["replayed"], 200, "{v}");
+    assert_eq!(v["lines"]["no_attempt"], 0, "{v}");
+    assert_eq!(v["lines"]["module_clock"], 200, "{v}");
+    let b = &v["settings"][0]["breakers"]["api/default"];
+    assert_eq!(b["refused_live"], 30, "{b}");
+    // The replayed breaker opens as the live one did and refuses them too.
+    assert_eq!(b["refused_live_let_through"], 0, "{b}");
+    assert_eq!(b["opens"], 1, "{b}");
+    // Only requests that reached the origin are recorded.
+    assert_eq!(b["requests"], 170, "{b}");
+    let text =
+        String::from_utf8(run(&["--breaker", "open=5s jitter=0%", log.to_str().unwrap()]).stdout)
+            .unwrap();
+    assert!(
+        text.starts_with("200 lines: 200 replayed (30 refused live), 0 unparseable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("times: the module's ($circuit_breaker_msec)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("refused live 30: refused again by the replay 30, let through 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn transitions_in_local_time_with_seconds_since_the_start() {
+    let d = dir("times");
+    let log = d.join("a.log");
+    std::fs::write(&log, log_text()).unwrap();
+    let out = d.join("t.txt");
+    let o = Command::new(env!("CARGO_BIN_EXE_cb-replay"))
+        .env("TZ", "UTC")
+        .args(["--breaker", "open=2s jitter=0%", "--transitions"])
+        .arg(&out)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let t = std::fs::read_to_string(&out).unwrap();
+    let first = t.lines().next().unwrap();
+    // The 10th failure in a row (line 50 of 180 plus two bad lines before): 4.9 s after the
+    // first request's start (0.010 s before its end).
+    let words: Vec<&str> = first.splitn(4, ' ').collect();
+    assert_eq!(words[1], "2023-11-14T22:13:24.900+00:00", "{t}");
+    assert_eq!(words[2], "+4.910", "{t}");
+    assert!(
+        words[3].starts_with("circuit breaker \"api/default\" opened:"),
+        "{t}"
+    );
+}
+
+fn log_text() -> String {
+    log()
+}
+
+/// A log of an outage at the module's times, with probes: the transitions a seed gives.
+fn jittered_log() -> String {
+    let mut s = String::new();
+    for i in 0..1200u64 {
+        let status = if (100..700).contains(&i) { 502 } else { 200 };
+        s.push_str(&module_line(5_000 + i * 50, 10, status));
+    }
+    s
+}
+
+fn transitions_with(d: &Dir, extra: &[&str]) -> String {
+    let log = d.join("j.log");
+    std::fs::write(&log, jittered_log()).unwrap();
+    let out = d.join("t.txt");
+    let mut args = vec![
+        "--breaker",
+        "open=2s jitter=50% probe_interval=500ms probes=2",
+    ];
+    args.extend_from_slice(extra);
+    let o = Command::new(env!("CARGO_BIN_EXE_cb-replay"))
+        .args(&args)
+        .arg("--transitions")
+        .arg(&out)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    std::fs::read_to_string(&out).unwrap()
+}
+
+#[test]
+fn a_jitter_key_fixes_the_draws_and_another_moves_them() {
+    let d = dir("seed");
+    let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    std::fs::write(d.join("hex.key"), format!("{hex}\n")).unwrap();
+    let raw: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(0x11) ^ (i >> 4)).collect();
+    std::fs::write(d.join("raw.key"), &raw).unwrap();
+    std::fs::write(d.join("other.key"), "ff".repeat(32)).unwrap();
+    let key = |name: &str| d.join(name).to_str().unwrap().to_owned();
+    let a = transitions_with(&d, &["--jitter-key", &key("hex.key")]);
+    // The same key: the same draws, whatever the replay's own --seed.
+    assert_eq!(
+        a,
+        transitions_with(&d, &["--jitter-key", &key("hex.key"), "--seed", "7"])
+    );
+    assert!(a.lines().count() >= 4, "{a}");
+    // Another key draws other cooldowns (and so transitions at other times).
+    assert_ne!(
+        a,
+        transitions_with(&d, &["--jitter-key", &key("other.key")])
+    );
+    // 32 bytes as they are do as well as hex.
+    let r = transitions_with(&d, &["--jitter-key", &key("raw.key")]);
+    assert!(r.lines().count() >= 4, "{r}");
+    // Without a key, the replay's own --seed draws.
+    assert_ne!(
+        transitions_with(&d, &["--seed", "1"]),
+        transitions_with(&d, &["--seed", "2"])
+    );
+    // A bad key file is refused, saying what it should hold.
+    std::fs::write(d.join("bad.key"), "0011").unwrap();
+    let log = d.join("j.log");
+    let o = run(&[
+        "--breaker",
+        "open=2s",
+        "--jitter-key",
+        &key("bad.key"),
+        log.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("64 hexadecimal digits"), "{err}");
+}
+
+#[test]
+fn the_jitter_key_nginx_t_names_is_read() {
+    let d = dir("seed-conf");
+    std::fs::write(d.join("k.key"), "ab".repeat(32)).unwrap();
+    let conf = format!(
+        "# configuration file {0}/nginx.conf:\nhttp {{\n    circuit_breaker_jitter_key {0}/k.key;\n    \
+         upstream api {{\n        server 127.0.0.1:1;\n        circuit_breaker open=2s jitter=50% \
+         probe_interval=500ms probes=2;\n    }}\n}}\n",
+        d.display()
+    );
+    std::fs::write(d.join("t.conf"), conf).unwrap();
+    let log = d.join("j.log");
+    std::fs::write(&log, jittered_log()).unwrap();
+    let by_conf = d.join("c.txt");
+    let o = run(&[
+        "--config",
+        d.join("t.conf").to_str().unwrap(),
+        "--transitions",
+        by_conf.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("jitter: the live draws"), "{text}");
+    let by_option = d.join("o.txt");
+    let o = run(&[
+        "--config",
+        d.join("t.conf").to_str().unwrap(),
+        "--jitter-key",
+        d.join("k.key").to_str().unwrap(),
+        "--transitions",
+        by_option.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(by_conf).unwrap(),
+        std::fs::read_to_string(by_option).unwrap()
+    );
+}

@@ -57,9 +57,10 @@ fn an_outage_opens_once_and_spares_the_origin() {
     let s = &r.runs[0][0].stats;
     // Opens on the 10th failure in a row (`consecutive`): line 110.
     assert!(
-        log.starts_with(
-            "110 1700000010.900 circuit breaker \"api/default\" opened: 10 gateway failures in a row"
-        ),
+        log.starts_with(&format!(
+            "110 {} +10.920 circuit breaker \"api/default\" opened: 10 gateway failures in a row",
+            cb_replay::clock::local_iso(1_700_000_010_900)
+        )),
         "{log}"
     );
     assert_eq!(s.opens, 1, "{log}");
@@ -135,7 +136,9 @@ fn active_probes_take_a_refused_requests_outcome() {
     // probe after it closes the breaker (a hard outage: `probes` of them, close together).
     let closed = log.lines().last().unwrap();
     assert!(closed.contains("closed: 3 good probes"), "{log}");
-    let at: f64 = closed.split(' ').nth(1).unwrap().parse().unwrap();
+    // Seconds since the first request's start (at 1_699_999_999.980).
+    let since: f64 = closed.split(' ').nth(2).unwrap()[1..].parse().unwrap();
+    let at = 1_699_999_999.980 + since;
     assert!((1_700_000_030.0..1_700_000_034.0).contains(&at), "{log}");
 }
 

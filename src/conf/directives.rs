@@ -184,7 +184,8 @@ pub unsafe fn add_zone(
     name: &str,
     size: usize,
 ) -> Result<(), ()> {
-    mcf.zone_name = zone::ZoneName(name.to_owned());
+    // The seed `circuit_breaker_jitter_key` may have set stays.
+    mcf.zone_name.0 = name.to_owned();
     let mut zname = ngx_str_t {
         len: mcf.zone_name.0.len(),
         data: mcf.zone_name.0.as_ptr().cast_mut(),

@@ -5,6 +5,7 @@
 
 pub mod directives;
 mod fleet;
+pub mod jitter;
 pub mod scheme;
 pub mod setup;
 
@@ -141,7 +142,7 @@ impl Default for MainConf {
         MainConf {
             zone: null_mut(),
             zone_cache: OnceCell::new(),
-            zone_name: ZoneName(String::new()),
+            zone_name: ZoneName(String::new(), None),
             upstreams: Vec::new(),
             by_name: HashMap::new(),
             pairs: Vec::new(),

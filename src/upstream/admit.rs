@@ -79,6 +79,7 @@ fn ask_locked(
         Err(Missing::Stale) => return None,
     };
     state.handle = found;
+    state.judged_ms = now;
     if let Some(h) = hint {
         h.set(found);
     }

@@ -172,6 +172,10 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, h
         state.counted_first = true;
     }
     let first_left = scf.retry.is_some() && !state.counted_first;
+    if verdict_done {
+        // Recorded without the lock: `$circuit_breaker_msec` says when.
+        state.recorded_ms = now;
+    }
     if !retried && !server_left && verdict_done && !first_left {
         state.pending = None;
         return;
@@ -259,6 +263,7 @@ fn settle_locked(
         (None, _) => return,
     };
     drop(locked);
+    state.recorded_ms = now;
     if let Some(t) = &recorded.transition {
         log_transition(log, &state.name(), t);
     } else if recorded.state == State::Closed {

@@ -213,10 +213,10 @@ fn short_circuit(
     retry_after_ms: u64,
 ) -> ngx_int_t {
     let kept = if lcf.redirects {
-        request::attach_rejected(req, request::route_of(Some(lcf)), label)
+        request::attach_rejected(req, lcf.precontent, request::route_of(Some(lcf)), label)
     } else {
         request::mark_rejected_here(req, label)
-            || request::attach_rejected(req, request::route_of(Some(lcf)), label)
+            || request::attach_rejected(req, lcf.precontent, request::route_of(Some(lcf)), label)
     };
     if !kept {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;

@@ -21,8 +21,8 @@ use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 const FAILED_KEYS_PER_PAGE: usize = 4;
 
 /// What the zone needs to know of the configuration that declared it (the shm zone's
-/// `data`): its name, for messages.
-pub struct ZoneName(pub String);
+/// `data`): its name, for messages, and the jitter seed `circuit_breaker_jitter_key` gave.
+pub struct ZoneName(pub String, pub Option<[u8; 32]>);
 
 /// `shm_zone->init`: lays out a new zone, or adopts the previous configuration's zone on
 /// reload (nginx hands over the old zone's data and keeps the mapping, as for `limit_req`).
@@ -51,9 +51,14 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
                 );
                 return NGX_ERROR as ngx_int_t;
             }
+            if let Some(seed) = &name.1 {
+                // SAFETY: our header, checked above; its seed is atomics.
+                unsafe { (*existing.cast::<Header>()).set_jitter_seed(seed) };
+            }
             return NGX_OK as ngx_int_t;
         }
-        if lay_out(&pool, z.shm.size, &name.0).is_none() {
+        let seed = name.1.unwrap_or_else(random_seed);
+        if lay_out(&pool, z.shm.size, &name.0, &seed).is_none() {
             return NGX_ERROR as ngx_int_t;
         }
         // SAFETY: nginx sets ngx_test_config from its command line, before reading any
@@ -76,7 +81,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
 /// Everything the zone needs besides its breakers, in one allocation (a small zone cannot
 /// spare a slab page per size class): the header, the hash table, the slot chunk pointers,
 /// the failed keys and the log context.
-fn lay_out(pool: &SlabPool, size: usize, name: &str) -> Option<()> {
+fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<()> {
     let chains = (size / 4096).next_power_of_two().max(64);
     let failed_cap = (size / 4096 * FAILED_KEYS_PER_PAGE).clamp(8, 1024);
     // The smallest breaker (a 1 s window) takes a 1 KiB slab: no more nodes than that fit.
@@ -131,7 +136,9 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str) -> Option<()> {
             failed,
             failed_cap: failed_cap as u32,
             failed_len: AtomicU32::new(0),
+            jitter_seed: [0, 1, 2, 3].map(|_| AtomicU64::new(0)),
         });
+        (*hdr).set_jitter_seed(seed);
         let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();
         (*raw).log_ctx = log_ctx;
         (*raw).data = hdr.cast();
@@ -139,4 +146,25 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str) -> Option<()> {
         (*raw).set_log_nomem(0);
     }
     Some(())
+}
+
+/// A seed no client can guess, for a zone whose configuration names no
+/// `circuit_breaker_jitter_key`: the system's random bytes, or, should they be unreadable,
+/// the clocks and the process id through SHA-256 (jitter stays unpredictable enough to keep
+/// clients from betting on a probe; only a replay needs the seed, and it needs the key file).
+fn random_seed() -> [u8; 32] {
+    use std::io::Read as _;
+    let mut seed = [0u8; 32];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut seed));
+    if read.is_err() {
+        let mixed = format!(
+            "{} {} {} {:p}",
+            crate::clock::wall_ms(),
+            crate::clock::mono_ms(),
+            crate::ffi::pid(),
+            &seed
+        );
+        seed = circuit_breaker_core::breaker::jitter::breaker_key(mixed.as_bytes(), b"seed", b"");
+    }
+    seed
 }

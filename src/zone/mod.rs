@@ -63,8 +63,9 @@ const MAGIC: u64 = layout_hash(&[
 /// Bumped when a layout changes without a size changing (revision 1: a slot's index in
 /// what was padding; 2: the limit controller's capacity estimate; 3: a slot's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
-/// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start).
-const LAYOUT_REVISION: u64 = 4;
+/// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
+/// 5: the zone's jitter seed).
+const LAYOUT_REVISION: u64 = 5;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -115,6 +116,29 @@ struct Header {
     failed: *mut AtomicU64,
     failed_cap: u32,
     failed_len: AtomicU32,
+    /// The instance's jitter seed (`circuit_breaker_jitter_key`, or drawn at random when
+    /// the zone was laid out): each breaker's jitter key is made from it at its creation.
+    jitter_seed: [AtomicU64; 4],
+}
+
+impl Header {
+    /// The jitter seed, as bytes.
+    fn jitter_seed(&self) -> [u8; 32] {
+        let mut seed = [0u8; 32];
+        for (chunk, word) in seed.chunks_mut(8).zip(&self.jitter_seed) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_be_bytes());
+        }
+        seed
+    }
+
+    /// Replaces the jitter seed (for breakers made from now on).
+    fn set_jitter_seed(&self, seed: &[u8; 32]) {
+        for (chunk, word) in seed.chunks(8).zip(&self.jitter_seed) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            word.store(u64::from_be_bytes(b), Ordering::Relaxed);
+        }
+    }
 }
 
 /// A breaker found once, to be found again without a lookup: its slot and the tenant id the

@@ -4,6 +4,7 @@ use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
+use circuit_breaker_core::breaker::jitter::JitterSource;
 use circuit_breaker_core::breaker::{BreakerConfig, BreakerHeader, Gate};
 use circuit_breaker_core::history::{History, HistoryView};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
@@ -299,9 +300,17 @@ impl<'z> Locked<'z> {
         let node = unsafe { n.as_ref() };
         let slot = self.zone.slot(node.slot)?;
         let handle = Handle::new(slot.ident(), slot);
+        // SAFETY: `n` is published (this fn's contract); its names live as long as it does.
+        let (upstream, route) = unsafe { names(node) };
+        // Its draws from the zone's seed and its name, as `cb-replay --jitter-key` makes them.
+        let jitter = JitterSource {
+            seed: self.header().jitter_seed(),
+            upstream,
+            route,
+        };
         // SAFETY: the breaker memory follows the node and is touched only under the mutex,
         // which `self` holds for as long as the borrow lives.
-        let mut breaker = unsafe { breaker_of(n) };
+        let mut breaker = unsafe { breaker_of(n) }.with_jitter(jitter);
         // Successes gathered without the lock come first, as they happened first.
         if let Some((second, count, latency)) = slot.pending.take() {
             breaker.absorb_successes(second, count, &latency);

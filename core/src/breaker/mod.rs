@@ -5,6 +5,7 @@
 pub mod classify;
 pub mod config;
 pub mod histogram;
+pub mod jitter;
 pub mod judge;
 pub mod owned;
 pub mod ramp;

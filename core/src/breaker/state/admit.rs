@@ -306,6 +306,7 @@ impl<'a> Breaker<'a> {
         owner: u32,
         owner_alive: &dyn Fn(u32) -> bool,
     ) -> Option<u64> {
+        let jitter = self.jitter;
         let h = &mut *self.hdr;
         if h.probe_busy != 0
             && (now.saturating_sub(h.probe_granted_ms) >= PROBE_LEASE_MS
@@ -325,6 +326,7 @@ impl<'a> Breaker<'a> {
         // Drawn below the top of its range, which is what clients are told until the next
         // probe (a good probe's run may bring it sooner, never later: see `probe_verdict`).
         let (lo, hi) = jitter_range(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter);
+        let rnd = jitter_rnd(jitter, Purpose::ProbeSpacing, now, rnd);
         h.next_probe_at_ms = now.saturating_add(draw(lo, hi, rnd));
         h.totals.probes = h.totals.probes.saturating_add(1);
         Some(h.probe_gen)

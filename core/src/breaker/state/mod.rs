@@ -56,6 +56,7 @@ use std::mem::{align_of, size_of};
 use super::classify::{class_name, classify, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::{Histogram, HistogramSum};
+use super::jitter::{JitterSource, Purpose};
 use super::judge;
 use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
@@ -348,13 +349,27 @@ fn at_rate(part: u64, rate: u32, requests: u64) -> bool {
 pub struct Breaker<'a> {
     hdr: &'a mut BreakerHeader,
     ring: &'a mut [Bucket],
+    /// Where the draws that decide transitions come from ([`super::jitter`]); `None`: the
+    /// random numbers the calls pass.
+    jitter: Option<JitterSource<'a>>,
 }
 
 impl<'a> Breaker<'a> {
     /// Wraps a header and its `window_s` buckets.
     pub fn new(hdr: &'a mut BreakerHeader, buckets: &'a mut [Bucket]) -> Breaker<'a> {
         debug_assert_eq!(buckets.len(), hdr.cfg.window_s as usize);
-        Breaker { hdr, ring: buckets }
+        Breaker {
+            hdr,
+            ring: buckets,
+            jitter: None,
+        }
+    }
+
+    /// Draws cooldowns and probe spacings from `src` ([`super::jitter`]) rather than from the
+    /// random numbers the calls pass.
+    pub fn with_jitter(mut self, src: JitterSource<'a>) -> Breaker<'a> {
+        self.jitter = Some(src);
+        self
     }
 
     /// The current state.
@@ -377,4 +392,9 @@ impl<'a> Breaker<'a> {
         self.hdr.last_ms = now;
         now
     }
+}
+
+/// The uniform number of a draw for `purpose` at `now`: `jitter`'s, or `rnd`.
+fn jitter_rnd(jitter: Option<JitterSource<'_>>, purpose: Purpose, now: u64, rnd: u32) -> u32 {
+    jitter.map_or(rnd, |j| j.draw(purpose, now))
 }

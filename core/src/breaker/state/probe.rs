@@ -117,6 +117,7 @@ impl<'a> Breaker<'a> {
         failed: Option<String>,
         retry_after_s: u32,
     ) -> Option<Transition> {
+        let jitter = self.jitter;
         let h = &mut *self.hdr;
         h.probe_busy = 0;
         let Some(text) = failed else {
@@ -131,7 +132,7 @@ impl<'a> Breaker<'a> {
                 let pace = jittered(
                     judge::run_spacing(h.cfg.probe_interval_ms, h.cfg.probes, needed),
                     h.cfg.jitter,
-                    rnd,
+                    jitter_rnd(jitter, Purpose::ProbeSpacing, now, rnd),
                 );
                 h.next_probe_at_ms = h.next_probe_at_ms.min(now.saturating_add(pace));
                 if h.state() == State::Open {

@@ -75,6 +75,7 @@ impl<'a> Breaker<'a> {
         retry_after_s: u32,
     ) -> Transition {
         let live = self.hdr.sums.live(self.ring, now / 1000, None);
+        let jitter = self.jitter;
         let h = &mut *self.hdr;
         let floor = u64::from(live.retry_after_s.max(retry_after_s)) * 1000;
         let (lo, hi) = cooldown_range(
@@ -83,7 +84,7 @@ impl<'a> Breaker<'a> {
             h.cfg.jitter,
             u64::from(h.cfg.max_open_ms),
         );
-        let cooldown = draw(lo, hi, rnd);
+        let cooldown = draw(lo, hi, jitter_rnd(jitter, Purpose::Cooldown, now, rnd));
         // With passive probes clients are told `hi`, the range's end (see
         // `BreakerHeader::told`); with active ones, the cooldown itself. At most `max_open`,
         // a `u32`.
