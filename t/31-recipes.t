@@ -52,7 +52,7 @@ my $readme = slurp("$root/README.md");
 my %upstream = map { $_ => 1 } qw/ slow probes eject limit dry-run /;
 my %location = map { $_ => 1 } qw/ routes status stale defaults json-503 /;
 
-my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(2 * @names + 30);
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(2 * @names + 31);
 
 ###############################################################################
 
@@ -126,6 +126,15 @@ EOF
 }
 
 $t->write_file('fleet.key', '0123456789abcdef' x 4 . "\n");
+$t->write_file('cb-jitter.key', 'fedcba9876543210' x 4 . "\n");
+
+# The replay's log format is written once more, in nginx-conf/replay-log.conf, which a
+# configuration includes and the replay's own tests load: the two must not drift.
+my ($recipe_format) = $recipe{'dry-run'} =~ /^(log_format circuit_breaker_replay\b.*?;)$/ms;
+my ($shipped_format) = slurp("$root/nginx-conf/replay-log.conf")
+	=~ /^(log_format circuit_breaker_replay\b.*?;)$/ms;
+ok($recipe_format && $shipped_format && $recipe_format eq $shipped_format,
+	'the dry-run recipe logs in nginx-conf/replay-log.conf\'s format');
 
 for my $name (@names) {
 	ok(index($readme, "```nginx\n$recipe{$name}```\n") >= 0,

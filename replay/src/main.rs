@@ -19,7 +19,7 @@ const USAGE: &str =
                  [--set PARAM=V1,V2,...]... [--jitter-key FILE] [--json] [--timeline DIR]
                  [--transitions FILE|-] [--seed N] [--reorder TIME] [--max-line SIZE]
                  [--max-breakers N] LOG...
-       cb-replay --help";
+       cb-replay --help | --version";
 
 /// `--help`: the usage, every option, examples, and what the report says.
 const HELP: &str = include_str!("help.txt");
@@ -41,8 +41,15 @@ struct Args {
     logs: Vec<String>,
 }
 
-/// The arguments; `None` for `--help`.
-fn args() -> Result<Option<Args>, String> {
+/// What the command line asks for.
+enum Asked {
+    Replay(Args),
+    Help,
+    Version,
+}
+
+/// The arguments.
+fn args() -> Result<Asked, String> {
     let mut a = Args {
         specs: Specs::default(),
         sets: Vec::new(),
@@ -105,7 +112,8 @@ fn args() -> Result<Option<Args>, String> {
                         "--max-breakers wants a number from 1 to 16777216: \"{v}\""
                     ))?
             }
-            "-h" | "--help" => return Ok(None),
+            "-h" | "--help" => return Ok(Asked::Help),
+            "-V" | "--version" => return Ok(Asked::Version),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
             _ => a.logs.push(arg),
         }
@@ -129,7 +137,7 @@ fn args() -> Result<Option<Args>, String> {
     if a.logs.is_empty() {
         return Err(format!("no log\n{USAGE}"));
     }
-    Ok(Some(a))
+    Ok(Asked::Replay(a))
 }
 
 /// The file `circuit_breaker_jitter_key` names in `nginx -T`'s output, if any (the last one:
@@ -283,9 +291,13 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
 
 fn main() -> ExitCode {
     let a = match args() {
-        Ok(Some(a)) => Ok(a),
-        Ok(None) => {
+        Ok(Asked::Replay(a)) => Ok(a),
+        Ok(Asked::Help) => {
             print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Asked::Version) => {
+            println!("cb-replay {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
         Err(e) => Err(e),

@@ -431,6 +431,22 @@ fn help_says_every_option_and_succeeds() {
         );
     }
     assert_eq!(run(&["-h"]).stdout, text.as_bytes());
+    // help2man makes the Debian package's manual page from this: its synopsis is the
+    // "Usage:" line, its options the indented "--" lines.
+    assert!(text.starts_with("Usage: cb-replay "), "{text}");
+    assert!(text.contains("--version"), "{text}");
+}
+
+#[test]
+fn version_is_the_release() {
+    for flag in ["--version", "-V"] {
+        let o = run(&[flag]);
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(
+            String::from_utf8(o.stdout).unwrap(),
+            format!("cb-replay {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
 }
 
 /// A line of the full format: judged at `at` (the module's clock), recorded `took` ms later;
