@@ -733,7 +733,7 @@ fn give_back(state: &RequestState) {
         if let Ticket::Probe(_) = state.ticket {
             if let Some((zone, _)) = state.zone() {
                 let mut locked = zone.lock();
-                let found = locked.get(state.handle, state.key_hash);
+                let found = locked.get_probe(state.handle, &state.key(), state.ticket);
                 if let Some(mut b) = found {
                     b.release(crate::clock::mono_ms(), state.ticket);
                 }

@@ -14,6 +14,8 @@ use strict;
 
 use Test::More;
 
+use POSIX ();
+
 use FindBin;
 
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
@@ -27,7 +29,7 @@ use CB::Config qw/ fill conf_fails conf_passes /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(8);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(9);
 
 my $d = $t->testdir();
 $t->write_file('hex.key', "00112233445566778899aabbccddeeff" x 2 . "\n");
@@ -69,6 +71,22 @@ conf_fails($t, 'a duplicate',
 	fill($template, KEY => "circuit_breaker_jitter_key $d/hex.key;\n"
 		. "    circuit_breaker_jitter_key $d/raw.key;"),
 	"raw.key", '"circuit_breaker_jitter_key" directive is duplicate');
+
+# A FIFO is refused at once: opening it would wait for a writer, with the master in a
+# reload.  Should nginx wait, a writer comes after 10 s, and the message is another.
+POSIX::mkfifo("$d/fifo.key", 0600) or die "mkfifo: $!\n";
+my $writer = fork() // die "fork: $!\n";
+if ($writer == 0) {
+	sleep 10;
+	open my $w, '>', "$d/fifo.key";
+	POSIX::_exit(0);
+}
+conf_fails($t, 'a FIFO',
+	fill($template, KEY => "circuit_breaker_jitter_key $d/fifo.key;"),
+	'circuit_breaker_jitter_key',
+	"cannot use \"circuit_breaker_jitter_key\" \"$d/fifo.key\" (not a regular file)");
+kill 'TERM', $writer;
+waitpid $writer, 0;
 
 my $bad = fill($template, KEY => "circuit_breaker_jitter_key $d/secret.key;");
 $t->write_file_expand('secret.conf', $bad);

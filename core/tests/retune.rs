@@ -184,6 +184,37 @@ fn a_probe_in_flight_keeps_its_ticket_and_the_new_probes_count() {
 }
 
 #[test]
+fn active_probes_on_and_off_again_keep_the_probe_in_flight_the_only_one() {
+    let mut s = Story::new(cfg());
+    trip(&mut s);
+    s.wait(30_000);
+    let t = s.probe();
+    retune(
+        &mut s,
+        BreakerConfig {
+            active: true,
+            ..cfg()
+        },
+    );
+    assert_eq!(s.state(), State::Open);
+    retune(&mut s, cfg());
+    s.wait(5_000);
+    for _ in 0..20 {
+        assert!(
+            !matches!(s.admit().admission, Admission::Probe(_)),
+            "a second probe beside the one in flight"
+        );
+        s.wait(100);
+    }
+    s.record(t, &ok());
+    assert_eq!(
+        s.view().consecutive_probe_successes,
+        1,
+        "the probe in flight counts"
+    );
+}
+
+#[test]
 fn more_probes_lengthen_the_run() {
     let mut s = Story::new(cfg());
     trip(&mut s);

@@ -43,7 +43,7 @@ struct Args {
 
 /// What the command line asks for.
 enum Asked {
-    Replay(Args),
+    Replay(Box<Args>),
     Help,
     Version,
 }
@@ -137,7 +137,7 @@ fn args() -> Result<Asked, String> {
     if a.logs.is_empty() {
         return Err(format!("no log\n{USAGE}"));
     }
-    Ok(Asked::Replay(a))
+    Ok(Asked::Replay(Box::new(a)))
 }
 
 /// The file `circuit_breaker_jitter_key` names in `nginx -T`'s output, if any (the last one:
@@ -291,7 +291,7 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
 
 fn main() -> ExitCode {
     let a = match args() {
-        Ok(Asked::Replay(a)) => Ok(a),
+        Ok(Asked::Replay(a)) => Ok(*a),
         Ok(Asked::Help) => {
             print!("{HELP}");
             return ExitCode::SUCCESS;

@@ -57,8 +57,21 @@ pub unsafe extern "C" fn set_jitter_key(
 /// The seed in `path`: 32 bytes as they are (`openssl rand 32`), or 64 hexadecimal digits
 /// (`openssl rand -hex 32`).
 fn read_seed(path: &str) -> Result<[u8; 32], String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mut contents = Vec::new();
-    std::fs::File::open(path)
+    // Without blocking, and only a regular file: opening a FIFO would wait for a writer, and
+    // a device (`/dev/stdin`) reads whatever it gives, with the master in a reload.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|f| {
+            if f.metadata()?.is_file() {
+                Ok(f)
+            } else {
+                Err(std::io::Error::other("not a regular file"))
+            }
+        })
         .and_then(|f| f.take(1024).read_to_end(&mut contents))
         .map_err(|e| match e.raw_os_error() {
             // As nginx says a file it cannot open: "(2: No such file or directory)".
@@ -69,7 +82,7 @@ fn read_seed(path: &str) -> Result<[u8; 32], String> {
                     .unwrap_or(&text);
                 format!("({n}: {why})")
             }
-            None => e.to_string(),
+            None => format!("({e})"),
         })?;
     let seed = match contents.len() {
         32 => {

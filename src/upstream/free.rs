@@ -257,7 +257,11 @@ fn settle_locked(
         ),
         _ => None,
     };
-    let recorded = match (locked.get(state.handle, state.key_hash), pooled) {
+    let found = match ticket {
+        Ticket::Probe(_) => locked.get_probe(state.handle, &state.key(), ticket),
+        Ticket::Normal => locked.get(state.handle, state.key_hash),
+    };
+    let recorded = match (found, pooled) {
         (Some(mut b), Some(a)) if a.explained => b.record_explained(now, rnd(), ticket, attempt),
         (Some(mut b), a) => b.record(now, rnd(), ticket, attempt, a.map_or(true, |a| a.may_open)),
         (None, _) => return,

@@ -5,7 +5,7 @@ use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use circuit_breaker_core::breaker::jitter::JitterSource;
-use circuit_breaker_core::breaker::{BreakerConfig, BreakerHeader, Gate};
+use circuit_breaker_core::breaker::{BreakerConfig, BreakerHeader, Gate, Ticket};
 use circuit_breaker_core::history::{History, HistoryView};
 use circuit_breaker_core::retry_budget::{RetryBudget, RetryBudgetConfig, RetryBudgetView};
 use circuit_breaker_core::snapshot::BreakerView;
@@ -239,6 +239,36 @@ impl<'z> Locked<'z> {
         let n = self.node_of(handle, key_hash)?;
         // SAFETY: `node_of` matched the slot's tenant ident under the mutex `self` holds, so `n` is
         // published; `&mut self` rules out a second `BreakerMut`.
+        unsafe { self.borrow(n) }
+    }
+
+    /// The breaker whose probe `ticket` is: the one `handle` names if it still lives, else
+    /// the one `key` names if it waits for that very probe (a reload moved the breaker into
+    /// other memory for another window length, its probe in flight: without this, the
+    /// probe's outcome would be lost and its slot held until the lease runs out).
+    pub fn get_probe(
+        &mut self,
+        handle: Handle,
+        key: &Key,
+        ticket: Ticket,
+    ) -> Option<BreakerMut<'_>> {
+        let n = match self.node_of(handle, key.hash) {
+            Some(n) => n,
+            None => {
+                let n = self.find_node(key)?;
+                // SAFETY: `n` came off a chain, so it is published; `self` holds the mutex, and
+                // the borrow ends with this statement.
+                let holds = unsafe { self.borrow_with(n, false) }?
+                    .breaker
+                    .holds_probe(ticket);
+                if !holds {
+                    return None;
+                }
+                n
+            }
+        };
+        // SAFETY: `n` is the slot's tenant (ident matched) or came off a chain: published, with
+        // the mutex held by `self`; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
 

@@ -105,7 +105,12 @@ impl<'a> Breaker<'a> {
         // The cooldown drawn (or cut short by peers), not the one told.
         let drawn = self.hdr.retry_at_ms.saturating_sub(self.hdr.since_ms);
         let reason = format!("cooldown {}s elapsed", reason::secs_ceil(drawn));
+        // A probe still in flight stays the probe: only a reload leaves an open breaker one
+        // (half-open, then active probes on and off again; or an active probe, then off),
+        // and a second beside it would be one request too many for the origin.
+        let busy = self.hdr.probe_busy;
         let from = self.set_state(now, STATE_HALF_OPEN, &reason);
+        self.hdr.probe_busy = busy;
         self.hdr.next_probe_at_ms = now;
         Transition {
             from,
