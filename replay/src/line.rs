@@ -272,8 +272,10 @@ fn module_fields(mut rest: &str) -> Option<(Option<&str>, Option<(u64, u64)>)> {
         "-" | "" => None,
         m => {
             let (at, elapsed) = m.split_once('+').unwrap_or((m, "0"));
+            // At most 15 digits (31 000 years of milliseconds): the replay's clock arithmetic
+            // then never overflows, whatever a corrupt or hostile line says.
             let num = |d: &str| -> Option<u64> {
-                if d.is_empty() || d.len() > 19 || !d.bytes().all(|c| c.is_ascii_digit()) {
+                if d.is_empty() || d.len() > 15 || !d.bytes().all(|c| c.is_ascii_digit()) {
                     return None;
                 }
                 d.parse().ok()
@@ -343,6 +345,18 @@ mod tests {
         let text = format!("{NEW} \"/a/?n=1\"");
         let l = parse(&text).unwrap();
         assert_eq!(l.judged, Some((81_234_567, 81_234_582)));
+        // Times past 15 digits are not the module's (its clock is nginx's monotonic
+        // milliseconds): read as an older format's own fields, never as times.
+        for msec in [
+            "1234567890123456789",
+            "1+9999999999999999999",
+            "9999999999999999",
+        ] {
+            let text = format!("{OK} \"open\" \"{msec}\"");
+            let l = parse(&text).unwrap();
+            assert_eq!(l.judged, None, "{msec}");
+            assert!(!l.refused, "{msec}");
+        }
     }
 
     const OK: &str = r#"1700000000.123 0.015 "api" "checkout" "10.0.0.1:80" "200" "0.014" "0.010""#;

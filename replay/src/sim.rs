@@ -493,7 +493,7 @@ impl Replay {
         let wall_start = l.end_ms.saturating_sub(l.request_ms);
         if let Some((judged, recorded)) = l.judged {
             // The wall clock at the record is the line's end, nearly (the log phase follows).
-            self.wall_offset = l.end_ms as i64 - recorded as i64;
+            self.wall_offset = (l.end_ms as i64).wrapping_sub(recorded as i64);
             self.module_clock = true;
             return (judged, recorded);
         }

@@ -195,7 +195,8 @@ impl Drop for Held {
         t.in_flight.set(false);
         if let Some(ticket) = self.ticket.take() {
             let mut locked = self.zone.lock();
-            if let Some(mut b) = locked.get(t.handle.get(), t.key_hash) {
+            // By its ticket: a reload may have moved the breaker into other memory.
+            if let Some(mut b) = locked.get_probe(t.handle.get(), &t.key(), ticket) {
                 b.release(mono_ms(), ticket);
             };
         }
@@ -250,7 +251,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
             let explained = match (&why, t.up.pool(&zone), t.up.index_of(&server)) {
                 (Some(why), Some(up), Some(i)) if !result.tls => {
                     let held = locked
-                        .get(t.handle.get(), t.key_hash)
+                        .get_probe(t.handle.get(), &t.key(), ticket)
                         .is_some_and(|b| b.holds_probe(ticket));
                     let name = t.name();
                     held && eject::assess(&mut locked, up, i, Some((&name, why)), now, log)
@@ -258,7 +259,8 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
                 }
                 _ => false,
             };
-            let mut b = locked.get(t.handle.get(), t.key_hash)?;
+            // By its ticket: a reload that changed the window length moved the breaker.
+            let mut b = locked.get_probe(t.handle.get(), &t.key(), ticket)?;
             if explained {
                 b.probe_explained(now, ticket);
                 None

@@ -149,13 +149,20 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
 }
 
 /// A seed no client can guess, for a zone whose configuration names no
-/// `circuit_breaker_jitter_key`: the system's random bytes, or, should they be unreadable,
+/// `circuit_breaker_jitter_key`: the kernel's random bytes (`getrandom(2)`, which needs no
+/// file, so a chroot without /dev has them too; then /dev/urandom), or, should both fail,
 /// the clocks and the process id through SHA-256 (jitter stays unpredictable enough to keep
 /// clients from betting on a probe; only a replay needs the seed, and it needs the key file).
 fn random_seed() -> [u8; 32] {
     use std::io::Read as _;
     let mut seed = [0u8; 32];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut seed));
+    // SAFETY: `seed` is a writable buffer of `seed.len()` bytes for the call's duration.
+    let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+    let read = if usize::try_from(got) == Ok(seed.len()) {
+        Ok(())
+    } else {
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut seed))
+    };
     if read.is_err() {
         let mixed = format!(
             "{} {} {} {:p}",
