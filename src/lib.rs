@@ -7,6 +7,7 @@ mod clock;
 mod conf;
 pub mod eject;
 mod ffi;
+mod filter;
 mod fleet;
 mod judged;
 mod limit;
@@ -74,7 +75,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
-        respond::add_header_filter();
+        filter::add_header_filter();
         upstream::body::add_body_filter();
         setup::add_phase_handler(
             cf,

@@ -8,7 +8,7 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
 
-use circuit_breaker_core::breaker::{Attempt, Ticket};
+use circuit_breaker_core::breaker::{Attempt, BreakerConfig, Classified, Ticket};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_event_free_peer_pt, ngx_event_get_peer_pt, ngx_event_notify_peer_pt, ngx_http_request_t,
@@ -104,7 +104,7 @@ pub struct RequestState {
     pub counted_first: bool,
     /// The last attempt, which nginx retries: what the client gets should no retry be made
     /// after all.
-    pub pending: Option<Attempt>,
+    pub pending: Option<Classified>,
     /// A pool cleanup settles `pending` should the request end with it.
     pub settles_late: bool,
     /// The PRECONTENT phase let the request through (its breaker closed) and created this
@@ -179,6 +179,16 @@ impl RequestState {
         // configuration, which outlives every request run under it.
         let mcf: &'c MainConf = unsafe { (*self.scf).main.as_ref()? };
         Some((mcf.zone()?, mcf))
+    }
+
+    /// `a`, classified by the upstream's classes (which are its servers' too), once for every
+    /// consumer of its outcome.
+    #[inline]
+    pub fn classify(&self, a: Attempt) -> Classified {
+        match &self.srv_conf().breaker {
+            Some(cfg) => Classified::of(a, cfg),
+            None => Classified::of(a, &BreakerConfig::default()),
+        }
     }
 
     /// `upstream/route`, as log lines name a breaker.

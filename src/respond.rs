@@ -9,18 +9,16 @@ use circuit_breaker_core::grpc::{self, TurnedAway};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_discard_request_body,
-    ngx_http_finalize_request, ngx_http_output_header_filter_pt, ngx_http_request_empty_handler,
-    ngx_http_request_t, ngx_http_send_header, ngx_http_top_header_filter, ngx_http_upstream_t,
-    ngx_http_variable_value_t, ngx_int_t, ngx_list_push, ngx_list_t, ngx_pnalloc, ngx_str_t,
-    ngx_table_elt_t, ngx_uint_t, NGX_DONE, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK,
-    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VERSION_20, NGX_OK,
+    ngx_http_finalize_request, ngx_http_request_empty_handler, ngx_http_request_t,
+    ngx_http_send_header, ngx_http_upstream_t, ngx_http_variable_value_t, ngx_int_t, ngx_list_push,
+    ngx_list_t, ngx_pnalloc, ngx_str_t, ngx_table_elt_t, ngx_uint_t, NGX_DONE, NGX_ERROR,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK, NGX_HTTP_SERVICE_UNAVAILABLE,
+    NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VERSION_20, NGX_OK,
 };
 use ngx::ngx_string;
 
 use crate::ffi::guard;
-use crate::request::{self, Answer, Label, Note};
-
-static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
+use crate::request::{self, Answer, Label};
 
 /// Appends a header whose name is static and whose value lives in the request pool.
 ///
@@ -390,44 +388,10 @@ pub unsafe fn short_circuit(
     NGX_ERROR as ngx_int_t
 }
 
-/// Adds `X-Circuit-State` to responses that went through a breaker: always when the request
-/// was short-circuited, otherwise when `circuit_breaker_header on`.
-///
-/// Whether there may be anything to do is told from the ctx alone, and the work is apart (a
-/// PRECONTENT short-circuit's header went in with its Retry-After), so that a request the
-/// module never saw pays little (`scripts/bench-instructions`, open_503 and plain).
-unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx passes a live request.
-    let look = match request::note(unsafe { &*r }) {
-        Note::Nothing => None,
-        Note::Here => Some(false),
-        Note::Look => Some(true),
-    };
-    if let Some(look) = look {
-        guard((), || {
-            // SAFETY: as above; no other reference to the request is live here.
-            add_state_header(unsafe { &mut *r }, look)
-        });
-    }
-    // SAFETY: as above.
-    if request::holds_grant(unsafe { &*r }) {
-        guard((), || {
-            // SAFETY: as above, in the header filter; no other reference to it is live.
-            unsafe { crate::upstream::header_passed(&mut *r) }
-        });
-    }
-    // SAFETY: set in add_header_filter to the previous top filter, during configuration.
-    match unsafe { NEXT_HEADER_FILTER } {
-        // SAFETY: the next filter in nginx's chain, with the request it was given.
-        Some(next) => unsafe { next(r) },
-        None => NGX_OK as ngx_int_t,
-    }
-}
-
-/// Adds `X-Circuit-State` for the request's state: the one in the ctx ([`Note::Here`], which
+/// Adds `X-Circuit-State` for the request's state: the one in the ctx ([`request::Note::Here`], which
 /// wants it), or, with `look`, the one [`request::find`] finds, if it wants it.
 #[inline(never)]
-fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
+pub(crate) fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
     let state = if look {
         let on = request::header_on(req);
         match request::find(req) {
@@ -445,18 +409,6 @@ fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
         "X-Circuit-State",
         static_value(label.name()),
     );
-}
-
-/// Puts our header filter on top of the chain (called from postconfiguration).
-///
-/// # Safety
-/// Only during configuration, once per http block.
-pub unsafe fn add_header_filter() {
-    // SAFETY: nginx's filter chain is only modified during configuration, single-threaded.
-    unsafe {
-        NEXT_HEADER_FILTER = ngx_http_top_header_filter;
-        ngx_http_top_header_filter = Some(header_filter);
-    }
 }
 
 /// Registers `$circuit_breaker_state`, `$circuit_breaker_route` and

@@ -9,6 +9,7 @@
 //! counts are the totals' difference between its start and the next's. An interval with no
 //! call at all saw nothing recorded, in the state the breaker was left in.
 
+pub use crate::snapshot::{HistoryView, Point};
 use crate::snapshot::{State, Totals};
 
 /// One interval, in milliseconds.
@@ -17,20 +18,6 @@ pub const STEP_MS: u64 = 10_000;
 pub const POINTS: usize = 30;
 /// Complete intervals kept.
 const KEPT: usize = POINTS - 1;
-
-/// One complete interval.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Point {
-    /// Attempts recorded.
-    pub requests: u32,
-    /// Of which failures.
-    pub failures: u32,
-    /// Of which slow.
-    pub slow: u32,
-    /// The worst state seen ([`State::code`]: 2 open is worst).
-    pub state: u8,
-}
 
 /// The history of one breaker, in shared memory. Plain integers only: any worker may read
 /// and write it under the zone lock. 512 bytes, the slab's class for it.
@@ -51,18 +38,6 @@ pub struct History {
     last: u8,
     /// Complete intervals, interval `n` at `n % KEPT`.
     points: [Point; KEPT],
-}
-
-/// What the status page shows: `points` oldest first, the last one the current interval.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HistoryView {
-    /// When the first point's interval began, on the breaker's clock (the status page moves
-    /// it to the wall clock).
-    pub start_ms: u64,
-    /// Each point's length.
-    pub step_ms: u64,
-    /// Oldest first; the last is the current interval, still filling.
-    pub points: Vec<Point>,
 }
 
 fn counts(t: &Totals) -> [u64; 3] {

@@ -9,5 +9,6 @@ pub mod history;
 pub mod limit;
 pub mod probe;
 pub mod retry_budget;
+pub mod settle;
 pub mod snapshot;
 pub mod status;

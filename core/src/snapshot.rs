@@ -215,7 +215,7 @@ pub struct BreakerView {
     pub tripped: Option<TripView>,
     /// The last minutes, interval by interval, when the status request asked for them
     /// (`history=1`); on the same clock.
-    pub history: Option<crate::history::HistoryView>,
+    pub history: Option<HistoryView>,
 }
 
 impl BreakerView {
@@ -245,4 +245,31 @@ impl BreakerView {
             h.start_ms = to_wall(h.start_ms, mono_now_ms, wall_now_ms);
         }
     }
+}
+
+/// One complete interval of a breaker's history (`crate::history`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Point {
+    /// Attempts recorded.
+    pub requests: u32,
+    /// Of which failures.
+    pub failures: u32,
+    /// Of which slow.
+    pub slow: u32,
+    /// The worst state seen ([`State::code`]: 2 open is worst).
+    pub state: u8,
+}
+
+/// A breaker's history (`crate::history`) as the status page shows it: `points` oldest
+/// first, the last one the current interval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryView {
+    /// When the first point's interval began, on the breaker's clock (the status page moves
+    /// it to the wall clock).
+    pub start_ms: u64,
+    /// Each point's length.
+    pub step_ms: u64,
+    /// Oldest first; the last is the current interval, still filling.
+    pub points: Vec<Point>,
 }

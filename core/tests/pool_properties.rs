@@ -1,6 +1,7 @@
 //! A pool of two to eight servers in front of the upstream's breaker, driven the way the
-//! shell drives them: each request picks a server still in the pool when it starts, and
-//! ends later, in any order; its outcome goes to its server's breaker first, then — unless
+//! shell drives them (the core's settlement, `settle::settle`): each request picks a server
+//! still in the pool when it starts, and ends later, in any order; its outcome goes to its
+//! server's breaker first, then — unless
 //! the pool explains it (`eject::explain`) — to the upstream's window. With the breaker's
 //! defaults and `min_requests` of 5, 20 or 100:
 //!
@@ -10,14 +11,14 @@
 //! - when every server fails, the upstream opens, on a bounded number of requests;
 //! - a request that finds no live server always counts.
 
-use circuit_breaker_core::breaker::{
-    classify, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Recorded, Ticket,
-};
+mod common;
+
+use circuit_breaker_core::breaker::{Attempt, BreakerConfig, Classified, Ending, Recorded, Ticket};
 use circuit_breaker_core::directive::EjectSpec;
-use circuit_breaker_core::eject::{
-    self, explain, max_ejected, may_open, Explained, Pool, Standing,
-};
+use circuit_breaker_core::eject::{self, max_ejected};
+use circuit_breaker_core::settle::{settle, Ended, OnServer};
 use circuit_breaker_core::snapshot::State;
+use common::ledger::Zone;
 use proptest::prelude::*;
 
 const T0: u64 = 1_764_484_800_000;
@@ -43,13 +44,13 @@ fn ops(n: usize) -> impl Strategy<Value = Vec<Op>> {
     )
 }
 
-/// The upstream's breaker, its pool of servers (each with its breaker and whether it is bad),
-/// and the requests in flight (the server each went to).
+/// The upstream's breaker and its pool of servers (the zone), which servers are bad, and the
+/// requests in flight (the server each went to).
 struct Sim {
     now: u64,
-    upstream: OwnedBreaker,
-    servers: Vec<(OwnedBreaker, bool)>,
-    pool: Pool,
+    cfg: BreakerConfig,
+    zone: Zone,
+    bad: Vec<bool>,
     flying: Vec<usize>,
     opened_at: Option<u64>,
     requests: u64,
@@ -61,18 +62,11 @@ impl Sim {
             min_requests,
             ..BreakerConfig::default()
         };
-        let spec = EjectSpec::default();
-        let scfg = eject::server_config(&cfg, &spec);
         Sim {
             now: T0,
-            upstream: OwnedBreaker::new(cfg, T0),
-            servers: (0..n)
-                .map(|i| (OwnedBreaker::new(scfg, T0), i < bad))
-                .collect(),
-            pool: Pool {
-                out: 0,
-                max: max_ejected(n, spec.max_ejected),
-            },
+            cfg,
+            zone: Zone::new(cfg, n, T0),
+            bad: (0..n).map(|i| i < bad).collect(),
             flying: Vec::new(),
             opened_at: None,
             requests: 0,
@@ -80,8 +74,8 @@ impl Sim {
     }
 
     fn in_pool(&mut self) -> Vec<usize> {
-        (0..self.servers.len())
-            .filter(|&i| !eject::is_out(self.servers[i].0.breaker().state()))
+        (0..self.bad.len())
+            .filter(|&i| !eject::is_out(self.zone.servers[i].breaker().state()))
             .collect()
     }
 
@@ -100,7 +94,7 @@ impl Sim {
             return;
         }
         let s = self.flying.remove(pick % self.flying.len());
-        let a = if self.servers[s].1 {
+        let a = if self.bad[s] {
             Attempt::http(500, 5)
         } else {
             Attempt::http(200, 5)
@@ -108,31 +102,31 @@ impl Sim {
         self.settle(Some(s), &a);
     }
 
-    /// What the shell's `peer.free` does under the lock: the server's record, then the
-    /// request's verdict, explained or not, and the upstream allowed to open on it or not.
+    /// What the shell's `peer.free` does under the lock: the core's settlement of the
+    /// request's last attempt.
     fn settle(&mut self, server: Option<usize>, a: &Attempt) -> Recorded {
-        let now = self.now;
         self.requests += 1;
-        let cfg = *self.upstream.breaker().config();
-        let (mut explained, mut may) = (false, true);
-        if let Some(s) = server {
-            let b = &mut self.servers[s].0;
-            eject::record(&mut b.breaker(), &mut self.pool, now, 0, Ticket::Normal, a);
-            let bad = classify(a, &cfg).is_bad();
-            let standings: Vec<Standing> = self
-                .servers
-                .iter_mut()
-                .map(|(b, _)| Standing::of(&mut b.breaker(), now, &cfg))
-                .collect();
-            explained = bad && explain(&standings, s, self.pool.max, false) == Explained::Yes;
-            may = may_open(&standings, self.pool.max);
-        }
-        let mut up: Breaker<'_> = self.upstream.breaker();
-        let r = if explained {
-            up.record_explained(now, 0, Ticket::Normal, a)
-        } else {
-            up.record(now, 0, Ticket::Normal, a, may)
+        let c = Classified::of(*a, &self.cfg);
+        let end = Ended {
+            attempt: &c,
+            upstream: &self.cfg,
+            name: "u/-",
+            now_ms: self.now,
+            ticket: Ticket::Normal,
+            server: server.map(|s| OnServer {
+                index: s as u16,
+                ticket: Ticket::Normal,
+                recorded: false,
+            }),
+            retry: false,
+            dry_run: false,
+            recorded: false,
+            budget: false,
+            first_counted: false,
         };
+        let r = settle(&mut self.zone, &end, &mut || 0)
+            .recorded
+            .expect("the upstream's breaker");
         if r.state == State::Open && self.opened_at.is_none() {
             self.opened_at = Some(self.requests);
         }
@@ -155,7 +149,7 @@ impl Sim {
     /// Healthy history: every server answers `per_server` requests well, one at a time.
     fn warm(&mut self, per_server: usize) {
         for _ in 0..per_server {
-            for s in 0..self.servers.len() {
+            for s in 0..self.bad.len() {
                 self.settle(Some(s), &Attempt::http(200, 5));
             }
             self.now += 10;
@@ -185,7 +179,7 @@ proptest! {
         sim.run(&ops);
         prop_assert_eq!(sim.opened_at, None,
             "{} bad of {} (max {}) opened the upstream: {}", bad, n, max,
-            sim.upstream.breaker().view(sim.now).last_transition);
+            sim.zone.upstream.breaker().view(sim.now).last_transition);
     }
 
     #[test]
@@ -196,7 +190,7 @@ proptest! {
         picks in prop::collection::vec(0usize..64, 1..16),
     ) {
         let mut sim = Sim::new(n, n, min);
-        let max = sim.pool.max as u64;
+        let max = u64::from(sim.zone.max);
         let c = concurrency as u64;
         // Each server the pool may lose has its `min_requests` (10) of failures explained
         // before it is ejected, and so has every request still in flight to it then; past
@@ -247,8 +241,8 @@ fn one_bad_server_of_two_one_request_at_a_time() {
         sim.now += 10;
     }
     assert_eq!(sim.opened_at, None);
-    assert!(eject::is_out(sim.servers[0].0.breaker().state()));
-    let totals = sim.upstream.breaker().view(sim.now).totals;
+    assert!(eject::is_out(sim.zone.servers[0].breaker().state()));
+    let totals = sim.zone.upstream.breaker().view(sim.now).totals;
     assert_eq!(
         totals.explained, 10,
         "the bad server's ten failures, explained"

@@ -23,8 +23,8 @@ mod peers;
 
 pub use peers::PeersLock;
 
-use circuit_breaker_core::breaker::{Attempt, Breaker, Control, Gate, ProbeResult, Ticket, Why};
-use circuit_breaker_core::eject::{self, Explained, Move, Standing};
+use circuit_breaker_core::breaker::{Breaker, Control, Gate, ProbeResult, Ticket, Why};
+use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{
     ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_pool_t, ngx_str_t,
@@ -332,92 +332,69 @@ pub unsafe fn claim_probe(
     })
 }
 
-/// Records an attempt sent to server `server` with `ticket`, under the lock the caller
-/// holds through `locked`; ejects it (within the cap) or returns it, logs the move, and when
-/// the pool changed tells every worker and applies it to this worker's peers at once.
-pub fn record(
+/// The servers of `up`'s pool out now and its cap, under the lock held through `locked`,
+/// this worker's view brought up to date first: another worker may have moved a server since
+/// this one looked (or this one never looked: the prober's worker may have served no request
+/// yet), and the cap must count it. `None` without a pool.
+pub fn count(locked: &mut Locked<'_>, up: Upstream<'_>, now: u64) -> Option<eject::Pool> {
+    let pool = up.scf.pool.as_ref()?;
+    let local = &pool.local;
+    if local.applied.get().is_none() || local.stamp.get().read() != local.applied.get() {
+        sync(locked, up, pool, now);
+    }
+    Some(eject::Pool {
+        out: local.out.get(),
+        max: pool.max_ejected,
+    })
+}
+
+/// Runs `f` on the breaker of server `server` of `scf`'s pool, under the lock held through
+/// `locked`.
+pub fn with_server<R>(
+    locked: &mut Locked<'_>,
+    scf: &SrvConf,
+    server: u16,
+    f: impl FnOnce(&mut Breaker<'_>) -> R,
+) -> Option<R> {
+    let s = scf.pool.as_ref()?.servers.get(server as usize)?;
+    let mut b = locked.get_or_find(s.handle.get(), &scf.server_key(s))?;
+    s.handle.set(b.handle());
+    Some(f(&mut b))
+}
+
+/// The pool's servers.
+pub fn server_count(scf: &SrvConf) -> u16 {
+    scf.pool.as_ref().map_or(0, |p| p.servers.len() as u16)
+}
+
+/// Logs each server's move and, when one changed the pool, tells every worker (the upstream's
+/// stamp) and applies it to this worker's peers at once; under the lock held through
+/// `locked`.
+pub fn moved(
     locked: &mut Locked<'_>,
     up: Upstream<'_>,
-    server: u16,
-    ticket: Ticket,
-    attempt: &Attempt,
+    moves: &[(u16, Move)],
     now: u64,
     log: *mut ngx_log_t,
 ) {
-    judge(locked, up, server, now, log, |b, count| {
-        eject::record(b, count, now, rnd(), ticket, attempt).1
-    });
-}
-
-/// What the pool says of a request's bad outcome on one of its servers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Assessment {
-    /// Ejection fixes it: it stays out of the upstream's window.
-    pub explained: bool,
-    /// The upstream's breaker may open on its window now.
-    pub may_open: bool,
-}
-
-/// What the pool says of a bad outcome of an attempt sent to `server` (see
-/// `circuit_breaker_core::eject::explain` and `may_open`), under the lock held through
-/// `locked`, after the attempt was recorded on the server's own breaker. `probe` is set when
-/// the attempt was the probe of the upstream's breaker: its name and why the probe failed;
-/// the server is then ejected at once if the pool may lose it, and the move logged as any
-/// ejection.
-pub fn assess(
-    locked: &mut Locked<'_>,
-    up: Upstream<'_>,
-    server: u16,
-    probe: Option<(&str, &str)>,
-    now: u64,
-    log: *mut ngx_log_t,
-) -> Assessment {
     let scf = up.scf;
-    let (Some(pool), Some(cfg)) = (scf.pool.as_ref(), scf.breaker.as_ref()) else {
-        return Assessment {
-            explained: false,
-            may_open: true,
-        };
+    let Some(pool) = scf.pool.as_ref() else {
+        return;
     };
-    let standings: Vec<Standing> = pool
-        .servers
-        .iter()
-        .map(
-            |s| match locked.get_or_find(s.handle.get(), &scf.server_key(s)) {
-                Some(mut b) => {
-                    s.handle.set(b.handle());
-                    Standing::of(&mut b, now, cfg)
-                }
-                // No breaker (the zone is full): the server cannot be ejected.
-                None => Standing::default(),
-            },
-        )
-        .collect();
-    let may_open = eject::may_open(&standings, pool.max_ejected);
-    let verdict = eject::explain(
-        &standings,
-        usize::from(server),
-        pool.max_ejected,
-        probe.is_some(),
-    );
-    let explained = match (verdict, probe) {
-        (Explained::No, _) | (Explained::Eject, None) => false,
-        (Explained::Yes, _) => true,
-        (Explained::Eject, Some((breaker, why))) => {
-            let mut ejected = false;
-            judge(locked, up, server, now, log, |b, count| {
-                let reason = format!("probe of \"{breaker}\" failed: {why}");
-                let m = eject::eject_now(b, count, now, rnd(), reason);
-                ejected = m.is_some();
-                m
-            });
-            ejected
+    for (server, m) in moves {
+        if let Some(s) = pool.servers.get(*server as usize) {
+            log_move(log, scf, s, m);
         }
-    };
-    Assessment {
-        explained,
-        may_open,
     }
+    if moves.is_empty() {
+        return;
+    }
+    if moves.iter().any(|(_, m)| m.changes_pool()) {
+        if let Some(home) = locked.get(scf.home.get(), scf.home_hash()) {
+            home.bump_stamp();
+        }
+    }
+    sync(locked, up, pool, now);
 }
 
 /// Reports the prober's probe of the ejected server `server` (with `probe_uri`), sent with
@@ -448,38 +425,13 @@ fn judge(
     log: *mut ngx_log_t,
     verdict: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
 ) {
-    let scf = up.scf;
-    let Some(pool) = scf.pool.as_ref() else {
+    let Some(mut count) = count(locked, up, now) else {
         return;
     };
-    let local = &pool.local;
-    if local.applied.get().is_none() || local.stamp.get().read() != local.applied.get() {
-        // Another worker moved a server since this one looked (or this one never looked: the
-        // prober's worker may have served no request yet): the cap must count it.
-        sync(locked, up, pool, now);
+    let m = with_server(locked, up.scf, server, |b| verdict(b, &mut count));
+    if let Some(m) = m.flatten() {
+        moved(locked, up, &[(server, m)], now, log);
     }
-    let Some(s) = pool.servers.get(server as usize) else {
-        return;
-    };
-    let mut count = eject::Pool {
-        out: local.out.get(),
-        max: pool.max_ejected,
-    };
-    let m = {
-        let Some(mut b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
-            return;
-        };
-        s.handle.set(b.handle());
-        verdict(&mut b, &mut count)
-    };
-    let Some(m) = m else { return };
-    log_move(log, scf, s, &m);
-    if m.changes_pool() {
-        if let Some(home) = locked.get(scf.home.get(), scf.home_hash()) {
-            home.bump_stamp();
-        }
-    }
-    sync(locked, up, pool, now);
 }
 
 /// Gives back the probe slot of a request that ended before its probe's outcome.

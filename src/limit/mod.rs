@@ -25,6 +25,7 @@
 use core::cell::UnsafeCell;
 
 use circuit_breaker_core::limit::word::Take;
+pub use circuit_breaker_core::limit::Sample;
 use circuit_breaker_core::limit::{LimitConfig, Samples};
 use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
@@ -67,22 +68,6 @@ pub enum Admit {
     Shed,
     /// No limit could be set up (the zone is full): the request passes unlimited.
     Unlimited,
-}
-
-/// An upstream attempt as the controller sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sample {
-    /// The origin answered (or timed out) after this many milliseconds.
-    Latency(u64),
-    /// The same, for a retry (`proxy_next_upstream`): its request took its slot before the
-    /// attempt started, so it is never clean.
-    Retried(u64),
-    /// No latency worth averaging: refused, reset, a client that went away.
-    Drop,
-    /// The origin said it is saturated (`429`, `503` with `Retry-After`, gRPC
-    /// `RESOURCE_EXHAUSTED`): no latency sample, and the batch goes to the controller at
-    /// once, which cuts the limit.
-    Overload,
 }
 
 /// This worker's view of one limited breaker.

@@ -32,6 +32,7 @@ use std::rc::Rc;
 
 use circuit_breaker_core::breaker::Ticket;
 use circuit_breaker_core::probe::{self, Look};
+use circuit_breaker_core::settle::{self, Ledger};
 use nginx_sys::{ngx_cycle_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::log::ngx_cycle_log;
 
@@ -40,6 +41,7 @@ use crate::conf::Module;
 use crate::eject;
 use crate::ffi::{pid, process_alive};
 use crate::net;
+use crate::upstream::ledger::ZoneLedger;
 use crate::upstream::log_transition;
 use crate::zone::{Handle, Locked, Zone};
 
@@ -250,12 +252,35 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
             // nothing of the upstream: the next probe goes to another server.
             let explained = match (&why, t.up.pool(&zone), t.up.index_of(&server)) {
                 (Some(why), Some(up), Some(i)) if !result.tls => {
-                    let held = locked
-                        .get_probe(t.handle.get(), &t.key(), ticket)
-                        .is_some_and(|b| b.holds_probe(ticket));
-                    let name = t.name();
-                    held && eject::assess(&mut locked, up, i, Some((&name, why)), now, log)
-                        .explained
+                    let mut ledger = ZoneLedger {
+                        locked: &mut locked,
+                        handle: t.handle.get(),
+                        key: t.key(),
+                        scf: up.scf,
+                        up: Some(up),
+                        now,
+                    };
+                    let held = ledger.own(ticket, |b| b.holds_probe(ticket));
+                    match (held, up.scf.breaker.as_ref()) {
+                        (Some(true), Some(cfg)) => {
+                            let name = t.name();
+                            let mut moves = Vec::new();
+                            let probe = Some((name.as_str(), &why[..]));
+                            let a = settle::assess(
+                                &mut ledger,
+                                cfg,
+                                i,
+                                probe,
+                                now,
+                                &mut None,
+                                &mut moves,
+                                &mut rnd,
+                            );
+                            eject::moved(ledger.locked, up, &moves, now, log);
+                            a.explained
+                        }
+                        _ => false,
+                    }
                 }
                 _ => false,
             };

@@ -4,12 +4,11 @@
 
 use core::ffi::c_void;
 
-use circuit_breaker_core::breaker::{
-    classify, response_fails, Attempt, BreakerConfig, Ending, Ticket,
-};
+use circuit_breaker_core::breaker::{Classified, Ending, Ticket};
+use circuit_breaker_core::settle::{self, Ended, OnServer, Retry};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_log_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t, NGX_LOG_ERR, NGX_LOG_WARN,
+    ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_uint_t, NGX_LOG_ERR, NGX_LOG_WARN,
     NGX_PEER_FAILED, NGX_PEER_NEXT,
 };
 
@@ -17,10 +16,11 @@ use crate::clock::{mono_ms, rnd};
 use crate::eject::{self, Upstream};
 use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
-use crate::zone::{Locked, Zone};
-
-use super::{connection_log, limit, log_transition, outcome};
 use crate::retry;
+use crate::zone::Zone;
+
+use super::ledger::ZoneLedger;
+use super::{connection_log, limit, log_transition, outcome};
 
 /// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
 /// settles the request's verdict (see [`super`]), and gives the limit's
@@ -66,7 +66,8 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
         unsafe { free(pcr, state.balancer.data, 0) };
     }
     if let Some((zone, _)) = state.zone() {
-        settle(state, zone, &outcome.attempt, Settle::Final);
+        let attempt = state.classify(outcome.attempt);
+        settle(state, zone, &attempt, Settle::Final);
     }
     // SAFETY: request, upstream and peer are live in peer.free.
     unsafe { limit::attempt_ended(state, req, u, pcr, 0, &outcome.attempt) };
@@ -127,7 +128,8 @@ unsafe fn free_any(
                 state.name()
             );
         }
-        settle(state, zone, &attempt, how);
+        let classified = state.classify(attempt);
+        settle(state, zone, &classified, how);
     }
     // SAFETY: request, upstream and peer are live in peer.free.
     unsafe { limit::attempt_ended(state, req, u, pcr, ngx_state, &attempt) };
@@ -146,12 +148,13 @@ pub(super) enum Settle<'a> {
 /// request's side — a retry is let through only while the breaker is closed and within the
 /// retry budget, and the request's verdict goes to its breaker once, when its last attempt
 /// ends. What can be is done without the lock (successes while a breaker allows it, the
-/// first attempt in the retry budget); the rest in one lock hold.
+/// first attempt in the retry budget); the rest is the core's settlement
+/// (`circuit_breaker_core::settle`), in one lock hold.
 ///
 /// Inline: the lock-free half is most of the closed path's `peer.free`; the rest is
 /// [`settle_locked`].
 #[inline(always)]
-pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, how: Settle<'_>) {
+pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified, how: Settle<'_>) {
     let now = mono_ms();
     // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
     // under, which outlives the request and its state.
@@ -159,159 +162,125 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Attempt, h
     let server = core::mem::replace(&mut state.server, NO_SERVER);
     let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
     let retried = matches!(how, Settle::Retried(_));
-    let success = scf.breaker.as_ref().is_some_and(|c| is_success(c, attempt));
-    let server_left = server != NO_SERVER
-        && !(success
+    let success = attempt.is_success();
+    let on_server = (server != NO_SERVER).then(|| OnServer {
+        index: server,
+        ticket: server_ticket,
+        recorded: success
             && server_ticket == Ticket::Normal
-            && eject::add_success(zone, scf, server, now));
-    let verdict_done = !retried
+            && eject::add_success(zone, scf, server, now),
+    });
+    let recorded = !retried
         && success
         && state.ticket == Ticket::Normal
-        && zone.add_success(state.handle, state.key_hash, now, attempt.response_ms);
+        && zone.add_success(
+            state.handle,
+            state.key_hash,
+            now,
+            attempt.attempt.response_ms,
+        );
     if scf.retry.is_some() && !state.counted_first && scf.firsts.add(now) {
         state.counted_first = true;
     }
-    let first_left = scf.retry.is_some() && !state.counted_first;
-    if verdict_done {
+    if recorded {
         // Recorded without the lock: `$circuit_breaker_msec` says when.
         state.recorded_ms = now;
     }
-    if !retried && !server_left && verdict_done && !first_left {
+    let server_left = on_server.is_some_and(|s| !s.recorded);
+    let first_left = scf.retry.is_some() && !state.counted_first;
+    if !retried && !server_left && recorded && !first_left {
         state.pending = None;
         return;
     }
-    let left = Left {
-        now,
-        server: server_left.then_some((server, server_ticket)),
-        chosen: server,
-        verdict_done,
-    };
-    settle_locked(state, zone, attempt, how, left);
+    settle_locked(state, zone, attempt, how, now, on_server, recorded);
 }
 
-/// What [`settle`] could not do without the lock.
-struct Left {
-    now: u64,
-    /// The attempt's server and its ticket, when their record waits.
-    server: Option<(u16, Ticket)>,
-    /// The attempt's server ([`NO_SERVER`] when it went to none of the pool's).
-    chosen: u16,
-    /// The request's verdict is recorded.
-    verdict_done: bool,
-}
-
-/// The locked half of [`settle`].
+/// The locked half of [`settle`]: the core's settlement, then its plan carried out.
 #[inline(never)]
 fn settle_locked(
     state: &mut RequestState,
     zone: &Zone,
-    attempt: &Attempt,
+    attempt: &Classified,
     how: Settle<'_>,
-    left: Left,
+    now: u64,
+    on_server: Option<OnServer>,
+    recorded: bool,
 ) {
-    let Left {
-        now,
-        server,
-        chosen,
-        verdict_done,
-    } = left;
     // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
     // under, which outlives the request and its state.
     let scf = unsafe { &*state.srv_conf_ptr() };
-    let mut retry = match how {
+    let Some(cfg) = scf.breaker.as_ref() else {
+        state.pending = None;
+        return;
+    };
+    let retry = match how {
         Settle::Retried(pc) => Some(pc),
         Settle::Final => None,
     };
+    // SAFETY: set in peer.init to the request's upstream conf (or null), live in a worker.
+    let uscf = unsafe { state.uscf.as_ref() };
+    // SAFETY: `uscf` is the upstream conf whose module conf is `scf`, in a worker.
+    let up = uscf.map(|u| unsafe { Upstream::new(zone, scf, u) });
+    let on_server = on_server.filter(|_| up.is_some() && scf.pool.is_some());
     // SAFETY: the request owning this state is live while its attempts end.
     let log = connection_log(unsafe { &*state.request() });
-    let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    let mut locked = zone.lock();
-    if let (Some((server, server_ticket)), false) = (server, state.uscf.is_null()) {
-        // SAFETY: set in peer.init to the request's upstream conf, live in a worker.
-        let up = unsafe { Upstream::new(zone, scf, &*state.uscf) };
-        eject::record(&mut locked, up, server, server_ticket, attempt, now, log);
-    }
-    retry::allow(&mut locked, scf, state, &mut retry, dry_run, now);
-    if retry.is_some() {
-        drop(locked);
-        state.pending = Some(*attempt);
-        settle_late(state);
-        return;
+    let name = state.name();
+    let end = Ended {
+        attempt,
+        upstream: cfg,
+        name: &name,
+        now_ms: now,
+        ticket: state.ticket,
+        server: on_server,
+        retry: retry.is_some(),
+        dry_run: cfg.dry_run,
+        recorded,
+        budget: scf.retry.is_some(),
+        first_counted: state.counted_first,
+    };
+    let plan = {
+        let mut locked = zone.lock();
+        let mut ledger = ZoneLedger {
+            locked: &mut locked,
+            handle: state.handle,
+            key: state.key(),
+            scf,
+            up,
+            now,
+        };
+        let plan = settle::settle(&mut ledger, &end, &mut rnd);
+        if let (false, Some(up)) = (plan.moves.is_empty(), up) {
+            eject::moved(&mut locked, up, &plan.moves, now, log);
+        }
+        plan
+    };
+    state.counted_first = plan.first_counted;
+    match (plan.retry, retry) {
+        (Retry::Made, _) => {
+            state.pending = Some(*attempt);
+            settle_late(state);
+            return;
+        }
+        // nginx's `ngx_http_upstream_next` then finalizes with this attempt's answer.
+        (Retry::Refused, Some(pc)) => pc.tries = 0,
+        _ => {}
     }
     state.pending = None;
-    if verdict_done {
+    if recorded {
         return;
     }
-    let ticket = core::mem::replace(&mut state.ticket, Ticket::Normal);
-    let pooled = match scf.breaker.as_ref() {
-        Some(cfg) if chosen != NO_SERVER && !state.uscf.is_null() && scf.pool.is_some() => assess(
-            &mut locked,
-            zone,
-            state,
-            cfg,
-            chosen,
-            ticket,
-            attempt,
-            now,
-            log,
-        ),
-        _ => None,
+    state.ticket = Ticket::Normal;
+    let Some(recorded) = plan.recorded else {
+        return;
     };
-    let found = match ticket {
-        Ticket::Probe(_) => locked.get_probe(state.handle, &state.key(), ticket),
-        Ticket::Normal => locked.get(state.handle, state.key_hash),
-    };
-    let recorded = match (found, pooled) {
-        (Some(mut b), Some(a)) if a.explained => b.record_explained(now, rnd(), ticket, attempt),
-        (Some(mut b), a) => b.record(now, rnd(), ticket, attempt, a.map_or(true, |a| a.may_open)),
-        (None, _) => return,
-    };
-    drop(locked);
     state.recorded_ms = now;
     if let Some(t) = &recorded.transition {
-        log_transition(log, &state.name(), t);
+        log_transition(log, &name, t);
     } else if recorded.state == State::Closed {
         // A failure (successes rarely take the lock) the fleet may need to hear of at once.
         crate::wake::nudge();
     }
     state.label = Some(Label::State(recorded.state));
-}
-
-/// What the request's pool says of its outcome on `server` (see `eject::assess`): a good
-/// outcome is never explained, but the breaker may still not open on it (its window moving
-/// on can raise its rates); the probe of the request's breaker that failed there ejects the
-/// server first.
-#[allow(clippy::too_many_arguments)]
-#[cold]
-fn assess(
-    locked: &mut Locked<'_>,
-    zone: &Zone,
-    state: &RequestState,
-    cfg: &BreakerConfig,
-    server: u16,
-    ticket: Ticket,
-    attempt: &Attempt,
-    now: u64,
-    log: *mut ngx_log_t,
-) -> Option<eject::Assessment> {
-    let why = classify(attempt, cfg).why_bad(attempt);
-    let probe = ticket != Ticket::Normal
-        && locked
-            .get(state.handle, state.key_hash)
-            .is_some_and(|b| b.holds_probe(ticket));
-    let name = state.name();
-    let probe = match (&why, probe) {
-        (Some(why), true) => Some((name.as_str(), why.as_str())),
-        _ => None,
-    };
-    // SAFETY: `srv_conf_ptr` is this request's upstream `SrvConf` and `uscf` (not null: the
-    // caller checked) its upstream conf, set in peer.init; both live as long as the worker.
-    let up = unsafe { Upstream::new(zone, &*state.srv_conf_ptr(), &*state.uscf) };
-    let a = eject::assess(locked, up, server, probe, now, log);
-    Some(eject::Assessment {
-        explained: a.explained && why.is_some(),
-        may_open: a.may_open,
-    })
 }
 
 /// Makes sure a request whose last attempt nginx said it would retry is judged even if the
@@ -338,14 +307,4 @@ unsafe extern "C" fn settle_at_end(data: *mut c_void) {
             settle(state, zone, &a, Settle::Final);
         }
     });
-}
-
-/// An attempt that counts, neither failed nor was slow, by the upstream's classes (which
-/// are its servers' too).
-fn is_success(cfg: &BreakerConfig, a: &Attempt) -> bool {
-    if a.ending != Ending::Response || (cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms)) {
-        return false;
-    }
-    // A response is counted, never TLS, and not slow (above): only its class decides.
-    !response_fails(a, cfg)
 }

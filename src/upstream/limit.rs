@@ -3,7 +3,7 @@
 //! PRECONTENT phase and the request body, so a slow upload never holds one; each attempt is
 //! a latency sample; the slot goes back when the request's last attempt ends.
 
-use circuit_breaker_core::breaker::{Attempt, Ending};
+use circuit_breaker_core::breaker::Attempt;
 use nginx_sys::{
     ngx_http_request_t, ngx_http_upstream_t, ngx_log_t, ngx_peer_connection_t, ngx_uint_t,
 };
@@ -102,34 +102,9 @@ unsafe fn sample(
     // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
     // contract), which is what `retry_follows` asks.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
-    limit::attempt_ended(state.limit, sample_of(a, state.attempts > 1), last);
+    limit::attempt_ended(state.limit, Sample::of(a, state.attempts > 1), last);
     if last {
         state.limit = Hold::NONE;
-    }
-}
-
-/// What the controller learns from an attempt, a `retry` or the request's first: timeouts
-/// are latency at their elapsed time (the clearest sign of a queue); errors with no answer
-/// (refused, reset, a client that went away) carry no latency worth averaging, and fast ones
-/// would drag the minimum down; an answer in which the origin says it is saturated
-/// ([`Attempt::is_overload`]) is an overload signal, not a latency.
-fn sample_of(a: &Attempt, retry: bool) -> Sample {
-    if a.is_overload() {
-        return Sample::Overload;
-    }
-    match a.ending {
-        Ending::Response | Ending::Timeout | Ending::InvalidHeader if retry => {
-            Sample::Retried(a.response_ms)
-        }
-        Ending::Response | Ending::Timeout | Ending::InvalidHeader => {
-            Sample::Latency(a.response_ms)
-        }
-        Ending::Error
-        | Ending::Tls
-        | Ending::NoVerdict
-        | Ending::ClientDeadline
-        | Ending::TooBigHeader
-        | Ending::NoLive => Sample::Drop,
     }
 }
 
@@ -191,7 +166,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
         },
         ..Attempt::http(status, ms)
     };
-    limit::attempt_ended(state.limit, sample_of(&a, state.attempts > 1), true);
+    limit::attempt_ended(state.limit, Sample::of(&a, state.attempts > 1), true);
     state.limit = Hold::NONE;
 }
 

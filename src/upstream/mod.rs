@@ -26,6 +26,7 @@ mod admit;
 pub mod body;
 mod free;
 mod init;
+pub mod ledger;
 pub mod limit;
 mod outcome;
 pub mod precontent;
@@ -113,12 +114,8 @@ pub(super) unsafe extern "C" fn get_peer_unpooled(
 fn settle_no_live(state: &mut RequestState) {
     if let Some((zone, _)) = state.zone() {
         state.counted_first = true;
-        settle(
-            state,
-            zone,
-            &Attempt::ended(Ending::NoLive, 0),
-            Settle::Final,
-        );
+        let attempt = state.classify(Attempt::ended(Ending::NoLive, 0));
+        settle(state, zone, &attempt, Settle::Final);
     }
 }
 

@@ -213,6 +213,16 @@ pub enum Kind {
     Server = 1,
 }
 
+/// A breaker as the log names it: `"up/route"`, or `"up" server 10.0.0.1:80`.
+pub fn who(upstream: &[u8], route: &[u8], kind: Kind) -> String {
+    let up = String::from_utf8_lossy(upstream);
+    let route = String::from_utf8_lossy(route);
+    match kind {
+        Kind::Route => format!("\"{up}/{route}\""),
+        Kind::Server => format!("\"{up}\" server {route}"),
+    }
+}
+
 /// The key of one breaker.
 #[derive(Clone, Copy, Debug)]
 pub struct Key<'a> {

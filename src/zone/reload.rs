@@ -12,8 +12,7 @@ use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
 use super::node::Node;
-use super::retuned::who;
-use super::{Key, Kind, Locked, Zone};
+use super::{who, Key, Kind, Locked, Zone};
 
 /// Breakers handled per lock hold: about a millisecond of work.
 const BATCH: usize = 512;

@@ -5,17 +5,6 @@ use circuit_breaker_core::breaker::retunes::Line;
 use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
 
 use super::reload::Reconciled;
-use super::Kind;
-
-/// A breaker as the log names it: `"up/route"`, or `"up" server 10.0.0.1:80`.
-pub fn who(upstream: &[u8], route: &[u8], kind: Kind) -> String {
-    let up = String::from_utf8_lossy(upstream);
-    let route = String::from_utf8_lossy(route);
-    match kind {
-        Kind::Route => format!("\"{up}/{route}\""),
-        Kind::Server => format!("\"{up}\" server {route}"),
-    }
-}
 
 /// Logs what a reconciliation of a reused zone (`reused`: a reload, not the first start) did.
 pub fn log_reconciled(log: *mut ngx_log_t, zone: &str, done: &Reconciled, reused: bool) {

@@ -271,11 +271,12 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::breaker::config::FailureSet;
 
-    fn cfg_with(classes: &[&str]) -> BreakerConfig {
+    /// The given classes, `slow=800ms`.
+    pub(crate) fn cfg_with(classes: &[&str]) -> BreakerConfig {
         let mut failures = FailureSet::EMPTY;
         for c in classes {
             failures.insert(FailureClass::parse(c).unwrap());

@@ -2,6 +2,7 @@
 //! time and randomness are injected.
 #![warn(missing_docs)]
 
+pub mod classified;
 pub mod classify;
 pub mod config;
 pub mod histogram;
@@ -16,6 +17,7 @@ pub mod timing;
 pub mod trip;
 pub mod window;
 
+pub use classified::Classified;
 pub use classify::{classify, response_fails, Attempt, Ending, Verdict};
 pub use config::{
     BreakerConfig, FailureClass, FailureSet, GrpcCode, GRPC_CLIENT_CODES, MAX_WINDOW_S,

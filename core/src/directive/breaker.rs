@@ -2,7 +2,7 @@
 //! (active probes, the adaptive limit, the retry budget: directives of their own now, parsed
 //! by the same methods in `family`), parsed one group at a time and checked together.
 
-use super::family::Legacy;
+use super::legacy::Legacy;
 use super::*;
 
 /// An active health probe (`circuit_breaker_probe`, or the deprecated `probe_uri=` or

@@ -14,6 +14,7 @@ use crate::retry_budget::RetryBudgetConfig;
 mod breaker;
 mod family;
 mod hint;
+mod legacy;
 mod suggest;
 
 #[cfg(test)]
@@ -22,9 +23,10 @@ pub use breaker::{
     parse_breaker_args, BreakerParams, ProbeSpec, BREAKER_PARAMETERS, DEFAULT_PROBE_TIMEOUT_MS,
 };
 pub use family::{
-    parse_limit_args, parse_probe_args, parse_retry_budget_args, Deprecation, Legacy,
-    LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+    parse_limit_args, parse_probe_args, parse_retry_budget_args, LIMIT_DIRECTIVE, PROBE_DIRECTIVE,
+    RETRY_DIRECTIVE,
 };
+pub use legacy::{Deprecation, Legacy};
 pub use suggest::{distance, suggest};
 
 /// A configuration error; `Display` gives the `[emerg]` text nginx prints before

@@ -29,7 +29,8 @@ pub mod explain;
 pub use explain::{explain, may_open, Explained, Standing};
 
 use crate::breaker::{
-    Admission, Attempt, Breaker, BreakerConfig, Decision, ProbeResult, Recorded, Ticket, Transition,
+    Admission, Attempt, Breaker, BreakerConfig, Classified, Decision, ProbeResult, Recorded,
+    Ticket, Transition,
 };
 use crate::directive::EjectSpec;
 use crate::snapshot::State;
@@ -157,7 +158,20 @@ pub fn record(
     ticket: Ticket,
     attempt: &Attempt,
 ) -> (Recorded, Option<Move>) {
-    let r = b.record(now_ms, rnd, ticket, attempt, pool.may_eject());
+    let c = Classified::of(*attempt, b.config());
+    record_classified(b, pool, now_ms, rnd, ticket, &c)
+}
+
+/// [`record`] of an attempt classified already.
+pub fn record_classified(
+    b: &mut Breaker<'_>,
+    pool: &mut Pool,
+    now_ms: u64,
+    rnd: u32,
+    ticket: Ticket,
+    c: &Classified,
+) -> (Recorded, Option<Move>) {
+    let r = b.record_classified(now_ms, rnd, ticket, c, pool.may_eject());
     let m = r.transition.clone().and_then(Move::of);
     pool.follow(&m);
     (r, m)

@@ -6,6 +6,7 @@
 
 mod config;
 mod controller;
+mod sample;
 mod samples;
 #[cfg(test)]
 mod tests;
@@ -13,4 +14,5 @@ pub mod word;
 
 pub use config::{LimitConfig, LimitConfigError};
 pub use controller::*;
+pub use sample::Sample;
 pub use samples::Samples;

@@ -1,6 +1,8 @@
 //! A fake clock and a breaker, so that tests read like a story.
 #![allow(dead_code)]
 
+pub mod ledger;
+
 use circuit_breaker_core::breaker::{
     Admission, Attempt, BreakerConfig, Control, Decision, Ending, OwnedBreaker, Recorded, Ticket,
     Transition,

@@ -53,7 +53,8 @@
 
 use std::mem::{align_of, size_of};
 
-use super::classify::{class_name, classify, Attempt, Verdict};
+use super::classified::Classified;
+use super::classify::{class_name, Attempt, Verdict};
 use super::config::BreakerConfig;
 use super::histogram::{Histogram, HistogramSum};
 use super::jitter::{JitterSource, Purpose};

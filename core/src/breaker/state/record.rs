@@ -65,8 +65,22 @@ impl<'a> Breaker<'a> {
         attempt: &Attempt,
         may_open: bool,
     ) -> Recorded {
+        let c = Classified::of(*attempt, &self.hdr.cfg);
+        self.record_classified(now_ms, rnd, ticket, &c, may_open)
+    }
+
+    /// [`Breaker::record`] of an attempt classified already (by the upstream's classes, which
+    /// are its servers' too): the settlement classifies once for every breaker it records on.
+    pub fn record_classified(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        ticket: Ticket,
+        c: &Classified,
+        may_open: bool,
+    ) -> Recorded {
         let now = self.clock(now_ms);
-        let v = classify(attempt, &self.hdr.cfg);
+        let (v, attempt) = (&c.verdict, &c.attempt);
         let probe = self.holds_probe(ticket);
         let t = &mut self.hdr.totals;
         if v.tls {
@@ -88,7 +102,7 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if probe {
-            self.probe_outcome(now, rnd, &v, attempt)
+            self.probe_outcome(now, rnd, v, attempt)
         } else if ticket == Ticket::Normal && self.hdr.state == STATE_CLOSED {
             let now_s = now / 1000;
             let h = &mut *self.hdr;
@@ -110,7 +124,7 @@ impl<'a> Breaker<'a> {
             h.slow_run = next(h.slow_run, v.slow);
             h.gateway_run = next(h.gateway_run, v.gateway);
             if h.forced == FORCED_NONE && may_open {
-                self.check_trip(now, rnd, &v)
+                self.check_trip(now, rnd, v)
             } else {
                 None
             }
@@ -288,9 +302,21 @@ impl<'a> Breaker<'a> {
         ticket: Ticket,
         attempt: &Attempt,
     ) -> Recorded {
-        let v = classify(attempt, &self.hdr.cfg);
+        let c = Classified::of(*attempt, &self.hdr.cfg);
+        self.record_explained_classified(now_ms, rnd, ticket, &c)
+    }
+
+    /// [`Breaker::record_explained`] of an attempt classified already.
+    pub fn record_explained_classified(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        ticket: Ticket,
+        c: &Classified,
+    ) -> Recorded {
+        let v = &c.verdict;
         if !v.counted || v.tls || !(v.failure || v.slow) {
-            return self.record(now_ms, rnd, ticket, attempt, true);
+            return self.record_classified(now_ms, rnd, ticket, c, true);
         }
         let now = self.clock(now_ms);
         let t = &mut self.hdr.totals;
