@@ -22,7 +22,7 @@
 # kept in build/screenshots/.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/75-dashboard-parts.t
+#	prove -v -I t/lib t/92-dashboard-parts.t
 
 ###############################################################################
 

@@ -13,7 +13,7 @@
 # reset, eject and restore.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/75-dashboard-cross-site.t
+#	prove -v -I t/lib t/97-dashboard-cross-site.t
 
 ###############################################################################
 

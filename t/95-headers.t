@@ -11,7 +11,7 @@
 # are quoted and cut.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/74-headers.t
+#	prove -v -I t/lib t/95-headers.t
 
 ###############################################################################
 

@@ -8,7 +8,7 @@
 # measures it).
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/75-dashboard-many.t
+#	prove -v -I t/lib t/93-dashboard-many.t
 
 ###############################################################################
 

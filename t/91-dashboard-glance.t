@@ -12,7 +12,7 @@
 # test's directory (a failure's is kept in build/screenshots/).
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/75-dashboard-glance.t
+#	prove -v -I t/lib t/91-dashboard-glance.t
 
 ###############################################################################
 

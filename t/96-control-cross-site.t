@@ -13,7 +13,7 @@
 # nginx), an http:// one does not over TLS.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/72-control-cross-site.t
+#	prove -v -I t/lib t/96-control-cross-site.t
 
 ###############################################################################
 

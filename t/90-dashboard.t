@@ -16,7 +16,7 @@
 # missing, unless TEST_NGINX_BROWSER_REQUIRED is set: then it fails.
 #
 #	TEST_NGINX_BINARY=... TEST_NGINX_GLOBALS="load_module ...so;" \
-#	prove -v -I t/lib t/75-dashboard.t
+#	prove -v -I t/lib t/90-dashboard.t
 
 ###############################################################################
 
