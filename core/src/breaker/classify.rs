@@ -218,6 +218,22 @@ pub fn response_fails(a: &Attempt, cfg: &BreakerConfig) -> bool {
 /// status of a gRPC answer is `200`; a 5xx or 429 is judged by its HTTP class first).
 #[inline]
 pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
+    let slow = cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms);
+    if a.ending == Ending::Response && a.status < 400 && a.grpc_status.is_none() {
+        // Most answers of a proxy: no class, no overload signal, only perhaps slow
+        // (`scripts/bench-instructions`, closed).
+        return Verdict {
+            counted: true,
+            slow,
+            ..Verdict::default()
+        };
+    }
+    classify_rest(a, cfg, slow)
+}
+
+/// [`classify`] of what is not a plain answer.
+#[inline(never)]
+fn classify_rest(a: &Attempt, cfg: &BreakerConfig, slow: bool) -> Verdict {
     match a.ending {
         Ending::NoVerdict | Ending::TooBigHeader => return Verdict::default(),
         // The client's deadline ran out first: no verdict on the answer, but an origin that
@@ -225,8 +241,8 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
         // nothing).
         Ending::ClientDeadline => {
             return Verdict {
-                counted: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
-                slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
+                counted: slow,
+                slow,
                 ..Verdict::default()
             }
         }
@@ -257,7 +273,7 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
                         | FailureClass::Grpc(GrpcCode::Unavailable | GrpcCode::DeadlineExceeded)
                 )
             ),
-        slow: cfg.slow_ms > 0 && a.response_ms > u64::from(cfg.slow_ms),
+        slow,
         tls: false,
         retry_after_503,
         overload: a.is_overload(),
@@ -285,6 +301,60 @@ pub(crate) mod tests {
             failures,
             slow_ms: 800,
             ..BreakerConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_plain_answers_path_agrees_with_the_rest() {
+        let cfgs = [
+            cfg_with(&[
+                "error",
+                "timeout",
+                "http_500",
+                "http_429",
+                "grpc_unavailable",
+            ]),
+            BreakerConfig::default(),
+            BreakerConfig {
+                slow_ms: 0,
+                ..cfg_with(&["http_502", "http_503_retry_after"])
+            },
+        ];
+        let endings = [
+            Ending::Response,
+            Ending::Error,
+            Ending::Timeout,
+            Ending::InvalidHeader,
+            Ending::Tls,
+            Ending::NoVerdict,
+            Ending::ClientDeadline,
+            Ending::TooBigHeader,
+            Ending::NoLive,
+        ];
+        for cfg in &cfgs {
+            for ending in endings {
+                for status in (0..=600).step_by(1) {
+                    for grpc_status in [None, Some(0), Some(4), Some(8), Some(14), Some(200)] {
+                        for retry_after_s in [None, Some(3)] {
+                            for response_ms in [0, 800, 801] {
+                                let a = Attempt {
+                                    ending,
+                                    status,
+                                    retry_after_s,
+                                    grpc_status,
+                                    response_ms,
+                                };
+                                let slow = cfg.slow_ms > 0 && response_ms > u64::from(cfg.slow_ms);
+                                assert_eq!(
+                                    classify(&a, cfg),
+                                    classify_rest(&a, cfg, slow),
+                                    "{a:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
