@@ -20,7 +20,7 @@ use ngx::http::{
 use ngx::ngx_conf_log_error;
 
 use super::Module;
-use super::{LocConf, MainConf, Route, SrvConf, StatusMode};
+use super::{EjectSetting, LocConf, MainConf, Route, SrvConf, StatusMode};
 use crate::ffi::{guard, hash_name};
 use crate::zone::{self, DEFAULT_ROUTE};
 
@@ -408,11 +408,20 @@ unsafe fn retry_budget(
 
 /// `circuit_breaker_eject [param=value ...] | off`
 unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    let parse =
-        |raw: &[ngx_str_t]| words(raw).and_then(|w| directive::parse_eject_args(w, &NginxUnits));
     // SAFETY: nginx passes our `SrvConf` (the command is registered with
     // NGX_HTTP_SRV_CONF_OFFSET), at this directive.
-    unsafe { set_once(cf, conf, |c: &mut SrvConf| &mut c.eject, parse) }
+    let given = unsafe { once::<SrvConf>(cf, conf, |c| c.eject != EjectSetting::Unset) };
+    let (c, raw) = match given {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    match words(raw).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
+        Ok(spec) => {
+            c.eject = spec.map_or(EjectSetting::Off, EjectSetting::On);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
 }
 
 /// `circuit_breaker_failure class ...`

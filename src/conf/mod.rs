@@ -6,10 +6,11 @@
 pub mod directives;
 mod fleet;
 pub mod jitter;
+mod local;
 pub mod scheme;
 pub mod setup;
 
-use core::cell::{Cell, OnceCell, RefCell};
+use core::cell::{Cell, OnceCell};
 use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
@@ -27,8 +28,10 @@ use ngx::http::{
     MergeConfigError,
 };
 
+pub use local::{PeerRef, PoolLocal, ServerLocal, UpstreamLocal};
+
 use crate::ffi::{hash_name, key_hash, server_key_hash};
-use crate::zone::{Handle, Key, Kind, StampRef, Zone, ZoneName, DEFAULT_ROUTE};
+use crate::zone::{Handle, Key, Kind, Zone, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
     /// The module nginx loads, defined where the module is registered.
@@ -203,9 +206,8 @@ pub struct SrvConf {
     pub retry_directive: Option<Option<RetryBudgetConfig>>,
     /// The deprecated `circuit_breaker` parameters that spelled them (one spelling only).
     pub legacy: Legacy,
-    /// `circuit_breaker_eject`: `None` until given (then on for pools of two or more
-    /// servers), `Some(None)` for `off`.
-    pub eject: Option<Option<EjectSpec>>,
+    /// `circuit_breaker_eject`.
+    pub eject: EjectSetting,
     /// The upstream's name and its hash, the first half of every breaker key.
     pub name: String,
     pub name_hash: u64,
@@ -221,40 +223,21 @@ pub struct SrvConf {
     pub routes: Vec<String>,
     /// The servers, each with a breaker of its own, when ejection is on.
     pub pool: Option<Pool>,
-    /// Where the upstream's own breaker was last found (per worker), which carries the
-    /// retry budget and the pool's stamp.
-    pub home: Cell<Handle>,
-    /// This worker's first attempts not yet in the retry budget.
-    pub firsts: Firsts,
+    /// What this worker keeps of the zone for it: see [`UpstreamLocal`].
+    pub local: UpstreamLocal,
 }
 
-/// First attempts to an upstream that a worker counted on its own, not yet in the retry
-/// budget: those of one second, handed over at the worker's next lock hold that needs the
-/// budget (a retry), and at the latest when the second changes. Counting costs no atomic
-/// operation, and the budget lags by at most a second of other workers' first attempts
-/// (fewer first attempts: a budget that errs on the side of fewer retries).
-#[derive(Default)]
-pub struct Firsts(Cell<(u64, u32)>);
-
-impl Firsts {
-    /// Counts a first attempt at `now_ms`; false when those of an earlier second wait (the
-    /// caller takes the lock and hands them over with [`Firsts::take`]).
-    #[inline]
-    pub fn add(&self, now_ms: u64) -> bool {
-        let (second, n) = self.0.get();
-        let now_s = now_ms / 1000;
-        if n > 0 && (second != now_s || n == u32::MAX) {
-            return false;
-        }
-        self.0.set((now_s, n + 1));
-        true
-    }
-
-    /// The first attempts waiting: their second and number.
-    pub fn take(&self) -> Option<(u64, u32)> {
-        let (second, n) = self.0.replace((0, 0));
-        (n > 0).then_some((second, n))
-    }
+/// `circuit_breaker_eject` as configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EjectSetting {
+    /// Not given: on for a pool of two or more servers, with the defaults, where the balancer
+    /// keeps round-robin peers.
+    #[default]
+    Unset,
+    /// `off`.
+    Off,
+    /// Given with these parameters: refused where the balancer keeps no round-robin peers.
+    On(EjectSpec),
 }
 
 impl SrvConf {
@@ -294,7 +277,7 @@ impl SrvConf {
 /// The servers of a breaker-enabled upstream whose balancer keeps nginx's round-robin peers
 /// (round robin, `least_conn`, `hash`, `ip_hash`, `random`), each with a breaker of its own
 /// (`circuit_breaker_eject`). What configuration made, and what each worker keeps of the
-/// zone's verdicts (written after fork, in the worker's own copy of the configuration).
+/// zone's moves ([`PoolLocal`]).
 pub struct Pool {
     /// Each server's breaker parameters.
     pub cfg: BreakerConfig,
@@ -311,10 +294,8 @@ pub struct Server {
     pub name: String,
     pub key_hash: u64,
     pub backup: bool,
-    /// Per worker: where its breaker was last found, and whether it is out of the pool as of
-    /// the stamp this worker applied.
-    pub handle: Cell<Handle>,
-    pub out: Cell<bool>,
+    /// What this worker keeps of its breaker: see [`ServerLocal`].
+    pub local: ServerLocal,
 }
 
 impl Server {
@@ -323,53 +304,9 @@ impl Server {
             key_hash: server_key_hash(upstream_hash, hash_name(name.as_bytes())),
             name,
             backup,
-            handle: Cell::new(Handle::NONE),
-            out: Cell::new(false),
+            local: ServerLocal::default(),
         }
     }
-}
-
-/// What a worker keeps of its pool's state in the zone.
-pub struct PoolLocal {
-    /// The upstream's own breaker's stamp, which moves whenever a server leaves or rejoins
-    /// the pool.
-    pub stamp: Cell<StampRef>,
-    /// The stamp of the pool's state this worker applied to its peers (`None`: not yet).
-    pub applied: Cell<Option<u64>>,
-    /// Servers out of the pool, and peers this worker's balancer skips because of it.
-    pub out: Cell<u32>,
-    pub downed: Cell<u32>,
-    /// When an ejected server may be probed next (`u64::MAX`: none is out).
-    pub next_due: Cell<u64>,
-    /// The balancer's peers, each with the server it is an address of (built when the
-    /// worker first applies the pool's state, and again when an upstream `zone` changes its
-    /// peers).
-    pub peers: RefCell<Vec<PeerRef>>,
-    /// `*peers->config` of an upstream `zone` when `peers` was built.
-    pub peers_config: Cell<usize>,
-}
-
-impl Default for PoolLocal {
-    fn default() -> Self {
-        PoolLocal {
-            stamp: Cell::new(StampRef::NONE),
-            applied: Cell::new(None),
-            out: Cell::new(0),
-            downed: Cell::new(0),
-            next_due: Cell::new(u64::MAX),
-            peers: RefCell::new(Vec::new()),
-            peers_config: Cell::new(0),
-        }
-    }
-}
-
-/// A balancer's peer and the [`Server`] it is an address of.
-#[derive(Clone, Copy)]
-pub struct PeerRef {
-    pub peer: *mut nginx_sys::ngx_http_upstream_rr_peer_t,
-    /// `&peer->name`, which the balancer hands over as `pc->name`.
-    pub name: *const nginx_sys::ngx_str_t,
-    pub server: u16,
 }
 
 /// A route, the second half of a breaker key.

@@ -19,7 +19,7 @@ use ngx::http::{
 use super::directives::{add_zone, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE};
 use super::scheme::Pass;
 use super::Module;
-use super::{LocConf, MainConf, Proxied, StatusMode};
+use super::{EjectSetting, LocConf, MainConf, Proxied, StatusMode};
 use crate::ffi::{hash_name, key_hash};
 use crate::zone::{Key, Kind, Wanted};
 
@@ -236,7 +236,7 @@ pub unsafe fn collect_upstreams(
         let Some(cfg) = scf.breaker.as_mut() else {
             let alone = [
                 (scf.failures.is_some(), "circuit_breaker_failure"),
-                (scf.eject.is_some(), "circuit_breaker_eject"),
+                (scf.eject != EjectSetting::Unset, "circuit_breaker_eject"),
                 (scf.probe_directive.is_some(), PROBE_DIRECTIVE),
                 (scf.limit_directive.is_some(), LIMIT_DIRECTIVE),
                 (scf.retry_directive.is_some(), RETRY_DIRECTIVE),

@@ -33,7 +33,7 @@ use nginx_sys::{
 use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 
 use crate::clock::rnd;
-use crate::conf::{default_route, Module, Pool, PoolLocal, Server, SrvConf};
+use crate::conf::{default_route, EjectSetting, Module, Pool, PoolLocal, Server, SrvConf};
 use crate::ffi::{pid, process_alive};
 use crate::zone::{Locked, StampRef, Zone};
 
@@ -72,13 +72,13 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
             continue;
         }
         let spec = match scf.eject {
-            Some(None) => continue,
-            Some(Some(spec)) => spec,
-            None => Default::default(),
+            EjectSetting::Off => continue,
+            EjectSetting::On(spec) => spec,
+            EjectSetting::Unset => Default::default(),
         };
         // SAFETY: during configuration the upstream's peer data is its balancer's.
         let Some(list) = (unsafe { peers::configured(uscf) }) else {
-            if scf.eject.is_some() {
+            if scf.eject != EjectSetting::Unset {
                 // SAFETY: an upstream block's file name is a NUL-terminated string.
                 let file = unsafe { core::ffi::CStr::from_ptr(uscf.file_name.cast()) };
                 ngx::ngx_log_error!(
@@ -162,7 +162,7 @@ fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
     let (zone, scf) = (up.zone, up.scf);
     let local = &pool.local;
     let home = locked
-        .get_or_find(scf.home.get(), &scf.key(default_route()))
+        .get_or_find(scf.local.home.get(), &scf.key(default_route()))
         .map(|b| b.handle());
     let Some(home) = home else {
         local.stamp.set(StampRef::NONE);
@@ -170,20 +170,20 @@ fn sync(locked: &mut Locked<'_>, up: Upstream<'_>, pool: &Pool, now: u64) {
         local.next_due.set(now.saturating_add(1000));
         return;
     };
-    scf.home.set(home);
+    scf.local.home.set(home);
     let stamp = zone.stamp(home);
     local.stamp.set(zone.stamp_ref(home));
     let mut out = 0;
     let mut next_due = u64::MAX;
     for s in &pool.servers {
-        let Some(b) = locked.get_or_find(s.handle.get(), &scf.server_key(s)) else {
+        let Some(b) = locked.get_or_find(s.local.handle.get(), &scf.server_key(s)) else {
             // No breaker (the zone is full): the server stays in.
-            s.out.set(false);
+            s.local.out.set(false);
             continue;
         };
-        s.handle.set(b.handle());
+        s.local.handle.set(b.handle());
         let state = b.state();
-        s.out.set(eject::is_out(state));
+        s.local.out.set(eject::is_out(state));
         out += u32::from(eject::is_out(state));
         let due = match (state, b.gate()) {
             _ if b.config().active || b.forced().is_some() => u64::MAX,
@@ -230,7 +230,7 @@ pub fn add_success(zone: &Zone, scf: &SrvConf, server: u16, now: u64) -> bool {
     scf.pool
         .as_ref()
         .and_then(|p| p.servers.get(server as usize))
-        .is_some_and(|s| zone.add_success_count(s.handle.get(), s.key_hash, now))
+        .is_some_and(|s| zone.add_success_count(s.local.handle.get(), s.key_hash, now))
 }
 
 /// How many peers this worker's balancer skips because their server is out: a request gets
@@ -277,10 +277,10 @@ pub unsafe fn claim_probe(
     let mut next_due = u64::MAX;
     let mut claimed = None;
     for (i, s) in pool.servers.iter().enumerate() {
-        if !s.out.get() {
+        if !s.local.out.get() {
             continue;
         }
-        let Some(mut b) = locked.get(s.handle.get(), s.key_hash) else {
+        let Some(mut b) = locked.get(s.local.handle.get(), s.key_hash) else {
             continue;
         };
         if claimed.is_some() {
@@ -314,7 +314,7 @@ pub unsafe fn claim_probe(
         // give the slot back, and ask again a second later (the next request's `follow`
         // rebuilds the map) rather than waiting for the next change of the pool.
         let s = &pool.servers[server as usize];
-        if let Some(mut b) = zone.lock().get(s.handle.get(), s.key_hash) {
+        if let Some(mut b) = zone.lock().get(s.local.handle.get(), s.key_hash) {
             b.release(now, ticket);
         }
         let again = now.saturating_add(COPY_RETRY_MS);
@@ -357,8 +357,8 @@ pub fn with_server<R>(
     f: impl FnOnce(&mut Breaker<'_>) -> R,
 ) -> Option<R> {
     let s = scf.pool.as_ref()?.servers.get(server as usize)?;
-    let mut b = locked.get_or_find(s.handle.get(), &scf.server_key(s))?;
-    s.handle.set(b.handle());
+    let mut b = locked.get_or_find(s.local.handle.get(), &scf.server_key(s))?;
+    s.local.handle.set(b.handle());
     Some(f(&mut b))
 }
 
@@ -390,7 +390,7 @@ pub fn moved(
         return;
     }
     if moves.iter().any(|(_, m)| m.changes_pool()) {
-        if let Some(home) = locked.get(scf.home.get(), scf.home_hash()) {
+        if let Some(home) = locked.get(scf.local.home.get(), scf.home_hash()) {
             home.bump_stamp();
         }
     }
@@ -444,7 +444,7 @@ pub fn release(zone: &Zone, scf: &SrvConf, server: u16, ticket: Ticket, now: u64
         return;
     };
     let mut locked = zone.lock();
-    if let Some(mut b) = locked.get(s.handle.get(), s.key_hash) {
+    if let Some(mut b) = locked.get(s.local.handle.get(), s.key_hash) {
         b.release(now, ticket);
     };
 }

@@ -254,7 +254,7 @@ pub unsafe fn apply(uscf: &ngx_http_upstream_srv_conf_t, pool: &Pool) {
                         server: i as u16,
                     });
                 }
-                let out = pool.servers[i].out.get() && !pool.cfg.dry_run;
+                let out = pool.servers[i].local.out.get() && !pool.cfg.dry_run;
                 if out && peer.down == 0 {
                     peer.down = EJECTED;
                 } else if !out && peer.down == EJECTED {

@@ -179,7 +179,7 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified
             now,
             attempt.attempt.response_ms,
         );
-    if scf.retry.is_some() && !state.counted_first && scf.firsts.add(now) {
+    if scf.retry.is_some() && !state.counted_first && scf.local.firsts.add(now) {
         state.counted_first = true;
     }
     if recorded {

@@ -54,9 +54,9 @@ impl Ledger for ZoneLedger<'_, '_, '_> {
         let scf = self.scf;
         let mut home = self
             .locked
-            .get_or_find(scf.home.get(), &scf.key(default_route()))?;
-        scf.home.set(home.handle());
+            .get_or_find(scf.local.home.get(), &scf.key(default_route()))?;
+        scf.local.home.set(home.handle());
         let budget = home.retry_budget()?;
-        Some(f(budget, scf.firsts.take()))
+        Some(f(budget, scf.local.firsts.take()))
     }
 }
