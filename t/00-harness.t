@@ -35,7 +35,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_end http_content /;
 use CB::Nginx qw/ conf start reload workers masters /;
-use CB::Proc qw/ alive /;
+use CB::Proc qw/ alive started kill_same /;
 use CB::Origin;
 
 ###############################################################################
@@ -46,7 +46,7 @@ select STDOUT; $| = 1;
 my $ours = defined &Test::Nginx::_finish;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->plan(34);
+	->plan(36);
 
 my $conf = conf(2, <<'EOF');
     proxy_cache_path %%TESTDIR%%/cache keys_zone=one:1m;
@@ -312,6 +312,23 @@ for my $mode (sort keys %modes) {
 		"$mode: " . ($fails ? 'the file fails and ' : '')
 		. 'nothing is left running')
 		or diag("exit $rc, left: @left, pids: @pids\n$out");
+}
+
+# a process is signalled only while it is the very one noted: a pid may be another
+# process's once the first ends (pids wrap at 32768 here)
+
+{
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0) {
+		sleep 30;
+		POSIX::_exit(0);
+	}
+	my $noted = [ $pid, started($pid) ];
+	is(kill_same(0, $noted, [ $$, 1 ]), 1,
+		'kill_same: the noted process, not a pid with another start time');
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	is(kill_same('KILL', $noted), 0, 'kill_same: a process that ended is left alone');
 }
 
 # stop() and stop_daemons() leave nothing running

@@ -26,6 +26,8 @@ use JSON::PP qw//;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ sleep time /;
 
+use CB::Proc ();
+
 my @all;
 
 sub new {
@@ -260,11 +262,13 @@ sub stop {
 	my @p = $self->pids($i);
 	delete $self->{started}{$i};
 	return unless @p;
+	# each with its start time: a pid that ends may be another process's within 20 s
+	my @procs = map { [ $_, CB::Proc::started($_) ] } @p;
 	kill 'CONT', @p;
 	kill 'QUIT', $p[0];
 	my $end = time() + 20;
 	sleep 0.02 while time() < $end && grep { _alive($_) } @p;
-	kill 'KILL', grep { _alive($_) } @p;
+	CB::Proc::kill_same('KILL', grep { _alive($_->[0]) } @procs);
 }
 
 # a process that exists and is not a zombie (a daemon's master is no child of ours)

@@ -33,7 +33,7 @@ use POSIX qw//;
 use Time::HiRes qw/ sleep time /;
 
 use CB::Origin;
-use CB::Proc qw/ pids children cmdline alive /;
+use CB::Proc qw/ pids children cmdline alive started kill_same /;
 
 ###############################################################################
 
@@ -118,13 +118,15 @@ sub _watchdog {
 	sleep 0.2 while !$stop && getppid() == $test;
 
 	for my $m (masters($dir)) {
-		my @w = children($m);
+		# each with its start time: a pid that ends may be another process's by the
+		# time KILL comes
+		my @procs = map { [ $_, started($_) ] } $m, children($m);
 		kill 'TERM', $m;
 
 		my $end = time() + 3;
 		sleep 0.05 while alive($m) && time() < $end;
 
-		kill 'KILL', grep { alive($_) } $m, @w, children($m);
+		kill_same('KILL', @procs, map { [ $_, started($_) ] } children($m));
 	}
 
 	POSIX::_exit(0);

@@ -122,10 +122,13 @@ sub run {
 		}
 	};
 
-	# on TERM/INT, take the connection processes down too
+	# on TERM/INT, take the connection processes down too: only those still ours (waitpid
+	# says 0 for a live child).  A child that exited before fork()'s caller noted it was
+	# reaped first and is noted for ever after; its pid may since be another process's,
+	# another test's even (pids wrap at 32768 here, and every connection forks)
 
 	my $quit = sub {
-		kill 'KILL', keys %kids;
+		kill 'KILL', grep { waitpid($_, WNOHANG) == 0 } keys %kids;
 		POSIX::_exit(0);
 	};
 	local $SIG{TERM} = $quit;

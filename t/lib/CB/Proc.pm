@@ -10,7 +10,7 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ pids children cmdline alive wait_exit reap /;
+our @EXPORT_OK = qw/ pids children cmdline alive wait_exit reap started kill_same /;
 
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ sleep time /;
@@ -20,6 +20,30 @@ sub pids {
 	my @p = grep { /^\d+$/ } readdir $dh;
 	closedir $dh;
 	return @p;
+}
+
+# when a process started (its start time in clock ticks since boot, /proc/PID/stat's 22nd
+# field), or undef when it is gone: with the pid, what names one process for good (pids
+# wrap at 32768 here)
+
+sub started {
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return undef;
+	my $stat = <$fh> // '';
+	$stat =~ s/.*\)\s+//s or return undef;
+	my @f = split ' ', $stat;
+	# fields from the 3rd (state): the start time is the 22nd
+	return $f[19];
+}
+
+# sends SIG to each [PID, START] still that very process (its start time unchanged); the
+# number signalled
+
+sub kill_same {
+	my ($sig, @procs) = @_;
+	my @same = map { $_->[0] }
+		grep { defined $_->[1] && (started($_->[0]) // -1) eq $_->[1] } @procs;
+	return @same ? kill($sig, @same) : 0;
 }
 
 # direct children of a process, zombies left out
