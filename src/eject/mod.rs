@@ -4,7 +4,7 @@
 //! the balancer in every worker, by the same means `server … down` does: the peer's `down`
 //! flag, which round robin, `least_conn`, `hash`, `ip_hash` and `random` all honour.
 //!
-//! - **Following the zone.** The upstream's own breaker's slot carries a stamp that moves on
+//! - **Following the zone.** The upstream's own breaker's berth carries a stamp that moves on
 //!   every ejection and return. Each request reads it without the lock ([`follow`]); when
 //!   it moved, the worker reads the servers' states under the lock and marks its peers (its
 //!   own copy without an upstream `zone`; the shared ones, under their lock, with one).
@@ -311,7 +311,7 @@ pub unsafe fn claim_probe(
         .and_then(|peer| unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) });
     let Some((sockaddr, socklen, name)) = copy else {
         // No peer to send it to (the map is not built yet, or the peers just changed):
-        // give the slot back, and ask again a second later (the next request's `follow`
+        // free the probe, and ask again a second later (the next request's `follow`
         // rebuilds the map) rather than waiting for the next change of the pool.
         let s = &pool.servers[server as usize];
         if let Some(mut b) = zone.lock().get(s.local.handle.get(), s.key_hash) {
@@ -434,7 +434,7 @@ fn judge(
     }
 }
 
-/// Gives back the probe slot of a request that ended before its probe's outcome.
+/// Frees the probe a request held that ended before its probe's outcome.
 pub fn release(zone: &Zone, scf: &SrvConf, server: u16, ticket: Ticket, now: u64) {
     let Some(s) = scf
         .pool

@@ -68,7 +68,7 @@ impl ProbeResult {
 
 impl<'a> Breaker<'a> {
     /// The probe holding `ticket` failed on a server the pool explains (see
-    /// [`Breaker::record_explained`]): its slot is given back, no verdict, and the next probe
+    /// [`Breaker::record_explained`]): the probe is freed, no verdict, and the next probe
     /// may start now. Anything else is left alone.
     pub fn probe_explained(&mut self, now_ms: u64, ticket: Ticket) {
         let now = self.clock(now_ms);
@@ -168,7 +168,7 @@ impl<'a> Breaker<'a> {
     /// by what the operator said healthy means (`probe_status`), not by the failure classes
     /// that judge user requests; an origin's `Retry-After` delays the next probe, and a probe
     /// slower than `probe_latency` fails too. A TLS failure is no verdict on the origin:
-    /// counted apart, the slot freed.
+    /// counted apart, the probe freed.
     pub fn record_probe(
         &mut self,
         now_ms: u64,
