@@ -9,8 +9,8 @@ use circuit_breaker_core::breaker::Gate;
 use circuit_breaker_core::history::History;
 
 use super::block::Block;
+use super::gathered::Gathered;
 use super::node::Node;
-use super::pending::Pending;
 
 /// Berths per chunk: a chunk fills one slab page.
 pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Berth>()) as u32;
@@ -41,7 +41,7 @@ pub struct Berth {
     /// The second successes may be gathered in without the lock (`NO_SECOND`: none).
     lock_free_second: AtomicU64,
     /// Successes gathered without the lock, absorbed at the next locked call.
-    pub pending: Pending,
+    pub gathered: Gathered,
     /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
     /// breaker's totals when shown.
     rejects: AtomicU64,
@@ -139,7 +139,7 @@ impl Berth {
             until: AtomicU64::new(0),
             wait: AtomicU64::new(0),
             lock_free_second: AtomicU64::new(NO_SECOND),
-            pending: Pending::new(),
+            gathered: Gathered::new(),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
             stamp: AtomicU64::new(0),
@@ -332,7 +332,7 @@ impl Berth {
     pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
         self.node.store(node, Ordering::Relaxed);
         self.bump_stamp();
-        self.pending.clear();
+        self.gathered.clear();
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);

@@ -13,11 +13,11 @@
 
 mod berth;
 mod block;
+mod gathered;
 mod history;
 mod init;
 mod limit;
 mod node;
-mod pending;
 mod reload;
 mod retuned;
 mod table;
@@ -350,7 +350,7 @@ impl Zone {
 
     /// Records a success of the breaker `handle` names — a counted attempt of a normal request
     /// that neither failed nor was slow, `ms` long — without the lock, if the breaker allows
-    /// it now (see [`pending`]); false when the caller must record it under the lock.
+    /// it now (see [`gathered`]); false when the caller must record it under the lock.
     #[inline]
     pub fn add_success(&self, handle: Handle, key_hash: u64, now_ms: u64, ms: u64) -> bool {
         let Some(berth) = self.berth_of(handle) else {
@@ -358,7 +358,7 @@ impl Zone {
         };
         let now_s = now_ms / 1000;
         berth.lock_free_second(handle.ident, key_hash) == Some(now_s)
-            && berth.pending.add(now_s, ms)
+            && berth.gathered.add(now_s, ms)
     }
 
     /// As [`Zone::add_success`], for a breaker whose latencies are never shown (a server's).
@@ -368,7 +368,7 @@ impl Zone {
             return false;
         };
         let now_s = now_ms / 1000;
-        berth.lock_free_second(handle.ident, key_hash) == Some(now_s) && berth.pending.count(now_s)
+        berth.lock_free_second(handle.ident, key_hash) == Some(now_s) && berth.gathered.count(now_s)
     }
 
     /// Takes the zone's mutex until the guard drops.

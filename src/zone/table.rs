@@ -342,7 +342,7 @@ impl<'z> Locked<'z> {
         // which `self` holds for as long as the borrow lives.
         let mut breaker = unsafe { breaker_of(n) }.with_jitter(jitter);
         // Successes gathered without the lock come first, as they happened first.
-        if let Some((second, count, latency)) = berth.pending.take() {
+        if let Some((second, count, latency)) = berth.gathered.take() {
             breaker.absorb_successes(second, count, &latency);
         }
         let history = self.history_for(berth, handle.ident, &breaker, make_history);
