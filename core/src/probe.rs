@@ -244,7 +244,7 @@ mod tests {
             result(&s, grpc(Health::Invalid), 5).failure,
             Some(ProbeFailure::InvalidResponse)
         );
-        // Whatever its HTTP status, an answer without a health verdict is no good probe.
+        // Whatever its HTTP status, an answer without a health result is no good probe.
         for status in [200, 204, 302, 503] {
             let r = result(
                 &s,

@@ -529,7 +529,7 @@ fn active_probes_close_into_the_ramp() {
 }
 
 #[test]
-fn an_active_probe_is_judged_by_its_own_verdict_not_the_failure_classes() {
+fn an_active_probe_is_judged_by_its_own_result_not_the_failure_classes() {
     use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult};
     // Failure classes that a 404 is not in: the probe still fails, and a good answer closes.
     let mut s = Story::new(BreakerConfig {

@@ -414,7 +414,7 @@ pub fn record_probe(
     });
 }
 
-/// Lets `verdict` judge server `server`'s breaker with the pool's count of servers out, under
+/// Lets `step` judge server `server`'s breaker with the pool's count of servers out, under
 /// the lock held through `locked`; then logs the move, and when the pool changed bumps the
 /// stamp (every worker follows) and applies it to this worker's peers.
 fn judge(
@@ -423,12 +423,12 @@ fn judge(
     server: u16,
     now: u64,
     log: *mut ngx_log_t,
-    verdict: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
+    step: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
 ) {
     let Some(mut count) = count(locked, up, now) else {
         return;
     };
-    let m = with_server(locked, up.scf, server, |b| verdict(b, &mut count));
+    let m = with_server(locked, up.scf, server, |b| step(b, &mut count));
     if let Some(m) = m.flatten() {
         moved(locked, up, &[(server, m)], now, log);
     }

@@ -49,9 +49,9 @@ pub struct Berth {
     /// Bumped under the mutex when something that workers follow on their own changes (an
     /// upstream's servers in or out of the pool), read without it.
     stamp: AtomicU64,
-    /// The fleet's verdict (`crate::fleet`), written by the exchange worker and read by the
+    /// The fleet's advice (`crate::fleet`), written by the exchange worker and read by the
     /// locked path, both under the mutex: from when this instance may start a probe, and
-    /// until when the verdict holds (0: no verdict, the breaker acts alone).
+    /// until when the advice holds (0: no advice, the breaker acts alone).
     fleet_probe_from: AtomicU64,
     fleet_until: AtomicU64,
     /// The tenant node (read and written under the mutex only).
@@ -269,17 +269,17 @@ impl Berth {
         )
     }
 
-    /// Records the fleet's verdict (under the mutex): this instance may start a probe from
-    /// `probe_from_ms` (`u64::MAX`: another instance probes), and the verdict holds until
+    /// Records the fleet's advice (under the mutex): this instance may start a probe from
+    /// `probe_from_ms` (`u64::MAX`: another instance probes), and the advice holds until
     /// `until_ms`.
-    pub fn set_fleet(&self, probe_from_ms: u64, until_ms: u64) {
+    pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
         self.fleet_probe_from
             .store(probe_from_ms, Ordering::Relaxed);
         self.fleet_until.store(until_ms, Ordering::Relaxed);
     }
 
     /// Whether the fleet lets this instance start a probe at `now_ms` (under the mutex): yes
-    /// when no verdict holds (no fleet, or its exchange worker is gone).
+    /// when no advice holds (no fleet, or its exchange worker is gone).
     #[inline]
     pub fn fleet_may_probe(&self, now_ms: u64) -> bool {
         now_ms > self.fleet_until.load(Ordering::Relaxed)
@@ -339,7 +339,7 @@ impl Berth {
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
         });
-        self.set_fleet(0, 0);
+        self.set_fleet_advice(0, 0);
         self.publish(gate, None);
     }
 

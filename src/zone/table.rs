@@ -111,7 +111,7 @@ impl BreakerMut<'_> {
     /// Records the fleet's advice: probes from `probe_from_ms` (`u64::MAX`: not this
     /// instance), until `until_ms`.
     pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
-        self.berth.set_fleet(probe_from_ms, until_ms);
+        self.berth.set_fleet_advice(probe_from_ms, until_ms);
     }
 
     /// The breaker's header, to move into another allocation (a reload changed its window

@@ -324,7 +324,7 @@ impl<'a> Breaker<'a> {
         h.probe_owner = owner;
         h.probe_granted_ms = now;
         // Drawn below the top of its range, which is what clients are told until the next
-        // probe (a good probe's run may bring it sooner, never later: see `probe_verdict`).
+        // probe (a good probe's run may bring it sooner, never later: see `judge_probe`).
         let (lo, hi) = jitter_range(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter);
         let rnd = jitter_rnd(jitter, Purpose::ProbeSpacing, now, rnd);
         h.next_probe_at_ms = now.saturating_add(draw(lo, hi, rnd));

@@ -98,7 +98,7 @@ impl<'a> Breaker<'a> {
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
         self.note_probe_latency(now, a.response_ms);
-        self.probe_verdict(now, rnd, failed.or(slow), v.retry_after_s)
+        self.judge_probe(now, rnd, failed.or(slow), v.retry_after_s)
     }
 
     /// A probe's response time joins the window's percentiles (the status page's origin
@@ -110,7 +110,7 @@ impl<'a> Breaker<'a> {
     }
 
     /// Judges the probe: `failed` says why it failed, `None` for a good one.
-    pub(super) fn probe_verdict(
+    pub(super) fn judge_probe(
         &mut self,
         now: u64,
         rnd: u32,
@@ -188,7 +188,7 @@ impl<'a> Breaker<'a> {
         } else if held {
             let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
             self.note_probe_latency(now, probe.response_ms);
-            self.probe_verdict(now, rnd, failed, probe.retry_after_s)
+            self.judge_probe(now, rnd, failed, probe.retry_after_s)
         } else {
             None
         };
