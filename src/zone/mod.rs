@@ -2,7 +2,7 @@
 //! zone's slab pool and guarded by the slab pool's own mutex — the one lock nginx releases
 //! when a worker dies holding it (`ngx_unlock_mutexes`), so a crash never wedges the zone.
 //!
-//! Beside each breaker a [`berth`](berth) holds what a request may be told without the lock
+//! Beside each breaker a [`berth`] holds what a request may be told without the lock
 //! (its `Gate`); berths are never freed, so a lock-free read can never touch freed memory. The
 //! table and the breakers are touched only under the mutex ([`Locked`]).
 //!
