@@ -41,13 +41,14 @@ pub fn nginx_version() -> &'static str {
     nginx_sys::NGINX_VERSION.to_str().unwrap_or("unknown")
 }
 
-/// This process's pid: the owner id of a probe slot.
+/// This process's pid: the owner id of a probe it holds, and of its entry in a limit's owners
+/// table.
 pub fn pid() -> u32 {
     // SAFETY: `ngx_pid` is written once when the process starts, before any request.
     unsafe { nginx_sys::ngx_pid as u32 }
 }
 
-/// Whether a process (a slot's owner) still exists.
+/// Whether a process (a probe's or a limit entry's owner) still exists.
 pub fn process_alive(pid: u32) -> bool {
     if pid == 0 {
         return false;

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 
-# The probe slot is claimed when the upstream connection is about to be made,
-# after the request body is read: a slow upload while half-open holds no slot,
+# The probe is granted when the upstream connection is about to be made,
+# after the request body is read: a slow upload while half-open holds no probe,
 # and the next request becomes the probe.  The PRECONTENT phase only ever
 # short-circuits.
 

@@ -4,7 +4,7 @@
 # operator's reset, still in flight afterwards, is never taken for the probe
 # the reset breaker grants later; a probe granted before a reload that
 # retuned its breaker (changed parameters) is still that breaker's probe:
-# it holds the slot across the reload, and its good answer is judged by the
+# it stays held across the reload, and its good answer is judged by the
 # new parameters (probes=2 -> 1: it closes the breaker).
 
 ###############################################################################
@@ -107,7 +107,7 @@ sleep 0.3;
 is(status(answer($p1)), '200', 'the old probe ends');
 
 my $r = http_get('/tk/x?after=1');
-is(status($r), '503', 'the new probe still holds the slot');
+is(status($r), '503', 'the new probe is still held');
 is(header($r, 'X-Circuit-State'), 'half_open', '... half-open');
 
 is(status(answer($p2)), '200', 'the new probe ends');

@@ -285,8 +285,8 @@ for (1 .. 4) {
 }
 
 # d: 2 attempts per request (both servers fail); min_requests=3 counts
-# requests, not attempts (a request's verdict is its last attempt's): the
-# third request trips it, once both its attempts failed
+# requests, not attempts (a request's outcome is settled by its last
+# attempt): the third request trips it, once both its attempts failed
 
 $r = http_get('/d/?status=500&trip=1');
 is(status($r), 500, 'd: first request');
@@ -352,8 +352,8 @@ ok(status($r) == 503 && header($r, 'Retry-After') eq '2',
 
 my $t_probe1 = time();
 
-# e: the client of a probe goes away before the origin answers; the slot is
-# given back, the next probe goes through one probe_interval later
+# e: the client of a probe goes away before the origin answers; the probe is
+# freed, the next probe goes through one probe_interval later
 
 my $e = hits(qr!^/e/!);
 my $t_eprobe = time();

@@ -112,7 +112,7 @@ lever('zerowin', '/z/test.Echo/Unary', 10, 5);
 is(state_of('z'), 'closed', 'ten zero-window calls do not open the breaker')
 	or diag(why('z'));
 
-# 4. half-open, held by calls with grpc-timeout 1n (no verdict: the probe slot is freed, the
+# 4. half-open, held by calls with grpc-timeout 1n (no verdict: the probe is freed, the
 # breaker stays half-open): 20 calls/s (50 calls/s) beside a legitimate client's 2 calls/s
 
 lever('timeout', '/h/test.Echo/Fail', 4, '-');

@@ -3,7 +3,7 @@
 # A reload that changes a half-open breaker's window length moves it into other memory
 # while its probe is in flight: the probe's outcome still reaches it.  A good probe
 # (probes=1) closes it at once; before, the outcome was lost and the breaker stayed
-# half-open, its probe slot held by the finished probe until the old worker exited or
+# half-open, its probe held by the finished probe until the old worker exited or
 # the probe's lease (120 s) ran out.
 
 ###############################################################################

@@ -4,10 +4,10 @@
 # Workers killed with SIGKILL (worker_processes 4).
 #
 # All workers share the breakers; "a worker that dies mid-update must
-# not wedge the zone"; a half-open probe slot "whose owner vanished is
+# not wedge the zone"; a half-open probe "whose owner vanished is
 # reclaimed".
 #
-# 1. A probe in flight (the origin hangs) whose worker is killed: the slot
+# 1. A probe in flight (the origin hangs) whose worker is killed: the probe
 #    must be reclaimed, so the next request after probe_interval probes
 #    and closes the breaker.
 # 2. Four forked clients fire requests (half of them failing at the
@@ -157,7 +157,7 @@ is(scalar @original, 4, 'four workers');
 
 ###############################################################################
 
-# 1. a probe in flight, its worker killed: the slot is reclaimed
+# 1. a probe in flight, its worker killed: the probe is reclaimed
 
 my (@st, %pids);
 for my $i (1 .. 7) {
@@ -178,7 +178,7 @@ for (1 .. 100) {
 is($hung, 1, 'probe in flight');
 
 my ($s, undef, undef, $state) = request('/probe/?status=200&busy=1');
-is("$s $state", '503 half_open', 'probe slot taken');
+is("$s $state", '503 half_open', 'probe held');
 
 my $owner = $hang && owner_of($t, $hang->sockport());
 ok($owner && kill_worker($t, $owner), 'probe worker killed and replaced')
@@ -191,7 +191,7 @@ sleep 0.3;
 
 CB::Origin::clear($hits);
 ($s, undef, undef, undef, my $origin) = request('/probe/?status=200&after=1');
-is("$s $origin", '200 1', 'probe slot reclaimed: new probe passes');
+is("$s $origin", '200 1', 'probe reclaimed: new probe passes');
 ($s, undef, undef, $state) = request('/probe/?status=200&after=2');
 is("$s $state", '200 closed', 'probe route closed');
 

@@ -7,7 +7,7 @@
 #    once, and the new workers probe: the breaker closes soon after the heal,
 #    not after the 10 s probe_timeout;
 # 2. the worker that holds the probe is killed: the others reclaim the probe
-#    slot at once, and the breaker closes soon after.
+#    at once, and the breaker closes soon after.
 #
 # No [alert] but the kill's own, no connection left to the origin.
 #
@@ -181,7 +181,7 @@ ok(wait_for(sub {
 
 $b = wait_for(sub { my $b = breaker(); $b->{state} eq 'closed' && $b }, 3);
 ok($b && $b->{last_transition} eq '2 good probes',
-	'kill: the slot is reclaimed, probes close it');
+	'kill: the probe is reclaimed, probes close it');
 cmp_ok(time() - $killed, '<', 2.5, 'kill: soon after the kill');
 is($b && $b->{totals}{opened} . '/' . $b->{totals}{closed}, '2/2', 'two cycles');
 

@@ -90,13 +90,13 @@ impl History {
     /// between, empty, in the state it was left in. An earlier clock reading is taken as the
     /// current interval.
     pub fn note(&mut self, now_ms: u64, totals: &Totals, state: State) {
-        let slot = now_ms / STEP_MS;
-        if slot > self.current {
+        let interval = now_ms / STEP_MS;
+        if interval > self.current {
             let done = self.running(totals);
             let left = self.last;
             // Only the last `KEPT` intervals are kept: skip what would be overwritten.
-            let first = self.current.max(slot.saturating_sub(KEPT as u64));
-            for n in first..slot {
+            let first = self.current.max(interval.saturating_sub(KEPT as u64));
+            for n in first..interval {
                 let p = if n == self.current {
                     done
                 } else {
@@ -107,8 +107,8 @@ impl History {
                 };
                 self.points[(n % KEPT as u64) as usize] = p;
             }
-            self.kept = (u64::from(self.kept) + (slot - self.current)).min(KEPT as u64) as u32;
-            self.current = slot;
+            self.kept = (u64::from(self.kept) + (interval - self.current)).min(KEPT as u64) as u32;
+            self.current = interval;
             self.base = counts(totals);
             // The new interval begins in the state the breaker was left in.
             self.state = left;

@@ -1,9 +1,9 @@
 //! The pure parts of the shell's active prober (`probe_uri`): when a worker looks at a breaker
 //! again, which server it probes, and what a probe's answer means to the breaker.
 //!
-//! Every worker runs the prober; the breaker's instance-wide probe slot
-//! ([`Breaker::active_probe`](crate::breaker::Breaker::active_probe)) makes sure that only one
-//! of them sends each probe. A worker reads a breaker's published [`Gate`] without the lock and
+//! Every worker runs the prober; the breaker grants its one probe to one worker at a time,
+//! instance-wide ([`Breaker::active_probe`](crate::breaker::Breaker::active_probe)), so that
+//! only one of them sends each probe. A worker reads a breaker's published [`Gate`] without the lock and
 //! takes the lock only when a probe may be due ([`look`]), so that thousands of closed
 //! breakers cost a few atomic reads per worker and look.
 
@@ -15,7 +15,7 @@ use crate::grpc::health::Health;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Look {
     /// A probe may be due (or one is overdue: in flight, or held by a worker that died): ask
-    /// for the slot under the lock.
+    /// for the probe under the lock.
     Lock,
     /// Nothing to do before this time (on the breaker's clock).
     At(u64),
@@ -244,7 +244,7 @@ mod tests {
             result(&s, grpc(Health::Invalid), 5).failure,
             Some(ProbeFailure::InvalidResponse)
         );
-        // Whatever its HTTP status, an answer without a health verdict is no good probe.
+        // Whatever its HTTP status, an answer without a health result is no good probe.
         for status in [200, 204, 302, 503] {
             let r = result(
                 &s,

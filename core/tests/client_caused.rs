@@ -1,6 +1,6 @@
 //! What a client or nginx's configuration causes moves no breaker: a gRPC deadline the client
 //! set, a header too big for nginx's buffer. Recorded, such outcomes change nothing a breaker
-//! decides, in any state and any order, and a probe that ends so only frees its slot.
+//! decides, in any state and any order, and a probe that ends so is only freed.
 
 mod common;
 
@@ -51,7 +51,7 @@ fn the_origins_own_deadline_still_opens() {
 }
 
 #[test]
-fn a_probe_the_client_ended_only_frees_its_slot() {
+fn a_probe_the_client_ended_is_only_freed() {
     let mut s = Story::new(cfg());
     s.trip();
     s.wait(30_000);

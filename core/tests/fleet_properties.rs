@@ -152,8 +152,8 @@ fn observe(s: &FleetStore, now: u64) -> (Vec<String>, String, Vec<Option<u64>>) 
             ops.push(format!("{:?}", s.opinion(now, b, p)));
         }
     }
-    let verdicts = (0..2).map(|b| s.suspicious(now, b)).collect();
-    (ops, s.render(now), verdicts)
+    let suspicious = (0..2).map(|b| s.suspicious(now, b)).collect();
+    (ops, s.render(now), suspicious)
 }
 
 #[derive(Clone, Debug)]

@@ -36,15 +36,16 @@ fn attempt(s: &Step) -> Attempt {
     }
 }
 
-/// Successes waiting to be absorbed, as the shell gathers them in a breaker's slot.
+/// Successes gathered without the lock, waiting to be absorbed, as the shell keeps them in a
+/// breaker's berth.
 #[derive(Default)]
-struct Pending {
+struct Gathered {
     second: u64,
     count: u32,
     latency: Option<Histogram>,
 }
 
-impl Pending {
+impl Gathered {
     fn take(&mut self, b: &mut OwnedBreaker) {
         if self.count > 0 {
             let h = self.latency.take().unwrap_or(Histogram::EMPTY);
@@ -58,34 +59,34 @@ proptest! {
     #[test]
     fn absorbing_equals_recording(steps in steps(), min in 1u32..12, rate in 1000u32..9000) {
         let cfg = BreakerConfig { min_requests: min, failure_rate: rate, window_s: 3, ..cfg() };
-        let (mut plain, mut gathered) = (OwnedBreaker::new(cfg, T0), OwnedBreaker::new(cfg, T0));
-        let mut pending = Pending::default();
+        let (mut plain, mut absorbing) = (OwnedBreaker::new(cfg, T0), OwnedBreaker::new(cfg, T0));
+        let mut gathered = Gathered::default();
         let mut now = T0;
         for s in &steps {
             now += s.gap_ms;
             let a = attempt(s);
             let expected = plain.breaker().record(now, 0, Ticket::Normal, &a, true);
             let lock_free = s.ok
-                && gathered.breaker().successes_lock_free() == Some(now / 1000)
-                && (pending.count == 0 || pending.second == now / 1000);
+                && absorbing.breaker().successes_lock_free() == Some(now / 1000)
+                && (gathered.count == 0 || gathered.second == now / 1000);
             if lock_free {
                 // What the shell does without the lock.
-                pending.second = now / 1000;
-                pending.count += 1;
-                pending.latency.get_or_insert(Histogram::EMPTY).counts[bin_of(s.ms)] += 1;
+                gathered.second = now / 1000;
+                gathered.count += 1;
+                gathered.latency.get_or_insert(Histogram::EMPTY).counts[bin_of(s.ms)] += 1;
                 prop_assert_eq!(expected.transition, None, "a success never opens it");
             } else {
-                pending.take(&mut gathered);
-                let got = gathered.breaker().record(now, 0, Ticket::Normal, &a, true);
+                gathered.take(&mut absorbing);
+                let got = absorbing.breaker().record(now, 0, Ticket::Normal, &a, true);
                 prop_assert_eq!(got.transition.map(|t| t.to), expected.transition.map(|t| t.to));
             }
             if plain.breaker().state() != State::Closed {
                 break;
             }
         }
-        pending.take(&mut gathered);
-        prop_assert_eq!(gathered.breaker().state(), plain.breaker().state());
-        let (v1, v2) = (plain.breaker().view(now), gathered.breaker().view(now));
+        gathered.take(&mut absorbing);
+        prop_assert_eq!(absorbing.breaker().state(), plain.breaker().state());
+        let (v1, v2) = (plain.breaker().view(now), absorbing.breaker().view(now));
         prop_assert_eq!(v1.window, v2.window);
         prop_assert_eq!(v1.latency, v2.latency);
         prop_assert_eq!(v1.totals.requests, v2.totals.requests);

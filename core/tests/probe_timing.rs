@@ -210,7 +210,7 @@ fn the_probe_spacing_is_not_told_either() {
     let (lo, hi) = (*paces.iter().min().unwrap(), *paces.iter().max().unwrap());
     assert!(lo < 150 && hi > 195 && hi <= 206, "{lo}..{hi}");
 
-    // A probe that held its slot for most of the spacing: the next one is the spacing's own
+    // A probe held for most of the spacing: the next one is the spacing's own
     // draw, in [800 ms, 1200 ms) from the last start (or the run's pace after its answer,
     // if sooner), told 1200 ms.
     let mut spacings = Vec::new();

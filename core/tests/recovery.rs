@@ -432,7 +432,7 @@ fn with_active_probes_the_gate_rejects_for_the_whole_open_period() {
 }
 
 #[test]
-fn an_active_probe_slot_is_reclaimed_from_a_dead_worker_or_after_its_lease() {
+fn an_active_probe_is_reclaimed_from_a_dead_worker_or_after_its_lease() {
     let mut s = Story::new(active_cfg());
     s.trip();
     s.wait(1000);
@@ -455,7 +455,7 @@ fn an_active_probe_slot_is_reclaimed_from_a_dead_worker_or_after_its_lease() {
     s.record(second, &ok());
     s.record(third, &ok());
     assert_eq!(s.view().consecutive_probe_successes, 1);
-    // A probe that got no verdict just frees the slot.
+    // A probe that got no verdict is just freed.
     let fourth = {
         s.wait(1000);
         s.active_probe().unwrap()
@@ -529,7 +529,7 @@ fn active_probes_close_into_the_ramp() {
 }
 
 #[test]
-fn an_active_probe_is_judged_by_its_own_verdict_not_the_failure_classes() {
+fn an_active_probe_is_judged_by_its_own_result_not_the_failure_classes() {
     use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult};
     // Failure classes that a 404 is not in: the probe still fails, and a good answer closes.
     let mut s = Story::new(BreakerConfig {

@@ -2,7 +2,7 @@
 //! on between them: a retune must leave nothing a later call trips on. Whatever the configs
 //! and the traffic, an open breaker (not forced, not in dry run) lets no request through but
 //! its probe, never has two probes in flight, its counters never go back, and once the
-//! reloads stop it reaches its next probe (no probe slot held for ever).
+//! reloads stop it reaches its next probe (no probe held for ever).
 
 mod common;
 

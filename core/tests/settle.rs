@@ -285,7 +285,7 @@ fn the_upstreams_failed_probe_ejects_its_server_at_once() {
     );
     assert!(
         !z.upstream.breaker().holds_probe(ticket),
-        "its slot is free for the next"
+        "the probe is free for the next"
     );
 }
 

@@ -292,7 +292,7 @@ fn a_probe_slower_than_probe_latency_fails() {
 }
 
 #[test]
-fn a_dead_owners_probe_slot_is_reclaimed() {
+fn a_probe_held_by_a_dead_owner_is_reclaimed() {
     let mut s = Story::new(cfg());
     s.trip();
     s.wait(30_000);
@@ -305,7 +305,7 @@ fn a_dead_owners_probe_slot_is_reclaimed() {
         s.admit_as(8, &|_| true).admission,
         Admission::Reject { .. }
     ));
-    // Worker 7 died: worker 8 takes the slot at once.
+    // Worker 7 died: worker 8 is granted the probe at once.
     let Admission::Probe(second) = s.admit_as(8, &|o| o != 7).admission else {
         panic!()
     };
@@ -321,7 +321,7 @@ fn a_dead_owners_probe_slot_is_reclaimed() {
 }
 
 #[test]
-fn a_probe_slot_held_past_the_lease_is_reclaimed() {
+fn a_probe_held_past_the_lease_is_reclaimed() {
     let mut s = Story::new(cfg());
     s.trip();
     s.wait(30_000);
@@ -347,7 +347,7 @@ fn a_probe_slot_held_past_the_lease_is_reclaimed() {
 }
 
 #[test]
-fn release_frees_the_slot_without_a_verdict() {
+fn release_frees_the_probe_without_a_verdict() {
     let mut s = Story::new(cfg());
     s.trip();
     s.wait(30_000);
@@ -356,7 +356,7 @@ fn release_frees_the_slot_without_a_verdict() {
     s.b.breaker().release(now, p);
     s.wait(1000);
     let p = s.probe();
-    // An aborted probe also just frees the slot.
+    // An aborted probe is also just freed.
     s.record(p, &Attempt::ended(Ending::NoVerdict, 5));
     s.wait(1000);
     let p = s.probe();
@@ -647,10 +647,10 @@ fn probe_tickets_stay_unique_across_a_reset_by_reload() {
         old, new,
         "a ticket from before the reset is never a ticket after it"
     );
-    // The old probe ends well: it is not the new probe, whose slot stays taken.
+    // The old probe ends well: it is not the new probe, which stays held.
     s.record(old, &ok());
     assert_eq!(s.view().consecutive_probe_successes, 0);
-    assert!(s.rejected() > 0, "the new probe still holds the slot");
+    assert!(s.rejected() > 0, "the new probe is still held");
     s.record(new, &ok());
     assert_eq!(s.view().consecutive_probe_successes, 1);
 }

@@ -150,7 +150,7 @@ fn active_probes_give_the_origin_latency_too() {
     let due = s.b.hdr.active_probe_due_ms().expect("due");
     // Past the window: its only sample is the probe's.
     s.now = due + 11_000;
-    let t = s.active_probe().expect("the slot");
+    let t = s.active_probe().expect("the probe granted");
     let (now, rnd) = (s.now, s.rnd);
     s.b.breaker().record_probe(
         now,

@@ -195,8 +195,8 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         parse_seconds(field(&mut rest, FIELDS[0])?).ok_or(LineError::BadField(FIELDS[0]))?;
     let request_ms =
         parse_seconds(field(&mut rest, FIELDS[1])?).ok_or(LineError::BadField(FIELDS[1]))?;
-    for (slot, name) in f.iter_mut().zip(FIELDS).skip(2) {
-        *slot = field(&mut rest, name)?;
+    for (value, name) in f.iter_mut().zip(FIELDS).skip(2) {
+        *value = field(&mut rest, name)?;
     }
     let upstream = f[2];
     if upstream.is_empty() || upstream == "-" {

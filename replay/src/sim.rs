@@ -131,11 +131,12 @@ struct Event {
     /// Twice the line's sequence number, plus one for its record: log order on ties, and a
     /// request's admission before its own record.
     seq: u64,
-    slot: u32,
+    entry: u32,
 }
 
+/// A request in the reorder buffer, waiting for its admission or its end.
 #[derive(Clone, Copy, Debug)]
-struct Pending {
+struct Buffered {
     breaker: u32,
     attempt: Attempt,
     /// Attempts in all (its earlier ones, when more than one, are in `Replay::retried`).
@@ -250,7 +251,7 @@ pub struct Replay {
     cursor: u64,
     /// Events in the wheel.
     queued: usize,
-    pending: Vec<Pending>,
+    buffered: Vec<Buffered>,
     retried: Vec<Retries>,
     told: Vec<Told>,
     started: Vec<bool>,
@@ -294,7 +295,7 @@ impl Replay {
             scratch: Vec::new(),
             cursor: 0,
             queued: 0,
-            pending: Vec::new(),
+            buffered: Vec::new(),
             retried: Vec::new(),
             told: Vec::new(),
             started: Vec::new(),
@@ -332,7 +333,7 @@ impl Replay {
 
     /// Requests in the reorder buffer.
     pub fn waiting(&self) -> usize {
-        self.pending.len() - self.free.len()
+        self.buffered.len() - self.free.len()
     }
 
     fn breaker(&mut self, l: &Line<'_>, now_ms: u64) -> Result<Found, String> {
@@ -421,17 +422,17 @@ impl Replay {
         self.counts.refused_live += u64::from(l.refused);
         self.counts.module_clock += u64::from(l.judged.is_some());
         let n = self.sets.len();
-        while self.free.is_empty() && self.pending.len() >= self.max_waiting && self.queued > 0 {
-            // Full: its oldest millisecond runs now, until a request's end frees a slot.
+        while self.free.is_empty() && self.buffered.len() >= self.max_waiting && self.queued > 0 {
+            // Full: its oldest millisecond runs now, until a request's end frees an entry.
             let queued = self.queued;
             self.run_until(self.cursor + 1);
             self.counts.early += (queued - self.queued) as u64;
         }
-        let slot = match self.free.pop() {
+        let entry = match self.free.pop() {
             Some(s) => s,
             None => {
-                let s = self.pending.len() as u32;
-                self.pending.push(Pending {
+                let s = self.buffered.len() as u32;
+                self.buffered.push(Buffered {
                     breaker: 0,
                     attempt,
                     tries: 0,
@@ -444,7 +445,7 @@ impl Replay {
                 s
             }
         };
-        self.pending[slot as usize] = Pending {
+        self.buffered[entry as usize] = Buffered {
             breaker: b,
             attempt,
             tries: l.retries.tries,
@@ -452,16 +453,16 @@ impl Replay {
             refused_live: l.refused,
         };
         if l.retries.tries > 1 {
-            // Apart: most requests make one attempt, and the slot stays small.
-            self.retried[slot as usize] = l.retries;
+            // Apart: most requests make one attempt, and the entry stays small.
+            self.retried[entry as usize] = l.retries;
         }
-        self.started[slot as usize] = false;
+        self.started[entry as usize] = false;
         self.newest = self.newest.max(end);
         self.run_until(self.newest.saturating_sub(self.horizon_ms));
         let seq = self.seq;
         self.seq += 2;
         for (at_ms, seq) in [(start, seq), (end, seq + 1)] {
-            let e = Event { at_ms, seq, slot };
+            let e = Event { at_ms, seq, entry };
             if at_ms < self.cursor {
                 // Behind what already ran: now.
                 self.run(e);
@@ -563,22 +564,22 @@ impl Replay {
             self.watermark = e.at_ms;
             e.at_ms
         };
-        let slot = e.slot as usize;
+        let entry = e.entry as usize;
         if e.seq & 1 == 0 {
-            self.admit(slot, now);
+            self.admit(entry, now);
         } else {
-            if !self.started[slot] {
-                self.admit(slot, now);
+            if !self.started[entry] {
+                self.admit(entry, now);
             }
-            self.record(slot, now);
-            self.free.push(e.slot);
+            self.record(entry, now);
+            self.free.push(e.entry);
         }
     }
 
-    fn admit(&mut self, slot: usize, now: u64) {
+    fn admit(&mut self, entry: usize, now: u64) {
         let stamp = self.stamp(now);
-        self.started[slot] = true;
-        let p = self.pending[slot];
+        self.started[entry] = true;
+        let p = self.buffered[entry];
         let n = self.sets.len();
         let runs = &mut self.runs[p.breaker as usize];
         for (v, run) in runs.iter_mut().enumerate() {
@@ -611,7 +612,7 @@ impl Replay {
                     told.ticket = ticket;
                 }
             }
-            self.told[slot * n + v] = told;
+            self.told[entry * n + v] = told;
             if let Some(t) = d.transition {
                 note(
                     &mut self.transitions,
@@ -634,19 +635,19 @@ impl Replay {
         (wall, wall.saturating_sub(self.first_wall.unwrap_or(wall)))
     }
 
-    fn record(&mut self, slot: usize, now: u64) {
+    fn record(&mut self, entry: usize, now: u64) {
         let stamp = self.stamp(now);
-        let p = self.pending[slot];
+        let p = self.buffered[entry];
         let n = self.sets.len();
         let runs = &mut self.runs[p.breaker as usize];
         let budgets = &mut self.budgets[self.upstream_of[p.breaker as usize] as usize];
         let retried = if p.tries > 1 {
-            self.retried[slot]
+            self.retried[entry]
         } else {
             Retries::default()
         };
         for (v, run) in runs.iter_mut().enumerate() {
-            let told = self.told[slot * n + v];
+            let told = self.told[entry * n + v];
             if p.refused_live {
                 // Never at the origin: nothing to record, whatever this breaker decided; a
                 // probe it would have sent is given back without a verdict.
@@ -716,7 +717,7 @@ impl Replay {
 /// its probe, as in the module. The budget counts the request's first attempt and is asked
 /// for each retry, at the request's end (the log says when requests end, not attempts).
 fn outcome(
-    p: &Pending,
+    p: &Buffered,
     r: &Retries,
     told: Told,
     run: &mut Run,

@@ -63,17 +63,17 @@ impl Module {
     }
 }
 
-// SAFETY: the http main conf slot holds what `Module::create_main_conf` (ngx's default, registered
+// SAFETY: the module's entry of the http main confs holds what `Module::create_main_conf` (ngx's default, registered
 // in lib.rs) allocates: a `MainConf`.
 unsafe impl HttpModuleMainConf for Module {
     type MainConf = MainConf;
 }
-// SAFETY: every srv conf slot holds what `Module::create_srv_conf` (registered in lib.rs)
+// SAFETY: the module's entry of every srv conf holds what `Module::create_srv_conf` (registered in lib.rs)
 // allocates: a `SrvConf`.
 unsafe impl HttpModuleServerConf for Module {
     type ServerConf = SrvConf;
 }
-// SAFETY: every loc conf slot holds what `Module::create_loc_conf` (registered in lib.rs)
+// SAFETY: the module's entry of every loc conf holds what `Module::create_loc_conf` (registered in lib.rs)
 // allocates: a `LocConf`.
 unsafe impl HttpModuleLocationConf for Module {
     type LocationConf = LocConf;
@@ -336,7 +336,7 @@ pub enum StatusMode {
 /// `http`, `server` and `location` level.
 #[repr(C)]
 pub struct LocConf {
-    /// `circuit_breaker_header`, set by nginx's own flag slot.
+    /// `circuit_breaker_header`, set by nginx's own `ngx_conf_set_flag_slot`.
     pub header: ngx_flag_t,
     pub route: Option<Route>,
     pub status: StatusMode,

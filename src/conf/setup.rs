@@ -114,15 +114,15 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
     let mut fixed = None;
     let mut several = false;
     for &index in &mcf.upstream_modules {
-        // SAFETY: loc_conf has a slot per HTTP module, and `index` is one's ctx_index.
-        let slot = unsafe { *ctx.loc_conf.add(index) };
+        // SAFETY: loc_conf has an entry per HTTP module, and `index` is one's ctx_index.
+        let conf = unsafe { *ctx.loc_conf.add(index) };
         // SAFETY: these modules' loc confs begin with their ngx_http_upstream_conf_t.
-        let Some(ucf) = (unsafe { slot.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
+        let Some(ucf) = (unsafe { conf.cast::<ngx_http_upstream_conf_t>().as_ref() }) else {
             continue;
         };
         // Its own `proxy_pass` (or `grpc_pass`) says what it speaks; an `if` block inside a
         // location has the location's, as the module's own settings do.
-        if let Some(&pass) = mcf.pass_schemes.get(&(slot as usize)) {
+        if let Some(&pass) = mcf.pass_schemes.get(&(conf as usize)) {
             lcf.pass = Some(pass);
         }
         let tls = lcf.pass == Some(Pass::Tls);

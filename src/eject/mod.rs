@@ -4,7 +4,7 @@
 //! the balancer in every worker, by the same means `server … down` does: the peer's `down`
 //! flag, which round robin, `least_conn`, `hash`, `ip_hash` and `random` all honour.
 //!
-//! - **Following the zone.** The upstream's own breaker's slot carries a stamp that moves on
+//! - **Following the zone.** The upstream's own breaker's berth carries a stamp that moves on
 //!   every ejection and return. Each request reads it without the lock ([`follow`]); when
 //!   it moved, the worker reads the servers' states under the lock and marks its peers (its
 //!   own copy without an upstream `zone`; the shared ones, under their lock, with one).
@@ -311,7 +311,7 @@ pub unsafe fn claim_probe(
         .and_then(|peer| unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) });
     let Some((sockaddr, socklen, name)) = copy else {
         // No peer to send it to (the map is not built yet, or the peers just changed):
-        // give the slot back, and ask again a second later (the next request's `follow`
+        // free the probe, and ask again a second later (the next request's `follow`
         // rebuilds the map) rather than waiting for the next change of the pool.
         let s = &pool.servers[server as usize];
         if let Some(mut b) = zone.lock().get(s.local.handle.get(), s.key_hash) {
@@ -414,7 +414,7 @@ pub fn record_probe(
     });
 }
 
-/// Lets `verdict` judge server `server`'s breaker with the pool's count of servers out, under
+/// Lets `step` judge server `server`'s breaker with the pool's count of servers out, under
 /// the lock held through `locked`; then logs the move, and when the pool changed bumps the
 /// stamp (every worker follows) and applies it to this worker's peers.
 fn judge(
@@ -423,18 +423,18 @@ fn judge(
     server: u16,
     now: u64,
     log: *mut ngx_log_t,
-    verdict: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
+    step: impl FnOnce(&mut Breaker<'_>, &mut eject::Pool) -> Option<Move>,
 ) {
     let Some(mut count) = count(locked, up, now) else {
         return;
     };
-    let m = with_server(locked, up.scf, server, |b| verdict(b, &mut count));
+    let m = with_server(locked, up.scf, server, |b| step(b, &mut count));
     if let Some(m) = m.flatten() {
         moved(locked, up, &[(server, m)], now, log);
     }
 }
 
-/// Gives back the probe slot of a request that ended before its probe's outcome.
+/// Frees the probe a request held that ended before its probe's outcome.
 pub fn release(zone: &Zone, scf: &SrvConf, server: u16, ticket: Ticket, now: u64) {
     let Some(s) = scf
         .pool

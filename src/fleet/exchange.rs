@@ -20,7 +20,7 @@
 //!    most once per push gap. A peer that is slow, down, lying or unauthenticated only
 //!    moves its counters.
 //!
-//! No request ever waits for any of this: requests read the breaker and its slot as always.
+//! No request ever waits for any of this: requests read the breaker and its berth as always.
 
 use core::cell::RefCell;
 use core::time::Duration;

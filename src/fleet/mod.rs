@@ -3,9 +3,9 @@
 //! rules are pure, in `circuit_breaker_core::fleet`).
 //!
 //! - **Who exchanges.** Worker 0 of each instance ([`init_process`]), in the background on
-//!   its event loop ([`exchange`]). nginx respawns a worker that died into the same slot
-//!   with the same number, so a respawned worker 0 takes over (its store starts empty and
-//!   refills from peers within a few intervals; the breakers in the zone are untouched);
+//!   its event loop ([`exchange`]). nginx respawns a worker that died with the same number,
+//!   so a respawned worker 0 takes over (its store starts empty and refills from peers
+//!   within a few intervals; the breakers in the zone are untouched);
 //!   after a reload the new configuration's worker 0 does. With `master_process off` the
 //!   single process does.
 //! - **What requests see.** Only what the exchange worker writes beside each breaker, under

@@ -87,7 +87,7 @@ struct Local {
 
 struct Registry {
     zone: Option<Zone>,
-    /// By slot index: dense and small.
+    /// By berth index: dense and small.
     locals: Vec<Option<Local>>,
     /// Logged that a limit could not be created (once per worker).
     logged_full: bool,
@@ -113,7 +113,7 @@ fn registry() -> &'static mut Registry {
 
 impl Registry {
     fn local(&mut self, handle: Handle) -> Option<(usize, &mut Local)> {
-        let i = handle.slot_index();
+        let i = handle.berth_index();
         match self.locals.get_mut(i) {
             Some(Some(l)) if l.handle == handle => Some((i, l)),
             _ => None,
@@ -135,7 +135,7 @@ impl Registry {
                 .and_then(|i| ptr.owner(i, me));
             (ptr, owner)
         };
-        let i = handle.slot_index();
+        let i = handle.berth_index();
         if self.locals.len() <= i {
             self.locals.resize_with(i + 1, || None);
         }
@@ -152,7 +152,7 @@ impl Registry {
         true
     }
 
-    /// Hands slot `i`'s samples to the controller under the lock; returns the dead owners'
+    /// Hands berth `i`'s samples to the controller under the lock; returns the dead owners'
     /// slots when the limit was updated, or while shedding.
     #[inline(never)]
     fn flush(&mut self, i: usize) {
@@ -201,7 +201,7 @@ impl Registry {
 }
 
 /// `init_process`: when the configuration limits any upstream, sizes this worker's tables
-/// for every slot the zone has, so that a breaker's first request allocates nothing.
+/// for every berth the zone has, so that a breaker's first request allocates nothing.
 ///
 /// Memory malloc'd while a request's pool is live lands above that pool on the heap and
 /// outlives it, and glibc may then serve later request pools from its bins rather than its
@@ -220,9 +220,9 @@ pub fn init_process(cycle: &ngx_cycle_t) {
     let Some(zone) = mcf.zone() else {
         return;
     };
-    let slots = zone.slots_allocated();
+    let berths = zone.berths_allocated();
     let reg = registry();
-    reg.locals.reserve_exact(slots);
+    reg.locals.reserve_exact(berths);
 }
 
 impl Local {

@@ -7,19 +7,20 @@
 //! from `init_process`. At each look it reads the published gate of each breaker of an
 //! upstream with `probe_uri` without the lock, and sleeps until the next probe is due
 //! ([`probe::look`]). When one is, it picks a server, takes the zone lock and asks for the
-//! breaker's instance-wide probe slot (`Breaker::active_probe`): the first worker to ask gets
-//! it, the others find it taken. The winner sends the probe from a task of its own, so that a
-//! hanging server holds up no other breaker, and records the answer with the slot's ticket.
+//! breaker's one probe, instance-wide (`Breaker::active_probe`): the first worker to ask is
+//! granted it, the others find it held. The winner sends the probe from a task of its own, so
+//! that a hanging server holds up no other breaker, and records the answer with the probe's
+//! ticket.
 //!
 //! An upstream that ejects servers has a breaker per server, with active probes too: while a
 //! server is ejected its probes go to that server alone, and a good one returns it to the pool
 //! of every worker (`eject::record_probe`). No user request is ever sent to it meanwhile.
 //!
 //! - **Exiting**: no look and no probe starts once the worker is exiting; a probe in flight
-//!   ends with `net::Error::Exiting` when nginx closes its connection, and gives the slot
-//!   back.
-//! - **Killed**: a worker killed with a probe in flight leaves the slot to a dead pid; the next
-//!   worker to ask reclaims it (`process_alive`), at most one look later.
+//!   ends with `net::Error::Exiting` when nginx closes its connection, and frees the
+//!   probe.
+//! - **Killed**: a worker killed with a probe in flight leaves the probe held by a dead pid; the
+//!   next worker to ask reclaims it (`process_alive`), at most one look later.
 //! - **Cost**: a look is a few atomic reads per breaker; the lock is taken only when a probe is
 //!   due, when one in flight outlasts its spacing, and for a dry run.
 
@@ -135,7 +136,7 @@ impl Prober {
     }
 }
 
-/// Under the lock: finds the breaker if need be, asks for its probe slot when a server can
+/// Under the lock: finds the breaker if need be, asks for its probe when a server can
 /// be probed, and plans the next look.
 fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<Ticket> {
     let interval = t.up.interval_ms;
@@ -171,8 +172,8 @@ fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<
     ticket
 }
 
-/// A probe slot this worker holds: given back if the probe ends without an answer, or its task
-/// is dropped before recording one.
+/// A probe this worker holds: freed if the probe ends without an answer, or its task is
+/// dropped before recording one.
 struct Held {
     zone: Zone,
     target: Rc<Target>,
@@ -180,7 +181,7 @@ struct Held {
 }
 
 impl Held {
-    /// The slot of `t`, held by this worker's probe in flight.
+    /// The probe of `t`, held by this worker while in flight.
     fn new(zone: &Zone, t: &Rc<Target>, ticket: Ticket) -> Held {
         t.in_flight.set(true);
         Held {
@@ -215,7 +216,7 @@ async fn run(held: Held, server: net::Peer) {
     }
 }
 
-/// Sends one probe and records its answer; returns the next probe's slot and server when it
+/// Sends one probe and records its answer; returns the next probe, held, and its server when it
 /// is due already.
 async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Peer)> {
     let t = Rc::clone(&held.target);
@@ -224,7 +225,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     let now = mono_ms();
     let Some(end) = sent.end else {
         // No verdict on the origin (the worker is exiting, or had no free connection): the
-        // slot goes back when `held` drops. A request nginx cannot send is said once.
+        // probe is freed when `held` drops. A request nginx cannot send is said once.
         if let Some(e @ net::Error::InvalidRequest(_)) = sent.error() {
             if !t.complained.replace(true) {
                 ngx::ngx_log_error!(
@@ -328,7 +329,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     }
     // The next probe may be due already, or before the prober would look again (the run of
     // good probes after a brownout comes faster than the interval): then this task sends it,
-    // waiting for it without the slot if need be. The server first, outside the zone lock.
+    // waiting for it without holding the probe if need be. The server first, outside the zone lock.
     let watch = probe::watch_ms(t.up.interval_ms);
     loop {
         let now = mono_ms();

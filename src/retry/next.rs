@@ -1,7 +1,7 @@
 //! Whether nginx will retry the attempt being freed: `ngx_http_upstream_next` frees the peer
 //! first and decides after, on what the free cannot be told but can read — the tries left,
 //! `proxy_next_upstream` (and `_timeout`), the method, an unbuffered body already sent, a
-//! client gone. Known at the free, the answer settles the request's verdict at once (an
+//! client gone. Known at the free, the answer settles the request's outcome at once (an
 //! attempt that is retried is not what the client got) and lets the retry budget deny a
 //! retry before it is made.
 

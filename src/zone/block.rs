@@ -1,5 +1,5 @@
 //! The layout of a limit block (see [`super::limit`]): what requests touch without the lock,
-//! the controller, and the owners table that follows. Apart from the rest so that a slot can
+//! the controller, and the owners table that follows. Apart from the rest so that a berth can
 //! point at one without depending on the code that uses it.
 
 use core::alloc::Layout;
@@ -33,7 +33,7 @@ pub(super) struct Controller {
     pub(super) limiter: Limiter,
 }
 
-/// A limiter beside a slot, followed by its owners table: `owners` entries of
+/// A limiter beside a berth, followed by its owners table: `owners` entries of
 /// `pid << 32 | slots held`, one per process that admitted requests.
 #[repr(C)]
 pub struct Block {

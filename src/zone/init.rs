@@ -11,8 +11,8 @@ use nginx_sys::{
 use ngx::allocator::Allocator;
 use ngx::core::SlabPool;
 
+use super::berth::{Berth, PER_CHUNK};
 use super::node::Node;
-use super::slot::{Slot, PER_CHUNK};
 use super::{Header, MAGIC};
 use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_vo
 }
 
 /// Everything the zone needs besides its breakers, in one allocation (a small zone cannot
-/// spare a slab page per size class): the header, the hash table, the slot chunk pointers,
+/// spare a slab page per size class): the header, the hash table, the berth chunk pointers,
 /// the failed keys and the log context.
 fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<()> {
     let chains = (size / 4096).next_power_of_two().max(64);
@@ -91,7 +91,7 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
         .extend(Layout::array::<AtomicPtr<Node>>(chains).ok()?)
         .ok()?;
     let (meta, chunks_at) = meta
-        .extend(Layout::array::<AtomicPtr<Slot>>(max_chunks).ok()?)
+        .extend(Layout::array::<AtomicPtr<Berth>>(max_chunks).ok()?)
         .ok()?;
     let (meta, failed_at) = meta
         .extend(Layout::array::<AtomicU64>(failed_cap).ok()?)
@@ -105,7 +105,7 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
     unsafe {
         let hdr = base.cast::<Header>();
         let table = base.add(table_at).cast::<AtomicPtr<Node>>();
-        let chunks = base.add(chunks_at).cast::<AtomicPtr<Slot>>();
+        let chunks = base.add(chunks_at).cast::<AtomicPtr<Berth>>();
         let failed = base.add(failed_at).cast::<AtomicU64>();
         let log_ctx = base.add(ctx_at);
         for i in 0..chains {
@@ -131,7 +131,7 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
             chunks,
             max_chunks: max_chunks as u32,
             nchunks: AtomicU32::new(0),
-            free_slot: AtomicU32::new(u32::MAX),
+            free_berth: AtomicU32::new(u32::MAX),
             wall_offset: AtomicI64::new(0),
             failed,
             failed_cap: failed_cap as u32,

@@ -1,12 +1,12 @@
-//! The adaptive limit's shared memory. Beside the slot of each breaker whose upstream has
+//! The adaptive limit's shared memory. Beside the berth of each breaker whose upstream has
 //! `limit=adaptive` lies a [`Block`]: the controller (core's `Limiter`, touched under the
 //! mutex), and what requests touch without the lock — one word that holds the limit and the
 //! in-flight count, and a table of the processes holding slots, so that a dead worker's
 //! slots are returned.
 //!
-//! A block hangs off its slot and, like slots, is never freed: a worker still serving an
+//! A block hangs off its berth and, like berths, is never freed: a worker still serving an
 //! older configuration may give a slot back at any time. It passes from tenant to tenant with
-//! the slot; its word carries the tenant's tag and each table entry its owner's pid, and every
+//! the berth; its word carries the tenant's tag and each table entry its owner's pid, and every
 //! lock-free change is a compare-and-swap on one of them, so a release meant for a former
 //! tenant, or for an entry that was reclaimed, changes nothing.
 //!
@@ -301,16 +301,16 @@ impl LimitMut<'_> {
 }
 
 impl Zone {
-    /// How many slots the zone has allocated so far (breakers created later may add more).
-    pub fn slots_allocated(&self) -> usize {
+    /// How many berths the zone has allocated so far (breakers created later may add more).
+    pub fn berths_allocated(&self) -> usize {
         let chunks = self.header().nchunks.load(Ordering::Acquire);
-        chunks as usize * super::slot::PER_CHUNK as usize
+        chunks as usize * super::berth::PER_CHUNK as usize
     }
 
     /// The limit block of `handle`'s breaker, without the lock, if one is set up for it.
     pub fn limit(&self, handle: Handle) -> Option<LimitPtr> {
-        let slot = self.slot_of(handle)?;
-        let block = NonNull::new(slot.limit_block())?;
+        let berth = self.berth_of(handle)?;
+        let block = NonNull::new(berth.limit_block())?;
         let ptr = LimitPtr::new(block, handle.ident);
         (ptr.shared().tenant.load(Ordering::Acquire) == handle.ident).then_some(ptr)
     }
@@ -347,8 +347,8 @@ impl Locked<'_> {
         cfg: &LimitConfig,
         now_ms: u64,
     ) -> Option<LimitMut<'_>> {
-        let slot = self.zone().slot_of(handle)?;
-        slot.node(handle.ident)?;
+        let berth = self.zone().berth_of(handle)?;
+        berth.node(handle.ident)?;
         let ptr = self.set_up(handle, Want::On(cfg, false), now_ms)?;
         self.limit_mut(ptr)
     }
@@ -393,21 +393,21 @@ impl Locked<'_> {
     /// # Safety
     /// `n` must be a published node.
     pub(super) unsafe fn handle_of(&self, n: NonNull<Node>) -> Option<Handle> {
-        // SAFETY: `n` is published (this fn's contract) and the mutex held, so it is live; `slot`
+        // SAFETY: `n` is published (this fn's contract) and the mutex held, so it is live; `berth`
         // is fixed at creation.
-        let index = unsafe { n.as_ref() }.slot;
-        let slot = self.zone().slot(index)?;
-        Some(Handle::new(slot.ident(), slot))
+        let index = unsafe { n.as_ref() }.berth;
+        let berth = self.zone().berth(index)?;
+        Some(Handle::new(berth.ident(), berth))
     }
 
     fn set_up(&mut self, handle: Handle, want: Want, now_ms: u64) -> Option<LimitPtr> {
-        let slot = self.zone().slot_of(handle)?;
-        let block = match NonNull::new(slot.limit_block()) {
+        let berth = self.zone().berth_of(handle)?;
+        let block = match NonNull::new(berth.limit_block()) {
             Some(b) => b,
             None if matches!(want, Want::Off) => return None,
             None => {
                 let b = self.allocate_block()?;
-                slot.set_limit_block(b.as_ptr());
+                berth.set_limit_block(b.as_ptr());
                 b
             }
         };
@@ -463,7 +463,7 @@ impl Locked<'_> {
         let layout = block_layout(owners)?;
         let p = self.pool_mut().allocate(layout).ok()?.cast::<Block>();
         // SAFETY: a fresh allocation of `layout`, which holds the block and `owners` entries;
-        // nothing else can reach it until the slot publishes it.
+        // nothing else can reach it until the berth publishes it.
         unsafe {
             p.as_ptr().write(Block {
                 shared: Shared {

@@ -2,24 +2,24 @@
 //! zone's slab pool and guarded by the slab pool's own mutex — the one lock nginx releases
 //! when a worker dies holding it (`ngx_unlock_mutexes`), so a crash never wedges the zone.
 //!
-//! Beside each breaker a [`slot`](slot) holds what a request may be told without the lock
-//! (its `Gate`); slots are never freed, so a lock-free read can never touch freed memory. The
+//! Beside each breaker a [`berth`] holds what a request may be told without the lock
+//! (its `Gate`); berths are never freed, so a lock-free read can never touch freed memory. The
 //! table and the breakers are touched only under the mutex ([`Locked`]).
 //!
 //! A breaker is of one [`Kind`]: an (upstream, route) breaker, or the breaker of one server of
 //! an upstream (per-server ejection). An upstream's own breaker may also carry the upstream's
-//! retry budget, and its slot a stamp that changes whenever one of the upstream's servers
+//! retry budget, and its berth a stamp that changes whenever one of the upstream's servers
 //! leaves or rejoins the pool, so that every worker follows without the lock.
 
+mod berth;
 mod block;
+mod gathered;
 mod history;
 mod init;
 mod limit;
 mod node;
-mod pending;
 mod reload;
 mod retuned;
-mod slot;
 mod table;
 
 use core::ptr::NonNull;
@@ -35,9 +35,9 @@ pub use reload::Wanted;
 pub use retuned::log_reconciled;
 pub use table::{Entry, Locked, Missing};
 
+use berth::Berth;
+pub use berth::RawGate;
 use node::Node;
-pub use slot::RawGate;
-use slot::Slot;
 
 /// Longest upstream name a breaker key can hold.
 pub const MAX_NAME: usize = u16::MAX as usize;
@@ -53,15 +53,15 @@ const MAGIC: u64 = layout_hash(&[
     core::mem::size_of::<Node>() as u64,
     core::mem::size_of::<BreakerHeader>() as u64,
     core::mem::size_of::<Bucket>() as u64,
-    core::mem::size_of::<Slot>() as u64,
+    core::mem::size_of::<Berth>() as u64,
     core::mem::size_of::<block::Block>() as u64,
     core::mem::size_of::<circuit_breaker_core::history::History>() as u64,
     circuit_breaker_core::limit::LIMITER_SIZE as u64,
     LAYOUT_REVISION,
 ]);
 
-/// Bumped when a layout changes without a size changing (revision 1: a slot's index in
-/// what was padding; 2: the limit controller's capacity estimate; 3: a slot's rejecting
+/// Bumped when a layout changes without a size changing (revision 1: a berth's index in
+/// what was padding; 2: the limit controller's capacity estimate; 3: a berth's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
 /// 5: the zone's jitter seed).
@@ -91,7 +91,7 @@ struct Header {
     /// Bumped when a new configuration takes over the zone; workers of an older one create
     /// no breakers, and a status walk that sees it move stops (nodes may have been freed).
     generation: AtomicU64,
-    /// The last slot tenant id handed out (0 names no breaker).
+    /// The last berth tenant id handed out (0 names no breaker).
     idents: AtomicU64,
     /// The last breaker epoch handed out, for probe tickets unique across resets.
     epochs: AtomicU64,
@@ -104,12 +104,12 @@ struct Header {
     table: *mut AtomicPtr<Node>,
     /// Every node, newest first, for the status page and reloads.
     head: AtomicPtr<Node>,
-    /// Slot chunks, allocated as needed and never freed.
-    chunks: *mut AtomicPtr<Slot>,
+    /// Berth chunks, allocated as needed and never freed.
+    chunks: *mut AtomicPtr<Berth>,
     max_chunks: u32,
     nchunks: AtomicU32,
-    /// First free slot, `u32::MAX` when none.
-    free_slot: AtomicU32,
+    /// First free berth, `u32::MAX` when none.
+    free_berth: AtomicU32,
     /// Wall-clock milliseconds minus monotonic ones, as the status pages show instants.
     wall_offset: AtomicI64,
     /// Key hashes of breakers that could not be created, so each is counted once.
@@ -141,21 +141,21 @@ impl Header {
     }
 }
 
-/// A breaker found once, to be found again without a lookup: its slot and the tenant id the
-/// slot had then. A stale handle (the breaker was freed, the slot reused) simply finds nothing.
+/// A breaker found once, to be found again without a lookup: its berth and the tenant id the
+/// berth had then. A stale handle (the breaker was freed, the berth reused) simply finds nothing.
 ///
-/// It keeps where the slot is rather than its index, so that the hot paths
+/// It keeps where the berth is rather than its index, so that the hot paths
 /// (`admit_unlocked`, `add_success`) need not look it up through the chunk table again
 /// (`scripts/bench-instructions`, closed and open_503). It stays 16 bytes (the index lives in
-/// the slot): a larger handle moves glibc malloc's per-request path in every case, plain
+/// the berth): a larger handle moves glibc malloc's per-request path in every case, plain
 /// included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // C's layout: the PRECONTENT phase's `extern "C"` branches take it by value. It lives in
 // worker memory only, never in the zone.
 #[repr(C)]
 pub struct Handle {
-    /// The slot, in the zone this handle came from (null for no breaker).
-    at: *const Slot,
+    /// The berth, in the zone this handle came from (null for no breaker).
+    at: *const Berth,
     ident: u64,
 }
 
@@ -166,22 +166,22 @@ impl Handle {
         ident: 0,
     };
 
-    /// The slot the handle names. Handles are made only from a zone's slots (by its
+    /// The berth the handle names. Handles are made only from a zone's berths (by its
     /// lookups, under the configuration that owns the zone, which outlives every request and
-    /// timer using the handle), and slots are never freed while the zone is mapped. The
+    /// timer using the handle), and berths are never freed while the zone is mapped. The
     /// lifetime is the caller's: private to this module, whose uses end within one call or
-    /// are tied to the zone's borrow (`Zone::slot_of`).
+    /// are tied to the zone's borrow (`Zone::berth_of`).
     #[inline(always)]
-    fn slot<'z>(self) -> Option<&'z Slot> {
-        // SAFETY: null, or a slot of a mapped zone (above): live, and made of atomics only,
+    fn berth<'z>(self) -> Option<&'z Berth> {
+        // SAFETY: null, or a berth of a mapped zone (above): live, and made of atomics only,
         // so a shared reference is sound while others update it.
         unsafe { self.at.as_ref() }
     }
 
-    /// The handle of the breaker whose slot `at` holds tenant `ident`.
-    fn new(ident: u64, at: &Slot) -> Handle {
+    /// The handle of the breaker whose berth `at` holds tenant `ident`.
+    fn new(ident: u64, at: &Berth) -> Handle {
         Handle {
-            at: at as *const Slot,
+            at: at as *const Berth,
             ident,
         }
     }
@@ -191,9 +191,9 @@ impl Handle {
         self.ident == 0
     }
 
-    /// The slot's index: small and dense, for tables kept per breaker in worker memory.
-    pub fn slot_index(&self) -> usize {
-        self.slot().map_or(u32::MAX, Slot::index) as usize
+    /// The berth's index: small and dense, for tables kept per breaker in worker memory.
+    pub fn berth_index(&self) -> usize {
+        self.berth().map_or(u32::MAX, Berth::index) as usize
     }
 }
 
@@ -262,10 +262,10 @@ impl Zone {
         unsafe { &*self.pool.as_ref().data.cast::<Header>() }
     }
 
-    /// The slot `index` names, if it was ever allocated.
-    fn slot(&self, index: u32) -> Option<&Slot> {
+    /// The berth `index` names, if it was ever allocated.
+    fn berth(&self, index: u32) -> Option<&Berth> {
         let h = self.header();
-        let chunk = index / slot::PER_CHUNK;
+        let chunk = index / berth::PER_CHUNK;
         if chunk >= h.nchunks.load(Ordering::Acquire) {
             return None;
         }
@@ -273,19 +273,19 @@ impl Zone {
         // was raised, and are never freed.
         let base = unsafe { (*h.chunks.add(chunk as usize)).load(Ordering::Acquire) };
         let base = NonNull::new(base)?;
-        // SAFETY: a chunk holds PER_CHUNK slots, all initialised; slots are atomics only.
-        Some(unsafe { &*base.as_ptr().add((index % slot::PER_CHUNK) as usize) })
+        // SAFETY: a chunk holds PER_CHUNK berths, all initialised; berths are atomics only.
+        Some(unsafe { &*base.as_ptr().add((index % berth::PER_CHUNK) as usize) })
     }
 
-    /// [`Handle::slot`], borrowed for as long as the zone.
+    /// [`Handle::berth`], borrowed for as long as the zone.
     #[inline]
-    fn slot_of(&self, handle: Handle) -> Option<&Slot> {
-        handle.slot()
+    fn berth_of(&self, handle: Handle) -> Option<&Berth> {
+        handle.berth()
     }
 
     /// What the breaker `handle` names says to a request at `now_ms` without the lock, or `None` when only the locked path can tell (or the
     /// handle no longer names `key_hash`'s breaker). A rejection or a ramp's turn-away is
-    /// counted in the slot's lock-free counters.
+    /// counted in the berth's lock-free counters.
     #[inline]
     pub fn admit_unlocked(&self, handle: Handle, key_hash: u64, now_ms: u64) -> Option<Admission> {
         Self::admit_raw(handle, Self::raw_gate(handle, key_hash)?, now_ms)
@@ -294,7 +294,7 @@ impl Zone {
     /// [`Zone::admit_unlocked`] with the gate [`Zone::raw_gate`] read.
     #[inline(always)]
     pub fn admit_raw(handle: Handle, raw: RawGate, now_ms: u64) -> Option<Admission> {
-        Self::admit_gate(handle.slot()?, raw.gate(), now_ms)
+        Self::admit_gate(handle.berth()?, raw.gate(), now_ms)
     }
 
     /// [`Zone::admit_raw`] for a gate that [`RawGate::rejects`], given the two words it
@@ -307,14 +307,14 @@ impl Zone {
         now_ms: u64,
     ) -> Option<Admission> {
         Self::admit_gate(
-            handle.slot()?,
-            slot::reject_gate(until_ms, wait_word),
+            handle.berth()?,
+            berth::reject_gate(until_ms, wait_word),
             now_ms,
         )
     }
 
     #[inline(always)]
-    fn admit_gate(slot: &Slot, gate: Gate, now_ms: u64) -> Option<Admission> {
+    fn admit_gate(berth: &Berth, gate: Gate, now_ms: u64) -> Option<Admission> {
         // Only a ramp draws a share.
         let rnd = if matches!(gate, Gate::Ramp { .. }) {
             crate::clock::rnd()
@@ -323,8 +323,8 @@ impl Zone {
         };
         let admission = gate.admit(now_ms, rnd)?;
         match admission {
-            Admission::Reject { .. } => slot.count_reject(),
-            Admission::Recovering { .. } => slot.count_ramp_shed(),
+            Admission::Reject { .. } => berth.count_reject(),
+            Admission::Recovering { .. } => berth.count_ramp_shed(),
             _ => {}
         }
         Some(admission)
@@ -334,40 +334,41 @@ impl Zone {
     /// lock (inline: a closed breaker's pass is told by one more comparison), or `None` as for
     /// [`Zone::admit_unlocked`].
     ///
-    /// No zone to look up first: a handle names its slot itself (the PRECONTENT phase reads
+    /// No zone to look up first: a handle names its berth itself (the PRECONTENT phase reads
     /// neither the main conf nor the zone for it, `scripts/bench-instructions`).
     #[inline(always)]
     pub fn raw_gate(handle: Handle, key_hash: u64) -> Option<RawGate> {
-        handle.slot()?.read_raw(handle.ident, key_hash)
+        handle.berth()?.read_raw(handle.ident, key_hash)
     }
 
     /// The gate the breaker `handle` names last published, read without the lock and without
     /// counting anything (the prober's look), or `None` when the handle no longer names
     /// `key_hash`'s breaker or a writer was publishing.
     pub fn gate(&self, handle: Handle, key_hash: u64) -> Option<Gate> {
-        self.slot_of(handle)?.read_gate(handle.ident, key_hash)
+        self.berth_of(handle)?.read_gate(handle.ident, key_hash)
     }
 
     /// Records a success of the breaker `handle` names — a counted attempt of a normal request
     /// that neither failed nor was slow, `ms` long — without the lock, if the breaker allows
-    /// it now (see [`pending`]); false when the caller must record it under the lock.
+    /// it now (see [`gathered`]); false when the caller must record it under the lock.
     #[inline]
     pub fn add_success(&self, handle: Handle, key_hash: u64, now_ms: u64, ms: u64) -> bool {
-        let Some(slot) = self.slot_of(handle) else {
+        let Some(berth) = self.berth_of(handle) else {
             return false;
         };
         let now_s = now_ms / 1000;
-        slot.lock_free_second(handle.ident, key_hash) == Some(now_s) && slot.pending.add(now_s, ms)
+        berth.lock_free_second(handle.ident, key_hash) == Some(now_s)
+            && berth.gathered.add(now_s, ms)
     }
 
     /// As [`Zone::add_success`], for a breaker whose latencies are never shown (a server's).
     #[inline]
     pub fn add_success_count(&self, handle: Handle, key_hash: u64, now_ms: u64) -> bool {
-        let Some(slot) = self.slot_of(handle) else {
+        let Some(berth) = self.berth_of(handle) else {
             return false;
         };
         let now_s = now_ms / 1000;
-        slot.lock_free_second(handle.ident, key_hash) == Some(now_s) && slot.pending.count(now_s)
+        berth.lock_free_second(handle.ident, key_hash) == Some(now_s) && berth.gathered.count(now_s)
     }
 
     /// Takes the zone's mutex until the guard drops.
@@ -402,22 +403,22 @@ impl Zone {
     /// lock; `None` when the handle no longer names a breaker.
     #[inline]
     pub fn stamp(&self, handle: Handle) -> Option<u64> {
-        self.slot_of(handle)?.stamp(handle.ident)
+        self.berth_of(handle)?.stamp(handle.ident)
     }
 
     /// Where the stamp of the breaker `handle` names lives, to be read again without a
     /// lookup (see [`StampRef`]).
     pub fn stamp_ref(&self, handle: Handle) -> StampRef {
-        match self.slot_of(handle) {
+        match self.berth_of(handle) {
             Some(s) if s.stamp(handle.ident).is_some() => StampRef(s.stamp_cell()),
             _ => StampRef::NONE,
         }
     }
 }
 
-/// A breaker's stamp, read with one atomic load: its slot is never freed while the zone is
+/// A breaker's stamp, read with one atomic load: its berth is never freed while the zone is
 /// mapped (the whole life of a configuration in a worker), and every change a reader follows
-/// moves the stamp on — including the slot passing to another tenant (`occupy` bumps it) —
+/// moves the stamp on — including the berth passing to another tenant (`occupy` bumps it) —
 /// so a reader that took it for a breaker sees each change of that breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StampRef(*const AtomicU64);
@@ -429,7 +430,7 @@ impl StampRef {
     /// The stamp now.
     #[inline]
     pub fn read(self) -> Option<u64> {
-        // SAFETY: null, or a slot's stamp in a chunk that is never freed while the zone is
+        // SAFETY: null, or a berth's stamp in a chunk that is never freed while the zone is
         // mapped; taken by a worker for its own configuration, during which it stays mapped.
         unsafe { self.0.as_ref() }.map(|s| s.load(Ordering::Acquire))
     }
@@ -505,7 +506,7 @@ impl Zone {
                 }
                 None => return,
             };
-            // SAFETY: `n` is published (as above); only its slot index is read.
+            // SAFETY: `n` is published (as above); only its berth index is read.
             let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
             // SAFETY: `n` is published (as above); the names borrow `locked`, which is not let
             // go before `f` returns.

@@ -29,7 +29,7 @@ pub struct Node {
     /// The upstream's retry budget, on an upstream's own breaker: an allocation of its own,
     /// set and freed under the mutex (a reload may add, change or drop it).
     pub retry: AtomicPtr<RetryBudget>,
-    pub slot: u32,
+    pub berth: u32,
     pub window_s: u32,
     pub upstream_len: u16,
     pub route_len: u16,

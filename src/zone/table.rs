@@ -13,8 +13,8 @@ use circuit_breaker_core::status::LimitStatus;
 use ngx::allocator::Allocator;
 use ngx::core::slab::LockedSlabPool;
 
+use super::berth::{Berth, PER_CHUNK};
 use super::node::{breaker_of, names, node_layout, slab_class, write_fresh_breaker, Node};
-use super::slot::{Slot, PER_CHUNK};
 use super::{Handle, Header, Key, Kind, Zone};
 
 /// Why no breaker could be had.
@@ -45,11 +45,11 @@ pub struct Locked<'z> {
     pool: LockedSlabPool,
 }
 
-/// A breaker borrowed under the lock. Dropping it publishes the breaker's gate to its slot,
+/// A breaker borrowed under the lock. Dropping it publishes the breaker's gate to its berth,
 /// so lock-free readers follow every change.
 pub struct BreakerMut<'l> {
     breaker: circuit_breaker_core::breaker::Breaker<'l>,
-    slot: &'l Slot,
+    berth: &'l Berth,
     node: NonNull<Node>,
     handle: Handle,
     /// Its history, if it has one (see `super::history`).
@@ -71,7 +71,7 @@ impl core::ops::DerefMut for BreakerMut<'_> {
 
 impl Drop for BreakerMut<'_> {
     fn drop(&mut self) {
-        self.slot
+        self.berth
             .publish(self.breaker.gate(), self.breaker.successes_lock_free());
         if let Some(mut h) = self.history {
             let b = &self.breaker;
@@ -98,27 +98,27 @@ impl BreakerMut<'_> {
     /// Tells every worker that something it follows on its own changed (see
     /// [`Zone::stamp`]).
     pub fn bump_stamp(&self) {
-        self.slot.bump_stamp();
+        self.berth.bump_stamp();
     }
 
     /// Whether the fleet lets this instance start a probe now (see `crate::fleet`): always,
     /// unless the exchange worker published advice that still holds and names another
     /// prober.
     pub fn may_probe(&self, now_ms: u64) -> bool {
-        self.slot.fleet_may_probe(now_ms)
+        self.berth.fleet_may_probe(now_ms)
     }
 
     /// Records the fleet's advice: probes from `probe_from_ms` (`u64::MAX`: not this
     /// instance), until `until_ms`.
     pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
-        self.slot.set_fleet(probe_from_ms, until_ms);
+        self.berth.set_fleet_advice(probe_from_ms, until_ms);
     }
 
     /// The breaker's header, to move into another allocation (a reload changed its window
-    /// length), with the requests turned away lock-free, which the slot counts and the move
+    /// length), with the requests turned away lock-free, which the berth counts and the move
     /// leaves behind, counted in its totals.
     pub fn carry_out(&mut self) -> BreakerHeader {
-        let (rejects, ramp_shed) = self.slot.lock_free_counts();
+        let (rejects, ramp_shed) = self.berth.lock_free_counts();
         self.breaker.count_lock_free(rejects, ramp_shed);
         *self.breaker.header()
     }
@@ -134,7 +134,7 @@ impl BreakerMut<'_> {
     /// The status view, with the requests short-circuited lock-free counted in.
     pub fn view(&self, now_ms: u64) -> BreakerView {
         let mut v = self.breaker.view(now_ms);
-        let (rejects, ramp_shed) = self.slot.lock_free_counts();
+        let (rejects, ramp_shed) = self.berth.lock_free_counts();
         v.totals.short_circuited = v.totals.short_circuited.saturating_add(rejects);
         v.totals.ramp_shed = v.totals.ramp_shed.saturating_add(ramp_shed);
         v
@@ -237,7 +237,7 @@ impl<'z> Locked<'z> {
     /// The breaker `handle` names, if it still lives and has `key_hash`.
     pub fn get(&mut self, handle: Handle, key_hash: u64) -> Option<BreakerMut<'_>> {
         let n = self.node_of(handle, key_hash)?;
-        // SAFETY: `node_of` matched the slot's tenant ident under the mutex `self` holds, so `n` is
+        // SAFETY: `node_of` matched the berth's tenant ident under the mutex `self` holds, so `n` is
         // published; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
@@ -245,7 +245,7 @@ impl<'z> Locked<'z> {
     /// The breaker whose probe `ticket` is: the one `handle` names if it still lives, else
     /// the one `key` names if it waits for that very probe (a reload moved the breaker into
     /// other memory for another window length, its probe in flight: without this, the
-    /// probe's outcome would be lost and its slot held until the lease runs out).
+    /// probe's outcome would be lost and its probe held until the lease runs out).
     pub fn get_probe(
         &mut self,
         handle: Handle,
@@ -267,7 +267,7 @@ impl<'z> Locked<'z> {
                 n
             }
         };
-        // SAFETY: `n` is the slot's tenant (ident matched) or came off a chain: published, with
+        // SAFETY: `n` is the berth's tenant (ident matched) or came off a chain: published, with
         // the mutex held by `self`; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
@@ -278,7 +278,7 @@ impl<'z> Locked<'z> {
         let n = self
             .node_of(handle, key.hash)
             .or_else(|| self.find_node(key))?;
-        // SAFETY: `n` is the slot's tenant (ident matched) or came off a chain: published, with the
+        // SAFETY: `n` is the berth's tenant (ident matched) or came off a chain: published, with the
         // mutex held by `self`; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
     }
@@ -294,7 +294,7 @@ impl<'z> Locked<'z> {
         now_ms: u64,
     ) -> Result<BreakerMut<'_>, Missing> {
         match self.node_of(handle, key.hash) {
-            // SAFETY: `node_of` matched the slot's tenant ident under the mutex, so `n` is
+            // SAFETY: `node_of` matched the berth's tenant ident under the mutex, so `n` is
             // published; `&mut self` rules out a second `BreakerMut`.
             Some(n) => unsafe { self.borrow(n) }.ok_or(Missing::Full),
             None => self.find_or_create(key, cfg, generation, now_ms),
@@ -302,9 +302,9 @@ impl<'z> Locked<'z> {
     }
 
     fn node_of(&self, handle: Handle, key_hash: u64) -> Option<NonNull<Node>> {
-        let slot = self.zone.slot_of(handle)?;
-        let n = NonNull::new(slot.node(handle.ident)?)?;
-        // SAFETY: the slot's tenant is a published node while its ident matches.
+        let berth = self.zone.berth_of(handle)?;
+        let n = NonNull::new(berth.node(handle.ident)?)?;
+        // SAFETY: the berth's tenant is a published node while its ident matches.
         (unsafe { n.as_ref() }.hash == key_hash).then_some(n)
     }
 
@@ -328,8 +328,8 @@ impl<'z> Locked<'z> {
         // SAFETY: `n` is published (this fn's contract), and cannot be freed: `remove` needs the
         // mutex, which `self` holds.
         let node = unsafe { n.as_ref() };
-        let slot = self.zone.slot(node.slot)?;
-        let handle = Handle::new(slot.ident(), slot);
+        let berth = self.zone.berth(node.berth)?;
+        let handle = Handle::new(berth.ident(), berth);
         // SAFETY: `n` is published (this fn's contract); its names live as long as it does.
         let (upstream, route) = unsafe { names(node) };
         // Its draws from the zone's seed and its name, as `cb-replay --jitter-key` makes them.
@@ -342,20 +342,20 @@ impl<'z> Locked<'z> {
         // which `self` holds for as long as the borrow lives.
         let mut breaker = unsafe { breaker_of(n) }.with_jitter(jitter);
         // Successes gathered without the lock come first, as they happened first.
-        if let Some((second, count, latency)) = slot.pending.take() {
+        if let Some((second, count, latency)) = berth.gathered.take() {
             breaker.absorb_successes(second, count, &latency);
         }
-        let history = self.history_for(slot, handle.ident, &breaker, make_history);
+        let history = self.history_for(berth, handle.ident, &breaker, make_history);
         Some(BreakerMut {
             breaker,
-            slot,
+            berth,
             node: n,
             handle,
             history,
         })
     }
 
-    /// Creates the breaker `key` names. The node is built whole — names, breaker, slot —
+    /// Creates the breaker `key` names. The node is built whole — names, breaker, berth —
     /// before it is linked into the table: a worker killed half way leaves at worst an
     /// unreachable allocation, never a half-built breaker for the others.
     pub(super) fn create(
@@ -401,7 +401,7 @@ impl<'z> Locked<'z> {
                 }
             }
         };
-        let Some(slot_index) = self.take_slot() else {
+        let Some(berth_index) = self.take_berth() else {
             // SAFETY: allocated just above from this pool.
             unsafe {
                 if !inline {
@@ -429,7 +429,7 @@ impl<'z> Locked<'z> {
                 prev: AtomicPtr::new(ptr::null_mut()),
                 names: names.as_ptr(),
                 retry: AtomicPtr::new(ptr::null_mut()),
-                slot: slot_index,
+                berth: berth_index,
                 window_s: cfg.window_s,
                 upstream_len,
                 route_len,
@@ -438,8 +438,8 @@ impl<'z> Locked<'z> {
             write_fresh_breaker(n, *cfg, now_ms, epoch);
         }
         let ident = h.idents.fetch_add(1, Ordering::Relaxed) + 1;
-        let slot = self.zone.slot(slot_index)?;
-        slot.occupy(ident, key.hash, n.as_ptr(), Gate::Pass);
+        let berth = self.zone.berth(berth_index)?;
+        berth.occupy(ident, key.hash, n.as_ptr(), Gate::Pass);
         // SAFETY: `n` is complete; the head node, if any, is published and live. Publish: link
         // into the chain and the list of all nodes.
         unsafe {
@@ -495,10 +495,10 @@ impl<'z> Locked<'z> {
                 nx.prev.store(prev, Ordering::Relaxed);
             }
         }
-        let free = h.free_slot.load(Ordering::Relaxed);
-        if let Some(slot) = self.zone.slot(node.slot) {
-            slot.vacate(free);
-            h.free_slot.store(node.slot, Ordering::Relaxed);
+        let free = h.free_berth.load(Ordering::Relaxed);
+        if let Some(berth) = self.zone.berth(node.berth) {
+            berth.vacate(free);
+            h.free_berth.store(node.berth, Ordering::Relaxed);
         }
         // SAFETY: `n` is still a node of this zone (unlinked just above, not yet freed).
         unsafe { self.set_retry(n, None, 0) };
@@ -557,16 +557,16 @@ impl<'z> Locked<'z> {
         true
     }
 
-    /// A free slot, allocating a new chunk of them when none is left.
-    fn take_slot(&mut self) -> Option<u32> {
+    /// A free berth, allocating a new chunk of them when none is left.
+    fn take_berth(&mut self) -> Option<u32> {
         let h = self.header();
-        let mut free = h.free_slot.load(Ordering::Relaxed);
+        let mut free = h.free_berth.load(Ordering::Relaxed);
         if free == u32::MAX {
             self.add_chunk()?;
-            free = h.free_slot.load(Ordering::Relaxed);
+            free = h.free_berth.load(Ordering::Relaxed);
         }
-        let slot = self.zone.slot(free)?;
-        h.free_slot.store(slot.next_free(), Ordering::Relaxed);
+        let berth = self.zone.berth(free)?;
+        h.free_berth.store(berth.next_free(), Ordering::Relaxed);
         Some(free)
     }
 
@@ -576,8 +576,8 @@ impl<'z> Locked<'z> {
         if n >= h.max_chunks {
             return None;
         }
-        let layout = Layout::array::<Slot>(PER_CHUNK as usize).ok()?;
-        let chunk = self.pool.allocate(layout).ok()?.cast::<Slot>();
+        let layout = Layout::array::<Berth>(PER_CHUNK as usize).ok()?;
+        let chunk = self.pool.allocate(layout).ok()?.cast::<Berth>();
         let first = n * PER_CHUNK;
         for i in 0..PER_CHUNK {
             let next = if i + 1 < PER_CHUNK {
@@ -585,18 +585,18 @@ impl<'z> Locked<'z> {
             } else {
                 u32::MAX
             };
-            // SAFETY: the chunk has room for PER_CHUNK slots.
+            // SAFETY: the chunk has room for PER_CHUNK berths.
             unsafe {
                 chunk
                     .as_ptr()
                     .add(i as usize)
-                    .write(Slot::free(first + i, next))
+                    .write(Berth::free(first + i, next))
             };
         }
         // SAFETY: `chunks` has `max_chunks` entries and n is below it.
         unsafe { (*h.chunks.add(n as usize)).store(chunk.as_ptr(), Ordering::Release) };
         h.nchunks.store(n + 1, Ordering::Release);
-        h.free_slot.store(first, Ordering::Relaxed);
+        h.free_berth.store(first, Ordering::Relaxed);
         Some(())
     }
 

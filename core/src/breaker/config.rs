@@ -248,7 +248,7 @@ pub struct BreakerConfig {
     pub suspect_min: u32,
     /// Active probes (`probe_uri`): while open, no user request is ever let through as a
     /// probe; the shell sends its own whenever
-    /// [`Breaker::active_probe`](super::Breaker::active_probe) hands it the slot, every
+    /// [`Breaker::active_probe`](super::Breaker::active_probe) grants it the probe, every
     /// `probe_interval` (jittered), and the breaker stays open until enough of them succeed.
     /// See [`Breaker`](super::Breaker) for how `open` and `max_open` apply then.
     pub active: bool,

@@ -34,7 +34,7 @@ impl ProbeSpec {
     }
 
     /// Whether an HTTP answer with `status` counts as healthy: one in `probe_status`, and
-    /// never for a gRPC probe, whose verdict is the health answer's.
+    /// never for a gRPC probe, whose result is the health answer's.
     pub fn healthy(&self, status: u16) -> bool {
         self.grpc.is_none()
             && self
@@ -464,7 +464,7 @@ impl Parsed {
             )));
         }
         if seen.has("probe_status") && seen.has("probe_grpc") {
-            // A health answer's verdict is its serving status, not its HTTP status.
+            // A health answer's result is its serving status, not its HTTP status.
             return Err(ConfError::Conflict(format!(
                 "\"{}\" does not apply to \"{}\" in \"{d}\" directive, \
                  a gRPC probe is judged by its serving status",

@@ -19,9 +19,9 @@ pub struct Legacy {
 impl Legacy {
     /// Notes `key=v` if it is a companion's parameter.
     pub(super) fn note(&mut self, key: &'static str, v: &str) {
-        let lead = |slot: &mut Option<&'static str>, is_lead: bool| {
-            if slot.is_none() || is_lead {
-                *slot = Some(key);
+        let lead = |first: &mut Option<&'static str>, is_lead: bool| {
+            if first.is_none() || is_lead {
+                *first = Some(key);
             }
         };
         if key.starts_with("probe_") && !BREAKER_OWN.contains(&key) {

@@ -547,7 +547,10 @@ mod tests {
             (probe.timeout_ms, probe.host.as_deref()),
             (300, Some("api"))
         );
-        assert!(!probe.healthy(200), "an HTTP status alone is no verdict");
+        assert!(
+            !probe.healthy(200),
+            "an HTTP status alone is no health result"
+        );
         let probe = params(["probe_grpc=pkg.v1.Orders"]).unwrap().probe.unwrap();
         assert_eq!(probe.grpc.as_deref(), Some("pkg.v1.Orders"));
         assert_eq!(params(["probe_uri=/h"]).unwrap().probe.unwrap().grpc, None);

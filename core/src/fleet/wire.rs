@@ -363,12 +363,12 @@ pub fn delayed(rendered: &str, extra_ms: u64) -> Option<String> {
 fn fields<const N: usize>(line: &[u8]) -> Option<[&[u8]; N]> {
     let mut out: [&[u8]; N] = [&[]; N];
     let mut parts = line.split(|&b| b == b' ');
-    for slot in out.iter_mut() {
+    for field in out.iter_mut() {
         let p = parts.next()?;
         if p.is_empty() {
             return None;
         }
-        *slot = p;
+        *field = p;
     }
     if parts.next().is_some() {
         return None;
@@ -416,14 +416,14 @@ fn flags(field: &[u8]) -> Result<Flags, ErrorKind> {
     }
     let mut f = Flags::default();
     let mut rest = field;
-    for (c, slot) in [
+    for (c, flag) in [
         (b'p', &mut f.can_probe),
         (b'r', &mut f.recovered),
         (b'f', &mut f.forced),
     ] {
         if let Some((&first, tail)) = rest.split_first() {
             if first == c {
-                *slot = true;
+                *flag = true;
                 rest = tail;
             }
         }

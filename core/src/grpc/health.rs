@@ -63,7 +63,7 @@ pub enum Health {
     Invalid,
 }
 
-/// The verdict on an answer whose HTTP status was 200: its `grpc-status` (from the trailers,
+/// The result of an answer whose HTTP status was 200: its `grpc-status` (from the trailers,
 /// or from the headers of a trailers-only answer), and its body, `truncated` when it was
 /// longer than the shell kept.
 pub fn judge(grpc_status: Option<&[u8]>, body: &[u8], truncated: bool) -> Health {

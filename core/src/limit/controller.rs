@@ -126,7 +126,7 @@ pub struct Limiter {
     /// [`Samples::clean`]), merged.
     pub(super) remeasure_clean: Samples,
     /// The interval under way.
-    pub(super) pending: Samples,
+    pub(super) interval: Samples,
     pub(super) interval_start_ms: u64,
     /// During a pinned measurement: when the pin in force was set, and the answers since.
     pub(super) pin_since_ms: u64,
@@ -186,7 +186,7 @@ impl Limiter {
             remeasure_ref_ms: 0.0,
             remeasure_rate: 0.0,
             remeasure_clean: Samples::EMPTY,
-            pending: Samples::EMPTY,
+            interval: Samples::EMPTY,
             interval_start_ms: now_ms,
             pin_since_ms: now_ms,
             pin_answers: 0,
@@ -290,7 +290,7 @@ impl Limiter {
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
-        self.pending.merge(samples);
+        self.interval.merge(samples);
         if samples.overloads > 0 && self.phase == PHASE_NORMAL && now >= self.overload_gate_ms {
             return Some(self.overload_cut(now, samples));
         }
@@ -315,10 +315,10 @@ impl Limiter {
             // needs to wait for the effect of the last update.
             length = length.max(self.sample_ms as u64);
         }
-        if (elapsed < length || self.pending.count < self.cfg.samples) && !self.slowed_down() {
+        if (elapsed < length || self.interval.count < self.cfg.samples) && !self.slowed_down() {
             return None;
         }
-        let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
+        let interval = std::mem::replace(&mut self.interval, Samples::EMPTY);
         self.interval_start_ms = now;
         Some(self.update(now, elapsed, &interval, rnd))
     }
@@ -356,7 +356,7 @@ impl Limiter {
     /// way ends, and the floor is their mean, or the pin is halved.
     fn clean_update(&mut self, now: u64, elapsed: u64, rnd: u32) -> Update {
         let clean = std::mem::replace(&mut self.remeasure_clean, Samples::EMPTY);
-        let interval = std::mem::replace(&mut self.pending, Samples::EMPTY);
+        let interval = std::mem::replace(&mut self.interval, Samples::EMPTY);
         self.interval_start_ms = now;
         let since = now.saturating_sub(self.pin_since_ms);
         if self.remeasure_rate == 0.0 && interval.inflight_max > self.pin && since > 0 {
@@ -378,7 +378,7 @@ impl Limiter {
     /// ninetieth percentile of 100 seeds of `tests/limit_sim.rs`), with less of a queue to
     /// drain.
     fn slowed_down(&self) -> bool {
-        let p = &self.pending;
+        let p = &self.interval;
         self.phase == PHASE_NORMAL
             && self.min_ms > 0.0
             && p.count >= (self.cfg.samples / 4).max(CLEAN_SAMPLES)

@@ -237,8 +237,8 @@ pub fn assess(
         .collect();
     let count = *pool.get_or_insert_with(|| ledger.pool());
     let may_open = eject::may_open(&standings, count.max);
-    let verdict = eject::explain(&standings, usize::from(server), count.max, probe.is_some());
-    let explained = match (verdict, probe) {
+    let explanation = eject::explain(&standings, usize::from(server), count.max, probe.is_some());
+    let explained = match (explanation, probe) {
         (Explained::No, _) | (Explained::Eject, None) => false,
         (Explained::Yes, _) => true,
         (Explained::Eject, Some((name, why))) => {

@@ -99,7 +99,7 @@ impl Story {
         self.b.breaker().record(now, rnd, ticket, a, false)
     }
 
-    /// Asks for the active probe slot as worker 1.
+    /// Asks for the active probe as worker 1.
     pub fn active_probe(&mut self) -> Option<Ticket> {
         let (now, rnd) = (self.now, self.rnd);
         self.b.breaker().active_probe(now, rnd, 1, &|_| true)
@@ -113,7 +113,7 @@ impl Story {
             .active_probe_due_ms()
             .expect("an active probe is due");
         self.now = self.now.max(due);
-        let t = self.active_probe().expect("the active probe slot");
+        let t = self.active_probe().expect("the active probe granted");
         self.record(t, a)
     }
 

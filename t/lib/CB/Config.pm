@@ -1,6 +1,6 @@
 package CB::Config;
 
-# "nginx -t" verdicts on configurations written to the test directory, for the tests of
+# "nginx -t" answers on configurations written to the test directory, for the tests of
 # directives (t/05-config.t, t/77-fleet-config.t): one that must fail with exactly one
 # [emerg] line at the right FILE:LINE, one that must pass without a complaint; and filling a
 # template's placeholder lines with the parts under test.

@@ -1,8 +1,8 @@
-//! Admission: whether a request passes, is a probe or is turned away, and the probe slot.
+//! Admission: whether a request passes, is a probe or is turned away, and the probe's grant.
 
 use super::*;
 
-/// Which request a caller holds: a normal one, or the probe of a slot generation.
+/// Which request a caller holds: a normal one, or the probe of one grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ticket {
     /// A normal request (every [`Admission::Pass`]).
@@ -185,8 +185,8 @@ impl<'a> Breaker<'a> {
     /// Decides whether a request goes to the upstream.
     ///
     /// `rnd` is a uniform random number (jitter, and the ramp's draw); `owner` identifies the
-    /// caller (its worker) should it get the probe slot; `owner_alive` tells whether the
-    /// current holder of the slot still exists, so that a slot of a vanished worker is
+    /// caller (its worker) should it be granted the probe; `owner_alive` tells whether the
+    /// probe's current holder still exists, so that a probe held by a vanished worker is
     /// reclaimed. `may_probe` false (another fleet member is the designated prober) keeps an
     /// open breaker open after its cooldown and a half-open one from starting a probe: the
     /// request is rejected with `Retry-After` = `probe_interval`.
@@ -276,8 +276,8 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    /// With active probes, hands the instance-wide probe slot to `owner` when a probe is due
-    /// (the slot, its dead-owner reclaim and its lease are those of half-open probes): the
+    /// With active probes, grants the breaker's one probe to `owner` when a probe is due (its
+    /// dead-owner reclaim and its lease are those of half-open probes): the
     /// caller sends its probe request and reports it with [`Breaker::record`] (or
     /// [`Breaker::release`]) and this ticket. `None`: no probe now — not open, forced, passive
     /// probes, not due yet ([`BreakerHeader::active_probe_due_ms`]), or one is in flight. A
@@ -297,8 +297,8 @@ impl<'a> Breaker<'a> {
         Some(Ticket::Probe(gen))
     }
 
-    /// Gives the probe slot to `owner` if it is free (or its holder died, or its lease ran
-    /// out) and a probe may start now; returns the ticket.
+    /// Grants the probe to `owner` if it is free (or its holder died, or its lease ran out)
+    /// and a probe may start now; returns the ticket.
     pub(super) fn claim_probe(
         &mut self,
         now: u64,
@@ -324,7 +324,7 @@ impl<'a> Breaker<'a> {
         h.probe_owner = owner;
         h.probe_granted_ms = now;
         // Drawn below the top of its range, which is what clients are told until the next
-        // probe (a good probe's run may bring it sooner, never later: see `probe_verdict`).
+        // probe (a good probe's run may bring it sooner, never later: see `judge_probe`).
         let (lo, hi) = jitter_range(u64::from(h.cfg.probe_interval_ms), h.cfg.jitter);
         let rnd = jitter_rnd(jitter, Purpose::ProbeSpacing, now, rnd);
         h.next_probe_at_ms = now.saturating_add(draw(lo, hi, rnd));
@@ -385,7 +385,7 @@ impl<'a> Breaker<'a> {
             if h.probe_busy != 0 && gen == h.probe_gen && probing)
     }
 
-    /// The request holding `ticket` ended without an outcome: frees its probe slot, if any.
+    /// The request holding `ticket` ended without an outcome: frees the probe, if it holds it.
     pub fn release(&mut self, now_ms: u64, ticket: Ticket) {
         let now = self.clock(now_ms);
         if self.holds_probe(ticket) {
@@ -393,7 +393,7 @@ impl<'a> Breaker<'a> {
         }
     }
 
-    /// Frees the probe slot of a probe that ended without a verdict on the origin: a
+    /// Frees the probe, which ended without a verdict on the origin: a
     /// half-open breaker's next request may be the probe at once, since this one spent no
     /// probe of the origin's (an active probe keeps its spacing).
     pub(super) fn free_probe(&mut self, now: u64) {

@@ -21,8 +21,8 @@
 //!     their jitter's range, and `Retry-After` counts down to the range's end
 //!     (`BreakerHeader::told`).
 //!   - *Active probes* (`active`): the breaker stays **open** throughout. User requests are
-//!     never probes; the shell asks [`Breaker::active_probe`] for the instance-wide probe slot
-//!     and sends its own request when it gets it: first one cooldown after opening — here
+//!     never probes; the shell asks [`Breaker::active_probe`] for the breaker's one probe,
+//!     instance-wide, and sends its own request when granted it: first one cooldown after opening — here
 //!     `probe_interval`, jittered (doubled on repeated trips with `repeat_backoff`), raised to
 //!     an origin's `Retry-After`, capped by `max_open` — then every `probe_interval`,
 //!     jittered. A failed active probe does not double anything (active probes are cheap): the
@@ -78,7 +78,7 @@ pub use record::Recorded;
 pub use retune::Retuned;
 pub use transition::{Control, Transition};
 
-/// A probe slot held this long (milliseconds) is reclaimed even if its owner still lives.
+/// A probe held this long (milliseconds) is reclaimed even if its owner still lives.
 pub const PROBE_LEASE_MS: u64 = 120_000;
 
 const STATE_CLOSED: u8 = 0;

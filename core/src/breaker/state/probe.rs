@@ -68,7 +68,7 @@ impl ProbeResult {
 
 impl<'a> Breaker<'a> {
     /// The probe holding `ticket` failed on a server the pool explains (see
-    /// [`Breaker::record_explained`]): its slot is given back, no verdict, and the next probe
+    /// [`Breaker::record_explained`]): the probe is freed, no verdict, and the next probe
     /// may start now. Anything else is left alone.
     pub fn probe_explained(&mut self, now_ms: u64, ticket: Ticket) {
         let now = self.clock(now_ms);
@@ -98,7 +98,7 @@ impl<'a> Breaker<'a> {
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
         self.note_probe_latency(now, a.response_ms);
-        self.probe_verdict(now, rnd, failed.or(slow), v.retry_after_s)
+        self.judge_probe(now, rnd, failed.or(slow), v.retry_after_s)
     }
 
     /// A probe's response time joins the window's percentiles (the status page's origin
@@ -110,7 +110,7 @@ impl<'a> Breaker<'a> {
     }
 
     /// Judges the probe: `failed` says why it failed, `None` for a good one.
-    pub(super) fn probe_verdict(
+    pub(super) fn judge_probe(
         &mut self,
         now: u64,
         rnd: u32,
@@ -168,7 +168,7 @@ impl<'a> Breaker<'a> {
     /// by what the operator said healthy means (`probe_status`), not by the failure classes
     /// that judge user requests; an origin's `Retry-After` delays the next probe, and a probe
     /// slower than `probe_latency` fails too. A TLS failure is no verdict on the origin:
-    /// counted apart, the slot freed.
+    /// counted apart, the probe freed.
     pub fn record_probe(
         &mut self,
         now_ms: u64,
@@ -188,7 +188,7 @@ impl<'a> Breaker<'a> {
         } else if held {
             let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
             self.note_probe_latency(now, probe.response_ms);
-            self.probe_verdict(now, rnd, failed, probe.retry_after_s)
+            self.judge_probe(now, rnd, failed, probe.retry_after_s)
         } else {
             None
         };

@@ -94,7 +94,7 @@ impl<'a> Breaker<'a> {
                 .saturating_add(u64::from(v.retry_after_503));
         }
         let transition = if !v.counted || v.tls {
-            // No verdict on the origin: a probe that got none just frees its slot, and the
+            // No verdict on the origin: a probe that got none is just freed, and the
             // next request may probe at once (a client that ends its probes early must not
             // space the origin's out).
             if probe {
@@ -292,8 +292,8 @@ impl<'a> Breaker<'a> {
     /// `ticket` that the pool explains: its server is out of the pool, or on its way out (see
     /// [`mod@crate::eject::explain`]). The totals count it (it is what the client got), and
     /// `explained` too, but never the window: ejection fixes it, so it must not open this
-    /// breaker. The probe's outcome says nothing of the upstream either: its slot is given
-    /// back, no verdict, and the next probe may start at once, for another server. An outcome
+    /// breaker. The probe's outcome says nothing of the upstream either: the probe is
+    /// freed, no verdict, and the next probe may start at once, for another server. An outcome
     /// that is not bad is recorded as [`Breaker::record`] does.
     pub fn record_explained(
         &mut self,

@@ -166,8 +166,8 @@ impl FleetStore {
                 Entry::Occupied(mut old) => {
                     old.insert(new);
                 }
-                Entry::Vacant(slot) => {
-                    slot.insert(new);
+                Entry::Vacant(entry) => {
+                    entry.insert(new);
                 }
             }
             got.merged += 1;

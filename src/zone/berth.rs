@@ -1,6 +1,6 @@
-//! A breaker's slot: what a request may be told without the lock (the breaker's `Gate`),
+//! A breaker's berth: what a request may be told without the lock (the breaker's `Gate`),
 //! published under the lock after every change and read lock-free with a sequence lock.
-//! Slots live in chunks that are never freed, and a slot names its tenant by an id, so a
+//! Berths live in chunks that are never freed, and a berth names its tenant by an id, so a
 //! lock-free reader holding a stale handle reads a mismatch, never freed memory.
 
 use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -9,11 +9,11 @@ use circuit_breaker_core::breaker::Gate;
 use circuit_breaker_core::history::History;
 
 use super::block::Block;
+use super::gathered::Gathered;
 use super::node::Node;
-use super::pending::Pending;
 
-/// Slots per chunk: a chunk fills one slab page.
-pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Slot>()) as u32;
+/// Berths per chunk: a chunk fills one slab page.
+pub const PER_CHUNK: u32 = (4096 / core::mem::size_of::<Berth>()) as u32;
 
 /// No second: successes are recorded under the lock.
 const NO_SECOND: u64 = u64::MAX;
@@ -24,7 +24,7 @@ const MODE_REJECT: u64 = 2;
 const MODE_RAMP: u64 = 3;
 
 #[repr(C)]
-pub struct Slot {
+pub struct Berth {
     /// The tenant's id; 0 while free.
     ident: AtomicU64,
     /// The tenant's key hash, so that a location's remembered handle is checked against the
@@ -41,7 +41,7 @@ pub struct Slot {
     /// The second successes may be gathered in without the lock (`NO_SECOND`: none).
     lock_free_second: AtomicU64,
     /// Successes gathered without the lock, absorbed at the next locked call.
-    pub pending: Pending,
+    pub gathered: Gathered,
     /// Requests short-circuited, and turned away by a ramp, lock-free; added to the
     /// breaker's totals when shown.
     rejects: AtomicU64,
@@ -49,26 +49,26 @@ pub struct Slot {
     /// Bumped under the mutex when something that workers follow on their own changes (an
     /// upstream's servers in or out of the pool), read without it.
     stamp: AtomicU64,
-    /// The fleet's verdict (`crate::fleet`), written by the exchange worker and read by the
+    /// The fleet's advice (`crate::fleet`), written by the exchange worker and read by the
     /// locked path, both under the mutex: from when this instance may start a probe, and
-    /// until when the verdict holds (0: no verdict, the breaker acts alone).
+    /// until when the advice holds (0: no advice, the breaker acts alone).
     fleet_probe_from: AtomicU64,
     fleet_until: AtomicU64,
     /// The tenant node (read and written under the mutex only).
     node: AtomicPtr<Node>,
-    /// Next free slot while free (under the mutex).
+    /// Next free berth while free (under the mutex).
     next_free: AtomicU32,
-    /// This slot's index, set when its chunk is made (in what was padding: the size stays).
+    /// This berth's index, set when its chunk is made (in what was padding: the size stays).
     index: u32,
     /// The adaptive limit's block, made for the first tenant with a limit and kept with the
-    /// slot from then on (never freed).
+    /// berth from then on (never freed).
     limit: AtomicPtr<Block>,
     /// The tenant's history (`super::history`), made for the first tenant that needed one
-    /// and kept with the slot from then on (never freed); it names the tenant it follows.
+    /// and kept with the berth from then on (never freed); it names the tenant it follows.
     history: AtomicPtr<History>,
 }
 
-/// A slot's gate as published, not yet decoded into a [`Gate`].
+/// A berth's gate as published, not yet decoded into a [`Gate`].
 #[derive(Clone, Copy)]
 pub struct RawGate {
     mode: u64,
@@ -108,7 +108,7 @@ impl RawGate {
     }
 }
 
-/// The [`Gate::Reject`] a slot's `until` and `wait` words hold (see [`RawGate::rejects`]).
+/// The [`Gate::Reject`] a berth's `until` and `wait` words hold (see [`RawGate::rejects`]).
 #[inline(always)]
 pub fn reject_gate(until: u64, wait: u64) -> Gate {
     Gate::Reject {
@@ -128,10 +128,10 @@ fn reject_word(until_ms: u64, announce_ms: u64, wait_ms: u64) -> u64 {
     (lead << 32) | wait_ms.min(u64::from(u32::MAX))
 }
 
-impl Slot {
-    /// Free slot `index`, whose free list continues at `next_free`, for a fresh chunk.
-    pub fn free(index: u32, next_free: u32) -> Slot {
-        Slot {
+impl Berth {
+    /// Free berth `index`, whose free list continues at `next_free`, for a fresh chunk.
+    pub fn free(index: u32, next_free: u32) -> Berth {
+        Berth {
             ident: AtomicU64::new(0),
             key: AtomicU64::new(0),
             seq: AtomicU64::new(0),
@@ -139,7 +139,7 @@ impl Slot {
             until: AtomicU64::new(0),
             wait: AtomicU64::new(0),
             lock_free_second: AtomicU64::new(NO_SECOND),
-            pending: Pending::new(),
+            gathered: Gathered::new(),
             rejects: AtomicU64::new(0),
             ramp_shed: AtomicU64::new(0),
             stamp: AtomicU64::new(0),
@@ -153,19 +153,19 @@ impl Slot {
         }
     }
 
-    /// This slot's index.
+    /// This berth's index.
     #[inline]
     pub fn index(&self) -> u32 {
         self.index
     }
 
-    /// The limit block, if one was ever made for this slot.
+    /// The limit block, if one was ever made for this berth.
     #[inline]
     pub fn limit_block(&self) -> *mut Block {
         self.limit.load(Ordering::Acquire)
     }
 
-    /// The history, if one was ever made for this slot (read and written under the mutex).
+    /// The history, if one was ever made for this berth (read and written under the mutex).
     #[inline]
     pub fn history(&self) -> *mut History {
         self.history.load(Ordering::Relaxed)
@@ -181,14 +181,14 @@ impl Slot {
         self.limit.store(block, Ordering::Release);
     }
 
-    /// The gate, if the slot still holds tenant `ident` with key `key` and no writer was in
+    /// The gate, if the berth still holds tenant `ident` with key `key` and no writer was in
     /// the middle of publishing.
     #[inline]
     pub fn read_gate(&self, ident: u64, key: u64) -> Option<Gate> {
         self.read_raw(ident, key).map(RawGate::gate)
     }
 
-    /// The second successes may be gathered in without the lock, as [`Slot::read_gate`].
+    /// The second successes may be gathered in without the lock, as [`Berth::read_gate`].
     /// Reads only what it needs, not the whole gate (`scripts/bench-instructions`, closed).
     #[inline]
     pub fn lock_free_second(&self, ident: u64, key: u64) -> Option<u64> {
@@ -196,7 +196,7 @@ impl Slot {
             .filter(|&second| second != NO_SECOND)
     }
 
-    /// The gate as [`Slot::read_gate`] reads it, not yet decoded: a pass is told by one
+    /// The gate as [`Berth::read_gate`] reads it, not yet decoded: a pass is told by one
     /// comparison, and the rest decoded only when needed.
     #[inline(always)]
     pub fn read_raw(&self, ident: u64, key: u64) -> Option<RawGate> {
@@ -207,10 +207,10 @@ impl Slot {
         })
     }
 
-    /// What `load` reads of the slot, if the slot still holds tenant `ident` with key `key`
+    /// What `load` reads of the berth, if the berth still holds tenant `ident` with key `key`
     /// and no writer was in the middle of publishing (the seqlock's read side).
     #[inline(always)]
-    fn consistent<T>(&self, ident: u64, key: u64, load: impl FnOnce(&Slot) -> T) -> Option<T> {
+    fn consistent<T>(&self, ident: u64, key: u64, load: impl FnOnce(&Berth) -> T) -> Option<T> {
         let s1 = self.seq.load(Ordering::Acquire);
         if s1 & 1 != 0 || ident == 0 {
             return None;
@@ -241,9 +241,9 @@ impl Slot {
         self.ramp_shed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The stamp, if the slot still holds tenant `ident`. A tenant that moves out and another
+    /// The stamp, if the berth still holds tenant `ident`. A tenant that moves out and another
     /// that moves in between the two reads show a changed stamp, never a stale equal one: a
-    /// new tenant's stamp starts past every value the slot had.
+    /// new tenant's stamp starts past every value the berth had.
     #[inline]
     pub fn stamp(&self, ident: u64) -> Option<u64> {
         let stamp = self.stamp.load(Ordering::Acquire);
@@ -269,17 +269,17 @@ impl Slot {
         )
     }
 
-    /// Records the fleet's verdict (under the mutex): this instance may start a probe from
-    /// `probe_from_ms` (`u64::MAX`: another instance probes), and the verdict holds until
+    /// Records the fleet's advice (under the mutex): this instance may start a probe from
+    /// `probe_from_ms` (`u64::MAX`: another instance probes), and the advice holds until
     /// `until_ms`.
-    pub fn set_fleet(&self, probe_from_ms: u64, until_ms: u64) {
+    pub fn set_fleet_advice(&self, probe_from_ms: u64, until_ms: u64) {
         self.fleet_probe_from
             .store(probe_from_ms, Ordering::Relaxed);
         self.fleet_until.store(until_ms, Ordering::Relaxed);
     }
 
     /// Whether the fleet lets this instance start a probe at `now_ms` (under the mutex): yes
-    /// when no verdict holds (no fleet, or its exchange worker is gone).
+    /// when no advice holds (no fleet, or its exchange worker is gone).
     #[inline]
     pub fn fleet_may_probe(&self, now_ms: u64) -> bool {
         now_ms > self.fleet_until.load(Ordering::Relaxed)
@@ -332,18 +332,18 @@ impl Slot {
     pub fn occupy(&self, ident: u64, key: u64, node: *mut Node, gate: Gate) {
         self.node.store(node, Ordering::Relaxed);
         self.bump_stamp();
-        self.pending.clear();
+        self.gathered.clear();
         self.write(|s| {
             s.ident.store(ident, Ordering::Relaxed);
             s.key.store(key, Ordering::Relaxed);
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
         });
-        self.set_fleet(0, 0);
+        self.set_fleet_advice(0, 0);
         self.publish(gate, None);
     }
 
-    /// Moves the tenant out (under the mutex): no handle names this slot any more.
+    /// Moves the tenant out (under the mutex): no handle names this berth any more.
     pub fn vacate(&self, next_free: u32) {
         self.write(|s| {
             s.ident.store(0, Ordering::Relaxed);
@@ -369,14 +369,14 @@ impl Slot {
         self.ident.load(Ordering::Relaxed)
     }
 
-    /// The next free slot of the free list (under the mutex).
+    /// The next free berth of the free list (under the mutex).
     pub fn next_free(&self) -> u32 {
         self.next_free.load(Ordering::Relaxed)
     }
 
     /// A sequence-locked write: readers that overlap it see an odd or changed sequence and
     /// fall back to the lock.
-    fn write(&self, f: impl FnOnce(&Slot)) {
+    fn write(&self, f: impl FnOnce(&Berth)) {
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);

@@ -8,12 +8,12 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::histogram::{bin_of, Histogram, BINS};
 
-/// Bits of the count in `Pending::tally`; the second takes the rest.
+/// Bits of the count in `Gathered::tally`; the second takes the rest.
 const COUNT_BITS: u32 = 24;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
 #[repr(C)]
-pub struct Pending {
+pub struct Gathered {
     /// The monotonic second the successes happened in (high bits) and their number (low
     /// [`COUNT_BITS`]), changed together by one compare-and-swap.
     tally: AtomicU64,
@@ -21,9 +21,9 @@ pub struct Pending {
     bins: [AtomicU32; BINS],
 }
 
-impl Pending {
-    pub fn new() -> Pending {
-        Pending {
+impl Gathered {
+    pub fn new() -> Gathered {
+        Gathered {
             tally: AtomicU64::new(0),
             bins: [const { AtomicU32::new(0) }; BINS],
         }
@@ -40,7 +40,7 @@ impl Pending {
         true
     }
 
-    /// Adds one success of second `now_s` whose latency does not matter, as [`Pending::add`].
+    /// Adds one success of second `now_s` whose latency does not matter, as [`Gathered::add`].
     #[inline]
     pub fn count(&self, now_s: u64) -> bool {
         let mut cur = self.tally.load(Ordering::Relaxed);
