@@ -172,6 +172,16 @@ pub struct Totals {
     pub explained: u64,
 }
 
+/// What a breaker judges: the zone stores it as a byte beside the breaker's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Requests of an (upstream, route): `route` is the route's name.
+    Route = 0,
+    /// Attempts sent to one server of an upstream: `route` is the server's address.
+    Server = 1,
+}
+
 /// Everything the status page shows of one breaker.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BreakerView {
@@ -224,25 +234,37 @@ impl BreakerView {
     /// measured on the monotonic clock only, so a step of the wall clock moves `since`,
     /// `retry_at` and `suspect_until` with it but never shortens or stretches a cooldown.
     pub fn on_wall_clock(&mut self, mono_now_ms: u64, wall_now_ms: u64) {
-        fn to_wall(t: u64, mono_now_ms: u64, wall_now_ms: u64) -> u64 {
-            if t >= mono_now_ms {
-                wall_now_ms.saturating_add(t - mono_now_ms)
-            } else {
-                wall_now_ms.saturating_sub(mono_now_ms - t)
-            }
-        }
-        self.since_ms = to_wall(self.since_ms, mono_now_ms, wall_now_ms);
-        self.episode_ms = self
-            .episode_ms
-            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
-        self.retry_at_ms = self
-            .retry_at_ms
-            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
-        self.suspect_until_ms = self
-            .suspect_until_ms
-            .map(|t| to_wall(t, mono_now_ms, wall_now_ms));
+        let c = Clocks {
+            mono_ms: mono_now_ms,
+            wall_ms: wall_now_ms,
+        };
+        self.since_ms = c.wall(self.since_ms);
+        self.episode_ms = self.episode_ms.map(|t| c.wall(t));
+        self.retry_at_ms = self.retry_at_ms.map(|t| c.wall(t));
+        self.suspect_until_ms = self.suspect_until_ms.map(|t| c.wall(t));
         if let Some(h) = &mut self.history {
-            h.start_ms = to_wall(h.start_ms, mono_now_ms, wall_now_ms);
+            h.start_ms = c.wall(h.start_ms);
+        }
+    }
+}
+
+/// The two clocks read at the same moment: the monotonic one breakers and the fleet's store
+/// run on, and Unix time in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    /// Monotonic milliseconds.
+    pub mono_ms: u64,
+    /// Unix milliseconds.
+    pub wall_ms: u64,
+}
+
+impl Clocks {
+    /// The Unix milliseconds of the monotonic instant `mono`, before or after the reading.
+    pub fn wall(self, mono: u64) -> u64 {
+        if mono >= self.mono_ms {
+            self.wall_ms.saturating_add(mono - self.mono_ms)
+        } else {
+            self.wall_ms.saturating_sub(self.mono_ms - mono)
         }
     }
 }

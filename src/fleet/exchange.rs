@@ -27,9 +27,10 @@ use core::time::Duration;
 use std::rc::Rc;
 
 use circuit_breaker_core::fleet::auth::{self, FleetKey, Kind, Nonce, HEADER, NONCE_BYTES};
-use circuit_breaker_core::fleet::status::{self as fleet_status, Clocks};
+use circuit_breaker_core::fleet::status as fleet_status;
 use circuit_breaker_core::fleet::store::{Push, Refused};
 use circuit_breaker_core::fleet::{wire, FleetDirective, FleetStore, LocalView};
+use circuit_breaker_core::snapshot::Clocks;
 use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 

@@ -41,6 +41,8 @@ use node::Node;
 
 /// Longest upstream name a breaker key can hold.
 pub const MAX_NAME: usize = u16::MAX as usize;
+/// What a breaker judges (the core's, which the status page sorts by).
+pub use circuit_breaker_core::snapshot::Kind;
 /// The route of an upstream's own breaker (the core's, which the status page names).
 pub use circuit_breaker_core::status::DEFAULT_ROUTE;
 
@@ -201,16 +203,6 @@ impl Default for Handle {
     fn default() -> Handle {
         Handle::NONE
     }
-}
-
-/// What a breaker judges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Kind {
-    /// Requests of an (upstream, route): `route` is the route's name.
-    Route = 0,
-    /// Attempts sent to one server of an upstream: `route` is the server's address.
-    Server = 1,
 }
 
 /// A breaker as the log names it: `"up/route"`, or `"up" server 10.0.0.1:80`.

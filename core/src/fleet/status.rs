@@ -7,26 +7,7 @@ use std::fmt::Write as _;
 
 use super::fingerprint::hex;
 use super::store::FleetStore;
-
-/// The two clocks read at the same moment: the monotonic one the store runs on, and Unix
-/// time in milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Clocks {
-    /// Monotonic milliseconds (the store's `now_ms`).
-    pub mono_ms: u64,
-    /// Unix milliseconds.
-    pub wall_ms: u64,
-}
-
-impl Clocks {
-    fn wall(self, mono: u64) -> u64 {
-        if mono >= self.mono_ms {
-            self.wall_ms.saturating_add(mono - self.mono_ms)
-        } else {
-            self.wall_ms.saturating_sub(self.mono_ms - mono)
-        }
-    }
-}
+use crate::snapshot::Clocks;
 
 fn json_str(out: &mut String, s: &str) {
     // serde_json escapes exactly what JSON requires; a `&str` always serializes.
