@@ -2,7 +2,7 @@
 //! snapshots, the live dashboard page ([`DASHBOARD_HTML`]), and parsing of the location's
 //! query string and `Accept` header ([`query`]).
 //!
-//! The handler picks a format with [`query::negotiate`]. For JSON or Prometheus it copies
+//! The handler asks [`route::route`] what to answer (the format from [`query::negotiate`]). For JSON or Prometheus it copies
 //! every breaker into an [`Entry`] under the zone lock, releases the lock, then renders with
 //! [`render_json`] or [`render_prometheus`]; the page is a constant, which polls the JSON.
 //! Control requests answer with [`render_breaker_json`] (or [`render_breaker_prometheus`]) of
@@ -16,6 +16,7 @@ pub mod guard;
 pub mod headers;
 mod prometheus;
 pub mod query;
+pub mod route;
 mod view;
 
 pub use view::{Entry, LimitStatus, ServerEntry, ZoneView};
