@@ -2,9 +2,11 @@
 //! snapshots, the live dashboard page ([`DASHBOARD_HTML`]), and parsing of the location's
 //! query string and `Accept` header ([`query`]).
 //!
-//! The handler asks [`route::route`] what to answer (the format from [`query::negotiate`]). For JSON or Prometheus it copies
-//! every breaker into an [`Entry`] under the zone lock, releases the lock, then renders with
-//! [`render_json`] or [`render_prometheus`]; the page is a constant, which polls the JSON.
+//! The handler asks [`route::route`] what to answer (a format it picks with
+//! [`query::negotiate`]). For JSON or Prometheus it copies every breaker into an
+//! [`assemble::Record`] under the zone lock, releases the lock, puts the page's [`Entry`]s
+//! together with [`assemble::assemble`], then renders with [`render_json`] or
+//! [`render_prometheus`]; the page is a constant, which polls the JSON.
 //! Control requests answer with [`render_breaker_json`] (or [`render_breaker_prometheus`]) of
 //! the breaker they changed, once [`guard::check_control`] let them through. Every answer
 //! carries [`headers::HARDENING`] and a Content-Security-Policy ([`headers`]).
@@ -12,6 +14,7 @@
 use crate::eject::place_name;
 use crate::snapshot::BreakerView;
 
+pub mod assemble;
 pub mod guard;
 pub mod headers;
 mod prometheus;

@@ -1,5 +1,5 @@
 //! What the status output is rendered from: the zone's figures and one entry per breaker,
-//! copied out under the zone's lock.
+//! put together ([`super::assemble`]) from what was copied out under the zone's lock.
 
 use crate::retry_budget::RetryBudgetView;
 use crate::snapshot::BreakerView;
@@ -38,7 +38,7 @@ pub struct Entry {
     pub upstream: String,
     /// The route's name; [`super::DEFAULT_ROUTE`] (`"default"`) for the upstream's own breaker.
     pub route: String,
-    /// The breaker's figures, taken under the zone lock.
+    /// The breaker's figures, taken under the zone lock, on the wall clock.
     pub view: BreakerView,
     /// An upstream's own breaker: the upstream's servers when ejection is on, in
     /// configuration order (empty otherwise).
