@@ -51,6 +51,13 @@ pub trait Upstreams {
     fn fingerprint(&self, upstream: &str) -> Option<u64>;
 }
 
+/// Whether `q` selects the breaker of `upstream` and `route` (a server's address for
+/// [`Kind::Server`]): a server counts as its upstream's own breaker (`route=default`).
+pub fn selects(q: &Query, upstream: &str, route: &str, kind: Kind) -> bool {
+    let own = kind == Kind::Server || route == DEFAULT_ROUTE;
+    matches(q, upstream, if own { DEFAULT_ROUTE } else { route })
+}
+
 /// The page's zone view and breakers, as [`super::render_json`] and
 /// [`super::render_prometheus`] take them. `head` is the page's top as the location knows it
 /// (name, versions, `control`); the zone's figures come from `snapshot`. The breakers are those
@@ -71,11 +78,11 @@ pub fn assemble(
         alloc_failures: snapshot.alloc_failures,
         ..head
     };
-    let mut entries = Vec::new();
+    let mut entries = Vec::with_capacity(snapshot.records.len());
     let mut servers: HashMap<String, HashMap<String, BreakerView>> = HashMap::new();
-    for r in snapshot.records {
-        let own = r.kind == Kind::Server || r.route == DEFAULT_ROUTE;
-        if !matches(q, &r.upstream, if own { DEFAULT_ROUTE } else { &r.route }) {
+    // Oldest first is configuration order (the zone links a new breaker at the head).
+    for r in snapshot.records.into_iter().rev() {
+        if !selects(q, &r.upstream, &r.route, r.kind) {
             continue;
         }
         let mut view = r.view;
@@ -95,7 +102,6 @@ pub fn assemble(
             limit: r.limit,
         });
     }
-    entries.reverse();
     for e in entries.iter_mut().filter(|e| e.route == DEFAULT_ROUTE) {
         let Some(mut recorded) = servers.remove(&e.upstream) else {
             continue;
@@ -251,6 +257,20 @@ mod tests {
         // A server's address is no route, whatever it is called.
         assert!(page("route=10.0.0.1:80", records()).is_empty());
         assert!(page("upstream=nope", records()).is_empty());
+    }
+
+    #[test]
+    fn a_server_is_selected_as_its_upstreams_own_breaker() {
+        let own = parse_query(b"route=default").unwrap();
+        assert!(selects(&own, "api", "10.0.0.1:80", Kind::Server));
+        assert!(selects(&own, "api", "default", Kind::Route));
+        assert!(!selects(&own, "api", "checkout", Kind::Route));
+        let named = parse_query(b"route=10.0.0.1:80").unwrap();
+        assert!(!selects(&named, "api", "10.0.0.1:80", Kind::Server));
+        assert!(selects(&named, "api", "10.0.0.1:80", Kind::Route));
+        let api = parse_query(b"upstream=api").unwrap();
+        assert!(selects(&api, "api", "10.0.0.1:80", Kind::Server));
+        assert!(!selects(&api, "web", "10.0.0.1:80", Kind::Server));
     }
 
     #[test]
