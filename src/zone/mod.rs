@@ -386,6 +386,11 @@ impl Zone {
         mono_ms.saturating_add_signed(offset)
     }
 
+    /// How many breakers the table holds, without the lock: a size to make room for.
+    pub fn breakers(&self) -> usize {
+        self.header().count.load(Ordering::Relaxed) as usize
+    }
+
     /// The zone's generation: bumped by every configuration that takes the zone over.
     pub fn generation(&self) -> u64 {
         self.header().generation.load(Ordering::Acquire)

@@ -1,0 +1,301 @@
+//! The operator's control (`control=on`, `POST`): force_open / force_close / reset of one
+//! breaker, eject / restore of one server, once the request shows it was sent on purpose
+//! ([`guard::check_control`]); each answers with the breaker it changed and logs one line.
+
+use circuit_breaker_core::breaker::Control;
+use circuit_breaker_core::retry_budget::RetryBudgetView;
+use circuit_breaker_core::snapshot::BreakerView;
+use circuit_breaker_core::status::assemble::Upstreams;
+use circuit_breaker_core::status::guard::{self, ControlRequest};
+use circuit_breaker_core::status::query::{quote, Action, Format, Query};
+use circuit_breaker_core::status::{
+    self, Entry, LimitStatus, ServerEntry, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
+};
+use nginx_sys::{
+    ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_FORBIDDEN,
+    NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_LOG_WARN,
+};
+
+use super::answer::{send, send_text};
+use crate::clock::{mono_ms, rnd, wall_ms};
+use crate::conf::{MainConf, Route};
+use crate::eject;
+use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
+
+/// A control request, answered in `format`: refused (`403`, and a `warn` line) unless its
+/// headers say it was sent on purpose, else done.
+pub fn control(r: &mut ngx_http_request_t, mcf: &MainConf, q: &Query, format: Format) -> ngx_int_t {
+    if let Err(reason) = trusted_control(r) {
+        log_refusal(r, &reason);
+        return send_text(r, NGX_HTTP_FORBIDDEN, &reason);
+    }
+    // SAFETY: our own zone (or none), mapped in every worker.
+    let zone = unsafe { Zone::from_shm(mcf.zone) };
+    control_breaker(r, mcf, zone, q, format)
+}
+
+/// Whether a control request may change anything ([`guard::check_control`]): the
+/// headers that say who sent it, read in one pass over the request's headers.
+fn trusted_control(r: &ngx_http_request_t) -> Result<(), String> {
+    let (mut marker, mut origin, mut site) = (Vec::new(), Vec::new(), Vec::new());
+    // SAFETY: headers_in is the request's parsed headers list.
+    let it = unsafe { ngx::http::list_iterator(&r.headers_in.headers) };
+    for (k, v) in it {
+        let k = k.as_bytes();
+        if k.eq_ignore_ascii_case(guard::CONTROL_HEADER.as_bytes()) {
+            marker.push(v.as_bytes());
+        } else if k.eq_ignore_ascii_case(b"origin") {
+            origin.push(v.as_bytes());
+        } else if k.eq_ignore_ascii_case(b"sec-fetch-site") {
+            site.push(v.as_bytes());
+        }
+    }
+    // SAFETY: null, or the request's parsed Host header, live with the request.
+    let host = unsafe { r.headers_in.host.as_ref() }.map(|h| h.value.as_bytes());
+    // SAFETY: `r.connection` is the live request's client connection; `ssl` is null or
+    // its TLS state.
+    let tls = unsafe { !(*r.connection).ssl.is_null() };
+    guard::check_control(&ControlRequest {
+        marker: &marker,
+        origin: &origin,
+        sec_fetch_site: &site,
+        host,
+        tls,
+    })
+}
+
+/// One `warn` line per refused control request, as for a done one: why (nginx adds the
+/// client, server and request).
+fn log_refusal(r: &ngx_http_request_t, reason: &str) {
+    // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
+    let c = unsafe { &*r.connection };
+    ngx::ngx_log_error!(NGX_LOG_WARN, c.log, "circuit breaker {}", reason);
+}
+
+/// `POST ?upstream=…&route=…&action=…`: changes one breaker and answers with its new JSON.
+fn control_breaker(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    zone: Option<Zone>,
+    q: &Query,
+    format: Format,
+) -> ngx_int_t {
+    let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
+        let missing = if q.upstream.is_none() {
+            "upstream"
+        } else {
+            "action"
+        };
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            &format!("missing parameter \"{missing}\""),
+        );
+    };
+    if action.on_server() || q.server.is_some() {
+        return control_server(r, mcf, zone, q, format);
+    }
+    let route = Route::new(q.route.as_deref().unwrap_or(DEFAULT_ROUTE));
+    let not_found = |r: &mut ngx_http_request_t| {
+        send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!(
+                "no circuit breaker for upstream {} route {}",
+                quote(upstream),
+                quote(&route.name)
+            ),
+        )
+    };
+    // Known breakers: an upstream's own, and (upstream, route) where a location of that route
+    // passes to that upstream (or to an upstream chosen at run time). Anything else is
+    // unknown: a mistyped pair must not create a breaker no request can reach.
+    let (Some(scf), Some(zone)) = (mcf.upstream(upstream), zone) else {
+        return not_found(r);
+    };
+    let Some(cfg) = scf.breaker.as_ref() else {
+        return not_found(r);
+    };
+    if !scf.knows_route(mcf, &route.name) {
+        return not_found(r);
+    }
+    let ctl = match action {
+        Action::ForceOpen => Control::ForceOpen,
+        Action::ForceClose => Control::ForceClose,
+        Action::Reset | Action::Eject | Action::Restore => Control::Reset,
+    };
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
+    let outcome = {
+        let mut locked = zone.lock();
+        locked
+            .find_or_create(&scf.key(&route), cfg, mcf.generation, mono)
+            .map(|mut b| {
+                b.control(mono, rnd(), ctl);
+                (b.view(mono), b.handle())
+            })
+            .map(|(view, handle)| (view, locked.limit_status(handle)))
+    };
+    // A forced breaker is news for the fleet's peers.
+    crate::wake::nudge();
+    let (mut view, limit) = match outcome {
+        Ok(v) => v,
+        Err(Missing::Stale) => return not_found(r),
+        Err(Missing::Full) => {
+            return send_text(
+                r,
+                NGX_HTTP_INSUFFICIENT_STORAGE,
+                &format!(
+                    "circuit breaker zone \"{}\" is full: no breaker for upstream {} route {}",
+                    mcf.zone_name.0,
+                    quote(upstream),
+                    quote(&route.name)
+                ),
+            )
+        }
+    };
+    view.on_wall_clock(mono, wall);
+    let verb = match action {
+        Action::ForceOpen => "forced open",
+        Action::ForceClose => "forced closed",
+        _ => "reset",
+    };
+    log_control(r, format_args!("\"{upstream}/{}\" {verb}", route.name));
+    let entry = Entry {
+        fingerprint: mcf.fingerprint(upstream),
+        upstream: upstream.to_owned(),
+        route: route.name.clone(),
+        view,
+        servers: Vec::new(),
+        retry: None,
+        probe_uri: mcf.probe_uri(upstream),
+        limit,
+    };
+    send_entry(r, mcf, &entry, format, q)
+}
+
+/// `POST ?upstream=…&server=…&action=eject|restore`: takes one server out of its pool (until
+/// `restore`, whatever `max_ejected` says: the operator decides) or puts it back with a fresh
+/// window; answers with the upstream's own breaker's JSON, with that server under it.
+fn control_server(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    zone: Option<Zone>,
+    q: &Query,
+    format: Format,
+) -> ngx_int_t {
+    let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"upstream\"");
+    };
+    if !action.on_server() {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "\"server\" goes with \"action=eject\" or \"action=restore\"",
+        );
+    }
+    let Some(server) = q.server.as_deref() else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"server\"");
+    };
+    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "servers belong to the upstream's own breaker: \"route\" must be \"default\"",
+        );
+    }
+    let (Some(scf), Some(zone)) = (mcf.upstream(upstream), zone) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no circuit breaker for upstream {}", quote(upstream)),
+        );
+    };
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
+    let eject = action == Action::Eject;
+    let Some(mut view) = eject::control(&zone, scf, server, eject, mono) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!(
+                "no server {} in the pool of upstream {}",
+                quote(server),
+                quote(upstream)
+            ),
+        );
+    };
+    view.on_wall_clock(mono, wall);
+    let verb = if eject { "ejected" } else { "restored" };
+    log_control(r, format_args!("\"{upstream}\" server {server} {verb}"));
+    let backup = eject::servers(scf).any(|(a, b)| a == server && b);
+    let Some((home, retry, limit)) = home_view(&zone, scf, mono, wall) else {
+        return send_text(
+            r,
+            NGX_HTTP_NOT_FOUND,
+            &format!("no circuit breaker for upstream {}", quote(upstream)),
+        );
+    };
+    let entry = Entry {
+        upstream: upstream.to_owned(),
+        route: DEFAULT_ROUTE.to_owned(),
+        view: home,
+        servers: vec![ServerEntry {
+            address: server.to_owned(),
+            backup,
+            view,
+        }],
+        retry,
+        probe_uri: mcf.probe_uri(upstream),
+        fingerprint: mcf.fingerprint(upstream),
+        limit,
+    };
+    send_entry(r, mcf, &entry, format, q)
+}
+
+/// One `warn` line per operator action: what was done, by which client address.
+fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
+    // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
+    let c = unsafe { &*r.connection };
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        c.log,
+        "circuit breaker {} by {}",
+        what,
+        String::from_utf8_lossy(c.addr_text.as_bytes())
+    );
+}
+
+/// Answers a control request with one entry, in the format asked for.
+fn send_entry(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    entry: &Entry,
+    format: Format,
+    q: &Query,
+) -> ngx_int_t {
+    if format == Format::Prometheus {
+        let body = status::render_breaker_prometheus(&mcf.zone_name.0, entry);
+        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
+    } else {
+        let body = status::render_breaker_json(entry);
+        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
+    }
+}
+
+/// The upstream's own breaker's view, its retry budget's and its limit's.
+fn home_view(
+    zone: &Zone,
+    scf: &crate::conf::SrvConf,
+    mono: u64,
+    wall: u64,
+) -> Option<(BreakerView, Option<RetryBudgetView>, Option<LimitStatus>)> {
+    let mut locked = zone.lock();
+    let (mut v, retry, handle) = {
+        let mut b = locked.find(&scf.key(crate::conf::default_route()))?;
+        let retry = b.retry_budget().map(|r| r.view(mono));
+        (b.view(mono), retry, b.handle())
+    };
+    v.on_wall_clock(mono, wall);
+    Some((v, retry, locked.limit_status(handle)))
+}

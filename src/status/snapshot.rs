@@ -1,0 +1,43 @@
+//! The status page's one step under the zone lock: the breakers copied out as they are now (in
+//! batches, see `Zone::visit`), and nothing more, so that ordering, grouping and formatting
+//! happen after the lock is let go.
+
+use circuit_breaker_core::status::assemble::{Record, Snapshot};
+
+use crate::zone::{Kind, Zone};
+
+/// Every breaker of `zone` that `keep` keeps (given its upstream, route and kind), at `mono`
+/// (with its history if `history`), and the zone's figures.
+pub fn snapshot(
+    zone: &Zone,
+    mono: u64,
+    history: bool,
+    keep: impl Fn(&str, &str, Kind) -> bool,
+) -> Snapshot {
+    // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
+    // doubling showed in a poll's instructions.
+    let mut records = Vec::with_capacity(zone.breakers());
+    let (used, size, alloc_failures) = zone.visit(mono, history, |e| {
+        let (upstream, route) = (
+            String::from_utf8_lossy(e.upstream),
+            String::from_utf8_lossy(e.route),
+        );
+        if !keep(&upstream, &route, e.kind) {
+            return;
+        }
+        records.push(Record {
+            upstream: upstream.into_owned(),
+            route: route.into_owned(),
+            kind: e.kind,
+            view: e.view,
+            retry: e.retry,
+            limit: e.limit,
+        });
+    });
+    Snapshot {
+        used,
+        size,
+        alloc_failures,
+        records,
+    }
+}
