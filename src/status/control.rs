@@ -16,7 +16,7 @@ use nginx_sys::{
     NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_LOG_WARN,
 };
 
-use super::answer::{send, send_text};
+use super::send::{send, send_text};
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::{MainConf, Route};
 use crate::eject;

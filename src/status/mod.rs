@@ -1,19 +1,19 @@
 //! The status location: JSON or Prometheus text of every breaker (an upstream's servers under
 //! its own breaker), or the dashboard page that polls the JSON, and with `control=on` the
 //! operator's force_open / force_close / reset, and eject / restore of one server
-//! ([`control`]). A request is routed by the core ([`route`]); the breakers are copied out
-//! under the zone lock ([`snapshot`]), put together by the core ([`assemble`]) and rendered
-//! after the lock is released, so a large page never holds the lock while formatting.
+//! ([`control`]). What a request gets is the core's choice ([`answer`]); the breakers are
+//! copied out under the zone lock ([`snapshot`]), put together by the core ([`assemble`]) and
+//! rendered after the lock is released, so a large page never holds the lock while formatting.
 
-mod answer;
 mod control;
+mod send;
 mod snapshot;
 mod upstreams;
 
 use circuit_breaker_core::snapshot::Clocks;
+use circuit_breaker_core::status::answer::{answer, Answer};
 use circuit_breaker_core::status::assemble::{assemble, selects};
 use circuit_breaker_core::status::query::{Format, Method, Query};
-use circuit_breaker_core::status::route::{route, Route};
 use circuit_breaker_core::status::{
     self, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
 };
@@ -30,7 +30,7 @@ use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::fleet::{self, NoMessage};
 use crate::request;
 use crate::zone::Zone;
-use answer::{not_allowed, send, send_text};
+use send::{not_allowed, send, send_text};
 use snapshot::snapshot;
 
 /// The content handler of `circuit_breaker_status`.
@@ -62,20 +62,19 @@ unsafe fn handle(r: &mut ngx_http_request_t) -> ngx_int_t {
         _ => None,
     };
     let accept = accept_headers(r);
-    let routed = route(method, control, r.args.as_bytes(), &accept);
-    match routed {
-        Route::NotAllowed { allow, reason } => not_allowed(r, allow, reason),
-        Route::BadRequest(reason) => send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
-        Route::Control(format, q) => control::control(r, mcf, &q, format),
-        Route::Dashboard(q) => send(
+    match answer(method, control, r.args.as_bytes(), &accept) {
+        Answer::NotAllowed { allow, reason } => not_allowed(r, allow, reason),
+        Answer::BadRequest(reason) => send_text(r, NGX_HTTP_BAD_REQUEST, &reason),
+        Answer::Control(format, q) => control::control(r, mcf, &q, format),
+        Answer::Dashboard(q) => send(
             r,
             NGX_HTTP_OK,
             HTML_CONTENT_TYPE,
             DASHBOARD_HTML.as_bytes(),
             &q,
         ),
-        Route::Fleet(q) => fleet_message(r, mcf, &q),
-        Route::Data(format, q) => breakers(r, mcf, control, format, &q),
+        Answer::Fleet(q) => fleet_message(r, mcf, &q),
+        Answer::Data(format, q) => breakers(r, mcf, control, format, &q),
     }
 }
 

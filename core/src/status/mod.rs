@@ -2,7 +2,7 @@
 //! snapshots, the live dashboard page ([`DASHBOARD_HTML`]), and parsing of the location's
 //! query string and `Accept` header ([`query`]).
 //!
-//! The handler asks [`route::route`] what to answer (a format it picks with
+//! The handler asks [`answer::answer`] what to answer (a format it picks with
 //! [`query::negotiate`]). For JSON or Prometheus it copies every breaker into an
 //! [`assemble::Record`] under the zone lock, releases the lock, puts the page's [`Entry`]s
 //! together with [`assemble::assemble`], then renders with [`render_json`] or
@@ -14,12 +14,12 @@
 use crate::eject::place_name;
 use crate::snapshot::BreakerView;
 
+pub mod answer;
 pub mod assemble;
 pub mod guard;
 pub mod headers;
 mod prometheus;
 pub mod query;
-pub mod route;
 mod view;
 
 pub use view::{Entry, LimitStatus, ServerEntry, ZoneView};

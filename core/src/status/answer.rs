@@ -1,13 +1,13 @@
-//! What the status location does with a request, decided before anything is read from the
-//! zone: refuse it, serve the page or the fleet's message, show the breakers in a format, or
-//! hand it to control. The handler gathers the method, the location's `control` and the
-//! request's query and `Accept`, and matches on the [`Route`].
+//! What the status location answers a request, decided before anything is read from the
+//! zone: a refusal, the page, the fleet's message, the breakers in a format, or control's
+//! answer. The handler gathers the method, the location's `control` and the request's query
+//! and `Accept`, and matches on the [`Answer`].
 
 use super::query::{negotiate, parse_query, Format, Method, Query};
 
-/// What to answer a request to the status location.
+/// What the status location answers a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum Answer {
     /// `405`, with `allow` as the `Allow` header (RFC 9110 §15.5.6) and `reason` as the body.
     NotAllowed {
         allow: &'static str,
@@ -30,7 +30,7 @@ pub enum Route {
 /// `POST`; `control` says whether the location has `control=on`; `args` is the raw query
 /// string and `accept` every `Accept` field's value. The method is judged before the query is
 /// read, so a refused method is refused whatever its query.
-pub fn route(method: Option<Method>, control: bool, args: &[u8], accept: &[&[u8]]) -> Route {
+pub fn answer(method: Option<Method>, control: bool, args: &[u8], accept: &[&[u8]]) -> Answer {
     let method = match method {
         Some(Method::Post) if !control => None,
         m => m,
@@ -40,33 +40,33 @@ pub fn route(method: Option<Method>, control: bool, args: &[u8], accept: &[&[u8]
     };
     let query = match parse_query(args) {
         Ok(q) => q,
-        Err(reason) => return Route::BadRequest(reason),
+        Err(reason) => return Answer::BadRequest(reason),
     };
     let format = negotiate(&query, accept, method);
     if method == Method::Post {
-        return Route::Control(format, query);
+        return Answer::Control(format, query);
     }
     if query.action.is_some() {
-        return Route::BadRequest(
+        return Answer::BadRequest(
             "\"action\" needs a POST request to a location with \"control=on\"".to_owned(),
         );
     }
     match format {
-        Format::Html => Route::Dashboard(query),
-        Format::Fleet => Route::Fleet(query),
-        _ => Route::Data(format, query),
+        Format::Html => Answer::Dashboard(query),
+        Format::Fleet => Answer::Fleet(query),
+        _ => Answer::Data(format, query),
     }
 }
 
 /// The `405` for a location with or without `control=on`: what it does answer.
-fn not_allowed(control: bool) -> Route {
+fn not_allowed(control: bool) -> Answer {
     if control {
-        Route::NotAllowed {
+        Answer::NotAllowed {
             allow: "GET, HEAD, POST",
             reason: "the status location answers GET and HEAD, and POST for control",
         }
     } else {
-        Route::NotAllowed {
+        Answer::NotAllowed {
             allow: "GET, HEAD",
             reason: "the status location answers GET and HEAD (POST needs \"control=on\")",
         }
@@ -78,11 +78,11 @@ mod tests {
     use super::*;
     use Method::{Get, Head, Post};
 
-    const READ_ONLY: Route = Route::NotAllowed {
+    const READ_ONLY: Answer = Answer::NotAllowed {
         allow: "GET, HEAD",
         reason: "the status location answers GET and HEAD (POST needs \"control=on\")",
     };
-    const WITH_CONTROL: Route = Route::NotAllowed {
+    const WITH_CONTROL: Answer = Answer::NotAllowed {
         allow: "GET, HEAD, POST",
         reason: "the status location answers GET and HEAD, and POST for control",
     };
@@ -94,22 +94,22 @@ mod tests {
     #[test]
     fn other_methods_are_not_allowed_whatever_the_query() {
         for args in [&b""[..], b"format=json", b"nonsense=1"] {
-            assert_eq!(route(None, false, args, &[]), READ_ONLY);
-            assert_eq!(route(None, true, args, &[]), WITH_CONTROL);
+            assert_eq!(answer(None, false, args, &[]), READ_ONLY);
+            assert_eq!(answer(None, true, args, &[]), WITH_CONTROL);
             // A POST is a method like any other where control is off.
-            assert_eq!(route(Some(Post), false, args, &[]), READ_ONLY);
+            assert_eq!(answer(Some(Post), false, args, &[]), READ_ONLY);
         }
     }
 
     #[test]
     fn a_bad_query_is_a_bad_request_for_every_allowed_method() {
-        let want = Route::BadRequest(
+        let want = Answer::BadRequest(
             "unknown parameter \"foo\", expected one of: format, upstream, route, action, \
              server, history"
                 .to_owned(),
         );
         for (method, control) in [(Get, false), (Head, false), (Get, true), (Post, true)] {
-            assert_eq!(route(Some(method), control, b"foo=1", &[]), want);
+            assert_eq!(answer(Some(method), control, b"foo=1", &[]), want);
         }
     }
 
@@ -118,28 +118,28 @@ mod tests {
         let args = b"upstream=api&action=reset";
         let q = query("upstream=api&action=reset");
         assert_eq!(
-            route(Some(Post), true, args, &[]),
-            Route::Control(Format::Json, q.clone())
+            answer(Some(Post), true, args, &[]),
+            Answer::Control(Format::Json, q.clone())
         );
         assert_eq!(
-            route(Some(Post), true, args, &[b"text/plain"]),
-            Route::Control(Format::Prometheus, q.clone())
+            answer(Some(Post), true, args, &[b"text/plain"]),
+            Answer::Control(Format::Prometheus, q.clone())
         );
         // The page is no answer to an action.
         assert_eq!(
-            route(Some(Post), true, args, &[b"text/html"]),
-            Route::Control(Format::Json, q)
+            answer(Some(Post), true, args, &[b"text/html"]),
+            Answer::Control(Format::Json, q)
         );
         // Missing parameters are control's to refuse, after the guard.
         assert_eq!(
-            route(Some(Post), true, b"", &[]),
-            Route::Control(Format::Json, Query::default())
+            answer(Some(Post), true, b"", &[]),
+            Answer::Control(Format::Json, Query::default())
         );
     }
 
     #[test]
     fn an_action_needs_a_post() {
-        let want = Route::BadRequest(
+        let want = Answer::BadRequest(
             "\"action\" needs a POST request to a location with \"control=on\"".to_owned(),
         );
         for (method, control) in [(Get, false), (Head, false), (Get, true), (Head, true)] {
@@ -147,7 +147,7 @@ mod tests {
                 &b"upstream=api&action=reset"[..],
                 b"format=html&action=eject",
             ] {
-                assert_eq!(route(Some(method), control, args, &[]), want);
+                assert_eq!(answer(Some(method), control, args, &[]), want);
             }
         }
     }
@@ -157,25 +157,25 @@ mod tests {
         for method in [Get, Head] {
             for control in [false, true] {
                 let r = |args: &str, accept: &[&[u8]]| {
-                    route(Some(method), control, args.as_bytes(), accept)
+                    answer(Some(method), control, args.as_bytes(), accept)
                 };
                 assert_eq!(
                     r("format=html", &[]),
-                    Route::Dashboard(query("format=html"))
+                    Answer::Dashboard(query("format=html"))
                 );
-                assert_eq!(r("", &[b"text/html"]), Route::Dashboard(Query::default()));
+                assert_eq!(r("", &[b"text/html"]), Answer::Dashboard(Query::default()));
                 assert_eq!(
                     r("format=fleet", &[b"text/html"]),
-                    Route::Fleet(query("format=fleet"))
+                    Answer::Fleet(query("format=fleet"))
                 );
-                assert_eq!(r("", &[]), Route::Data(Format::Json, Query::default()));
+                assert_eq!(r("", &[]), Answer::Data(Format::Json, Query::default()));
                 assert_eq!(
                     r("", &[b"text/plain"]),
-                    Route::Data(Format::Prometheus, Query::default())
+                    Answer::Data(Format::Prometheus, Query::default())
                 );
                 assert_eq!(
                     r("format=prometheus&upstream=api&history=1", &[b"text/html"]),
-                    Route::Data(
+                    Answer::Data(
                         Format::Prometheus,
                         query("format=prometheus&upstream=api&history=1")
                     )

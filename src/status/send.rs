@@ -1,5 +1,5 @@
-//! How the status location answers: one buffer with the hardening headers, as the stub_status
-//! module sends its page, and its plain-text refusals.
+//! How the status location sends an answer: one buffer with the hardening headers, as the
+//! stub_status module sends its page; its refusals are one line of plain text.
 
 use circuit_breaker_core::status::headers::{self, DATA_CSP, HARDENING};
 use circuit_breaker_core::status::query::Query;
