@@ -1,5 +1,5 @@
 //! Waking the fleet's exchange worker when a breaker moves, without putting its work on the
-//! request path: what the request path (`upstream/`, `status.rs`) calls, below every room that
+//! request path: what the request path (`upstream/`, `status/`) calls, below every room that
 //! calls it; the fleet (`fleet/`) installs it and waits on it.
 //!
 //! A worker whose request records an outcome or moves a breaker calls [`nudge`]: it bumps
