@@ -81,14 +81,16 @@ pub fn assemble(
     let mut entries = Vec::with_capacity(snapshot.records.len());
     let mut servers: HashMap<String, HashMap<String, BreakerView>> = HashMap::new();
     // Oldest first is configuration order (the zone links a new breaker at the head).
-    for r in snapshot.records.into_iter().rev() {
+    for mut r in snapshot.records.into_iter().rev() {
         if !selects(q, &r.upstream, &r.route, r.kind) {
             continue;
         }
-        let mut view = r.view;
-        view.on_wall_clock(clocks.mono_ms, clocks.wall_ms);
+        r.view.on_wall_clock(clocks.mono_ms, clocks.wall_ms);
         if r.kind == Kind::Server {
-            servers.entry(r.upstream).or_default().insert(r.route, view);
+            servers
+                .entry(r.upstream)
+                .or_default()
+                .insert(r.route, r.view);
             continue;
         }
         entries.push(Entry {
@@ -96,7 +98,7 @@ pub fn assemble(
             fingerprint: conf.fingerprint(&r.upstream),
             upstream: r.upstream,
             route: r.route,
-            view,
+            view: r.view,
             servers: Vec::new(),
             retry: r.retry,
             limit: r.limit,
