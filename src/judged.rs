@@ -30,9 +30,12 @@ pub unsafe extern "C" fn msec_variable(
             .saturating_mul(1000)
             .saturating_add(req.start_msec as u64);
         let text = match request::find(req) {
-            Some(Answer::State(s)) if s.label.is_some() => match s.recorded_ms {
-                0 => s.judged_ms.to_string(),
-                at => format!("{}+{}", s.judged_ms, at.saturating_sub(s.judged_ms)),
+            Some(Answer::State(s)) if s.told.label.is_some() => match s.settlement.recorded_ms {
+                0 => s.settlement.judged_ms.to_string(),
+                at => {
+                    let judged = s.settlement.judged_ms;
+                    format!("{}+{}", judged, at.saturating_sub(judged))
+                }
             },
             // A short-circuit keeps no time (its record is shared, or as small as it can be):
             // it was turned away as it came, so its time is its start on the monotonic clock.

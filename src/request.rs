@@ -1,8 +1,9 @@
-//! A request's state: which breaker it belongs to, what the breaker said, the balancer
-//! callbacks it wraps. It lives in the request pool, is the module's request ctx, and has a
-//! pool cleanup that gives back a probe slot or a slot of the adaptive limit the request still
-//! holds — and by which it is found again after an internal redirect cleared the ctx (as the
-//! realip module does).
+//! A request's state, in its features' parts: which breaker judges it, the balancer
+//! callbacks it wraps, its attempts, its settlement, what it was told, the limit's slot. It is
+//! kept for the request's pool, is the module's request ctx, and has a pool cleanup that
+//! gives back a probe slot or a slot of the adaptive limit the request still holds — and by
+//! which it is found again after an internal redirect cleared the ctx (as the realip module
+//! does).
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -68,67 +69,44 @@ impl Balancer {
     };
 }
 
-/// One request's state.
+/// One request's state, in the parts each feature reads: which breaker judges it
+/// ([`Judge`]), the balancer it wraps ([`Balancer`]), its attempts ([`Attempts`]), what
+/// settles it on its breaker ([`Settlement`]), what it was told ([`Told`]) and the adaptive
+/// limit's slot ([`Hold`]).
+///
+/// The parts are cut so that none pads inside: the state is no larger than its fields laid
+/// out flat, and it is filled whole for every request the breaker lets through
+/// (`scripts/bench-instructions`, closed).
 pub struct RequestState {
     /// The request this state belongs to: subrequests share the pool and its cleanups, so a
     /// state found there is this request's only if this matches.
     request: *const ngx_http_request_t,
-    scf: *const SrvConf,
-    route: *const Route,
-    pub key_hash: u64,
-    /// Where the breaker was found, to find it again without a lookup.
-    pub handle: Handle,
-    /// A probe ticket, while the request holds the probe slot.
-    pub ticket: Ticket,
+    pub judge: Judge,
+    pub balancer: Balancer,
+    pub attempts: Attempts,
+    pub settlement: Settlement,
+    pub told: Told,
     /// A slot of the adaptive limit, until the request's last upstream attempt ends.
     pub limit: Hold,
-    pub balancer: Balancer,
-    /// What the request was told, for the variables and the header; `None` while no breaker
-    /// has answered.
-    pub label: Option<Label>,
-    /// Answered without touching the origin.
-    pub short_circuited: bool,
-    /// `X-Circuit-State` is already in the response headers.
-    pub header_added: bool,
-    /// nginx's conf of the upstream (set in `peer.init`).
-    pub uscf: *const ngx_http_upstream_srv_conf_t,
-    /// The server of the current attempt ([`NO_SERVER`]: none of the pool's), and the
-    /// attempt's ticket on that server's breaker.
-    pub server: u16,
-    pub server_ticket: Ticket,
-    /// The current attempt probes an ejected server: routed by this module, not the balancer.
-    pub probing: bool,
-    /// Attempts started.
-    pub attempts: u16,
-    /// The request's first attempt is in the retry budget.
-    pub counted_first: bool,
-    /// The last attempt, which nginx retries: what the client gets should no retry be made
-    /// after all.
-    pub pending: Option<Classified>,
-    /// A pool cleanup settles `pending` should the request end with it.
-    pub settles_late: bool,
-    /// The PRECONTENT phase let the request through (its breaker closed) and created this
-    /// state: `peer.init` does not ask the breaker again.
-    pub passed: bool,
-    /// The client's request body was still arriving when `peer.init` ran (an upload passed
-    /// on as it arrives), and, once the body filter saw its end, when (`ngx_current_msec`):
-    /// the origin's time starts there, not at the connect.
-    pub body_arriving: bool,
-    pub body_done_at: Option<ngx_msec_t>,
-    /// When the breaker judged the request (`ngx_current_msec`, the time its admission was
-    /// asked at, or the state made), and when its outcome was recorded (0: not yet), for
-    /// `$circuit_breaker_msec`: what a replay needs to run the breaker at the same moments.
-    pub judged_ms: u64,
-    pub recorded_ms: u64,
     /// The pool cleanup record that releases this state, kept in the state rather than
     /// allocated by `ngx_pool_cleanup_add` (`scripts/bench-instructions`, closed).
     cleanup: ngx_pool_cleanup_t,
 }
 
-/// No server of the pool.
-pub const NO_SERVER: u16 = u16::MAX;
+/// Which breaker judges a request: its upstream and route (its key), and where it was last
+/// found in the zone. Set when the state is made; the handle follows the breaker.
+pub struct Judge {
+    scf: *const SrvConf,
+    route: *const Route,
+    pub key_hash: u64,
+    /// Where the breaker was found, to find it again without a lookup.
+    pub handle: Handle,
+    /// nginx's conf of the upstream, set in `peer.init` (null before): what the pool's
+    /// server probes and moves reach.
+    pub uscf: *const ngx_http_upstream_srv_conf_t,
+}
 
-impl RequestState {
+impl Judge {
     /// The upstream's conf.
     pub fn srv_conf(&self) -> &SrvConf {
         // SAFETY: upstream confs live as long as the configuration the request runs under.
@@ -139,24 +117,6 @@ impl RequestState {
     /// configuration the request runs under, which outlives the state.
     pub fn srv_conf_ptr(&self) -> *const SrvConf {
         self.scf
-    }
-
-    /// When the client's body ended, if it was still arriving when nginx connected: as the
-    /// body filter saw it, or now when it has not ended yet (the attempt ended first).
-    #[inline(always)]
-    pub fn body_end(&self) -> Option<ngx_msec_t> {
-        self.body_arriving.then(|| {
-            self.body_done_at.unwrap_or({
-                // SAFETY: a plain global only this worker's event loop writes, and it runs us.
-                unsafe { nginx_sys::ngx_current_msec }
-            })
-        })
-    }
-
-    /// Whether the client's body, still arriving when nginx connected, has not ended yet.
-    #[inline(always)]
-    pub fn body_open(&self) -> bool {
-        self.body_arriving && self.body_done_at.is_none()
     }
 
     /// The request's route.
@@ -195,7 +155,90 @@ impl RequestState {
     pub fn name(&self) -> String {
         format!("{}/{}", self.srv_conf().name, self.route().name)
     }
+}
 
+/// A request's attempts: the current one (its server, its ticket there, who routed it), how
+/// many were started, and the retry's bookkeeping — whether the first attempt is in the
+/// retry budget, and whether a pool cleanup stands in for a retry nginx said it would make
+/// — with the client's body, by whose end they are timed. The attempt a retry waits on is
+/// the [`Settlement`]'s: it is what the request's breaker records should the retry not come.
+pub struct Attempts {
+    /// The server of the current attempt ([`NO_SERVER`]: none of the pool's), and the
+    /// attempt's ticket on that server's breaker.
+    pub server: u16,
+    pub server_ticket: Ticket,
+    /// The current attempt probes an ejected server: routed by this module, not the balancer.
+    pub probing: bool,
+    /// Attempts started.
+    pub started: u16,
+    /// The request's first attempt is in the retry budget.
+    pub counted_first: bool,
+    /// A pool cleanup settles the request's pending attempt should the request end with it.
+    pub settles_late: bool,
+    /// The client's request body was still arriving when `peer.init` ran (an upload passed
+    /// on as it arrives), and, once the body filter saw its end, when (`ngx_current_msec`):
+    /// the origin's time starts there, not at the connect.
+    pub body_arriving: bool,
+    pub body_done_at: Option<ngx_msec_t>,
+}
+
+impl Attempts {
+    /// When the client's body ended, if it was still arriving when nginx connected: as the
+    /// body filter saw it, or now when it has not ended yet (the attempt ended first).
+    #[inline(always)]
+    pub fn body_end(&self) -> Option<ngx_msec_t> {
+        self.body_arriving.then(|| {
+            self.body_done_at.unwrap_or({
+                // SAFETY: a plain global only this worker's event loop writes, and it runs us.
+                unsafe { nginx_sys::ngx_current_msec }
+            })
+        })
+    }
+
+    /// Whether the client's body, still arriving when nginx connected, has not ended yet.
+    #[inline(always)]
+    pub fn body_open(&self) -> bool {
+        self.body_arriving && self.body_done_at.is_none()
+    }
+}
+
+/// What the request's breaker holds of it until its verdict is recorded: the request's
+/// ticket (a probe's holds the breaker's probe slot), the attempt a retry waits on, and the
+/// two instants `$circuit_breaker_msec` gives — what a replay needs to run the breaker at the
+/// same moments.
+///
+/// The retry's bookkeeping is the [`Attempts`]' (the budget counts attempts, and the cleanup
+/// stands in for an attempt), and whether the PRECONTENT phase let the request through is
+/// [`Told`] (`peer.init` reads it, the settlement never does).
+pub struct Settlement {
+    /// A probe ticket, while the request holds the probe slot.
+    pub ticket: Ticket,
+    /// The last attempt, which nginx retries: what the client gets should no retry be made
+    /// after all.
+    pub pending: Option<Classified>,
+    /// When the breaker judged the request (`ngx_current_msec`, the time its admission was
+    /// asked at, or the state made), and when its outcome was recorded (0: not yet).
+    pub judged_ms: u64,
+    pub recorded_ms: u64,
+}
+
+/// What the breaker told the request, and its client.
+pub struct Told {
+    /// For the variables and the header; `None` while no breaker has answered.
+    pub label: Option<Label>,
+    /// The PRECONTENT phase let the request through (its breaker closed) and made this
+    /// state: `peer.init` does not ask the breaker again.
+    pub passed: bool,
+    /// Answered without touching the origin.
+    pub short_circuited: bool,
+    /// `X-Circuit-State` is already in the response headers.
+    pub header_added: bool,
+}
+
+/// No server of the pool.
+pub const NO_SERVER: u16 = u16::MAX;
+
+impl RequestState {
     /// The request this state belongs to.
     pub fn request(&self) -> *const ngx_http_request_t {
         self.request
@@ -375,29 +418,37 @@ fn fresh(
 ) -> RequestState {
     RequestState {
         request: r,
-        scf,
-        route,
-        key_hash,
-        handle,
-        ticket: Ticket::Normal,
-        limit: Hold::NONE,
+        judge: Judge {
+            scf,
+            route,
+            key_hash,
+            handle,
+            uscf: core::ptr::null(),
+        },
         balancer: Balancer::NONE,
-        label: None,
-        short_circuited: false,
-        header_added: false,
-        uscf: core::ptr::null(),
-        server: NO_SERVER,
-        server_ticket: Ticket::Normal,
-        probing: false,
-        attempts: 0,
-        counted_first: false,
-        pending: None,
-        settles_late: false,
-        passed,
-        body_arriving: false,
-        body_done_at: None,
-        judged_ms: crate::clock::mono_ms(),
-        recorded_ms: 0,
+        attempts: Attempts {
+            server: NO_SERVER,
+            server_ticket: Ticket::Normal,
+            probing: false,
+            started: 0,
+            counted_first: false,
+            settles_late: false,
+            body_arriving: false,
+            body_done_at: None,
+        },
+        settlement: Settlement {
+            ticket: Ticket::Normal,
+            pending: None,
+            judged_ms: crate::clock::mono_ms(),
+            recorded_ms: 0,
+        },
+        told: Told {
+            label: None,
+            passed,
+            short_circuited: false,
+            header_added: false,
+        },
+        limit: Hold::NONE,
         cleanup: ngx_pool_cleanup_t {
             handler: Some(release),
             data: core::ptr::null_mut(),
@@ -634,7 +685,7 @@ pub fn holds_grant(r: &ngx_http_request_t) -> bool {
     }
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     let state = unsafe { ctx.cast::<RequestState>().as_ref() };
-    state.is_some_and(|s| s.ticket != Ticket::Normal || s.limit.is_held())
+    state.is_some_and(|s| s.settlement.ticket != Ticket::Normal || s.limit.is_held())
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,
@@ -642,7 +693,7 @@ pub fn holds_grant(r: &ngx_http_request_t) -> bool {
 /// only when it matters).
 #[inline(always)]
 pub fn wants_header(s: &RequestState, on: impl FnOnce() -> bool) -> bool {
-    !s.header_added && s.label.is_some() && (s.short_circuited || on())
+    !s.told.header_added && s.told.label.is_some() && (s.told.short_circuited || on())
 }
 
 /// Whether the request's location has `circuit_breaker_header on`.
@@ -723,7 +774,7 @@ unsafe extern "C" fn release(data: *mut c_void) {
     };
     // SAFETY: `attach` handed this state to the cleanup, which runs once, last.
     let state = unsafe { ptr.as_ref() };
-    if state.limit.is_held() || state.ticket != Ticket::Normal {
+    if state.limit.is_held() || state.settlement.ticket != Ticket::Normal {
         give_back(state);
     }
     // SAFETY: the request is gone: nothing refers to its state any more but the pool's
@@ -740,12 +791,13 @@ fn give_back(state: &RequestState) {
         if state.limit.is_held() {
             limit::release(state.limit);
         }
-        if let Ticket::Probe(_) = state.ticket {
-            if let Some((zone, _)) = state.zone() {
+        let (judge, ticket) = (&state.judge, state.settlement.ticket);
+        if let Ticket::Probe(_) = ticket {
+            if let Some((zone, _)) = judge.zone() {
                 let mut locked = zone.lock();
-                let found = locked.get_probe(state.handle, &state.key(), state.ticket);
+                let found = locked.get_probe(judge.handle, &judge.key(), ticket);
                 if let Some(mut b) = found {
-                    b.release(crate::clock::mono_ms(), state.ticket);
+                    b.release(crate::clock::mono_ms(), ticket);
                 }
             }
         }

@@ -354,7 +354,7 @@ pub unsafe fn short_circuit(
     // The header filter must not add it again. (A PRECONTENT short-circuit's `Rejected`
     // needs no such note: the filter never adds the header for it.)
     if let Some(state) = request::here(r) {
-        state.header_added = true;
+        state.told.header_added = true;
     }
     #[cfg(ngx_http_cache)]
     // SAFETY: as ngx_http_upstream_finalize_request does: release the cache node this request
@@ -402,8 +402,10 @@ pub(crate) fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
         request::here(req)
     };
     let Some(state) = state else { return };
-    let Some(label) = state.label else { return };
-    state.header_added = true;
+    let Some(label) = state.told.label else {
+        return;
+    };
+    state.told.header_added = true;
     push_header(
         &mut req.headers_out.headers,
         "X-Circuit-State",
@@ -489,7 +491,7 @@ unsafe extern "C" fn upstream_variable(
 fn judged_by(req: &mut ngx_http_request_t) -> Option<&'static str> {
     let lcf = request::loc_conf(req);
     let scf = match request::find(req)? {
-        Answer::State(s) => s.srv_conf_ptr(),
+        Answer::State(s) => s.judge.srv_conf_ptr(),
         Answer::Rejected(rec) => match rec.upstream() {
             Some(scf) => scf,
             None => lcf?.precontent,
@@ -512,8 +514,8 @@ unsafe extern "C" fn variable(
         let (req, v) = unsafe { (&mut *r, &mut *v) };
         let lcf = request::loc_conf(req);
         let text: &str = match request::find(req) {
-            Some(Answer::State(s)) if data == 0 => s.label.map_or("", Label::name),
-            Some(Answer::State(s)) if s.label.is_some() => route_name(s.route()),
+            Some(Answer::State(s)) if data == 0 => s.told.label.map_or("", Label::name),
+            Some(Answer::State(s)) if s.told.label.is_some() => route_name(s.judge.route()),
             Some(Answer::Rejected(s)) if data == 0 => s.label.name(),
             Some(Answer::Rejected(s)) => {
                 route_name(s.route().unwrap_or_else(|| request::route_of(lcf)))

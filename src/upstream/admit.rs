@@ -17,13 +17,13 @@ use crate::zone::{Handle, Key, Missing, Zone};
 /// location in this worker). A probe is never claimed here.
 #[inline(always)]
 pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Option<Admission> {
-    let (zone, _) = state.zone()?;
-    let handle = match (state.handle.is_none(), hint) {
+    let (zone, _) = state.judge.zone()?;
+    let handle = match (state.judge.handle.is_none(), hint) {
         (true, Some(h)) => h.get(),
-        _ => state.handle,
+        _ => state.judge.handle,
     };
-    let a = zone.admit_unlocked(handle, state.key_hash, mono_ms())?;
-    state.handle = handle;
+    let a = zone.admit_unlocked(handle, state.judge.key_hash, mono_ms())?;
+    state.judge.handle = handle;
     note(state, &a, None);
     Some(a)
 }
@@ -57,14 +57,14 @@ fn ask_locked(
     log: *mut ngx_log_t,
     may_probe: bool,
 ) -> Option<Admission> {
-    let cfg = *state.srv_conf().breaker.as_ref()?;
-    let (zone, mcf) = state.zone()?;
+    let cfg = *state.judge.srv_conf().breaker.as_ref()?;
+    let (zone, mcf) = state.judge.zone()?;
     let now = mono_ms();
-    let handle = hint.map_or(state.handle, Cell::get);
+    let handle = hint.map_or(state.judge.handle, Cell::get);
     let answer = admit_locked(
         zone,
         handle,
-        &state.key(),
+        &state.judge.key(),
         &cfg,
         mcf.generation,
         now,
@@ -73,22 +73,22 @@ fn ask_locked(
     let (decision, breaker_state, found) = match answer {
         Ok(a) => a,
         Err(Missing::Full) => {
-            log_full_once(log, state.key_hash, &state.name());
+            log_full_once(log, state.judge.key_hash, &state.judge.name());
             return None;
         }
         Err(Missing::Stale) => return None,
     };
-    state.handle = found;
-    state.judged_ms = now;
+    state.judge.handle = found;
+    state.settlement.judged_ms = now;
     if let Some(h) = hint {
         h.set(found);
     }
     if let Some(t) = &decision.transition {
-        log_transition(log, &state.name(), t);
+        log_transition(log, &state.judge.name(), t);
     }
     note(state, &decision.admission, Some(breaker_state));
     if let Admission::Probe(ticket) = decision.admission {
-        state.ticket = ticket;
+        state.settlement.ticket = ticket;
     }
     Some(decision.admission)
 }
@@ -114,13 +114,14 @@ fn admit_locked(
 
 /// Records what the request was told.
 fn note(state: &mut RequestState, a: &Admission, breaker_state: Option<State>) {
-    state.label = Some(match (a, breaker_state) {
+    state.told.label = Some(match (a, breaker_state) {
         (Admission::Recovering { .. }, _) => Label::Recovering,
         (_, Some(s)) => Label::State(s),
         (Admission::Reject { .. }, None) => Label::State(State::Open),
         (_, None) => Label::State(State::Closed),
     });
-    state.short_circuited = matches!(a, Admission::Reject { .. } | Admission::Recovering { .. });
+    state.told.short_circuited =
+        matches!(a, Admission::Reject { .. } | Admission::Recovering { .. });
 }
 
 /// One `warn` line per transition, with its numbers; and the fleet's exchange, if any, is

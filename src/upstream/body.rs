@@ -62,9 +62,12 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         let req = unsafe { &mut *r };
         if let Some(state) = request::here(req) {
             // SAFETY: as above.
-            if state.body_arriving && state.body_done_at.is_none() && unsafe { ends(chain) } {
+            if state.attempts.body_arriving
+                && state.attempts.body_done_at.is_none()
+                && unsafe { ends(chain) }
+            {
                 // SAFETY: a plain global only this worker's event loop writes.
-                state.body_done_at = Some(unsafe { ngx_current_msec });
+                state.attempts.body_done_at = Some(unsafe { ngx_current_msec });
             }
         }
         // SAFETY: the next filter, set at configuration, read on the one thread that runs.

@@ -37,7 +37,7 @@ pub(super) unsafe extern "C" fn free_peer(
         // The closed path first: the free from the request's finalization (no retry follows,
         // no TLS failure) of an attempt the balancer chose. The rest apart, for the closed
         // path's cost (`scripts/bench-instructions`, closed).
-        if ngx_state == 0 && !state.probing {
+        if ngx_state == 0 && !state.attempts.probing {
             // SAFETY: as for this function.
             unsafe { free_final(state, pcr) };
         } else {
@@ -60,13 +60,22 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
     let u = unsafe { &*req.upstream };
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome = unsafe { outcome::read(req, u, pcr, 0, state.body_end(), state.body_open()) };
+    let outcome = unsafe {
+        outcome::read(
+            req,
+            u,
+            pcr,
+            0,
+            state.attempts.body_end(),
+            state.attempts.body_open(),
+        )
+    };
     if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.
         unsafe { free(pcr, state.balancer.data, 0) };
     }
-    if let Some((zone, _)) = state.zone() {
-        let attempt = state.classify(outcome.attempt);
+    if let Some((zone, _)) = state.judge.zone() {
+        let attempt = state.judge.classify(outcome.attempt);
         settle(state, zone, &attempt, Settle::Final);
     }
     // SAFETY: request, upstream and peer are live in peer.free.
@@ -87,11 +96,11 @@ unsafe fn free_any(
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    let (body_end, body_open) = (state.body_end(), state.body_open());
+    let (body_end, body_open) = (state.attempts.body_end(), state.attempts.body_open());
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
     let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open) };
-    if core::mem::take(&mut state.probing) {
+    if core::mem::take(&mut state.attempts.probing) {
         // This module chose the peer (a server probe): the balancer has nothing to
         // free, and the try is counted here as its free would.
         pcr.tries = pcr.tries.saturating_sub(1);
@@ -105,7 +114,7 @@ unsafe fn free_any(
         return;
     }
     let attempt = outcome.attempt;
-    if let Some((zone, _)) = state.zone() {
+    if let Some((zone, _)) = state.judge.zone() {
         let next = ngx_state & (NGX_PEER_FAILED | NGX_PEER_NEXT) as ngx_uint_t != 0;
         // SAFETY: the request, its upstream and its peer, in free.
         let how = if next && unsafe { retry::follows(req, u, pcr, &attempt) } {
@@ -118,17 +127,17 @@ unsafe fn free_any(
                 NGX_LOG_ERR,
                 connection_log(req),
                 "circuit breaker \"{}\": TLS failure with the upstream, counted apart, not as an origin failure",
-                state.name()
+                state.judge.name()
             );
         } else if attempt.ending == Ending::TooBigHeader {
             ngx::ngx_log_error!(
                 NGX_LOG_WARN,
                 connection_log(req),
                 "circuit breaker \"{}\": upstream sent too big header, not counted as an origin failure",
-                state.name()
+                state.judge.name()
             );
         }
-        let classified = state.classify(attempt);
+        let classified = state.judge.classify(attempt);
         settle(state, zone, &classified, how);
     }
     // SAFETY: request, upstream and peer are live in peer.free.
@@ -158,9 +167,9 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified
     let now = mono_ms();
     // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
     // under, which outlives the request and its state.
-    let scf = unsafe { &*state.srv_conf_ptr() };
-    let server = core::mem::replace(&mut state.server, NO_SERVER);
-    let server_ticket = core::mem::replace(&mut state.server_ticket, Ticket::Normal);
+    let scf = unsafe { &*state.judge.srv_conf_ptr() };
+    let server = core::mem::replace(&mut state.attempts.server, NO_SERVER);
+    let server_ticket = core::mem::replace(&mut state.attempts.server_ticket, Ticket::Normal);
     let retried = matches!(how, Settle::Retried(_));
     let success = attempt.is_success();
     let on_server = (server != NO_SERVER).then(|| OnServer {
@@ -172,24 +181,24 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified
     });
     let recorded = !retried
         && success
-        && state.ticket == Ticket::Normal
+        && state.settlement.ticket == Ticket::Normal
         && zone.add_success(
-            state.handle,
-            state.key_hash,
+            state.judge.handle,
+            state.judge.key_hash,
             now,
             attempt.attempt.response_ms,
         );
-    if scf.retry.is_some() && !state.counted_first && scf.local.firsts.add(now) {
-        state.counted_first = true;
+    if scf.retry.is_some() && !state.attempts.counted_first && scf.local.firsts.add(now) {
+        state.attempts.counted_first = true;
     }
     if recorded {
         // Recorded without the lock: `$circuit_breaker_msec` says when.
-        state.recorded_ms = now;
+        state.settlement.recorded_ms = now;
     }
     let server_left = on_server.is_some_and(|s| !s.recorded);
-    let first_left = scf.retry.is_some() && !state.counted_first;
+    let first_left = scf.retry.is_some() && !state.attempts.counted_first;
     if !retried && !server_left && recorded && !first_left {
-        state.pending = None;
+        state.settlement.pending = None;
         return;
     }
     settle_locked(state, zone, attempt, how, now, on_server, recorded);
@@ -208,9 +217,9 @@ fn settle_locked(
 ) {
     // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
     // under, which outlives the request and its state.
-    let scf = unsafe { &*state.srv_conf_ptr() };
+    let scf = unsafe { &*state.judge.srv_conf_ptr() };
     let Some(cfg) = scf.breaker.as_ref() else {
-        state.pending = None;
+        state.settlement.pending = None;
         return;
     };
     let retry = match how {
@@ -218,32 +227,32 @@ fn settle_locked(
         Settle::Final => None,
     };
     // SAFETY: set in peer.init to the request's upstream conf (or null), live in a worker.
-    let uscf = unsafe { state.uscf.as_ref() };
+    let uscf = unsafe { state.judge.uscf.as_ref() };
     // SAFETY: `uscf` is the upstream conf whose module conf is `scf`, in a worker.
     let up = uscf.map(|u| unsafe { Upstream::new(zone, scf, u) });
     let on_server = on_server.filter(|_| up.is_some() && scf.pool.is_some());
     // SAFETY: the request owning this state is live while its attempts end.
     let log = connection_log(unsafe { &*state.request() });
-    let name = state.name();
+    let name = state.judge.name();
     let end = Ended {
         attempt,
         upstream: cfg,
         name: &name,
         now_ms: now,
-        ticket: state.ticket,
+        ticket: state.settlement.ticket,
         server: on_server,
         retry: retry.is_some(),
         dry_run: cfg.dry_run,
         recorded,
         budget: scf.retry.is_some(),
-        first_counted: state.counted_first,
+        first_counted: state.attempts.counted_first,
     };
     let plan = {
         let mut locked = zone.lock();
         let mut ledger = ZoneLedger {
             locked: &mut locked,
-            handle: state.handle,
-            key: state.key(),
+            handle: state.judge.handle,
+            key: state.judge.key(),
             scf,
             up,
             now,
@@ -254,10 +263,10 @@ fn settle_locked(
         }
         plan
     };
-    state.counted_first = plan.first_counted;
+    state.attempts.counted_first = plan.first_counted;
     match (plan.retry, retry) {
         (Retry::Made, _) => {
-            state.pending = Some(*attempt);
+            state.settlement.pending = Some(*attempt);
             settle_late(state);
             return;
         }
@@ -265,29 +274,29 @@ fn settle_locked(
         (Retry::Refused, Some(pc)) => pc.tries = 0,
         _ => {}
     }
-    state.pending = None;
+    state.settlement.pending = None;
     if recorded {
         return;
     }
-    state.ticket = Ticket::Normal;
+    state.settlement.ticket = Ticket::Normal;
     let Some(recorded) = plan.recorded else {
         return;
     };
-    state.recorded_ms = now;
+    state.settlement.recorded_ms = now;
     if let Some(t) = &recorded.transition {
         log_transition(log, &name, t);
     } else if recorded.state == State::Closed {
         // A failure (successes rarely take the lock) the fleet may need to hear of at once.
         crate::wake::nudge();
     }
-    state.label = Some(Label::State(recorded.state));
+    state.told.label = Some(Label::State(recorded.state));
 }
 
 /// Makes sure a request whose last attempt nginx said it would retry is judged even if the
 /// retry never comes: a pool cleanup, added once (its cleanups run newest first, so the
 /// request's state is still there).
 fn settle_late(state: &mut RequestState) {
-    if core::mem::replace(&mut state.settles_late, true) {
+    if core::mem::replace(&mut state.attempts.settles_late, true) {
         return;
     }
     // SAFETY: the request owning this state is live; its pool too.
@@ -303,7 +312,7 @@ unsafe extern "C" fn settle_at_end(data: *mut c_void) {
     guard((), || {
         // SAFETY: the state `settle_late` registered, released only by an older cleanup.
         let state = unsafe { &mut *data.cast::<RequestState>() };
-        if let (Some(a), Some((zone, _))) = (state.pending.take(), state.zone()) {
+        if let (Some(a), Some((zone, _))) = (state.settlement.pending.take(), state.judge.zone()) {
             settle(state, zone, &a, Settle::Final);
         }
     });

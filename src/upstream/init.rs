@@ -121,8 +121,8 @@ unsafe fn init_asked(
                 .map(|l| &l.hint);
             let reuse = request::here(req).is_some_and(|s| {
                 s.belongs_to(me)
-                    && core::ptr::eq(s.srv_conf(), scf)
-                    && core::ptr::eq(s.route(), route)
+                    && core::ptr::eq(s.judge.srv_conf(), scf)
+                    && core::ptr::eq(s.judge.route(), route)
             });
             let found = if reuse {
                 request::here(req)
@@ -135,7 +135,7 @@ unsafe fn init_asked(
             let state_ptr: *mut RequestState = state;
             // SAFETY: just found or created; no other borrow of it is live.
             let state = unsafe { &mut *state_ptr };
-            state.body_arriving = body_arriving;
+            state.attempts.body_arriving = body_arriving;
             let answer = admit::ask(state, hint, log, !body_arriving);
             (state_ptr, answer)
         }
@@ -150,7 +150,7 @@ unsafe fn init_asked(
             if respond::can_serve_stale(req, u) {
                 Plan::Stale
             } else {
-                let label = state.label.unwrap_or(Label::State(State::Open));
+                let label = state.told.label.unwrap_or(Label::State(State::Open));
                 Plan::ShortCircuit(label, retry_after_ms)
             }
         }
@@ -177,9 +177,9 @@ unsafe fn init_asked(
             // SAFETY: `state_ptr` is this request's state in its pool, live as long as the request;
             // the earlier borrow ended when the plan was made.
             let state = unsafe { &mut *state_ptr };
-            state.uscf = us;
+            state.judge.uscf = us;
             if scf.pool.is_some() {
-                if let Some((zone, _)) = state.zone() {
+                if let Some((zone, _)) = state.judge.zone() {
                     // SAFETY: the upstream's own conf, in a worker.
                     eject::follow(unsafe { Upstream::new(zone, scf, uscf) }, mono_ms());
                 }
@@ -234,7 +234,7 @@ fn read_whole(u: &mut nginx_sys::ngx_http_upstream_t) {
 /// # Safety
 /// `r` must be the live request, in the header filter.
 pub unsafe fn read_probe_whole(r: &mut ngx_http_request_t) {
-    let probing = request::here(r).is_some_and(|s| s.ticket != Ticket::Normal);
+    let probing = request::here(r).is_some_and(|s| s.settlement.ticket != Ticket::Normal);
     if !probing || caches(r) {
         return;
     }
@@ -277,10 +277,10 @@ fn take_passed<'r>(req: &'r mut ngx_http_request_t, scf: &SrvConf) -> Option<&'r
     let me: *const ngx_http_request_t = req;
     let body_arriving = req.reading_body() != 0;
     let state = request::here(req)
-        .filter(|s| s.passed && s.belongs_to(me) && core::ptr::eq(s.srv_conf(), scf))?;
-    state.passed = false;
-    state.label = Some(Label::State(State::Closed));
-    state.body_arriving = body_arriving;
+        .filter(|s| s.told.passed && s.belongs_to(me) && core::ptr::eq(s.judge.srv_conf(), scf))?;
+    state.told.passed = false;
+    state.told.label = Some(Label::State(State::Closed));
+    state.attempts.body_arriving = body_arriving;
     Some(state)
 }
 
@@ -317,7 +317,7 @@ unsafe fn init_passed(
     original_init: InitPeer,
     state: &mut RequestState,
 ) -> ngx_int_t {
-    state.uscf = us;
+    state.judge.uscf = us;
     // SAFETY: the balancer's own init, with the arguments nginx gave us.
     let rc = unsafe { original_init(r, us) };
     if rc != NGX_OK as ngx_int_t {
@@ -340,7 +340,7 @@ unsafe fn init_passed(
 #[inline(always)]
 fn wrap_balancer(u: &mut nginx_sys::ngx_http_upstream_t, state: &mut RequestState) {
     let original = u.peer.data;
-    let pooled = state.srv_conf().pool.is_some();
+    let pooled = state.judge.srv_conf().pool.is_some();
     u.peer.data = core::ptr::from_mut(state).cast();
     let b = &mut state.balancer;
     b.get = u.peer.get;

@@ -25,7 +25,10 @@ pub const RETRY_AFTER_MS: u64 = 1000;
 /// is one test in `peer.init`.
 #[inline]
 pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
-    if state.srv_conf().limit.is_none() || state.limit.is_held() || state.handle.is_none() {
+    if state.judge.srv_conf().limit.is_none()
+        || state.limit.is_held()
+        || state.judge.handle.is_none()
+    {
         return true;
     }
     take_slot(state, log)
@@ -34,23 +37,25 @@ pub fn admit(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
 /// [`admit`] for an upstream with a limit.
 #[inline(never)]
 fn take_slot(state: &mut RequestState, log: *mut ngx_log_t) -> bool {
-    let scf = state.srv_conf();
+    let scf = state.judge.srv_conf();
     let Some(cfg) = scf.limit.as_ref() else {
         return true;
     };
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
-    let Some((zone, _)) = state.zone() else {
+    let Some((zone, _)) = state.judge.zone() else {
         return true;
     };
-    match limit::acquire(zone, state.handle, cfg, dry_run, log, || state.name()) {
+    match limit::acquire(zone, state.judge.handle, cfg, dry_run, log, || {
+        state.judge.name()
+    }) {
         Admit::Slot(hold) => {
             state.limit = hold;
             true
         }
         Admit::Unlimited => true,
         Admit::Shed => {
-            state.label = Some(Label::Limited);
-            state.short_circuited = true;
+            state.told.label = Some(Label::Limited);
+            state.told.short_circuited = true;
             false
         }
     }
@@ -102,7 +107,7 @@ unsafe fn sample(
     // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
     // contract), which is what `retry_follows` asks.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
-    limit::attempt_ended(state.limit, Sample::of(a, state.attempts > 1), last);
+    limit::attempt_ended(state.limit, Sample::of(a, state.attempts.started > 1), last);
     if last {
         state.limit = Hold::NONE;
     }
@@ -147,6 +152,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
         return;
     }
     let since = state
+        .attempts
         .body_end()
         .map_or(0, |t| t.saturating_sub(u.start_time) as u64);
     let header_ms = st.header_time as u64;
@@ -166,7 +172,11 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
         },
         ..Attempt::http(status, ms)
     };
-    limit::attempt_ended(state.limit, Sample::of(&a, state.attempts > 1), true);
+    limit::attempt_ended(
+        state.limit,
+        Sample::of(&a, state.attempts.started > 1),
+        true,
+    );
     state.limit = Hold::NONE;
 }
 

@@ -96,7 +96,7 @@ pub(super) unsafe extern "C" fn get_peer_unpooled(
         };
         // SAFETY: the balancer's own get with its own data.
         let rc = unsafe { get(pc, state.balancer.data) };
-        if state.pending.is_some() {
+        if state.settlement.pending.is_some() {
             settle_no_server(state, rc);
         } else if rc == NGX_BUSY as ngx_int_t {
             settle_no_live(state);
@@ -112,9 +112,9 @@ pub(super) unsafe extern "C" fn get_peer_unpooled(
 /// retry budget.
 #[cold]
 fn settle_no_live(state: &mut RequestState) {
-    if let Some((zone, _)) = state.zone() {
-        state.counted_first = true;
-        let attempt = state.classify(Attempt::ended(Ending::NoLive, 0));
+    if let Some((zone, _)) = state.judge.zone() {
+        state.attempts.counted_first = true;
+        let attempt = state.judge.classify(Attempt::ended(Ending::NoLive, 0));
         settle(state, zone, &attempt, Settle::Final);
     }
 }
@@ -123,9 +123,9 @@ fn settle_no_live(state: &mut RequestState) {
 /// client itself, and the attempt before was the last.
 #[inline]
 fn settle_no_server(state: &mut RequestState, rc: ngx_int_t) {
-    if let Some(pending) = state.pending.take() {
+    if let Some(pending) = state.settlement.pending.take() {
         if rc != NGX_OK as ngx_int_t && rc != NGX_DONE as ngx_int_t {
-            if let Some((zone, _)) = state.zone() {
+            if let Some((zone, _)) = state.judge.zone() {
                 settle(state, zone, &pending, Settle::Final);
             }
         }
@@ -144,31 +144,34 @@ pub(super) unsafe extern "C" fn get_peer(
         let Some(get) = state.balancer.get else {
             return NGX_ERROR as ngx_int_t;
         };
-        state.server = NO_SERVER;
-        state.attempts = state.attempts.saturating_add(1);
+        state.attempts.server = NO_SERVER;
+        state.attempts.started = state.attempts.started.saturating_add(1);
         // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
         // under, which outlives the request and its state.
-        let scf = unsafe { &*state.srv_conf_ptr() };
+        let scf = unsafe { &*state.judge.srv_conf_ptr() };
         if let Some(pool) = scf.pool.as_ref() {
             let now = mono_ms();
-            if state.attempts == 1 && !state.uscf.is_null() && eject::probe_due(pool, now) {
-                // SAFETY: `state.uscf` is this request's upstream conf, set in peer.init
+            if state.attempts.started == 1
+                && !state.judge.uscf.is_null()
+                && eject::probe_due(pool, now)
+            {
+                // SAFETY: `state.judge.uscf` is this request's upstream conf, set in peer.init
                 // and live in a worker; `r` is the live request whose pool the copy uses.
-                let claimed = state.zone().and_then(|(zone, _)| unsafe {
-                    eject::claim_probe(pool, zone, &*state.uscf, (*state.request()).pool, now)
+                let claimed = state.judge.zone().and_then(|(zone, _)| unsafe {
+                    eject::claim_probe(pool, zone, &*state.judge.uscf, (*state.request()).pool, now)
                 });
                 if let Some(p) = claimed {
                     // The balancer never sees this attempt: its free is not called for it,
                     // and the try it takes is one more than the balancer counted.
-                    state.server = p.server;
-                    state.server_ticket = p.ticket;
-                    state.probing = true;
+                    state.attempts.server = p.server;
+                    state.attempts.server_ticket = p.ticket;
+                    state.attempts.probing = true;
                     pc.sockaddr = p.sockaddr;
                     pc.socklen = p.socklen;
                     pc.name = p.name;
                     pc.set_cached(0);
                     pc.connection = core::ptr::null_mut();
-                    if state.ticket == Ticket::Normal {
+                    if state.settlement.ticket == Ticket::Normal {
                         // The probe of the request's breaker is one attempt, wherever it goes.
                         pc.tries = pc.tries.saturating_add(1);
                     }
@@ -178,15 +181,15 @@ pub(super) unsafe extern "C" fn get_peer(
         }
         // SAFETY: the balancer's own get with its own data.
         let rc = unsafe { get(pc, state.balancer.data) };
-        if state.pending.is_some() {
+        if state.settlement.pending.is_some() {
             settle_no_server(state, rc);
-        } else if rc == NGX_BUSY as ngx_int_t && state.attempts == 1 {
+        } else if rc == NGX_BUSY as ngx_int_t && state.attempts.started == 1 {
             settle_no_live(state);
         }
         let chosen = rc == NGX_OK as ngx_int_t || rc == NGX_DONE as ngx_int_t;
         if let (true, Some(pool)) = (chosen, scf.pool.as_ref()) {
             // SAFETY: the balancer just chose the peer `pc->name` names.
-            state.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
+            state.attempts.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
         }
         rc
     })
@@ -197,7 +200,7 @@ pub(super) unsafe extern "C" fn get_peer(
 fn balancer_of(data: *mut c_void) -> Option<request::Balancer> {
     // SAFETY: `data` is the state our peer.init set; only copied out of.
     let state = unsafe { request::from_peer_data(data) };
-    (!state.probing).then_some(state.balancer)
+    (!state.attempts.probing).then_some(state.balancer)
 }
 
 pub(super) unsafe extern "C" fn notify_peer(
