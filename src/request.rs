@@ -142,8 +142,9 @@ impl Judge {
     }
 
     /// `a`, classified by the upstream's classes (which are its servers' too), once for every
-    /// consumer of its outcome.
-    #[inline]
+    /// consumer of its outcome. Inline: a plain answer's verdict is then made in registers
+    /// (`scripts/bench-instructions`, closed).
+    #[inline(always)]
     pub fn classify(&self, a: Attempt) -> Classified {
         match &self.srv_conf().breaker {
             Some(cfg) => Classified::of(a, cfg),

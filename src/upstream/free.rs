@@ -70,16 +70,18 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
             state.attempts.body_open(),
         )
     };
+    // Classified before the balancer's free: the outcome is then kept across the call
+    // already classified, rather than read back to be (`scripts/bench-instructions`, closed).
+    let attempt = state.judge.classify(outcome.attempt);
     if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.
         unsafe { free(pcr, state.balancer.data, 0) };
     }
     if let Some((zone, _)) = state.judge.zone() {
-        let attempt = state.judge.classify(outcome.attempt);
         settle(state, zone, &attempt, Settle::Final);
     }
     // SAFETY: request, upstream and peer are live in peer.free.
-    unsafe { limit::attempt_ended(state, req, u, pcr, 0, &outcome.attempt) };
+    unsafe { limit::attempt_ended(state, req, u, pcr, 0, &attempt.attempt) };
 }
 
 /// [`free_peer`] of any attempt.

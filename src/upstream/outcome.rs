@@ -38,6 +38,10 @@ pub struct Outcome {
 /// # Safety
 /// `r` and `u` must be the live request and its upstream, whose peer `pc` is, called from
 /// `peer.free`.
+///
+/// Always inlined: the final free's fixed `state` (0) folds the failed attempt's branches
+/// away, and the attempt stays in registers (`scripts/bench-instructions`, closed).
+#[inline(always)]
 pub unsafe fn read(
     r: &ngx_http_request_t,
     u: &ngx_http_upstream_t,
@@ -265,7 +269,8 @@ fn tls_handshake_failure(_u: &ngx_http_upstream_t, _c: &ngx_connection_t) -> Opt
 /// still have failed (nginx answers the client 502/504, or cuts the body short).
 ///
 /// # Safety
-/// As for [`read`].
+/// As for [`read`]. Inline in it, as it is (`scripts/bench-instructions`, closed).
+#[inline(always)]
 unsafe fn body_ending(
     r: &ngx_http_request_t,
     u: &ngx_http_upstream_t,

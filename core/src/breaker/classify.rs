@@ -228,12 +228,13 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
             ..Verdict::default()
         };
     }
-    classify_rest(a, cfg, slow)
+    classify_rest(*a, cfg, slow)
 }
 
-/// [`classify`] of what is not a plain answer.
+/// [`classify`] of what is not a plain answer. The attempt by value: a caller that has it in
+/// registers stores it only on this path (`scripts/bench-instructions`, closed).
 #[inline(never)]
-fn classify_rest(a: &Attempt, cfg: &BreakerConfig, slow: bool) -> Verdict {
+fn classify_rest(a: Attempt, cfg: &BreakerConfig, slow: bool) -> Verdict {
     match a.ending {
         Ending::NoVerdict | Ending::TooBigHeader => return Verdict::default(),
         // The client's deadline ran out first: no verdict on the answer, but an origin that
@@ -255,7 +256,7 @@ fn classify_rest(a: &Attempt, cfg: &BreakerConfig, slow: bool) -> Verdict {
         }
         _ => {}
     }
-    let class = class_of(a);
+    let class = class_of(&a);
     let retry_after_503 = class == Some(FailureClass::Http503RetryAfter);
     let failure = class.is_some_and(|c| c == FailureClass::NoLive || cfg.failures.contains(c));
     Verdict {
@@ -345,11 +346,7 @@ pub(crate) mod tests {
                                     response_ms,
                                 };
                                 let slow = cfg.slow_ms > 0 && response_ms > u64::from(cfg.slow_ms);
-                                assert_eq!(
-                                    classify(&a, cfg),
-                                    classify_rest(&a, cfg, slow),
-                                    "{a:?}"
-                                );
+                                assert_eq!(classify(&a, cfg), classify_rest(a, cfg, slow), "{a:?}");
                             }
                         }
                     }
