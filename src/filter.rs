@@ -8,7 +8,7 @@ use nginx_sys::{
 };
 
 use crate::ffi::guard;
-use crate::request::{self, Note};
+use crate::request::{self, AtHeader};
 use crate::respond;
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -30,31 +30,62 @@ pub unsafe fn add_header_filter() {
 ///
 /// Whether there may be anything to do is told from the ctx alone, and the work is apart (a
 /// PRECONTENT short-circuit's header went in with its Retry-After), so that a request the
-/// module never saw pays little (`scripts/bench-instructions`, open_503 and plain).
+/// module never saw, or whose state needs nothing, pays little (`scripts/bench-instructions`,
+/// open_503, plain and closed).
 unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx passes a live request.
-    let look = match request::note(unsafe { &*r }) {
-        Note::Nothing => None,
-        Note::Here => Some(false),
-        Note::Look => Some(true),
-    };
-    if let Some(look) = look {
-        guard((), || {
-            // SAFETY: as above; no other reference to the request is live here.
-            respond::add_state_header(unsafe { &mut *r }, look)
-        });
-    }
-    // SAFETY: as above.
-    if request::holds_grant(unsafe { &*r }) {
-        guard((), || {
-            // SAFETY: as above, in the header filter; no other reference to it is live.
-            unsafe { crate::upstream::header_passed(&mut *r) }
-        });
+    match request::at_header(unsafe { &*r }) {
+        AtHeader::Nothing => {}
+        // SAFETY: as above, in the header filter.
+        AtHeader::Here { header, holds } => unsafe { header_here(r, header, holds) },
+        // SAFETY: as above, in the header filter.
+        AtHeader::Look => unsafe { header_look(r) },
     }
     // SAFETY: set in add_header_filter to the previous top filter, during configuration.
     match unsafe { NEXT_HEADER_FILTER } {
         // SAFETY: the next filter in nginx's chain, with the request it was given.
         Some(next) => unsafe { next(r) },
         None => NGX_OK as ngx_int_t,
+    }
+}
+
+/// [`header_filter`] for the state in the ctx: `X-Circuit-State` if it wants it, then what
+/// it holds given back at the header.
+///
+/// # Safety
+/// `r` is the live request, in the header filter, its state in the ctx.
+#[inline(never)]
+unsafe fn header_here(r: *mut ngx_http_request_t, header: bool, holds: bool) {
+    if header {
+        guard((), || {
+            // SAFETY: as for this function; no other reference to the request is live here.
+            respond::add_state_header(unsafe { &mut *r }, false)
+        });
+    }
+    if holds {
+        guard((), || {
+            // SAFETY: as for this function; no other reference to the request is live.
+            unsafe { crate::upstream::header_passed(&mut *r) }
+        });
+    }
+}
+
+/// [`header_filter`] after an internal redirect: the state looked for first.
+///
+/// # Safety
+/// `r` is the live request, in the header filter.
+#[cold]
+#[inline(never)]
+unsafe fn header_look(r: *mut ngx_http_request_t) {
+    guard((), || {
+        // SAFETY: as for this function; no other reference to the request is live here.
+        respond::add_state_header(unsafe { &mut *r }, true)
+    });
+    // SAFETY: as for this function.
+    if request::holds_grant(unsafe { &*r }) {
+        guard((), || {
+            // SAFETY: as for this function; no other reference to the request is live.
+            unsafe { crate::upstream::header_passed(&mut *r) }
+        });
     }
 }

@@ -649,30 +649,40 @@ pub fn answered(r: &ngx_http_request_t) -> bool {
     !ctx(r).is_null()
 }
 
-/// What the header filter has to do about `X-Circuit-State`, told from the ctx.
-pub enum Note {
+/// What the header filter has to do, told from the ctx.
+pub enum AtHeader {
     /// Nothing: the PRECONTENT phase short-circuited the request in its current location
     /// (the header went in with its Retry-After), the module never saw it, or its state has
-    /// the header or needs none.
+    /// the header or needs none and holds nothing.
     Nothing,
-    /// Add it for the state in the ctx.
-    Here,
+    /// For the state in the ctx: add `X-Circuit-State` (`header`), and give back at the
+    /// header what it holds (`holds`: the half-open probe or a slot of the adaptive limit).
+    Here { header: bool, holds: bool },
     /// After an internal redirect: [`find`] must look for the state first.
     Look,
 }
 
-/// [`Note`] for `r`.
+/// [`AtHeader`] for `r`, told from the ctx, read once: most requests have nothing to do, and
+/// the filter then calls nothing (`scripts/bench-instructions`, plain and closed).
 #[inline(always)]
-pub fn note(r: &ngx_http_request_t) -> Note {
+pub fn at_header(r: &ngx_http_request_t) -> AtHeader {
     let ctx = ctx(r);
     if is_tagged(ctx) {
-        return Note::Nothing;
+        return AtHeader::Nothing;
     }
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     match unsafe { ctx.cast::<RequestState>().as_ref() } {
-        None if r.internal() != 0 || r.filter_finalize() != 0 => Note::Look,
-        Some(s) if wants_header(s, || header_on(r)) => Note::Here,
-        _ => Note::Nothing,
+        None if r.internal() != 0 || r.filter_finalize() != 0 => AtHeader::Look,
+        None => AtHeader::Nothing,
+        Some(s) if wants_header(s, || header_on(r)) => AtHeader::Here {
+            header: true,
+            holds: holds(s),
+        },
+        Some(s) if holds(s) => AtHeader::Here {
+            header: false,
+            holds: true,
+        },
+        Some(_) => AtHeader::Nothing,
     }
 }
 
@@ -686,7 +696,12 @@ pub fn holds_grant(r: &ngx_http_request_t) -> bool {
     }
     // SAFETY: an untagged ctx is null or a state living as long as the request's pool.
     let state = unsafe { ctx.cast::<RequestState>().as_ref() };
-    state.is_some_and(|s| s.settlement.ticket != Ticket::Normal || s.limit.is_held())
+    state.is_some_and(holds)
+}
+
+#[inline(always)]
+fn holds(s: &RequestState) -> bool {
+    s.settlement.ticket != Ticket::Normal || s.limit.is_held()
 }
 
 /// Whether the state `s` still needs `X-Circuit-State`: it has a label, not the header yet,

@@ -388,8 +388,9 @@ pub unsafe fn short_circuit(
     NGX_ERROR as ngx_int_t
 }
 
-/// Adds `X-Circuit-State` for the request's state: the one in the ctx ([`request::Note::Here`], which
-/// wants it), or, with `look`, the one [`request::find`] finds, if it wants it.
+/// Adds `X-Circuit-State` for the request's state: the one in the ctx
+/// ([`request::AtHeader::Here`], which wants it), or, with `look`, the one [`request::find`]
+/// finds, if it wants it.
 #[inline(never)]
 pub(crate) fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
     let state = if look {
