@@ -1,9 +1,9 @@
 //! A request's state, in its features' parts: which breaker judges it, the balancer
 //! callbacks it wraps, its attempts, its settlement, what it was told, the limit's slot. It is
 //! kept for the request's pool, is the module's request ctx, and has a pool cleanup that
-//! gives back a probe slot or a slot of the adaptive limit the request still holds — and by
-//! which it is found again after an internal redirect cleared the ctx (as the realip module
-//! does).
+//! frees the probe or gives back a slot of the adaptive limit the request still holds — and
+//! by which it is found again after an internal redirect cleared the ctx (as the realip
+//! module does).
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -203,16 +203,16 @@ impl Attempts {
     }
 }
 
-/// What the request's breaker holds of it until its verdict is recorded: the request's
-/// ticket (a probe's holds the breaker's probe slot), the attempt a retry waits on, and the
-/// two instants `$circuit_breaker_msec` gives — what a replay needs to run the breaker at the
-/// same moments.
+/// What the request's breaker holds of it until its outcome is settled: the request's
+/// ticket (through which a half-open probe holds the probe), the attempt pending while nginx
+/// decides to retry, and the two instants `$circuit_breaker_msec` gives — what a replay needs
+/// to run the breaker at the same moments.
 ///
 /// The retry's bookkeeping is the [`Attempts`]' (the budget counts attempts, and the cleanup
 /// stands in for an attempt), and whether the PRECONTENT phase let the request through is
 /// [`Told`] (`peer.init` reads it, the settlement never does).
 pub struct Settlement {
-    /// A probe ticket, while the request holds the probe slot.
+    /// A probe ticket, while the request holds the probe.
     pub ticket: Ticket,
     /// The last attempt, which nginx retries: what the client gets should no retry be made
     /// after all.
@@ -617,7 +617,7 @@ struct KeptRejected {
 unsafe extern "C" fn rejected_kept(_data: *mut c_void) {}
 
 fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
-    // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
+    // SAFETY: r->ctx has an entry per http module; ctx_index is ours.
     unsafe {
         *r.ctx
             .add(<Module as ngx::http::HttpModule>::module().ctx_index) = state.cast();
@@ -625,7 +625,7 @@ fn set_ctx<T>(r: &mut ngx_http_request_t, state: *mut T) {
 }
 
 fn ctx(r: &ngx_http_request_t) -> *mut c_void {
-    // SAFETY: r->ctx has a slot per http module; ctx_index is ours.
+    // SAFETY: r->ctx has an entry per http module; ctx_index is ours.
     unsafe {
         *r.ctx
             .add(<Module as ngx::http::HttpModule>::module().ctx_index)
@@ -638,7 +638,7 @@ pub fn here(r: &mut ngx_http_request_t) -> Option<&mut RequestState> {
     if is_tagged(ctx) {
         return None;
     }
-    // SAFETY: only `set_ctx` writes our slot: a tagged `Rejected` (above), or a state that
+    // SAFETY: only `set_ctx` writes our entry: a tagged `Rejected` (above), or a state that
     // lives as long as the request's pool. The borrow is tied to the request's.
     unsafe { ctx.cast::<RequestState>().as_mut() }
 }
@@ -780,8 +780,8 @@ pub unsafe fn from_peer_data<'a>(data: *mut c_void) -> &'a mut RequestState {
     unsafe { &mut *data.cast::<RequestState>() }
 }
 
-/// Pool cleanup: a probe slot the request still holds (it ended before its attempt was
-/// recorded) goes back without a verdict, and so does a slot of the adaptive limit (the
+/// Pool cleanup: the probe the request still holds (it ended before its attempt was
+/// recorded) is freed without a verdict, and a slot of the adaptive limit goes back (the
 /// client went away before any attempt, or nginx ended the request after a failed attempt
 /// without a last `peer.free`); the state is kept for reuse.
 unsafe extern "C" fn release(data: *mut c_void) {

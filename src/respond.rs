@@ -364,7 +364,8 @@ pub unsafe fn short_circuit(
             nginx_sys::ngx_http_file_cache_free(r.cache, null_mut());
         }
     }
-    // SAFETY: u.cleanup points at the upstream's cleanup handler slot (set before peer.init).
+    // SAFETY: u.cleanup points at where the upstream's cleanup handler is kept (set before
+    // peer.init).
     unsafe {
         if !u.cleanup.is_null() {
             *u.cleanup = None;

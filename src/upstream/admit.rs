@@ -28,7 +28,7 @@ pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Op
     Some(a)
 }
 
-/// The full answer, under the lock when the gate cannot tell: may claim the probe slot,
+/// The full answer, under the lock when the gate cannot tell: may be granted the probe,
 /// unless `may_probe` is false (a request whose body is still arriving: it would hold the
 /// probe for as long as its client takes) and the probe has not waited a `probe_interval`
 /// for another taker. `None` when no breaker applies (the zone is full, or this worker's configuration is older

@@ -1,6 +1,6 @@
 //! `peer.free`: classifies the attempt, records it on its server's breaker, settles the
-//! request's verdict (see [`super`]), and gives the limit's slot back after
-//! the last attempt.
+//! request's outcome (see [`super`]), and gives the limit's slot back after the last
+//! attempt.
 
 use core::ffi::c_void;
 
@@ -23,8 +23,8 @@ use super::ledger::ZoneLedger;
 use super::{connection_log, limit, log_transition, outcome};
 
 /// The wrapped `peer.free`: classifies the attempt, records it on its server's breaker,
-/// settles the request's verdict (see [`super`]), and gives the limit's
-/// slot back after the last attempt.
+/// settles the request's outcome (see [`super`]), and gives the limit's slot back after the
+/// last attempt.
 pub(super) unsafe extern "C" fn free_peer(
     pc: *mut ngx_peer_connection_t,
     data: *mut c_void,
@@ -157,8 +157,8 @@ pub(super) enum Settle<'a> {
 
 /// The attempt on its server's breaker (when it went to a server of the pool); then the
 /// request's side — a retry is let through only while the breaker is closed and within the
-/// retry budget, and the request's verdict goes to its breaker once, when its last attempt
-/// ends. What can be is done without the lock (successes while a breaker allows it, the
+/// retry budget, and the request's outcome is settled on its breaker once, when its last
+/// attempt ends. What can be is done without the lock (successes while a breaker allows it, the
 /// first attempt in the retry budget); the rest is the core's settlement
 /// (`circuit_breaker_core::settle`), in one lock hold.
 ///

@@ -2,21 +2,21 @@
 //! short-circuit), then the adaptive limit (a slot, or shed), follows the pool's ejections
 //! and wraps the balancer's callbacks; `peer.get` (here) times each attempt, sends a server
 //! probe where it is due, and notes the server the balancer chose; `peer.free` (`free.rs`)
-//! classifies the attempt, records it on its server's breaker, settles the request's verdict
+//! classifies the attempt, records it on its server's breaker, settles the request's outcome
 //! (see [`settle`]), and gives the limit's slot back after the last attempt. The PRECONTENT
 //! short-circuit is `precontent.rs` (which reads a body first where a client could hold the
 //! probe or a slot with it: `body.rs`), asking the breaker `admit.rs`, the limit's part
 //! `limit.rs`, reading an attempt's outcome `outcome.rs`; whether a retry follows and may be
 //! made is `crate::retry`.
 //!
-//! # A request's verdict
+//! # A request's outcome
 //!
 //! The (upstream, route) breaker judges what clients got: each request's final outcome,
 //! once, and the attempts before it only through the servers' breakers. The free from
 //! `ngx_http_upstream_finalize_request` ends the last attempt; the free from
 //! `ngx_http_upstream_next` is followed by a retry exactly when [`crate::retry::follows`] says so
-//! (nginx decides right after the free, on what the free can read). So the verdict is
-//! recorded at the free that ends the request — in the same lock hold as the attempt's
+//! (nginx decides right after the free, on what the free can read). So the outcome is
+//! settled at the free that ends the request — in the same lock hold as the attempt's
 //! server record and the retry budget — and the request that crosses the threshold opens
 //! the breaker, as before. Two cases settle later: a retry that finds no live server
 //! (`peer.get` fails: nginx answers 502, so the previous attempt was the last), and, should
@@ -81,7 +81,7 @@ pub(super) unsafe extern "C" fn get_stale(
 }
 
 /// The wrapped `peer.get` of an upstream without a pool (no server breakers, no server
-/// probes): the balancer chooses, and a verdict left pending by a retry that finds no
+/// probes): the balancer chooses, and an attempt left pending for a retry that finds no
 /// server is settled. Apart from [`get_peer`], for the closed path's cost
 /// (`scripts/bench-instructions`, closed).
 pub(super) unsafe extern "C" fn get_peer_unpooled(
@@ -107,7 +107,7 @@ pub(super) unsafe extern "C" fn get_peer_unpooled(
 
 /// The balancer found no live server for the request's first attempt ("no live upstreams":
 /// every server is marked down by `max_fails`, ejected, or both): nginx answers `502` itself
-/// and calls no `peer.free`, so the request's verdict is settled here, a failure of the pool
+/// and calls no `peer.free`, so the request's outcome is settled here, a failure of the pool
 /// that no ejection explains. The request was sent nowhere: it is no first attempt of the
 /// retry budget.
 #[cold]
