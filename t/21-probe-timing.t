@@ -35,7 +35,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start req /;
 use CB::Origin;
-use CB::Status qw/ wait_state /;
+use CB::Status qw/ breaker_at /;
 use CB::Response qw/ status header /;
 
 ###############################################################################
@@ -85,8 +85,10 @@ sub legit {
 }
 
 # the attacker: a request for a URL the origin fails on; turned away, it sleeps what it
-# was told, to the millisecond, and asks again; let through, it asks again at once.  Each
-# wait it was told is a line in its file.
+# was told, to the millisecond, and asks again; let through, it asks again as often as the
+# legitimate client (at once, its failures re-tripped a breaker that had just closed
+# within a few milliseconds, before the status page could see it closed).  Each wait it
+# was told is a line in its file.
 
 sub attacker {
 	my ($n, $file) = @_;
@@ -95,7 +97,7 @@ sub attacker {
 			'Content-Type: application/grpc-web+proto');
 		my $ms = header($r, 'grpc-retry-pushback-ms');
 		if (!defined $ms) {
-			sleep(0.005);
+			sleep(0.05 + rand(0.05));
 			next;
 		}
 		open my $fh, '>>', $file or die "$file: $!";
@@ -114,6 +116,23 @@ sub spawn {
 		POSIX::_exit(0);
 	}
 	return $pid;
+}
+
+# polls URI's breaker every 10 ms until it is closed or has closed since the trip (its
+# count of closes): that breaker, or undef after TIMEOUT seconds
+
+sub wait_closed {
+	my ($uri, $timeout) = @_;
+	my $end = time() + $timeout;
+
+	while (time() < $end) {
+		my $b = breaker_at($uri);
+		return $b if ($b->{state} // '') eq 'closed'
+			|| ($b->{totals}{closed} // 0) > 0;
+		sleep 0.01;
+	}
+
+	return;
 }
 
 # requests for paths matching RE that reached the origin from FROM to TO (Unix seconds)
@@ -144,7 +163,8 @@ for my $n (1 .. $rounds) {
 	my $told = $t->testdir() . "/attacker-$n";
 	my @kids = (spawn(sub { legit($n) }), spawn(sub { attacker($n, $told) }));
 
-	my $b = wait_state("/status?upstream=r$n", 'closed', 40);
+	# closed, or closed and tripped again since (its count of closes moved)
+	my $b = wait_closed("/status?upstream=r$n", 40);
 	kill 'TERM', @kids;
 	waitpid($_, 0) for @kids;
 
