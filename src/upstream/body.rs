@@ -61,11 +61,9 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         // links.
         let req = unsafe { &mut *r };
         if let Some(state) = request::here(req) {
+            let waits = state.attempts.body_arriving && state.attempts.body_done_at.is_none();
             // SAFETY: as above.
-            if state.attempts.body_arriving
-                && state.attempts.body_done_at.is_none()
-                && unsafe { ends(chain) }
-            {
+            if waits && unsafe { ends(chain) } {
                 // SAFETY: a plain global only this worker's event loop writes.
                 state.attempts.body_done_at = Some(unsafe { ngx_current_msec });
             }
