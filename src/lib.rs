@@ -10,6 +10,7 @@ mod ffi;
 mod filter;
 mod fleet;
 mod judged;
+mod keyed;
 mod limit;
 pub mod net;
 mod probe;
@@ -27,9 +28,9 @@ use core::ptr::{addr_of, addr_of_mut, null_mut};
 use nginx_sys::{
     ngx_command_t, ngx_conf_set_flag_slot, ngx_conf_t, ngx_cycle_t, ngx_http_module_t, ngx_int_t,
     ngx_module_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_ANY, NGX_CONF_FLAG, NGX_CONF_NOARGS,
-    NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
-    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
-    NGX_HTTP_UPS_CONF, NGX_OK,
+    NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF,
+    NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf};
 use ngx::ngx_string;
@@ -77,11 +78,15 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         }
         filter::add_header_filter();
         upstream::body::add_body_filter();
-        setup::add_phase_handler(
+        let rc = setup::add_phase_handler(
             cf,
             nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
             Some(upstream::precontent::handler),
-        )
+        );
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
+        keyed::postconfiguration(cf)
     })
 }
 
@@ -114,12 +119,20 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 13] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 14] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
-        NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+        NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE12,
         directives::set_zone,
         NGX_HTTP_MAIN_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_key"),
+        NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
+        directives::set_keyed,
+        NGX_HTTP_LOC_CONF_OFFSET,
         0,
         null_mut(),
     ),
@@ -229,7 +242,18 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         };
         let reused = zone.generation() > 0;
-        let done = zone.reconcile(&setup::wanted(mcf), clock::mono_ms());
+        let now = clock::mono_ms();
+        let mut done = zone.reconcile(&setup::wanted(mcf), now);
+        let families: Vec<_> = mcf.keyed.iter().map(|f| f.as_zone()).collect();
+        if !zone.keyed_reconcile(mcf.keyed_capacity(), &families, now, &mut done) {
+            ngx::ngx_log_error!(
+                nginx_sys::NGX_LOG_EMERG,
+                cycle.log,
+                "circuit breaker zone \"{}\" has no room for the keys of \"circuit_breaker_key\"",
+                mcf.zone_name.0
+            );
+            return NGX_ERROR as ngx_int_t;
+        }
         mcf.generation = done.generation;
         zone::log_reconciled(cycle.log, &mcf.zone_name.0, &done, reused);
         NGX_OK as ngx_int_t

@@ -41,6 +41,7 @@ fn bench(c: &mut Criterion) {
         size: 32 << 20,
         used: 21 << 20,
         alloc_failures: 0,
+        keys: None,
         module_version: env!("CARGO_PKG_VERSION"),
         nginx_version: "1.28.3",
         control: false,

@@ -6,6 +6,7 @@ pub mod eject;
 pub mod fleet;
 pub mod grpc;
 pub mod history;
+pub mod keyed;
 pub mod limit;
 pub mod probe;
 pub mod retry_budget;

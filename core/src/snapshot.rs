@@ -180,6 +180,9 @@ pub enum Kind {
     Route = 0,
     /// Attempts sent to one server of an upstream: `route` is the server's address.
     Server = 1,
+    /// Requests with one value of a `circuit_breaker_key`: `upstream` is the key as written
+    /// (`$host`), `route` the value.
+    Keyed = 2,
 }
 
 /// Everything the status page shows of one breaker.

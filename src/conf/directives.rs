@@ -20,7 +20,9 @@ use ngx::http::{
 use ngx::ngx_conf_log_error;
 
 use super::Module;
-use super::{EjectSetting, LocConf, MainConf, Route, SrvConf, StatusMode};
+use super::{
+    EjectSetting, KeyedFamily, KeyedSetting, LocConf, MainConf, Route, SrvConf, StatusMode,
+};
 use crate::ffi::{guard, hash_name};
 use crate::zone::{self, DEFAULT_ROUTE};
 
@@ -46,7 +48,7 @@ macro_rules! handler {
     )+};
 }
 
-handler!(set_zone => zone, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
+handler!(set_zone => zone, set_keyed => keyed, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
 
 /// nginx's own parsers for time and size values, so that a value means here what it means
 /// to nginx.
@@ -165,12 +167,176 @@ unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void)
         Ok(v) => v,
         Err(e) => return fail(cf, e),
     };
+    if let Some(keys) = raw.get(1) {
+        match parse_keys(keys.as_bytes(), size) {
+            Ok(n) => mcf.keys = Some(n),
+            Err(e) => return fail(cf, e),
+        }
+    }
     // SAFETY: `cf` is the configuration being parsed and `mcf` its main conf (this handler's
     // `conf`): what `add_zone` asks.
     match unsafe { add_zone(cf, mcf, name, size as usize) } {
         Ok(()) => NGX_CONF_OK,
         Err(()) => NGX_CONF_ERROR,
     }
+}
+
+/// `circuit_breaker_key $key [parameters]` (http, server, location): requests are judged
+/// by a breaker of their own key's value as well (see `crate::keyed`). `off` turns an
+/// inherited one off. The parameters are `circuit_breaker`'s own (not its deprecated
+/// companions': active probes, the limit and the retry budget are an upstream's); every
+/// `circuit_breaker_key` with the same key must give the same ones.
+unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET, at this directive.
+    let (lcf, raw) = match unsafe { once::<LocConf>(cf, conf, |c| c.keyed.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    let name = String::from_utf8_lossy(raw[0].as_bytes()).into_owned();
+    if name == "off" {
+        if raw.len() > 1 {
+            return fail(
+                cf,
+                ConfError::Conflict("\"off\" takes no parameters".into()),
+            );
+        }
+        lcf.keyed = Some(KeyedSetting::Off);
+        return NGX_CONF_OK;
+    }
+    if !name.contains('$') {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_key",
+                value: name,
+                reason: Some("the key must name a variable, such as $host"),
+            },
+        );
+    }
+    let parsed = words(&raw[1..]).and_then(|w| directive::parse_breaker_args(w, &NginxUnits));
+    let params = match parsed {
+        Ok(p) => p,
+        Err(e) => return fail(cf, e),
+    };
+    if let Some(word) = params
+        .legacy
+        .probe
+        .or(params.legacy.limit)
+        .or(params.legacy.retry)
+    {
+        return fail(
+            cf,
+            ConfError::Conflict(format!(
+                "\"{word}\" is an upstream's, not a parameter of \"circuit_breaker_key\""
+            )),
+        );
+    }
+    // SAFETY: `cf` is the configuration being parsed.
+    let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    let family = match mcf.keyed.iter().position(|f| f.name == name) {
+        Some(i) if mcf.keyed[i].cfg != params.cfg => {
+            return fail(
+                cf,
+                ConfError::Conflict(format!(
+                    "\"circuit_breaker_key {name}\" is given with other parameters elsewhere: \
+                     every \"circuit_breaker_key {name}\" judges the same breakers, \
+                     give them the same parameters"
+                )),
+            )
+        }
+        Some(i) => i,
+        None => {
+            let id = hash_name(name.as_bytes()) as u16;
+            if mcf.keyed.iter().any(|f| f.id == id) {
+                return fail(
+                    cf,
+                    ConfError::Conflict(format!(
+                        "\"circuit_breaker_key {name}\" cannot be told apart from another \
+                         key in the zone, write it otherwise (e.g. \"${{{}}}\")",
+                        name.trim_start_matches('$')
+                    )),
+                );
+            }
+            mcf.keyed.push(KeyedFamily {
+                name: name.clone(),
+                id,
+                cfg: params.cfg,
+            });
+            mcf.keyed.len() - 1
+        }
+    };
+    // SAFETY: `cf` is live; its pool outlives the configuration, which uses the value.
+    let value = match unsafe { complex_value(cf, &raw[0]) } {
+        Some(v) => v,
+        None => return NGX_CONF_ERROR,
+    };
+    lcf.keyed = Some(KeyedSetting::On { value, family });
+    NGX_CONF_OK
+}
+
+/// Compiles `text` (variables and all) into a complex value in the configuration's pool.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed.
+unsafe fn complex_value(
+    cf: *mut ngx_conf_t,
+    text: &ngx_str_t,
+) -> Option<*mut nginx_sys::ngx_http_complex_value_t> {
+    // SAFETY: `cf` is live (this fn's contract); its pool lives as long as the configuration.
+    let cv = unsafe {
+        nginx_sys::ngx_pcalloc(
+            (*cf).pool,
+            core::mem::size_of::<nginx_sys::ngx_http_complex_value_t>(),
+        )
+    }
+    .cast::<nginx_sys::ngx_http_complex_value_t>();
+    if cv.is_null() {
+        return None;
+    }
+    let mut value = *text;
+    // SAFETY: all-zero is the C initialiser nginx's own modules use for this struct.
+    let mut ccv: nginx_sys::ngx_http_compile_complex_value_t = unsafe { core::mem::zeroed() };
+    ccv.cf = cf;
+    ccv.value = &mut value;
+    ccv.complex_value = cv;
+    // SAFETY: `ccv` is filled as nginx asks; nginx logs its own error when it fails.
+    let rc = unsafe { nginx_sys::ngx_http_compile_complex_value(&mut ccv) };
+    (rc == nginx_sys::NGX_OK as nginx_sys::ngx_int_t).then_some(cv)
+}
+
+/// `circuit_breaker_zone`'s `keys=N`: the keyed table's tallies, rounded up to a power of two,
+/// which must leave at least a quarter of the zone to the breakers.
+fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
+    let text = String::from_utf8_lossy(word).into_owned();
+    let Some(n) = text.strip_prefix("keys=") else {
+        return Err(ConfError::UnknownParameter {
+            directive: "circuit_breaker_zone",
+            word: text,
+            hint: "expected \"keys=N\"".into(),
+        });
+    };
+    let keys = n
+        .parse::<usize>()
+        .ok()
+        .filter(|&k| (circuit_breaker_core::keyed::NEIGHBOURHOOD..=1 << 24).contains(&k))
+        .ok_or_else(|| ConfError::InvalidValue {
+            directive: "circuit_breaker_zone",
+            value: text.clone(),
+            reason: Some("must be a number of keys from 8 to 16777216"),
+        })?
+        .next_power_of_two();
+    let bytes = keys * core::mem::size_of::<circuit_breaker_core::keyed::Tally>();
+    if bytes as u64 > size / 4 * 3 {
+        return Err(ConfError::Conflict(format!(
+            "\"{text}\" needs {} KiB, more than three quarters of the zone: give the zone at \
+             least {}k",
+            bytes / 1024,
+            bytes / 1024 * 4 / 3 + 1
+        )));
+    }
+    Ok(keys)
 }
 
 /// Registers the shared zone with nginx; `zone::init_zone` runs once the configuration is

@@ -127,6 +127,45 @@ pub struct MainConf {
     /// The TLS context of the fleet's `https://` peers (null without one).
     #[cfg(ngx_ssl)]
     pub fleet_ssl: *mut nginx_sys::ngx_ssl_t,
+    /// `circuit_breaker_key` families, in configuration order (a location names one by its
+    /// index).
+    pub keyed: Vec<KeyedFamily>,
+    /// `circuit_breaker_zone`'s `keys=`: the keyed table's tallies, when given.
+    pub keys: Option<usize>,
+}
+
+/// One `circuit_breaker_key` of the configuration: its key as written (`$host`), which names
+/// its breakers, the 16 bits of that name's hash its tallies carry, and its parameters. Every
+/// `circuit_breaker_key` with the same key is the same family, and must give the same
+/// parameters.
+pub struct KeyedFamily {
+    pub name: String,
+    pub id: u16,
+    pub cfg: BreakerConfig,
+}
+
+impl KeyedFamily {
+    /// As the zone takes it.
+    pub fn as_zone(&self) -> crate::zone::Family<'_> {
+        crate::zone::Family {
+            name: self.name.as_bytes(),
+            id: self.id,
+            cfg: &self.cfg,
+        }
+    }
+}
+
+/// `circuit_breaker_key` in a location (or inherited from its server or http block).
+#[derive(Clone, Copy)]
+pub enum KeyedSetting {
+    /// `circuit_breaker_key off`.
+    Off,
+    /// The key's value, computed per request (a complex value in the configuration's pool),
+    /// and its family's index in [`MainConf::keyed`].
+    On {
+        value: *mut nginx_sys::ngx_http_complex_value_t,
+        family: usize,
+    },
 }
 
 /// A location that passes to a fixed upstream, as active probes need it: their scheme and TLS
@@ -160,6 +199,8 @@ impl Default for MainConf {
             pass_schemes: HashMap::new(),
             fleet: None,
             fleet_zone: null_mut(),
+            keyed: Vec::new(),
+            keys: None,
             #[cfg(ngx_ssl)]
             fleet_ssl: null_mut(),
         }
@@ -167,6 +208,20 @@ impl Default for MainConf {
 }
 
 impl MainConf {
+    /// The keyed table's tallies: `keys=`, else as many as a quarter of the zone holds; none
+    /// without `circuit_breaker_key`.
+    pub fn keyed_capacity(&self) -> usize {
+        if self.keyed.is_empty() {
+            return 0;
+        }
+        if let Some(n) = self.keys {
+            return n;
+        }
+        // SAFETY: null, or the shm zone `add_zone` registered, live for the configuration.
+        let size = unsafe { self.zone.as_ref() }.map_or(0, |z| z.shm.size);
+        circuit_breaker_core::keyed::Table::capacity_for(size / 4)
+    }
+
     /// The zone, once nginx has mapped and laid it out.
     #[inline]
     pub fn zone(&self) -> Option<&Zone> {
@@ -344,6 +399,7 @@ pub struct LocConf {
     /// stood, to refuse another content handler in the same location.
     pub status_handler: nginx_sys::ngx_http_handler_pt,
     pub status_at: (String, usize),
+    /// The http block's conf (set when merging).
     pub main: *const MainConf,
     /// The upstream this location passes to, when fixed (`proxy_pass http://name`).
     pub upstream: *mut ngx_http_upstream_srv_conf_t,
@@ -365,6 +421,8 @@ pub struct LocConf {
     /// What its `proxy_pass` speaks (inherited by an `if` block inside it, as the proxy
     /// module's own settings are).
     pub pass: Option<scheme::Pass>,
+    /// `circuit_breaker_key`, if given here or above.
+    pub keyed: Option<KeyedSetting>,
 }
 
 impl Default for LocConf {
@@ -383,6 +441,7 @@ impl Default for LocConf {
             redirects: false,
             hint: Cell::new(Handle::NONE),
             pass: None,
+            keyed: None,
         }
     }
 }
@@ -411,6 +470,9 @@ impl Merge for LocConf {
         }
         if self.pass.is_none() {
             self.pass = prev.pass;
+        }
+        if self.keyed.is_none() {
+            self.keyed = prev.keyed;
         }
         Ok(())
     }

@@ -91,6 +91,7 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
     let Some(mcf) = Module::main_conf_mut(cfr) else {
         return NGX_CONF_OK;
     };
+    lcf.main = mcf;
     // SAFETY: during a merge, cf->ctx is the http conf ctx of the location being merged.
     let ctx = unsafe { &*cfr.ctx.cast::<ngx_http_conf_ctx_t>() };
     // SAFETY: the core module's loc conf of the same location.
@@ -286,9 +287,34 @@ pub unsafe fn collect_upstreams(
         mcf.upstreams.push(ptr);
         mcf.by_name.insert(scf.name.clone(), ptr);
     }
-    if !mcf.upstreams.is_empty() && mcf.zone.is_null() {
+    if (!mcf.upstreams.is_empty() || !mcf.keyed.is_empty()) && mcf.zone.is_null() {
         // SAFETY: still inside configuration parsing.
         if unsafe { add_zone(cf, mcf, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE) }.is_err() {
+            return NGX_ERROR as ngx_int_t;
+        }
+    }
+    if !mcf.keyed.is_empty() {
+        let cap = mcf.keyed_capacity();
+        let kib = cap * core::mem::size_of::<circuit_breaker_core::keyed::Tally>() / 1024;
+        // SAFETY: `cf` is live while configuration is parsed.
+        let log = unsafe { (*cf).log };
+        ngx::ngx_log_error!(
+            nginx_sys::NGX_LOG_NOTICE,
+            log,
+            "circuit breaker zone \"{}\" holds {} keys for \"circuit_breaker_key\" ({} bytes \
+             each, {} KiB)",
+            mcf.zone_name.0,
+            cap,
+            core::mem::size_of::<circuit_breaker_core::keyed::Tally>(),
+            kib
+        );
+        if cap == 0 {
+            ngx::ngx_log_error!(
+                nginx_sys::NGX_LOG_EMERG,
+                log,
+                "circuit breaker zone \"{}\" is too small for \"circuit_breaker_key\"",
+                mcf.zone_name.0
+            );
             return NGX_ERROR as ngx_int_t;
         }
     }

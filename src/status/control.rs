@@ -95,6 +95,9 @@ fn control_breaker(
     if action.on_server() || q.server.is_some() {
         return control_server(r, mcf, zone, q, format);
     }
+    if let Some(fam) = mcf.keyed.iter().find(|f| f.name == upstream) {
+        return control_key(r, mcf, zone, fam, q, format);
+    }
     let route = Route::new(q.route.as_deref().unwrap_or(DEFAULT_ROUTE));
     let not_found = |r: &mut ngx_http_request_t| {
         send_text(
@@ -170,6 +173,91 @@ fn control_breaker(
         retry: None,
         probe_uri: mcf.probe_uri(upstream),
         limit,
+    };
+    send_entry(r, mcf, &entry, format, q)
+}
+
+/// `POST ?upstream=$key&route=value&action=…`: changes the breaker of one value of a
+/// `circuit_breaker_key` (its key as written is the "upstream", the value the "route"),
+/// placing and promoting the key if it has none, and answers with its JSON.
+fn control_key(
+    r: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    zone: Option<Zone>,
+    fam: &crate::conf::KeyedFamily,
+    q: &Query,
+    format: Format,
+) -> ngx_int_t {
+    let (Some(key), Some(action), Some(zone)) = (q.route.as_deref(), q.action, zone) else {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "missing parameter \"route\" (the key)",
+        );
+    };
+    if key.is_empty() || key.len() > circuit_breaker_core::keyed::MAX_KEY {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "a key is 1 to 256 bytes: no breaker judges another",
+        );
+    }
+    let ctl = match action {
+        Action::ForceOpen => Control::ForceOpen,
+        Action::ForceClose => Control::ForceClose,
+        Action::Reset | Action::Eject | Action::Restore => Control::Reset,
+    };
+    let mono = mono_ms();
+    let wall = zone.wall_clock(mono, wall_ms());
+    let hasher = zone.keyed_hasher();
+    let outcome = zone
+        .lock()
+        .keyed_control(
+            &fam.as_zone(),
+            &hasher,
+            key.as_bytes(),
+            mono,
+            mcf.generation,
+        )
+        .map(|mut b| {
+            b.control(mono, rnd(), ctl);
+            b.view(mono)
+        });
+    crate::wake::nudge();
+    let mut view = match outcome {
+        Ok(v) => v,
+        Err(Missing::Stale) => {
+            return send_text(r, NGX_HTTP_NOT_FOUND, "no circuit breaker: reloading")
+        }
+        Err(Missing::Full) => {
+            return send_text(
+                r,
+                NGX_HTTP_INSUFFICIENT_STORAGE,
+                &format!(
+                    "circuit breaker zone \"{}\" is full: no breaker for key {} of {}",
+                    mcf.zone_name.0,
+                    quote(key),
+                    quote(&fam.name)
+                ),
+            )
+        }
+    };
+    view.on_wall_clock(mono, wall);
+    let verb = match action {
+        Action::ForceOpen => "forced open",
+        Action::ForceClose => "forced closed",
+        _ => "reset",
+    };
+    log_control(r, format_args!("\"{}\" key \"{key}\" {verb}", fam.name));
+    let entry = Entry {
+        fingerprint: None,
+        upstream: fam.name.clone(),
+        route: key.to_owned(),
+        view,
+        servers: Vec::new(),
+        retry: None,
+        probe_uri: None,
+        limit: None,
     };
     send_entry(r, mcf, &entry, format, q)
 }

@@ -3,6 +3,7 @@
 //! happen after the lock is let go.
 
 use circuit_breaker_core::status::assemble::{Record, Snapshot};
+use circuit_breaker_core::status::KeysView;
 
 use crate::zone::{Kind, Zone};
 
@@ -17,7 +18,7 @@ pub fn snapshot(
     // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
     // doubling showed in a poll's instructions.
     let mut records = Vec::with_capacity(zone.breakers());
-    let (used, size, alloc_failures) = zone.visit(mono, history, |e| {
+    let mut copy = |e: crate::zone::Entry<'_>| {
         let (upstream, route) = (
             String::from_utf8_lossy(e.upstream),
             String::from_utf8_lossy(e.route),
@@ -33,11 +34,20 @@ pub fn snapshot(
             retry: e.retry,
             limit: e.limit,
         });
-    });
+    };
+    let (used, size, alloc_failures) = zone.visit(mono, history, &mut copy);
+    let keys = zone
+        .visit_keyed(mono, history, &mut copy)
+        .map(|k| KeysView {
+            used: k.keys,
+            capacity: k.capacity,
+            promoted: k.promoted,
+        });
     Snapshot {
         used,
         size,
         alloc_failures,
+        keys,
         records,
     }
 }

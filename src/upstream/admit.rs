@@ -127,6 +127,11 @@ fn note(state: &mut RequestState, a: &Admission, breaker_state: Option<State>) {
 /// One `warn` line per transition, with its numbers; and the fleet's exchange, if any, is
 /// told a breaker moved.
 pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
+    log_transition_of(log, &format!("\"{name}\""), t);
+}
+
+/// [`log_transition`] of a breaker named as `crate::zone::who` names it (quotes and all).
+pub fn log_transition_of(log: *mut ngx_log_t, who: &str, t: &Transition) {
     crate::wake::nudge();
     let verb = match t.to {
         State::Open => "opened",
@@ -136,8 +141,8 @@ pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
     ngx::ngx_log_error!(
         NGX_LOG_WARN,
         log,
-        "circuit breaker \"{}\" {}: {}",
-        name,
+        "circuit breaker {} {}: {}",
+        who,
         verb,
         t.why()
     );

@@ -28,7 +28,7 @@ mod free;
 mod init;
 pub mod ledger;
 pub mod limit;
-mod outcome;
+pub mod outcome;
 pub mod precontent;
 
 use core::ffi::c_void;
@@ -44,7 +44,7 @@ use crate::eject::{self};
 use crate::ffi::guard;
 use crate::request::{self, RequestState, NO_SERVER};
 
-pub use admit::log_transition;
+pub use admit::{log_transition, log_transition_of};
 pub use init::init_peer;
 
 /// The header filter, for a request holding the probe or a slot of the limit: the probe's
@@ -63,7 +63,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
 
 use free::{settle, Settle};
 
-pub(super) fn connection_log(r: &ngx_http_request_t) -> *mut nginx_sys::ngx_log_t {
+pub(crate) fn connection_log(r: &ngx_http_request_t) -> *mut nginx_sys::ngx_log_t {
     // SAFETY: a live request has a live connection.
     unsafe { (*r.connection).log }
 }

@@ -488,3 +488,71 @@ pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
         }
     }
 }
+
+/// The outcome of a request's last upstream attempt, read once the request is over (its log
+/// phase), for a breaker judged from outside the balancer (`crate::keyed`: an upstream
+/// resolved at run time has no `peer.free` of ours). `None` when no upstream answered or
+/// failed for it: nginx answered itself, the client went first (`499`), or nothing was sent.
+///
+/// The connection is closed by then, so the flags [`read`] reads on it are gone: an attempt
+/// without a response header is a timeout when nginx said `504`, a too-big or invalid header
+/// when bytes that made none filled or sat in nginx's buffer, else an error (a TLS failure
+/// included). The origin's time is to its response header (what a client reading slowly
+/// cannot stretch), or to the failure.
+///
+/// # Safety
+/// `r` must be a live main request in its log phase.
+pub unsafe fn read_ended(r: &ngx_http_request_t) -> Option<Attempt> {
+    // SAFETY: null, or the request's upstream, kept in its pool until the request is freed.
+    let u = unsafe { r.upstream.as_ref() }?;
+    // SAFETY: null, or the last attempt's state record, in the request pool.
+    let st = unsafe { u.state.as_ref() }?;
+    let status = st.status as u16;
+    if status == 0 || r.headers_out.status == 499 {
+        return None;
+    }
+    let header_ms = (st.header_time != ngx_msec_t::MAX).then_some(st.header_time as u64);
+    let ending = match header_ms {
+        None if status == 504 => Ending::Timeout,
+        None if !u.buffer.start.is_null() && u.buffer.last != u.buffer.start => {
+            if u.buffer.last == u.buffer.end {
+                Ending::TooBigHeader
+            } else {
+                Ending::InvalidHeader
+            }
+        }
+        None => Ending::Error,
+        // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract); no
+        // connection is passed, as none is left.
+        Some(_) => unsafe { body_ending(r, u, None) },
+    };
+    let response_ms = header_ms.unwrap_or(if st.response_time == ngx_msec_t::MAX {
+        0
+    } else {
+        st.response_time as u64
+    });
+    let response = ending == Ending::Response;
+    let attempt = Attempt {
+        ending,
+        status: if response { status } else { 0 },
+        retry_after_s: if response && status == 503 {
+            // SAFETY: the upstream's parsed headers list.
+            unsafe { retry_after(&u.headers_in.headers) }
+        } else {
+            None
+        },
+        grpc_status: if response && status == 200 {
+            // SAFETY: the upstream's parsed headers and trailers.
+            unsafe { grpc_status(u) }
+        } else {
+            None
+        },
+        response_ms,
+    };
+    if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
+        // SAFETY: the request's parsed headers list.
+        let sent = unsafe { headers(&r.headers_in.headers, b"grpc-timeout") };
+        return Some(attempt.with_client_deadline(deadline::client_deadline(sent), response_ms));
+    }
+    Some(attempt)
+}

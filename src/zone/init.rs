@@ -99,6 +99,13 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
     let (meta, ctx_at) = meta
         .extend(Layout::from_size_align(ctx.len(), 1).ok()?)
         .ok()?;
+    let secret = random_seed();
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&secret[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(w)
+    };
+    let keyed_secret = [word(0), word(1)];
     let base = pool.allocate(meta).ok()?.cast::<u8>().as_ptr();
     // SAFETY: `base` holds `meta`, which places each part at its offset with its alignment;
     // nothing else uses the zone until init returns.
@@ -137,6 +144,12 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
             failed_cap: failed_cap as u32,
             failed_len: AtomicU32::new(0),
             jitter_seed: [0, 1, 2, 3].map(|_| AtomicU64::new(0)),
+            keyed_secret,
+            keyed_tallies: AtomicPtr::new(null_mut()),
+            keyed_cap: AtomicU32::new(0),
+            keyed_uses: AtomicU32::new(0),
+            keyed_head: AtomicPtr::new(null_mut()),
+            keyed_nodes: AtomicU32::new(0),
         });
         (*hdr).set_jitter_seed(seed);
         let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();

@@ -16,6 +16,7 @@ mod block;
 mod gathered;
 mod history;
 mod init;
+mod keyed;
 mod limit;
 mod node;
 mod reload;
@@ -30,6 +31,7 @@ use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
 pub use init::{init_zone, ZoneName};
+pub use keyed::{Family, KeyedCount};
 pub use limit::{LimitPtr, Owner};
 pub use reload::Wanted;
 pub use retuned::log_reconciled;
@@ -58,6 +60,7 @@ const MAGIC: u64 = layout_hash(&[
     core::mem::size_of::<Berth>() as u64,
     core::mem::size_of::<block::Block>() as u64,
     core::mem::size_of::<circuit_breaker_core::history::History>() as u64,
+    core::mem::size_of::<circuit_breaker_core::keyed::Tally>() as u64,
     circuit_breaker_core::limit::LIMITER_SIZE as u64,
     LAYOUT_REVISION,
 ]);
@@ -66,8 +69,8 @@ const MAGIC: u64 = layout_hash(&[
 /// what was padding; 2: the limit controller's capacity estimate; 3: a berth's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
-/// 5: the zone's jitter seed).
-const LAYOUT_REVISION: u64 = 5;
+/// 5: the zone's jitter seed; 6: keyed breakers).
+const LAYOUT_REVISION: u64 = 6;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -121,6 +124,20 @@ struct Header {
     /// The instance's jitter seed (`circuit_breaker_jitter_key`, or drawn at random when
     /// the zone was laid out): each breaker's jitter key is made from it at its creation.
     jitter_seed: [AtomicU64; 4],
+    /// Keyed breakers (`circuit_breaker_key`, see `keyed`): the secret their keys are hashed
+    /// under, drawn when the zone is laid out;
+    keyed_secret: [u64; 2],
+    /// their table of tallies (null until a configuration with keyed breakers takes the zone)
+    /// and its tally count;
+    keyed_tallies: AtomicPtr<circuit_breaker_core::keyed::Tally>,
+    keyed_cap: AtomicU32,
+    /// the table's count of uses (under the mutex);
+    keyed_uses: AtomicU32,
+    /// and the breakers keys were promoted to, newest first: a list of their own, apart from
+    /// the list of all nodes that status walks and reloads follow between lock holds, since
+    /// these are freed at run time (under the mutex).
+    keyed_head: AtomicPtr<Node>,
+    keyed_nodes: AtomicU32,
 }
 
 impl Header {
@@ -212,6 +229,7 @@ pub fn who(upstream: &[u8], route: &[u8], kind: Kind) -> String {
     match kind {
         Kind::Route => format!("\"{up}/{route}\""),
         Kind::Server => format!("\"{up}\" server {route}"),
+        Kind::Keyed => format!("\"{up}\" key \"{route}\""),
     }
 }
 
@@ -491,34 +509,70 @@ impl Zone {
         let usage = locked.usage();
         let generation = locked.generation();
         let step = |locked: &mut Locked<'_>, n: NonNull<Node>| {
-            // SAFETY: `n` is published (walk's promise: same generation, lock held); the
-            // `BreakerMut` borrows `locked` mutably and is gone by the end of the match.
-            let (view, retry) = match unsafe { locked.breaker_at(n) } {
-                Some(mut b) => {
-                    let mut view = b.view(now_ms);
-                    if history {
-                        view.history = b.history(now_ms);
-                    }
-                    (view, b.retry_budget().map(|r| r.view(now_ms)))
-                }
-                None => return,
-            };
-            // SAFETY: `n` is published (as above); only its berth index is read.
-            let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
-            // SAFETY: `n` is published (as above); the names borrow `locked`, which is not let
-            // go before `f` returns.
-            let (upstream, route) = unsafe { locked.names_of(n) };
-            f(Entry {
-                upstream,
-                route,
-                // SAFETY: `n` is published (as above); `kind` is fixed at creation.
-                kind: unsafe { n.as_ref() }.kind(),
-                view,
-                retry,
-                limit,
-            });
+            // SAFETY: `n` is published (walk's promise: same generation, lock held).
+            unsafe { visit_one(locked, n, now_ms, history, &mut f) }
         };
         drop(self.walk(locked, VISIT_BATCH, |l| l.generation() == generation, step));
         usage
     }
+
+    /// Visits the breakers keys were promoted to, as [`Zone::visit`] does the others, in one
+    /// lock hold (they are freed at run time: a walk in batches could meet a freed one), and
+    /// returns the table's figures; `None` when the zone has no table of keys.
+    pub fn visit_keyed(
+        &self,
+        now_ms: u64,
+        history: bool,
+        mut f: impl FnMut(Entry<'_>),
+    ) -> Option<KeyedCount> {
+        let mut locked = self.lock();
+        let count = locked.keyed_count();
+        if count.capacity == 0 {
+            return None;
+        }
+        for n in locked.keyed_nodes() {
+            // SAFETY: a node of the keyed list, published, the lock held throughout.
+            unsafe { visit_one(&mut locked, n, now_ms, history, &mut f) };
+        }
+        Some(count)
+    }
+}
+
+/// Gives `f` one breaker's entry, for a status walk.
+///
+/// # Safety
+/// `n` must be published, reached under the lock `locked` holds.
+unsafe fn visit_one(
+    locked: &mut Locked<'_>,
+    n: NonNull<Node>,
+    now_ms: u64,
+    history: bool,
+    f: &mut impl FnMut(Entry<'_>),
+) {
+    // SAFETY: `n` is published (this fn's contract); the
+    // `BreakerMut` borrows `locked` mutably and is gone by the end of the match.
+    let (view, retry) = match unsafe { locked.breaker_at(n) } {
+        Some(mut b) => {
+            let mut view = b.view(now_ms);
+            if history {
+                view.history = b.history(now_ms);
+            }
+            (view, b.retry_budget().map(|r| r.view(now_ms)))
+        }
+        None => return,
+    };
+    // SAFETY: `n` is published (as above); only its berth index is read.
+    let limit = unsafe { locked.handle_of(n) }.and_then(|h| locked.limit_status(h));
+    // SAFETY: `n` is published (as above); the names borrow `locked`, which is not let
+    // go before `f` returns.
+    let (upstream, route) = unsafe { locked.names_of(n) };
+    f(Entry {
+        upstream,
+        route,
+        // SAFETY: `n` is published (as above); `kind` is fixed at creation.
+        kind: unsafe { n.as_ref() }.kind(),
+        view,
+        retry,
+        limit,
+    });
 }

@@ -42,6 +42,7 @@ impl Node {
     pub fn kind(&self) -> Kind {
         match self.kind {
             1 => Kind::Server,
+            2 => Kind::Keyed,
             _ => Kind::Route,
         }
     }

@@ -17,6 +17,15 @@ use super::berth::{Berth, PER_CHUNK};
 use super::node::{breaker_of, names, node_layout, slab_class, write_fresh_breaker, Node};
 use super::{Handle, Header, Key, Kind, Zone};
 
+/// The list a node of `kind` is linked in: keyed breakers' own, or that of all the others.
+fn list_of(h: &Header, kind: Kind) -> &AtomicPtr<Node> {
+    if kind == Kind::Keyed {
+        &h.keyed_head
+    } else {
+        &h.head
+    }
+}
+
 /// Why no breaker could be had.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Missing {
@@ -149,7 +158,7 @@ impl<'z> Locked<'z> {
         }
     }
 
-    fn header(&self) -> &'z Header {
+    pub(super) fn header(&self) -> &'z Header {
         self.zone.header()
     }
 
@@ -185,7 +194,7 @@ impl<'z> Locked<'z> {
         self.header().generation.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    fn chain_of(&self, hash: u64) -> &'z AtomicPtr<Node> {
+    pub(super) fn chain_of(&self, hash: u64) -> &'z AtomicPtr<Node> {
         let h = self.header();
         // SAFETY: the table has `mask + 1` chains, laid out by init_zone.
         unsafe { &*h.table.add((hash & h.mask) as usize) }
@@ -310,7 +319,7 @@ impl<'z> Locked<'z> {
 
     /// # Safety
     /// `n` must be a published node.
-    unsafe fn borrow(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
+    pub(super) unsafe fn borrow(&mut self, n: NonNull<Node>) -> Option<BreakerMut<'_>> {
         // SAFETY: `n` is published (this fn's contract).
         unsafe { self.borrow_with(n, true) }
     }
@@ -447,15 +456,19 @@ impl<'z> Locked<'z> {
             let chain = self.chain_of(key.hash);
             node.chain
                 .store(chain.load(Ordering::Relaxed), Ordering::Relaxed);
-            let head = h.head.load(Ordering::Relaxed);
+            let list = list_of(h, key.kind);
+            let head = list.load(Ordering::Relaxed);
             node.next.store(head, Ordering::Relaxed);
             if let Some(old) = head.as_ref() {
                 old.prev.store(n.as_ptr(), Ordering::Relaxed);
             }
             chain.store(n.as_ptr(), Ordering::Release);
-            h.head.store(n.as_ptr(), Ordering::Release);
+            list.store(n.as_ptr(), Ordering::Release);
         }
         h.count.fetch_add(1, Ordering::Relaxed);
+        if key.kind == Kind::Keyed {
+            h.keyed_nodes.fetch_add(1, Ordering::Relaxed);
+        }
         Some(n)
     }
 
@@ -489,7 +502,7 @@ impl<'z> Locked<'z> {
         unsafe {
             match prev.as_ref() {
                 Some(p) => p.next.store(next, Ordering::Relaxed),
-                None => h.head.store(next, Ordering::Relaxed),
+                None => list_of(h, node.kind()).store(next, Ordering::Relaxed),
             }
             if let Some(nx) = next.as_ref() {
                 nx.prev.store(prev, Ordering::Relaxed);
@@ -520,6 +533,9 @@ impl<'z> Locked<'z> {
             }
         }
         h.count.fetch_sub(1, Ordering::Relaxed);
+        if node.kind() == Kind::Keyed {
+            h.keyed_nodes.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Gives node `n` a retry budget with `cfg` (kept, counts and all, when it has one with

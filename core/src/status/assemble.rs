@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub size: u64,
     /// Breakers not created for lack of memory.
     pub alloc_failures: u64,
+    /// The table of keys, when the zone has one.
+    pub keys: Option<super::KeysView>,
     /// The breakers.
     pub records: Vec<Record>,
 }
@@ -54,7 +56,7 @@ pub trait Upstreams {
 /// Whether `q` selects the breaker of `upstream` and `route` (a server's address for
 /// [`Kind::Server`]): a server counts as its upstream's own breaker (`route=default`).
 pub fn selects(q: &Query, upstream: &str, route: &str, kind: Kind) -> bool {
-    let own = kind == Kind::Server || route == DEFAULT_ROUTE;
+    let own = kind == Kind::Server || (kind == Kind::Route && route == DEFAULT_ROUTE);
     matches(q, upstream, if own { DEFAULT_ROUTE } else { route })
 }
 
@@ -76,6 +78,7 @@ pub fn assemble(
         used: snapshot.used,
         size: snapshot.size,
         alloc_failures: snapshot.alloc_failures,
+        keys: snapshot.keys,
         ..head
     };
     let mut entries = Vec::with_capacity(snapshot.records.len());
@@ -336,6 +339,7 @@ mod tests {
             used: 8192,
             size: 1 << 20,
             alloc_failures: 2,
+            keys: None,
             records: vec![breaker("web", "default"), own.clone()],
         };
         let head = ZoneView {

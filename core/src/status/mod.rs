@@ -22,7 +22,7 @@ mod prometheus;
 pub mod query;
 mod view;
 
-pub use view::{Entry, LimitStatus, ServerEntry, ZoneView};
+pub use view::{Entry, KeysView, LimitStatus, ServerEntry, ZoneView};
 
 /// The route name of an upstream's own breaker (the one without a `circuit_breaker_route`).
 pub const DEFAULT_ROUTE: &str = "default";
@@ -64,6 +64,15 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
     write_num(&mut out, Num::Int(zone.used));
     out.extend_from_slice(b",\"alloc_failures\":");
     write_num(&mut out, Num::Int(zone.alloc_failures));
+    if let Some(k) = &zone.keys {
+        out.extend_from_slice(b",\"keys\":{\"used\":");
+        write_num(&mut out, Num::Int(k.used));
+        out.extend_from_slice(b",\"capacity\":");
+        write_num(&mut out, Num::Int(k.capacity));
+        out.extend_from_slice(b",\"promoted\":");
+        write_num(&mut out, Num::Int(k.promoted));
+        out.push(b'}');
+    }
     out.extend_from_slice(b",\"module_version\":");
     json_str(&mut out, zone.module_version);
     if zone.control {
@@ -735,6 +744,7 @@ pub(crate) mod tests {
             size: 10_485_760,
             used: 8192,
             alloc_failures: 0,
+            keys: None,
             module_version: "1.2.3",
             nginx_version: "1.28.3",
             control: false,
@@ -946,6 +956,7 @@ pub(crate) mod tests {
             size: 1,
             used: 2,
             alloc_failures: 3,
+            keys: None,
             module_version: "0.2.0-rc.1+g\"x\"",
             nginx_version: "1.22.1",
             control: false,

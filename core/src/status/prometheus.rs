@@ -123,6 +123,26 @@ impl Renderer<'_> {
             "Breakers not created because the zone was full (they fail open).",
             zone.alloc_failures,
         );
+        if let Some(k) = &zone.keys {
+            self.zone_family(
+                "zone_keys",
+                Gauge,
+                "Keys of circuit_breaker_key in the zone's table.",
+                k.used,
+            );
+            self.zone_family(
+                "zone_keys_capacity",
+                Gauge,
+                "Keys the zone's table of keys can hold.",
+                k.capacity,
+            );
+            self.zone_family(
+                "zone_keys_promoted",
+                Gauge,
+                "Keys with a breaker of their own.",
+                k.promoted,
+            );
+        }
         self.zone_family(
             "breakers",
             Gauge,

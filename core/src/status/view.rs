@@ -16,6 +16,8 @@ pub struct ZoneView {
     pub used: u64,
     /// Breakers that could not be created because the zone was full (they fail open).
     pub alloc_failures: u64,
+    /// The table of `circuit_breaker_key`'s keys, when a location has one.
+    pub keys: Option<KeysView>,
     /// The module's own version (its crate's), shown as `module_version` and in
     /// Prometheus's `build_info`.
     pub module_version: &'static str,
@@ -29,6 +31,17 @@ pub struct ZoneView {
     /// exchange worker last published it), shown as the page's `fleet` member; `None` without
     /// `circuit_breaker_fleet`.
     pub fleet_json: Option<String>,
+}
+
+/// The table of keyed breakers' keys, as the page shows it (`"keys"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeysView {
+    /// Keys in the table.
+    pub used: u64,
+    /// Tallies it has.
+    pub capacity: u64,
+    /// Keys with a breaker of their own (listed among the breakers).
+    pub promoted: u64,
 }
 
 /// One breaker as the status location shows it.

@@ -1,0 +1,46 @@
+//! The hash of a keyed breaker's key: SipHash-1-3 under a secret, so that clients, who choose
+//! the keys, cannot choose their places in the table.
+
+use core::hash::Hasher;
+
+use siphasher::sip::SipHasher13;
+
+/// Hashes keys under a 128-bit secret, which the zone draws once and keeps: every worker, and
+/// every configuration reloaded over the same zone, places a key in the same tally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHasher {
+    k0: u64,
+    k1: u64,
+}
+
+impl KeyHasher {
+    /// A hasher under the secret `(k0, k1)`.
+    pub const fn new(k0: u64, k1: u64) -> KeyHasher {
+        KeyHasher { k0, k1 }
+    }
+
+    /// The hash of `key` in `family` (the keyed directive's index, so that one value in two
+    /// families is two breakers). Never 0, which marks an empty tally.
+    pub fn hash(&self, family: u16, key: &[u8]) -> u64 {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        h.write(&family.to_le_bytes());
+        h.write(key);
+        h.finish().max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_family_and_key_all_count() {
+        let a = KeyHasher::new(1, 2);
+        let b = KeyHasher::new(1, 3);
+        assert_eq!(a.hash(0, b"origin.example"), a.hash(0, b"origin.example"));
+        assert_ne!(a.hash(0, b"origin.example"), b.hash(0, b"origin.example"));
+        assert_ne!(a.hash(0, b"origin.example"), a.hash(1, b"origin.example"));
+        assert_ne!(a.hash(0, b"origin.example"), a.hash(0, b"origin.exampld"));
+        assert_ne!(a.hash(0, b""), 0);
+    }
+}

@@ -1,0 +1,65 @@
+//! Breakers keyed by a value each request carries (`$host`, the variable a `proxy_pass` is
+//! built from, a tenant's header): one breaker per value, created on first use, for origins
+//! no `upstream {}` block names.
+//!
+//! Clients choose the values, so the table that holds them is built to be flooded:
+//!
+//! - **Compact until there is something to judge.** A key is a [`Tally`] of 128 bytes — its
+//!   hash, when it was last used, its successes over the window and the first bytes of the
+//!   key for the status page. A window holding only successes can trip nothing, so nothing
+//!   more is needed until the key's first failure or slow call: then the key is *promoted*
+//!   to a full breaker (the same breaker an upstream has: classes, rates, slow calls, probes,
+//!   cooldowns, ramp, dry run), which takes over the successes counted so far
+//!   ([`Tally::handover`]). A promoted key returns to its tally alone once its breaker is closed
+//!   and has been idle a whole window.
+//! - **Fixed size, bounded work.** The tallies are one array laid out when the zone is made;
+//!   a key lives in one of the [`NEIGHBOURHOOD`] tallies after its hash's, so finding or
+//!   placing a key reads at most that many tallies, however many keys are live.
+//! - **A secret hash.** Keys are hashed with SipHash-1-3 under the zone's secret
+//!   ([`KeyHasher`]): a client cannot choose keys that crowd one neighbourhood.
+//! - **Eviction that cannot be steered.** A new key takes an empty tally of its
+//!   neighbourhood, else the least recently used compact one, else the least recently used
+//!   promoted one whose breaker is closed; never one whose breaker is open, half-open,
+//!   forced or probing ([`Table::place`]). A flood of new keys therefore replaces idle
+//!   healthy keys first and can never close an open breaker by pushing it out; when a
+//!   neighbourhood holds nothing that may go, the new key is not judged (its requests pass,
+//!   as they do for any breaker a full zone cannot hold).
+//! - **Bounded keys.** A key longer than [`MAX_KEY`] bytes is not judged at all.
+
+mod hash;
+mod table;
+mod tally;
+
+pub use hash::KeyHasher;
+pub use table::{Placed, Protection, Table, NEIGHBOURHOOD};
+pub use tally::{Tally, RING, SHOWN};
+
+use crate::breaker::Classified;
+
+/// The longest key judged, in bytes: longer ones pass unchecked (a header a client sends,
+/// a host name; DNS names are at most 253 bytes).
+pub const MAX_KEY: usize = 256;
+
+/// What a compact key does with an attempt's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// A success: counted in the tally's window.
+    Success,
+    /// A failure or a slow call (anything counted that is not a success): the key is
+    /// promoted to a full breaker, which records it after absorbing the tally's successes.
+    Promote,
+    /// No verdict on the origin (the client went away, its own deadline, a TLS failure):
+    /// counted nowhere.
+    Nothing,
+}
+
+/// What a compact key does with `c`.
+pub fn take(c: &Classified) -> Take {
+    if c.verdict.tls || !c.verdict.counted {
+        Take::Nothing
+    } else if c.is_success() {
+        Take::Success
+    } else {
+        Take::Promote
+    }
+}

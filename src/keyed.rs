@@ -1,0 +1,416 @@
+//! `circuit_breaker_key $key`: a breaker per value of a key, for origins no `upstream {}`
+//! block names (`proxy_pass http://$origin`) and for tenants. The request is judged in the
+//! PRECONTENT phase — which every content handler follows, `proxy_pass`, `grpc_pass`,
+//! `fastcgi_pass` and the rest alike — before any upstream breaker's judgement; its outcome
+//! is settled in the log phase, off what nginx kept of the last upstream attempt
+//! (`upstream::outcome::read_ended`). The table is the zone's (`zone::keyed`): a key stays a
+//! compact tally until its first failure or slow call promotes it to a full breaker.
+//!
+//! A request carries what it was granted in a pool cleanup of its own (not the module's ctx,
+//! which an upstream breaker's state holds): the cleanup frees a probe the request still
+//! holds when it ends without a log phase. Subrequests are not judged.
+
+use core::ffi::c_void;
+use core::ptr::null_mut;
+
+use circuit_breaker_core::breaker::{Admission, Classified, Ticket};
+use circuit_breaker_core::keyed::{self, Take, MAX_KEY};
+use circuit_breaker_core::snapshot::State;
+use nginx_sys::{
+    ngx_http_complex_value, ngx_http_request_t, ngx_int_t, ngx_log_t, ngx_pool_cleanup_add,
+    ngx_str_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_OK,
+};
+
+use crate::clock::{mono_ms, rnd};
+use crate::conf::{KeyedFamily, KeyedSetting, MainConf};
+use crate::ffi::{guard, pid, process_alive};
+use crate::request::{self, Label};
+use crate::respond;
+use crate::upstream::{body, log_transition_of, outcome};
+use crate::zone::{Missing, Zone};
+use ngx::http::HttpModuleMainConf;
+
+/// What a request was granted by its key's breaker, in its pool until the request ends.
+struct Hold {
+    request: *const ngx_http_request_t,
+    main: *const MainConf,
+    family: usize,
+    /// The key's value (in the request pool) and its hash.
+    key: ngx_str_t,
+    hash: u64,
+    ticket: Ticket,
+    settled: bool,
+}
+
+/// The PRECONTENT phase handler.
+pub unsafe extern "C" fn precontent(r: *mut ngx_http_request_t) -> ngx_int_t {
+    guard(NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: nginx runs phase handlers with a live request.
+        let req = unsafe { &mut *r };
+        decide(req)
+    })
+}
+
+fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
+    let declined = NGX_DECLINED as ngx_int_t;
+    if !core::ptr::eq(req.main, req) {
+        return declined;
+    }
+    let Some(lcf) = request::loc_conf(req) else {
+        return declined;
+    };
+    let Some(KeyedSetting::On { value, family }) = lcf.keyed else {
+        return declined;
+    };
+    // Judged once per request, whatever internal redirects follow.
+    if hold_of(req).is_some() {
+        return declined;
+    }
+    // SAFETY: set when merging from the main conf, which outlives every request.
+    let Some(mcf) = (unsafe { lcf.main.as_ref() }) else {
+        return declined;
+    };
+    let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) else {
+        return declined;
+    };
+    let mut key = ngx_str_t {
+        len: 0,
+        data: null_mut(),
+    };
+    // SAFETY: a live request and a complex value compiled for this configuration.
+    if unsafe { ngx_http_complex_value(req, value, &mut key) } != NGX_OK as ngx_int_t {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    // An empty key judges nothing (as `limit_req`'s); nor one too long to keep.
+    if key.len == 0 {
+        return declined;
+    }
+    let log = crate::upstream::connection_log(req);
+    if key.len > MAX_KEY {
+        log_once(log, &fam.name, "longer than 256 bytes, not judged");
+        return declined;
+    }
+    let hash = zone.keyed_hasher().hash(fam.id, key.as_bytes());
+    let now = mono_ms();
+    let unread = body::unread(req);
+    let decided = {
+        let mut locked = zone.lock();
+        match locked.keyed_place(&fam.as_zone(), hash, key.as_bytes(), now) {
+            None => Decided::NoRoom,
+            Some(at) if at.promoted => admit(&mut locked, at.tally, hash, now, unread),
+            Some(_) => Decided::Admitted(
+                Admission::Pass {
+                    would_reject: false,
+                },
+                State::Closed,
+                None,
+            ),
+        }
+    };
+    let (admission, state, transition) = match decided {
+        Decided::Admitted(a, s, t) => (a, s, t),
+        // A request whose body has not arrived is never the probe: its client would hold
+        // it for as long as it takes. The body is read first, and the phase runs again.
+        Decided::BodyFirst => return body::read_first(req),
+        Decided::NoRoom => {
+            log_once(
+                log,
+                &fam.name,
+                "has no room in the zone, its requests pass unchecked",
+            );
+            return declined;
+        }
+    };
+    if let Some(t) = &transition {
+        let who = crate::zone::who(
+            fam.name.as_bytes(),
+            key.as_bytes(),
+            crate::zone::Kind::Keyed,
+        );
+        log_transition_of(log, &who, t);
+    }
+    let (label, retry_after_ms) = match admission {
+        Admission::Pass { .. } => return hold(req, mcf, family, key, hash, Ticket::Normal),
+        Admission::Probe(ticket) => return hold(req, mcf, family, key, hash, ticket),
+        Admission::Reject { retry_after_ms } => (Label::State(state), retry_after_ms),
+        Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
+    };
+    respond::answer(req, label, retry_after_ms)
+}
+
+/// What the key's breaker said, once the lock is let go.
+enum Decided {
+    Admitted(
+        Admission,
+        State,
+        Option<circuit_breaker_core::breaker::Transition>,
+    ),
+    BodyFirst,
+    NoRoom,
+}
+
+/// Asks the breaker of the promoted key at `tally` (a compact key's passes).
+fn admit(
+    locked: &mut crate::zone::Locked<'_>,
+    tally: usize,
+    hash: u64,
+    now: u64,
+    unread: bool,
+) -> Decided {
+    let Some(mut b) = locked.keyed_breaker(tally, hash, now) else {
+        return Decided::Admitted(
+            Admission::Pass {
+                would_reject: false,
+            },
+            State::Closed,
+            None,
+        );
+    };
+    if b.state() != State::Closed && !b.config().dry_run && unread {
+        return Decided::BodyFirst;
+    }
+    let may_probe = b.state() == State::HalfOpen || b.may_probe(now);
+    let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
+    Decided::Admitted(d.admission, b.state(), d.transition)
+}
+
+/// Records `c` on the breaker of the promoted key at `tally`, if it still has one.
+fn record_promoted(
+    locked: &mut crate::zone::Locked<'_>,
+    tally: usize,
+    hash: u64,
+    now: u64,
+    ticket: Ticket,
+    c: &Classified,
+) -> Option<circuit_breaker_core::breaker::Recorded> {
+    let mut b = locked.keyed_breaker(tally, hash, now)?;
+    Some(b.record_classified(now, rnd(), ticket, c, true))
+}
+
+/// Keeps what the request was granted, for its log phase (or its end).
+fn hold(
+    req: &mut ngx_http_request_t,
+    mcf: &MainConf,
+    family: usize,
+    key: ngx_str_t,
+    hash: u64,
+    ticket: Ticket,
+) -> ngx_int_t {
+    // SAFETY: the live request's pool.
+    let cln = unsafe { ngx_pool_cleanup_add(req.pool, core::mem::size_of::<Hold>()) };
+    // SAFETY: null, or a cleanup record nginx just added, with `size` bytes of data.
+    let Some(cln) = (unsafe { cln.as_mut() }) else {
+        release_now(mcf, family, hash, ticket);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    // SAFETY: the record's data is fresh, aligned for any type, and `size_of::<Hold>()` long.
+    unsafe {
+        cln.data.cast::<Hold>().write(Hold {
+            request: req,
+            main: mcf,
+            family,
+            key,
+            hash,
+            ticket,
+            settled: false,
+        })
+    };
+    cln.handler = Some(cleanup);
+    NGX_DECLINED as ngx_int_t
+}
+
+/// The request's hold, if its key's breaker judged it: in the request pool, apart from the
+/// request.
+fn hold_of(req: &ngx_http_request_t) -> Option<core::ptr::NonNull<Hold>> {
+    let me: *const ngx_http_request_t = req;
+    // SAFETY: the request pool's cleanup list, live with the request.
+    let mut c = unsafe { (*req.pool).cleanup };
+    // SAFETY: each record is live until the pool is destroyed; ours carry a `Hold`.
+    while let Some(rec) = unsafe { c.as_ref() } {
+        if rec
+            .handler
+            .is_some_and(|h| h as usize == cleanup as *const () as usize)
+        {
+            let h = core::ptr::NonNull::new(rec.data.cast::<Hold>())?;
+            // SAFETY: a record with our handler holds a `Hold` (see `hold`); read only.
+            if core::ptr::eq(unsafe { h.as_ref() }.request, me) {
+                return Some(h);
+            }
+        }
+        c = rec.next;
+    }
+    None
+}
+
+/// The log phase handler: settles the request's outcome on its key's breaker.
+pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
+    guard(NGX_OK as ngx_int_t, || {
+        // SAFETY: nginx runs phase handlers with a live request.
+        let req = unsafe { &*r };
+        let Some(mut h) = hold_of(req) else {
+            return NGX_OK as ngx_int_t;
+        };
+        // SAFETY: the hold lives in the request pool until it is destroyed, after this phase;
+        // nothing else borrows it while the handler runs.
+        let h = unsafe { h.as_mut() };
+        if core::mem::replace(&mut h.settled, true) {
+            return NGX_OK as ngx_int_t;
+        }
+        // SAFETY: a live main request in its log phase.
+        let attempt = unsafe { outcome::read_ended(req) };
+        settle(
+            h,
+            attempt.map(|a| (a, crate::upstream::connection_log(req))),
+        );
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// Records the request's outcome (`None`: no verdict on the origin) on its key.
+fn settle(h: &Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mut ngx_log_t)>) {
+    // SAFETY: the main conf outlives every request run under it.
+    let Some(mcf) = (unsafe { h.main.as_ref() }) else {
+        return;
+    };
+    let (Some(fam), Some(zone)) = (mcf.keyed.get(h.family), mcf.zone()) else {
+        return;
+    };
+    let Some((attempt, log)) = attempt else {
+        release(zone, fam, h.hash, h.ticket);
+        return;
+    };
+    let c = Classified::of(attempt, &fam.cfg);
+    let now = mono_ms();
+    let key = h.key.as_bytes();
+    let recorded = {
+        let mut locked = zone.lock();
+        let Some(at) = locked.keyed_place(&fam.as_zone(), h.hash, key, now) else {
+            return;
+        };
+        let promoted = if at.promoted {
+            record_promoted(&mut locked, at.tally, h.hash, now, h.ticket, &c)
+        } else {
+            None
+        };
+        match (promoted, keyed::take(&c)) {
+            (Some(rec), _) => Ok(rec),
+            (None, Take::Success) => {
+                locked.keyed_success(at.tally, now, fam.cfg.window_s);
+                return;
+            }
+            (None, Take::Nothing) => return,
+            (None, Take::Promote) => locked
+                .keyed_promote(&fam.as_zone(), at.tally, h.hash, key, now, mcf.generation)
+                .map(|mut b| b.record_classified(now, rnd(), Ticket::Normal, &c, true)),
+        }
+    };
+    match recorded {
+        Ok(rec) => {
+            if let Some(t) = &rec.transition {
+                let who = crate::zone::who(fam.name.as_bytes(), key, crate::zone::Kind::Keyed);
+                log_transition_of(log, &who, t);
+            }
+        }
+        Err(Missing::Full) => log_once(
+            log,
+            &fam.name,
+            "has no room in the zone for its breaker, its requests pass unchecked",
+        ),
+        Err(Missing::Stale) => {}
+    }
+}
+
+/// Frees the probe `ticket` holds on `key`'s breaker, if it holds it.
+fn release(zone: &Zone, fam: &KeyedFamily, hash: u64, ticket: Ticket) {
+    if ticket == Ticket::Normal {
+        return;
+    }
+    let now = mono_ms();
+    let mut locked = zone.lock();
+    let Some(at) = locked.keyed_find(&fam.as_zone(), hash) else {
+        return;
+    };
+    if let Some(mut b) = locked.keyed_breaker(at.tally, hash, now) {
+        b.release(now, ticket);
+    };
+}
+
+/// [`release`] where the key is not at hand (no memory to keep the hold).
+fn release_now(mcf: &MainConf, family: usize, hash: u64, ticket: Ticket) {
+    if let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) {
+        release(zone, fam, hash, ticket);
+    }
+}
+
+/// The pool cleanup of a hold: a request that ended unsettled (no log phase) gives its probe
+/// back.
+unsafe extern "C" fn cleanup(data: *mut c_void) {
+    guard((), || {
+        // SAFETY: the data of a record `hold` added: a `Hold`, live until the pool is gone.
+        let h = unsafe { &mut *data.cast::<Hold>() };
+        if !core::mem::replace(&mut h.settled, true) {
+            settle(h, None);
+        }
+    })
+}
+
+/// Logs a family's trouble once per worker: a flood of keys must not flood the log.
+fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
+    thread_local! {
+        static SEEN: core::cell::RefCell<Vec<(String, &'static str)>> =
+            const { core::cell::RefCell::new(Vec::new()) };
+    }
+    let first = SEEN
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.iter().any(|(f, w)| f == family && *w == what) {
+                false
+            } else {
+                s.push((family.to_owned(), what));
+                true
+            }
+        })
+        .unwrap_or(false);
+    if first {
+        ngx::ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "circuit breaker key \"{}\": a key {}",
+            family,
+            what
+        );
+    }
+}
+
+/// Installs the phase handlers where some location has a keyed breaker: the PRECONTENT one
+/// after the upstream breakers' (nginx runs a phase's handlers last added first, so a
+/// request is judged by its key first), and the log phase's.
+///
+/// # Safety
+/// Only from postconfiguration, with the configuration being parsed.
+pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
+    // SAFETY: `cf` is the configuration being parsed (this fn's contract).
+    let any = crate::conf::Module::main_conf(unsafe { &*cf }).is_some_and(|m| !m.keyed.is_empty());
+    if !any {
+        return NGX_OK as ngx_int_t;
+    }
+    // SAFETY: as for this function.
+    let rc = unsafe {
+        crate::conf::setup::add_phase_handler(
+            cf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+            Some(precontent),
+        )
+    };
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
+    }
+    // SAFETY: as for this function.
+    unsafe {
+        crate::conf::setup::add_phase_handler(
+            cf,
+            nginx_sys::ngx_http_phases_NGX_HTTP_LOG_PHASE,
+            Some(log_phase),
+        )
+    }
+}

@@ -1,0 +1,391 @@
+//! Keyed breakers in the zone (`circuit_breaker_key`): the table of compact keys the core
+//! rules (`circuit_breaker_core::keyed`), and the breakers keys are promoted to on their first
+//! failure or slow call. Touched only with the mutex held.
+//!
+//! A promoted key's breaker is a node like any other (found by its hash in the table's chains,
+//! with a berth for the lock-free gate), but linked in a list of its own: it is freed at run
+//! time — when its key makes room for another, or turns compact again once its breaker is
+//! closed with an empty window — which the walks of all nodes, letting the mutex go between
+//! batches, must never meet.
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering;
+
+use circuit_breaker_core::breaker::histogram::Histogram;
+use circuit_breaker_core::breaker::BreakerConfig;
+use circuit_breaker_core::keyed::{KeyHasher, Placed, Protection, Table, Tally};
+use circuit_breaker_core::snapshot::State;
+use ngx::allocator::Allocator;
+
+use super::node::{breaker_of, Node};
+use super::table::BreakerMut;
+use super::{Key, Kind, Locked, Missing, Zone};
+
+/// One `circuit_breaker_key`: its key as written (`$host`), which names its breakers, the
+/// 16 bits of that name's hash its tallies carry, and its breakers' parameters.
+#[derive(Clone, Copy)]
+pub struct Family<'a> {
+    pub name: &'a [u8],
+    pub id: u16,
+    pub cfg: &'a BreakerConfig,
+}
+
+/// The table's figures, for the status page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyedCount {
+    /// Keys in the table.
+    pub keys: u64,
+    /// Tallies it has.
+    pub capacity: u64,
+    /// Keys promoted to a breaker of their own.
+    pub promoted: u64,
+}
+
+/// Where a key lives: its tally, and whether it has a breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyedAt {
+    pub tally: usize,
+    pub promoted: bool,
+}
+
+impl Zone {
+    /// The hasher of keyed breakers' keys, under the zone's secret.
+    pub fn keyed_hasher(&self) -> KeyHasher {
+        let h = self.header();
+        KeyHasher::new(h.keyed_secret[0], h.keyed_secret[1])
+    }
+}
+
+impl<'z> Locked<'z> {
+    /// The table's tallies, if it has been laid out.
+    fn tallies(&self) -> Option<&'z mut [Tally]> {
+        let h = self.header();
+        let p = NonNull::new(h.keyed_tallies.load(Ordering::Relaxed))?;
+        let cap = h.keyed_cap.load(Ordering::Relaxed) as usize;
+        // SAFETY: `keyed_layout` allocated `cap` tallies at `p` from the zone, never freed but by
+        // `keyed_layout` itself; they are touched only under the mutex, which `self` holds, and
+        // no other borrow of them outlives a call of this module.
+        Some(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), cap) })
+    }
+
+    /// Runs `f` on the table, its count of uses kept in the header.
+    fn with_table<T>(&self, f: impl FnOnce(&mut Table<'_>) -> T) -> Option<T> {
+        let tallies = self.tallies()?;
+        let h = self.header();
+        let mut uses = h.keyed_uses.load(Ordering::Relaxed);
+        let out = Table::new(tallies, &mut uses).map(|mut t| f(&mut t));
+        h.keyed_uses.store(uses, Ordering::Relaxed);
+        out
+    }
+
+    /// Lays the table out with `cap` tallies (a power of two), unless it has exactly that many:
+    /// a table of another size is replaced, its keys forgotten and their breakers freed.
+    /// `false` when the zone has no room for it.
+    pub fn keyed_layout(&mut self, cap: usize) -> bool {
+        let h = self.header();
+        let old = h.keyed_tallies.load(Ordering::Relaxed);
+        let old_cap = h.keyed_cap.load(Ordering::Relaxed) as usize;
+        if !old.is_null() && old_cap == cap {
+            return true;
+        }
+        self.keyed_drop_all();
+        if let (Some(p), Ok(layout)) = (
+            NonNull::new(old),
+            core::alloc::Layout::array::<Tally>(old_cap),
+        ) {
+            h.keyed_tallies
+                .store(core::ptr::null_mut(), Ordering::Relaxed);
+            h.keyed_cap.store(0, Ordering::Relaxed);
+            // SAFETY: allocated below, by an earlier call, from this pool with this layout; no
+            // borrow of the tallies outlives a call of this module.
+            unsafe { self.pool_mut().deallocate(p.cast(), layout) };
+        }
+        if cap == 0 {
+            return true;
+        }
+        let Ok(layout) = core::alloc::Layout::array::<Tally>(cap) else {
+            return false;
+        };
+        let Ok(p) = self.pool_mut().allocate(layout) else {
+            return false;
+        };
+        let p = p.cast::<Tally>();
+        for i in 0..cap {
+            // SAFETY: a fresh allocation of `cap` tallies.
+            unsafe { p.as_ptr().add(i).write(Tally::EMPTY) };
+        }
+        h.keyed_tallies.store(p.as_ptr(), Ordering::Relaxed);
+        h.keyed_cap.store(cap as u32, Ordering::Relaxed);
+        h.keyed_uses.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Frees every promoted key's breaker.
+    fn keyed_drop_all(&mut self) {
+        while let Some(n) = NonNull::new(self.header().keyed_head.load(Ordering::Relaxed)) {
+            // SAFETY: a node of the keyed list is published, and not borrowed.
+            unsafe { self.remove(n) };
+        }
+    }
+
+    /// The breaker of the promoted key hashed to `hash`, if it exists.
+    fn keyed_node(&self, hash: u64) -> Option<NonNull<Node>> {
+        let mut n = self.chain_of(hash).load(Ordering::Relaxed);
+        // SAFETY: chains hold published nodes only, live while the mutex is held.
+        while let Some(node) = unsafe { n.as_ref() } {
+            if node.hash == hash && node.kind() == Kind::Keyed {
+                return NonNull::new(n);
+            }
+            n = node.chain.load(Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Finds `key` (hashed to `hash`) of `fam`, or gives it a tally (the core's
+    /// [`Table::place`]: never the tally of a key whose breaker is open, half-open or forced),
+    /// freeing the breaker of a key it replaced. `None` when there is no table, or no tally may
+    /// take the key.
+    pub fn keyed_place(
+        &mut self,
+        fam: &Family,
+        hash: u64,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Option<KeyedAt> {
+        let placed = self.with_table(|t| {
+            t.place(fam.id, hash, key, now_ms / 1000, |s| {
+                let Some(n) = self.keyed_node(s.hash) else {
+                    return Protection::Evictable;
+                };
+                // SAFETY: a published node, the mutex held; this borrow of its breaker ends
+                // with the closure, and nothing else borrows it meanwhile.
+                let b = unsafe { breaker_of(n) };
+                if b.state() == State::Closed && b.forced().is_none() {
+                    Protection::Evictable
+                } else {
+                    Protection::Kept
+                }
+            })
+        })?;
+        let tally = match placed {
+            Placed::Found(i) | Placed::New(i) => i,
+            Placed::Replaced(i, old) => {
+                if old.full != 0 {
+                    if let Some(n) = self.keyed_node(old.hash) {
+                        // SAFETY: a published node, not borrowed.
+                        unsafe { self.remove(n) };
+                    }
+                }
+                i
+            }
+            Placed::Full => return None,
+        };
+        let promoted = self.tallies()?[tally].full != 0;
+        Some(KeyedAt { tally, promoted })
+    }
+
+    /// Where the key hashed to `hash` of `fam` lives, if it does (not a use).
+    pub fn keyed_find(&mut self, fam: &Family, hash: u64) -> Option<KeyedAt> {
+        let tally = self.with_table(|t| t.find(fam.id, hash))??;
+        let promoted = self.tallies()?[tally].full != 0;
+        Some(KeyedAt { tally, promoted })
+    }
+
+    /// The breaker the key at `tally` (hashed to `hash`) was promoted to. A breaker that is
+    /// closed, not forced, holding no probe and whose window is empty is freed instead (the
+    /// key compact again: nothing it judged is lost), as is the mark of one that is gone.
+    pub fn keyed_breaker(
+        &mut self,
+        tally: usize,
+        hash: u64,
+        now_ms: u64,
+    ) -> Option<BreakerMut<'_>> {
+        let Some(n) = self.keyed_node(hash) else {
+            if let Some(s) = self.tallies()?.get_mut(tally) {
+                s.full = 0;
+            }
+            return None;
+        };
+        let idle = {
+            // SAFETY: a published node, the mutex held; the borrow ends with this block.
+            let mut b = unsafe { breaker_of(n) };
+            b.state() == State::Closed && b.forced().is_none() && b.window(now_ms).requests == 0
+        };
+        if idle {
+            // SAFETY: a published node, not borrowed.
+            unsafe { self.remove(n) };
+            if let Some(s) = self.tallies()?.get_mut(tally) {
+                s.full = 0;
+            }
+            return None;
+        }
+        // SAFETY: a published node; `&mut self` rules out a second `BreakerMut`.
+        unsafe { self.borrow(n) }
+    }
+
+    /// Counts a success of the compact key at `tally`.
+    pub fn keyed_success(&mut self, tally: usize, now_ms: u64, window_s: u32) {
+        if let Some(s) = self.tallies().and_then(|s| s.get_mut(tally)) {
+            s.add_success(now_ms / 1000, window_s);
+        }
+    }
+
+    /// Promotes the key at `tally` (`key`, hashed to `hash`, of `fam`): its breaker, which
+    /// takes over the successes its tally counted. Workers of an older configuration than the
+    /// zone's make none.
+    pub fn keyed_promote(
+        &mut self,
+        fam: &Family,
+        tally: usize,
+        hash: u64,
+        key: &[u8],
+        now_ms: u64,
+        generation: u64,
+    ) -> Result<BreakerMut<'_>, Missing> {
+        if generation < self.generation() {
+            return Err(Missing::Stale);
+        }
+        let k = Key {
+            hash,
+            upstream: fam.name,
+            route: key,
+            kind: Kind::Keyed,
+        };
+        let n = match self.keyed_node(hash) {
+            Some(n) => n,
+            None => {
+                // Keys that fail by the thousand (a client's own failing tenants) leave a
+                // quarter of the zone to every other breaker.
+                let (used, size, _) = self.usage();
+                if size.saturating_sub(used) < size / 4 {
+                    return Err(Missing::Full);
+                }
+                self.create(&k, fam.cfg, now_ms).ok_or(Missing::Full)?
+            }
+        };
+        let handover = match self.tallies().and_then(|s| s.get_mut(tally)) {
+            Some(s) if s.hash == hash => {
+                s.full = 1;
+                s.handover(now_ms / 1000, fam.cfg.window_s)
+            }
+            _ => Vec::new(),
+        };
+        // SAFETY: a published node (found, or just created); `&mut self` rules out a second
+        // `BreakerMut`.
+        let mut b = unsafe { self.borrow(n) }.ok_or(Missing::Full)?;
+        for (second, count) in handover {
+            b.absorb_successes(second, count, &Histogram::EMPTY);
+        }
+        Ok(b)
+    }
+
+    /// The breaker of `key` of `fam` for the operator's control: found, or the key placed and
+    /// promoted.
+    pub fn keyed_control(
+        &mut self,
+        fam: &Family,
+        hasher: &KeyHasher,
+        key: &[u8],
+        now_ms: u64,
+        generation: u64,
+    ) -> Result<BreakerMut<'_>, Missing> {
+        let hash = hasher.hash(fam.id, key);
+        let at = self
+            .keyed_place(fam, hash, key, now_ms)
+            .ok_or(Missing::Full)?;
+        self.keyed_promote(fam, at.tally, hash, key, now_ms, generation)
+    }
+
+    /// The table's figures.
+    pub fn keyed_count(&self) -> KeyedCount {
+        let h = self.header();
+        let keys = self
+            .tallies()
+            .map_or(0, |s| s.iter().filter(|s| !s.is_empty()).count());
+        KeyedCount {
+            keys: keys as u64,
+            capacity: u64::from(h.keyed_cap.load(Ordering::Relaxed)),
+            promoted: u64::from(h.keyed_nodes.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The promoted keys' breakers, newest first.
+    pub(super) fn keyed_nodes(&self) -> Vec<NonNull<Node>> {
+        let mut out = Vec::new();
+        let mut n = self.header().keyed_head.load(Ordering::Relaxed);
+        // SAFETY: the keyed list holds published nodes, live while the mutex is held.
+        while let Some(node) = unsafe { n.as_ref() } {
+            out.push(NonNull::from(node));
+            n = node.next.load(Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+impl Zone {
+    /// Takes the keyed breakers over for a new configuration (after [`Zone::reconcile`], whose
+    /// counts this adds to): the table laid out for `cap` tallies (none when no location has a
+    /// keyed breaker), the breakers of keys whose family the configuration no longer has
+    /// freed, and those whose family's parameters changed retuned as upstream breakers are
+    /// (state, episode and totals kept; the window too when its length is the same). A key's
+    /// tally, and so its successes, stays whatever the reload.
+    pub fn keyed_reconcile(
+        &self,
+        cap: usize,
+        families: &[Family],
+        now_ms: u64,
+        out: &mut super::reload::Reconciled,
+    ) -> bool {
+        let mut locked = self.lock();
+        if !locked.keyed_layout(cap) {
+            return false;
+        }
+        for n in locked.keyed_nodes() {
+            // SAFETY: a node of the keyed list, published; the names are copied out before
+            // the node may be freed below.
+            let (family, key) = unsafe { locked.names_of(n) };
+            let (family, key) = (family.to_vec(), key.to_vec());
+            let Some(fam) = families.iter().find(|f| f.name == family.as_slice()) else {
+                // SAFETY: published, not borrowed.
+                unsafe { locked.remove(n) };
+                out.dropped += 1;
+                continue;
+            };
+            // SAFETY: published, the lock held; the borrow ends with the statement.
+            let current = unsafe { locked.breaker_at(n) }.map(|b| *b.config());
+            if current.is_none() || current == Some(*fam.cfg) {
+                continue;
+            }
+            let who = out
+                .retuned
+                .wants_name()
+                .then(|| super::who(&family, &key, Kind::Keyed));
+            // SAFETY: published; `window_s` is fixed at creation.
+            let retuned = if unsafe { Locked::window_of(n) } == fam.cfg.window_s {
+                // SAFETY: published, the lock held; the borrow drops at the end of the arm.
+                unsafe { locked.breaker_at(n) }.and_then(|mut b| b.retune(now_ms, *fam.cfg))
+            } else {
+                // SAFETY: published, the lock held; the borrow is dropped before `remove`.
+                let old = unsafe { locked.breaker_at(n) }.map(|mut b| b.carry_out());
+                let hash = {
+                    // SAFETY: published.
+                    unsafe { n.as_ref() }.hash
+                };
+                // SAFETY: published, not borrowed.
+                unsafe { locked.remove(n) };
+                let k = Key {
+                    hash,
+                    upstream: &family,
+                    route: &key,
+                    kind: Kind::Keyed,
+                };
+                match (locked.create(&k, fam.cfg, now_ms), old) {
+                    (Some(_), Some(old)) => locked.find(&k).map(|mut b| b.adopt(&old, now_ms)),
+                    _ => None,
+                }
+            };
+            out.retuned.note(who, retuned);
+        }
+        true
+    }
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/perl
+
+# circuit_breaker_key: a breaker per value of a variable, for origins reached through a
+# variable (no upstream {} block) and for tenants. The variable location opens on its
+# min_requests-th failure and answers 503 with Retry-After (or stale), two keys never affect
+# each other, a key's half-open probe closes only its own breaker, an empty key is unchecked,
+# the operator controls a breaker by its key, and a reload keeps them. Every count is taken
+# at the origin.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ conf start reload /;
+use CB::Origin;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(35);
+
+my $conf = <<'EOF';
+    circuit_breaker_zone cb:1m;
+
+    map $arg_o $origin {
+        a       127.0.0.1:8081;
+        b       127.0.0.1:8082;
+        default "";
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        location /o/ {
+            circuit_breaker_key $origin min_requests=5 failure_rate=50% open=%%OPEN%% jitter=0%;
+            proxy_pass http://$origin;
+        }
+
+        location /tenant/ {
+            circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            proxy_pass http://127.0.0.1:8083;
+        }
+
+        location /status {
+            circuit_breaker_status control=on;
+        }
+    }
+EOF
+
+sub write_conf {
+	my ($t, $open) = @_;
+	(my $c = $conf) =~ s/%%OPEN%%/$open/g;
+	$t->write_file_expand('nginx.conf', conf(1, $c));
+}
+
+write_conf($t, '2s');
+my ($a, $b, $tenants) = start($t, 8081, 8082, 8083);
+
+###############################################################################
+
+# Origin a fails; the breaker of key a opens on the fifth failure, and b is untouched.
+
+for (1 .. 4) {
+	like(http_get('/o/x?o=a&status=500'), qr!^HTTP/1.1 500!, "a: failure $_ reaches a");
+}
+like(http_get('/o/x?o=a&status=500'), qr!^HTTP/1.1 500!, 'a: fifth failure reaches a');
+is(CB::Origin::hits($a), 5, 'a: five requests at the origin');
+
+my $r = http_get('/o/x?o=a&status=500');
+like($r, qr!^HTTP/1.1 503!, 'a: open, 503');
+like($r, qr!Retry-After: \d+\x0d!, 'a: Retry-After');
+like($r, qr!X-Circuit-State: open\x0d!, 'a: X-Circuit-State');
+http_get('/o/x?o=a') for 1 .. 5;
+is(CB::Origin::hits($a), 5, 'a: nothing more reaches a while open');
+
+like(http_get('/o/x?o=b'), qr!^HTTP/1.1 200!, 'b: its own key passes');
+is(CB::Origin::hits($b), 1, 'b: reached');
+like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "127\.0\.0\.1:8081" opened/,
+	'the transition is logged with the key');
+
+# The status page shows the open key's breaker, and the table's figures.
+
+$r = http_get('/status');
+like($r, qr/"upstream":"\$origin","route":"127\.0\.0\.1:8081","state":"open"/, 'status: the key is open');
+like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1\}/, 'status: two keys, one promoted');
+unlike($r, qr/"route":"127\.0\.0\.1:8082"/, 'status: a healthy key has no breaker to show');
+
+# Half-open: one probe at a time goes to a, which has healed, a probe interval (1 s) apart;
+# three good ones (the default `probes`) close only a's breaker.
+
+select undef, undef, undef, 2.3;
+like(http_get('/o/x?o=a'), qr!^HTTP/1.1 200!, 'a: the probe after the cooldown');
+for (1 .. 2) {
+	select undef, undef, undef, 1.1;
+	http_get('/o/x?o=a');
+}
+like(http_get('/o/x?o=a'), qr!^HTTP/1.1 200!, 'a: closed again');
+is(CB::Origin::hits($a), 9, 'a: three probes and the next request reached a');
+like($t->read_file('error.log'), qr/"\$origin" key "127\.0\.0\.1:8081" closed/, 'a: closed, logged');
+
+# An empty key (no "o") passes unchecked: nginx answers 500 itself for an empty host, and
+# nothing is judged.
+
+for (1 .. 8) {
+	http_get('/o/x?status=500');
+}
+like(http_get('/status'), qr/"keys":\{"used":2,/, 'an empty key makes no key');
+
+# Tenants: one tenant's failures never open another's breaker.
+
+for (1 .. 3) {
+	http(<<EOF);
+GET /tenant/x?status=500 HTTP/1.0
+Host: localhost
+X-Tenant: acme
+
+EOF
+}
+like(http(<<EOF), qr!^HTTP/1.1 503!, 'tenant acme: open');
+GET /tenant/x HTTP/1.0
+Host: localhost
+X-Tenant: acme
+
+EOF
+like(http(<<EOF), qr!^HTTP/1.1 200!, 'tenant globex: unaffected');
+GET /tenant/x HTTP/1.0
+Host: localhost
+X-Tenant: globex
+
+EOF
+is(CB::Origin::hits($tenants), 4, 'tenants: three failures of acme, one request of globex');
+
+# Control by key: force the tenant globex's breaker open, then reset acme's.
+
+$r = http(<<EOF);
+POST /status?upstream=\$http_x_tenant&route=globex&action=force_open HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
+like($r, qr!^HTTP/1.1 200!, 'control: force_open by key');
+like($r, qr/"state":"open"/, 'control: its breaker is open');
+like(http(<<EOF), qr!^HTTP/1.1 503!, 'control: globex short-circuited');
+GET /tenant/x HTTP/1.0
+Host: localhost
+X-Tenant: globex
+
+EOF
+$r = http(<<EOF);
+POST /status?upstream=\$http_x_tenant&route=acme&action=reset HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
+like($r, qr/"state":"closed"/, 'control: reset acme');
+like(http(<<EOF), qr!^HTTP/1.1 200!, 'control: acme passes again');
+GET /tenant/x HTTP/1.0
+Host: localhost
+X-Tenant: acme
+
+EOF
+like(http(<<EOF), qr!^HTTP/1.1 404!, 'control: an unknown key family is not found');
+POST /status?upstream=\$nope&route=x&action=reset HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
+
+# A reload with the same parameters keeps an open key open.
+
+for (1 .. 10) {
+	last if http_get('/o/x?o=a&status=500') =~ /^HTTP\/1.1 503/;
+}
+like(http_get('/o/x?o=a'), qr!^HTTP/1.1 503!, 'a: open again');
+my $before = CB::Origin::hits($a);
+write_conf($t, '1h');
+ok(reload($t), 'reloaded');
+like(http_get('/o/x?o=a'), qr!^HTTP/1.1 503!, 'a: still open after a reload that retuned it');
+is(CB::Origin::hits($a), $before, 'a: no request reached a across the reload');
+like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "127\.0\.0\.1:8081": /,
+	'the reload names the retuned key');
+
+###############################################################################
