@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(58);
+	->has(qw/upstream_least_conn/)->plan(63);
 
 ###############################################################################
 
@@ -259,6 +259,32 @@ bad($t, 'zone without size', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb;" },
 bad($t, 'zone without name', { UPSTREAM => "$cb;", HTTP => "${cb}_zone :1m;" },
 	"${cb}_zone",
 	'invalid zone name ":1m", must be name:size, e.g. "circuit_breaker:1m"');
+
+bad($t, 'zone keys not a number', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:1m keys=lots;" },
+	"${cb}_zone",
+	qq{invalid value "keys=lots" in "${cb}_zone" directive, }
+	. 'must be a number of keys from 8 to 16777216');
+
+bad($t, 'zone keys over three quarters', { UPSTREAM => "$cb;",
+	HTTP => "${cb}_zone cb:1m keys=8192;" },
+	"${cb}_zone",
+	'"keys=8192" needs 1024 KiB, more than three quarters of the zone: give the zone at least 1366k');
+
+# circuit_breaker_key
+
+bad($t, 'key without a variable', { LOCATION => "${cb}_key origin;" },
+	"${cb}_key",
+	qq{invalid value "origin" in "${cb}_key" directive, the key must name a variable, such as \$host});
+
+bad($t, 'key with an upstream companion', { LOCATION => "${cb}_key \$host limit=adaptive;" },
+	"${cb}_key",
+	qq{"limit" is an upstream's, not a parameter of "${cb}_key"});
+
+bad($t, 'one key, two sets of parameters', { HTTP => "${cb}_key \$host min_requests=5;",
+	LOCATION => "${cb}_key \$host min_requests=6;" },
+	"${cb}_key \$host min_requests=6",
+	qq{"${cb}_key \$host" is given with other parameters elsewhere: every }
+	. qq{"${cb}_key \$host" judges the same breakers, give them the same parameters});
 
 bad($t, 'zone twice', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m;\n    ${cb}_zone cb2:1m;" },

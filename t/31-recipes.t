@@ -44,7 +44,7 @@ sub slurp {
 
 my $root = "$FindBin::Bin/..";
 my @names = qw/ minimal routes slow probes eject limit dry-run fleet status
-	stale defaults json-503 /;
+	stale defaults json-503 origins tenants /;
 my %recipe = map { $_ => slurp("$root/docs/recipes/$_.conf") } @names;
 my $readme = slurp("$root/README.md");
 
