@@ -17,8 +17,8 @@ use circuit_breaker_core::breaker::{Admission, Classified, Ticket};
 use circuit_breaker_core::keyed::{self, Take, MAX_KEY};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_http_complex_value, ngx_http_request_t, ngx_int_t, ngx_log_t, ngx_pool_cleanup_add,
-    ngx_str_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_OK,
+    ngx_http_complex_value, ngx_http_request_t, ngx_int_t, ngx_log_t, ngx_str_t, NGX_DECLINED,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_OK,
 };
 
 use crate::clock::{mono_ms, rnd};
@@ -35,11 +35,65 @@ struct Hold {
     request: *const ngx_http_request_t,
     main: *const MainConf,
     family: usize,
-    /// The key's value (in the request pool) and its hash.
+    /// The key's value (in the request pool), its hash, and its tally when it was judged.
     key: ngx_str_t,
     hash: u64,
+    tally: usize,
     ticket: Ticket,
     settled: bool,
+    /// Its pool cleanup record, kept in the hold rather than allocated by
+    /// `ngx_pool_cleanup_add`, as the hold itself is kept for reuse rather than allocated
+    /// from the request pool (`scripts/bench-instructions`, closed_keyed).
+    cleanup: nginx_sys::ngx_pool_cleanup_t,
+}
+
+/// Holds kept for reuse by this worker (at most [`MAX_SPARES`]), and one given back while
+/// the list was full, freed at the next give-back: nginx still reads the `next` of its
+/// cleanup record after its cleanup returns.
+struct Spares(core::cell::UnsafeCell<Kept>);
+
+struct Kept {
+    // Boxed: a hold's address is its cleanup record's, which must not move.
+    #[allow(clippy::vec_box)]
+    list: Vec<Box<Hold>>,
+    doomed: Option<Box<Hold>>,
+}
+
+// SAFETY: a worker runs nginx's event loop on one thread, the only one that touches this.
+unsafe impl Sync for Spares {}
+
+static SPARES: Spares = Spares(core::cell::UnsafeCell::new(Kept {
+    list: Vec::new(),
+    doomed: None,
+}));
+
+const MAX_SPARES: usize = 1024;
+
+impl Spares {
+    /// A hold's memory, a spare one or a new box, with `held` in it.
+    fn take(&self, held: Hold) -> Box<Hold> {
+        // SAFETY: single-threaded (above); no borrow of the list outlives this call.
+        let kept = unsafe { &mut *self.0.get() };
+        match kept.list.pop() {
+            Some(mut b) => {
+                *b = held;
+                b
+            }
+            None => Box::new(held),
+        }
+    }
+
+    /// Gives a hold back; its memory stays as it is until the next `take` or `put`.
+    fn put(&self, b: Box<Hold>) {
+        // SAFETY: single-threaded (above); no borrow of the list outlives this call.
+        let kept = unsafe { &mut *self.0.get() };
+        drop(kept.doomed.take());
+        if kept.list.len() < MAX_SPARES {
+            kept.list.push(b);
+        } else {
+            kept.doomed = Some(b);
+        }
+    }
 }
 
 /// The PRECONTENT phase handler.
@@ -59,7 +113,12 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     let Some(lcf) = request::loc_conf(req) else {
         return declined;
     };
-    let Some(KeyedSetting::On { value, family }) = lcf.keyed else {
+    let Some(KeyedSetting::On {
+        value,
+        family,
+        variable,
+    }) = lcf.keyed
+    else {
         return declined;
     };
     // Judged once per request, whatever internal redirects follow.
@@ -73,14 +132,9 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) else {
         return declined;
     };
-    let mut key = ngx_str_t {
-        len: 0,
-        data: null_mut(),
-    };
-    // SAFETY: a live request and a complex value compiled for this configuration.
-    if unsafe { ngx_http_complex_value(req, value, &mut key) } != NGX_OK as ngx_int_t {
+    let Some(key) = key_of(req, value, variable) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    }
+    };
     // An empty key judges nothing (as `limit_req`'s); nor one too long to keep.
     if key.len == 0 {
         return declined;
@@ -92,13 +146,13 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     let hash = zone.keyed_hasher().hash(fam.id, key.as_bytes());
     let now = mono_ms();
-    let unread = body::unread(req);
     let decided = {
         let mut locked = zone.lock();
         match locked.keyed_place(&fam.as_zone(), hash, key.as_bytes(), now) {
             None => Decided::NoRoom,
-            Some(at) if at.promoted => admit(&mut locked, at.tally, hash, now, unread),
-            Some(_) => Decided::Admitted(
+            Some(at) if at.promoted => admit(&mut locked, at.tally, hash, now, &*req),
+            Some(at) => Decided::Admitted(
+                at.tally,
                 Admission::Pass {
                     would_reject: false,
                 },
@@ -107,8 +161,8 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
             ),
         }
     };
-    let (admission, state, transition) = match decided {
-        Decided::Admitted(a, s, t) => (a, s, t),
+    let (tally, admission, state, transition) = match decided {
+        Decided::Admitted(i, a, s, t) => (i, a, s, t),
         // A request whose body has not arrived is never the probe: its client would hold
         // it for as long as it takes. The body is read first, and the phase runs again.
         Decided::BodyFirst => return body::read_first(req),
@@ -130,17 +184,54 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         log_transition_of(log, &who, t);
     }
     let (label, retry_after_ms) = match admission {
-        Admission::Pass { .. } => return hold(req, mcf, family, key, hash, Ticket::Normal),
-        Admission::Probe(ticket) => return hold(req, mcf, family, key, hash, ticket),
+        Admission::Pass { .. } => {
+            let held = Hold::new(req, mcf, family, key, hash, tally, Ticket::Normal);
+            return hold(req, held);
+        }
+        Admission::Probe(ticket) => {
+            let held = Hold::new(req, mcf, family, key, hash, tally, ticket);
+            return hold(req, held);
+        }
         Admission::Reject { retry_after_ms } => (Label::State(state), retry_after_ms),
         Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
     };
     respond::answer(req, label, retry_after_ms)
 }
 
-/// What the key's breaker said, once the lock is let go.
+/// The request's key: its one variable's value as it is, or the complex value made.
+/// `None` on nginx's failure (no memory).
+fn key_of(
+    req: &mut ngx_http_request_t,
+    value: *mut nginx_sys::ngx_http_complex_value_t,
+    variable: Option<usize>,
+) -> Option<ngx_str_t> {
+    let mut key = ngx_str_t {
+        len: 0,
+        data: null_mut(),
+    };
+    if let Some(i) = variable {
+        // SAFETY: a live request and an index this configuration registered.
+        let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(req, i) };
+        // SAFETY: null, or the variable's value, which lives as long as the request.
+        if let Some(v) = unsafe { v.as_ref() } {
+            if v.not_found() == 0 {
+                key = ngx_str_t {
+                    len: v.len() as usize,
+                    data: v.data,
+                };
+            }
+        }
+        return Some(key);
+    }
+    // SAFETY: a live request and a complex value compiled for this configuration.
+    let rc = unsafe { ngx_http_complex_value(req, value, &mut key) };
+    (rc == NGX_OK as ngx_int_t).then_some(key)
+}
+
+/// What the key's breaker said (and where the key lives), once the lock is let go.
 enum Decided {
     Admitted(
+        usize,
         Admission,
         State,
         Option<circuit_breaker_core::breaker::Transition>,
@@ -155,10 +246,11 @@ fn admit(
     tally: usize,
     hash: u64,
     now: u64,
-    unread: bool,
+    req: &ngx_http_request_t,
 ) -> Decided {
     let Some(mut b) = locked.keyed_breaker(tally, hash, now) else {
         return Decided::Admitted(
+            tally,
             Admission::Pass {
                 would_reject: false,
             },
@@ -166,12 +258,12 @@ fn admit(
             None,
         );
     };
-    if b.state() != State::Closed && !b.config().dry_run && unread {
+    if b.state() != State::Closed && !b.config().dry_run && body::unread(req) {
         return Decided::BodyFirst;
     }
     let may_probe = b.state() == State::HalfOpen || b.may_probe(now);
     let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
-    Decided::Admitted(d.admission, b.state(), d.transition)
+    Decided::Admitted(tally, d.admission, b.state(), d.transition)
 }
 
 /// Records `c` on the breaker of the promoted key at `tally`, if it still has one.
@@ -187,35 +279,46 @@ fn record_promoted(
     Some(b.record_classified(now, rnd(), ticket, c, true))
 }
 
-/// Keeps what the request was granted, for its log phase (or its end).
-fn hold(
-    req: &mut ngx_http_request_t,
-    mcf: &MainConf,
-    family: usize,
-    key: ngx_str_t,
-    hash: u64,
-    ticket: Ticket,
-) -> ngx_int_t {
-    // SAFETY: the live request's pool.
-    let cln = unsafe { ngx_pool_cleanup_add(req.pool, core::mem::size_of::<Hold>()) };
-    // SAFETY: null, or a cleanup record nginx just added, with `size` bytes of data.
-    let Some(cln) = (unsafe { cln.as_mut() }) else {
-        release_now(mcf, family, hash, ticket);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
-    // SAFETY: the record's data is fresh, aligned for any type, and `size_of::<Hold>()` long.
-    unsafe {
-        cln.data.cast::<Hold>().write(Hold {
+impl Hold {
+    fn new(
+        req: &ngx_http_request_t,
+        mcf: &MainConf,
+        family: usize,
+        key: ngx_str_t,
+        hash: u64,
+        tally: usize,
+        ticket: Ticket,
+    ) -> Hold {
+        Hold {
             request: req,
             main: mcf,
             family,
             key,
             hash,
+            tally,
             ticket,
             settled: false,
-        })
-    };
-    cln.handler = Some(cleanup);
+            cleanup: nginx_sys::ngx_pool_cleanup_t {
+                handler: Some(cleanup),
+                data: null_mut(),
+                next: null_mut(),
+            },
+        }
+    }
+}
+
+/// Keeps what the request was granted, for its log phase (or its end): the hold is linked
+/// into the request pool's cleanups, as `ngx_pool_cleanup_add` links a record, first in the
+/// list (nginx only walks it, running handlers and reading `next`, never freeing a record).
+fn hold(req: &mut ngx_http_request_t, held: Hold) -> ngx_int_t {
+    let h = Box::into_raw(SPARES.take(held));
+    // SAFETY: the request pool is live, and so is the hold: the cleanup, which runs when the
+    // pool is destroyed, gives it back, and its memory stays until the walk has moved on.
+    unsafe {
+        (*h).cleanup.data = h.cast();
+        (*h).cleanup.next = (*req.pool).cleanup;
+        (*req.pool).cleanup = core::ptr::addr_of_mut!((*h).cleanup);
+    }
     NGX_DECLINED as ngx_int_t
 }
 
@@ -284,7 +387,10 @@ fn settle(h: &Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mu
     let key = h.key.as_bytes();
     let recorded = {
         let mut locked = zone.lock();
-        let Some(at) = locked.keyed_place(&fam.as_zone(), h.hash, key, now) else {
+        let at = locked
+            .keyed_at(&fam.as_zone(), h.tally, h.hash, now)
+            .or_else(|| locked.keyed_place(&fam.as_zone(), h.hash, key, now));
+        let Some(at) = at else {
             return;
         };
         let promoted = if at.promoted {
@@ -335,22 +441,20 @@ fn release(zone: &Zone, fam: &KeyedFamily, hash: u64, ticket: Ticket) {
     };
 }
 
-/// [`release`] where the key is not at hand (no memory to keep the hold).
-fn release_now(mcf: &MainConf, family: usize, hash: u64, ticket: Ticket) {
-    if let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) {
-        release(zone, fam, hash, ticket);
-    }
-}
-
 /// The pool cleanup of a hold: a request that ended unsettled (no log phase) gives its probe
-/// back.
+/// back; the hold is kept for reuse.
 unsafe extern "C" fn cleanup(data: *mut c_void) {
     guard((), || {
-        // SAFETY: the data of a record `hold` added: a `Hold`, live until the pool is gone.
-        let h = unsafe { &mut *data.cast::<Hold>() };
-        if !core::mem::replace(&mut h.settled, true) {
-            settle(h, None);
+        if data.is_null() {
+            return;
         }
+        // SAFETY: the data of a record `hold` linked: a hold boxed by `Spares::take`, which
+        // the pool's cleanup list alone refers to now, and runs this once.
+        let mut h = unsafe { Box::from_raw(data.cast::<Hold>()) };
+        if !core::mem::replace(&mut h.settled, true) {
+            settle(&h, None);
+        }
+        SPARES.put(h);
     })
 }
 

@@ -272,7 +272,24 @@ unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         Some(v) => v,
         None => return NGX_CONF_ERROR,
     };
-    lcf.keyed = Some(KeyedSetting::On { value, family });
+    // One variable, the usual key, is read by its index.
+    let variable = name
+        .strip_prefix('$')
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .and_then(|v| {
+            let mut s = ngx_str_t {
+                len: v.len(),
+                data: v.as_ptr().cast_mut(),
+            };
+            // SAFETY: `cf` is the configuration being parsed; nginx copies the name.
+            let i = unsafe { nginx_sys::ngx_http_get_variable_index(cf, &mut s) };
+            usize::try_from(i).ok()
+        });
+    lcf.keyed = Some(KeyedSetting::On {
+        value,
+        family,
+        variable,
+    });
     NGX_CONF_OK
 }
 

@@ -165,6 +165,9 @@ pub enum KeyedSetting {
     On {
         value: *mut nginx_sys::ngx_http_complex_value_t,
         family: usize,
+        /// The variable's index when the key is one variable (`$host`): read as it is,
+        /// without the script engine or a copy.
+        variable: Option<usize>,
     },
 }
 

@@ -184,6 +184,26 @@ impl<'z> Locked<'z> {
         Some(KeyedAt { tally, promoted })
     }
 
+    /// The key hashed to `hash` of `fam` where it was last found, at `tally`, marked used at
+    /// `now_ms`; `None` when it is no longer there (then [`Locked::keyed_place`] finds it).
+    pub fn keyed_at(
+        &mut self,
+        fam: &Family,
+        tally: usize,
+        hash: u64,
+        now_ms: u64,
+    ) -> Option<KeyedAt> {
+        let t = self.tallies()?.get_mut(tally)?;
+        if t.hash != hash || t.family != fam.id {
+            return None;
+        }
+        t.touch(now_ms / 1000);
+        Some(KeyedAt {
+            tally,
+            promoted: t.full != 0,
+        })
+    }
+
     /// Where the key hashed to `hash` of `fam` lives, if it does (not a use).
     pub fn keyed_find(&mut self, fam: &Family, hash: u64) -> Option<KeyedAt> {
         let tally = self.with_table(|t| t.find(fam.id, hash))??;

@@ -19,11 +19,13 @@ impl KeyHasher {
         KeyHasher { k0, k1 }
     }
 
-    /// The hash of `key` in `family` (the keyed directive's index, so that one value in two
-    /// families is two breakers). Never 0, which marks an empty tally.
+    /// The hash of `key` in `family` (the 16 bits that tell a `circuit_breaker_key` from the
+    /// others, so that one value in two families is two breakers), under a key of the
+    /// family's own made from the secret: one pass over the key, not two. Never 0, which
+    /// marks an empty tally.
     pub fn hash(&self, family: u16, key: &[u8]) -> u64 {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(&family.to_le_bytes());
+        let k1 = self.k1 ^ u64::from(family).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut h = SipHasher13::new_with_keys(self.k0, k1);
         h.write(key);
         h.finish().max(1)
     }
