@@ -41,6 +41,10 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: as above, in the header filter.
         AtHeader::Look => unsafe { header_look(r) },
     }
+    if crate::keyed::ANY.load(core::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: as above, in the header filter.
+        unsafe { crate::keyed::at_header(r) };
+    }
     // SAFETY: set in add_header_filter to the previous top filter, during configuration.
     match unsafe { NEXT_HEADER_FILTER } {
         // SAFETY: the next filter in nginx's chain, with the request it was given.

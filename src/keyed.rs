@@ -41,6 +41,9 @@ struct Hold {
     tally: usize,
     ticket: Ticket,
     settled: bool,
+    /// When the client's request body ended, if it was read after the key judged it (a body
+    /// passed on as it arrives: the origin's time starts there).
+    body_done_at: Option<nginx_sys::ngx_msec_t>,
     /// Its pool cleanup record, kept in the hold rather than allocated by
     /// `ngx_pool_cleanup_add`, as the hold itself is kept for reuse rather than allocated
     /// from the request pool (`scripts/bench-instructions`, closed_keyed).
@@ -195,6 +198,10 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         Admission::Reject { retry_after_ms } => (Label::State(state), retry_after_ms),
         Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
     };
+    // Judged: an `error_page` that moves the request on does not judge it again.
+    let mut judged = Hold::new(req, mcf, family, key, hash, tally, Ticket::Normal);
+    judged.settled = true;
+    hold(req, judged);
     respond::answer(req, label, retry_after_ms)
 }
 
@@ -258,7 +265,9 @@ fn admit(
             None,
         );
     };
-    if b.state() != State::Closed && !b.config().dry_run && body::unread(req) {
+    let may_be_probe =
+        b.state() != State::Closed && b.forced().is_none() && b.probe_wait_ms(now) == 0;
+    if may_be_probe && !b.config().dry_run && body::unread(req) {
         return Decided::BodyFirst;
     }
     let may_probe = b.state() == State::HalfOpen || b.may_probe(now);
@@ -298,6 +307,7 @@ impl Hold {
             tally,
             ticket,
             settled: false,
+            body_done_at: None,
             cleanup: nginx_sys::ngx_pool_cleanup_t {
                 handler: Some(cleanup),
                 data: null_mut(),
@@ -360,7 +370,7 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         }
         // SAFETY: a live main request in its log phase.
-        let attempt = unsafe { outcome::read_ended(req) };
+        let attempt = unsafe { outcome::read_ended(req, h.body_done_at) };
         settle(
             h,
             attempt.map(|a| (a, crate::upstream::connection_log(req))),
@@ -486,6 +496,59 @@ fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
     }
 }
 
+/// Whether some location has a keyed breaker: the header and body filters look for a hold
+/// only then.
+pub static ANY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// At the response header: a probe is settled now, from the origin's header or nginx's
+/// error, rather than once a client that reads slowly has taken the whole answer.
+///
+/// # Safety
+/// `r` is a live request, in the header filter.
+pub unsafe fn at_header(r: *mut ngx_http_request_t) {
+    guard((), || {
+        // SAFETY: as for this function.
+        let req = unsafe { &*r };
+        if !core::ptr::eq(req.main, req) || req.upstream.is_null() {
+            return;
+        }
+        let Some(mut h) = hold_of(req) else {
+            return;
+        };
+        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
+        let h = unsafe { h.as_mut() };
+        if h.settled || h.ticket == Ticket::Normal {
+            return;
+        }
+        h.settled = true;
+        // SAFETY: a live main request whose upstream's header (or failure) is known.
+        let attempt = unsafe { outcome::read_ended(req, h.body_done_at) };
+        settle(
+            h,
+            attempt.map(|a| (a, crate::upstream::connection_log(req))),
+        );
+    })
+}
+
+/// In the request body filter: notes when the body of a request its key judged ends.
+///
+/// # Safety
+/// `r` is a live request, in the request body filter, and `ends` says whether this chain
+/// holds the body's last buffer.
+pub unsafe fn body_seen(r: &ngx_http_request_t, ends: bool) {
+    if !ends || !core::ptr::eq(r.main, r) {
+        return;
+    }
+    if let Some(mut h) = hold_of(r) {
+        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
+        let h = unsafe { h.as_mut() };
+        if h.body_done_at.is_none() {
+            // SAFETY: a plain global only this worker's event loop writes.
+            h.body_done_at = Some(unsafe { nginx_sys::ngx_current_msec });
+        }
+    }
+}
+
 /// Installs the phase handlers where some location has a keyed breaker: the PRECONTENT one
 /// after the upstream breakers' (nginx runs a phase's handlers last added first, so a
 /// request is judged by its key first), and the log phase's.
@@ -495,6 +558,7 @@ fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
 pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
     // SAFETY: `cf` is the configuration being parsed (this fn's contract).
     let any = crate::conf::Module::main_conf(unsafe { &*cf }).is_some_and(|m| !m.keyed.is_empty());
+    ANY.store(any, core::sync::atomic::Ordering::Relaxed);
     if !any {
         return NGX_OK as ngx_int_t;
     }

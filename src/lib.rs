@@ -245,14 +245,18 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         let now = clock::mono_ms();
         let mut done = zone.reconcile(&setup::wanted(mcf), now);
         let families: Vec<_> = mcf.keyed.iter().map(|f| f.as_zone()).collect();
+        // Never an error here: nginx exits when a module's init fails, and on a reload that
+        // would take the master down. Keyed breakers without a table pass, said here.
         if !zone.keyed_reconcile(mcf.keyed_capacity(), &families, now, &mut done) {
             ngx::ngx_log_error!(
-                nginx_sys::NGX_LOG_EMERG,
+                nginx_sys::NGX_LOG_ALERT,
                 cycle.log,
-                "circuit breaker zone \"{}\" has no room for the keys of \"circuit_breaker_key\"",
-                mcf.zone_name.0
+                "circuit breaker zone \"{}\" has no room for a table of {} keys: \
+                 \"circuit_breaker_key\" keeps the table it had, if any, and keys without one \
+                 pass unchecked",
+                mcf.zone_name.0,
+                mcf.keyed_capacity()
             );
-            return NGX_ERROR as ngx_int_t;
         }
         mcf.generation = done.generation;
         zone::log_reconciled(cycle.log, &mcf.zone_name.0, &done, reused);

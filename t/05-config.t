@@ -265,10 +265,10 @@ bad($t, 'zone keys not a number', { UPSTREAM => "$cb;", HTTP => "${cb}_zone cb:1
 	qq{invalid value "keys=lots" in "${cb}_zone" directive, }
 	. 'must be a number of keys from 8 to 16777216');
 
-bad($t, 'zone keys over three quarters', { UPSTREAM => "$cb;",
+bad($t, 'zone keys over half the zone', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m keys=8192;" },
 	"${cb}_zone",
-	'"keys=8192" needs 1024 KiB, more than three quarters of the zone: give the zone at least 1366k');
+	'"keys=8192" needs 1024 KiB, more than half of the zone: give the zone at least 2048k');
 
 # circuit_breaker_key
 

@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(35);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(39);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -50,6 +50,17 @@ my $conf = <<'EOF';
         location /tenant/ {
             circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
             proxy_pass http://127.0.0.1:8083;
+        }
+
+        location /ep/ {
+            circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            error_page 503 /ep-sorry;
+            proxy_pass http://127.0.0.1:8083;
+        }
+
+        location = /ep-sorry {
+            circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            return 200 "sorry\n";
         }
 
         location /status {
@@ -170,6 +181,36 @@ Host: localhost
 X-Tenant: acme
 
 EOF
+like(http(<<EOF), qr!^HTTP/1.1 400!, 'control: a key has no servers to eject');
+POST /status?upstream=\$http_x_tenant&route=acme&action=eject HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
+
+# An error_page after a key's 503 shows its page: the request is not judged again there.
+
+$r = http(<<EOF);
+GET /ep/x HTTP/1.0
+Host: localhost
+X-Tenant: globex
+
+EOF
+like($r, qr!^HTTP/1.1 503!, 'error_page: the status stays 503');
+like($r, qr!sorry!, 'error_page: its page, not judged again');
+
+# A key's bytes are written safely in the log.
+
+for (1 .. 3) {
+	http(<<EOF);
+GET /tenant/x?status=500 HTTP/1.0
+Host: localhost
+X-Tenant: q"x\\y
+
+EOF
+}
+like($t->read_file('error.log'), qr/key "q\\x22x\\x5cy" opened/, 'a key is escaped in the log');
+
 like(http(<<EOF), qr!^HTTP/1.1 404!, 'control: an unknown key family is not found');
 POST /status?upstream=\$nope&route=x&action=reset HTTP/1.0
 Host: localhost

@@ -275,7 +275,13 @@ unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     // One variable, the usual key, is read by its index.
     let variable = name
         .strip_prefix('$')
-        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .filter(|v| {
+            // A name, not a regex capture (`$1`), which has no index.
+            v.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
         .and_then(|v| {
             let mut s = ngx_str_t {
                 len: v.len(),
@@ -324,7 +330,8 @@ unsafe fn complex_value(
 }
 
 /// `circuit_breaker_zone`'s `keys=N`: the keyed table's tallies, rounded up to a power of two,
-/// which must leave at least a quarter of the zone to the breakers.
+/// which may take half of the zone at most (promoted keys' breakers never take its last
+/// quarter).
 fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
     let text = String::from_utf8_lossy(word).into_owned();
     let Some(n) = text.strip_prefix("keys=") else {
@@ -345,12 +352,11 @@ fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
         })?
         .next_power_of_two();
     let bytes = keys * core::mem::size_of::<circuit_breaker_core::keyed::Tally>();
-    if bytes as u64 > size / 4 * 3 {
+    if bytes as u64 > size / 2 {
         return Err(ConfError::Conflict(format!(
-            "\"{text}\" needs {} KiB, more than three quarters of the zone: give the zone at \
-             least {}k",
+            "\"{text}\" needs {} KiB, more than half of the zone: give the zone at least {}k",
             bytes / 1024,
-            bytes / 1024 * 4 / 3 + 1
+            bytes / 1024 * 2
         )));
     }
     Ok(keys)

@@ -205,7 +205,14 @@ fn control_key(
     let ctl = match action {
         Action::ForceOpen => Control::ForceOpen,
         Action::ForceClose => Control::ForceClose,
-        Action::Reset | Action::Eject | Action::Restore => Control::Reset,
+        Action::Reset => Control::Reset,
+        Action::Eject | Action::Restore => {
+            return send_text(
+                r,
+                NGX_HTTP_BAD_REQUEST,
+                "a key has no servers: \"action\" is force_open, force_close or reset",
+            )
+        }
     };
     let mono = mono_ms();
     let wall = zone.wall_clock(mono, wall_ms());

@@ -60,6 +60,10 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         // SAFETY: nginx runs the filter with a live request and a chain (or null) of live
         // links.
         let req = unsafe { &mut *r };
+        if crate::keyed::ANY.load(core::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: a live request in the body filter; `ends` reads the chain as above.
+            unsafe { crate::keyed::body_seen(req, ends(chain)) };
+        }
         if let Some(state) = request::here(req) {
             let waits = state.attempts.body_arriving && state.attempts.body_done_at.is_none();
             // SAFETY: as above.

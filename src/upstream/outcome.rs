@@ -502,13 +502,18 @@ pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
 ///
 /// # Safety
 /// `r` must be a live main request in its log phase.
-pub unsafe fn read_ended(r: &ngx_http_request_t) -> Option<Attempt> {
+pub unsafe fn read_ended(
+    r: &ngx_http_request_t,
+    body_done_at: Option<ngx_msec_t>,
+) -> Option<Attempt> {
     // SAFETY: null, or the request's upstream, kept in its pool until the request is freed.
     let u = unsafe { r.upstream.as_ref() }?;
     // SAFETY: null, or the last attempt's state record, in the request pool.
     let st = unsafe { u.state.as_ref() }?;
     let status = st.status as u16;
-    if status == 0 || r.headers_out.status == 499 {
+    // The client went first, or its body was still arriving: whatever the origin did then
+    // (gave up on a body that trickles) is the client's pace.
+    if status == 0 || r.headers_out.status == 499 || r.reading_body() != 0 {
         return None;
     }
     let header_ms = (st.header_time != ngx_msec_t::MAX).then_some(st.header_time as u64);
@@ -526,10 +531,21 @@ pub unsafe fn read_ended(r: &ngx_http_request_t) -> Option<Attempt> {
         // connection is passed, as none is left.
         Some(_) => unsafe { body_ending(r, u, None) },
     };
-    let response_ms = header_ms.unwrap_or(if st.response_time == ngx_msec_t::MAX {
-        0
+    let ended_ms = if st.response_time == ngx_msec_t::MAX {
+        // SAFETY: a plain global only this worker's event loop writes.
+        unsafe { ngx_current_msec }.saturating_sub(u.start_time) as u64
     } else {
         st.response_time as u64
+    };
+    // The origin's time: to its header (a slow reader cannot stretch it), from when the
+    // client's body ended if that was after the connect (a body passed on as it arrives).
+    let response_ms = origin_ms(Marks {
+        ended_ms,
+        header_ms,
+        body_done_ms: body_done_at
+            .filter(|&t| t > u.start_time)
+            .map(|t| (t - u.start_time) as u64),
+        paced_by_client: header_ms.is_some(),
     });
     let response = ending == Ending::Response;
     let attempt = Attempt {

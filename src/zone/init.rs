@@ -150,6 +150,8 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
             keyed_uses: AtomicU32::new(0),
             keyed_head: AtomicPtr::new(null_mut()),
             keyed_nodes: AtomicU32::new(0),
+            keyed_keys: AtomicU32::new(0),
+            keyed_hand: AtomicPtr::new(null_mut()),
         });
         (*hdr).set_jitter_seed(seed);
         let raw: *mut ngx_slab_pool_t = ptr::from_ref(pool.as_ref()).cast_mut();

@@ -13,13 +13,15 @@ use core::sync::atomic::Ordering;
 
 use circuit_breaker_core::breaker::histogram::Histogram;
 use circuit_breaker_core::breaker::BreakerConfig;
-use circuit_breaker_core::keyed::{KeyHasher, Placed, Protection, Table, Tally};
-use circuit_breaker_core::snapshot::State;
+use circuit_breaker_core::keyed::{self, KeyHasher, Placed, Protection, Table, Tally};
 use ngx::allocator::Allocator;
 
 use super::node::{breaker_of, Node};
 use super::table::BreakerMut;
 use super::{Key, Kind, Locked, Missing, Zone};
+
+/// Promoted keys a sweep looks at, at most, before giving up.
+const SWEEP: usize = 32;
 
 /// One `circuit_breaker_key`: its key as written (`$host`), which names its breakers, the
 /// 16 bits of that name's hash its tallies carry, and its breakers' parameters.
@@ -78,9 +80,11 @@ impl<'z> Locked<'z> {
         out
     }
 
-    /// Lays the table out with `cap` tallies (a power of two), unless it has exactly that many:
-    /// a table of another size is replaced, its keys forgotten and their breakers freed.
-    /// `false` when the zone has no room for it.
+    /// Lays the table out with `cap` tallies (a power of two), unless it has exactly that many.
+    /// A table of another size is replaced by the new one once it is allocated, its keys moved
+    /// over as they are (an open key stays open); a key that finds no room there is forgotten,
+    /// its breaker freed. `false` when the zone has no room for the new table: the old one,
+    /// if any, stays.
     pub fn keyed_layout(&mut self, cap: usize) -> bool {
         let h = self.header();
         let old = h.keyed_tallies.load(Ordering::Relaxed);
@@ -88,35 +92,62 @@ impl<'z> Locked<'z> {
         if !old.is_null() && old_cap == cap {
             return true;
         }
-        self.keyed_drop_all();
+        let fresh = if cap == 0 {
+            None
+        } else {
+            let Ok(layout) = core::alloc::Layout::array::<Tally>(cap) else {
+                return false;
+            };
+            let Ok(p) = self.pool_mut().allocate(layout) else {
+                return false;
+            };
+            let p = p.cast::<Tally>();
+            for i in 0..cap {
+                // SAFETY: a fresh allocation of `cap` tallies.
+                unsafe { p.as_ptr().add(i).write(Tally::EMPTY) };
+            }
+            Some(p)
+        };
+        let mut moved = 0;
+        let mut lost = Vec::new();
+        if let Some(old) = self.tallies() {
+            let mut uses = 0;
+            let mut new_table = fresh.and_then(|p| {
+                // SAFETY: the `cap` tallies just written, in the zone, under the mutex.
+                let s = unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), cap) };
+                Table::new(s, &mut uses)
+            });
+            for t in old.iter().filter(|t| !t.is_empty()) {
+                if new_table.as_mut().is_some_and(|n| n.adopt(*t)) {
+                    moved += 1;
+                } else if t.full != 0 {
+                    lost.push(t.hash);
+                }
+            }
+        }
+        for hash in lost {
+            if let Some(n) = self.keyed_node(hash) {
+                // SAFETY: a published node, not borrowed.
+                unsafe { self.remove(n) };
+            }
+        }
         if let (Some(p), Ok(layout)) = (
             NonNull::new(old),
             core::alloc::Layout::array::<Tally>(old_cap),
         ) {
-            h.keyed_tallies
-                .store(core::ptr::null_mut(), Ordering::Relaxed);
-            h.keyed_cap.store(0, Ordering::Relaxed);
-            // SAFETY: allocated below, by an earlier call, from this pool with this layout; no
-            // borrow of the tallies outlives a call of this module.
+            // SAFETY: allocated by an earlier call, from this pool with this layout; nothing
+            // refers to it any more (holds keep an index, checked against the hash).
             unsafe { self.pool_mut().deallocate(p.cast(), layout) };
         }
-        if cap == 0 {
-            return true;
+        if fresh.is_none() {
+            self.keyed_drop_all();
         }
-        let Ok(layout) = core::alloc::Layout::array::<Tally>(cap) else {
-            return false;
-        };
-        let Ok(p) = self.pool_mut().allocate(layout) else {
-            return false;
-        };
-        let p = p.cast::<Tally>();
-        for i in 0..cap {
-            // SAFETY: a fresh allocation of `cap` tallies.
-            unsafe { p.as_ptr().add(i).write(Tally::EMPTY) };
-        }
-        h.keyed_tallies.store(p.as_ptr(), Ordering::Relaxed);
+        h.keyed_tallies.store(
+            fresh.map_or(core::ptr::null_mut(), NonNull::as_ptr),
+            Ordering::Relaxed,
+        );
         h.keyed_cap.store(cap as u32, Ordering::Relaxed);
-        h.keyed_uses.store(0, Ordering::Relaxed);
+        h.keyed_keys.store(moved, Ordering::Relaxed);
         true
     }
 
@@ -160,7 +191,8 @@ impl<'z> Locked<'z> {
                 // SAFETY: a published node, the mutex held; this borrow of its breaker ends
                 // with the closure, and nothing else borrows it meanwhile.
                 let b = unsafe { breaker_of(n) };
-                if b.state() == State::Closed && b.forced().is_none() {
+                let closed_for = now_ms.saturating_sub(b.since_ms());
+                if keyed::may_go(b.state(), b.forced().is_some(), closed_for, b.config()) {
                     Protection::Evictable
                 } else {
                     Protection::Kept
@@ -168,7 +200,11 @@ impl<'z> Locked<'z> {
             })
         })?;
         let tally = match placed {
-            Placed::Found(i) | Placed::New(i) => i,
+            Placed::Found(i) => i,
+            Placed::New(i) => {
+                self.header().keyed_keys.fetch_add(1, Ordering::Relaxed);
+                i
+            }
             Placed::Replaced(i, old) => {
                 if old.full != 0 {
                     if let Some(n) = self.keyed_node(old.hash) {
@@ -229,7 +265,9 @@ impl<'z> Locked<'z> {
         let idle = {
             // SAFETY: a published node, the mutex held; the borrow ends with this block.
             let mut b = unsafe { breaker_of(n) };
-            b.state() == State::Closed && b.forced().is_none() && b.window(now_ms).requests == 0
+            let closed_for = now_ms.saturating_sub(b.since_ms());
+            keyed::may_go(b.state(), b.forced().is_some(), closed_for, b.config())
+                && b.window(now_ms).requests == 0
         };
         if idle {
             // SAFETY: a published node, not borrowed.
@@ -241,6 +279,52 @@ impl<'z> Locked<'z> {
         }
         // SAFETY: a published node; `&mut self` rules out a second `BreakerMut`.
         unsafe { self.borrow(n) }
+    }
+
+    /// Whether a breaker may be promoted and still leave a quarter of the zone to the others,
+    /// once the sweep has freed one that may go if need be.
+    fn keyed_room(&mut self, now_ms: u64) -> bool {
+        let enough = |l: &Self| {
+            let (used, size, _) = l.usage();
+            size.saturating_sub(used) >= size / 4
+        };
+        enough(self) || (self.keyed_sweep(now_ms) && enough(self))
+    }
+
+    /// Frees one promoted key's breaker that may go, or that no request has asked for since
+    /// twice its `max_open` (its clients are gone, whatever its state): the next of the keyed
+    /// list from where the last sweep stopped, looking at [`SWEEP`] at most. Forced breakers
+    /// stay (the operator's). Whether it freed one.
+    fn keyed_sweep(&mut self, now_ms: u64) -> bool {
+        let h = self.header();
+        let mut n = h.keyed_hand.load(Ordering::Relaxed);
+        for _ in 0..SWEEP {
+            if n.is_null() {
+                n = h.keyed_head.load(Ordering::Relaxed);
+            }
+            let Some(node) = NonNull::new(n) else {
+                return false;
+            };
+            // SAFETY: the hand and the list hold published nodes (`remove` moves the hand off
+            // a node it frees), live while the mutex is held.
+            n = unsafe { node.as_ref() }.next.load(Ordering::Relaxed);
+            let goes = {
+                // SAFETY: a published node, the mutex held; the borrow ends with this block.
+                let b = unsafe { breaker_of(node) };
+                let cfg = b.config();
+                let idle = now_ms.saturating_sub(b.last_ms()) >= 2 * u64::from(cfg.max_open_ms);
+                let closed_for = now_ms.saturating_sub(b.since_ms());
+                b.forced().is_none() && (idle || keyed::may_go(b.state(), false, closed_for, cfg))
+            };
+            if goes {
+                h.keyed_hand.store(n, Ordering::Relaxed);
+                // SAFETY: published, not borrowed.
+                unsafe { self.remove(node) };
+                return true;
+            }
+        }
+        h.keyed_hand.store(n, Ordering::Relaxed);
+        false
     }
 
     /// Counts a success of the compact key at `tally`.
@@ -275,9 +359,10 @@ impl<'z> Locked<'z> {
             Some(n) => n,
             None => {
                 // Keys that fail by the thousand (a client's own failing tenants) leave a
-                // quarter of the zone to every other breaker.
-                let (used, size, _) = self.usage();
-                if size.saturating_sub(used) < size / 4 {
+                // quarter of the zone to every other breaker: a promoted key that may go
+                // makes room, else the key is not promoted.
+                if !self.keyed_room(now_ms) {
+                    self.note_failure(hash);
                     return Err(Missing::Full);
                 }
                 self.create(&k, fam.cfg, now_ms).ok_or(Missing::Full)?
@@ -319,11 +404,8 @@ impl<'z> Locked<'z> {
     /// The table's figures.
     pub fn keyed_count(&self) -> KeyedCount {
         let h = self.header();
-        let keys = self
-            .tallies()
-            .map_or(0, |s| s.iter().filter(|s| !s.is_empty()).count());
         KeyedCount {
-            keys: keys as u64,
+            keys: u64::from(h.keyed_keys.load(Ordering::Relaxed)),
             capacity: u64::from(h.keyed_cap.load(Ordering::Relaxed)),
             promoted: u64::from(h.keyed_nodes.load(Ordering::Relaxed)),
         }
@@ -357,9 +439,7 @@ impl Zone {
         out: &mut super::reload::Reconciled,
     ) -> bool {
         let mut locked = self.lock();
-        if !locked.keyed_layout(cap) {
-            return false;
-        }
+        let laid = locked.keyed_layout(cap);
         for n in locked.keyed_nodes() {
             // SAFETY: a node of the keyed list, published; the names are copied out before
             // the node may be freed below.
@@ -406,6 +486,6 @@ impl Zone {
             };
             out.retuned.note(who, retuned);
         }
-        true
+        laid
     }
 }

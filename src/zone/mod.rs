@@ -138,6 +138,10 @@ struct Header {
     /// these are freed at run time (under the mutex).
     keyed_head: AtomicPtr<Node>,
     keyed_nodes: AtomicU32,
+    /// Keys in the table (under the mutex).
+    keyed_keys: AtomicU32,
+    /// Where the sweep that reclaims promoted keys' breakers goes on from (null: the head).
+    keyed_hand: AtomicPtr<Node>,
 }
 
 impl Header {
@@ -222,15 +226,32 @@ impl Default for Handle {
     }
 }
 
-/// A breaker as the log names it: `"up/route"`, or `"up" server 10.0.0.1:80`.
+/// A breaker as the log names it: `"up/route"`, `"up" server 10.0.0.1:80`, or `"$host" key
+/// "a.example"`.
 pub fn who(upstream: &[u8], route: &[u8], kind: Kind) -> String {
     let up = String::from_utf8_lossy(upstream);
+    if kind == Kind::Keyed {
+        return format!("\"{up}\" key \"{}\"", printable(route));
+    }
     let route = String::from_utf8_lossy(route);
     match kind {
-        Kind::Route => format!("\"{up}/{route}\""),
         Kind::Server => format!("\"{up}\" server {route}"),
-        Kind::Keyed => format!("\"{up}\" key \"{route}\""),
+        _ => format!("\"{up}/{route}\""),
     }
+}
+
+/// A key as a log line may show it: a client chose its bytes, so anything but printable ASCII
+/// (and a quote or a backslash) is written `\xNN`.
+fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 /// The key of one breaker.

@@ -535,6 +535,9 @@ impl<'z> Locked<'z> {
         h.count.fetch_sub(1, Ordering::Relaxed);
         if node.kind() == Kind::Keyed {
             h.keyed_nodes.fetch_sub(1, Ordering::Relaxed);
+            if h.keyed_hand.load(Ordering::Relaxed) == n.as_ptr() {
+                h.keyed_hand.store(next, Ordering::Relaxed);
+            }
         }
     }
 
@@ -618,7 +621,7 @@ impl<'z> Locked<'z> {
 
     /// Counts a breaker that could not be created, once per key (while the set of failed
     /// keys has room; past that, every failure counts).
-    fn note_failure(&self, hash: u64) {
+    pub(super) fn note_failure(&self, hash: u64) {
         let h = self.header();
         let len = h.failed_len.load(Ordering::Relaxed);
         for i in 0..len {

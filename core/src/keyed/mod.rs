@@ -34,7 +34,8 @@ pub use hash::KeyHasher;
 pub use table::{Placed, Protection, Table, NEIGHBOURHOOD};
 pub use tally::{Tally, RING, SHOWN};
 
-use crate::breaker::Classified;
+use crate::breaker::{BreakerConfig, Classified};
+use crate::snapshot::State;
 
 /// The longest key judged, in bytes: longer ones pass unchecked (a header a client sends,
 /// a host name; DNS names are at most 253 bytes).
@@ -61,5 +62,49 @@ pub fn take(c: &Classified) -> Take {
         Take::Success
     } else {
         Take::Promote
+    }
+}
+
+/// Whether the breaker a key was promoted to may go (the key compact again, or its place given
+/// to another key): closed, not forced, and closed for long enough that nothing of its last
+/// episode is still to come — a window that judged it, a recovery ramp, or the longer
+/// cooldown a breaker that opens again soon after closing gets (`max_open`).
+pub fn may_go(state: State, forced: bool, closed_for_ms: u64, cfg: &BreakerConfig) -> bool {
+    let settled = (u64::from(cfg.window_s) * 1000)
+        .max(u64::from(cfg.ramp_ms))
+        .max(u64::from(cfg.max_open_ms));
+    state == State::Closed && !forced && closed_for_ms >= settled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_breaker_closed_long_enough_may_go() {
+        let cfg = BreakerConfig {
+            window_s: 10,
+            ramp_ms: 60_000,
+            max_open_ms: 300_000,
+            ..BreakerConfig::default()
+        };
+        assert!(may_go(State::Closed, false, 300_000, &cfg));
+        assert!(
+            !may_go(State::Closed, false, 299_999, &cfg),
+            "a re-close may still come"
+        );
+        assert!(!may_go(State::Closed, true, 1 << 40, &cfg), "forced");
+        assert!(!may_go(State::Open, false, 1 << 40, &cfg));
+        assert!(!may_go(State::HalfOpen, false, 1 << 40, &cfg));
+        let short = BreakerConfig {
+            max_open_ms: 1_000,
+            ramp_ms: 0,
+            ..cfg
+        };
+        assert!(may_go(State::Closed, false, 10_000, &short));
+        assert!(
+            !may_go(State::Closed, false, 9_999, &short),
+            "its window still judges"
+        );
     }
 }

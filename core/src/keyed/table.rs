@@ -103,6 +103,19 @@ impl<'a> Table<'a> {
         &mut self.tallies[i]
     }
 
+    /// Puts a tally of another table (a resize) in an empty place of its neighbourhood, as it
+    /// is; `false` when there is none.
+    pub fn adopt(&mut self, t: Tally) -> bool {
+        let Some(i) = self
+            .neighbourhood(t.hash)
+            .find(|&i| self.tallies[i].is_empty())
+        else {
+            return false;
+        };
+        self.tallies[i] = t;
+        true
+    }
+
     /// Empties the tally at `i`, returning what it held.
     pub fn remove(&mut self, i: usize) -> Tally {
         core::mem::replace(&mut self.tallies[i], Tally::EMPTY)
@@ -222,6 +235,28 @@ mod tests {
         }
         let placed = t.place(0, 2000, b"newer", 21, |_| Protection::Evictable);
         assert!(matches!(placed, Placed::Replaced(1, old) if old.last_s == 10));
+    }
+
+    #[test]
+    fn a_resize_adopts_keys_as_they_are_while_there_is_room() {
+        let mut small = [Tally::EMPTY; 8];
+        let mut uses = 0;
+        let mut t = table(&mut small, &mut uses);
+        t.place(0, 3, b"a", 10, |_| Protection::Kept);
+        t.tally_mut(3).full = 1;
+        let kept = *t.tally(3);
+        let mut big = [Tally::EMPTY; 16];
+        let mut uses2 = 0;
+        let mut t2 = table(&mut big, &mut uses2);
+        assert!(t2.adopt(kept));
+        assert_eq!(t2.find(0, 3), Some(3));
+        assert_eq!(t2.tally(3).full, 1);
+        let mut full = [kept; 8];
+        for (i, f) in full.iter_mut().enumerate() {
+            f.hash = 100 + i as u64;
+        }
+        let mut uses3 = 0;
+        assert!(!table(&mut full, &mut uses3).adopt(kept));
     }
 
     #[test]

@@ -8,6 +8,11 @@ impl<'a> Breaker<'a> {
         self.hdr.last_ms
     }
 
+    /// When its current state began.
+    pub fn since_ms(&self) -> u64 {
+        self.hdr.since_ms
+    }
+
     /// Running totals.
     pub fn totals(&self) -> &Totals {
         &self.hdr.totals
