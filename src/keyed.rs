@@ -317,10 +317,30 @@ impl Hold {
     }
 }
 
+impl Hold {
+    /// Marks the hold settled: whether it was not yet (then the caller settles it).
+    fn settle_now(&mut self) -> bool {
+        if core::mem::replace(&mut self.settled, true) {
+            return false;
+        }
+        if self.ticket != Ticket::Normal {
+            PROBES.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+/// Unsettled holds of a probe in this worker: without one, the header filter has nothing
+/// to look for (`scripts/bench-instructions`, closed_keyed).
+static PROBES: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
 /// Keeps what the request was granted, for its log phase (or its end): the hold is linked
 /// into the request pool's cleanups, as `ngx_pool_cleanup_add` links a record, first in the
 /// list (nginx only walks it, running handlers and reading `next`, never freeing a record).
 fn hold(req: &mut ngx_http_request_t, held: Hold) -> ngx_int_t {
+    if held.ticket != Ticket::Normal && !held.settled {
+        PROBES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
     let h = Box::into_raw(SPARES.take(held));
     // SAFETY: the request pool is live, and so is the hold: the cleanup, which runs when the
     // pool is destroyed, gives it back, and its memory stays until the walk has moved on.
@@ -366,7 +386,7 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: the hold lives in the request pool until it is destroyed, after this phase;
         // nothing else borrows it while the handler runs.
         let h = unsafe { h.as_mut() };
-        if core::mem::replace(&mut h.settled, true) {
+        if !h.settle_now() {
             return NGX_OK as ngx_int_t;
         }
         // SAFETY: a live main request in its log phase.
@@ -461,7 +481,7 @@ unsafe extern "C" fn cleanup(data: *mut c_void) {
         // SAFETY: the data of a record `hold` linked: a hold boxed by `Spares::take`, which
         // the pool's cleanup list alone refers to now, and runs this once.
         let mut h = unsafe { Box::from_raw(data.cast::<Hold>()) };
-        if !core::mem::replace(&mut h.settled, true) {
+        if h.settle_now() {
             settle(&h, None);
         }
         SPARES.put(h);
@@ -509,7 +529,8 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
     guard((), || {
         // SAFETY: as for this function.
         let req = unsafe { &*r };
-        if !core::ptr::eq(req.main, req) || req.upstream.is_null() {
+        let probes = PROBES.load(core::sync::atomic::Ordering::Relaxed);
+        if probes == 0 || !core::ptr::eq(req.main, req) || req.upstream.is_null() {
             return;
         }
         let Some(mut h) = hold_of(req) else {
@@ -517,10 +538,9 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
         };
         // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
         let h = unsafe { h.as_mut() };
-        if h.settled || h.ticket == Ticket::Normal {
+        if h.ticket == Ticket::Normal || !h.settle_now() {
             return;
         }
-        h.settled = true;
         // SAFETY: a live main request whose upstream's header (or failure) is known.
         let attempt = unsafe { outcome::read_ended(req, h.body_done_at) };
         settle(
