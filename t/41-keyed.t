@@ -78,6 +78,9 @@ sub write_conf {
 write_conf($t, '2s');
 my ($a, $b, $tenants) = start($t, 8081, 8082, 8083);
 
+# the keys as nginx sees them: the origins' addresses, ports as the harness gives them
+my ($ka, $kb) = map { quotemeta('127.0.0.1:' . port($_)) } 8081, 8082;
+
 ###############################################################################
 
 # Origin a fails; the breaker of key a opens on the fifth failure, and b is untouched.
@@ -97,15 +100,15 @@ is(CB::Origin::hits($a), 5, 'a: nothing more reaches a while open');
 
 like(http_get('/o/x?o=b'), qr!^HTTP/1.1 200!, 'b: its own key passes');
 is(CB::Origin::hits($b), 1, 'b: reached');
-like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "127\.0\.0\.1:8081" opened/,
+like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "$ka" opened/,
 	'the transition is logged with the key');
 
 # The status page shows the open key's breaker, and the table's figures.
 
 $r = http_get('/status');
-like($r, qr/"upstream":"\$origin","route":"127\.0\.0\.1:8081","state":"open"/, 'status: the key is open');
+like($r, qr/"upstream":"\$origin","route":"$ka","state":"open"/, 'status: the key is open');
 like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1\}/, 'status: two keys, one promoted');
-unlike($r, qr/"route":"127\.0\.0\.1:8082"/, 'status: a healthy key has no breaker to show');
+unlike($r, qr/"route":"$kb"/, 'status: a healthy key has no breaker to show');
 
 # Half-open: one probe at a time goes to a, which has healed, a probe interval (1 s) apart;
 # three good ones (the default `probes`) close only a's breaker.
@@ -118,7 +121,7 @@ for (1 .. 2) {
 }
 like(http_get('/o/x?o=a'), qr!^HTTP/1.1 200!, 'a: closed again');
 is(CB::Origin::hits($a), 9, 'a: three probes and the next request reached a');
-like($t->read_file('error.log'), qr/"\$origin" key "127\.0\.0\.1:8081" closed/, 'a: closed, logged');
+like($t->read_file('error.log'), qr/"\$origin" key "$ka" closed/, 'a: closed, logged');
 
 # An empty key (no "o") passes unchecked: nginx answers 500 itself for an empty host, and
 # nothing is judged.
@@ -229,7 +232,7 @@ write_conf($t, '1h');
 ok(reload($t), 'reloaded');
 like(http_get('/o/x?o=a'), qr!^HTTP/1.1 503!, 'a: still open after a reload that retuned it');
 is(CB::Origin::hits($a), $before, 'a: no request reached a across the reload');
-like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "127\.0\.0\.1:8081": /,
+like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "$ka": /,
 	'the reload names the retuned key');
 
 ###############################################################################
