@@ -516,8 +516,7 @@ fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
     }
 }
 
-/// Whether some location has a keyed breaker: the header and body filters look for a hold
-/// only then.
+/// Whether some location has a keyed breaker: the header filter looks for a hold only then.
 pub static ANY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// At the response header: a probe is settled now, from the origin's header or nginx's
@@ -550,28 +549,41 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
     })
 }
 
-/// In the request body filter: notes when the body of a request its key judged ends.
-///
-/// # Safety
-/// `r` is a live request, in the request body filter, and `ends` says whether this chain
-/// holds the body's last buffer.
-pub unsafe fn body_seen(r: &ngx_http_request_t, ends: bool) {
-    if !ends || !core::ptr::eq(r.main, r) {
-        return;
-    }
-    if let Some(mut h) = hold_of(r) {
-        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
-        let h = unsafe { h.as_mut() };
-        if h.body_done_at.is_none() {
-            // SAFETY: a plain global only this worker's event loop writes.
-            h.body_done_at = Some(unsafe { nginx_sys::ngx_current_msec });
+static mut NEXT_BODY_FILTER: nginx_sys::ngx_http_request_body_filter_pt = None;
+
+/// The request body filter, where some location has a keyed breaker: notes when the body of
+/// a request its key judged ends (the origin's time starts there).
+unsafe extern "C" fn body_filter(
+    r: *mut ngx_http_request_t,
+    chain: *mut nginx_sys::ngx_chain_t,
+) -> ngx_int_t {
+    guard(nginx_sys::NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx runs the filter with a live request and a chain (or null) of live
+        // links.
+        let req = unsafe { &*r };
+        // SAFETY: as above.
+        if core::ptr::eq(req.main, req) && unsafe { body::ends(chain) } {
+            if let Some(mut h) = hold_of(req) {
+                // SAFETY: the hold lives in the request pool; nothing else borrows it now.
+                let h = unsafe { h.as_mut() };
+                if h.body_done_at.is_none() {
+                    // SAFETY: a plain global only this worker's event loop writes.
+                    h.body_done_at = Some(unsafe { nginx_sys::ngx_current_msec });
+                }
+            }
         }
-    }
+        // SAFETY: the next filter, set at configuration, read on the one thread that runs.
+        match unsafe { NEXT_BODY_FILTER } {
+            // SAFETY: the next filter in nginx's chain, with the request and chain it is given.
+            Some(next) => unsafe { next(r, chain) },
+            None => nginx_sys::NGX_ERROR as ngx_int_t,
+        }
+    })
 }
 
 /// Installs the phase handlers where some location has a keyed breaker: the PRECONTENT one
 /// after the upstream breakers' (nginx runs a phase's handlers last added first, so a
-/// request is judged by its key first), and the log phase's.
+/// request is judged by its key first), and the log phase's; and the request body filter.
 ///
 /// # Safety
 /// Only from postconfiguration, with the configuration being parsed.
@@ -581,6 +593,11 @@ pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
     ANY.store(any, core::sync::atomic::Ordering::Relaxed);
     if !any {
         return NGX_OK as ngx_int_t;
+    }
+    // SAFETY: nginx's filter chains are only modified during configuration, single-threaded.
+    unsafe {
+        NEXT_BODY_FILTER = nginx_sys::ngx_http_top_request_body_filter;
+        nginx_sys::ngx_http_top_request_body_filter = Some(body_filter);
     }
     // SAFETY: as for this function.
     let rc = unsafe {

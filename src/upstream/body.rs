@@ -60,10 +60,6 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
         // SAFETY: nginx runs the filter with a live request and a chain (or null) of live
         // links.
         let req = unsafe { &mut *r };
-        if crate::keyed::ANY.load(core::sync::atomic::Ordering::Relaxed) {
-            // SAFETY: a live request in the body filter; `ends` reads the chain as above.
-            unsafe { crate::keyed::body_seen(req, ends(chain)) };
-        }
         if let Some(state) = request::here(req) {
             let waits = state.attempts.body_arriving && state.attempts.body_done_at.is_none();
             // SAFETY: as above.
@@ -86,7 +82,7 @@ unsafe extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_cha
 ///
 /// # Safety
 /// `chain` is null or a chain of live links and buffers.
-unsafe fn ends(mut chain: *mut ngx_chain_t) -> bool {
+pub unsafe fn ends(mut chain: *mut ngx_chain_t) -> bool {
     // SAFETY: this fn's contract.
     while let Some(link) = unsafe { chain.as_ref() } {
         // SAFETY: a link's buffer, null or live.
