@@ -77,3 +77,20 @@ pub fn key_hash(upstream: u64, route: u64) -> u64 {
 pub fn server_key_hash(upstream: u64, server: u64) -> u64 {
     key_hash(upstream, server ^ 0x5e12_7e12_5e12_7e12)
 }
+
+/// Whether this worker meets `tag` for the first time (4 096 remembered; past that, none is
+/// new): what a log line said once per breaker, or per key family, asks.
+pub fn first_time(tag: u64) -> bool {
+    thread_local! {
+        static SEEN: core::cell::RefCell<Vec<u64>> = const { core::cell::RefCell::new(Vec::new()) };
+    }
+    SEEN.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.contains(&tag) || s.len() >= 4096 {
+            return false;
+        }
+        s.push(tag);
+        true
+    })
+    .unwrap_or(false)
+}

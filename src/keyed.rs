@@ -490,22 +490,10 @@ unsafe extern "C" fn cleanup(data: *mut c_void) {
 
 /// Logs a family's trouble once per worker: a flood of keys must not flood the log.
 fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
-    thread_local! {
-        static SEEN: core::cell::RefCell<Vec<(String, &'static str)>> =
-            const { core::cell::RefCell::new(Vec::new()) };
-    }
-    let first = SEEN
-        .try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.iter().any(|(f, w)| f == family && *w == what) {
-                false
-            } else {
-                s.push((family.to_owned(), what));
-                true
-            }
-        })
-        .unwrap_or(false);
-    if first {
+    // Apart from the breakers' keys `first_time` also holds (their hashes mix differently).
+    let tag = crate::ffi::hash_name(family.as_bytes())
+        ^ crate::ffi::hash_name(what.as_bytes()).rotate_left(17);
+    if crate::ffi::first_time(tag) {
         ngx::ngx_log_error!(
             NGX_LOG_ERR,
             log,

@@ -20,7 +20,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
 use CB::Nginx qw/ conf /;
-use CB::GrpcPeer qw/ grpc_peer /;
+use CB::GrpcPeer qw/ grpc_peer grpc_calls /;
 use CB::Origin;
 
 ###############################################################################
@@ -58,18 +58,8 @@ $t->waitforsocket('127.0.0.1:' . port(8081)) or die "no grpc backend\n";
 
 ###############################################################################
 
-# N calls of METHOD through nginx, as a grpcio client sees them: a list of
-# { code, pushback, state, message }
-
-sub calls {
-	my ($method, $n) = @_;
-	my @out = `$python $peer call @{[ port(8084) ]} $n test.Echo/$method`;
-	return map {
-		/^(\d+) pushback=(\S+) state=(\S+) message=(.*)$/
-			? { code => $1, pushback => $2, state => $3, message => $4 }
-			: { code => -1, message => $_ }
-	} @out;
-}
+# N calls of METHOD through nginx, as a grpcio client sees them
+sub calls { grpc_calls(port(8084), @_) }
 
 sub codes { join ' ', map { $_->{code} } @_ }
 sub hits { CB::Origin::hits($hits, qr!^/test\.Echo/$_[0]$!) }

@@ -25,7 +25,7 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
 use CB::Nginx qw/ conf /;
-use CB::GrpcPeer qw/ grpc_peer /;
+use CB::GrpcPeer qw/ grpc_peer grpc_calls /;
 use CB::Origin;
 use CB::Status qw/ breaker_at /;
 
@@ -138,18 +138,8 @@ $t->waitforsocket('127.0.0.1:' . port($_)) or die "no grpc backend on $_\n"
 
 ###############################################################################
 
-# N calls of METHOD through nginx, as a grpcio client sees them: a list of
-# { code, pushback, state, message }
-
-sub calls {
-	my ($method, $n) = @_;
-	my @out = `$python $peer call @{[ port(8084) ]} $n test.Echo/$method`;
-	return map {
-		/^(\d+) pushback=(\S+) state=(\S+) message=(.*)$/
-			? { code => $1, pushback => $2, state => $3, message => $4 }
-			: { code => -1, message => $_ }
-	} @out;
-}
+# N calls of METHOD through nginx, as a grpcio client sees them
+sub calls { grpc_calls(port(8084), @_) }
 
 sub codes { join ' ', map { $_->{code} } @_ }
 

@@ -122,11 +122,7 @@ fn control_breaker(
     if !scf.knows_route(mcf, &route.name) {
         return not_found(r);
     }
-    let ctl = match action {
-        Action::ForceOpen => Control::ForceOpen,
-        Action::ForceClose => Control::ForceClose,
-        Action::Reset | Action::Eject | Action::Restore => Control::Reset,
-    };
+    let ctl = control_of(action).unwrap_or(Control::Reset);
     let mono = mono_ms();
     let wall = zone.wall_clock(mono, wall_ms());
     let outcome = {
@@ -158,11 +154,7 @@ fn control_breaker(
         }
     };
     view.on_wall_clock(mono, wall);
-    let verb = match action {
-        Action::ForceOpen => "forced open",
-        Action::ForceClose => "forced closed",
-        _ => "reset",
-    };
+    let verb = done(action);
     log_control(r, format_args!("\"{upstream}/{}\" {verb}", route.name));
     let entry = Entry {
         fingerprint: mcf.fingerprint(upstream),
@@ -202,17 +194,12 @@ fn control_key(
             "a key is 1 to 256 bytes: no breaker judges another",
         );
     }
-    let ctl = match action {
-        Action::ForceOpen => Control::ForceOpen,
-        Action::ForceClose => Control::ForceClose,
-        Action::Reset => Control::Reset,
-        Action::Eject | Action::Restore => {
-            return send_text(
-                r,
-                NGX_HTTP_BAD_REQUEST,
-                "a key has no servers: \"action\" is force_open, force_close or reset",
-            )
-        }
+    let Some(ctl) = control_of(action) else {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "a key has no servers: \"action\" is force_open, force_close or reset",
+        );
     };
     let mono = mono_ms();
     let wall = zone.wall_clock(mono, wall_ms());
@@ -250,11 +237,7 @@ fn control_key(
         }
     };
     view.on_wall_clock(mono, wall);
-    let verb = match action {
-        Action::ForceOpen => "forced open",
-        Action::ForceClose => "forced closed",
-        _ => "reset",
-    };
+    let verb = done(action);
     log_control(r, format_args!("\"{}\" key \"{key}\" {verb}", fam.name));
     let entry = Entry {
         fingerprint: None,
@@ -346,6 +329,25 @@ fn control_server(
         limit,
     };
     send_entry(r, mcf, &entry, format, q)
+}
+
+/// What a breaker's action does to it; `None` for a server's (`eject`, `restore`).
+fn control_of(action: Action) -> Option<Control> {
+    match action {
+        Action::ForceOpen => Some(Control::ForceOpen),
+        Action::ForceClose => Some(Control::ForceClose),
+        Action::Reset => Some(Control::Reset),
+        Action::Eject | Action::Restore => None,
+    }
+}
+
+/// A breaker's action as its log line says it was done.
+fn done(action: Action) -> &'static str {
+    match action {
+        Action::ForceOpen => "forced open",
+        Action::ForceClose => "forced closed",
+        _ => "reset",
+    }
 }
 
 /// One `warn` line per operator action: what was done, by which client address.

@@ -150,21 +150,7 @@ pub fn log_transition_of(log: *mut ngx_log_t, who: &str, t: &Transition) {
 
 /// Logs a breaker that could not be created, once per worker and breaker.
 fn log_full_once(log: *mut ngx_log_t, hash: u64, name: &str) {
-    thread_local! {
-        static SEEN: core::cell::RefCell<Vec<u64>> = const { core::cell::RefCell::new(Vec::new()) };
-    }
-    let first = SEEN
-        .try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.contains(&hash) || s.len() > 4096 {
-                false
-            } else {
-                s.push(hash);
-                true
-            }
-        })
-        .unwrap_or(false);
-    if first {
+    if crate::ffi::first_time(hash) {
         ngx::ngx_log_error!(
             NGX_LOG_ERR,
             log,

@@ -9,7 +9,7 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ grpc_peer /;
+our @EXPORT_OK = qw/ grpc_peer grpc_calls /;
 
 use File::Basename qw/ dirname /;
 use File::Spec;
@@ -32,6 +32,21 @@ sub grpc_peer {
 	}
 
 	return ($python, $peer);
+}
+
+# N calls of METHOD (after "test.Echo/") through nginx on PORT, as a grpcio client sees them:
+# a list of { code, pushback, state, message }
+
+sub grpc_calls {
+	my ($port, $method, $n) = @_;
+	my $python = '/usr/bin/python3';
+	my $peer = File::Spec->rel2abs(dirname(__FILE__) . '/grpc_peer.py');
+	my @out = `$python $peer call $port $n test.Echo/$method`;
+	return map {
+		/^(\d+) pushback=(\S+) state=(\S+) message=(.*)$/
+			? { code => $1, pushback => $2, state => $3, message => $4 }
+			: { code => -1, message => $_ }
+	} @out;
 }
 
 ###############################################################################
