@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(39);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(43);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -49,6 +49,11 @@ my $conf = <<'EOF';
 
         location /tenant/ {
             circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            proxy_pass http://127.0.0.1:8083;
+        }
+
+        location /d/ {
+            circuit_breaker_key $http_x_site;
             proxy_pass http://127.0.0.1:8083;
         }
 
@@ -234,5 +239,35 @@ like(http_get('/o/x?o=a'), qr!^HTTP/1.1 503!, 'a: still open after a reload that
 is(CB::Origin::hits($a), $before, 'a: no request reached a across the reload');
 like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "$ka": /,
 	'the reload names the retuned key');
+
+# The defaults, with many requests in flight: 40 failing calls of one site at once, each
+# answered after 500 ms. Those judged before 20 failures were recorded reach the origin
+# (at least the default min_requests, at most all); then the key is open and the origin
+# sees no more.
+
+$t->write_file('burst.py', <<'EOF');
+import http.client, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+codes = []
+def one():
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/d/x?status=500&delay=500", headers={"X-Site": "burst"})
+    codes.append(c.getresponse().status)
+ts = [threading.Thread(target=one) for _ in range(n)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(" ".join(str(c) for c in sorted(set(codes))), len(codes))
+EOF
+my $burst = `python3 @{[ $t->testdir() ]}/burst.py @{[ port(8080) ]} 40`;
+like($burst, qr/^500(?: 503)? 40$/, 'defaults: 40 calls in flight at once, each answered');
+my $burst_hits = CB::Origin::hits($tenants, qr!^/d/!);
+ok($burst_hits >= 20 && $burst_hits <= 40, "defaults: $burst_hits of 40 reached the origin");
+like(http(<<EOF), qr!^HTTP/1.1 503!, 'defaults: then the key is open');
+GET /d/x HTTP/1.0
+Host: localhost
+X-Site: burst
+
+EOF
+is(CB::Origin::hits($tenants, qr!^/d/!), $burst_hits, 'defaults: and its origin sees no more');
 
 ###############################################################################
