@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(43);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(45);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -187,6 +187,19 @@ like(http(<<EOF), qr!^HTTP/1.1 200!, 'control: acme passes again');
 GET /tenant/x HTTP/1.0
 Host: localhost
 X-Tenant: acme
+
+EOF
+like(http(<<EOF), qr!^HTTP/1.1 403!, 'control: by key, refused without the control header');
+POST /status?upstream=\$http_x_tenant&route=acme&action=force_open HTTP/1.0
+Host: localhost
+
+EOF
+like(http(<<EOF), qr!^HTTP/1.1 403!, 'control: by key, refused from another site');
+POST /status?upstream=\$http_x_tenant&route=acme&action=force_open HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+Origin: http://evil.example
+Sec-Fetch-Site: cross-site
 
 EOF
 like(http(<<EOF), qr!^HTTP/1.1 400!, 'control: a key has no servers to eject');
