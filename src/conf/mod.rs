@@ -132,6 +132,9 @@ pub struct MainConf {
     pub keyed: Vec<KeyedFamily>,
     /// `circuit_breaker_zone`'s `keys=`: the keyed table's tallies, when given.
     pub keys: Option<usize>,
+    /// The balancer an open key's request is handed to when its location's cache may answer
+    /// it (see `crate::keyed`); null without keyed breakers.
+    pub keyed_stale_upstream: *mut nginx_sys::ngx_http_upstream_srv_conf_t,
 }
 
 /// One `circuit_breaker_key` of the configuration: its key as written (`$host`), which names
@@ -204,6 +207,7 @@ impl Default for MainConf {
             fleet_zone: null_mut(),
             keyed: Vec::new(),
             keys: None,
+            keyed_stale_upstream: null_mut(),
             #[cfg(ngx_ssl)]
             fleet_ssl: null_mut(),
         }
@@ -426,6 +430,9 @@ pub struct LocConf {
     pub pass: Option<scheme::Pass>,
     /// `circuit_breaker_key`, if given here or above.
     pub keyed: Option<KeyedSetting>,
+    /// Whether this location's content handler makes an upstream with a cache, as this worker
+    /// has seen: an open key's requests may then be answered from it.
+    pub keyed_cache: Cell<crate::keyed::Learned>,
 }
 
 impl Default for LocConf {
@@ -445,6 +452,7 @@ impl Default for LocConf {
             hint: Cell::new(Handle::NONE),
             pass: None,
             keyed: None,
+            keyed_cache: Cell::new(crate::keyed::Learned::Unknown),
         }
     }
 }

@@ -71,7 +71,7 @@ pub(crate) fn connection_log(r: &ngx_http_request_t) -> *mut nginx_sys::ngx_log_
 /// `peer.get` of a request short-circuited to stale: no connection at all. NGX_DECLINED
 /// makes nginx take its "error" path without a log line; with tries at 0 that path serves
 /// the stale entry (proxy_cache_use_stale error).
-pub(super) unsafe extern "C" fn get_stale(
+pub(crate) unsafe extern "C" fn get_stale(
     pc: *mut ngx_peer_connection_t,
     _data: *mut c_void,
 ) -> ngx_int_t {

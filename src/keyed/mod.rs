@@ -27,8 +27,13 @@ use crate::ffi::{guard, pid, process_alive};
 use crate::request::{self, Label};
 use crate::respond;
 use crate::upstream::{body, log_transition_of, outcome};
+
+mod stale;
+
 use crate::zone::{Missing, Zone};
 use ngx::http::HttpModuleMainConf;
+use stale::make_upstream as make_stale_upstream;
+pub use stale::Learned;
 
 /// What a request was granted by its key's breaker, in its pool until the request ends.
 struct Hold {
@@ -44,6 +49,11 @@ struct Hold {
     /// When the client's request body ended, if it was read after the key judged it (a body
     /// passed on as it arrives: the origin's time starts there).
     body_done_at: Option<nginx_sys::ngx_msec_t>,
+    /// The location that judged it, and its content handler then (see `stale::learn`).
+    lcf: *const crate::conf::LocConf,
+    handler: nginx_sys::ngx_http_handler_pt,
+    /// An open key's answer from the cache, while it is being given.
+    stale: Option<stale::Stale>,
     /// Its pool cleanup record, kept in the hold rather than allocated by
     /// `ngx_pool_cleanup_add`, as the hold itself is kept for reuse rather than allocated
     /// from the request pool (`scripts/bench-instructions`, closed_keyed).
@@ -201,6 +211,10 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     // Judged: an `error_page` that moves the request on does not judge it again.
     let mut judged = Hold::new(req, mcf, family, key, hash, tally, Ticket::Normal);
     judged.settled = true;
+    if stale::may_answer(req, &lcf.keyed_cache) {
+        stale::take_over(req, &mut judged, label, retry_after_ms);
+        return hold(req, judged);
+    }
     hold(req, judged);
     respond::answer(req, label, retry_after_ms)
 }
@@ -301,6 +315,9 @@ impl Hold {
         Hold {
             request: req,
             main: mcf,
+            lcf: request::loc_conf(req).map_or(core::ptr::null(), core::ptr::from_ref),
+            handler: req.content_handler,
+            stale: None,
             family,
             key,
             hash,
@@ -386,6 +403,7 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: the hold lives in the request pool until it is destroyed, after this phase;
         // nothing else borrows it while the handler runs.
         let h = unsafe { h.as_mut() };
+        stale::learn(req, h);
         if !h.settle_now() {
             return NGX_OK as ngx_int_t;
         }
@@ -481,6 +499,9 @@ unsafe extern "C" fn cleanup(data: *mut c_void) {
         // SAFETY: the data of a record `hold` linked: a hold boxed by `Spares::take`, which
         // the pool's cleanup list alone refers to now, and runs this once.
         let mut h = unsafe { Box::from_raw(data.cast::<Hold>()) };
+        if let Some(s) = h.stale.as_mut() {
+            stale::header_written(s);
+        }
         if h.settle_now() {
             settle(&h, None);
         }
@@ -515,9 +536,10 @@ pub static ANY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool:
 pub unsafe fn at_header(r: *mut ngx_http_request_t) {
     guard((), || {
         // SAFETY: as for this function.
-        let req = unsafe { &*r };
+        let req = unsafe { &mut *r };
         let probes = PROBES.load(core::sync::atomic::Ordering::Relaxed);
-        if probes == 0 || !core::ptr::eq(req.main, req) || req.upstream.is_null() {
+        let due = stale::DUE.load(core::sync::atomic::Ordering::Relaxed);
+        if (probes == 0 && due == 0) || !core::ptr::eq(req.main, req) || req.upstream.is_null() {
             return;
         }
         let Some(mut h) = hold_of(req) else {
@@ -525,6 +547,10 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
         };
         // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
         let h = unsafe { h.as_mut() };
+        if let Some(s) = h.stale.as_mut() {
+            stale::add_header(req, s);
+            return;
+        }
         if h.ticket == Ticket::Normal || !h.settle_now() {
             return;
         }
@@ -581,6 +607,15 @@ pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
     ANY.store(any, core::sync::atomic::Ordering::Relaxed);
     if !any {
         return NGX_OK as ngx_int_t;
+    }
+    // SAFETY: as for this function; the pool lives as long as the configuration.
+    let (pool, mcf) = unsafe { ((*cf).pool, crate::conf::Module::main_conf_mut(&*cf)) };
+    if let Some(mcf) = mcf {
+        // SAFETY: the configuration's pool.
+        mcf.keyed_stale_upstream = unsafe { make_stale_upstream(pool) };
+        if mcf.keyed_stale_upstream.is_null() {
+            return nginx_sys::NGX_ERROR as ngx_int_t;
+        }
     }
     // SAFETY: nginx's filter chains are only modified during configuration, single-threaded.
     unsafe {

@@ -1,0 +1,319 @@
+//! An open key's answer from the cache. A location that caches answers for a key whose breaker
+//! is open (or whose ramp turns the request away) with what its cache holds — a fresh entry, or
+//! an expired one where `proxy_cache_use_stale error` (or the entry's `stale-if-error`) allows
+//! — and with the `503` only when the cache has nothing to give; the origin is never asked.
+//!
+//! The upstream module looks its cache up itself, after its content handler made the request's
+//! upstream and before it picks a server, and nothing public runs in between. So the content
+//! handler runs with `r->aio` set, which makes `ngx_http_upstream_init_request` return at once
+//! (as it does while a cache read is in flight); the upstream, made but not started, is then
+//! given a conf whose `upstream` is a balancer of ours and started again. The lookup runs as
+//! ever, and where a server would be chosen our `peer.init` serves the stale entry or answers
+//! `503`. Only a location seen to make an upstream with a cache takes this path (learned per
+//! worker from its own requests), and only a request whose body nginx already has or needs
+//! none (the handler then starts its upstream before it returns); the others get the `503` in
+//! the PRECONTENT phase.
+
+use core::cell::Cell;
+use core::ptr::null_mut;
+
+use nginx_sys::{
+    ngx_http_finalize_request, ngx_http_handler_pt, ngx_http_request_t, ngx_http_upstream_conf_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, NGX_DONE,
+    NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_OK,
+};
+
+use super::{hold_of, Hold};
+use crate::conf::LocConf;
+use crate::ffi::guard;
+use crate::request::Label;
+use crate::respond;
+
+/// What a worker has seen of a location's content handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Learned {
+    #[default]
+    Unknown,
+    /// It makes an upstream whose conf has a cache.
+    Caches,
+    /// It makes an upstream without one.
+    NoCache,
+}
+
+/// An open key's answer, kept in the request's hold until the cache (or the `503`) gives it.
+#[derive(Clone, Copy)]
+pub struct Stale {
+    pub label: Label,
+    pub retry_after_ms: u64,
+    /// The location's own content handler, which this path runs.
+    pub handler: ngx_http_handler_pt,
+    /// `X-Circuit-State` is still to be added to the answer.
+    pub header_due: bool,
+}
+
+/// Holds whose `X-Circuit-State` is still due in this worker: without one, the header filter
+/// has nothing to add.
+pub static DUE: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// Whether an open key's request of this location may be answered from its cache.
+pub fn may_answer(req: &ngx_http_request_t, learned: &Cell<Learned>) -> bool {
+    learned.get() == Learned::Caches && req.content_handler.is_some() && body_settled(req)
+}
+
+/// nginx has the request's body, or it has none: `ngx_http_read_client_request_body` then
+/// calls its handler before it returns.
+fn body_settled(req: &ngx_http_request_t) -> bool {
+    !req.request_body.is_null()
+        || req.discard_body() != 0
+        || (req.headers_in.content_length_n < 0 && req.headers_in.chunked() == 0)
+}
+
+/// Makes `req`'s content handler this path's, the hold keeping the location's.
+pub fn take_over(req: &mut ngx_http_request_t, h: &mut Hold, label: Label, retry_after_ms: u64) {
+    h.stale = Some(Stale {
+        label,
+        retry_after_ms,
+        handler: req.content_handler,
+        header_due: true,
+    });
+    DUE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    req.content_handler = Some(content);
+}
+
+/// Learns, from a request of the location `h` judged that its own content handler served,
+/// whether that handler makes an upstream with a cache.
+pub fn learn(req: &ngx_http_request_t, h: &Hold) {
+    // SAFETY: the location conf the hold names lives as long as the configuration.
+    let Some(lcf) = (unsafe { h.lcf.as_ref() }) else {
+        return;
+    };
+    if lcf.keyed_cache.get() != Learned::Unknown || h.stale.is_some() {
+        return;
+    }
+    let same_handler = match (req.content_handler, h.handler) {
+        (Some(a), Some(b)) => a as usize == b as usize,
+        _ => false,
+    };
+    if !same_handler || !request_in(req, lcf) {
+        return;
+    }
+    // SAFETY: null, or the request's upstream, live with the request; its conf is the
+    // location's, live as long as the configuration.
+    let Some(ucf) = (unsafe { req.upstream.as_ref().and_then(|u| u.conf.as_ref()) }) else {
+        return;
+    };
+    lcf.keyed_cache.set(if caches(ucf) {
+        Learned::Caches
+    } else {
+        Learned::NoCache
+    });
+}
+
+/// The request is still in the location `lcf` (no redirect moved it on).
+fn request_in(req: &ngx_http_request_t, lcf: &LocConf) -> bool {
+    crate::request::loc_conf(req).is_some_and(|l| core::ptr::eq(l, lcf))
+}
+
+#[cfg(ngx_http_cache)]
+fn caches(ucf: &ngx_http_upstream_conf_t) -> bool {
+    ucf.cache() != 0
+}
+
+#[cfg(not(ngx_http_cache))]
+fn caches(_ucf: &ngx_http_upstream_conf_t) -> bool {
+    false
+}
+
+/// The content handler of an open key's request: the location's, with its upstream held back
+/// and then started towards [`init`].
+unsafe extern "C" fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
+    guard(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
+        // SAFETY: nginx runs the content handler with a live request.
+        let handler = hold_of(unsafe { &*r })
+            // SAFETY: the hold lives in the request pool; only read.
+            .and_then(|h| unsafe { h.as_ref() }.stale)
+            .and_then(|s| s.handler);
+        let Some(handler) = handler else {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        };
+        // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back
+        // before anything else runs.
+        unsafe { (*r).set_aio(1) };
+        // SAFETY: the location's own content handler, with the request it was meant for.
+        let rc = unsafe { handler(r) };
+        // SAFETY: as above.
+        unsafe { (*r).set_aio(0) };
+        // SAFETY: a live request.
+        let req = unsafe { &mut *r };
+        // SAFETY: null or the upstream the handler made, live with the request.
+        let held_back = unsafe { req.upstream.as_ref() }
+            .is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
+        if rc != NGX_DONE as ngx_int_t || !held_back {
+            // No upstream left waiting (an error, or a handler that made none).
+            return rc;
+        }
+        // SAFETY: the request's upstream, checked above; not started.
+        if unsafe { redirect(req) } {
+            // SAFETY: an upstream made by its module and not started; its body is read.
+            unsafe { nginx_sys::ngx_http_upstream_init(r) };
+            // SAFETY: a live request, whose subrequests this call may have posted.
+            unsafe { refuse_background(r) };
+        } else {
+            // As the upstream module does when it cannot start: the reference the body read
+            // took is released by the NGX_DONE returned.
+            // SAFETY: a live request.
+            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
+        }
+        rc
+    })
+}
+
+/// Gives the request's upstream a conf of its own whose balancer is [`init`]'s, and no
+/// resolved address: nginx then asks `init` where it would pick a server.
+///
+/// # Safety
+/// `req.upstream` is live, with its conf, and not started.
+unsafe fn redirect(req: &mut ngx_http_request_t) -> bool {
+    // SAFETY: set at configuration when a location has a keyed breaker; lives as long as it.
+    let Some(uscf) = crate::request::loc_conf(req)
+        .and_then(|l| unsafe { l.main.as_ref() })
+        .map(|m| m.keyed_stale_upstream)
+        .filter(|u| !u.is_null())
+    else {
+        return false;
+    };
+    let size = core::mem::size_of::<ngx_http_upstream_conf_t>();
+    // SAFETY: the request pool is live.
+    let conf = unsafe { ngx_palloc(req.pool, size) }.cast::<ngx_http_upstream_conf_t>();
+    if conf.is_null() {
+        return false;
+    }
+    // SAFETY: the upstream is live (this fn's contract); `conf` has room for one conf, apart
+    // from the one copied.
+    unsafe {
+        let u = &mut *req.upstream;
+        core::ptr::copy_nonoverlapping(u.conf, conf, 1);
+        (*conf).upstream = uscf;
+        u.conf = conf;
+        u.resolved = null_mut();
+    }
+    true
+}
+
+/// Makes the balancer [`redirect`] points requests at.
+///
+/// # Safety
+/// `pool` is the configuration's pool.
+pub unsafe fn make_upstream(pool: *mut nginx_sys::ngx_pool_t) -> *mut ngx_http_upstream_srv_conf_t {
+    let size = core::mem::size_of::<ngx_http_upstream_srv_conf_t>();
+    // SAFETY: the configuration's pool is live (this fn's contract).
+    let uscf = unsafe { nginx_sys::ngx_pcalloc(pool, size) }.cast::<ngx_http_upstream_srv_conf_t>();
+    // SAFETY: null or a zeroed conf of ours.
+    if let Some(u) = unsafe { uscf.as_mut() } {
+        u.peer.init = Some(init);
+    }
+    uscf
+}
+
+/// `peer.init` of an open key's request whose cache did not answer it: the stale entry if
+/// nginx may serve it, else the key's `503`.
+unsafe extern "C" fn init(
+    r: *mut ngx_http_request_t,
+    _us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls peer.init with a live request and its upstream.
+        let req = unsafe { &mut *r };
+        // SAFETY: as above.
+        let Some(u) = (unsafe { req.upstream.as_mut() }) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        let Some(mut h) = hold_of(req) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
+        let h = unsafe { h.as_mut() };
+        let Some(stale) = h.stale.as_mut() else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        if respond::can_serve_stale(req, u) {
+            u.peer.data = null_mut();
+            u.peer.get = Some(crate::upstream::get_stale);
+            u.peer.free = Some(free_none);
+            u.peer.tries = 0;
+            return NGX_OK as ngx_int_t;
+        }
+        let (label, retry_after_ms) = (stale.label, stale.retry_after_ms);
+        // The short-circuit adds the header itself.
+        header_written(stale);
+        // SAFETY: the live request and its upstream, in peer.init; the hold is not used again.
+        unsafe { respond::short_circuit(req, u, label, retry_after_ms) }
+    })
+}
+
+/// `X-Circuit-State` is no longer due for this answer.
+pub fn header_written(stale: &mut Stale) {
+    if core::mem::replace(&mut stale.header_due, false) {
+        DUE.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Adds `X-Circuit-State` to the stale answer, if still due (a fresh entry's answer, which
+/// the origin would not have been asked for either, gets none).
+pub fn add_header(req: &mut ngx_http_request_t, stale: &mut Stale) {
+    if !stale.header_due || !answered_stale(req) {
+        return;
+    }
+    header_written(stale);
+    respond::push_header(
+        &mut req.headers_out.headers,
+        "X-Circuit-State",
+        respond::static_value(stale.label.name()),
+    );
+}
+
+#[cfg(ngx_http_cache)]
+fn answered_stale(req: &ngx_http_request_t) -> bool {
+    // SAFETY: null or the request's upstream, live with the request.
+    unsafe { req.upstream.as_ref() }
+        .is_some_and(|u| u.cache_status() == nginx_sys::NGX_HTTP_CACHE_STALE)
+}
+
+#[cfg(not(ngx_http_cache))]
+fn answered_stale(_req: &ngx_http_request_t) -> bool {
+    false
+}
+
+/// Refuses the background subrequest the cache lookup of `r` may have posted to refresh the
+/// stale entry it answers with (`proxy_cache_background_update`): the origin is not to be
+/// asked. Such a subrequest starts at its content handler, past the PRECONTENT phase.
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn refuse_background(r: *mut ngx_http_request_t) {
+    // SAFETY: a live request's main request is live, and so is its list of posted requests.
+    let mut p = unsafe { (*(*r).main).posted_requests };
+    // SAFETY: each link is live until the posted requests run, after this returns.
+    while let Some(posted) = unsafe { p.as_ref() } {
+        // SAFETY: a posted request is live until it runs.
+        if let Some(sr) = unsafe { posted.request.as_mut() } {
+            if sr.background() != 0 && core::ptr::eq(sr.parent, r) {
+                sr.content_handler = Some(refused);
+            }
+        }
+        p = posted.next;
+    }
+}
+
+/// The content handler of a refused background subrequest.
+unsafe extern "C" fn refused(_r: *mut ngx_http_request_t) -> ngx_int_t {
+    nginx_sys::NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
+}
+
+/// `peer.free` of an answer from the cache: no server was taken.
+unsafe extern "C" fn free_none(
+    _pc: *mut ngx_peer_connection_t,
+    _data: *mut core::ffi::c_void,
+    _state: nginx_sys::ngx_uint_t,
+) {
+}
