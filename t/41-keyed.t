@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(45);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(53);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -112,7 +112,8 @@ like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "$ka" opened/
 
 $r = http_get('/status');
 like($r, qr/"upstream":"\$origin","route":"$ka","state":"open"/, 'status: the key is open');
-like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1\}/, 'status: two keys, one promoted');
+like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1,"listed":1,"unlisted":0\}/,
+	'status: two keys, one promoted and listed');
 unlike($r, qr/"route":"$kb"/, 'status: a healthy key has no breaker to show');
 
 # Half-open: one probe at a time goes to a, which has healed, a probe interval (1 s) apart;
@@ -159,6 +160,28 @@ X-Tenant: globex
 
 EOF
 is(CB::Origin::hits($tenants), 4, 'tenants: three failures of acme, one request of globex');
+
+# The status page lists open keys; closed ones on request, by prefix, up to a limit, and
+# counts the rest. a's breaker is closed now, acme's open.
+
+$r = http_get('/status');
+like($r, qr/"route":"acme","state":"open"/, 'status: the open key is listed');
+unlike($r, qr/"route":"$ka"/, 'status: the closed key is not');
+like($r, qr/"promoted":2,"listed":1,"unlisted":1\}/, 'status: the closed key is counted');
+$r = http_get('/status?keys=all');
+ok($r =~ /"route":"acme","state":"open"/ && $r =~ /"route":"$ka","state":"closed"/,
+	'status: keys=all lists the closed key too');
+$r = http_get('/status?keys=all&key_prefix=ac');
+ok($r =~ /"route":"acme"/ && $r !~ /"route":"$ka"/, 'status: key_prefix');
+$r = http_get('/status?keys=all&key_limit=1');
+ok($r =~ /"route":"acme"/ && $r !~ /"route":"$ka"/
+	&& $r =~ /"listed":1,"unlisted":1\}/, 'status: key_limit keeps the open key first');
+like(http_get('/status?key_limit=0'), qr!^HTTP/1.1 400.*from 1 to 100000!s,
+	'status: a bad key_limit is refused');
+$r = http_get('/status?format=prometheus');
+ok($r =~ /route="acme"/ && $r !~ /route="\Q$ka\E"/
+	&& $r =~ /^nginx_circuit_breaker_zone_keys_unlisted\{[^}]*\} 1$/m,
+	'prometheus: series for the open key only, the rest counted');
 
 # Control by key: force the tenant globex's breaker open, then reset acme's.
 

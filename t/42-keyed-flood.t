@@ -107,7 +107,7 @@ like(tenant('victim', 'who=victim'), qr!^HTTP/1.1 503!, 'the victim is still ope
 is(CB::Origin::hits($hits, qr/who=victim/), 3, 'the victim origin saw nothing more');
 
 my $status = http_get('/status');
-my ($used, $cap, $promoted) = $status =~ /"keys":\{"used":(\d+),"capacity":(\d+),"promoted":(\d+)\}/;
+my ($used, $cap, $promoted) = $status =~ /"keys":\{"used":(\d+),"capacity":(\d+),"promoted":(\d+),/;
 is($cap, 256, 'the table has the keys asked for');
 ok(defined $used && $used <= $cap, "keys in the table within its size ($used)");
 ok(defined $promoted && $promoted >= 1 && $promoted <= $cap, "promoted keys bounded ($promoted)");

@@ -12,7 +12,7 @@ mod upstreams;
 
 use circuit_breaker_core::snapshot::Clocks;
 use circuit_breaker_core::status::answer::{answer, Answer};
-use circuit_breaker_core::status::assemble::{assemble, selects};
+use circuit_breaker_core::status::assemble::{assemble, copies};
 use circuit_breaker_core::status::query::{Format, Method, Query};
 use circuit_breaker_core::status::{
     self, ZoneView, DASHBOARD_HTML, HTML_CONTENT_TYPE, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
@@ -95,7 +95,7 @@ fn breakers(
         .map_or_else(wall_ms, |z| z.wall_clock(mono, wall_ms()));
     // Only what the query selects is copied: a poll of one upstream would otherwise copy
     // every breaker of the zone.
-    let keep = |upstream: &str, route: &str, kind| selects(q, upstream, route, kind);
+    let keep = |upstream: &str, route: &str, kind, view: &_| copies(q, upstream, route, kind, view);
     let taken = zone
         .as_ref()
         .map(|z| snapshot(z, mono, q.history, keep))

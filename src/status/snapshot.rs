@@ -2,18 +2,19 @@
 //! batches, see `Zone::visit`), and nothing more, so that ordering, grouping and formatting
 //! happen after the lock is let go.
 
+use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::assemble::{Record, Snapshot};
 use circuit_breaker_core::status::KeysView;
 
 use crate::zone::{Kind, Zone};
 
-/// Every breaker of `zone` that `keep` keeps (given its upstream, route and kind), at `mono`
+/// Every breaker of `zone` that `keep` keeps (given its upstream, route, kind and figures), at `mono`
 /// (with its history if `history`), and the zone's figures.
 pub fn snapshot(
     zone: &Zone,
     mono: u64,
     history: bool,
-    keep: impl Fn(&str, &str, Kind) -> bool,
+    keep: impl Fn(&str, &str, Kind, &BreakerView) -> bool,
 ) -> Snapshot {
     // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
     // doubling showed in a poll's instructions.
@@ -23,7 +24,7 @@ pub fn snapshot(
             String::from_utf8_lossy(e.upstream),
             String::from_utf8_lossy(e.route),
         );
-        if !keep(&upstream, &route, e.kind) {
+        if !keep(&upstream, &route, e.kind, &e.view) {
             return;
         }
         records.push(Record {
@@ -42,6 +43,7 @@ pub fn snapshot(
             used: k.keys,
             capacity: k.capacity,
             promoted: k.promoted,
+            ..KeysView::default()
         });
     Snapshot {
         used,

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
-use super::query::{matches, Query};
+use super::query::{lists_key, matches, Query, KEY_LIMIT};
 use super::{Entry, LimitStatus, ServerEntry, ZoneView, DEFAULT_ROUTE};
 use crate::retry_budget::RetryBudgetView;
-use crate::snapshot::{BreakerView, Clocks, Kind};
+use crate::snapshot::{BreakerView, Clocks, Kind, State};
 
 /// One breaker as the zone walk copied it, under the lock.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +60,13 @@ pub fn selects(q: &Query, upstream: &str, route: &str, kind: Kind) -> bool {
     matches(q, upstream, if own { DEFAULT_ROUTE } else { route })
 }
 
+/// Whether the zone walk copies this breaker for `q`: [`selects`], and for a keyed one
+/// [`lists_key`] too (they may be many; `key_limit` is applied once they are sorted).
+pub fn copies(q: &Query, upstream: &str, route: &str, kind: Kind, view: &BreakerView) -> bool {
+    selects(q, upstream, route, kind)
+        && (kind != Kind::Keyed || lists_key(q, route, view.state, view.forced.is_some()))
+}
+
 /// The page's zone view and breakers, as [`super::render_json`] and
 /// [`super::render_prometheus`] take them. `head` is the page's top as the location knows it
 /// (name, versions, `control`); the zone's figures come from `snapshot`. The breakers are those
@@ -82,10 +89,17 @@ pub fn assemble(
         ..head
     };
     let mut entries = Vec::with_capacity(snapshot.records.len());
+    let mut keyed = Vec::new();
     let mut servers: HashMap<String, HashMap<String, BreakerView>> = HashMap::new();
     // Oldest first is configuration order (the zone links a new breaker at the head).
     for mut r in snapshot.records.into_iter().rev() {
         if !selects(q, &r.upstream, &r.route, r.kind) {
+            continue;
+        }
+        if r.kind == Kind::Keyed {
+            if lists_key(q, &r.route, r.view.state, r.view.forced.is_some()) {
+                keyed.push(r);
+            }
             continue;
         }
         r.view.on_wall_clock(clocks.mono_ms, clocks.wall_ms);
@@ -121,7 +135,48 @@ pub fn assemble(
             }
         }
     }
+    let listed = list_keyed(&mut entries, keyed, q, clocks);
+    let zone = ZoneView {
+        keys: zone.keys.map(|k| super::KeysView {
+            listed,
+            unlisted: k.promoted.saturating_sub(listed),
+            ..k
+        }),
+        ..zone
+    };
     (zone, entries)
+}
+
+/// Appends to `entries` the first `key_limit` of the keyed breakers `q` lists: open first,
+/// then half-open, then closed, each newest state first. Returns how many.
+fn list_keyed(entries: &mut Vec<Entry>, mut keyed: Vec<Record>, q: &Query, clocks: Clocks) -> u64 {
+    let rank = |s: State| match s {
+        State::Open => 0,
+        State::HalfOpen => 1,
+        State::Closed => 2,
+    };
+    keyed.sort_by(|a, b| {
+        rank(a.view.state)
+            .cmp(&rank(b.view.state))
+            .then(b.view.since_ms.cmp(&a.view.since_ms))
+            .then_with(|| a.route.cmp(&b.route))
+    });
+    keyed.truncate(q.key_limit.unwrap_or(KEY_LIMIT));
+    let listed = keyed.len() as u64;
+    entries.extend(keyed.into_iter().map(|mut r| {
+        r.view.on_wall_clock(clocks.mono_ms, clocks.wall_ms);
+        Entry {
+            probe_uri: None,
+            fingerprint: None,
+            upstream: r.upstream,
+            route: r.route,
+            view: r.view,
+            servers: Vec::new(),
+            retry: r.retry,
+            limit: r.limit,
+        }
+    }));
+    listed
 }
 
 #[cfg(test)]
@@ -218,6 +273,85 @@ mod tests {
                 format!("{}/{}[{}]", e.upstream, e.route, servers.join(","))
             })
             .collect()
+    }
+
+    /// A keyed breaker of `$tenant` for `key`, in `state` since `since`.
+    fn key(key: &str, state: State, since: u64) -> Record {
+        Record {
+            view: BreakerView {
+                state,
+                ..view(since)
+            },
+            ..record("$tenant", key, Kind::Keyed)
+        }
+    }
+
+    #[test]
+    fn keyed_breakers_open_first_newest_first_up_to_the_limit_with_the_rest_counted() {
+        let keys = || {
+            vec![
+                key("c1", State::Closed, 10),
+                key("o1", State::Open, 10),
+                key("h1", State::HalfOpen, 30),
+                key("o2", State::Open, 20),
+                key("ac", State::Closed, 40),
+                breaker("api", "default"),
+            ]
+        };
+        let run = |args: &str| {
+            let q = parse_query(args.as_bytes()).unwrap();
+            let snapshot = Snapshot {
+                records: keys(),
+                keys: Some(crate::status::KeysView {
+                    used: 9,
+                    capacity: 1024,
+                    promoted: 5,
+                    ..Default::default()
+                }),
+                ..Snapshot::default()
+            };
+            let (zone, entries) = assemble(ZoneView::default(), snapshot, &q, CLOCKS, &Conf);
+            let k = zone.keys.unwrap();
+            let names = names(&entries)
+                .iter()
+                .map(|n| n.replace("[]", ""))
+                .collect::<Vec<_>>();
+            (names, k.listed, k.unlisted)
+        };
+        let own = "api/default".to_owned();
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            run(""),
+            (
+                [
+                    vec![own.clone()],
+                    list(&["$tenant/o2", "$tenant/o1", "$tenant/h1"])
+                ]
+                .concat(),
+                3,
+                2
+            )
+        );
+        assert_eq!(
+            run("keys=all&key_limit=4"),
+            (
+                [
+                    vec![own.clone()],
+                    list(&["$tenant/o2", "$tenant/o1", "$tenant/h1", "$tenant/ac"])
+                ]
+                .concat(),
+                4,
+                1
+            )
+        );
+        assert_eq!(
+            run("keys=all&key_prefix=c"),
+            (vec![own, "$tenant/c1".into()], 1, 4)
+        );
+        assert_eq!(
+            run("upstream=$tenant&key_limit=1"),
+            (list(&["$tenant/o2"]), 1, 4)
+        );
     }
 
     #[test]

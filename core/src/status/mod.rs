@@ -71,6 +71,10 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         write_num(&mut out, Num::Int(k.capacity));
         out.extend_from_slice(b",\"promoted\":");
         write_num(&mut out, Num::Int(k.promoted));
+        out.extend_from_slice(b",\"listed\":");
+        write_num(&mut out, Num::Int(k.listed));
+        out.extend_from_slice(b",\"unlisted\":");
+        write_num(&mut out, Num::Int(k.unlisted));
         out.push(b'}');
     }
     out.extend_from_slice(b",\"module_version\":");

@@ -142,6 +142,13 @@ impl Renderer<'_> {
                 "Keys with a breaker of their own.",
                 k.promoted,
             );
+            self.zone_family(
+                "zone_keys_unlisted",
+                Gauge,
+                "Keys with a breaker of their own that this scrape has no series for (closed, \
+                 or past key_limit).",
+                k.unlisted,
+            );
         }
         self.zone_family(
             "breakers",

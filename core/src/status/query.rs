@@ -67,14 +67,55 @@ pub struct Query {
     /// `history=1`: each breaker's (and server's) last minutes in the JSON
     /// (`crate::history`); `history=0`, the default, none.
     pub history: bool,
+    /// `keys=open|all`: which keyed breakers are listed (see [`KeysShown`]).
+    pub keys: KeysShown,
+    /// `key_prefix=TEXT`: only keyed breakers whose key starts with it.
+    pub key_prefix: Option<String>,
+    /// `key_limit=N`: at most N keyed breakers listed ([`KEY_LIMIT`] if not given).
+    pub key_limit: Option<usize>,
+}
+
+/// Which keyed breakers (`circuit_breaker_key`) the page lists: they come from clients, and
+/// may be many.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeysShown {
+    /// `keys=open`, the default: open, half-open and forced ones.
+    #[default]
+    Open,
+    /// `keys=all`: closed ones too.
+    All,
+}
+
+/// Keyed breakers listed when the query gives no `key_limit`.
+pub const KEY_LIMIT: usize = 100;
+
+/// The largest `key_limit`.
+pub const KEY_LIMIT_MAX: usize = 100_000;
+
+/// Whether `q` lists a keyed breaker of key `key` (the breaker's route) in `state`, `forced`
+/// or not, before `key_limit` counts: the page's selection, and what the zone walk copies.
+pub fn lists_key(q: &Query, key: &str, state: crate::snapshot::State, forced: bool) -> bool {
+    let by_state = q.keys == KeysShown::All || forced || state != crate::snapshot::State::Closed;
+    by_state && q.key_prefix.as_deref().map_or(true, |p| key.starts_with(p))
 }
 
 /// The longest parameter text quoted back in an error, in characters.
 const QUOTE_MAX: usize = 64;
 
 /// The query's parameters, its formats and its actions, as an error lists them.
-const PARAMETERS: [&str; 6] = ["format", "upstream", "route", "action", "server", "history"];
+const PARAMETERS: [&str; 9] = [
+    "format",
+    "upstream",
+    "route",
+    "action",
+    "server",
+    "history",
+    "keys",
+    "key_prefix",
+    "key_limit",
+];
 const HISTORY: [&str; 2] = ["0", "1"];
+const KEYS: [&str; 2] = ["open", "all"];
 const FORMATS: [&str; 4] = ["json", "prometheus", "html", "fleet"];
 const ACTIONS: [&str; 5] = ["force_open", "force_close", "reset", "eject", "restore"];
 
@@ -106,6 +147,7 @@ fn expected(given: &str, valid: &[&str]) -> String {
 pub fn parse_query(args: &[u8]) -> Result<Query, String> {
     let mut q = Query::default();
     let mut seen_history = false;
+    let mut seen_keys = false;
     for pair in args.split(|&b| b == b'&') {
         if pair.is_empty() {
             continue;
@@ -123,6 +165,9 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             b"action" => "action",
             b"server" => "server",
             b"history" => "history",
+            b"keys" => "keys",
+            b"key_prefix" => "key_prefix",
+            b"key_limit" => "key_limit",
             _ => {
                 let name = String::from_utf8_lossy(&name);
                 return Err(format!(
@@ -138,6 +183,9 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             "route" => q.route.is_some(),
             "server" => q.server.is_some(),
             "history" => seen_history,
+            "keys" => seen_keys,
+            "key_prefix" => q.key_prefix.is_some(),
+            "key_limit" => q.key_limit.is_some(),
             _ => q.action.is_some(),
         };
         if given {
@@ -181,7 +229,31 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     _ => return Err(invalid(&ACTIONS)),
                 })
             }
+            "keys" => {
+                seen_keys = true;
+                q.keys = match value.as_str() {
+                    "open" => KeysShown::Open,
+                    "all" => KeysShown::All,
+                    _ => return Err(invalid(&KEYS)),
+                }
+            }
+            "key_limit" => {
+                q.key_limit = Some(
+                    value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=KEY_LIMIT_MAX).contains(n))
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid value {} for \"key_limit\", expected a number from 1 \
+                                 to {KEY_LIMIT_MAX}",
+                                quote(&value)
+                            )
+                        })?,
+                )
+            }
             _ if value.is_empty() => return Err(format!("empty value for \"{name}\"")),
+            "key_prefix" => q.key_prefix = Some(value),
             "upstream" => q.upstream = Some(value),
             "server" => q.server = Some(value),
             _ => q.route = Some(value),
@@ -468,7 +540,54 @@ mod tests {
             action,
             server: None,
             history: false,
+            ..Query::default()
         }
+    }
+
+    #[test]
+    fn keys_are_listed_open_by_default_and_all_on_request() {
+        use crate::snapshot::State::{Closed, HalfOpen, Open};
+        let d = parse_query(b"").unwrap();
+        assert_eq!(
+            (d.keys, d.key_prefix.clone(), d.key_limit),
+            (KeysShown::Open, None, None)
+        );
+        assert!(lists_key(&d, "acme", Open, false) && lists_key(&d, "acme", HalfOpen, false));
+        assert!(!lists_key(&d, "acme", Closed, false));
+        assert!(
+            lists_key(&d, "acme", Closed, true),
+            "a forced close is listed"
+        );
+        let all = parse_query(b"keys=all&key_prefix=ac&key_limit=5").unwrap();
+        assert_eq!(all.key_limit, Some(5));
+        assert!(lists_key(&all, "acme", Closed, false));
+        assert!(
+            !lists_key(&all, "globex", Open, false),
+            "outside the prefix"
+        );
+        let err = |a: &[u8]| parse_query(a).unwrap_err();
+        assert_eq!(
+            err(b"keys=some"),
+            r#"invalid value "some" for "keys", expected one of: open, all"#
+        );
+        for bad in [
+            &b"key_limit=0"[..],
+            b"key_limit=100001",
+            b"key_limit=-1",
+            b"key_limit=x",
+        ] {
+            assert!(
+                err(bad).contains("expected a number from 1 to 100000"),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(err(b"key_prefix="), r#"empty value for "key_prefix""#);
+        assert_eq!(err(b"keys=all&keys=open"), r#"duplicate parameter "keys""#);
+        assert_eq!(
+            err(b"key_limit=1&key_limit=2"),
+            r#"duplicate parameter "key_limit""#
+        );
+        assert!(err(b"key_limt=3").contains(r#"did you mean "key_limit"?"#));
     }
 
     #[test]
@@ -564,14 +683,14 @@ mod tests {
     #[test]
     fn bad_queries() {
         let cases: &[(&[u8], &str)] = &[
-            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
-            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
-            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server, history"#),
-            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server, history"#),
-            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history"#),
-            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server, history"#),
-            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server, history"#),
-            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server, history"),
+            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"),
             (b"%zz=1", "invalid percent-encoding in a parameter name"),
             (b"format=xml", r#"invalid value "xml" for "format", expected one of: json, prometheus, html, fleet"#),
             (b"format=", r#"invalid value "" for "format", expected one of: json, prometheus, html, fleet"#),
@@ -581,7 +700,7 @@ mod tests {
             (b"action=", r#"invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore"#),
             (b"action=rest", r#"invalid value "rest" for "action", did you mean "reset"? expected one of: force_open, force_close, reset, eject, restore"#),
             (b"format=promethus", r#"invalid value "promethus" for "format", did you mean "prometheus"? expected one of: json, prometheus, html, fleet"#),
-            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server, history"#),
+            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
             (
                 b"action=force+open",
                 r#"invalid value "force open" for "action", did you mean "force_open"? expected one of: force_open, force_close, reset, eject, restore"#,
@@ -636,7 +755,7 @@ mod tests {
         let err = parse_query(b"a%0D%0Ab%00=1").unwrap_err();
         assert_eq!(
             err,
-            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server, history"#
+            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#
         );
     }
 

@@ -40,8 +40,13 @@ pub struct KeysView {
     pub used: u64,
     /// Tallies it has.
     pub capacity: u64,
-    /// Keys with a breaker of their own (listed among the breakers).
+    /// Keys with a breaker of their own.
     pub promoted: u64,
+    /// Of those, the ones listed among the breakers (see `query::lists_key` and `key_limit`).
+    pub listed: u64,
+    /// The promoted keys not listed: closed ones unless `keys=all`, those outside `key_prefix`
+    /// or `upstream`/`route`, and those past `key_limit`.
+    pub unlisted: u64,
 }
 
 /// One breaker as the status location shows it.
