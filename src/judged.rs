@@ -42,10 +42,19 @@ pub unsafe extern "C" fn msec_variable(
             Some(Answer::Rejected(_)) => mono_ms()
                 .saturating_sub(wall_ms().saturating_sub(started))
                 .to_string(),
-            _ => {
-                v.set_not_found(1);
-                return NGX_OK as ngx_int_t;
-            }
+            _ => match crate::keyed::said(req) {
+                // A key's breaker judged it, and no upstream's.
+                Some(k) if k.recorded_ms == 0 => k.judged_ms.to_string(),
+                Some(k) => format!(
+                    "{}+{}",
+                    k.judged_ms,
+                    k.recorded_ms.saturating_sub(k.judged_ms)
+                ),
+                None => {
+                    v.set_not_found(1);
+                    return NGX_OK as ngx_int_t;
+                }
+            },
         };
         // SAFETY: the request pool is live; the value is used while the request lives.
         let p = unsafe { ngx_pnalloc(req.pool, text.len()) }.cast::<u8>();

@@ -469,11 +469,21 @@ unsafe extern "C" fn upstream_variable(
         let (req, v) = unsafe { (&mut *r, &mut *v) };
         // SAFETY: `r->upstream` is null or the request's upstream, live with the request; its
         // `upstream` is null or an upstream's conf, which lives as long as the configuration.
-        let host = unsafe { req.upstream.as_ref().and_then(|u| u.upstream.as_ref()) }
-            .map(|uscf| uscf.host)
-            .filter(|h| h.len > 0 && !h.data.is_null())
-            .map(|h| (h.data, h.len))
-            .or_else(|| judged_by(req).map(|n| (n.as_ptr().cast_mut(), n.len())));
+        let upstream_judged = matches!(request::find(req), Some(Answer::State(s)) if s.told.label.is_some())
+            || matches!(request::find(req), Some(Answer::Rejected(_)));
+        let keyed = if upstream_judged {
+            None
+        } else {
+            crate::keyed::said(req).map(|s| (s.family.as_ptr().cast_mut(), s.family.len()))
+        };
+        let host = keyed.or_else(|| {
+            // SAFETY: as above.
+            unsafe { req.upstream.as_ref().and_then(|u| u.upstream.as_ref()) }
+                .map(|uscf| uscf.host)
+                .filter(|h| h.len > 0 && !h.data.is_null())
+                .map(|h| (h.data, h.len))
+                .or_else(|| judged_by(req).map(|n| (n.as_ptr().cast_mut(), n.len())))
+        });
         match host {
             Some((data, len)) => {
                 v.set_len(len as u32);
@@ -516,13 +526,27 @@ unsafe extern "C" fn variable(
         let (req, v) = unsafe { (&mut *r, &mut *v) };
         let lcf = request::loc_conf(req);
         let text: &str = match request::find(req) {
-            Some(Answer::State(s)) if data == 0 => s.told.label.map_or("", Label::name),
-            Some(Answer::State(s)) if s.told.label.is_some() => route_name(s.judge.route()),
+            Some(Answer::State(s)) if s.told.label.is_some() => match s.told.label {
+                Some(label) if data == 0 => label.name(),
+                _ => route_name(s.judge.route()),
+            },
             Some(Answer::Rejected(s)) if data == 0 => s.label.name(),
             Some(Answer::Rejected(s)) => {
                 route_name(s.route().unwrap_or_else(|| request::route_of(lcf)))
             }
-            _ => "",
+            _ => match crate::keyed::said(req) {
+                // A key's breaker judged it, and no upstream's.
+                Some(k) if data == 0 => k.label.name(),
+                Some(k) => {
+                    v.set_len(k.key.len as u32);
+                    v.set_valid(1);
+                    v.set_no_cacheable(0);
+                    v.set_not_found(0);
+                    v.data = k.key.data;
+                    return NGX_OK as ngx_int_t;
+                }
+                None => "",
+            },
         };
         v.set_len(text.len() as u32);
         v.set_valid(1);

@@ -31,7 +31,7 @@ my $root = "$FindBin::Bin/..";
 my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
 plan(skip_all => "no $replay (scripts/replay --build makes it)") unless -x $replay;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(13);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(21);
 
 # The README's format, plus the request (to find the live log line's request).
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
@@ -67,6 +67,11 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     }
 
     log_format up '$request_uri $circuit_breaker_upstream';
+    log_format keyed
+        '$msec $request_time "$circuit_breaker_upstream" "$circuit_breaker_route" '
+        '"$upstream_addr" "$upstream_status" "$upstream_response_time" '
+        '"$upstream_header_time" "$circuit_breaker_state" "$circuit_breaker_msec" '
+        '"$request_uri"';
 
     server {
         listen       127.0.0.1:8080;
@@ -108,7 +113,17 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
             return 204;
             access_log %%TESTDIR%%/upstream.log up;
         }
+
+        # a key's breakers, logged in the README's format, and the request
+        location /k/ {
+            circuit_breaker_key $arg_k window=10s min_requests=5 failure_rate=50%
+                                open=1s max_open=4s jitter=0% probes=2
+                                probe_interval=100ms consecutive=off dry_run;
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+            access_log %%TESTDIR%%/keyed.log keyed;
+        }
     }
+
 EOF
 
 start($t, 8081);
@@ -152,6 +167,25 @@ get('s', 'delay=200') for 1 .. 4;
 
 # the upstream's name, with or without a breaker, and none without an upstream
 http_get("/$_/?n=0") for qw/ plain var none /;
+
+# a key's breaker, as route a's: opens, fails its first probe, recovers; another key of the
+# same variable never opens
+sub key {
+	my ($k, $status) = @_;
+	$n++;
+	return status(http_get("/k/?status=$status&k=$k&n=$n"));
+}
+key('x', 200) for 1 .. 5;
+key('y', 500) for 1 .. 2;
+key('x', 500) for 1 .. 8;
+key('y', 200) for 1 .. 5;
+sleep 1.3;
+key('x', 500);
+sleep 2.4;
+for (1 .. 20) {
+	key('x', 200);
+	sleep 0.15;
+}
 
 $t->stop();
 
@@ -209,6 +243,36 @@ like(join("\n", @live), qr/(?x)"gw\/default"\ opened:\ 3\ gateway\ failures\ in\
 	\ the\ last:\ error.*\n.*\n.*"gw\/default"\ opened:\ probe\ failed:\ timeout
 	.*\n.*\n.*"gw\/default"\ closed:\ 1\ good\ probe/, 'error, timeout, recovery');
 like(join("\n", @live), qr/"slow\/default" opened: slow rate 100% \(4\/4\)/, 'slow calls');
+
+# a key's breakers: the live transitions and the replay's of the key's own log
+
+my (@klive, @kuri, @kreplayed);
+for (split /\n/, $t->read_file('error.log')) {
+	next unless /\[warn\].*?(circuit breaker "\$arg_k" key "[^"]+" [a-z-]+: .*?), client: .*request: "GET \/k\/\?\S*?&n=(\d+) /;
+	my ($req, $msg) = ($2, $1);
+	$msg =~ s/ while [^,]*$//;
+	push @klive, "$req $msg";
+}
+for (split /\n/, $t->read_file('keyed.log')) {
+	push @kuri, /"\/k\/\?\S*?&n=(\d+)"$/ ? $1 : '?';
+}
+like($t->read_file('keyed.log'), qr/^\S+ \S+ "\$arg_k" "x" "127\.0\.0\.1:\d+" "200" "\S+" "\S+" "closed" "\d+\+\d+"/m,
+	'a key\'s log line: its variable, key, state and times');
+my $kout = `$replay --config $d/nginx-T.conf --transitions $d/ktransitions.txt $d/keyed.log 2>&1`;
+is($?, 0, "cb-replay ran on the key's log") or diag($kout);
+like($kout, qr/^\d+ lines: \d+ replayed, 0 unparseable/, "key: every line parsed") or diag($kout);
+like($kout, qr/^times: the module's/m, 'key: on the module\'s clock') or diag($kout);
+for (split /\n/, $t->read_file('ktransitions.txt')) {
+	my ($line, $msg) = /^(\d+) \S+ \+\d+\.\d{3} (.*)$/ or next;
+	push @kreplayed, ($kuri[$line - 1] // '?') . " $msg";
+}
+cmp_ok(scalar @klive, '>=', 4, 'key live: opened, half-opened, reopened, closed at least')
+	or diag(join "\n", @klive);
+is_deeply(\@kreplayed, \@klive, 'key: each at the same request, in the same words')
+	or diag(join "\n", 'live:', @klive, 'replayed:', @kreplayed);
+like(join("\n", @klive), qr/"\$arg_k" key "x" opened: failure rate 50% \(5\/10\)/,
+	'key: the trip');
+unlike(join("\n", @klive, @kreplayed), qr/key "y"/, 'key: y never opened');
 
 # the counterfactual: what the breaker would have refused while open
 like($out, qr/breaker "dry\/a"\n.*\n.*refused [1-9]\d*: \d+ failures spared/,

@@ -167,6 +167,7 @@ impl Specs {
         // (checked as nginx checks them, then read as the `circuit_breaker` parameters they
         // replace, which the sweep's `--set` names).
         let mut local: HashMap<String, (Directive, Directive, Vec<String>)> = HashMap::new();
+        let mut keyed: HashMap<String, Spec> = HashMap::new();
         for (tok, line, text) in tokens {
             match tok {
                 Tok::Word => {
@@ -184,6 +185,21 @@ impl Specs {
                     words.clear();
                 }
                 Tok::Semi => {
+                    if let (Some(&"circuit_breaker_key"), Some(&family)) =
+                        (words.first(), words.get(1))
+                    {
+                        // A key's breakers are named after the variable as written; every
+                        // `circuit_breaker_key` of it gives the same parameters (nginx -t).
+                        if family != "off" && !keyed.contains_key(family) {
+                            let spec = Spec {
+                                words: words[2..].iter().map(|s| s.to_string()).collect(),
+                                failures: None,
+                                origin: format!("{file}:{line}"),
+                            };
+                            spec.config(&[])?;
+                            keyed.insert(family.to_string(), spec);
+                        }
+                    }
                     if let (Some(Some(up)), Some(&directive)) = (stack.last(), words.first()) {
                         // nginx names the line that ends the directive.
                         let origin = format!("{file}:{line}");
@@ -206,7 +222,8 @@ impl Specs {
                 }
             }
         }
-        let mut found = 0;
+        let mut found = keyed.len();
+        self.by_upstream.extend(keyed);
         for (up, (cb, failures, companions)) in local {
             // Checked in nginx's order: each directive as it comes.
             let mut order: Vec<&(Vec<String>, String)> = cb.iter().chain(failures.iter()).collect();
@@ -382,6 +399,44 @@ http {
             .config(&[("failure_rate".into(), "50%".into())])
             .unwrap();
         assert_eq!(swept.failure_rate, 5000);
+    }
+
+    #[test]
+    fn reads_key_families_wherever_they_are() {
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http {
+    circuit_breaker_key $http_x_tenant min_requests=3 open=1h;
+    server {
+        location /o/ {
+            circuit_breaker_key $origin window=20s failure_rate=25%;
+            proxy_pass http://$origin;
+        }
+        location /p/ {
+            circuit_breaker_key $origin window=20s failure_rate=25%;
+        }
+        location /q/ {
+            circuit_breaker_key off;
+        }
+    }
+}
+";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(text), Ok(2));
+        let origin = s
+            .find("$origin", "10.0.0.1:80")
+            .unwrap()
+            .config(&[])
+            .unwrap();
+        assert_eq!((origin.window_s, origin.failure_rate), (20, 2500));
+        let tenant = s.find("$http_x_tenant", "acme").unwrap();
+        assert_eq!(tenant.origin, "/etc/nginx/nginx.conf:2");
+        assert_eq!(tenant.config(&[]).unwrap().min_requests, 3);
+        assert!(s.find("off", "x").is_none());
+        let bad = text.replace("open=1h", "window=500ms");
+        assert!(Specs::default()
+            .add_nginx_t(&bad)
+            .unwrap_err()
+            .ends_with("in /etc/nginx/nginx.conf:2"));
     }
 
     #[test]

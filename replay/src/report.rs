@@ -127,10 +127,10 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
             t.add(&run.stats);
         }
         if sweep {
-            let _ = writeln!(out, "\nbreaker \"{name}\"");
+            let _ = writeln!(out, "\nbreaker {}", crate::sim::shown(name));
             table(&mut out, r, runs.iter().map(|run| &run.stats));
         } else {
-            let _ = writeln!(out, "\nbreaker \"{name}\"");
+            let _ = writeln!(out, "\nbreaker {}", crate::sim::shown(name));
             out.push_str(&stats_text(&runs[0].stats));
         }
     }

@@ -117,11 +117,20 @@ impl Logged {
             State::Closed => "closed",
         };
         format!(
-            "circuit breaker \"{}\" {}: {}",
-            self.breaker,
+            "circuit breaker {} {}: {}",
+            shown(&self.breaker),
             verb,
             self.transition.why()
         )
+    }
+}
+
+/// A breaker's name as the module's log lines write it: `"api/default"`, or for a key's
+/// breaker (`circuit_breaker_key`, whose name holds a `$`) `"$origin" key "10.0.0.1:80"`.
+pub fn shown(name: &str) -> String {
+    match name.split_once('/') {
+        Some((family, key)) if family.contains('$') => format!("\"{family}\" key \"{key}\""),
+        _ => format!("\"{name}\""),
     }
 }
 

@@ -45,6 +45,11 @@ struct Hold {
     hash: u64,
     tally: usize,
     ticket: Ticket,
+    /// What its key's breaker said of it (`$circuit_breaker_state`), when (on the module's
+    /// clock), and when its outcome was recorded (0: not, or none).
+    label: Label,
+    judged_ms: u64,
+    recorded_ms: u64,
     settled: bool,
     /// When the client's request body ended, if it was read after the key judged it (a body
     /// passed on as it arrives: the origin's time starts there).
@@ -198,18 +203,19 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     let (label, retry_after_ms) = match admission {
         Admission::Pass { .. } => {
-            let held = Hold::new(req, mcf, family, key, hash, tally, Ticket::Normal);
-            return hold(req, held);
+            let held = Hold::new(req, mcf, (family, key, hash, tally), Ticket::Normal, now);
+            return hold(req, held.said(Label::State(state)));
         }
         Admission::Probe(ticket) => {
-            let held = Hold::new(req, mcf, family, key, hash, tally, ticket);
-            return hold(req, held);
+            let held = Hold::new(req, mcf, (family, key, hash, tally), ticket, now);
+            return hold(req, held.said(Label::State(state)));
         }
         Admission::Reject { retry_after_ms } => (Label::State(state), retry_after_ms),
         Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
     };
     // Judged: an `error_page` that moves the request on does not judge it again.
-    let mut judged = Hold::new(req, mcf, family, key, hash, tally, Ticket::Normal);
+    let mut judged =
+        Hold::new(req, mcf, (family, key, hash, tally), Ticket::Normal, now).said(label);
     judged.settled = true;
     if stale::may_answer(req, &lcf.keyed_cache) {
         stale::take_over(req, &mut judged, label, retry_after_ms);
@@ -303,14 +309,14 @@ fn record_promoted(
 }
 
 impl Hold {
+    /// A hold of what `req` was granted: its key (family, value, hash, tally) and ticket,
+    /// judged at `now`.
     fn new(
         req: &ngx_http_request_t,
         mcf: &MainConf,
-        family: usize,
-        key: ngx_str_t,
-        hash: u64,
-        tally: usize,
+        (family, key, hash, tally): (usize, ngx_str_t, u64, usize),
         ticket: Ticket,
+        now: u64,
     ) -> Hold {
         Hold {
             request: req,
@@ -323,6 +329,9 @@ impl Hold {
             hash,
             tally,
             ticket,
+            label: Label::State(State::Closed),
+            judged_ms: now,
+            recorded_ms: 0,
             settled: false,
             body_done_at: None,
             cleanup: nginx_sys::ngx_pool_cleanup_t {
@@ -331,6 +340,10 @@ impl Hold {
                 next: null_mut(),
             },
         }
+    }
+
+    fn said(self, label: Label) -> Hold {
+        Hold { label, ..self }
     }
 }
 
@@ -392,6 +405,38 @@ fn hold_of(req: &ngx_http_request_t) -> Option<core::ptr::NonNull<Hold>> {
     None
 }
 
+/// What a key's breaker said of a request, for the module's variables when no upstream's
+/// breaker judged it: its family (the variable as written), the key, what it said and when.
+pub struct Said {
+    pub family: &'static str,
+    pub key: ngx_str_t,
+    pub label: Label,
+    pub judged_ms: u64,
+    pub recorded_ms: u64,
+}
+
+/// What the request's key said of it, if a key judged it.
+pub fn said(req: &ngx_http_request_t) -> Option<Said> {
+    let h = hold_of(req)?;
+    // SAFETY: the hold lives in the request pool; only read.
+    let h = unsafe { h.as_ref() };
+    // SAFETY: the main conf outlives every request run under it.
+    let fam = unsafe { h.main.as_ref() }?.keyed.get(h.family)?;
+    Some(Said {
+        // SAFETY: the family's name lives in the configuration, longer than any request.
+        family: unsafe { &*(fam.name.as_str() as *const str) },
+        key: h.key,
+        label: h.label,
+        judged_ms: h.judged_ms,
+        // The access log writes its line before this module's log phase settles the request:
+        // its record is then made at this worker's clock as it reads now.
+        recorded_ms: match (h.recorded_ms, h.settled) {
+            (0, false) => mono_ms(),
+            (at, _) => at,
+        },
+    })
+}
+
 /// The log phase handler: settles the request's outcome on its key's breaker.
 pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
@@ -418,7 +463,7 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
 }
 
 /// Records the request's outcome (`None`: no verdict on the origin) on its key.
-fn settle(h: &Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mut ngx_log_t)>) {
+fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mut ngx_log_t)>) {
     // SAFETY: the main conf outlives every request run under it.
     let Some(mcf) = (unsafe { h.main.as_ref() }) else {
         return;
@@ -432,6 +477,7 @@ fn settle(h: &Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mu
     };
     let c = Classified::of(attempt, &fam.cfg);
     let now = mono_ms();
+    h.recorded_ms = now;
     let key = h.key.as_bytes();
     let recorded = {
         let mut locked = zone.lock();
@@ -503,7 +549,7 @@ unsafe extern "C" fn cleanup(data: *mut c_void) {
             stale::header_written(s);
         }
         if h.settle_now() {
-            settle(&h, None);
+            settle(&mut h, None);
         }
         SPARES.put(h);
     })
