@@ -266,3 +266,44 @@ fn a_key_costs_128_bytes() {
         "100 000 keys fit 16 MiB"
     );
 }
+
+/// What a request a key may not count (a subrequest, one moved on by a redirect) is told:
+/// refused exactly when a counted request would be refused or made the probe, told the same
+/// wait as a refused one, and nothing in the breaker moves.
+#[test]
+fn a_request_judged_again_is_refused_while_open_and_changes_nothing() {
+    use circuit_breaker_core::breaker::{Admission, Control};
+    let mut s = Story::new(BreakerConfig {
+        min_requests: 4,
+        ..rates_only()
+    });
+    let again = |s: &mut Story| s.b.breaker().refuses_again(s.now);
+    assert_eq!(again(&mut s), None, "closed");
+    s.requests(4, &http(500));
+    assert_eq!(s.b.hdr.state(), State::Open);
+    let before = s.b.breaker().view(s.now);
+    let told = again(&mut s).expect("open: refused");
+    assert_eq!(s.b.breaker().view(s.now), before, "nothing moved");
+    match s.admit().admission {
+        Admission::Reject { retry_after_ms } => assert_eq!(retry_after_ms, told),
+        other => panic!("a counted request is refused too: {other:?}"),
+    }
+    // Past the cooldown a counted request would be the probe: one judged again is refused.
+    s.wait(60_000);
+    assert!(again(&mut s).is_some(), "due to probe: still refused");
+    let d = s.admit();
+    assert!(matches!(d.admission, Admission::Probe(_)));
+    assert!(again(&mut s).is_some(), "half-open: refused");
+    // Forced closed lets it through, forced open refuses it; a dry run refuses nothing.
+    s.b.breaker().control(s.now, 1, Control::ForceClose);
+    assert_eq!(again(&mut s), None);
+    s.b.breaker().control(s.now, 1, Control::ForceOpen);
+    assert!(again(&mut s).is_some());
+    let mut dry = Story::new(BreakerConfig {
+        min_requests: 4,
+        dry_run: true,
+        ..rates_only()
+    });
+    dry.requests(4, &http(500));
+    assert_eq!(dry.b.breaker().refuses_again(dry.now), None, "dry run");
+}

@@ -120,6 +120,9 @@ pub struct MainConf {
     /// The scheme of each `proxy_pass` and `grpc_pass`, by the location conf it filled in
     /// (see `scheme`), while the http block is parsed.
     pub(crate) pass_schemes: HashMap<usize, scheme::Pass>,
+    /// The content handlers the upstream modules' `*_pass` directives gave locations, each with
+    /// its module's `ctx_index`: the requests a keyed breaker judges go to one of them.
+    pub upstream_handlers: Vec<(usize, usize)>,
     /// `circuit_breaker_fleet`, and the shared memory where the exchange worker publishes
     /// (registered by `crate::fleet` once the http block is parsed).
     pub fleet: Option<FleetDirective>,
@@ -203,6 +206,7 @@ impl Default for MainConf {
             proxied: Vec::new(),
             dynamic_tls: Vec::new(),
             pass_schemes: HashMap::new(),
+            upstream_handlers: Vec::new(),
             fleet: None,
             fleet_zone: null_mut(),
             keyed: Vec::new(),

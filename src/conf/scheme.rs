@@ -3,7 +3,9 @@
 //! parsed, the module's `proxy_pass` and `grpc_pass` handlers are wrapped: each call goes to
 //! the module's own handler first, and then the URL's scheme is noted against the location
 //! conf it filled in. Probes then speak TLS exactly where nginx's own traffic does, from the
-//! first byte.
+//! first byte. The same wrap, on every upstream module's `*_pass`, notes the content handler
+//! the directive gave its location: a keyed breaker judges requests that one of those passes
+//! on (`crate::keyed`).
 //!
 //! The wrap lasts only while the http block is parsed: `preconfiguration` installs it and
 //! `postconfiguration` puts the modules' handlers back (a cleanup of the configuration's pool
@@ -11,7 +13,7 @@
 //! configuration that loaded it, and a reload that drops the module finds nginx's handlers.
 
 use core::ffi::{c_char, c_void, CStr};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use nginx_sys::{
     ngx_command_t, ngx_conf_t, ngx_int_t, ngx_module_t, ngx_pool_cleanup_add, ngx_str_t, NGX_ERROR,
@@ -49,6 +51,13 @@ impl Pass {
     }
 }
 
+impl Wrapped {
+    /// Whether its URL's scheme is noted (`proxy_pass`, `grpc_pass`).
+    fn scheme(&self) -> bool {
+        core::ptr::eq(self, &PROXY_PASS) || core::ptr::eq(self, &GRPC_PASS)
+    }
+}
+
 type Set = unsafe extern "C" fn(*mut ngx_conf_t, *mut ngx_command_t, *mut c_void) -> *mut c_char;
 
 /// A wrapped directive: which module and directive, and the module's own handler while
@@ -59,6 +68,8 @@ struct Wrapped {
     original: AtomicPtr<c_void>,
     command: AtomicPtr<ngx_command_t>,
     wrapper: Set,
+    /// The module's `ctx_index`, once wrapped.
+    index: AtomicUsize,
 }
 
 static PROXY_PASS: Wrapped = Wrapped {
@@ -67,6 +78,7 @@ static PROXY_PASS: Wrapped = Wrapped {
     original: AtomicPtr::new(core::ptr::null_mut()),
     command: AtomicPtr::new(core::ptr::null_mut()),
     wrapper: proxy_pass,
+    index: AtomicUsize::new(usize::MAX),
 };
 
 static GRPC_PASS: Wrapped = Wrapped {
@@ -75,9 +87,60 @@ static GRPC_PASS: Wrapped = Wrapped {
     original: AtomicPtr::new(core::ptr::null_mut()),
     command: AtomicPtr::new(core::ptr::null_mut()),
     wrapper: grpc_pass,
+    index: AtomicUsize::new(usize::MAX),
 };
 
-static WRAPPED: [&Wrapped; 2] = [&PROXY_PASS, &GRPC_PASS];
+/// A `*_pass` whose URL speaks no scheme of ours: wrapped only to note its handler.
+macro_rules! other_pass {
+    ($wrapped:ident, $wrapper:ident, $module:literal, $directive:literal) => {
+        static $wrapped: Wrapped = Wrapped {
+            module: $module,
+            directive: $directive,
+            original: AtomicPtr::new(core::ptr::null_mut()),
+            command: AtomicPtr::new(core::ptr::null_mut()),
+            wrapper: $wrapper,
+            index: AtomicUsize::new(usize::MAX),
+        };
+
+        unsafe extern "C" fn $wrapper(
+            cf: *mut ngx_conf_t,
+            cmd: *mut ngx_command_t,
+            conf: *mut c_void,
+        ) -> *mut c_char {
+            // SAFETY: as for `proxy_pass`.
+            unsafe { pass(&$wrapped, cf, cmd, conf) }
+        }
+    };
+}
+
+other_pass!(
+    FASTCGI_PASS,
+    fastcgi_pass,
+    c"ngx_http_fastcgi_module",
+    b"fastcgi_pass"
+);
+other_pass!(
+    UWSGI_PASS,
+    uwsgi_pass,
+    c"ngx_http_uwsgi_module",
+    b"uwsgi_pass"
+);
+other_pass!(SCGI_PASS, scgi_pass, c"ngx_http_scgi_module", b"scgi_pass");
+other_pass!(
+    MEMCACHED_PASS,
+    memcached_pass,
+    c"ngx_http_memcached_module",
+    b"memcached_pass"
+);
+
+static WRAPPED: [&Wrapped; 6] = [
+    &PROXY_PASS,
+    &GRPC_PASS,
+    &FASTCGI_PASS,
+    &UWSGI_PASS,
+    &SCGI_PASS,
+    &MEMCACHED_PASS,
+];
 
 unsafe extern "C" fn proxy_pass(
     cf: *mut ngx_conf_t,
@@ -125,8 +188,25 @@ unsafe fn pass(
         // SAFETY: its args array holds the directive's words, the URL second.
         let args: &[ngx_str_t] = unsafe { (*cfr.args).as_slice() };
         let scheme = args.get(1).and_then(|url| Pass::of(url.as_bytes()));
-        if let (Some(mcf), Some(scheme)) = (Module::main_conf_mut(cfr), scheme) {
+        let Some(mcf) = Module::main_conf_mut(cfr) else {
+            return rv;
+        };
+        if let (Some(scheme), true) = (scheme, w.scheme()) {
             mcf.pass_schemes.insert(conf as usize, scheme);
+        }
+        // SAFETY: a location's directive: cf->ctx is its http conf ctx, whose loc_conf holds
+        // the core module's conf of the location.
+        let handler = unsafe {
+            let ctx = &*cfr.ctx.cast::<nginx_sys::ngx_http_conf_ctx_t>();
+            (*(*ctx.loc_conf.add(nginx_sys::ngx_http_core_module.ctx_index))
+                .cast::<nginx_sys::ngx_http_core_loc_conf_t>())
+            .handler
+        };
+        let index = w.index.load(Ordering::Relaxed);
+        if let Some(h) = handler {
+            if !mcf.upstream_handlers.iter().any(|&(p, _)| p == h as usize) {
+                mcf.upstream_handlers.push((h as usize, index));
+            }
         }
         rv
     })
@@ -164,6 +244,7 @@ pub unsafe fn wrap_all(cf: *mut ngx_conf_t) -> ngx_int_t {
                 continue;
             }
             w.original.store(own as *mut c_void, Ordering::Relaxed);
+            w.index.store((*m).ctx_index, Ordering::Relaxed);
             w.command.store(cmd, Ordering::Relaxed);
             (*cmd).set = Some(w.wrapper);
         }

@@ -112,6 +112,28 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
     }
     // The core module merged first: its error pages include those inherited.
     lcf.redirects = !clcf.error_pages.is_null() || clcf.post_action.len != 0;
+    // Whether an open key's requests may be answered from this location's cache: known when
+    // its own `*_pass` gave it its handler (an `if` block inside it learns it at run time).
+    if let Some(&(_, index)) = clcf.handler.and_then(|h| {
+        mcf.upstream_handlers
+            .iter()
+            .find(|&&(p, _)| p == h as usize)
+    }) {
+        // SAFETY: loc_conf has an entry per HTTP module, and `index` is an upstream module's,
+        // whose loc conf begins with its ngx_http_upstream_conf_t.
+        let ucf = unsafe {
+            (*ctx.loc_conf.add(index))
+                .cast::<ngx_http_upstream_conf_t>()
+                .as_ref()
+        };
+        if let Some(ucf) = ucf {
+            lcf.keyed_cache.set(if cached(ucf) {
+                crate::keyed::Learned::Caches
+            } else {
+                crate::keyed::Learned::NoCache
+            });
+        }
+    }
     let mut fixed = None;
     let mut several = false;
     for &index in &mcf.upstream_modules {

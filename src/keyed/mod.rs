@@ -125,9 +125,6 @@ pub unsafe extern "C" fn precontent(r: *mut ngx_http_request_t) -> ngx_int_t {
 
 fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     let declined = NGX_DECLINED as ngx_int_t;
-    if !core::ptr::eq(req.main, req) {
-        return declined;
-    }
     let Some(lcf) = request::loc_conf(req) else {
         return declined;
     };
@@ -139,14 +136,21 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     else {
         return declined;
     };
-    // Judged once per request, whatever internal redirects follow.
-    if hold_of(req).is_some() {
-        return declined;
-    }
     // SAFETY: set when merging from the main conf, which outlives every request.
     let Some(mcf) = (unsafe { lcf.main.as_ref() }) else {
         return declined;
     };
+    // Only what an upstream module passes on is the key's: a file, a `return` or the status
+    // location goes to no origin.
+    let passes = req
+        .content_handler
+        .is_some_and(|h| mcf.upstream_handlers.iter().any(|&(p, _)| p == h as usize));
+    if !passes {
+        return declined;
+    }
+    // Judged once per request: a subrequest, or a request an internal redirect moved on, is
+    // only refused while its key's breaker is open, never counted.
+    let again = !core::ptr::eq(req.main, req) || hold_of(req).is_some();
     let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) else {
         return declined;
     };
@@ -164,6 +168,9 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     let hash = zone.keyed_hasher().hash(fam.id, key.as_bytes());
     let now = mono_ms();
+    if again {
+        return judged_again(req, zone, fam, hash, now);
+    }
     let decided = {
         let mut locked = zone.lock();
         match locked.keyed_place(&fam.as_zone(), hash, key.as_bytes(), now) {
@@ -218,11 +225,36 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         Hold::new(req, mcf, (family, key, hash, tally), Ticket::Normal, now).said(label);
     judged.settled = true;
     if stale::may_answer(req, &lcf.keyed_cache) {
-        stale::take_over(req, &mut judged, label, retry_after_ms);
-        return hold(req, judged);
+        let h = keep(req, judged);
+        // SAFETY: the hold just linked, in the request pool; nothing else borrows it.
+        return stale::answer(req, unsafe { &mut *h }, label, retry_after_ms);
     }
     hold(req, judged);
     respond::answer(req, label, retry_after_ms)
+}
+
+/// A request its key may not count (see `decide`): refused while the key's breaker is open,
+/// half-open or forced open, else let through with nothing kept.
+fn judged_again(
+    req: &mut ngx_http_request_t,
+    zone: &Zone,
+    fam: &KeyedFamily,
+    hash: u64,
+    now: u64,
+) -> ngx_int_t {
+    let refused = {
+        let mut locked = zone.lock();
+        match locked.keyed_find(&fam.as_zone(), hash) {
+            Some(at) if at.promoted => locked
+                .keyed_breaker(at.tally, hash, now)
+                .and_then(|b| b.refuses_again(now).map(|wait| (b.state(), wait))),
+            _ => None,
+        }
+    };
+    match refused {
+        Some((state, wait)) => respond::answer(req, Label::State(state), wait),
+        None => NGX_DECLINED as ngx_int_t,
+    }
 }
 
 /// The request's key: its one variable's value as it is, or the complex value made.
@@ -368,6 +400,12 @@ static PROBES: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::ne
 /// into the request pool's cleanups, as `ngx_pool_cleanup_add` links a record, first in the
 /// list (nginx only walks it, running handlers and reading `next`, never freeing a record).
 fn hold(req: &mut ngx_http_request_t, held: Hold) -> ngx_int_t {
+    keep(req, held);
+    NGX_DECLINED as ngx_int_t
+}
+
+/// [`hold`], returning where the hold is.
+fn keep(req: &mut ngx_http_request_t, held: Hold) -> *mut Hold {
     if held.ticket != Ticket::Normal && !held.settled {
         PROBES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
@@ -379,7 +417,7 @@ fn hold(req: &mut ngx_http_request_t, held: Hold) -> ngx_int_t {
         (*h).cleanup.next = (*req.pool).cleanup;
         (*req.pool).cleanup = core::ptr::addr_of_mut!((*h).cleanup);
     }
-    NGX_DECLINED as ngx_int_t
+    h
 }
 
 /// The request's hold, if its key's breaker judged it: in the request pool, apart from the

@@ -4,23 +4,26 @@
 //! — and with the `503` only when the cache has nothing to give; the origin is never asked.
 //!
 //! The upstream module looks its cache up itself, after its content handler made the request's
-//! upstream and before it picks a server, and nothing public runs in between. So the content
-//! handler runs with `r->aio` set, which makes `ngx_http_upstream_init_request` return at once
-//! (as it does while a cache read is in flight); the upstream, made but not started, is then
-//! given a conf whose `upstream` is a balancer of ours and started again. The lookup runs as
-//! ever, and where a server would be chosen our `peer.init` serves the stale entry or answers
-//! `503`. Only a location seen to make an upstream with a cache takes this path (learned per
-//! worker from its own requests), and only a request whose body nginx already has or needs
-//! none (the handler then starts its upstream before it returns); the others get the `503` in
-//! the PRECONTENT phase.
+//! upstream and before it picks a server, and nothing public runs in between. So the PRECONTENT
+//! phase runs the location's content handler itself (the phases' other handlers, `mirror` and
+//! `try_files`, are skipped as they are for the `503`), with `r->aio` set, which makes
+//! `ngx_http_upstream_init_request` return at once (as it does while a cache read is in
+//! flight); the upstream, made but not started, is then given a conf whose `upstream` is a
+//! balancer of ours (and whose background updates are off) and started again. The lookup runs
+//! as ever, now or once a threaded read completes, and where a server would be chosen our
+//! `peer.init` serves the stale entry or answers `503`. Only a location known to make an
+//! upstream with a cache takes this path — known from the configuration when the location's
+//! own `proxy_pass` (`grpc_pass`, `fastcgi_pass`, `uwsgi_pass`, `scgi_pass`) set its handler,
+//! else learned per worker from its requests — and only a request whose body nginx already has
+//! or needs none; the others get the `503` at once.
 
 use core::cell::Cell;
 use core::ptr::null_mut;
 
 use nginx_sys::{
     ngx_http_finalize_request, ngx_http_handler_pt, ngx_http_request_t, ngx_http_upstream_conf_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, NGX_DONE,
-    NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_OK,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, ngx_uint_t,
+    NGX_DONE, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_OK,
 };
 
 use super::{hold_of, Hold};
@@ -63,13 +66,22 @@ pub fn may_answer(req: &ngx_http_request_t, learned: &Cell<Learned>) -> bool {
 /// nginx has the request's body, or it has none: `ngx_http_read_client_request_body` then
 /// calls its handler before it returns.
 fn body_settled(req: &ngx_http_request_t) -> bool {
-    !req.request_body.is_null()
-        || req.discard_body() != 0
-        || (req.headers_in.content_length_n < 0 && req.headers_in.chunked() == 0)
+    let none = req.headers_in.chunked() == 0
+        && (req.headers_in.content_length_n < 0
+            || (req.headers_in.content_length_n == 0
+                && req.http_version < nginx_sys::NGX_HTTP_VERSION_20 as ngx_uint_t));
+    (!req.request_body.is_null() && req.reading_body() == 0) || req.discard_body() != 0 || none
 }
 
-/// Makes `req`'s content handler this path's, the hold keeping the location's.
-pub fn take_over(req: &mut ngx_http_request_t, h: &mut Hold, label: Label, retry_after_ms: u64) {
+/// Answers `req` from its location's cache, the hold `h` (already the request's) keeping what
+/// the key said: runs the location's content handler as the content phase would, and
+/// finalizes the request with what it returns. For the PRECONTENT phase to return.
+pub fn answer(
+    req: &mut ngx_http_request_t,
+    h: &mut Hold,
+    label: Label,
+    retry_after_ms: u64,
+) -> ngx_int_t {
     h.stale = Some(Stale {
         label,
         retry_after_ms,
@@ -77,7 +89,13 @@ pub fn take_over(req: &mut ngx_http_request_t, h: &mut Hold, label: Label, retry
         header_due: true,
     });
     DUE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    req.content_handler = Some(content);
+    req.write_event_handler = Some(nginx_sys::ngx_http_request_empty_handler);
+    let r: *mut ngx_http_request_t = req;
+    // SAFETY: the live request in its PRECONTENT phase; no borrow of it is used past here.
+    let rc = unsafe { content(r) };
+    // SAFETY: as the content phase does with its handler's code.
+    unsafe { ngx_http_finalize_request(r, rc) };
+    NGX_DONE as ngx_int_t
 }
 
 /// Learns, from a request of the location `h` judged that its own content handler served,
@@ -124,52 +142,54 @@ fn caches(_ucf: &ngx_http_upstream_conf_t) -> bool {
     false
 }
 
-/// The content handler of an open key's request: the location's, with its upstream held back
-/// and then started towards [`init`].
-unsafe extern "C" fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
-    guard(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
-        // SAFETY: nginx runs the content handler with a live request.
-        let handler = hold_of(unsafe { &*r })
-            // SAFETY: the hold lives in the request pool; only read.
-            .and_then(|h| unsafe { h.as_ref() }.stale)
-            .and_then(|s| s.handler);
-        let Some(handler) = handler else {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-        };
-        // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back
-        // before anything else runs.
-        unsafe { (*r).set_aio(1) };
-        // SAFETY: the location's own content handler, with the request it was meant for.
-        let rc = unsafe { handler(r) };
-        // SAFETY: as above.
-        unsafe { (*r).set_aio(0) };
+/// The location's content handler, with its upstream held back and then pointed at [`init`].
+///
+/// # Safety
+/// `r` is a live request whose hold has its [`Stale`], in the PRECONTENT phase.
+unsafe fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: a live request (this fn's contract).
+    let handler = hold_of(unsafe { &*r })
+        // SAFETY: the hold lives in the request pool; only read.
+        .and_then(|h| unsafe { h.as_ref() }.stale)
+        .and_then(|s| s.handler);
+    let Some(handler) = handler else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back before
+    // anything else runs.
+    unsafe { (*r).set_aio(1) };
+    // SAFETY: the location's own content handler, with the request it was meant for.
+    let rc = unsafe { handler(r) };
+    // SAFETY: as above.
+    unsafe { (*r).set_aio(0) };
+    // SAFETY: a live request.
+    let req = unsafe { &mut *r };
+    // SAFETY: null or the upstream the handler made, live with the request.
+    let held_back =
+        unsafe { req.upstream.as_ref() }.is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
+    if rc != NGX_DONE as ngx_int_t || !held_back {
+        // No upstream left waiting (an error, or a handler that made none).
+        return rc;
+    }
+    // Pointed at `init` whenever it starts: now, or when a body still arriving has.
+    // SAFETY: the request's upstream, checked above; not started.
+    if !unsafe { redirect(req) } {
+        // As the upstream module does when it cannot start: the reference the body read took
+        // is released by the NGX_DONE returned.
         // SAFETY: a live request.
-        let req = unsafe { &mut *r };
-        // SAFETY: null or the upstream the handler made, live with the request.
-        let held_back = unsafe { req.upstream.as_ref() }
-            .is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
-        if rc != NGX_DONE as ngx_int_t || !held_back {
-            // No upstream left waiting (an error, or a handler that made none).
-            return rc;
-        }
-        // SAFETY: the request's upstream, checked above; not started.
-        if unsafe { redirect(req) } {
-            // SAFETY: an upstream made by its module and not started; its body is read.
-            unsafe { nginx_sys::ngx_http_upstream_init(r) };
-            // SAFETY: a live request, whose subrequests this call may have posted.
-            unsafe { refuse_background(r) };
-        } else {
-            // As the upstream module does when it cannot start: the reference the body read
-            // took is released by the NGX_DONE returned.
-            // SAFETY: a live request.
-            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
-        }
-        rc
-    })
+        unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
+        return rc;
+    }
+    if req.reading_body() == 0 {
+        // SAFETY: an upstream made by its module and not started; its body is read.
+        unsafe { nginx_sys::ngx_http_upstream_init(r) };
+    }
+    rc
 }
 
-/// Gives the request's upstream a conf of its own whose balancer is [`init`]'s, and no
-/// resolved address: nginx then asks `init` where it would pick a server.
+/// Gives the request's upstream a conf of its own whose balancer is [`init`]'s, without
+/// background updates, and no resolved address: nginx then asks `init` where it would pick a
+/// server.
 ///
 /// # Safety
 /// `req.upstream` is live, with its conf, and not started.
@@ -194,6 +214,11 @@ unsafe fn redirect(req: &mut ngx_http_request_t) -> bool {
         let u = &mut *req.upstream;
         core::ptr::copy_nonoverlapping(u.conf, conf, 1);
         (*conf).upstream = uscf;
+        // A background update would ask the origin: the expired entry is served without.
+        #[cfg(ngx_http_cache)]
+        {
+            (*conf).cache_background_update = 0;
+        }
         u.conf = conf;
         u.resolved = null_mut();
     }
@@ -282,32 +307,6 @@ fn answered_stale(req: &ngx_http_request_t) -> bool {
 #[cfg(not(ngx_http_cache))]
 fn answered_stale(_req: &ngx_http_request_t) -> bool {
     false
-}
-
-/// Refuses the background subrequest the cache lookup of `r` may have posted to refresh the
-/// stale entry it answers with (`proxy_cache_background_update`): the origin is not to be
-/// asked. Such a subrequest starts at its content handler, past the PRECONTENT phase.
-///
-/// # Safety
-/// `r` is a live request.
-unsafe fn refuse_background(r: *mut ngx_http_request_t) {
-    // SAFETY: a live request's main request is live, and so is its list of posted requests.
-    let mut p = unsafe { (*(*r).main).posted_requests };
-    // SAFETY: each link is live until the posted requests run, after this returns.
-    while let Some(posted) = unsafe { p.as_ref() } {
-        // SAFETY: a posted request is live until it runs.
-        if let Some(sr) = unsafe { posted.request.as_mut() } {
-            if sr.background() != 0 && core::ptr::eq(sr.parent, r) {
-                sr.content_handler = Some(refused);
-            }
-        }
-        p = posted.next;
-    }
-}
-
-/// The content handler of a refused background subrequest.
-unsafe extern "C" fn refused(_r: *mut ngx_http_request_t) -> ngx_int_t {
-    nginx_sys::NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
 }
 
 /// `peer.free` of an answer from the cache: no server was taken.

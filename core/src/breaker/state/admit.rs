@@ -244,6 +244,25 @@ impl<'a> Breaker<'a> {
         self.reject(wait.max(1), transition)
     }
 
+    /// Whether a request this breaker already judged, or one it may not count — a subrequest,
+    /// or a request an internal redirect moved on — is refused at `now_ms`: while the breaker
+    /// is forced open, open or half-open (never in a dry run, never when forced closed), with
+    /// the wait clients are told. Such a request is never the probe and records nothing, so
+    /// this changes nothing.
+    pub fn refuses_again(&self, now_ms: u64) -> Option<u64> {
+        let h = &*self.hdr;
+        if h.cfg.dry_run {
+            return None;
+        }
+        let now = now_ms.max(h.last_ms);
+        match h.forced() {
+            Some(Forced::Closed) => None,
+            Some(Forced::Open) => Some(u64::from(h.cfg.open_ms).max(1)),
+            None if h.state() == State::Closed => None,
+            None => Some(h.wait_ms(now, true).max(1)),
+        }
+    }
+
     /// When a passive probe may start, from `now_ms`, as the breaker keeps it rather than as
     /// clients are told: for the shell's own schedule (an ejected server's next look), never
     /// for a client. 0 when closed, forced or past due.
