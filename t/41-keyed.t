@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(53);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(55);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -50,6 +50,18 @@ my $conf = <<'EOF';
         location /tenant/ {
             circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
             proxy_pass http://127.0.0.1:8083;
+        }
+
+        # an error page passed to another origin (a closed port): its failure is not the key's
+        location /fb/ {
+            circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            proxy_pass http://127.0.0.1:8083;
+            proxy_intercept_errors on;
+            error_page 404 = @down;
+        }
+
+        location @down {
+            proxy_pass http://127.0.0.1:8084;
         }
 
         location /d/ {
@@ -160,6 +172,18 @@ X-Tenant: globex
 
 EOF
 is(CB::Origin::hits($tenants), 4, 'tenants: three failures of acme, one request of globex');
+
+# The error page's origin fails (nothing listens on 8084): the tenant's key counts nothing of
+# it, so the fourth request still reaches the tenant's origin.
+
+my @fb = map { http(<<EOF) =~ m!^HTTP/1.1 (\d+)! } 1 .. 4;
+GET /fb/x?status=404 HTTP/1.0
+Host: localhost
+X-Tenant: fallback
+
+EOF
+is("@fb", '502 502 502 502', 'error page to another origin: its failures answered');
+is(CB::Origin::hits($tenants, qr!^/fb/!), 4, 'error page to another origin: not the key\'s');
 
 # The status page lists open keys; closed ones on request, by prefix, up to a limit, and
 # counts the rest. a's breaker is closed now, acme's open.

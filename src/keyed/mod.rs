@@ -57,6 +57,8 @@ struct Hold {
     /// The location that judged it, and its content handler then (see `stale::learn`).
     lcf: *const crate::conf::LocConf,
     handler: nginx_sys::ngx_http_handler_pt,
+    /// The module confs of the location that judged it (`r->loc_conf` then).
+    loc_conf: *mut *mut c_void,
     /// An open key's answer from the cache, while it is being given.
     stale: Option<stale::Stale>,
     /// Its pool cleanup record, kept in the hold rather than allocated by
@@ -355,6 +357,7 @@ impl Hold {
             main: mcf,
             lcf: request::loc_conf(req).map_or(core::ptr::null(), core::ptr::from_ref),
             handler: req.content_handler,
+            loc_conf: req.loc_conf,
             stale: None,
             family,
             key,
@@ -491,13 +494,37 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         }
         // SAFETY: a live main request in its log phase.
-        let attempt = unsafe { outcome::read_ended(req, h.body_done_at) };
+        let attempt = unsafe { attempt_of(req, h) };
         settle(
             h,
             attempt.map(|a| (a, crate::upstream::connection_log(req))),
         );
         NGX_OK as ngx_int_t
     })
+}
+
+/// The outcome of the request's last upstream attempt, if that upstream is the one of the
+/// location its key judged it in: one an internal redirect's location made (an `error_page`
+/// passed to another origin) is not the key's.
+///
+/// # Safety
+/// `req` is a live main request whose upstream is over (its header, or its end).
+unsafe fn attempt_of(
+    req: &ngx_http_request_t,
+    h: &Hold,
+) -> Option<circuit_breaker_core::breaker::Attempt> {
+    // SAFETY: null, or the request's upstream, live with the request.
+    let conf = unsafe { req.upstream.as_ref() }?.conf.cast::<c_void>();
+    // SAFETY: the main conf outlives every request run under it.
+    let mcf = unsafe { h.main.as_ref() }?;
+    let judged_here = mcf.upstream_handlers.iter().any(|&(_, index)| {
+        // SAFETY: the judged location's loc_conf array has an entry per HTTP module.
+        unsafe { *h.loc_conf.add(index) == conf }
+    });
+    // SAFETY: as for this function.
+    judged_here
+        .then(|| unsafe { outcome::read_ended(req, h.body_done_at) })
+        .flatten()
 }
 
 /// Records the request's outcome (`None`: no verdict on the origin) on its key.
@@ -639,7 +666,7 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
             return;
         }
         // SAFETY: a live main request whose upstream's header (or failure) is known.
-        let attempt = unsafe { outcome::read_ended(req, h.body_done_at) };
+        let attempt = unsafe { attempt_of(req, h) };
         settle(
             h,
             attempt.map(|a| (a, crate::upstream::connection_log(req))),
