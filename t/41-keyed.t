@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(55);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(62);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -36,6 +36,11 @@ my $conf = <<'EOF';
         a       127.0.0.1:8081;
         b       127.0.0.1:8082;
         default "";
+    }
+
+    map $uri $by_uri {
+        ~^/mv/b/  127.0.0.1:8082;
+        default   127.0.0.1:8081;
     }
 
     server {
@@ -62,6 +67,14 @@ my $conf = <<'EOF';
 
         location @down {
             proxy_pass http://127.0.0.1:8084;
+        }
+
+        # an error page in the same location, of another key
+        location /mv/ {
+            circuit_breaker_key $by_uri min_requests=3 open=1h jitter=0%;
+            proxy_pass http://$by_uri;
+            proxy_intercept_errors on;
+            error_page 404 = /mv/b/fallback?status=500;
         }
 
         location /d/ {
@@ -185,6 +198,14 @@ EOF
 is("@fb", '502 502 502 502', 'error page to another origin: its failures answered');
 is(CB::Origin::hits($tenants, qr!^/fb/!), 4, 'error page to another origin: not the key\'s');
 
+# The error page stays in the location but goes to another key's origin (b, which fails):
+# a's key counts none of b's failures.
+
+my @mv = map { http_get("/mv/x$_?status=404") =~ m!^HTTP/1.1 (\d+)! } 1 .. 4;
+is("@mv", '500 500 500 500', 'error page of another key: b\'s failures answered');
+like(http_get('/mv/ok?status=200'), qr!^HTTP/1.1 200!, 'error page of another key: a not opened');
+
+
 # The status page lists open keys; closed ones on request, by prefix, up to a limit, and
 # counts the rest. a's breaker is closed now, acme's open.
 
@@ -206,6 +227,31 @@ $r = http_get('/status?format=prometheus');
 ok($r =~ /route="acme"/ && $r !~ /route="\Q$ka\E"/
 	&& $r =~ /^nginx_circuit_breaker_zone_keys_unlisted\{[^}]*\} 1$/m,
 	'prometheus: series for the open key only, the rest counted');
+
+# A key of bytes that are not UTF-8 is written \xNN on the status page, and control takes it
+# as written.
+
+for (1 .. 3) {
+	http("GET /tenant/x?status=500 HTTP/1.0\r\nHost: localhost\r\nX-Tenant: t\xffz\r\n\r\n");
+}
+like(http("GET /tenant/x HTTP/1.0\r\nHost: localhost\r\nX-Tenant: t\xffz\r\n\r\n"),
+	qr!^HTTP/1.1 503!, 'a key not UTF-8: open');
+like(http_get('/status'), qr/"route":"t\\\\xffz","state":"open"/, 'status: the key written \\xff');
+$r = http(<<EOF);
+POST /status?upstream=\$http_x_tenant&route=t%5Cxffz&action=force_close HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
+like($r, qr/"route":"t\\\\xffz","state":"closed"/, 'control: the key as written');
+like(http("GET /tenant/x HTTP/1.0\r\nHost: localhost\r\nX-Tenant: t\xffz\r\n\r\n"),
+	qr!^HTTP/1.1 200!, 'control: that very key closed');
+like(http(<<EOF), qr!^HTTP/1.1 400.*xNN!s, 'control: a stray backslash refused');
+POST /status?upstream=\$http_x_tenant&route=t%5Cq&action=reset HTTP/1.0
+Host: localhost
+X-Circuit-Breaker-Control: 1
+
+EOF
 
 # Control by key: force the tenant globex's breaker open, then reset acme's.
 

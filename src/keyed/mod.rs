@@ -57,8 +57,13 @@ struct Hold {
     /// The location that judged it, and its content handler then (see `stale::learn`).
     lcf: *const crate::conf::LocConf,
     handler: nginx_sys::ngx_http_handler_pt,
-    /// The module confs of the location that judged it (`r->loc_conf` then).
+    /// The module confs of the location that judged it (`r->loc_conf` then), the upstream conf
+    /// this module gave its upstream (`stale`), if it did, and the upstream it had when an
+    /// internal redirect moved it on, if one did: its outcome is the key's only if its last
+    /// attempt is that location's.
     loc_conf: *mut *mut c_void,
+    own_conf: *mut c_void,
+    moved_from: Option<*const nginx_sys::ngx_http_upstream_t>,
     /// An open key's answer from the cache, while it is being given.
     stale: Option<stale::Stale>,
     /// Its pool cleanup record, kept in the hold rather than allocated by
@@ -216,8 +221,14 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
             return hold(req, held.said(Label::State(state)));
         }
         Admission::Probe(ticket) => {
-            let held = Hold::new(req, mcf, (family, key, hash, tally), ticket, now);
-            return hold(req, held.said(Label::State(state)));
+            let held = Hold::new(req, mcf, (family, key, hash, tally), ticket, now)
+                .said(Label::State(state));
+            if stale::may_answer(req, &lcf.keyed_cache) {
+                let h = keep(req, held);
+                // SAFETY: the hold just linked, in the request pool; nothing else borrows it.
+                return stale::probe(req, unsafe { &mut *h });
+            }
+            return hold(req, held);
         }
         Admission::Reject { retry_after_ms } => (Label::State(state), retry_after_ms),
         Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
@@ -244,6 +255,11 @@ fn judged_again(
     hash: u64,
     now: u64,
 ) -> ngx_int_t {
+    if let Some(mut h) = hold_of(req) {
+        // SAFETY: the hold lives in the request pool; nothing else borrows it now.
+        let h = unsafe { h.as_mut() };
+        h.moved_from.get_or_insert(req.upstream);
+    }
     let refused = {
         let mut locked = zone.lock();
         match locked.keyed_find(&fam.as_zone(), hash) {
@@ -358,6 +374,8 @@ impl Hold {
             lcf: request::loc_conf(req).map_or(core::ptr::null(), core::ptr::from_ref),
             handler: req.content_handler,
             loc_conf: req.loc_conf,
+            own_conf: null_mut(),
+            moved_from: None,
             stale: None,
             family,
             key,
@@ -513,14 +531,21 @@ unsafe fn attempt_of(
     req: &ngx_http_request_t,
     h: &Hold,
 ) -> Option<circuit_breaker_core::breaker::Attempt> {
+    // An upstream made after a redirect moved the request on is that redirect's.
+    if h.moved_from
+        .is_some_and(|at| !core::ptr::eq(at, req.upstream))
+    {
+        return None;
+    }
     // SAFETY: null, or the request's upstream, live with the request.
     let conf = unsafe { req.upstream.as_ref() }?.conf.cast::<c_void>();
     // SAFETY: the main conf outlives every request run under it.
     let mcf = unsafe { h.main.as_ref() }?;
-    let judged_here = mcf.upstream_handlers.iter().any(|&(_, index)| {
-        // SAFETY: the judged location's loc_conf array has an entry per HTTP module.
-        unsafe { *h.loc_conf.add(index) == conf }
-    });
+    let judged_here = conf == h.own_conf
+        || mcf.upstream_handlers.iter().any(|&(_, index)| {
+            // SAFETY: the judged location's loc_conf array has an entry per HTTP module.
+            unsafe { *h.loc_conf.add(index) == conf }
+        });
     // SAFETY: as for this function.
     judged_here
         .then(|| unsafe { outcome::read_ended(req, h.body_done_at) })

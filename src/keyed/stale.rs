@@ -21,7 +21,7 @@ use core::cell::Cell;
 use core::ptr::null_mut;
 
 use nginx_sys::{
-    ngx_http_finalize_request, ngx_http_handler_pt, ngx_http_request_t, ngx_http_upstream_conf_t,
+    ngx_http_finalize_request, ngx_http_request_t, ngx_http_upstream_conf_t,
     ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_palloc, ngx_peer_connection_t, ngx_uint_t,
     NGX_DONE, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_OK,
 };
@@ -48,8 +48,6 @@ pub enum Learned {
 pub struct Stale {
     pub label: Label,
     pub retry_after_ms: u64,
-    /// The location's own content handler, which this path runs.
-    pub handler: ngx_http_handler_pt,
     /// `X-Circuit-State` is still to be added to the answer.
     pub header_due: bool,
 }
@@ -85,14 +83,40 @@ pub fn answer(
     h.stale = Some(Stale {
         label,
         retry_after_ms,
-        handler: req.content_handler,
         header_due: true,
     });
     DUE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    run(req, h, Towards::Stale)
+}
+
+/// Sends the key's probe `req` (its hold `h`) through a location that caches with background
+/// updates off: an expired entry is then refreshed by the probe itself, whose outcome judges
+/// the key, rather than by a background subrequest no breaker counts (the next request would
+/// be the probe again, and every one would reach the origin).
+pub fn probe(req: &mut ngx_http_request_t, h: &mut Hold) -> ngx_int_t {
+    run(req, h, Towards::Origin)
+}
+
+/// Where a held-back upstream goes once started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Towards {
+    /// To [`init`]: the cache's answer or the `503`.
+    Stale,
+    /// To the origin, as the location says, without background updates.
+    Origin,
+}
+
+/// Runs the location's content handler for `req` as the content phase would, its upstream held
+/// back and sent `towards`, and finalizes the request with what the handler returns.
+fn run(req: &mut ngx_http_request_t, h: &mut Hold, towards: Towards) -> ngx_int_t {
+    let Some(handler) = req.content_handler else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
     req.write_event_handler = Some(nginx_sys::ngx_http_request_empty_handler);
     let r: *mut ngx_http_request_t = req;
-    // SAFETY: the live request in its PRECONTENT phase; no borrow of it is used past here.
-    let rc = unsafe { content(r) };
+    // SAFETY: the live request in its PRECONTENT phase, its location's own handler; no borrow
+    // of the request is used past here.
+    let rc = unsafe { content(r, handler, h, towards) };
     // SAFETY: as the content phase does with its handler's code.
     unsafe { ngx_http_finalize_request(r, rc) };
     NGX_DONE as ngx_int_t
@@ -142,19 +166,18 @@ fn caches(_ucf: &ngx_http_upstream_conf_t) -> bool {
     false
 }
 
-/// The location's content handler, with its upstream held back and then pointed at [`init`].
+/// The location's content handler, with its upstream held back, then given a conf of its own
+/// and started.
 ///
 /// # Safety
-/// `r` is a live request whose hold has its [`Stale`], in the PRECONTENT phase.
-unsafe fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: a live request (this fn's contract).
-    let handler = hold_of(unsafe { &*r })
-        // SAFETY: the hold lives in the request pool; only read.
-        .and_then(|h| unsafe { h.as_ref() }.stale)
-        .and_then(|s| s.handler);
-    let Some(handler) = handler else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
+/// `r` is a live request in the PRECONTENT phase, `handler` its location's content handler,
+/// and `h` its hold.
+unsafe fn content(
+    r: *mut ngx_http_request_t,
+    handler: unsafe extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    h: &mut Hold,
+    towards: Towards,
+) -> ngx_int_t {
     // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back before
     // anything else runs.
     unsafe { (*r).set_aio(1) };
@@ -171,14 +194,17 @@ unsafe fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
         // No upstream left waiting (an error, or a handler that made none).
         return rc;
     }
-    // Pointed at `init` whenever it starts: now, or when a body still arriving has.
+    // Its own conf whenever it starts: now, or when a body still arriving has.
     // SAFETY: the request's upstream, checked above; not started.
-    if !unsafe { redirect(req) } {
-        // As the upstream module does when it cannot start: the reference the body read took
-        // is released by the NGX_DONE returned.
-        // SAFETY: a live request.
-        unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
-        return rc;
+    match unsafe { own_conf(req, towards) } {
+        Some(conf) => h.own_conf = conf.cast(),
+        None => {
+            // As the upstream module does when it cannot start: the reference the body read
+            // took is released by the NGX_DONE returned.
+            // SAFETY: a live request.
+            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
+            return rc;
+        }
     }
     if req.reading_body() == 0 {
         // SAFETY: an upstream made by its module and not started; its body is read.
@@ -187,45 +213,47 @@ unsafe fn content(r: *mut ngx_http_request_t) -> ngx_int_t {
     rc
 }
 
-/// Gives the request's upstream a conf of its own whose balancer is [`init`]'s, without
-/// background updates, and no resolved address: nginx then asks `init` where it would pick a
-/// server.
+/// Gives the request's upstream a conf of its own without background updates (one would ask
+/// the origin, and no breaker counts it) and, `towards` [`Towards::Stale`], whose balancer is
+/// [`init`]'s, with no resolved address: nginx then asks `init` where it would pick a server.
+/// Returns the conf.
 ///
 /// # Safety
 /// `req.upstream` is live, with its conf, and not started.
-unsafe fn redirect(req: &mut ngx_http_request_t) -> bool {
+unsafe fn own_conf(
+    req: &mut ngx_http_request_t,
+    towards: Towards,
+) -> Option<*mut ngx_http_upstream_conf_t> {
     // SAFETY: set at configuration when a location has a keyed breaker; lives as long as it.
-    let Some(uscf) = crate::request::loc_conf(req)
+    let uscf = crate::request::loc_conf(req)
         .and_then(|l| unsafe { l.main.as_ref() })
         .map(|m| m.keyed_stale_upstream)
-        .filter(|u| !u.is_null())
-    else {
-        return false;
-    };
+        .filter(|u| !u.is_null())?;
     let size = core::mem::size_of::<ngx_http_upstream_conf_t>();
     // SAFETY: the request pool is live.
     let conf = unsafe { ngx_palloc(req.pool, size) }.cast::<ngx_http_upstream_conf_t>();
     if conf.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: the upstream is live (this fn's contract); `conf` has room for one conf, apart
     // from the one copied.
     unsafe {
         let u = &mut *req.upstream;
         core::ptr::copy_nonoverlapping(u.conf, conf, 1);
-        (*conf).upstream = uscf;
-        // A background update would ask the origin: the expired entry is served without.
         #[cfg(ngx_http_cache)]
         {
             (*conf).cache_background_update = 0;
         }
+        if towards == Towards::Stale {
+            (*conf).upstream = uscf;
+            u.resolved = null_mut();
+        }
         u.conf = conf;
-        u.resolved = null_mut();
     }
-    true
+    Some(conf)
 }
 
-/// Makes the balancer [`redirect`] points requests at.
+/// Makes the balancer [`own_conf`] points an open key's requests at.
 ///
 /// # Safety
 /// `pool` is the configuration's pool.

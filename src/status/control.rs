@@ -180,13 +180,22 @@ fn control_key(
     q: &Query,
     format: Format,
 ) -> ngx_int_t {
-    let (Some(key), Some(action), Some(zone)) = (q.route.as_deref(), q.action, zone) else {
+    let (Some(written), Some(action), Some(zone)) = (q.route.as_deref(), q.action, zone) else {
         return send_text(
             r,
             NGX_HTTP_BAD_REQUEST,
             "missing parameter \"route\" (the key)",
         );
     };
+    // As the status page writes it: `\xNN` a byte the key holds, the rest as it is.
+    let Some(key) = circuit_breaker_core::keyed::name::from_shown(written) else {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "a key is written as the status page shows it: \\xNN for a byte, no other backslash",
+        );
+    };
+    let shown = circuit_breaker_core::keyed::name::shown(&key);
     if key.is_empty() || key.len() > circuit_breaker_core::keyed::MAX_KEY {
         return send_text(
             r,
@@ -206,13 +215,7 @@ fn control_key(
     let hasher = zone.keyed_hasher();
     let outcome = zone
         .lock()
-        .keyed_control(
-            &fam.as_zone(),
-            &hasher,
-            key.as_bytes(),
-            mono,
-            mcf.generation,
-        )
+        .keyed_control(&fam.as_zone(), &hasher, &key, mono, mcf.generation)
         .map(|mut b| {
             b.control(mono, rnd(), ctl);
             b.view(mono)
@@ -230,7 +233,7 @@ fn control_key(
                 &format!(
                     "circuit breaker zone \"{}\" is full: no breaker for key {} of {}",
                     mcf.zone_name.0,
-                    quote(key),
+                    quote(&shown),
                     quote(&fam.name)
                 ),
             )
@@ -238,11 +241,11 @@ fn control_key(
     };
     view.on_wall_clock(mono, wall);
     let verb = done(action);
-    log_control(r, format_args!("\"{}\" key \"{key}\" {verb}", fam.name));
+    log_control(r, format_args!("\"{}\" key \"{shown}\" {verb}", fam.name));
     let entry = Entry {
         fingerprint: None,
         upstream: fam.name.clone(),
-        route: key.to_owned(),
+        route: shown,
         view,
         servers: Vec::new(),
         retry: None,

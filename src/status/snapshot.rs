@@ -20,10 +20,15 @@ pub fn snapshot(
     // doubling showed in a poll's instructions.
     let mut records = Vec::with_capacity(zone.breakers());
     let mut copy = |e: crate::zone::Entry<'_>| {
-        let (upstream, route) = (
-            String::from_utf8_lossy(e.upstream),
-            String::from_utf8_lossy(e.route),
-        );
+        // A key's bytes are a client's: written so that they read back to the very bytes
+        // (control names a key so).
+        let route = match e.kind {
+            Kind::Keyed => {
+                std::borrow::Cow::Owned(circuit_breaker_core::keyed::name::shown(e.route))
+            }
+            _ => String::from_utf8_lossy(e.route),
+        };
+        let upstream = String::from_utf8_lossy(e.upstream);
         if !keep(&upstream, &route, e.kind, &e.view) {
             return;
         }

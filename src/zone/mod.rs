@@ -231,27 +231,16 @@ impl Default for Handle {
 pub fn who(upstream: &[u8], route: &[u8], kind: Kind) -> String {
     let up = String::from_utf8_lossy(upstream);
     if kind == Kind::Keyed {
-        return format!("\"{up}\" key \"{}\"", printable(route));
+        return format!(
+            "\"{up}\" key \"{}\"",
+            circuit_breaker_core::keyed::name::shown(route)
+        );
     }
     let route = String::from_utf8_lossy(route);
     match kind {
         Kind::Server => format!("\"{up}\" server {route}"),
         _ => format!("\"{up}/{route}\""),
     }
-}
-
-/// A key as a log line may show it: a client chose its bytes, so anything but printable ASCII
-/// (and a quote or a backslash) is written `\xNN`.
-fn printable(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &b in bytes {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
 }
 
 /// The key of one breaker.

@@ -27,6 +27,7 @@
 //! - **Bounded keys.** A key longer than [`MAX_KEY`] bytes is not judged at all.
 
 mod hash;
+pub mod name;
 mod table;
 mod tally;
 
