@@ -42,7 +42,7 @@ pub unsafe extern "C" fn msec_variable(
             Some(Answer::Rejected(_)) => mono_ms()
                 .saturating_sub(wall_ms().saturating_sub(started))
                 .to_string(),
-            _ => match crate::keyed::said(req) {
+            _ => match request::key_said(req) {
                 // A key's breaker judged it, and no upstream's.
                 Some(k) if k.recorded_ms == 0 => k.judged_ms.to_string(),
                 Some(k) => format!(

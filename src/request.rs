@@ -825,3 +825,29 @@ pub fn loc_conf(r: &ngx_http_request_t) -> Option<&'static LocConf> {
     use ngx::http::HttpModuleLocationConf;
     Module::location_conf(r)
 }
+
+/// What a key's breaker said of a request (`crate::keyed`), for the module's variables when
+/// no upstream's breaker judged it: its family (the variable as written), the key, what it
+/// said and when.
+pub struct KeySaid {
+    pub family: &'static str,
+    pub key: nginx_sys::ngx_str_t,
+    pub label: Label,
+    pub judged_ms: u64,
+    pub recorded_ms: u64,
+}
+
+type KeySaidFn = fn(&ngx_http_request_t) -> Option<KeySaid>;
+
+/// Who answers [`key_said`]: the keyed breakers, once a configuration has one.
+static KEY_SAID: std::sync::OnceLock<KeySaidFn> = std::sync::OnceLock::new();
+
+/// Lets `f` answer [`key_said`] (the keyed breakers, which live above this module).
+pub fn answer_key_said(f: KeySaidFn) {
+    let _ = KEY_SAID.set(f);
+}
+
+/// What the request's key said of it, if a key judged it.
+pub fn key_said(req: &ngx_http_request_t) -> Option<KeySaid> {
+    KEY_SAID.get().and_then(|f| f(req))
+}

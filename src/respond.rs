@@ -474,7 +474,7 @@ unsafe extern "C" fn upstream_variable(
         let keyed = if upstream_judged {
             None
         } else {
-            crate::keyed::said(req).map(|s| (s.family.as_ptr().cast_mut(), s.family.len()))
+            request::key_said(req).map(|s| (s.family.as_ptr().cast_mut(), s.family.len()))
         };
         let host = keyed.or_else(|| {
             // SAFETY: as above.
@@ -534,7 +534,7 @@ unsafe extern "C" fn variable(
             Some(Answer::Rejected(s)) => {
                 route_name(s.route().unwrap_or_else(|| request::route_of(lcf)))
             }
-            _ => match crate::keyed::said(req) {
+            _ => match request::key_said(req) {
                 // A key's breaker judged it, and no upstream's.
                 Some(k) if data == 0 => k.label.name(),
                 Some(k) => {

@@ -436,7 +436,19 @@ pub struct LocConf {
     pub keyed: Option<KeyedSetting>,
     /// Whether this location's content handler makes an upstream with a cache, as this worker
     /// has seen: an open key's requests may then be answered from it.
-    pub keyed_cache: Cell<crate::keyed::Learned>,
+    pub keyed_cache: Cell<Learned>,
+}
+
+/// Whether a location's content handler makes an upstream with a cache (`crate::keyed`'s
+/// stale answers): known from its own `*_pass`, or seen by a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Learned {
+    #[default]
+    Unknown,
+    /// It makes an upstream whose conf has a cache.
+    Caches,
+    /// It makes an upstream without one.
+    NoCache,
 }
 
 impl Default for LocConf {
@@ -456,7 +468,7 @@ impl Default for LocConf {
             hint: Cell::new(Handle::NONE),
             pass: None,
             keyed: None,
-            keyed_cache: Cell::new(crate::keyed::Learned::Unknown),
+            keyed_cache: Cell::new(Learned::Unknown),
         }
     }
 }

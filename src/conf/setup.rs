@@ -128,9 +128,9 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
         };
         if let Some(ucf) = ucf {
             lcf.keyed_cache.set(if cached(ucf) {
-                crate::keyed::Learned::Caches
+                super::Learned::Caches
             } else {
-                crate::keyed::Learned::NoCache
+                super::Learned::NoCache
             });
         }
     }

@@ -33,7 +33,6 @@ mod stale;
 use crate::zone::{Missing, Zone};
 use ngx::http::HttpModuleMainConf;
 use stale::make_upstream as make_stale_upstream;
-pub use stale::Learned;
 
 /// What a request was granted by its key's breaker, in its pool until the request ends.
 struct Hold {
@@ -464,24 +463,14 @@ fn hold_of(req: &ngx_http_request_t) -> Option<core::ptr::NonNull<Hold>> {
     None
 }
 
-/// What a key's breaker said of a request, for the module's variables when no upstream's
-/// breaker judged it: its family (the variable as written), the key, what it said and when.
-pub struct Said {
-    pub family: &'static str,
-    pub key: ngx_str_t,
-    pub label: Label,
-    pub judged_ms: u64,
-    pub recorded_ms: u64,
-}
-
-/// What the request's key said of it, if a key judged it.
-pub fn said(req: &ngx_http_request_t) -> Option<Said> {
+/// What the request's key said of it, if a key judged it (`request::key_said`).
+fn said(req: &ngx_http_request_t) -> Option<request::KeySaid> {
     let h = hold_of(req)?;
     // SAFETY: the hold lives in the request pool; only read.
     let h = unsafe { h.as_ref() };
     // SAFETY: the main conf outlives every request run under it.
     let fam = unsafe { h.main.as_ref() }?.keyed.get(h.family)?;
-    Some(Said {
+    Some(request::KeySaid {
         // SAFETY: the family's name lives in the configuration, longer than any request.
         family: unsafe { &*(fam.name.as_str() as *const str) },
         key: h.key,
@@ -744,6 +733,7 @@ pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
     if !any {
         return NGX_OK as ngx_int_t;
     }
+    request::answer_key_said(said);
     // SAFETY: as for this function; the pool lives as long as the configuration.
     let (pool, mcf) = unsafe { ((*cf).pool, crate::conf::Module::main_conf_mut(&*cf)) };
     if let Some(mcf) = mcf {

@@ -27,21 +27,10 @@ use nginx_sys::{
 };
 
 use super::{hold_of, Hold};
-use crate::conf::LocConf;
+use crate::conf::{Learned, LocConf};
 use crate::ffi::guard;
 use crate::request::Label;
 use crate::respond;
-
-/// What a worker has seen of a location's content handler.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Learned {
-    #[default]
-    Unknown,
-    /// It makes an upstream whose conf has a cache.
-    Caches,
-    /// It makes an upstream without one.
-    NoCache,
-}
 
 /// An open key's answer, kept in the request's hold until the cache (or the `503`) gives it.
 #[derive(Clone, Copy)]
