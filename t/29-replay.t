@@ -138,18 +138,23 @@ sub get {
 	return status(http_get("/$route/?$q&n=$n"));
 }
 
-# route a: works, then fails (opens at the 10th request, 5 of 10 failed), fails on its
-# first probe (reopens), then recovers: probes 100 ms apart until enough are good
-get('a', 200) for 1 .. 5;
-get('a', 500) for 1 .. 5;
-get('a', 500) for 1 .. 3;
-sleep 1.3;
-get('a', 500);
-sleep 2.4;
-for (1 .. 20) {
-	get('a', 200);
-	sleep 0.15;
+# A breaker's story: works, then fails (opens at the 10th request, 5 of 10 failed), fails
+# on its first probe (reopens), then recovers: probes 100 ms apart until enough are good.
+sub story {
+	my ($send) = @_;
+	$send->(200) for 1 .. 5;
+	$send->(500) for 1 .. 8;
+	sleep 1.3;
+	$send->(500);
+	sleep 2.4;
+	for (1 .. 20) {
+		$send->(200);
+		sleep 0.15;
+	}
 }
+
+# route a
+story(sub { get('a', $_[0]) });
 
 # route b, the upstream's own breaker: a few failures, never enough
 get('b', 500) for 1 .. 2;
@@ -175,17 +180,9 @@ sub key {
 	$n++;
 	return status(http_get("/k/?status=$status&k=$k&n=$n"));
 }
-key('x', 200) for 1 .. 5;
 key('y', 500) for 1 .. 2;
-key('x', 500) for 1 .. 8;
 key('y', 200) for 1 .. 5;
-sleep 1.3;
-key('x', 500);
-sleep 2.4;
-for (1 .. 20) {
-	key('x', 200);
-	sleep 0.15;
-}
+story(sub { key('x', $_[0]) });
 
 $t->stop();
 

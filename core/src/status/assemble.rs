@@ -110,16 +110,8 @@ pub fn assemble(
                 .insert(r.route, r.view);
             continue;
         }
-        entries.push(Entry {
-            probe_uri: conf.probe_uri(&r.upstream),
-            fingerprint: conf.fingerprint(&r.upstream),
-            upstream: r.upstream,
-            route: r.route,
-            view: r.view,
-            servers: Vec::new(),
-            retry: r.retry,
-            limit: r.limit,
-        });
+        let (probe_uri, fingerprint) = (conf.probe_uri(&r.upstream), conf.fingerprint(&r.upstream));
+        entries.push(entry(r, probe_uri, fingerprint));
     }
     for e in entries.iter_mut().filter(|e| e.route == DEFAULT_ROUTE) {
         let Some(mut recorded) = servers.remove(&e.upstream) else {
@@ -165,18 +157,23 @@ fn list_keyed(entries: &mut Vec<Entry>, mut keyed: Vec<Record>, q: &Query, clock
     let listed = keyed.len() as u64;
     entries.extend(keyed.into_iter().map(|mut r| {
         r.view.on_wall_clock(clocks.mono_ms, clocks.wall_ms);
-        Entry {
-            probe_uri: None,
-            fingerprint: None,
-            upstream: r.upstream,
-            route: r.route,
-            view: r.view,
-            servers: Vec::new(),
-            retry: r.retry,
-            limit: r.limit,
-        }
+        entry(r, None, None)
     }));
     listed
+}
+
+/// A record as the page shows it, without servers yet.
+fn entry(r: Record, probe_uri: Option<String>, fingerprint: Option<u64>) -> Entry {
+    Entry {
+        probe_uri,
+        fingerprint,
+        upstream: r.upstream,
+        route: r.route,
+        view: r.view,
+        servers: Vec::new(),
+        retry: r.retry,
+        limit: r.limit,
+    }
 }
 
 #[cfg(test)]
