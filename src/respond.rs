@@ -316,7 +316,7 @@ pub fn can_serve_stale(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool 
     if u.cache_status() != nginx_sys::NGX_HTTP_CACHE_EXPIRED {
         return false;
     }
-    // SAFETY: u.conf is the location's upstream conf, live for the configuration.
+    // SAFETY: u.conf is the location's upstream conf (live for the configuration) or a copy in the request pool.
     let use_stale = unsafe { (*u.conf).cache_use_stale }
         & nginx_sys::NGX_HTTP_UPSTREAM_FT_ERROR as ngx_uint_t
         != 0;

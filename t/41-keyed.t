@@ -27,7 +27,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(62);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(64);
 
 my $conf = <<'EOF';
     circuit_breaker_zone cb:1m;
@@ -67,6 +67,19 @@ my $conf = <<'EOF';
 
         location @down {
             proxy_pass http://127.0.0.1:8084;
+        }
+
+        # an error page that answers for a failing origin: the failure is the key's
+        location /ef/ {
+            circuit_breaker_key $http_x_tenant min_requests=3 open=1h jitter=0%;
+            proxy_pass http://127.0.0.1:8083;
+            proxy_intercept_errors on;
+            error_page 500 = @ok;
+        }
+
+        location @ok {
+            rewrite ^ /ok? break;
+            proxy_pass http://127.0.0.1:8083;
         }
 
         # an error page in the same location, of another key
@@ -198,6 +211,18 @@ EOF
 is("@fb", '502 502 502 502', 'error page to another origin: its failures answered');
 is(CB::Origin::hits($tenants, qr!^/fb/!), 4, 'error page to another origin: not the key\'s');
 
+# An error page passed to a healthy origin answers for the failing one: the key counts the
+# failures it replaced (settled as the request leaves for the error page), and opens.
+
+my @ef = map { http(<<EOF) =~ m!^HTTP/1.1 (\d+)! } 1 .. 4;
+GET /ef/x?status=500 HTTP/1.0
+Host: localhost
+X-Tenant: ef
+
+EOF
+is("@ef", '200 200 200 503', 'error page for a failing origin: the key opens on its failures');
+is(CB::Origin::hits($tenants, qr!^/ef/!), 3, 'error page for a failing origin: three reached it');
+
 # The error page stays in the location but goes to another key's origin (b, which fails):
 # a's key counts none of b's failures.
 
@@ -207,20 +232,20 @@ like(http_get('/mv/ok?status=200'), qr!^HTTP/1.1 200!, 'error page of another ke
 
 
 # The status page lists open keys; closed ones on request, by prefix, up to a limit, and
-# counts the rest. a's breaker is closed now, acme's open.
+# counts the rest. a's breaker is closed now, acme's and ef's open (ef's the newer).
 
 $r = http_get('/status');
 like($r, qr/"route":"acme","state":"open"/, 'status: the open key is listed');
 unlike($r, qr/"route":"$ka"/, 'status: the closed key is not');
-like($r, qr/"promoted":2,"listed":1,"unlisted":1\}/, 'status: the closed key is counted');
+like($r, qr/"promoted":3,"listed":2,"unlisted":1\}/, 'status: the closed key is counted');
 $r = http_get('/status?keys=all');
 ok($r =~ /"route":"acme","state":"open"/ && $r =~ /"route":"$ka","state":"closed"/,
 	'status: keys=all lists the closed key too');
 $r = http_get('/status?keys=all&key_prefix=ac');
 ok($r =~ /"route":"acme"/ && $r !~ /"route":"$ka"/, 'status: key_prefix');
 $r = http_get('/status?keys=all&key_limit=1');
-ok($r =~ /"route":"acme"/ && $r !~ /"route":"$ka"/
-	&& $r =~ /"listed":1,"unlisted":1\}/, 'status: key_limit keeps the open key first');
+ok($r =~ /"route":"ef"/ && $r !~ /"route":"(acme|$ka)"/
+	&& $r =~ /"listed":1,"unlisted":2\}/, 'status: key_limit keeps the newest open key first');
 like(http_get('/status?key_limit=0'), qr!^HTTP/1.1 400.*from 1 to 100000!s,
 	'status: a bad key_limit is refused');
 $r = http_get('/status?format=prometheus');

@@ -122,15 +122,15 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     let mut total = vec![Stats::default(); r.sets().len()];
     let mut order: Vec<usize> = (0..r.names.len()).collect();
     order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
-    for (name, runs) in order.iter().map(|&i| (&r.names[i], &r.runs[i])) {
+    for (name, runs) in order.iter().map(|&i| (&r.shown[i], &r.runs[i])) {
         for (t, run) in total.iter_mut().zip(runs) {
             t.add(&run.stats);
         }
         if sweep {
-            let _ = writeln!(out, "\nbreaker {}", crate::sim::shown(name));
+            let _ = writeln!(out, "\nbreaker {name}");
             table(&mut out, r, runs.iter().map(|run| &run.stats));
         } else {
-            let _ = writeln!(out, "\nbreaker {}", crate::sim::shown(name));
+            let _ = writeln!(out, "\nbreaker {name}");
             out.push_str(&stats_text(&runs[0].stats));
         }
     }

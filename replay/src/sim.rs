@@ -102,7 +102,7 @@ pub struct Logged {
     pub line: u64,
     /// When (the event's time, ms since the epoch).
     pub at_ms: u64,
-    /// `api/default`.
+    /// `"api/default"`, as the module's log lines write it ([`shown`]).
     pub breaker: String,
     /// What changed, and why.
     pub transition: Transition,
@@ -118,7 +118,7 @@ impl Logged {
         };
         format!(
             "circuit breaker {} {}: {}",
-            shown(&self.breaker),
+            self.breaker,
             verb,
             self.transition.why()
         )
@@ -127,10 +127,11 @@ impl Logged {
 
 /// A breaker's name as the module's log lines write it: `"api/default"`, or for a key's
 /// breaker (`circuit_breaker_key`, whose name holds a `$`) `"$origin" key "10.0.0.1:80"`.
-pub fn shown(name: &str) -> String {
-    match name.split_once('/') {
-        Some((family, key)) if family.contains('$') => format!("\"{family}\" key \"{key}\""),
-        _ => format!("\"{name}\""),
+pub fn shown(upstream: &str, route: &str) -> String {
+    if upstream.contains('$') {
+        format!("\"{upstream}\" key \"{route}\"")
+    } else {
+        format!("\"{upstream}/{route}\"")
     }
 }
 
@@ -237,6 +238,8 @@ pub struct Replay {
     index: HashMap<Rc<str>, u32, BuildHasherDefault<Fnv>>,
     /// Breaker names, `upstream/route`, by index.
     pub names: Vec<Rc<str>>,
+    /// The same as the module's log lines write them (see [`shown`]), by index.
+    pub shown: Vec<Rc<str>>,
     /// Per breaker, per setting.
     pub runs: Vec<Vec<Run>>,
     /// At most this many breakers, and as many names without one remembered.
@@ -292,6 +295,7 @@ impl Replay {
             key: String::new(),
             index: HashMap::default(),
             names: Vec::new(),
+            shown: Vec::new(),
             runs: Vec::new(),
             max_breakers: DEFAULT_MAX_BREAKERS,
             max_waiting: MAX_WAITING,
@@ -400,6 +404,7 @@ impl Replay {
         let name: Rc<str> = Rc::from(self.key.as_str());
         self.index.insert(name.clone(), i);
         self.names.push(name);
+        self.shown.push(Rc::from(shown(l.upstream, l.route)));
         self.runs.push(runs);
         Ok(Found::Breaker(i))
     }
@@ -627,7 +632,7 @@ impl Replay {
                     &mut self.transitions,
                     v,
                     run,
-                    &self.names[p.breaker as usize],
+                    &self.shown[p.breaker as usize],
                     p.line,
                     now,
                     stamp,
@@ -709,7 +714,7 @@ impl Replay {
                     &mut self.transitions,
                     v,
                     run,
-                    &self.names[p.breaker as usize],
+                    &self.shown[p.breaker as usize],
                     p.line,
                     now,
                     stamp,
@@ -852,5 +857,17 @@ impl Hasher for Fnv {
         self.0 = bytes
             .iter()
             .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn names_as_the_module_writes_them() {
+        assert_eq!(shown("api", "default"), "\"api/default\"");
+        assert_eq!(shown("$origin", "10.0.0.1:80"), "\"$origin\" key \"10.0.0.1:80\"");
+        assert_eq!(shown("$scheme://$host", "a/b"), "\"$scheme://$host\" key \"a/b\"");
     }
 }

@@ -437,6 +437,9 @@ pub struct LocConf {
     /// Whether this location's content handler makes an upstream with a cache, as this worker
     /// has seen: an open key's requests may then be answered from it.
     pub keyed_cache: Cell<Learned>,
+    /// ... and whether that cache updates expired entries in the background
+    /// (`proxy_cache_background_update`): a key's probe then goes through it with those off.
+    pub keyed_background: Cell<bool>,
 }
 
 /// Whether a location's content handler makes an upstream with a cache (`crate::keyed`'s
@@ -469,6 +472,7 @@ impl Default for LocConf {
             pass: None,
             keyed: None,
             keyed_cache: Cell::new(Learned::Unknown),
+            keyed_background: Cell::new(false),
         }
     }
 }

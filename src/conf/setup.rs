@@ -127,6 +127,7 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
                 .as_ref()
         };
         if let Some(ucf) = ucf {
+            lcf.keyed_background.set(background(ucf));
             lcf.keyed_cache.set(if cached(ucf) {
                 super::Learned::Caches
             } else {
@@ -217,6 +218,17 @@ fn cached(ucf: &ngx_http_upstream_conf_t) -> bool {
 
 #[cfg(not(ngx_http_cache))]
 fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
+    false
+}
+
+/// Whether the location's cache updates expired entries in the background.
+#[cfg(ngx_http_cache)]
+pub(crate) fn background(ucf: &ngx_http_upstream_conf_t) -> bool {
+    cached(ucf) && ucf.cache_background_update != 0
+}
+
+#[cfg(not(ngx_http_cache))]
+pub(crate) fn background(_ucf: &ngx_http_upstream_conf_t) -> bool {
     false
 }
 

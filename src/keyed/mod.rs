@@ -56,13 +56,11 @@ struct Hold {
     /// The location that judged it, and its content handler then (see `stale::learn`).
     lcf: *const crate::conf::LocConf,
     handler: nginx_sys::ngx_http_handler_pt,
-    /// The module confs of the location that judged it (`r->loc_conf` then), the upstream conf
-    /// this module gave its upstream (`stale`), if it did, and the upstream it had when an
-    /// internal redirect moved it on, if one did: its outcome is the key's only if its last
-    /// attempt is that location's.
+    /// The module confs of the location that judged it (`r->loc_conf` then), and the upstream
+    /// conf this module gave its upstream (`stale`), if it did: its outcome is the key's only
+    /// if its attempt is that location's.
     loc_conf: *mut *mut c_void,
     own_conf: *mut c_void,
-    moved_from: Option<*const nginx_sys::ngx_http_upstream_t>,
     /// An open key's answer from the cache, while it is being given.
     stale: Option<stale::Stale>,
     /// Its pool cleanup record, kept in the hold rather than allocated by
@@ -131,6 +129,16 @@ pub unsafe extern "C" fn precontent(r: *mut ngx_http_request_t) -> ngx_int_t {
 
 fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     let declined = NGX_DECLINED as ngx_int_t;
+    let main = core::ptr::eq(req.main, req);
+    // A request a key judged that comes back to this phase was moved on by an internal
+    // redirect (an `error_page`, `try_files`, `X-Accel-Redirect`, a named location): its
+    // outcome is settled as it leaves, from the upstream it had — the key's — before another
+    // location makes one of its own.
+    let held = if main { hold_of(req) } else { None };
+    if let Some(mut h) = held {
+        // SAFETY: the hold lives until the request pool is destroyed; nothing else borrows it.
+        settle_leaving(req, unsafe { h.as_mut() });
+    }
     let Some(lcf) = request::loc_conf(req) else {
         return declined;
     };
@@ -156,7 +164,7 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     // Judged once per request: a subrequest, or a request an internal redirect moved on, is
     // only refused while its key's breaker is open, never counted.
-    let again = !core::ptr::eq(req.main, req) || hold_of(req).is_some();
+    let again = !main || held.is_some();
     let (Some(fam), Some(zone)) = (mcf.keyed.get(family), mcf.zone()) else {
         return declined;
     };
@@ -222,10 +230,9 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         Admission::Probe(ticket) => {
             let held = Hold::new(req, mcf, (family, key, hash, tally), ticket, now)
                 .said(Label::State(state));
-            if stale::may_answer(req, &lcf.keyed_cache) {
+            if lcf.keyed_background.get() && stale::may_answer(req, &lcf.keyed_cache) {
                 let h = keep(req, held);
-                // SAFETY: the hold just linked, in the request pool; nothing else borrows it.
-                return stale::probe(req, unsafe { &mut *h });
+                return stale::probe(req, h);
             }
             return hold(req, held);
         }
@@ -238,8 +245,7 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     judged.settled = true;
     if stale::may_answer(req, &lcf.keyed_cache) {
         let h = keep(req, judged);
-        // SAFETY: the hold just linked, in the request pool; nothing else borrows it.
-        return stale::answer(req, unsafe { &mut *h }, label, retry_after_ms);
+        return stale::answer(req, h, label, retry_after_ms);
     }
     hold(req, judged);
     respond::answer(req, label, retry_after_ms)
@@ -254,11 +260,6 @@ fn judged_again(
     hash: u64,
     now: u64,
 ) -> ngx_int_t {
-    if let Some(mut h) = hold_of(req) {
-        // SAFETY: the hold lives in the request pool; nothing else borrows it now.
-        let h = unsafe { h.as_mut() };
-        h.moved_from.get_or_insert(req.upstream);
-    }
     let refused = {
         let mut locked = zone.lock();
         match locked.keyed_find(&fam.as_zone(), hash) {
@@ -374,7 +375,6 @@ impl Hold {
             handler: req.content_handler,
             loc_conf: req.loc_conf,
             own_conf: null_mut(),
-            moved_from: None,
             stale: None,
             family,
             key,
@@ -425,7 +425,7 @@ fn hold(req: &mut ngx_http_request_t, held: Hold) -> ngx_int_t {
 }
 
 /// [`hold`], returning where the hold is.
-fn keep(req: &mut ngx_http_request_t, held: Hold) -> *mut Hold {
+fn keep(req: &mut ngx_http_request_t, held: Hold) -> core::ptr::NonNull<Hold> {
     if held.ticket != Ticket::Normal && !held.settled {
         PROBES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
@@ -437,7 +437,8 @@ fn keep(req: &mut ngx_http_request_t, held: Hold) -> *mut Hold {
         (*h).cleanup.next = (*req.pool).cleanup;
         (*req.pool).cleanup = core::ptr::addr_of_mut!((*h).cleanup);
     }
-    h
+    // SAFETY: a box's pointer is never null.
+    unsafe { core::ptr::NonNull::new_unchecked(h) }
 }
 
 /// The request's hold, if its key's breaker judged it: in the request pool, apart from the
@@ -466,7 +467,7 @@ fn hold_of(req: &ngx_http_request_t) -> Option<core::ptr::NonNull<Hold>> {
 /// What the request's key said of it, if a key judged it (`request::key_said`).
 fn said(req: &ngx_http_request_t) -> Option<request::KeySaid> {
     let h = hold_of(req)?;
-    // SAFETY: the hold lives in the request pool; only read.
+    // SAFETY: the hold lives until the request pool is destroyed; only read.
     let h = unsafe { h.as_ref() };
     // SAFETY: the main conf outlives every request run under it.
     let fam = unsafe { h.main.as_ref() }?.keyed.get(h.family)?;
@@ -485,6 +486,20 @@ fn said(req: &ngx_http_request_t) -> Option<request::KeySaid> {
     })
 }
 
+/// Settles a request an internal redirect moved on, from the upstream it had when it left.
+fn settle_leaving(req: &ngx_http_request_t, h: &mut Hold) {
+    if !h.settle_now() {
+        return;
+    }
+    // SAFETY: a live main request; its upstream, if any, is over (nginx redirects a request
+    // only once the upstream that answered it is finalized).
+    let attempt = unsafe { attempt_of(req, h) };
+    settle(
+        h,
+        attempt.map(|a| (a, crate::upstream::connection_log(req))),
+    );
+}
+
 /// The log phase handler: settles the request's outcome on its key's breaker.
 pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
@@ -493,7 +508,7 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
         let Some(mut h) = hold_of(req) else {
             return NGX_OK as ngx_int_t;
         };
-        // SAFETY: the hold lives in the request pool until it is destroyed, after this phase;
+        // SAFETY: the hold lives until the request pool is destroyed, after this phase;
         // nothing else borrows it while the handler runs.
         let h = unsafe { h.as_mut() };
         stale::learn(req, h);
@@ -520,12 +535,6 @@ unsafe fn attempt_of(
     req: &ngx_http_request_t,
     h: &Hold,
 ) -> Option<circuit_breaker_core::breaker::Attempt> {
-    // An upstream made after a redirect moved the request on is that redirect's.
-    if h.moved_from
-        .is_some_and(|at| !core::ptr::eq(at, req.upstream))
-    {
-        return None;
-    }
     // SAFETY: null, or the request's upstream, live with the request.
     let conf = unsafe { req.upstream.as_ref() }?.conf.cast::<c_void>();
     // SAFETY: the main conf outlives every request run under it.
@@ -670,7 +679,7 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
         let Some(mut h) = hold_of(req) else {
             return;
         };
-        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
+        // SAFETY: the hold lives until the request pool is destroyed; nothing else borrows it meanwhile.
         let h = unsafe { h.as_mut() };
         if let Some(s) = h.stale.as_mut() {
             stale::add_header(req, s);
@@ -703,7 +712,7 @@ unsafe extern "C" fn body_filter(
         // SAFETY: as above.
         if core::ptr::eq(req.main, req) && unsafe { body::ends(chain) } {
             if let Some(mut h) = hold_of(req) {
-                // SAFETY: the hold lives in the request pool; nothing else borrows it now.
+                // SAFETY: the hold lives until the request pool is destroyed; nothing else borrows it now.
                 let h = unsafe { h.as_mut() };
                 if h.body_done_at.is_none() {
                     // SAFETY: a plain global only this worker's event loop writes.

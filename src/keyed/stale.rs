@@ -18,7 +18,7 @@
 //! or needs none; the others get the `503` at once.
 
 use core::cell::Cell;
-use core::ptr::null_mut;
+use core::ptr::{null_mut, NonNull};
 
 use nginx_sys::{
     ngx_http_finalize_request, ngx_http_request_t, ngx_http_upstream_conf_t,
@@ -65,15 +65,18 @@ fn body_settled(req: &ngx_http_request_t) -> bool {
 /// finalizes the request with what it returns. For the PRECONTENT phase to return.
 pub fn answer(
     req: &mut ngx_http_request_t,
-    h: &mut Hold,
+    h: NonNull<Hold>,
     label: Label,
     retry_after_ms: u64,
 ) -> ngx_int_t {
-    h.stale = Some(Stale {
-        label,
-        retry_after_ms,
-        header_due: true,
-    });
+    // SAFETY: the request's hold, live until its pool is destroyed; borrowed only here.
+    unsafe {
+        (*h.as_ptr()).stale = Some(Stale {
+            label,
+            retry_after_ms,
+            header_due: true,
+        })
+    };
     DUE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     run(req, h, Towards::Stale)
 }
@@ -82,7 +85,7 @@ pub fn answer(
 /// updates off: an expired entry is then refreshed by the probe itself, whose outcome judges
 /// the key, rather than by a background subrequest no breaker counts (the next request would
 /// be the probe again, and every one would reach the origin).
-pub fn probe(req: &mut ngx_http_request_t, h: &mut Hold) -> ngx_int_t {
+pub fn probe(req: &mut ngx_http_request_t, h: NonNull<Hold>) -> ngx_int_t {
     run(req, h, Towards::Origin)
 }
 
@@ -97,7 +100,7 @@ enum Towards {
 
 /// Runs the location's content handler for `req` as the content phase would, its upstream held
 /// back and sent `towards`, and finalizes the request with what the handler returns.
-fn run(req: &mut ngx_http_request_t, h: &mut Hold, towards: Towards) -> ngx_int_t {
+fn run(req: &mut ngx_http_request_t, h: NonNull<Hold>, towards: Towards) -> ngx_int_t {
     let Some(handler) = req.content_handler else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
@@ -133,6 +136,8 @@ pub fn learn(req: &ngx_http_request_t, h: &Hold) {
     let Some(ucf) = (unsafe { req.upstream.as_ref().and_then(|u| u.conf.as_ref()) }) else {
         return;
     };
+    lcf.keyed_background
+        .set(caches(ucf) && crate::conf::setup::background(ucf));
     lcf.keyed_cache.set(if caches(ucf) {
         Learned::Caches
     } else {
@@ -160,33 +165,38 @@ fn caches(_ucf: &ngx_http_upstream_conf_t) -> bool {
 ///
 /// # Safety
 /// `r` is a live request in the PRECONTENT phase, `handler` its location's content handler,
-/// and `h` its hold.
+/// and `h` its hold (which nginx's calls below may reach too: it is only borrowed between
+/// them).
 unsafe fn content(
     r: *mut ngx_http_request_t,
     handler: unsafe extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-    h: &mut Hold,
+    h: NonNull<Hold>,
     towards: Towards,
 ) -> ngx_int_t {
-    // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back before
-    // anything else runs.
+    // SAFETY: a live request; `aio` is only read by nginx on this thread, and put back as it
+    // was before anything else runs.
+    let aio = unsafe { (*r).aio() };
+    // SAFETY: as above.
     unsafe { (*r).set_aio(1) };
     // SAFETY: the location's own content handler, with the request it was meant for.
     let rc = unsafe { handler(r) };
     // SAFETY: as above.
-    unsafe { (*r).set_aio(0) };
+    unsafe { (*r).set_aio(aio) };
     // SAFETY: a live request.
     let req = unsafe { &mut *r };
     // SAFETY: null or the upstream the handler made, live with the request.
     let held_back =
         unsafe { req.upstream.as_ref() }.is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
-    if rc != NGX_DONE as ngx_int_t || !held_back {
-        // No upstream left waiting (an error, or a handler that made none).
+    if rc != NGX_DONE as ngx_int_t || !held_back || req.done() != 0 {
+        // No upstream left waiting (an error, a handler that made none, or a request nginx
+        // finalized meanwhile).
         return rc;
     }
     // Its own conf whenever it starts: now, or when a body still arriving has.
     // SAFETY: the request's upstream, checked above; not started.
     match unsafe { own_conf(req, towards) } {
-        Some(conf) => h.own_conf = conf.cast(),
+        // SAFETY: the request's hold, live until its pool is destroyed; borrowed only here.
+        Some(conf) => unsafe { (*h.as_ptr()).own_conf = conf.cast() },
         None => {
             // As the upstream module does when it cannot start: the reference the body read
             // took is released by the NGX_DONE returned.
@@ -195,7 +205,11 @@ unsafe fn content(
             return rc;
         }
     }
-    if req.reading_body() == 0 {
+    // Started now only when nginx has the whole body (as `body_settled` made sure): a body
+    // still arriving starts it when it has arrived, into the conf given above.
+    // SAFETY: null, or the request's body, live with the request.
+    let body_done = unsafe { req.request_body.as_ref() }.map_or(true, |b| b.rest <= 0);
+    if body_done && req.reading_body() == 0 {
         // SAFETY: an upstream made by its module and not started; its body is read.
         unsafe { nginx_sys::ngx_http_upstream_init(r) };
     }
@@ -273,7 +287,7 @@ unsafe extern "C" fn init(
         let Some(mut h) = hold_of(req) else {
             return NGX_ERROR as ngx_int_t;
         };
-        // SAFETY: the hold lives in the request pool; nothing else borrows it meanwhile.
+        // SAFETY: the hold lives until the request pool is destroyed; nothing else borrows it meanwhile.
         let h = unsafe { h.as_mut() };
         let Some(stale) = h.stale.as_mut() else {
             return NGX_ERROR as ngx_int_t;

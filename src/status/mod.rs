@@ -96,9 +96,12 @@ fn breakers(
     // Only what the query selects is copied: a poll of one upstream would otherwise copy
     // every breaker of the zone.
     let keep = |upstream: &str, route: &str, kind, view: &_| copies(q, upstream, route, kind, view);
+    let keep_key = |v: &circuit_breaker_core::snapshot::BreakerView| {
+        circuit_breaker_core::status::query::lists_key_state(q, v.state, v.forced.is_some())
+    };
     let taken = zone
         .as_ref()
-        .map(|z| snapshot(z, mono, q.history, keep))
+        .map(|z| snapshot(z, mono, q.history, keep, keep_key))
         .unwrap_or_default();
     let head = ZoneView {
         name: mcf.zone_name.0.clone(),

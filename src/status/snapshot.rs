@@ -8,18 +8,24 @@ use circuit_breaker_core::status::KeysView;
 
 use crate::zone::{Kind, Zone};
 
-/// Every breaker of `zone` that `keep` keeps (given its upstream, route, kind and figures), at `mono`
+/// Every breaker of `zone` that `keep` keeps (given its upstream, route, kind and figures; a
+/// key's first by `keep_key`, by its figures alone), at `mono`
 /// (with its history if `history`), and the zone's figures.
 pub fn snapshot(
     zone: &Zone,
     mono: u64,
     history: bool,
     keep: impl Fn(&str, &str, Kind, &BreakerView) -> bool,
+    keep_key: impl Fn(&BreakerView) -> bool,
 ) -> Snapshot {
     // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
     // doubling showed in a poll's instructions.
     let mut records = Vec::with_capacity(zone.breakers());
     let mut copy = |e: crate::zone::Entry<'_>| {
+        // Most keys are closed, and not listed: left before their names are made.
+        if e.kind == Kind::Keyed && !keep_key(&e.view) {
+            return;
+        }
         // A key's bytes are a client's: written so that they read back to the very bytes
         // (control names a key so).
         let route = match e.kind {

@@ -56,6 +56,13 @@ pub trait Upstreams {
 /// Whether `q` selects the breaker of `upstream` and `route` (a server's address for
 /// [`Kind::Server`]): a server counts as its upstream's own breaker (`route=default`).
 pub fn selects(q: &Query, upstream: &str, route: &str, kind: Kind) -> bool {
+    if kind == Kind::Keyed {
+        // A key is given as the page writes it, or as it is.
+        return q.upstream.iter().all(|u| u == upstream)
+            && q.route
+                .as_ref()
+                .map_or(true, |_| q.route_key.as_deref() == Some(route));
+    }
     let own = kind == Kind::Server || (kind == Kind::Route && route == DEFAULT_ROUTE);
     matches(q, upstream, if own { DEFAULT_ROUTE } else { route })
 }

@@ -73,6 +73,9 @@ pub struct Query {
     pub key_prefix: Option<String>,
     /// `key_limit=N`: at most N keyed breakers listed ([`KEY_LIMIT`] if not given).
     pub key_limit: Option<usize>,
+    /// `route` as a keyed breaker's route is written (`crate::keyed::name`): a key may be
+    /// given as the page writes it or as it is; `None` when `route` names no key.
+    pub route_key: Option<String>,
 }
 
 /// Which keyed breakers (`circuit_breaker_key`) the page lists: they come from clients, and
@@ -95,8 +98,18 @@ pub const KEY_LIMIT_MAX: usize = 100_000;
 /// Whether `q` lists a keyed breaker of key `key` (the breaker's route) in `state`, `forced`
 /// or not, before `key_limit` counts: the page's selection, and what the zone walk copies.
 pub fn lists_key(q: &Query, key: &str, state: crate::snapshot::State, forced: bool) -> bool {
-    let by_state = q.keys == KeysShown::All || forced || state != crate::snapshot::State::Closed;
-    by_state && q.key_prefix.as_deref().map_or(true, |p| key.starts_with(p))
+    lists_key_state(q, state, forced)
+        && q.key_prefix.as_deref().map_or(true, |p| key.starts_with(p))
+}
+
+/// [`lists_key`]'s test of the state alone, which needs no name.
+pub fn lists_key_state(q: &Query, state: crate::snapshot::State, forced: bool) -> bool {
+    q.keys == KeysShown::All || forced || state != crate::snapshot::State::Closed
+}
+
+/// A key as given in a query, as the page writes it.
+fn written_key(value: &str) -> Option<String> {
+    crate::keyed::name::from_shown(value).map(|b| crate::keyed::name::shown(&b))
 }
 
 /// The longest parameter text quoted back in an error, in characters.
@@ -253,10 +266,21 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                 )
             }
             _ if value.is_empty() => return Err(format!("empty value for \"{name}\"")),
-            "key_prefix" => q.key_prefix = Some(value),
+            "key_prefix" => {
+                q.key_prefix = Some(written_key(&value).ok_or_else(|| {
+                    format!(
+                        "invalid value {} for \"key_prefix\", a key is written \\xNN for a byte, \
+                         with no other backslash",
+                        quote(&value)
+                    )
+                })?)
+            }
             "upstream" => q.upstream = Some(value),
             "server" => q.server = Some(value),
-            _ => q.route = Some(value),
+            _ => {
+                q.route_key = written_key(&value);
+                q.route = Some(value);
+            }
         }
     }
     Ok(q)
@@ -540,6 +564,7 @@ mod tests {
             action,
             server: None,
             history: false,
+            route_key: route.and_then(written_key),
             ..Query::default()
         }
     }
@@ -588,6 +613,11 @@ mod tests {
             r#"duplicate parameter "key_limit""#
         );
         assert!(err(b"key_limt=3").contains(r#"did you mean "key_limit"?"#));
+        // A key as the page writes it, or as it is, names the same key.
+        let raw = parse_query("key_prefix=caf%C3%A9&route=t%5Cxffz".as_bytes()).unwrap();
+        assert_eq!(raw.key_prefix.as_deref(), Some("caf\\xc3\\xa9"));
+        assert_eq!(raw.route_key.as_deref(), Some("t\\xffz"));
+        assert!(err(b"key_prefix=a%5Cq").contains("no other backslash"));
     }
 
     #[test]
