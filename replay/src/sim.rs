@@ -867,7 +867,13 @@ mod tests {
     #[test]
     fn names_as_the_module_writes_them() {
         assert_eq!(shown("api", "default"), "\"api/default\"");
-        assert_eq!(shown("$origin", "10.0.0.1:80"), "\"$origin\" key \"10.0.0.1:80\"");
-        assert_eq!(shown("$scheme://$host", "a/b"), "\"$scheme://$host\" key \"a/b\"");
+        assert_eq!(
+            shown("$origin", "10.0.0.1:80"),
+            "\"$origin\" key \"10.0.0.1:80\""
+        );
+        assert_eq!(
+            shown("$scheme://$host", "a/b"),
+            "\"$scheme://$host\" key \"a/b\""
+        );
     }
 }
