@@ -544,10 +544,11 @@ unsafe fn attempt_of(
             // SAFETY: the judged location's loc_conf array has an entry per HTTP module.
             unsafe { *h.loc_conf.add(index) == conf }
         });
+    if !judged_here {
+        return None;
+    }
     // SAFETY: as for this function.
-    judged_here
-        .then(|| unsafe { outcome::read_ended(req, h.body_done_at) })
-        .flatten()
+    unsafe { outcome::read_ended(req, h.body_done_at) }
 }
 
 /// Records the request's outcome (`None`: no verdict on the origin) on its key.

@@ -185,8 +185,8 @@ unsafe fn content(
     // SAFETY: a live request.
     let req = unsafe { &mut *r };
     // SAFETY: null or the upstream the handler made, live with the request.
-    let held_back =
-        unsafe { req.upstream.as_ref() }.is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
+    let u = unsafe { req.upstream.as_ref() };
+    let held_back = u.is_some_and(|u| u.cleanup.is_null() && !u.conf.is_null());
     if rc != NGX_DONE as ngx_int_t || !held_back || req.done() != 0 {
         // No upstream left waiting (an error, a handler that made none, or a request nginx
         // finalized meanwhile).
@@ -227,11 +227,11 @@ unsafe fn own_conf(
     req: &mut ngx_http_request_t,
     towards: Towards,
 ) -> Option<*mut ngx_http_upstream_conf_t> {
-    // SAFETY: set at configuration when a location has a keyed breaker; lives as long as it.
-    let uscf = crate::request::loc_conf(req)
-        .and_then(|l| unsafe { l.main.as_ref() })
-        .map(|m| m.keyed_stale_upstream)
-        .filter(|u| !u.is_null())?;
+    let lcf = crate::request::loc_conf(req)?;
+    // SAFETY: set when merging from the main conf, which outlives every request.
+    let mcf = unsafe { lcf.main.as_ref() }?;
+    // Made at configuration when a location has a keyed breaker; lives as long as it.
+    let uscf = Some(mcf.keyed_stale_upstream).filter(|u| !u.is_null())?;
     let size = core::mem::size_of::<ngx_http_upstream_conf_t>();
     // SAFETY: the request pool is live.
     let conf = unsafe { ngx_palloc(req.pool, size) }.cast::<ngx_http_upstream_conf_t>();
