@@ -478,6 +478,17 @@ impl Default for LocConf {
 }
 
 impl LocConf {
+    /// Notes whether its content handler's upstream conf `ucf` has a cache, and whether that
+    /// cache updates entries in the background.
+    pub fn learn_cache(&self, ucf: &nginx_sys::ngx_http_upstream_conf_t) {
+        self.keyed_background.set(setup::background(ucf));
+        self.keyed_cache.set(if setup::cached(ucf) {
+            Learned::Caches
+        } else {
+            Learned::NoCache
+        });
+    }
+
     /// Whether the status handler is still this location's content handler.
     pub fn owns_content(&self, clcf: &nginx_sys::ngx_http_core_loc_conf_t) -> bool {
         match (clcf.handler, self.status_handler) {

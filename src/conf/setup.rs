@@ -127,12 +127,7 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
                 .as_ref()
         };
         if let Some(ucf) = ucf {
-            lcf.keyed_background.set(background(ucf));
-            lcf.keyed_cache.set(if cached(ucf) {
-                super::Learned::Caches
-            } else {
-                super::Learned::NoCache
-            });
+            lcf.learn_cache(ucf);
         }
     }
     let mut fixed = None;
@@ -212,12 +207,12 @@ fn location_name(clcf: &ngx_http_core_loc_conf_t) -> String {
 }
 
 #[cfg(ngx_http_cache)]
-fn cached(ucf: &ngx_http_upstream_conf_t) -> bool {
+pub(crate) fn cached(ucf: &ngx_http_upstream_conf_t) -> bool {
     !ucf.cache_zone.is_null() || !ucf.cache_value.is_null()
 }
 
 #[cfg(not(ngx_http_cache))]
-fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
+pub(crate) fn cached(_ucf: &ngx_http_upstream_conf_t) -> bool {
     false
 }
 

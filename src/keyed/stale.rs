@@ -136,28 +136,12 @@ pub fn learn(req: &ngx_http_request_t, h: &Hold) {
     let Some(ucf) = (unsafe { req.upstream.as_ref().and_then(|u| u.conf.as_ref()) }) else {
         return;
     };
-    lcf.keyed_background
-        .set(caches(ucf) && crate::conf::setup::background(ucf));
-    lcf.keyed_cache.set(if caches(ucf) {
-        Learned::Caches
-    } else {
-        Learned::NoCache
-    });
+    lcf.learn_cache(ucf);
 }
 
 /// The request is still in the location `lcf` (no redirect moved it on).
 fn request_in(req: &ngx_http_request_t, lcf: &LocConf) -> bool {
     crate::request::loc_conf(req).is_some_and(|l| core::ptr::eq(l, lcf))
-}
-
-#[cfg(ngx_http_cache)]
-fn caches(ucf: &ngx_http_upstream_conf_t) -> bool {
-    ucf.cache() != 0
-}
-
-#[cfg(not(ngx_http_cache))]
-fn caches(_ucf: &ngx_http_upstream_conf_t) -> bool {
-    false
 }
 
 /// The location's content handler, with its upstream held back, then given a conf of its own

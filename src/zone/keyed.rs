@@ -64,9 +64,8 @@ impl<'z> Locked<'z> {
         let h = self.header();
         let p = NonNull::new(h.keyed_tallies.load(Ordering::Relaxed))?;
         let cap = h.keyed_cap.load(Ordering::Relaxed) as usize;
-        // SAFETY: `keyed_layout` allocated `cap` tallies at `p` from the zone, never freed but by
-        // `keyed_layout` itself; they are touched only under the mutex, which `self` holds, and
-        // no other borrow of them outlives a call of this module.
+        // No other borrow of the tallies outlives a call of this module.
+        // SAFETY: `keyed_layout` made `cap` tallies at `p`, freed by it alone; the mutex is held.
         Some(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), cap) })
     }
 
