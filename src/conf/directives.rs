@@ -329,9 +329,9 @@ unsafe fn complex_value(
     (rc == nginx_sys::NGX_OK as nginx_sys::ngx_int_t).then_some(cv)
 }
 
-/// `circuit_breaker_zone`'s `keys=N`: the keyed table's tallies, rounded up to a power of two,
-/// which may take half of the zone at most (promoted keys' breakers never take its last
-/// quarter).
+/// `circuit_breaker_zone`'s `keys=N`: the keyed table's tallies for `N` keys (a fifth more,
+/// in whole buckets), which may take half of the zone at most (promoted keys' breakers never
+/// take its last quarter).
 fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
     let text = String::from_utf8_lossy(word).into_owned();
     let Some(n) = text.strip_prefix("keys=") else {
@@ -344,13 +344,13 @@ fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
     let keys = n
         .parse::<usize>()
         .ok()
-        .filter(|&k| (circuit_breaker_core::keyed::NEIGHBOURHOOD..=1 << 24).contains(&k))
+        .filter(|&k| (circuit_breaker_core::keyed::BUCKET..=1 << 24).contains(&k))
+        .map(circuit_breaker_core::keyed::Table::places_for)
         .ok_or_else(|| ConfError::InvalidValue {
             directive: "circuit_breaker_zone",
             value: text.clone(),
             reason: Some("must be a number of keys from 8 to 16777216"),
-        })?
-        .next_power_of_two();
+        })?;
     let bytes = keys * core::mem::size_of::<circuit_breaker_core::keyed::Tally>();
     if bytes as u64 > size / 2 {
         return Err(ConfError::Conflict(format!(

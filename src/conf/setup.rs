@@ -330,9 +330,10 @@ pub unsafe fn collect_upstreams(
         ngx::ngx_log_error!(
             nginx_sys::NGX_LOG_NOTICE,
             log,
-            "circuit breaker zone \"{}\" holds {} keys for \"circuit_breaker_key\" ({} bytes \
-             each, {} KiB)",
+            "circuit breaker zone \"{}\" keeps {} keys for \"circuit_breaker_key\" ({} places \
+             of {} bytes, {} KiB)",
             mcf.zone_name.0,
+            circuit_breaker_core::keyed::Table::keys_kept(cap),
             cap,
             core::mem::size_of::<circuit_breaker_core::keyed::Tally>(),
             kib

@@ -187,7 +187,7 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     let decided = {
         let mut locked = zone.lock();
-        match locked.keyed_place(&fam.as_zone(), hash, key.as_bytes(), now) {
+        match locked.keyed_place(&fam.as_zone(), hash, now) {
             None => Decided::NoRoom,
             Some(at) if at.promoted => admit(&mut locked, at.tally, hash, now, &*req),
             Some(at) => Decided::Admitted(
@@ -572,7 +572,7 @@ fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt,
         let mut locked = zone.lock();
         let at = locked
             .keyed_at(&fam.as_zone(), h.tally, h.hash, now)
-            .or_else(|| locked.keyed_place(&fam.as_zone(), h.hash, key, now));
+            .or_else(|| locked.keyed_place(&fam.as_zone(), h.hash, now));
         let Some(at) = at else {
             return;
         };

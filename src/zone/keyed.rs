@@ -79,7 +79,7 @@ impl<'z> Locked<'z> {
         out
     }
 
-    /// Lays the table out with `cap` tallies (a power of two), unless it has exactly that many.
+    /// Lays the table out with `cap` tallies (whole buckets), unless it has exactly that many.
     /// A table of another size is replaced by the new one once it is allocated, its keys moved
     /// over as they are (an open key stays open); a key that finds no room there is forgotten,
     /// its breaker freed. `false` when the zone has no room for the new table: the old one,
@@ -171,19 +171,13 @@ impl<'z> Locked<'z> {
         None
     }
 
-    /// Finds `key` (hashed to `hash`) of `fam`, or gives it a tally (the core's
+    /// Finds the key hashed to `hash` of `fam`, or gives it a tally (the core's
     /// [`Table::place`]: never the tally of a key whose breaker is open, half-open or forced),
     /// freeing the breaker of a key it replaced. `None` when there is no table, or no tally may
     /// take the key.
-    pub fn keyed_place(
-        &mut self,
-        fam: &Family,
-        hash: u64,
-        key: &[u8],
-        now_ms: u64,
-    ) -> Option<KeyedAt> {
+    pub fn keyed_place(&mut self, fam: &Family, hash: u64, now_ms: u64) -> Option<KeyedAt> {
         let placed = self.with_table(|t| {
-            t.place(fam.id, hash, key, now_ms / 1000, |s| {
+            t.place(fam.id, hash, now_ms / 1000, |s| {
                 let Some(n) = self.keyed_node(s.hash) else {
                     return Protection::Evictable;
                 };
@@ -394,9 +388,7 @@ impl<'z> Locked<'z> {
         generation: u64,
     ) -> Result<BreakerMut<'_>, Missing> {
         let hash = hasher.hash(fam.id, key);
-        let at = self
-            .keyed_place(fam, hash, key, now_ms)
-            .ok_or(Missing::Full)?;
+        let at = self.keyed_place(fam, hash, now_ms).ok_or(Missing::Full)?;
         self.keyed_promote(fam, at.tally, hash, key, now_ms, generation)
     }
 

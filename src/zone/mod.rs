@@ -69,8 +69,8 @@ const MAGIC: u64 = layout_hash(&[
 /// what was padding; 2: the limit controller's capacity estimate; 3: a berth's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
-/// 5: the zone's jitter seed; 6: keyed breakers).
-const LAYOUT_REVISION: u64 = 6;
+/// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets).
+const LAYOUT_REVISION: u64 = 7;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

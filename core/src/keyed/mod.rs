@@ -4,25 +4,25 @@
 //!
 //! Clients choose the values, so the table that holds them is built to be flooded:
 //!
-//! - **Compact until there is something to judge.** A key is a [`Tally`] of 128 bytes — its
-//!   hash, when it was last used, its successes over the window and the first bytes of the
-//!   key for the status page. A window holding only successes can trip nothing, so nothing
+//! - **Compact until there is something to judge.** A key is a [`Tally`] of 56 bytes — its
+//!   hash, when it was last used and its successes over the window. A window holding only successes can trip nothing, so nothing
 //!   more is needed until the key's first failure or slow call: then the key is *promoted*
 //!   to a full breaker (the same breaker an upstream has: classes, rates, slow calls, probes,
 //!   cooldowns, ramp, dry run), which takes over the successes counted so far
 //!   ([`Tally::handover`]). A promoted key returns to its tally alone once its breaker is closed
 //!   and has been idle a whole window.
-//! - **Fixed size, bounded work.** The tallies are one array laid out when the zone is made;
-//!   a key lives in one of the [`NEIGHBOURHOOD`] tallies after its hash's, so finding or
-//!   placing a key reads at most that many tallies, however many keys are live.
+//! - **Fixed size, bounded work.** The tallies are one array laid out when the zone is made,
+//!   in buckets; a key lives in one of the two buckets its hash names ([`NEIGHBOURHOOD`]
+//!   tallies), so finding or placing a key reads at most that many, however many keys are
+//!   live, and a table keeps nearly every key until it is some 80 % full.
 //! - **A secret hash.** Keys are hashed with SipHash-1-3 under the zone's secret
 //!   ([`KeyHasher`]): a client cannot choose keys that crowd one neighbourhood.
 //! - **Eviction that cannot be steered.** A new key takes an empty tally of its
 //!   neighbourhood, else the least recently used compact one, else the least recently used
 //!   promoted one whose breaker is closed; never one whose breaker is open, half-open,
 //!   forced or probing ([`Table::place`]). A flood of new keys therefore replaces idle
-//!   healthy keys first and can never close an open breaker by pushing it out; when a
-//!   neighbourhood holds nothing that may go, the new key is not judged (its requests pass,
+//!   healthy keys first and can never close an open breaker by pushing it out; when its two
+//!   buckets hold nothing that may go, the new key is not judged (its requests pass,
 //!   as they do for any breaker a full zone cannot hold).
 //! - **Bounded keys.** A key longer than [`MAX_KEY`] bytes is not judged at all.
 
@@ -32,8 +32,8 @@ mod table;
 mod tally;
 
 pub use hash::KeyHasher;
-pub use table::{Placed, Protection, Table, NEIGHBOURHOOD};
-pub use tally::{Tally, RING, SHOWN};
+pub use table::{Placed, Protection, Table, BUCKET, NEIGHBOURHOOD};
+pub use tally::{Tally, RING};
 
 use crate::breaker::{BreakerConfig, Classified};
 use crate::snapshot::State;

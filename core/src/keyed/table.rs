@@ -1,12 +1,19 @@
-//! The keyed breakers' table: a fixed array of [`Tally`]s, a key living in one of the
-//! [`NEIGHBOURHOOD`] tallies from the one its hash names, and the rule of which key makes room
-//! for a new one.
+//! The keyed breakers' table: a fixed array of [`Tally`]s in buckets of [`BUCKET`], a key
+//! living in one of two buckets its hash names, and the rule of which key makes room for a
+//! new one.
+//!
+//! Two choices of bucket rather than one run of places after the hash: a new key goes to
+//! the emptier of its two, so buckets fill evenly and a table keeps nearly every key until it
+//! is some 80 % full (a single run of eight places starts pushing keys out at half full).
 
 use super::tally::Tally;
 
-/// The tallies a key may live in: the one its hash names and the next ones (wrapping). Finding
-/// or placing a key reads at most this many.
-pub const NEIGHBOURHOOD: usize = 8;
+/// Tallies in a bucket.
+pub const BUCKET: usize = 8;
+
+/// The tallies a key may live in: the two buckets its hash names. Finding or placing a key
+/// reads at most this many.
+pub const NEIGHBOURHOOD: usize = 2 * BUCKET;
 
 /// Whether a promoted key may make room for another, as the shell reads its breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,18 +45,18 @@ pub enum Placed {
 pub struct Table<'a> {
     tallies: &'a mut [Tally],
     uses: &'a mut u32,
-    mask: usize,
+    buckets: usize,
 }
 
 impl<'a> Table<'a> {
-    /// The table over `tallies`, whose count must be a power of two (at least
-    /// [`NEIGHBOURHOOD`]), and its count of uses.
+    /// The table over `tallies`, whose count must be a whole number of buckets (at least
+    /// one), and its count of uses.
     pub fn new(tallies: &'a mut [Tally], uses: &'a mut u32) -> Option<Table<'a>> {
         let n = tallies.len();
-        (n.is_power_of_two() && n >= NEIGHBOURHOOD).then_some(Table {
+        (n >= BUCKET && n % BUCKET == 0).then_some(Table {
             tallies,
             uses,
-            mask: n - 1,
+            buckets: n / BUCKET,
         })
     }
 
@@ -65,14 +72,19 @@ impl<'a> Table<'a> {
         self.uses.wrapping_sub(self.tallies[i].used)
     }
 
-    /// The tallies a table of `bytes` holds: the largest power of two that fits (0 when not
-    /// even one neighbourhood does).
+    /// The tallies a table of `bytes` holds: whole buckets (0 when not even one fits).
     pub fn capacity_for(bytes: usize) -> usize {
-        let n = bytes / core::mem::size_of::<Tally>();
-        if n < NEIGHBOURHOOD {
-            return 0;
-        }
-        1 << (usize::BITS - 1 - n.leading_zeros())
+        bytes / core::mem::size_of::<Tally>() / BUCKET * BUCKET
+    }
+
+    /// The tallies a table needs to keep `keys` live keys: a fifth more, in whole buckets.
+    pub fn places_for(keys: usize) -> usize {
+        keys.saturating_add(keys / 4).div_ceil(BUCKET).max(1) * BUCKET
+    }
+
+    /// The keys a table of `places` tallies keeps (the inverse of [`Table::places_for`]).
+    pub fn keys_kept(places: usize) -> usize {
+        places / 5 * 4
     }
 
     /// How many tallies it has.
@@ -80,14 +92,39 @@ impl<'a> Table<'a> {
         self.tallies.len()
     }
 
-    fn neighbourhood(&self, hash: u64) -> impl Iterator<Item = usize> {
-        let (start, mask) = (hash as usize & self.mask, self.mask);
-        (0..NEIGHBOURHOOD).map(move |k| (start + k) & mask)
+    /// The first tallies of the two buckets `hash` names (the same one twice, rarely).
+    fn buckets_of(&self, hash: u64) -> [usize; 2] {
+        // The high half of a product picks a bucket evenly among any count of them; the
+        // second choice is made from the hash's other half.
+        let pick = |h: u64| ((u128::from(h) * self.buckets as u128) >> 64) as usize * BUCKET;
+        [pick(hash), pick(hash.rotate_left(32))]
+    }
+
+    /// The tallies the key hashed to `hash` may live in, its first bucket's first.
+    pub fn places(&self, hash: u64) -> impl Iterator<Item = usize> {
+        let [a, b] = self.buckets_of(hash);
+        let second = (b != a).then_some(b);
+        (a..a + BUCKET).chain(second.into_iter().flat_map(|b| b..b + BUCKET))
+    }
+
+    /// Empty tallies in the bucket starting at `b`.
+    fn room(&self, b: usize) -> usize {
+        self.tallies[b..b + BUCKET]
+            .iter()
+            .filter(|t| t.is_empty())
+            .count()
+    }
+
+    /// An empty tally for the key hashed to `hash`: in the emptier of its buckets.
+    fn empty_for(&self, hash: u64) -> Option<usize> {
+        let [a, b] = self.buckets_of(hash);
+        let bucket = if self.room(b) > self.room(a) { b } else { a };
+        (bucket..bucket + BUCKET).find(|&i| self.tallies[i].is_empty())
     }
 
     /// Where the key hashed to `hash` in `family` lives, if it does.
     pub fn find(&self, family: u16, hash: u64) -> Option<usize> {
-        self.neighbourhood(hash).find(|&i| {
+        self.places(hash).find(|&i| {
             let s = &self.tallies[i];
             s.hash == hash && s.family == family
         })
@@ -106,10 +143,7 @@ impl<'a> Table<'a> {
     /// Puts a tally of another table (a resize) in an empty place of its neighbourhood, as it
     /// is; `false` when there is none.
     pub fn adopt(&mut self, t: Tally) -> bool {
-        let Some(i) = self
-            .neighbourhood(t.hash)
-            .find(|&i| self.tallies[i].is_empty())
-        else {
+        let Some(i) = self.empty_for(t.hash) else {
             return false;
         };
         self.tallies[i] = t;
@@ -129,15 +163,14 @@ impl<'a> Table<'a> {
             .filter(|(_, s)| !s.is_empty())
     }
 
-    /// Finds the key (`key`, hashed to `hash`, never 0, in `family`) or gives it a tally at
-    /// `now_s`: an empty one of its neighbourhood, else the least recently used compact key's,
+    /// Finds the key hashed to `hash` (never 0) in `family` or gives it a tally at `now_s`:
+    /// an empty one of the emptier of its buckets, else the least recently used compact key's,
     /// else the least recently used promoted key's that `protection` lets go; never a kept
     /// key's. The key found or placed is marked used (at `now_s`, and as the latest use).
     pub fn place(
         &mut self,
         family: u16,
         hash: u64,
-        key: &[u8],
         now_s: u64,
         protection: impl Fn(&Tally) -> Protection,
     ) -> Placed {
@@ -147,12 +180,9 @@ impl<'a> Table<'a> {
             self.tallies[i].used = tick;
             return Placed::Found(i);
         }
-        let mut fresh = Tally::new(hash, family, key, now_s);
+        let mut fresh = Tally::new(hash, family, now_s);
         fresh.used = tick;
-        if let Some(i) = self
-            .neighbourhood(hash)
-            .find(|&i| self.tallies[i].is_empty())
-        {
+        if let Some(i) = self.empty_for(hash) {
             self.tallies[i] = fresh;
             return Placed::New(i);
         }
@@ -170,7 +200,7 @@ impl<'a> Table<'a> {
             }
         };
         let victim = self
-            .neighbourhood(hash)
+            .places(hash)
             .filter_map(|i| rank(i).map(|r| (r, i)))
             .min_by_key(|&(r, _)| r);
         match victim {
@@ -185,36 +215,80 @@ mod tests {
     use super::*;
 
     fn table<'a>(tallies: &'a mut [Tally], uses: &'a mut u32) -> Table<'a> {
-        Table::new(tallies, uses).expect("a power of two")
+        Table::new(tallies, uses).expect("whole buckets")
     }
 
     #[test]
-    fn sizes_are_powers_of_two_of_whole_tallies() {
+    fn sizes_are_whole_buckets() {
+        let size = core::mem::size_of::<Tally>();
         assert_eq!(Table::capacity_for(0), 0);
-        assert_eq!(Table::capacity_for(128 * 7), 0);
-        assert_eq!(Table::capacity_for(128 * 8), 8);
-        assert_eq!(Table::capacity_for(128 * 100), 64);
-        assert_eq!(Table::capacity_for(16 << 20), 131_072);
+        assert_eq!(Table::capacity_for(size * 7), 0);
+        assert_eq!(Table::capacity_for(size * 8), 8);
+        assert_eq!(Table::capacity_for(size * 100), 96);
+        assert_eq!(Table::places_for(100_000), 125_000);
+        assert_eq!(Table::places_for(1), 8);
+        assert_eq!(Table::keys_kept(125_000), 100_000);
         assert!(Table::new(&mut [Tally::EMPTY; 12], &mut 0).is_none());
+        assert!(Table::new(&mut [Tally::EMPTY; 24], &mut 0).is_some());
+    }
+
+    #[test]
+    fn a_key_may_live_in_two_buckets() {
+        let mut tallies = [Tally::EMPTY; 64];
+        let mut uses = 0;
+        let t = table(&mut tallies, &mut uses);
+        let hash = 0x1234_5678_9abc_def0;
+        let places: Vec<usize> = t.places(hash).collect();
+        assert_eq!(places.len(), NEIGHBOURHOOD);
+        for bucket in places.chunks(BUCKET) {
+            assert_eq!(bucket[0] % BUCKET, 0);
+            assert_eq!(bucket[BUCKET - 1], bucket[0] + BUCKET - 1);
+        }
+        // A table of one bucket: both choices are that bucket, listed once.
+        let mut one = [Tally::EMPTY; 8];
+        let t = table(&mut one, &mut uses);
+        assert_eq!(
+            t.places(hash).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn finds_what_it_placed() {
-        let mut tallies = [Tally::EMPTY; 16];
+        let mut tallies = [Tally::EMPTY; 64];
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
-        assert_eq!(t.place(0, 5, b"a", 1, |_| Protection::Kept), Placed::New(5));
+        let Placed::New(a) = t.place(0, 5, 1, |_| Protection::Kept) else {
+            panic!("an empty table");
+        };
+        let Placed::New(b) = t.place(0, 21 << 40, 1, |_| Protection::Kept) else {
+            panic!("room left");
+        };
+        assert!(t.places(5).any(|i| i == a));
+        assert_eq!(t.find(0, 21 << 40), Some(b));
+        assert_eq!(t.find(1, 21 << 40), None, "another family's key");
         assert_eq!(
-            t.place(0, 21, b"b", 1, |_| Protection::Kept),
-            Placed::New(6)
+            t.place(0, 21 << 40, 9, |_| Protection::Kept),
+            Placed::Found(b)
         );
-        assert_eq!(t.find(0, 21), Some(6));
-        assert_eq!(t.find(1, 21), None, "another family's key");
-        assert_eq!(
-            t.place(0, 21, b"b", 9, |_| Protection::Kept),
-            Placed::Found(6)
-        );
-        assert_eq!(t.tally(6).last_s, 9);
+        assert_eq!(t.tally(b).last_s, 9);
+    }
+
+    #[test]
+    fn a_new_key_goes_to_the_emptier_bucket() {
+        let mut tallies = [Tally::EMPTY; 64];
+        let mut uses = 0;
+        let mut t = table(&mut tallies, &mut uses);
+        let hash = 0x0123_4567_89ab_cdef_u64;
+        let [a, b] = t.buckets_of(hash);
+        assert_ne!(a, b);
+        for i in a..a + 3 {
+            t.tally_mut(i).hash = 1000 + i as u64;
+        }
+        let Placed::New(i) = t.place(0, hash, 1, |_| Protection::Kept) else {
+            panic!("room left");
+        };
+        assert!((b..b + BUCKET).contains(&i), "the second bucket is emptier");
     }
 
     #[test]
@@ -223,18 +297,18 @@ mod tests {
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
         for k in 0..8u64 {
-            t.place(0, 8 * k + 1, b"k", 10 + k, |_| Protection::Kept);
+            t.place(0, 8 * k + 1, 10 + k, |_| Protection::Kept);
         }
         // The oldest key (used at 10) is promoted and closed; the next (11) compact.
-        t.tally_mut(1).full = 1;
-        let placed = t.place(0, 1000, b"new", 20, |_| Protection::Evictable);
-        assert!(matches!(placed, Placed::Replaced(2, old) if old.last_s == 11));
+        t.tally_mut(0).full = 1;
+        let placed = t.place(0, 1000, 20, |_| Protection::Evictable);
+        assert!(matches!(placed, Placed::Replaced(1, old) if old.last_s == 11));
         // With no compact key left but promoted closed ones, the oldest of those goes.
         for i in 0..8 {
             t.tally_mut(i).full = 1;
         }
-        let placed = t.place(0, 2000, b"newer", 21, |_| Protection::Evictable);
-        assert!(matches!(placed, Placed::Replaced(1, old) if old.last_s == 10));
+        let placed = t.place(0, 2000, 21, |_| Protection::Evictable);
+        assert!(matches!(placed, Placed::Replaced(0, old) if old.last_s == 10));
     }
 
     #[test]
@@ -242,15 +316,15 @@ mod tests {
         let mut small = [Tally::EMPTY; 8];
         let mut uses = 0;
         let mut t = table(&mut small, &mut uses);
-        t.place(0, 3, b"a", 10, |_| Protection::Kept);
-        t.tally_mut(3).full = 1;
-        let kept = *t.tally(3);
+        t.place(0, 3, 10, |_| Protection::Kept);
+        t.tally_mut(0).full = 1;
+        let kept = *t.tally(0);
         let mut big = [Tally::EMPTY; 16];
         let mut uses2 = 0;
         let mut t2 = table(&mut big, &mut uses2);
         assert!(t2.adopt(kept));
-        assert_eq!(t2.find(0, 3), Some(3));
-        assert_eq!(t2.tally(3).full, 1);
+        let i = t2.find(0, 3).expect("adopted");
+        assert_eq!(t2.tally(i).full, 1);
         let mut full = [kept; 8];
         for (i, f) in full.iter_mut().enumerate() {
             f.hash = 100 + i as u64;
@@ -265,12 +339,12 @@ mod tests {
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
         for k in 0..8u64 {
-            t.place(0, k + 1, b"k", 10, |_| Protection::Kept);
+            t.place(0, k + 1, 10, |_| Protection::Kept);
         }
         for i in 0..8 {
             t.tally_mut(i).full = 1;
         }
-        assert_eq!(t.place(0, 99, b"x", 11, |_| Protection::Kept), Placed::Full);
+        assert_eq!(t.place(0, 99, 11, |_| Protection::Kept), Placed::Full);
         assert_eq!(t.iter().count(), 8);
     }
 }

@@ -1,16 +1,12 @@
 //! One key of a keyed breaker's table, compact: its hash, its last use, its successes over the
-//! window in [`RING`] buckets, the breaker it was promoted to if any, and the first bytes of
-//! the key for the status page. Plain data in the zone, touched only under its lock.
+//! window in [`RING`] buckets, and whether it was promoted to a breaker. Plain data in the
+//! zone, touched only under its lock. The key itself is not kept: its hash (under the zone's
+//! secret) identifies it, and a promoted key's breaker carries its name.
 
 /// Buckets of a tally's window: one second each for a window of up to 16 s (the default is
 /// 10 s), as the breaker's own window; `window / RING` seconds each (rounded up) beyond.
 pub const RING: usize = 16;
-/// Bytes of the key a tally keeps for the status page (the whole key's hash identifies it).
-pub const SHOWN: usize = 68;
-
-const TRUNCATED: u8 = 1;
-
-/// A key's tally. 128 bytes: a million keys in 128 MiB, 100 000 in 12.5 MiB.
+/// A key's tally: 56 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tally {
@@ -22,18 +18,16 @@ pub struct Tally {
     pub used: u32,
     /// The bucket number (seconds / bucket length) of the ring's newest bucket.
     head: u32,
-    /// The full breaker this key was promoted to: the shell's reference to it, 0 when none.
-    pub full: u32,
     /// The keyed directive's index.
     pub family: u16,
-    key_len: u8,
-    flags: u8,
+    /// 1 when the key was promoted to a breaker (found by its hash), 0 when not.
+    pub full: u8,
+    _reserved: u8,
     /// Successes per bucket, saturating.
     ring: [u16; RING],
-    key: [u8; SHOWN],
 }
 
-const _: () = assert!(core::mem::size_of::<Tally>() == 128);
+const _: () = assert!(core::mem::size_of::<Tally>() == 56);
 
 impl Tally {
     /// An empty tally.
@@ -42,41 +36,26 @@ impl Tally {
         last_s: 0,
         used: 0,
         head: 0,
-        full: 0,
         family: 0,
-        key_len: 0,
-        flags: 0,
+        full: 0,
+        _reserved: 0,
         ring: [0; RING],
-        key: [0; SHOWN],
     };
 
-    /// The tally of `key` (hashed to `hash`, never 0) in `family`, used at `now_s`, with
+    /// The tally of a key hashed to `hash` (never 0) in `family`, used at `now_s`, with
     /// nothing counted yet.
-    pub fn new(hash: u64, family: u16, key: &[u8], now_s: u64) -> Tally {
-        let shown = key.len().min(SHOWN);
-        let mut s = Tally {
+    pub fn new(hash: u64, family: u16, now_s: u64) -> Tally {
+        Tally {
             hash,
             last_s: now_s as u32,
             family,
-            key_len: shown as u8,
-            flags: if key.len() > SHOWN { TRUNCATED } else { 0 },
             ..Tally::EMPTY
-        };
-        s.key[..shown].copy_from_slice(&key[..shown]);
-        s
+        }
     }
 
     /// Whether no key lives here.
     pub fn is_empty(&self) -> bool {
         self.hash == 0
-    }
-
-    /// The key as far as the tally keeps it, and whether it was longer.
-    pub fn shown(&self) -> (&[u8], bool) {
-        (
-            &self.key[..self.key_len as usize],
-            self.flags & TRUNCATED != 0,
-        )
     }
 
     /// Notes a use at `now_s` (a decision, an outcome).
@@ -163,7 +142,7 @@ mod tests {
 
     #[test]
     fn counts_the_window_and_forgets_what_left_it() {
-        let mut s = Tally::new(7, 0, b"a.example", 100);
+        let mut s = Tally::new(7, 0, 100);
         for t in 100..110 {
             s.add_success(t, 10);
         }
@@ -177,7 +156,7 @@ mod tests {
 
     #[test]
     fn handover_gives_each_bucket_at_its_last_second_and_empties_the_ring() {
-        let mut s = Tally::new(7, 0, b"a.example", 100);
+        let mut s = Tally::new(7, 0, 100);
         s.add_success(100, 10);
         s.add_success(101, 10);
         s.add_success(104, 10);
@@ -188,7 +167,7 @@ mod tests {
     #[test]
     fn a_long_window_counts_in_longer_buckets() {
         // 40 s: 3 s buckets, each handed over at its last second.
-        let mut s = Tally::new(7, 0, b"a.example", 300);
+        let mut s = Tally::new(7, 0, 300);
         for t in [300, 301, 302, 303, 339] {
             s.add_success(t, 40);
         }
@@ -203,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_clock_a_little_behind_counts_in_the_newest_bucket() {
-        let mut s = Tally::new(7, 0, b"k", 100);
+        let mut s = Tally::new(7, 0, 100);
         s.add_success(110, 10);
         s.add_success(108, 10);
         assert_eq!(s.successes(110, 10), 2);
@@ -211,18 +190,8 @@ mod tests {
     }
 
     #[test]
-    fn keeps_the_first_bytes_of_a_long_key() {
-        let long = [b'x'; 300];
-        let s = Tally::new(7, 3, &long, 0);
-        assert_eq!(s.shown(), (&long[..SHOWN], true));
-        let s = Tally::new(7, 3, b"short", 0);
-        assert_eq!(s.shown(), (&b"short"[..], false));
-        assert_eq!(s.family, 3);
-    }
-
-    #[test]
     fn idle_after_a_whole_window() {
-        let s = Tally::new(7, 0, b"k", 100);
+        let s = Tally::new(7, 0, 100);
         assert!(!s.idle(109, 10));
         assert!(s.idle(110, 10));
     }
