@@ -55,9 +55,14 @@ const STATUS_EVERY_MS: u64 = 1000;
 pub struct Tracked {
     pub hash: u64,
     pub upstream: String,
+    /// The route, or a key as the status page writes it.
     pub route: String,
     /// It probes actively (needs no traffic to probe).
     pub active: bool,
+    /// A keyed breaker's key, as it is.
+    pub key: Option<Vec<u8>>,
+    /// Still in the store (a keyed breaker the store retired is not).
+    pub live: bool,
 }
 
 /// How to reach one peer, and its pulls' state.
@@ -107,6 +112,8 @@ pub struct Exchange {
     links: Vec<Link>,
     /// By store breaker index.
     breakers: Vec<Tracked>,
+    /// Keyed breakers' families: (name, id).
+    families: Vec<(String, u16)>,
     zone: Zone,
     shared: FleetZone,
     zone_name: String,
@@ -136,6 +143,7 @@ pub struct Setup {
     pub key: FleetKey,
     pub links: Vec<Link>,
     pub breakers: Vec<Tracked>,
+    pub families: Vec<(String, u16)>,
     pub zone: Zone,
     pub shared: FleetZone,
     pub zone_name: String,
@@ -152,6 +160,7 @@ impl Exchange {
             key: s.key,
             links: s.links,
             breakers: s.breakers,
+            families: s.families,
             zone: s.zone,
             shared: s.shared,
             zone_name: s.zone_name,
@@ -181,11 +190,19 @@ impl Exchange {
     }
 
     fn key_of(t: &Tracked) -> Key<'_> {
-        Key {
-            hash: t.hash,
-            upstream: t.upstream.as_bytes(),
-            route: t.route.as_bytes(),
-            kind: ZoneKind::Route,
+        match &t.key {
+            Some(key) => Key {
+                hash: t.hash,
+                upstream: t.upstream.as_bytes(),
+                route: key,
+                kind: ZoneKind::Keyed,
+            },
+            None => Key {
+                hash: t.hash,
+                upstream: t.upstream.as_bytes(),
+                route: t.route.as_bytes(),
+                kind: ZoneKind::Route,
+            },
         }
     }
 
@@ -197,7 +214,7 @@ impl Exchange {
             let mut views = Vec::with_capacity(chunk.len());
             {
                 let mut locked = self.zone.lock();
-                for (i, t) in chunk.iter().enumerate() {
+                for (i, t) in chunk.iter().enumerate().filter(|(_, t)| t.key.is_none()) {
                     // A breaker of a route met only at run time may not exist yet.
                     if let Some(b) = locked.find(&Self::key_of(t)) {
                         let v = LocalView::of_view(&b.view(now), t.active);
@@ -207,6 +224,111 @@ impl Exchange {
             }
             for (i, v) in views {
                 self.store.update_local(now, i, v);
+            }
+        }
+        if !self.families.is_empty() {
+            self.read_keyed(now);
+        }
+    }
+
+    /// The keyed breakers of the zone (the breakers keys were promoted to): those the store
+    /// holds are brought up to date, those worth telling peers of (open, forced, failing) are
+    /// added, and those the zone no longer has are forgotten here.
+    fn read_keyed(&mut self, now: u64) {
+        let mut seen = Vec::new();
+        self.zone.visit_keyed(now, false, |e| {
+            let Ok(family) = core::str::from_utf8(e.upstream) else {
+                return;
+            };
+            let v = &e.view;
+            let worth = v.state != circuit_breaker_core::snapshot::State::Closed
+                || v.forced.is_some()
+                || v.window.failures > 0
+                || v.window.slow > 0;
+            seen.push((
+                family.to_owned(),
+                e.route.to_vec(),
+                LocalView::of_view(v, false),
+                worth,
+            ));
+        });
+        let mut present = vec![false; self.breakers.len()];
+        for (family, key, view, worth) in seen {
+            let shown = circuit_breaker_core::keyed::name::shown(&key);
+            let i = match self.store.breaker_index(&family, &shown) {
+                Some(i) => i,
+                None if worth => match self.store.add_keyed(&family, &shown, true) {
+                    Some(i) => {
+                        self.track_keyed(i, &family, &shown, key);
+                        i
+                    }
+                    None => continue,
+                },
+                None => continue,
+            };
+            self.store.update_local(now, i, view);
+            if let Some(p) = present.get_mut(i) {
+                *p = true;
+            } else {
+                present.resize(i + 1, false);
+                present[i] = true;
+            }
+        }
+        for (i, t) in self.breakers.iter_mut().enumerate() {
+            if t.key.is_none() {
+                continue;
+            }
+            // A keyed breaker whose index another key took meanwhile is that key's now.
+            t.live = self.store.is_keyed(i);
+            if t.live && !present.get(i).copied().unwrap_or(false) {
+                self.store.forget_local(i);
+            }
+        }
+    }
+
+    /// The store holds the keyed breaker `i` of `family` for `shown` (its key written):
+    /// where to find it in the zone.
+    fn track_keyed(&mut self, i: usize, family: &str, shown: &str, key: Vec<u8>) {
+        let Some(&(_, id)) = self.families.iter().find(|(name, _)| name == family) else {
+            return;
+        };
+        let t = Tracked {
+            hash: self.zone.keyed_hasher().hash(id, &key),
+            upstream: family.to_owned(),
+            route: shown.to_owned(),
+            active: false,
+            key: Some(key),
+            live: true,
+        };
+        if i < self.breakers.len() {
+            self.breakers[i] = t;
+        } else {
+            // Indexes are handed out in order: a new one is the next.
+            self.breakers.resize_with(i, || Tracked {
+                hash: 0,
+                upstream: String::new(),
+                route: String::new(),
+                active: false,
+                key: Some(Vec::new()),
+                live: false,
+            });
+            self.breakers.push(t);
+        }
+    }
+
+    /// Keyed breakers peers' records added to the store: found in the zone by their key.
+    fn track_added(&mut self) {
+        for i in self.store.take_added() {
+            let Some((family, shown)) = self
+                .store
+                .breakers()
+                .nth(i)
+                .map(|(f, r)| (f.to_owned(), r.to_owned()))
+            else {
+                continue;
+            };
+            if let Some(key) = circuit_breaker_core::keyed::name::from_shown(&shown) {
+                self.track_keyed(i, &family, &shown, key);
             }
         }
     }
@@ -249,6 +371,9 @@ impl Exchange {
         {
             let mut locked = self.zone.lock();
             for (k, (t, &v)) in chunk.iter().zip(advice).enumerate() {
+                if !t.live {
+                    continue;
+                }
                 let Some(mut b) = locked.find(&Self::key_of(t)) else {
                     continue;
                 };
@@ -390,6 +515,7 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
         e.take_answer(now, i, &nonce, answer);
         changed = true;
     }
+    e.track_added();
     let peers = e.links.len();
     for i in e.shared.take_pokes(peers) {
         e.store.poked(i);
@@ -414,6 +540,11 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
             }
         }
         e.store.expire(now);
+        for i in e.store.retire_idle(now) {
+            if let Some(t) = e.breakers.get_mut(i) {
+                t.live = false;
+            }
+        }
     }
     // The status page follows each round, and within a second whatever the interval (its
     // JSON and Prometheus texts grow with the peers: not at every answer).

@@ -61,7 +61,12 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     let Some(spec) = mcf.fleet.as_ref() else {
         return NGX_OK as ngx_int_t;
     };
-    let size = zone_size(spec, &setup::wanted(mcf), mcf.zone_name.0.len());
+    let size = zone_size(
+        spec,
+        &setup::wanted(mcf),
+        mcf.zone_name.0.len(),
+        !mcf.keyed.is_empty(),
+    );
     let mut name = ngx_str_t {
         len: ZONE_NAME.len(),
         data: ZONE_NAME.as_ptr().cast_mut(),
@@ -93,9 +98,10 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Bytes for the fleet zone: its three texts for every breaker and peer of the
-/// configuration, twice over (a text that grows is copied into a new buffer, and the slab
-/// rounds sizes up), and 64 KiB beside.
-fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize) -> usize {
+/// configuration (and, with keyed breakers, the keyed records a message may carry), twice
+/// over (a text that grows is copied into a new buffer, and the slab rounds sizes up), and
+/// 64 KiB beside.
+fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize, keyed: bool) -> usize {
     let names = wanted
         .iter()
         .map(|w| w.key.upstream.len() + w.key.route.len())
@@ -111,7 +117,14 @@ fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize) -> 
     let (n, p) = (wanted.len(), spec.peers.len());
     // Names are percent-encoded on the wire: up to three bytes each.
     let records = n.saturating_mul(p + 1).min(1024);
-    let wire = 64 + records * (3 * (id + names) + 120);
+    // Keyed records, own and relayed: a family and a key of up to a name's length each.
+    let keyed = if keyed {
+        2 * circuit_breaker_core::fleet::KEYED_PER_MESSAGE
+            * (3 * (id + 2 * wire::MAX_NAME_BYTES) + 120)
+    } else {
+        0
+    };
+    let wire = 64 + records * (3 * (id + names) + 120) + keyed;
     let json = 256 + p * (id + 220) + n * (names + 420);
     let prom = 8192 + p * 5 * (id + zone_name + 120) + n * 7 * (names + zone_name + 140);
     // The header's per-peer poke sequences: 8 bytes for each peer the zone can name.
@@ -230,6 +243,8 @@ fn start(
                 upstream: upstream.to_owned(),
                 route: route.to_owned(),
                 active: w.cfg.active,
+                key: None,
+                live: true,
             }),
             Err(e) => {
                 ngx::ngx_log_error!(
@@ -243,6 +258,24 @@ fn start(
             }
         }
     }
+    // Keyed breakers come and go with their keys: the exchange learns each family's rules
+    // now, its keys as they fail (here or at a peer).
+    let mut families = Vec::new();
+    for fam in &mcf.keyed {
+        let fp = breaker_fingerprint(&fam.cfg, None);
+        match store.add_family(&fam.name, fp, breaker_policy(&fam.cfg)) {
+            Ok(()) => families.push((fam.name.clone(), fam.id)),
+            Err(e) => {
+                ngx::ngx_log_error!(
+                    NGX_LOG_NOTICE,
+                    ngx_cycle_log().as_ptr(),
+                    "circuit breaker key \"{}\" stays out of the fleet: {}",
+                    fam.name,
+                    e
+                );
+            }
+        }
+    }
     let summary = (spec.id.clone(), spec.peers.len(), breakers.len());
     let links = links(mcf, &spec)?;
     let ex = Exchange::new(Setup {
@@ -251,6 +284,7 @@ fn start(
         key,
         links,
         breakers,
+        families,
         zone,
         shared,
         zone_name: mcf.zone_name.0.clone(),

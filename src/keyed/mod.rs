@@ -598,6 +598,9 @@ fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt,
             if let Some(t) = &rec.transition {
                 let who = crate::zone::who(fam.name.as_bytes(), key, crate::zone::Kind::Keyed);
                 log_transition_of(log, &who, t);
+            } else if !c.is_success() {
+                // A failure the fleet may need to hear of at once.
+                crate::wake::nudge();
             }
         }
         Err(Missing::Full) => log_once(

@@ -62,6 +62,6 @@ pub use fingerprint::Fingerprint;
 pub use store::{
     default_expire_intervals, default_fanout, default_push_gap, BreakerFleetView, Counters,
     FleetAdvice, FleetConfig, FleetError, FleetStore, LocalView, Opinion, PeerCounters, PeerStats,
-    Policy, Push, Received, Refused,
+    Policy, Push, Received, Refused, KEYED_PER_MESSAGE, MAX_KEYED,
 };
 pub use wire::{ErrorKind, Flags, Message, ParseError, WireOpinion};

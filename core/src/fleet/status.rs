@@ -25,14 +25,15 @@ fn json_time(out: &mut String, t: Option<u64>, c: Clocks) {
 }
 
 /// `{"instance","interval_ms","fanout","expire_ms","pushes","dropped":{"unknown_origin",
-/// "unknown_breaker","stale"},"peers":[{"id","reachable","last_exchange","exchanges",
+/// "unknown_breaker","stale","keyed_left_out"},"keyed":N,"peers":[{"id","reachable","last_exchange","exchanges",
 /// "failures","parse_errors","auth_failures","tls_failures","pokes","opinions",
 /// "disagreements"}],"breakers":[{"upstream","route",
 /// "fingerprint","suspicious","suspicious_until","peers_agreeing","peers_open",
 /// "peers_disagreeing","peers_recovered","designated_prober","probe_from","round"}]}`.
 ///
 /// `last_exchange`, `suspicious_until` and `probe_from` are Unix seconds or `null`;
-/// `fingerprint` is 16 hex digits; `designated_prober` is an instance id or `null`.
+/// `fingerprint` is 16 hex digits; `designated_prober` is an instance id or `null`. Keyed
+/// breakers are counted (`"keyed"`, those held), not listed: there may be a thousand.
 pub fn render_json(s: &FleetStore, c: Clocks) -> String {
     let now = c.mono_ms;
     let cfg = s.config();
@@ -43,14 +44,17 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
     let _ = write!(
         out,
         ",\"interval_ms\":{},\"fanout\":{},\"expire_ms\":{},\"pushes\":{},\"dropped\":{{\
-         \"unknown_origin\":{},\"unknown_breaker\":{},\"stale\":{}}},\"peers\":[",
+         \"unknown_origin\":{},\"unknown_breaker\":{},\"stale\":{},\"keyed_left_out\":{}}},\
+         \"keyed\":{},\"peers\":[",
         cfg.interval_ms,
         cfg.fanout,
         cfg.expire_ms,
         k.pushes,
         k.unknown_origin,
         k.unknown_breaker,
-        k.stale
+        k.stale,
+        k.keyed_left_out,
+        s.keyed()
     );
     for (i, p) in s.peer_stats(now).iter().enumerate() {
         if i > 0 {
@@ -75,11 +79,12 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
         );
     }
     out.push_str("],\"breakers\":[");
+    let mut first = true;
     for (b, (upstream, route)) in s.breakers().enumerate() {
         let Some(v) = s.breaker_view(now, b) else {
             continue;
         };
-        if b > 0 {
+        if !core::mem::replace(&mut first, false) {
             out.push(',');
         }
         out.push_str("{\"upstream\":");
@@ -226,6 +231,7 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
         ("unknown_origin", k.unknown_origin),
         ("unknown_breaker", k.unknown_breaker),
         ("stale", k.stale),
+        ("keyed_left_out", k.keyed_left_out),
     ] {
         sample(
             &mut out,

@@ -142,6 +142,16 @@ EOF
 EOF
 	}
 
+	# with keyed: "/k" judges each request by a breaker of its own "k" argument
+	# (circuit_breaker_key $arg_k KEYED), straight to the origin
+	my $keyed_location = !$self->{keyed} ? '' : <<"EOF";
+
+        location /k {
+            circuit_breaker_key \$arg_k $self->{keyed};
+            proxy_pass http://127.0.0.1:$self->{origin};
+        }
+EOF
+
 	# with origin_keepalive: connections to the origin are kept, so that an origin
 	# that forks per connection (or any) is not the bottleneck at high rates
 	my ($keepalive, $proxy_keepalive) = ('', '');
@@ -177,7 +187,7 @@ $tls_server
         location / {
             proxy_pass http://origin;$proxy_keepalive
         }
-$local_location
+$local_location$keyed_location
         location = /circuit_breaker {
             circuit_breaker_status;
             allow 127.0.0.1;

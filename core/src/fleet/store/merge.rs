@@ -108,7 +108,8 @@ impl FleetStore {
 
     /// Merges a parsed message (whoever sent it): each record replaces the stored opinion of
     /// its (origin, breaker) when it is newer. Records about this instance, from unknown
-    /// origins, about unknown breakers or older than the expiry are dropped.
+    /// origins, about unknown breakers or older than the expiry are dropped; one about a key
+    /// of a known family adds its keyed breaker when it tells of trouble ([`keyed`]).
     ///
     /// Linear: each record is one step, and each breaker whose opinions changed has its fleet
     /// round settled once, after the last record, whatever the number of records about it.
@@ -129,11 +130,12 @@ impl FleetStore {
                 got.dropped += 1;
                 continue;
             };
-            let Some(b) = self.breaker_index(&o.upstream, &o.route) else {
+            let known = self.breaker_index(&o.upstream, &o.route);
+            if known.is_none() && !self.families.contains_key(&o.upstream) {
                 self.counters.unknown_breaker += 1;
                 got.dropped += 1;
                 continue;
-            };
+            }
             // Parsed numbers are at most 10^12, so these sums cannot overflow; saturating
             // anyway, for messages built by hand.
             let ago = |ms: u64| now.saturating_sub(m.delay_ms.saturating_add(ms));
@@ -142,6 +144,12 @@ impl FleetStore {
                 got.dropped += 1;
                 continue;
             }
+            // A key of a family this instance has: kept when it tells of trouble.
+            let Some(b) = known.or_else(|| self.keyed_from_peer(o)) else {
+                self.counters.unknown_breaker += 1;
+                got.dropped += 1;
+                continue;
+            };
             let new = Opinion {
                 observed_at_ms: ago(o.age_ms),
                 fingerprint: o.fingerprint,

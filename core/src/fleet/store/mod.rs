@@ -34,11 +34,13 @@ use crate::snapshot::State;
 
 mod config;
 mod decide;
+mod keyed;
 mod merge;
 mod outbound;
 mod records;
 
 pub use config::*;
+pub use keyed::{KEYED_PER_MESSAGE, MAX_KEYED};
 pub use records::*;
 use records::{valid_name, Local, Opinions, Peer, Signal};
 
@@ -51,6 +53,13 @@ pub struct FleetStore {
     peer_index: HashMap<String, usize>,
     breakers: Vec<Local>,
     breaker_index: HashMap<String, HashMap<String, usize>>,
+    /// Keyed breakers' families (`circuit_breaker_key`), by name, and the indexes retired
+    /// keyed breakers left (see [`keyed`]).
+    families: HashMap<String, (u64, Policy)>,
+    free: Vec<usize>,
+    keyed: usize,
+    /// Keyed breakers a peer's record made, for the shell to look for in the zone.
+    added: Vec<usize>,
     counters: Counters,
     last_now: u64,
     last_push_ms: Option<u64>,
@@ -77,6 +86,10 @@ impl FleetStore {
             peer_index: HashMap::new(),
             breakers: Vec::new(),
             breaker_index: HashMap::new(),
+            families: HashMap::new(),
+            free: Vec::new(),
+            keyed: 0,
+            added: Vec::new(),
             counters: Counters::default(),
             last_now: 0,
             last_push_ms: None,
@@ -142,17 +155,23 @@ impl FleetStore {
         fingerprint: u64,
         policy: Policy,
     ) -> Result<usize, FleetError> {
+        self.insert(upstream, route, fingerprint, policy, false)
+    }
+
+    fn insert(
+        &mut self,
+        upstream: &str,
+        route: &str,
+        fingerprint: u64,
+        policy: Policy,
+        keyed: bool,
+    ) -> Result<usize, FleetError> {
         valid_name(upstream)?;
         valid_name(route)?;
         if self.breaker_index(upstream, route).is_some() {
             return Err(FleetError::DuplicateBreaker(upstream.into(), route.into()));
         }
-        let idx = self.breakers.len();
-        self.breaker_index
-            .entry(upstream.to_string())
-            .or_default()
-            .insert(route.to_string(), idx);
-        self.breakers.push(Local {
+        let local = Local {
             upstream: upstream.to_string(),
             route: route.to_string(),
             fingerprint,
@@ -169,11 +188,28 @@ impl FleetStore {
             pushed: Signal::default(),
             hastened: false,
             touched: false,
-        });
+            keyed,
+            retired: false,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.breakers[i] = local;
+                i
+            }
+            None => {
+                self.breakers.push(local);
+                self.breakers.len() - 1
+            }
+        };
+        self.breaker_index
+            .entry(upstream.to_string())
+            .or_default()
+            .insert(route.to_string(), idx);
         Ok(idx)
     }
 
-    /// The breakers added, as (upstream, route), by index.
+    /// The breakers added, as (upstream, route), by index (a retired keyed breaker's names
+    /// are empty).
     pub fn breakers(&self) -> impl Iterator<Item = (&str, &str)> {
         self.breakers
             .iter()

@@ -21,10 +21,11 @@ impl FleetStore {
         o.fresh(now, self.cfg.expire_ms).then_some(o)
     }
 
-    /// What the fleet says of one breaker, for the status page.
+    /// What the fleet says of one breaker, for the status page (keyed ones are counted, not
+    /// shown).
     pub fn breaker_view(&self, now_ms: u64, breaker: usize) -> Option<BreakerFleetView> {
         let now = now_ms.max(self.last_now);
-        let l = self.breakers.get(breaker)?;
+        let l = self.breakers.get(breaker).filter(|l| !l.keyed)?;
         let exp = self.cfg.expire_ms;
         let fresh = l.opinions.iter().filter(|(_, o)| o.fresh(now, exp));
         let agreeing = self.agreeing(now, l).count();
@@ -141,28 +142,42 @@ impl FleetStore {
     pub fn message(&self, now_ms: u64) -> Message {
         let now = now_ms.max(self.last_now);
         let cap = self.cfg.max_entries;
-        let mut own: Vec<WireOpinion> = self
+        let mut own: Vec<(bool, WireOpinion)> = self
             .breakers
             .iter()
-            .filter_map(|l| self.own_opinion(now, l))
+            .filter_map(|l| Some((l.keyed, self.own_opinion(now, l)?)))
             .collect();
         // Trouble first, so that a cap drops quiet breakers before open ones.
-        own.sort_by_key(|o| {
+        own.sort_by_key(|(_, o)| {
             (
                 o.state == State::Closed && !o.flags.recovered,
                 o.failures == 0,
             )
         });
+        let mut own = self.bound_keyed(own);
         own.truncate(cap);
         let exp = self.cfg.expire_ms;
+        // (age, breaker, origin)
         let mut relayed: Vec<(u64, usize, usize)> = Vec::new();
+        let mut keyed = Vec::new();
         for (b, l) in self.breakers.iter().enumerate() {
             for (i, o) in &l.opinions {
                 if o.fresh(now, exp) && o.worth_relaying() {
-                    relayed.push((now.saturating_sub(o.observed_at_ms), b, *i as usize));
+                    let r = (now.saturating_sub(o.observed_at_ms), b, *i as usize);
+                    if l.keyed {
+                        keyed.push(r);
+                    } else {
+                        relayed.push(r);
+                    }
                 }
             }
         }
+        // The freshest relayed keyed records, as many as this instance's own may be.
+        if keyed.len() > KEYED_PER_MESSAGE {
+            keyed.select_nth_unstable(KEYED_PER_MESSAGE - 1);
+            keyed.truncate(KEYED_PER_MESSAGE);
+        }
+        relayed.append(&mut keyed);
         let room = cap - own.len();
         if relayed.len() > room && room > 0 {
             relayed.select_nth_unstable(room - 1);

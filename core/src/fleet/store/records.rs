@@ -195,6 +195,8 @@ pub struct Counters {
     pub unknown_breaker: u64,
     /// Records older than the expiry on arrival.
     pub stale: u64,
+    /// Keyed breakers left out of the exchange: already [`super::MAX_KEYED`] of them.
+    pub keyed_left_out: u64,
     /// Pushes made: moments this instance told `fanout` peers to pull it at once.
     pub pushes: u64,
 }
@@ -343,6 +345,10 @@ pub(super) struct Local {
     pub(super) hastened: bool,
     /// A message being merged changed one of its opinions (it is settled once, after).
     pub(super) touched: bool,
+    /// A keyed breaker's (`circuit_breaker_key`): added and retired at run time.
+    pub(super) keyed: bool,
+    /// Retired: its index waits to be given to another keyed breaker.
+    pub(super) retired: bool,
 }
 
 /// One breaker's opinions, by peer index: found and replaced in constant time, so that a
