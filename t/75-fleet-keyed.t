@@ -31,7 +31,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(10);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(11);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -107,7 +107,7 @@ is($st[-1], 503, 'instance 0: then 503');
 my $end = time() + 10;
 my $held = 0;
 while (time() < $end) {
-	$held = ($f->status(1) // {})->{fleet}{keyed} // 0;
+	$held = (($f->status(1) // {})->{fleet}{keyed} // {})->{held} // 0;
 	last if $held >= 1;
 	sleep 0.1;
 }
@@ -137,5 +137,7 @@ is((key_breaker(1, 'blog.example') // {})->{state}, 'closed',
 my $fleet = $f->status(1)->{fleet};
 ok(!grep({ $_->{upstream} eq '$arg_k' } @{$fleet->{breakers}}),
 	'fleet status: keyed breakers counted, not listed');
+is(join(' ', map { "$_->{name}:$_->{disagreeing}" } @{$fleet->{keyed}{families}}),
+	'$arg_k:0', 'fleet status: the family, no peer disagreeing');
 
 ###############################################################################

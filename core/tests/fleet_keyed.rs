@@ -91,8 +91,9 @@ fn pull(now: u64, from: &FleetStore, to: &mut FleetStore) {
 #[test]
 fn a_key_open_on_one_instance_makes_the_same_key_suspicious_on_another_and_no_other_key() {
     let (mut a, mut b) = (store("a"), store("b"));
-    let k = a.add_keyed(FAMILY, "shop.example", true).unwrap();
-    a.update_local(T0, k, view(State::Open, 20, 20, T0 - 100));
+    let open = view(State::Open, 20, 20, T0 - 100);
+    let k = a.add_keyed(FAMILY, "shop.example", Some(&open)).unwrap();
+    a.update_local(T0, k, open);
     pull(T0, &a, &mut b);
     // `b` has not judged the key yet: it keeps the opinion, and tells its shell of the key.
     let added = b.take_added();
@@ -104,8 +105,9 @@ fn a_key_open_on_one_instance_makes_the_same_key_suspicious_on_another_and_no_ot
     b.update_local(T0 + 10, kb, view(State::Closed, 1, 1, T0 - 60_000));
     assert_eq!(b.suspicious(T0 + 10, kb), Some(T0 + 3000));
     // Another key of the family, and the family's name as an upstream, hear nothing.
-    let other = b.add_keyed(FAMILY, "blog.example", true).unwrap();
-    b.update_local(T0 + 10, other, view(State::Closed, 1, 1, T0 - 60_000));
+    let failing = view(State::Closed, 1, 1, T0 - 60_000);
+    let other = b.add_keyed(FAMILY, "blog.example", Some(&failing)).unwrap();
+    b.update_local(T0 + 10, other, failing);
     assert_eq!(b.suspicious(T0 + 10, other), None);
     assert_eq!(b.suspicious(T0 + 10, 0), None);
     // Another family's key, or the same name with another fingerprint, is not taken.
@@ -116,6 +118,11 @@ fn a_key_open_on_one_instance_makes_the_same_key_suspicious_on_another_and_no_ot
     let got = b.merge(T0 + 20, &message("a", vec![foreign, differs]));
     assert_eq!(got.dropped, 2);
     assert!(b.take_added().is_empty());
+    assert_eq!(
+        b.families(),
+        vec![(FAMILY, fp(), 1)],
+        "the other fingerprint is counted against the family"
+    );
 }
 
 #[test]
@@ -132,8 +139,9 @@ fn a_quiet_key_from_a_peer_is_not_kept() {
 #[test]
 fn keys_are_retired_once_nothing_about_them_is_worth_saying_and_their_places_reused() {
     let mut a = store("a");
-    let k = a.add_keyed(FAMILY, "shop.example", true).unwrap();
-    a.update_local(T0, k, view(State::Open, 20, 20, T0 - 100));
+    let open = view(State::Open, 20, 20, T0 - 100);
+    let k = a.add_keyed(FAMILY, "shop.example", Some(&open)).unwrap();
+    a.update_local(T0, k, open);
     assert!(a.retire_idle(T0).is_empty(), "open");
     a.update_local(T0 + 1000, k, view(State::Closed, 0, 0, T0 + 1000));
     assert!(
@@ -145,7 +153,7 @@ fn keys_are_retired_once_nothing_about_them_is_worth_saying_and_their_places_reu
     assert!(!a.is_keyed(k));
     assert_eq!(a.breaker_index(FAMILY, "shop.example"), None);
     assert!(!a.render(T0 + 4001).contains("shop.example"));
-    let again = a.add_keyed(FAMILY, "blog.example", true).unwrap();
+    let again = a.add_keyed(FAMILY, "blog.example", Some(&open)).unwrap();
     assert_eq!(again, k, "the index is reused");
     // A key whose breaker is gone here and that no peer speaks of goes at the next round.
     a.update_local(T0 + 5000, again, view(State::Closed, 3, 3, T0));
@@ -165,8 +173,9 @@ fn keys_are_retired_once_nothing_about_them_is_worth_saying_and_their_places_reu
 #[test]
 fn a_flood_of_keys_from_a_member_fills_the_bound_but_never_pushes_out_a_local_key() {
     let mut b = store("b");
-    let local = b.add_keyed(FAMILY, "mine.example", true).unwrap();
-    b.update_local(T0, local, view(State::Open, 20, 20, T0));
+    let open = view(State::Open, 20, 20, T0);
+    let local = b.add_keyed(FAMILY, "mine.example", Some(&open)).unwrap();
+    b.update_local(T0, local, open);
     let flood: Vec<WireOpinion> = (0..4000)
         .map(|i| record("a", &format!("k{i}.example"), State::Open, 20))
         .collect();
@@ -176,7 +185,7 @@ fn a_flood_of_keys_from_a_member_fills_the_bound_but_never_pushes_out_a_local_ke
     assert_eq!(b.counters().keyed_left_out, (4000 - (MAX_KEYED - 1)) as u64);
     assert!(b.is_keyed(local), "the local key stays");
     // A key this instance judges still gets in: one only peers spoke of makes room.
-    let mine = b.add_keyed(FAMILY, "mine-too.example", true);
+    let mine = b.add_keyed(FAMILY, "mine-too.example", Some(&open));
     assert!(mine.is_some());
     assert_eq!(b.keyed(), MAX_KEYED);
     assert!(b.is_keyed(local));
@@ -192,13 +201,16 @@ fn a_flood_of_keys_from_a_member_fills_the_bound_but_never_pushes_out_a_local_ke
 fn a_message_carries_a_bounded_number_of_keyed_records_open_ones_first() {
     let mut a = store("a");
     for i in 0..(KEYED_PER_MESSAGE + 100) {
-        let k = a.add_keyed(FAMILY, &format!("k{i}.example"), true).unwrap();
         let state = if i >= KEYED_PER_MESSAGE {
             State::Open
         } else {
             State::Closed
         };
-        a.update_local(T0, k, view(state, 20, 5, T0 - 100));
+        let v = view(state, 20, 5, T0 - 100);
+        let k = a
+            .add_keyed(FAMILY, &format!("k{i}.example"), Some(&v))
+            .unwrap();
+        a.update_local(T0, k, v);
     }
     let api = a.breaker_index("api", "checkout").unwrap();
     a.update_local(T0, api, view(State::Closed, 10, 1, T0 - 60_000));
@@ -224,4 +236,61 @@ fn a_message_carries_a_bounded_number_of_keyed_records_open_ones_first() {
         .filter(|o| o.upstream == FAMILY)
         .count();
     assert!(relayed <= KEYED_PER_MESSAGE, "{relayed}");
+}
+
+#[test]
+fn a_key_has_one_name_on_the_wire() {
+    let mut b = store("b");
+    let mut named = |key: &str| {
+        b.merge(T0, &message("a", vec![record("a", key, State::Open, 20)]))
+            .merged
+    };
+    // Another spelling of "Api", a backslash that is no escape, raw UTF-8: refused.
+    assert_eq!(named("\\x41pi"), 0);
+    assert_eq!(named("\\q"), 0);
+    assert_eq!(named("caf\u{e9}"), 0);
+    assert_eq!(
+        named("\\xC3\\xA9"),
+        0,
+        "upper-case hex is not the written form"
+    );
+    assert_eq!(named("Api"), 1);
+    assert_eq!(named("caf\\xc3\\xa9"), 1);
+    assert_eq!(b.keyed(), 2);
+    // A key too long for the wire stays out, and makes no room for itself.
+    let long = "\\xff".repeat(64);
+    let open = view(State::Open, 20, 20, T0);
+    assert_eq!(b.add_keyed(FAMILY, &long, Some(&open)), None);
+    assert_eq!(b.keyed(), 2);
+}
+
+#[test]
+fn at_the_bound_an_open_key_pushes_out_a_failing_one_and_never_the_reverse() {
+    let mut a = store("a");
+    let failing = view(State::Closed, 5, 1, T0);
+    for i in 0..MAX_KEYED {
+        let k = a
+            .add_keyed(FAMILY, &format!("k{i}.example"), Some(&failing))
+            .unwrap();
+        a.update_local(T0, k, failing);
+    }
+    assert_eq!(
+        a.add_keyed(FAMILY, "another-failing.example", Some(&failing)),
+        None,
+        "a failing key does not push out another"
+    );
+    let open = view(State::Open, 20, 20, T0);
+    let k = a
+        .add_keyed(FAMILY, "down.example", Some(&open))
+        .expect("room made");
+    a.update_local(T0, k, open);
+    assert_eq!(a.keyed(), MAX_KEYED);
+    // Full of open keys, an open key waits for one to close.
+    for i in 0..MAX_KEYED {
+        if let Some(b) = a.breaker_index(FAMILY, &format!("k{i}.example")) {
+            a.update_local(T0, b, open);
+        }
+    }
+    assert_eq!(a.add_keyed(FAMILY, "down-too.example", Some(&open)), None);
+    assert!(a.breaker_index(FAMILY, "down.example").is_some());
 }

@@ -28,7 +28,7 @@ use std::rc::Rc;
 
 use circuit_breaker_core::fleet::auth::{self, FleetKey, Kind, Nonce, HEADER, NONCE_BYTES};
 use circuit_breaker_core::fleet::status as fleet_status;
-use circuit_breaker_core::fleet::store::{Push, Refused};
+use circuit_breaker_core::fleet::store::{keyed_weight, Push, Refused};
 use circuit_breaker_core::fleet::{wire, FleetDirective, FleetStore, LocalView};
 use circuit_breaker_core::snapshot::Clocks;
 use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
@@ -231,55 +231,53 @@ impl Exchange {
         }
     }
 
-    /// The keyed breakers of the zone (the breakers keys were promoted to): those the store
-    /// holds are brought up to date, those worth telling peers of (open, forced, failing) are
-    /// added, and those the zone no longer has are forgotten here.
+    /// The keyed breakers of the zone worth a word (open, forced, failing, or that changed
+    /// state within an expiry): those the store holds are brought up to date, the others
+    /// added, weightiest first, while the store has room; a held key the walk did not meet
+    /// is forgotten here (its breaker went, or has nothing to say).
     fn read_keyed(&mut self, now: u64) {
         let mut seen = Vec::new();
-        self.zone.visit_keyed(now, false, |e| {
-            let Ok(family) = core::str::from_utf8(e.upstream) else {
-                return;
-            };
-            let v = &e.view;
-            let worth = v.state != circuit_breaker_core::snapshot::State::Closed
-                || v.forced.is_some()
-                || v.window.failures > 0
-                || v.window.slow > 0;
-            seen.push((
-                family.to_owned(),
-                e.route.to_vec(),
-                LocalView::of_view(v, false),
-                worth,
-            ));
+        let recent = self.store.config().expire_ms;
+        self.zone.visit_keyed_worth(now, recent, |family, key, v| {
+            if let Ok(family) = core::str::from_utf8(family) {
+                seen.push((
+                    family.to_owned(),
+                    key.to_vec(),
+                    LocalView::of_view(&v, false),
+                ));
+            }
         });
         let mut present = vec![false; self.breakers.len()];
-        for (family, key, view, worth) in seen {
+        let mut new = Vec::new();
+        for (family, key, view) in seen {
             let shown = circuit_breaker_core::keyed::name::shown(&key);
-            let i = match self.store.breaker_index(&family, &shown) {
-                Some(i) => i,
-                None if worth => match self.store.add_keyed(&family, &shown, true) {
-                    Some(i) => {
-                        self.track_keyed(i, &family, &shown, key);
-                        i
-                    }
-                    None => continue,
-                },
-                None => continue,
-            };
-            self.store.update_local(now, i, view);
-            if let Some(p) = present.get_mut(i) {
-                *p = true;
-            } else {
-                present.resize(i + 1, false);
-                present[i] = true;
+            match self.store.breaker_index(&family, &shown) {
+                Some(i) => {
+                    self.store.update_local(now, i, view);
+                    mark(&mut present, i);
+                }
+                None => new.push((family, shown, key, view)),
             }
+        }
+        // Weightiest first: once one finds no room, lighter ones would not either.
+        new.sort_by_key(|(.., v)| core::cmp::Reverse(keyed_weight(Some(v))));
+        for (family, shown, key, view) in new {
+            let Some(i) = self.store.add_keyed(&family, &shown, Some(&view)) else {
+                continue;
+            };
+            self.track_keyed(i, &family, &shown, key);
+            self.store.update_local(now, i, view);
+            mark(&mut present, i);
         }
         for (i, t) in self.breakers.iter_mut().enumerate() {
             if t.key.is_none() {
                 continue;
             }
-            // A keyed breaker whose index another key took meanwhile is that key's now.
-            t.live = self.store.is_keyed(i);
+            // The store's entry at `i` is this one's still (not retired, not another key's).
+            t.live = self
+                .store
+                .names_of(i)
+                .is_some_and(|(f, r)| self.store.is_keyed(i) && f == t.upstream && r == t.route);
             if t.live && !present.get(i).copied().unwrap_or(false) {
                 self.store.forget_local(i);
             }
@@ -321,12 +319,12 @@ impl Exchange {
         for i in self.store.take_added() {
             let Some((family, shown)) = self
                 .store
-                .breakers()
-                .nth(i)
+                .names_of(i)
                 .map(|(f, r)| (f.to_owned(), r.to_owned()))
             else {
                 continue;
             };
+            // The store takes only a key's written form, which reads back.
             if let Some(key) = circuit_breaker_core::keyed::name::from_shown(&shown) {
                 self.track_keyed(i, &family, &shown, key);
             }
@@ -592,6 +590,14 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
     e.in_flight += sends.pulls.len();
     e.pokes_in_flight += sends.pokes.len();
     sends
+}
+
+/// Marks `i` in `present`, growing it as needed.
+fn mark(present: &mut Vec<bool>, i: usize) {
+    if present.len() <= i {
+        present.resize(i + 1, false);
+    }
+    present[i] = true;
 }
 
 /// A poke's nonce: the next sequence number (the wall clock in microseconds, increasing)

@@ -224,12 +224,23 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     }
     let (label, retry_after_ms) = match admission {
         Admission::Pass { .. } => {
-            let held = Hold::new(req, mcf, (family, key, hash, tally), Ticket::Normal, now);
-            return hold(req, held.said(Label::State(state)));
+            let held = Hold::new(
+                req,
+                mcf,
+                (family, key, hash, tally),
+                (Ticket::Normal, Label::State(state)),
+                now,
+            );
+            return hold(req, held);
         }
         Admission::Probe(ticket) => {
-            let held = Hold::new(req, mcf, (family, key, hash, tally), ticket, now)
-                .said(Label::State(state));
+            let held = Hold::new(
+                req,
+                mcf,
+                (family, key, hash, tally),
+                (ticket, Label::State(state)),
+                now,
+            );
             if lcf.keyed_background.get() && stale::may_answer(req, &lcf.keyed_cache) {
                 let h = keep(req, held);
                 return stale::probe(req, h);
@@ -240,8 +251,13 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         Admission::Recovering { retry_after_ms } => (Label::Recovering, retry_after_ms),
     };
     // Judged: an `error_page` that moves the request on does not judge it again.
-    let mut judged =
-        Hold::new(req, mcf, (family, key, hash, tally), Ticket::Normal, now).said(label);
+    let mut judged = Hold::new(
+        req,
+        mcf,
+        (family, key, hash, tally),
+        (Ticket::Normal, label),
+        now,
+    );
     judged.settled = true;
     if stale::may_answer(req, &lcf.keyed_cache) {
         let h = keep(req, judged);
@@ -365,7 +381,7 @@ impl Hold {
         req: &ngx_http_request_t,
         mcf: &MainConf,
         (family, key, hash, tally): (usize, ngx_str_t, u64, usize),
-        ticket: Ticket,
+        (ticket, label): (Ticket, Label),
         now: u64,
     ) -> Hold {
         Hold {
@@ -381,7 +397,7 @@ impl Hold {
             hash,
             tally,
             ticket,
-            label: Label::State(State::Closed),
+            label,
             judged_ms: now,
             recorded_ms: 0,
             settled: false,
@@ -392,10 +408,6 @@ impl Hold {
                 next: null_mut(),
             },
         }
-    }
-
-    fn said(self, label: Label) -> Hold {
-        Hold { label, ..self }
     }
 }
 

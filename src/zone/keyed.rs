@@ -177,7 +177,7 @@ impl<'z> Locked<'z> {
     /// take the key.
     pub fn keyed_place(&mut self, fam: &Family, hash: u64, now_ms: u64) -> Option<KeyedAt> {
         let placed = self.with_table(|t| {
-            t.place(fam.id, hash, now_ms / 1000, |s| {
+            let placed = t.place(fam.id, hash, now_ms / 1000, |s| {
                 let Some(n) = self.keyed_node(s.hash) else {
                     return Protection::Evictable;
                 };
@@ -190,27 +190,33 @@ impl<'z> Locked<'z> {
                 } else {
                     Protection::Kept
                 }
-            })
+            });
+            let promoted = matches!(placed, Placed::Found(i) if t.tally(i).full != 0);
+            (placed, promoted)
         })?;
-        let tally = match placed {
-            Placed::Found(i) => i,
-            Placed::New(i) => {
+        match placed {
+            (Placed::Found(tally), promoted) => Some(KeyedAt { tally, promoted }),
+            (Placed::New(tally), _) => {
                 self.header().keyed_keys.fetch_add(1, Ordering::Relaxed);
-                i
+                Some(KeyedAt {
+                    tally,
+                    promoted: false,
+                })
             }
-            Placed::Replaced(i, old) => {
+            (Placed::Replaced(tally, old), _) => {
                 if old.full != 0 {
                     if let Some(n) = self.keyed_node(old.hash) {
                         // SAFETY: a published node, not borrowed.
                         unsafe { self.remove(n) };
                     }
                 }
-                i
+                Some(KeyedAt {
+                    tally,
+                    promoted: false,
+                })
             }
-            Placed::Full => return None,
-        };
-        let promoted = self.tallies()?[tally].full != 0;
-        Some(KeyedAt { tally, promoted })
+            (Placed::Full, _) => None,
+        }
     }
 
     /// The key hashed to `hash` of `fam` where it was last found, at `tally`, marked used at

@@ -548,6 +548,41 @@ impl Zone {
     }
 }
 
+impl Zone {
+    /// The fleet's walk of keyed breakers: `f` gets (family, key, view) of those that are
+    /// open, forced, failing or slow in their window, or changed state within `recent_ms` —
+    /// the others are passed over with a glance at their state and window sums, so that the
+    /// lock, held for the whole walk (keyed breakers are freed at run time), stays short.
+    pub fn visit_keyed_worth(
+        &self,
+        now_ms: u64,
+        recent_ms: u64,
+        mut f: impl FnMut(&[u8], &[u8], circuit_breaker_core::snapshot::BreakerView),
+    ) {
+        let mut locked = self.lock();
+        for n in locked.keyed_nodes() {
+            // SAFETY: a node of the keyed list, published, the lock held throughout; the
+            // borrow ends with the block.
+            let view = match unsafe { locked.breaker_at(n) } {
+                Some(mut b) => {
+                    let w = b.window(now_ms);
+                    let worth = b.state() != circuit_breaker_core::snapshot::State::Closed
+                        || b.forced().is_some()
+                        || w.failures > 0
+                        || w.slow > 0
+                        || now_ms.saturating_sub(b.since_ms()) < recent_ms;
+                    worth.then(|| b.view(now_ms))
+                }
+                None => None,
+            };
+            let Some(view) = view else { continue };
+            // SAFETY: published (as above); the names borrow `locked`, not let go meanwhile.
+            let (family, key) = unsafe { locked.names_of(n) };
+            f(family, key, view);
+        }
+    }
+}
+
 /// Gives `f` one breaker's entry, for a status walk.
 ///
 /// # Safety

@@ -25,7 +25,8 @@ fn json_time(out: &mut String, t: Option<u64>, c: Clocks) {
 }
 
 /// `{"instance","interval_ms","fanout","expire_ms","pushes","dropped":{"unknown_origin",
-/// "unknown_breaker","stale","keyed_left_out"},"keyed":N,"peers":[{"id","reachable","last_exchange","exchanges",
+/// "unknown_breaker","stale","keyed_left_out"},"keyed":{"held","families":[{"name",
+/// "fingerprint","disagreeing"}]},"peers":[{"id","reachable","last_exchange","exchanges",
 /// "failures","parse_errors","auth_failures","tls_failures","pokes","opinions",
 /// "disagreements"}],"breakers":[{"upstream","route",
 /// "fingerprint","suspicious","suspicious_until","peers_agreeing","peers_open",
@@ -33,7 +34,25 @@ fn json_time(out: &mut String, t: Option<u64>, c: Clocks) {
 ///
 /// `last_exchange`, `suspicious_until` and `probe_from` are Unix seconds or `null`;
 /// `fingerprint` is 16 hex digits; `designated_prober` is an instance id or `null`. Keyed
-/// breakers are counted (`"keyed"`, those held), not listed: there may be a thousand.
+/// breakers are counted (`"held"`), not listed: there may be a thousand; their families are,
+/// with the records of peers whose family has another fingerprint (`"disagreeing"`).
+fn families_json(s: &FleetStore) -> String {
+    let mut out = String::new();
+    for (i, (name, fp, disagreeing)) in s.families().into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"name\":");
+        json_str(&mut out, name);
+        let _ = write!(
+            out,
+            ",\"fingerprint\":\"{}\",\"disagreeing\":{disagreeing}}}",
+            hex(fp)
+        );
+    }
+    out
+}
+
 pub fn render_json(s: &FleetStore, c: Clocks) -> String {
     let now = c.mono_ms;
     let cfg = s.config();
@@ -45,7 +64,7 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
         out,
         ",\"interval_ms\":{},\"fanout\":{},\"expire_ms\":{},\"pushes\":{},\"dropped\":{{\
          \"unknown_origin\":{},\"unknown_breaker\":{},\"stale\":{},\"keyed_left_out\":{}}},\
-         \"keyed\":{},\"peers\":[",
+         \"keyed\":{{\"held\":{},\"families\":[{}]}},\"peers\":[",
         cfg.interval_ms,
         cfg.fanout,
         cfg.expire_ms,
@@ -54,7 +73,8 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
         k.unknown_breaker,
         k.stale,
         k.keyed_left_out,
-        s.keyed()
+        s.keyed(),
+        families_json(s)
     );
     for (i, p) in s.peer_stats(now).iter().enumerate() {
         if i > 0 {
@@ -221,6 +241,27 @@ pub fn render_prometheus(s: &FleetStore, zone: &str, c: Clocks) -> String {
         "Times this instance told its peers to pull it at once (a breaker moved).",
     );
     sample(&mut out, "pushes_total", &[("zone", zone)], k.pushes);
+    family(
+        &mut out,
+        "keyed_held",
+        "gauge",
+        "Keyed breakers whose opinions the exchange holds (at most 1024).",
+    );
+    sample(&mut out, "keyed_held", &[("zone", zone)], s.keyed() as u64);
+    family(
+        &mut out,
+        "keyed_disagreeing_total",
+        "counter",
+        "Records of a key refused because the peer's family has another fingerprint.",
+    );
+    for (name, _, d) in s.families() {
+        sample(
+            &mut out,
+            "keyed_disagreeing_total",
+            &[("zone", zone), ("family", name)],
+            d,
+        );
+    }
     family(
         &mut out,
         "dropped_total",
@@ -411,6 +452,6 @@ mod tests {
         ));
         let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
-        assert_eq!((helps, types), (16, 16));
+        assert_eq!((helps, types), (18, 18));
     }
 }

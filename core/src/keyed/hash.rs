@@ -1,8 +1,6 @@
 //! The hash of a keyed breaker's key: SipHash-1-3 under a secret, so that clients, who choose
 //! the keys, cannot choose their places in the table.
 
-use core::hash::Hasher;
-
 use siphasher::sip::SipHasher13;
 
 /// Hashes keys under a 128-bit secret, which the zone draws once and keeps: every worker, and
@@ -25,9 +23,7 @@ impl KeyHasher {
     /// marks an empty tally.
     pub fn hash(&self, family: u16, key: &[u8]) -> u64 {
         let k1 = self.k1 ^ u64::from(family).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut h = SipHasher13::new_with_keys(self.k0, k1);
-        h.write(key);
-        h.finish().max(1)
+        SipHasher13::new_with_keys(self.k0, k1).hash(key).max(1)
     }
 }
 

@@ -124,10 +124,14 @@ impl<'a> Table<'a> {
 
     /// Where the key hashed to `hash` in `family` lives, if it does.
     pub fn find(&self, family: u16, hash: u64) -> Option<usize> {
-        self.places(hash).find(|&i| {
-            let s = &self.tallies[i];
-            s.hash == hash && s.family == family
-        })
+        let [a, b] = self.buckets_of(hash);
+        let within = |start: usize| {
+            self.tallies[start..start + BUCKET]
+                .iter()
+                .position(|s| s.hash == hash && s.family == family)
+                .map(|k| start + k)
+        };
+        within(a).or_else(|| within(b))
     }
 
     /// The tally at `i`.

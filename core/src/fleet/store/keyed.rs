@@ -6,13 +6,16 @@
 //! at most [`MAX_KEYED`] at once:
 //!
 //! - **Local**: the shell adds a key whose breaker here is open, forced or failing
-//!   ([`FleetStore::add_keyed`] with `local`); at the bound, a key only peers spoke of makes
-//!   room for it.
+//!   ([`FleetStore::add_keyed`] with its view); at the bound, a key only peers spoke of
+//!   makes room for it, else one whose breaker here says less (a failing one for an open
+//!   one).
 //! - **From a peer**: a record about a key of a known family, with the family's fingerprint,
-//!   that tells of trouble (open, failures or slow calls) adds the key
-//!   ([`FleetStore::merge`]), so that its opinion is at hand when the key fails here. At the
-//!   bound the record is dropped and counted (`keyed_left_out`): a member can fill the store
-//!   with keys, never push out the keys this instance judges.
+//!   that tells of trouble (open, failures or slow calls) and names the key in its written
+//!   form exactly (one key, one name) adds the key ([`FleetStore::merge`]), so that its
+//!   opinion is at hand when the key fails here. At the bound the record is dropped and
+//!   counted (`keyed_left_out`): a member can fill the store with keys, never push out the
+//!   keys this instance judges. A record of another fingerprint is counted per family
+//!   ([`FleetStore::families`]), so that divergent configurations show.
 //!
 //! A keyed breaker is retired ([`FleetStore::retire_idle`]) once nothing about it is worth
 //! saying — its breaker here gone, or closed, quiet and past an expiry since it closed — and
@@ -43,48 +46,91 @@ impl FleetStore {
     }
 
     /// The keyed breaker of `family` for `key` (as the status page writes it): found, or
-    /// added. `local`: this instance has it (at the bound, a key only peers spoke of makes
-    /// room). `None` for an unknown family, a name too long, or no room.
-    pub fn add_keyed(&mut self, family: &str, key: &str, local: bool) -> Option<usize> {
+    /// added. `local`: this instance's own view of it, when it has the key (at the bound, a
+    /// key only peers spoke of makes room for it, else one whose breaker here says less: a
+    /// closed one for an open one). `None` for an unknown family, a name that is not a key's
+    /// written form or is too long for the wire, or no room.
+    pub fn add_keyed(
+        &mut self,
+        family: &str,
+        key: &str,
+        local: Option<&LocalView>,
+    ) -> Option<usize> {
         if let Some(i) = self.breaker_index(family, key) {
             return Some(i);
         }
         let &(fingerprint, policy) = self.families.get(family)?;
+        if valid_name(key).is_err() || !canonical(key) {
+            return None;
+        }
         if self.keyed >= MAX_KEYED {
-            let victim = local
-                .then(|| {
-                    self.breakers
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, l)| l.keyed && !l.retired && l.view.is_none())
-                        .min_by_key(|(_, l)| l.opinions.values().map(|o| o.observed_at_ms).max())
-                        .map(|(i, _)| i)
-                })
-                .flatten();
-            match victim {
-                Some(i) => self.retire(i),
-                None => {
-                    self.counters.keyed_left_out += 1;
-                    return None;
-                }
-            }
+            let victim = local.and_then(|v| self.victim(weight(Some(v))))?;
+            self.retire(victim);
         }
         let i = self.insert(family, key, fingerprint, policy, true).ok()?;
         self.keyed += 1;
         Some(i)
     }
 
+    /// The keyed breaker that makes room for one of `weight`: one only peers spoke of (the
+    /// one whose latest opinion is oldest), else the lightest of those this instance has,
+    /// if lighter.
+    fn victim(&self, weight: u8) -> Option<usize> {
+        self.breakers
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.keyed && !l.retired)
+            .map(|(i, l)| {
+                self.step();
+                let newest = l.opinions.values().map(|o| o.observed_at_ms).max();
+                ((l.view.is_some(), self::weight(l.view.as_ref()), newest), i)
+            })
+            .filter(|&((local, w, _), _)| !local || w < weight)
+            .min()
+            .map(|(_, i)| i)
+    }
+
     /// A record of a key this store does not hold: its breaker, added when the record's
     /// family is known here with the same fingerprint and the record tells of trouble.
     pub(super) fn keyed_from_peer(&mut self, o: &WireOpinion) -> Option<usize> {
         let &(fingerprint, _) = self.families.get(&o.upstream)?;
-        let trouble = o.state != State::Closed || o.failures > 0 || o.slow > 0;
-        if fingerprint != o.fingerprint || !trouble || o.flags.forced {
+        if fingerprint != o.fingerprint {
+            *self.disagreeing.entry(o.upstream.clone()).or_default() += 1;
             return None;
         }
-        let i = self.add_keyed(&o.upstream, &o.route, false)?;
+        let trouble = o.state != State::Closed || o.failures > 0 || o.slow > 0;
+        if !trouble || o.flags.forced {
+            return None;
+        }
+        if self.keyed >= MAX_KEYED {
+            self.counters.keyed_left_out += 1;
+            return None;
+        }
+        let i = self.add_keyed(&o.upstream, &o.route, None)?;
         self.added.push(i);
         Some(i)
+    }
+
+    /// The families, with their fingerprints and the records of their keys refused for
+    /// another fingerprint (a peer whose `circuit_breaker_key` has other parameters), by name.
+    pub fn families(&self) -> Vec<(&str, u64, u64)> {
+        let mut out: Vec<(&str, u64, u64)> = self
+            .families
+            .iter()
+            .map(|(name, &(fp, _))| {
+                let d = self.disagreeing.get(name).copied().unwrap_or(0);
+                (name.as_str(), fp, d)
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The names of the breaker at `i` (a retired keyed breaker's are empty).
+    pub fn names_of(&self, i: usize) -> Option<(&str, &str)> {
+        self.breakers
+            .get(i)
+            .map(|l| (l.upstream.as_str(), l.route.as_str()))
     }
 
     /// Keyed breakers a peer's record added since the last call: the shell looks for them in
@@ -171,4 +217,20 @@ impl FleetStore {
             .map(|(_, o)| o)
             .collect()
     }
+}
+
+/// How much a keyed breaker's view says, for making room: open or forced, then failing, then
+/// quiet.
+pub fn weight(v: Option<&LocalView>) -> u8 {
+    match v {
+        Some(v) if v.state != State::Closed || v.forced => 2,
+        Some(v) if v.failures > 0 || v.slow > 0 => 1,
+        _ => 0,
+    }
+}
+
+/// Whether `key` is a key's written form exactly (`name::shown` of what it stands for): a
+/// peer may not name one key two ways, which would make two entries of one breaker.
+fn canonical(key: &str) -> bool {
+    crate::keyed::name::from_shown(key).is_some_and(|b| crate::keyed::name::shown(&b) == key)
 }

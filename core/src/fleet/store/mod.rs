@@ -40,7 +40,7 @@ mod outbound;
 mod records;
 
 pub use config::*;
-pub use keyed::{KEYED_PER_MESSAGE, MAX_KEYED};
+pub use keyed::{weight as keyed_weight, KEYED_PER_MESSAGE, MAX_KEYED};
 pub use records::*;
 use records::{valid_name, Local, Opinions, Peer, Signal};
 
@@ -56,6 +56,7 @@ pub struct FleetStore {
     /// Keyed breakers' families (`circuit_breaker_key`), by name, and the indexes retired
     /// keyed breakers left (see [`keyed`]).
     families: HashMap<String, (u64, Policy)>,
+    disagreeing: HashMap<String, u64>,
     free: Vec<usize>,
     keyed: usize,
     /// Keyed breakers a peer's record made, for the shell to look for in the zone.
@@ -87,6 +88,7 @@ impl FleetStore {
             breakers: Vec::new(),
             breaker_index: HashMap::new(),
             families: HashMap::new(),
+            disagreeing: HashMap::new(),
             free: Vec::new(),
             keyed: 0,
             added: Vec::new(),
