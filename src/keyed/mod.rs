@@ -28,6 +28,7 @@ use crate::request::{self, Label};
 use crate::respond;
 use crate::upstream::{body, log_transition_of, outcome};
 
+mod memo;
 mod stale;
 
 use crate::zone::{Missing, Zone};
@@ -180,14 +181,19 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         log_once(log, &fam.name, "longer than 256 bytes, not judged");
         return declined;
     }
-    let hash = zone.keyed_hasher().hash(fam.id, key.as_bytes());
+    let hasher = zone.keyed_hasher();
+    let remembered = memo::recall(&hasher, fam.id, key.as_bytes());
+    let hash = remembered.map_or_else(|| hasher.hash(fam.id, key.as_bytes()), |(h, _)| h);
     let now = mono_ms();
     if again {
         return judged_again(req, zone, fam, hash, now);
     }
     let decided = {
         let mut locked = zone.lock();
-        match locked.keyed_place(&fam.as_zone(), hash, now) {
+        let at = remembered
+            .and_then(|(_, tally)| locked.keyed_use(&fam.as_zone(), tally, hash, now))
+            .or_else(|| locked.keyed_place(&fam.as_zone(), hash, now));
+        match at {
             None => Decided::NoRoom,
             Some(at) if at.promoted => admit(&mut locked, at.tally, hash, now, &*req),
             Some(at) => Decided::Admitted(
@@ -201,7 +207,12 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         }
     };
     let (tally, admission, state, transition) = match decided {
-        Decided::Admitted(i, a, s, t) => (i, a, s, t),
+        Decided::Admitted(i, a, s, t) => {
+            if remembered.map(|(_, at)| at) != Some(i) {
+                memo::remember(&hasher, fam.id, key.as_bytes(), hash, i);
+            }
+            (i, a, s, t)
+        }
         // A request whose body has not arrived is never the probe: its client would hold
         // it for as long as it takes. The body is read first, and the phase runs again.
         Decided::BodyFirst => return body::read_first(req),

@@ -239,6 +239,20 @@ impl<'z> Locked<'z> {
         })
     }
 
+    /// The key hashed to `hash` of `fam` where this worker last found it, at `tally`, marked
+    /// used at `now_ms` as [`Locked::keyed_place`] marks a key it finds; `None` when it is no
+    /// longer there.
+    pub fn keyed_use(
+        &mut self,
+        fam: &Family,
+        tally: usize,
+        hash: u64,
+        now_ms: u64,
+    ) -> Option<KeyedAt> {
+        let promoted = self.with_table(|t| t.use_at(tally, fam.id, hash, now_ms / 1000))??;
+        Some(KeyedAt { tally, promoted })
+    }
+
     /// Where the key hashed to `hash` of `fam` lives, if it does (not a use).
     pub fn keyed_find(&mut self, fam: &Family, hash: u64) -> Option<KeyedAt> {
         let tally = self.with_table(|t| t.find(fam.id, hash))??;

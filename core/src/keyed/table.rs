@@ -134,6 +134,21 @@ impl<'a> Table<'a> {
         within(a).or_else(|| within(b))
     }
 
+    /// Marks the key hashed to `hash` in `family` used at `now_s` where a caller last found
+    /// it, at `i` (as [`Table::place`] does a key it finds); `None` when it is not there any
+    /// more, else whether it was promoted.
+    pub fn use_at(&mut self, i: usize, family: u16, hash: u64, now_s: u64) -> Option<bool> {
+        let s = self.tallies.get(i)?;
+        if s.hash != hash || s.family != family {
+            return None;
+        }
+        let tick = self.tick();
+        let s = &mut self.tallies[i];
+        s.touch(now_s);
+        s.used = tick;
+        Some(s.full != 0)
+    }
+
     /// The tally at `i`.
     pub fn tally(&self, i: usize) -> &Tally {
         &self.tallies[i]
@@ -276,6 +291,25 @@ mod tests {
             Placed::Found(b)
         );
         assert_eq!(t.tally(b).last_s, 9);
+    }
+
+    #[test]
+    fn a_use_where_a_key_was_found_counts_as_placing_it() {
+        let mut tallies = [Tally::EMPTY; 16];
+        let mut uses = 0;
+        let mut t = table(&mut tallies, &mut uses);
+        let Placed::New(i) = t.place(0, 77, 1, |_| Protection::Kept) else {
+            panic!("an empty table");
+        };
+        t.place(0, 78, 1, |_| Protection::Kept);
+        assert_eq!(t.use_at(i, 0, 77, 5), Some(false));
+        assert_eq!(t.tally(i).last_s, 5);
+        assert_eq!(t.tally(i).used, 3, "the latest use");
+        assert_eq!(t.use_at(i, 1, 77, 6), None, "another family's");
+        assert_eq!(t.use_at(i, 0, 79, 6), None, "another key's");
+        assert_eq!(t.use_at(99, 0, 77, 6), None, "out of the table");
+        t.tally_mut(i).full = 1;
+        assert_eq!(t.use_at(i, 0, 77, 6), Some(true));
     }
 
     #[test]
