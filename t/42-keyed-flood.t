@@ -108,7 +108,7 @@ is(CB::Origin::hits($hits, qr/who=victim/), 3, 'the victim origin saw nothing mo
 
 my $status = http_get('/status');
 my ($used, $cap, $promoted) = $status =~ /"keys":\{"used":(\d+),"capacity":(\d+),"promoted":(\d+),/;
-is($cap, 320, 'the table has the places 256 keys need (a fifth more)');
+is($cap, 304, 'the table has the places 256 keys need (20 for 17)');
 ok(defined $used && $used <= $cap, "keys in the table within its size ($used)");
 ok(defined $promoted && $promoted >= 1 && $promoted <= $cap, "promoted keys bounded ($promoted)");
 my ($zused, $zsize) = $status =~ /"size":(\d+),"used":(\d+)/ ? ($2, $1) : (0, 0);

@@ -329,8 +329,8 @@ unsafe fn complex_value(
     (rc == nginx_sys::NGX_OK as nginx_sys::ngx_int_t).then_some(cv)
 }
 
-/// `circuit_breaker_zone`'s `keys=N`: the keyed table's tallies for `N` keys (a fifth more,
-/// in whole buckets), which may take half of the zone at most (promoted keys' breakers never
+/// `circuit_breaker_zone`'s `keys=N`: the keyed table's places for `N` keys (20 for 17, in
+/// whole buckets), which may take half of the zone at most (promoted keys' breakers never
 /// take its last quarter).
 fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
     let text = String::from_utf8_lossy(word).into_owned();
@@ -351,7 +351,7 @@ fn parse_keys(word: &[u8], size: u64) -> Result<usize, ConfError> {
             value: text.clone(),
             reason: Some("must be a number of keys from 8 to 16777216"),
         })?;
-    let bytes = keys * core::mem::size_of::<circuit_breaker_core::keyed::Tally>();
+    let bytes = keys * circuit_breaker_core::keyed::Table::PLACE_BYTES;
     if bytes as u64 > size / 2 {
         return Err(ConfError::Conflict(format!(
             "\"{text}\" needs {} KiB, more than half of the zone: give the zone at least {}k",

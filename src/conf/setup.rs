@@ -324,7 +324,8 @@ pub unsafe fn collect_upstreams(
     }
     if !mcf.keyed.is_empty() {
         let cap = mcf.keyed_capacity();
-        let kib = cap * core::mem::size_of::<circuit_breaker_core::keyed::Tally>() / 1024;
+        let place = circuit_breaker_core::keyed::Table::PLACE_BYTES;
+        let kib = cap * place / 1024;
         // SAFETY: `cf` is live while configuration is parsed.
         let log = unsafe { (*cf).log };
         ngx::ngx_log_error!(
@@ -335,7 +336,7 @@ pub unsafe fn collect_upstreams(
             mcf.zone_name.0,
             circuit_breaker_core::keyed::Table::keys_kept(cap),
             cap,
-            core::mem::size_of::<circuit_breaker_core::keyed::Tally>(),
+            place,
             kib
         );
         if cap == 0 {

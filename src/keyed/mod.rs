@@ -12,6 +12,7 @@
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
 
 use circuit_breaker_core::breaker::{Admission, Classified, Ticket};
 use circuit_breaker_core::keyed::{self, Take, MAX_KEY};
@@ -187,6 +188,24 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
     let now = mono_ms();
     if again {
         return judged_again(req, zone, fam, hash, now);
+    }
+    // A key this worker found compact lately, and that its mark says is still there and
+    // compact, passes without the lock (its outcome is counted in the mark, or under the lock
+    // if it is anything but a success of the mark's second).
+    if let Some((_, tally)) = remembered {
+        let compact = zone
+            .keyed_mark(tally)
+            .is_some_and(|m| keyed::mark::compact(m.load(Ordering::Relaxed), hash));
+        if compact {
+            let held = Hold::new(
+                req,
+                mcf,
+                (family, key, hash, tally),
+                (Ticket::Normal, Label::State(State::Closed)),
+                now,
+            );
+            return hold(req, held);
+        }
     }
     let decided = {
         let mut locked = zone.lock();
@@ -590,6 +609,16 @@ fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt,
     let c = Classified::of(attempt, &fam.cfg);
     let now = mono_ms();
     h.recorded_ms = now;
+    // A success of a compact key is counted in its mark, without the lock, while the mark is
+    // of this second (its first success of a second takes the lock and moves the mark on).
+    let counted = h.ticket == Ticket::Normal
+        && keyed::take(&c) == Take::Success
+        && zone
+            .keyed_mark(h.tally)
+            .is_some_and(|m| keyed::mark::count(m, h.hash, now / 1000));
+    if counted {
+        return;
+    }
     let key = h.key.as_bytes();
     let recorded = {
         let mut locked = zone.lock();

@@ -147,6 +147,8 @@ fn lay_out(pool: &SlabPool, size: usize, name: &str, seed: &[u8; 32]) -> Option<
             keyed_secret,
             keyed_tallies: AtomicPtr::new(null_mut()),
             keyed_cap: AtomicU32::new(0),
+            keyed_marks: AtomicPtr::new(null_mut()),
+            keyed_marks_room: AtomicU32::new(0),
             keyed_uses: AtomicU32::new(0),
             keyed_head: AtomicPtr::new(null_mut()),
             keyed_nodes: AtomicU32::new(0),

@@ -9,7 +9,7 @@
 //! batches, must never meet.
 
 use core::ptr::NonNull;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::histogram::Histogram;
 use circuit_breaker_core::breaker::BreakerConfig;
@@ -56,6 +56,18 @@ impl Zone {
         let h = self.header();
         KeyHasher::new(h.keyed_secret[0], h.keyed_secret[1])
     }
+
+    /// The mark of the table's place `i`, read and counted in without the mutex
+    /// (`circuit_breaker_core::keyed::mark`); `None` past the table's places.
+    pub fn keyed_mark(&self, i: usize) -> Option<&AtomicU64> {
+        let p = NonNull::new(self.header().keyed_marks.load(Ordering::Acquire))?;
+        // SAFETY: a marks array, never freed once published; its first word, the count of
+        // marks in use, was written before it was published (and is only ever lowered to
+        // what the array has room for).
+        let in_use = unsafe { p.as_ref() }.load(Ordering::Acquire) as usize;
+        // SAFETY: within the array (the first word, then `in_use` marks at most).
+        (i < in_use).then(|| unsafe { &*p.as_ptr().add(1 + i) })
+    }
 }
 
 impl<'z> Locked<'z> {
@@ -69,14 +81,56 @@ impl<'z> Locked<'z> {
         Some(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), cap) })
     }
 
+    /// The table's marks in use (as many as its tallies once laid out).
+    fn marks(&self) -> Option<&'z [AtomicU64]> {
+        let p = NonNull::new(self.header().keyed_marks.load(Ordering::Relaxed))?;
+        // SAFETY: a marks array (see `keyed_mark`), its first word the count in use.
+        let in_use = unsafe { p.as_ref() }.load(Ordering::Relaxed) as usize;
+        // SAFETY: the `in_use` marks after the first word, never freed.
+        Some(unsafe { core::slice::from_raw_parts(p.as_ptr().add(1), in_use) })
+    }
+
     /// Runs `f` on the table, its count of uses kept in the header.
     fn with_table<T>(&self, f: impl FnOnce(&mut Table<'_>) -> T) -> Option<T> {
         let tallies = self.tallies()?;
+        let marks = self.marks()?;
         let h = self.header();
         let mut uses = h.keyed_uses.load(Ordering::Relaxed);
-        let out = Table::new(tallies, &mut uses).map(|mut t| f(&mut t));
+        let out = Table::new(tallies, marks, &mut uses).map(|mut t| f(&mut t));
         h.keyed_uses.store(uses, Ordering::Relaxed);
         out
+    }
+
+    /// Marks for a table of `cap` places, all empty: the array there is when it has room,
+    /// else a new one (the old one stays: a request may still hold it). `None` when the zone
+    /// has no room. The count in use is set once the marks are cleared.
+    fn keyed_marks_for(&mut self, cap: usize) -> Option<NonNull<AtomicU64>> {
+        let h = self.header();
+        let room = h.keyed_marks_room.load(Ordering::Relaxed) as usize;
+        let p = match NonNull::new(h.keyed_marks.load(Ordering::Relaxed)) {
+            Some(p) if room >= cap => p,
+            _ => {
+                let layout = core::alloc::Layout::array::<AtomicU64>(cap + 1).ok()?;
+                let p = self.pool_mut().allocate(layout).ok()?.cast::<AtomicU64>();
+                // SAFETY: a fresh allocation of `cap + 1` words.
+                unsafe { p.as_ptr().write(AtomicU64::new(0)) };
+                for i in 0..cap {
+                    // SAFETY: as above.
+                    unsafe { p.as_ptr().add(1 + i).write(AtomicU64::new(0)) };
+                }
+                h.keyed_marks.store(p.as_ptr(), Ordering::Release);
+                h.keyed_marks_room.store(cap as u32, Ordering::Relaxed);
+                p
+            }
+        };
+        // SAFETY: the array has room for `cap` marks after its first word, never freed.
+        let all = unsafe { core::slice::from_raw_parts(p.as_ptr(), cap + 1) };
+        all[0].store(0, Ordering::Release);
+        for m in &all[1..] {
+            circuit_breaker_core::keyed::mark::clear(m);
+        }
+        all[0].store(cap as u64, Ordering::Release);
+        Some(p)
     }
 
     /// Lays the table out with `cap` tallies (whole buckets), unless it has exactly that many.
@@ -97,7 +151,14 @@ impl<'z> Locked<'z> {
             let Ok(layout) = core::alloc::Layout::array::<Tally>(cap) else {
                 return false;
             };
+            // The marks first: a table without them is no table.
+            let Some(marks) = self.keyed_marks_for(cap) else {
+                return false;
+            };
             let Ok(p) = self.pool_mut().allocate(layout) else {
+                // The marks stay, for the next layout; the old table keeps its places.
+                // SAFETY: the marks array's first word.
+                unsafe { marks.as_ref() }.store(old_cap as u64, Ordering::Release);
                 return false;
             };
             let p = p.cast::<Tally>();
@@ -111,10 +172,11 @@ impl<'z> Locked<'z> {
         let mut lost = Vec::new();
         if let Some(old) = self.tallies() {
             let mut uses = 0;
-            let mut new_table = fresh.and_then(|p| {
+            let marks = self.marks();
+            let mut new_table = fresh.zip(marks).and_then(|(p, marks)| {
                 // SAFETY: the `cap` tallies just written, in the zone, under the mutex.
                 let s = unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), cap) };
-                Table::new(s, &mut uses)
+                Table::new(s, marks, &mut uses)
             });
             for t in old.iter().filter(|t| !t.is_empty()) {
                 if new_table.as_mut().is_some_and(|n| n.adopt(*t)) {
@@ -140,6 +202,10 @@ impl<'z> Locked<'z> {
         }
         if fresh.is_none() {
             self.keyed_drop_all();
+            if let Some(p) = NonNull::new(h.keyed_marks.load(Ordering::Relaxed)) {
+                // SAFETY: the marks array's first word: no mark is in use without a table.
+                unsafe { p.as_ref() }.store(0, Ordering::Release);
+            }
         }
         h.keyed_tallies.store(
             fresh.map_or(core::ptr::null_mut(), NonNull::as_ptr),
@@ -177,7 +243,7 @@ impl<'z> Locked<'z> {
     /// take the key.
     pub fn keyed_place(&mut self, fam: &Family, hash: u64, now_ms: u64) -> Option<KeyedAt> {
         let placed = self.with_table(|t| {
-            let placed = t.place(fam.id, hash, now_ms / 1000, |s| {
+            let placed = t.place(fam.id, hash, (now_ms / 1000, fam.cfg.window_s), |s| {
                 let Some(n) = self.keyed_node(s.hash) else {
                     return Protection::Evictable;
                 };
@@ -220,7 +286,8 @@ impl<'z> Locked<'z> {
     }
 
     /// The key hashed to `hash` of `fam` where it was last found, at `tally`, marked used at
-    /// `now_ms`; `None` when it is no longer there (then [`Locked::keyed_place`] finds it).
+    /// `now_ms` (what its mark counted taken in); `None` when it is no longer there (then
+    /// [`Locked::keyed_place`] finds it).
     pub fn keyed_at(
         &mut self,
         fam: &Family,
@@ -228,15 +295,7 @@ impl<'z> Locked<'z> {
         hash: u64,
         now_ms: u64,
     ) -> Option<KeyedAt> {
-        let t = self.tallies()?.get_mut(tally)?;
-        if t.hash != hash || t.family != fam.id {
-            return None;
-        }
-        t.touch(now_ms / 1000);
-        Some(KeyedAt {
-            tally,
-            promoted: t.full != 0,
-        })
+        self.keyed_use(fam, tally, hash, now_ms)
     }
 
     /// The key hashed to `hash` of `fam` where this worker last found it, at `tally`, marked
@@ -249,7 +308,8 @@ impl<'z> Locked<'z> {
         hash: u64,
         now_ms: u64,
     ) -> Option<KeyedAt> {
-        let promoted = self.with_table(|t| t.use_at(tally, fam.id, hash, now_ms / 1000))??;
+        let promoted =
+            self.with_table(|t| t.use_at(tally, fam.id, hash, now_ms / 1000, fam.cfg.window_s))??;
         Some(KeyedAt { tally, promoted })
     }
 
@@ -270,9 +330,7 @@ impl<'z> Locked<'z> {
         now_ms: u64,
     ) -> Option<BreakerMut<'_>> {
         let Some(n) = self.keyed_node(hash) else {
-            if let Some(s) = self.tallies()?.get_mut(tally) {
-                s.full = 0;
-            }
+            self.keyed_demote(tally, hash, now_ms);
             return None;
         };
         let idle = {
@@ -285,9 +343,7 @@ impl<'z> Locked<'z> {
         if idle {
             // SAFETY: a published node, not borrowed.
             unsafe { self.remove(n) };
-            if let Some(s) = self.tallies()?.get_mut(tally) {
-                s.full = 0;
-            }
+            self.keyed_demote(tally, hash, now_ms);
             return None;
         }
         // SAFETY: a published node; `&mut self` rules out a second `BreakerMut`.
@@ -340,11 +396,22 @@ impl<'z> Locked<'z> {
         false
     }
 
+    /// The key hashed to `hash` at `tally` is compact again (its breaker gone).
+    fn keyed_demote(&mut self, tally: usize, hash: u64, now_ms: u64) {
+        self.with_table(|t| {
+            if t.get(tally).is_some_and(|s| s.hash == hash) {
+                t.demote(tally, now_ms / 1000);
+            }
+        });
+    }
+
     /// Counts a success of the compact key at `tally`.
     pub fn keyed_success(&mut self, tally: usize, now_ms: u64, window_s: u32) {
-        if let Some(s) = self.tallies().and_then(|s| s.get_mut(tally)) {
-            s.add_success(now_ms / 1000, window_s);
-        }
+        self.with_table(|t| {
+            if t.get(tally).is_some() {
+                t.success(tally, now_ms / 1000, window_s);
+            }
+        });
     }
 
     /// Promotes the key at `tally` (`key`, hashed to `hash`, of `fam`): its breaker, which
@@ -381,13 +448,14 @@ impl<'z> Locked<'z> {
                 self.create(&k, fam.cfg, now_ms).ok_or(Missing::Full)?
             }
         };
-        let handover = match self.tallies().and_then(|s| s.get_mut(tally)) {
-            Some(s) if s.hash == hash => {
-                s.full = 1;
-                s.handover(now_ms / 1000, fam.cfg.window_s)
-            }
-            _ => Vec::new(),
-        };
+        let handover = self
+            .with_table(|t| {
+                t.get(tally)
+                    .is_some_and(|s| s.hash == hash)
+                    .then(|| t.promote(tally, now_ms / 1000, fam.cfg.window_s))
+            })
+            .flatten()
+            .unwrap_or_default();
         // SAFETY: a published node (found, or just created); `&mut self` rules out a second
         // `BreakerMut`.
         let mut b = unsafe { self.borrow(n) }.ok_or(Missing::Full)?;

@@ -69,8 +69,9 @@ const MAGIC: u64 = layout_hash(&[
 /// what was padding; 2: the limit controller's capacity estimate; 3: a berth's rejecting
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
-/// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets).
-const LAYOUT_REVISION: u64 = 7;
+/// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets;
+/// 8: keys' marks).
+const LAYOUT_REVISION: u64 = 8;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -131,6 +132,12 @@ struct Header {
     /// and its tally count;
     keyed_tallies: AtomicPtr<circuit_breaker_core::keyed::Tally>,
     keyed_cap: AtomicU32,
+    /// their marks (`circuit_breaker_core::keyed::mark`), read and counted in without the
+    /// mutex: an array whose first word is the count of marks in use, never freed (a
+    /// request may hold it while a reload lays out another table), and the marks it has room
+    /// for;
+    keyed_marks: AtomicPtr<AtomicU64>,
+    keyed_marks_room: AtomicU32,
     /// the table's count of uses (under the mutex);
     keyed_uses: AtomicU32,
     /// and the breakers keys were promoted to, newest first: a list of their own, apart from

@@ -15,10 +15,16 @@
 //!   in buckets; a key lives in one of the two buckets its hash names ([`NEIGHBOURHOOD`]
 //!   tallies), so finding or placing a key reads at most that many, however many keys are
 //!   live, and a table keeps nearly every key until it is some 80 % full.
+//! - **No lock for a compact key.** Beside each tally a [`mark`] says which key lives there
+//!   and whether it was promoted, and counts its successes of one second: a request whose key
+//!   is compact passes on the mark, and its success is counted in it, without the zone's
+//!   lock; the lock is taken for the first success of a second, a failure, a promoted key,
+//!   and whenever the tally is read or changed — the mark's count taken in first.
 //! - **A secret hash.** Keys are hashed with SipHash-1-3 under the zone's secret
 //!   ([`KeyHasher`]): a client cannot choose keys that crowd one neighbourhood.
 //! - **Eviction that cannot be steered.** A new key takes an empty tally of its
-//!   neighbourhood, else the least recently used compact one, else the least recently used
+//!   neighbourhood, else the least recently used compact one (by the second; within one,
+//!   the one its mark counted fewer successes for), else the least recently used
 //!   promoted one whose breaker is closed; never one whose breaker is open, half-open,
 //!   forced or probing ([`Table::place`]). A flood of new keys therefore replaces idle
 //!   healthy keys first and can never close an open breaker by pushing it out; when its two
@@ -27,6 +33,7 @@
 //! - **Bounded keys.** A key longer than [`MAX_KEY`] bytes is not judged at all.
 
 mod hash;
+pub mod mark;
 pub mod name;
 mod table;
 mod tally;

@@ -6,6 +6,9 @@
 //! the emptier of its two, so buckets fill evenly and a table keeps nearly every key until it
 //! is some 80 % full (a single run of eight places starts pushing keys out at half full).
 
+use core::sync::atomic::AtomicU64;
+
+use super::mark;
 use super::tally::Tally;
 
 /// Tallies in a bucket.
@@ -40,21 +43,29 @@ pub enum Placed {
     Full,
 }
 
-/// The table over the zone's tallies, borrowed under the zone's lock, with its count of uses
-/// (kept beside the tallies), which orders the uses of one second.
+/// The table over the zone's tallies, borrowed under the zone's lock, with their marks
+/// ([`mark`]: read and counted in without the lock) and its count of uses (kept beside the
+/// tallies), which orders the uses of one second. Every change of a tally sets its mark, and
+/// what a mark counted is taken into its tally before the tally is read or changed.
 pub struct Table<'a> {
     tallies: &'a mut [Tally],
+    marks: &'a [AtomicU64],
     uses: &'a mut u32,
     buckets: usize,
 }
 
 impl<'a> Table<'a> {
-    /// The table over `tallies`, whose count must be a whole number of buckets (at least
-    /// one), and its count of uses.
-    pub fn new(tallies: &'a mut [Tally], uses: &'a mut u32) -> Option<Table<'a>> {
+    /// The table over `tallies` and their `marks` (as many), whose count must be a whole
+    /// number of buckets (at least one), and its count of uses.
+    pub fn new(
+        tallies: &'a mut [Tally],
+        marks: &'a [AtomicU64],
+        uses: &'a mut u32,
+    ) -> Option<Table<'a>> {
         let n = tallies.len();
-        (n >= BUCKET && n % BUCKET == 0).then_some(Table {
+        (n >= BUCKET && n % BUCKET == 0 && marks.len() == n).then_some(Table {
             tallies,
+            marks,
             uses,
             buckets: n / BUCKET,
         })
@@ -72,19 +83,24 @@ impl<'a> Table<'a> {
         self.uses.wrapping_sub(self.tallies[i].used)
     }
 
-    /// The tallies a table of `bytes` holds: whole buckets (0 when not even one fits).
+    /// The tallies a table of `bytes` holds, with their marks: whole buckets (0 when not
+    /// even one fits).
     pub fn capacity_for(bytes: usize) -> usize {
-        bytes / core::mem::size_of::<Tally>() / BUCKET * BUCKET
+        bytes / Self::PLACE_BYTES / BUCKET * BUCKET
     }
 
-    /// The tallies a table needs to keep `keys` live keys: a fifth more, in whole buckets.
+    /// Bytes a place takes: its tally and its mark.
+    pub const PLACE_BYTES: usize = core::mem::size_of::<Tally>() + 8;
+
+    /// The tallies a table needs to keep `keys` live keys: 20 places for 17 keys, in whole
+    /// buckets.
     pub fn places_for(keys: usize) -> usize {
-        keys.saturating_add(keys / 4).div_ceil(BUCKET).max(1) * BUCKET
+        keys.saturating_mul(20).div_ceil(17).div_ceil(BUCKET).max(1) * BUCKET
     }
 
     /// The keys a table of `places` tallies keeps (the inverse of [`Table::places_for`]).
     pub fn keys_kept(places: usize) -> usize {
-        places / 5 * 4
+        places / 20 * 17 + places % 20 * 17 / 20
     }
 
     /// How many tallies it has.
@@ -134,19 +150,72 @@ impl<'a> Table<'a> {
         within(a).or_else(|| within(b))
     }
 
-    /// Marks the key hashed to `hash` in `family` used at `now_s` where a caller last found
-    /// it, at `i` (as [`Table::place`] does a key it finds); `None` when it is not there any
-    /// more, else whether it was promoted.
-    pub fn use_at(&mut self, i: usize, family: u16, hash: u64, now_s: u64) -> Option<bool> {
+    /// Marks the key hashed to `hash` in `family` (whose window is `window_s`) used at
+    /// `now_s` where a caller last found it, at `i` (as [`Table::place`] does a key it finds);
+    /// `None` when it is not there any more, else whether it was promoted.
+    pub fn use_at(
+        &mut self,
+        i: usize,
+        family: u16,
+        hash: u64,
+        now_s: u64,
+        window_s: u32,
+    ) -> Option<bool> {
         let s = self.tallies.get(i)?;
         if s.hash != hash || s.family != family {
             return None;
         }
+        self.used(i, now_s, window_s);
+        Some(self.tallies[i].full != 0)
+    }
+
+    /// The tally at `i` used now: what its mark counted taken in, touched, the latest use.
+    fn used(&mut self, i: usize, now_s: u64, window_s: u32) {
+        self.fold(i, now_s, window_s);
         let tick = self.tick();
         let s = &mut self.tallies[i];
         s.touch(now_s);
         s.used = tick;
-        Some(s.full != 0)
+    }
+
+    /// Takes what the mark at `i` counted without the lock into its tally (a key whose window
+    /// is `window_s`), the mark moved on to `now_s`.
+    pub fn fold(&mut self, i: usize, now_s: u64, window_s: u32) {
+        let s = &mut self.tallies[i];
+        if s.is_empty() {
+            return;
+        }
+        if let Some((second, n)) = mark::take(&self.marks[i], s.hash, s.full != 0, now_s) {
+            s.add_at(second.min(now_s), n, window_s);
+        }
+    }
+
+    /// Counts a success of the compact key at `i` at `now_s`, under the lock.
+    pub fn success(&mut self, i: usize, now_s: u64, window_s: u32) {
+        self.fold(i, now_s, window_s);
+        self.tallies[i].add_success(now_s, window_s);
+    }
+
+    /// Promotes the key at `i`: its successes over the window (see [`Tally::handover`]), what
+    /// its mark counted included; from now on its mark sends every request to the lock.
+    pub fn promote(&mut self, i: usize, now_s: u64, window_s: u32) -> Vec<(u64, u32)> {
+        self.fold(i, now_s, window_s);
+        let s = &mut self.tallies[i];
+        s.full = 1;
+        mark::take(&self.marks[i], s.hash, true, now_s);
+        s.handover(now_s, window_s)
+    }
+
+    /// The key at `i` is compact again (its breaker freed).
+    pub fn demote(&mut self, i: usize, now_s: u64) {
+        let s = &mut self.tallies[i];
+        s.full = 0;
+        mark::take(&self.marks[i], s.hash, false, now_s);
+    }
+
+    /// The tally at `i`, if the table has one.
+    pub fn get(&self, i: usize) -> Option<&Tally> {
+        self.tallies.get(i)
     }
 
     /// The tally at `i`.
@@ -154,23 +223,26 @@ impl<'a> Table<'a> {
         &self.tallies[i]
     }
 
-    /// The tally at `i`, to count in.
+    /// The tally at `i`, to change by hand, its mark left as it is: for tests (the shell
+    /// changes a tally only through the calls above, which keep its mark).
     pub fn tally_mut(&mut self, i: usize) -> &mut Tally {
         &mut self.tallies[i]
     }
 
     /// Puts a tally of another table (a resize) in an empty place of its neighbourhood, as it
-    /// is; `false` when there is none.
+    /// is (what the old table's mark counted is left behind); `false` when there is none.
     pub fn adopt(&mut self, t: Tally) -> bool {
         let Some(i) = self.empty_for(t.hash) else {
             return false;
         };
         self.tallies[i] = t;
+        mark::take(&self.marks[i], t.hash, t.full != 0, u64::from(t.last_s));
         true
     }
 
     /// Empties the tally at `i`, returning what it held.
     pub fn remove(&mut self, i: usize) -> Tally {
+        mark::clear(&self.marks[i]);
         core::mem::replace(&mut self.tallies[i], Tally::EMPTY)
     }
 
@@ -190,30 +262,29 @@ impl<'a> Table<'a> {
         &mut self,
         family: u16,
         hash: u64,
-        now_s: u64,
+        (now_s, window_s): (u64, u32),
         protection: impl Fn(&Tally) -> Protection,
     ) -> Placed {
-        let tick = self.tick();
         if let Some(i) = self.find(family, hash) {
-            self.tallies[i].touch(now_s);
-            self.tallies[i].used = tick;
+            self.used(i, now_s, window_s);
             return Placed::Found(i);
         }
         let mut fresh = Tally::new(hash, family, now_s);
-        fresh.used = tick;
+        fresh.used = self.tick();
         if let Some(i) = self.empty_for(hash) {
             self.tallies[i] = fresh;
+            mark::take(&self.marks[i], hash, false, now_s);
             return Placed::New(i);
         }
         // Compact keys first (they carry successes only), then promoted ones; the least
         // recently used of each.
         let rank = |i: usize| {
             let s = &self.tallies[i];
-            let stale = u32::MAX - self.age(i);
+            let recent = self.recent(i, now_s);
             if s.full == 0 {
-                Some((0, stale))
+                Some((0, recent))
             } else if protection(s) == Protection::Evictable {
-                Some((1, stale))
+                Some((1, recent))
             } else {
                 None
             }
@@ -223,8 +294,27 @@ impl<'a> Table<'a> {
             .filter_map(|i| rank(i).map(|r| (r, i)))
             .min_by_key(|&(r, _)| r);
         match victim {
-            Some((_, i)) => Placed::Replaced(i, core::mem::replace(&mut self.tallies[i], fresh)),
+            Some((_, i)) => {
+                let old = core::mem::replace(&mut self.tallies[i], fresh);
+                mark::take(&self.marks[i], hash, false, now_s);
+                Placed::Replaced(i, old)
+            }
             None => Placed::Full,
+        }
+    }
+
+    /// How recently the key at `i` was used, for making room: the second of its last use
+    /// (its mark's, when requests counted in it since), then — within one second — how many
+    /// successes its mark counted in it, so that a busy key counted without the lock outranks
+    /// the keys of a flood, then the order of its last use under the lock.
+    pub fn recent(&self, i: usize, now_s: u64) -> (u64, u32, u32) {
+        let s = &self.tallies[i];
+        let last = u64::from(s.last_s);
+        let stale = u32::MAX - self.age(i);
+        match mark::peek(&self.marks[i], s.hash, now_s) {
+            Some((second, n)) if second > last => (second, n, stale),
+            Some((second, n)) if second == last => (last, n, stale),
+            _ => (last, 0, stale),
         }
     }
 }
@@ -233,22 +323,27 @@ impl<'a> Table<'a> {
 mod tests {
     use super::*;
 
+    fn marks(n: usize) -> &'static [AtomicU64] {
+        Box::leak((0..n).map(|_| AtomicU64::new(0)).collect())
+    }
+
     fn table<'a>(tallies: &'a mut [Tally], uses: &'a mut u32) -> Table<'a> {
-        Table::new(tallies, uses).expect("whole buckets")
+        let n = tallies.len();
+        Table::new(tallies, marks(n), uses).expect("whole buckets")
     }
 
     #[test]
     fn sizes_are_whole_buckets() {
-        let size = core::mem::size_of::<Tally>();
         assert_eq!(Table::capacity_for(0), 0);
-        assert_eq!(Table::capacity_for(size * 7), 0);
-        assert_eq!(Table::capacity_for(size * 8), 8);
-        assert_eq!(Table::capacity_for(size * 100), 96);
-        assert_eq!(Table::places_for(100_000), 125_000);
+        assert_eq!(Table::capacity_for(Table::PLACE_BYTES * 7), 0);
+        assert_eq!(Table::capacity_for(Table::PLACE_BYTES * 8), 8);
+        assert_eq!(Table::capacity_for(Table::PLACE_BYTES * 100), 96);
+        assert_eq!(Table::places_for(100_000), 117_648);
         assert_eq!(Table::places_for(1), 8);
-        assert_eq!(Table::keys_kept(125_000), 100_000);
-        assert!(Table::new(&mut [Tally::EMPTY; 12], &mut 0).is_none());
-        assert!(Table::new(&mut [Tally::EMPTY; 24], &mut 0).is_some());
+        assert_eq!(Table::keys_kept(117_648), 100_000);
+        assert!(Table::new(&mut [Tally::EMPTY; 12], marks(12), &mut 0).is_none());
+        assert!(Table::new(&mut [Tally::EMPTY; 24], marks(24), &mut 0).is_some());
+        assert!(Table::new(&mut [Tally::EMPTY; 24], marks(16), &mut 0).is_none());
     }
 
     #[test]
@@ -277,17 +372,17 @@ mod tests {
         let mut tallies = [Tally::EMPTY; 64];
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
-        let Placed::New(a) = t.place(0, 5, 1, |_| Protection::Kept) else {
+        let Placed::New(a) = t.place(0, 5, (1, 10), |_| Protection::Kept) else {
             panic!("an empty table");
         };
-        let Placed::New(b) = t.place(0, 21 << 40, 1, |_| Protection::Kept) else {
+        let Placed::New(b) = t.place(0, 21 << 40, (1, 10), |_| Protection::Kept) else {
             panic!("room left");
         };
         assert!(t.places(5).any(|i| i == a));
         assert_eq!(t.find(0, 21 << 40), Some(b));
         assert_eq!(t.find(1, 21 << 40), None, "another family's key");
         assert_eq!(
-            t.place(0, 21 << 40, 9, |_| Protection::Kept),
+            t.place(0, 21 << 40, (9, 10), |_| Protection::Kept),
             Placed::Found(b)
         );
         assert_eq!(t.tally(b).last_s, 9);
@@ -298,18 +393,81 @@ mod tests {
         let mut tallies = [Tally::EMPTY; 16];
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
-        let Placed::New(i) = t.place(0, 77, 1, |_| Protection::Kept) else {
+        let Placed::New(i) = t.place(0, 77, (1, 10), |_| Protection::Kept) else {
             panic!("an empty table");
         };
-        t.place(0, 78, 1, |_| Protection::Kept);
-        assert_eq!(t.use_at(i, 0, 77, 5), Some(false));
+        t.place(0, 78, (1, 10), |_| Protection::Kept);
+        assert_eq!(t.use_at(i, 0, 77, 5, 10), Some(false));
         assert_eq!(t.tally(i).last_s, 5);
         assert_eq!(t.tally(i).used, 3, "the latest use");
-        assert_eq!(t.use_at(i, 1, 77, 6), None, "another family's");
-        assert_eq!(t.use_at(i, 0, 79, 6), None, "another key's");
-        assert_eq!(t.use_at(99, 0, 77, 6), None, "out of the table");
+        assert_eq!(t.use_at(i, 1, 77, 6, 10), None, "another family's");
+        assert_eq!(t.use_at(i, 0, 79, 6, 10), None, "another key's");
+        assert_eq!(t.use_at(99, 0, 77, 6, 10), None, "out of the table");
         t.tally_mut(i).full = 1;
-        assert_eq!(t.use_at(i, 0, 77, 6), Some(true));
+        assert_eq!(t.use_at(i, 0, 77, 6, 10), Some(true));
+    }
+
+    #[test]
+    fn what_a_mark_counts_without_the_lock_reaches_the_tally_and_the_breaker() {
+        let mut tallies = [Tally::EMPTY; 8];
+        let mut uses = 0;
+        let m = marks(8);
+        let mut t = Table::new(&mut tallies, m, &mut uses).unwrap();
+        let Placed::New(i) = t.place(0, 77, (100, 10), |_| Protection::Kept) else {
+            panic!("an empty table");
+        };
+        assert!(mark::compact(
+            m[i].load(core::sync::atomic::Ordering::Relaxed),
+            77
+        ));
+        assert!(mark::count(&m[i], 77, 100));
+        assert!(mark::count(&m[i], 77, 100));
+        assert!(
+            !mark::count(&m[i], 77, 101),
+            "the next second takes the lock"
+        );
+        t.success(i, 101, 10);
+        assert!(mark::count(&m[i], 77, 101));
+        assert_eq!(t.use_at(i, 0, 77, 102, 10), Some(false));
+        assert_eq!(t.tally(i).successes(102, 10), 4);
+        assert!(mark::count(&m[i], 77, 102));
+        assert_eq!(
+            t.promote(i, 102, 10),
+            vec![(100, 2), (101, 2), (102, 1)],
+            "what the mark counted is handed over"
+        );
+        assert!(
+            !mark::count(&m[i], 77, 102),
+            "a promoted key's requests take the lock"
+        );
+        t.demote(i, 103);
+        assert!(mark::count(&m[i], 77, 103));
+        // Its place given to another key: the old key's counts are refused.
+        t.remove(i);
+        assert!(!mark::count(&m[i], 77, 103));
+    }
+
+    #[test]
+    fn a_busy_key_counted_without_the_lock_outlasts_a_flood() {
+        let mut tallies = [Tally::EMPTY; 8];
+        let mut uses = 0;
+        let m = marks(8);
+        let mut t = Table::new(&mut tallies, m, &mut uses).unwrap();
+        let Placed::New(busy) = t.place(0, 5, (100, 10), |_| Protection::Kept) else {
+            panic!("an empty table");
+        };
+        for second in 101..110 {
+            t.success(busy, second, 10);
+            for _ in 0..50 {
+                assert!(mark::count(&m[busy], 5, second));
+            }
+            for k in 0..8u64 {
+                t.place(0, 1000 + second * 10 + k, (second, 10), |_| {
+                    Protection::Kept
+                });
+                assert_eq!(t.find(0, 5), Some(busy), "second {second}, flood key {k}");
+            }
+        }
     }
 
     #[test]
@@ -323,7 +481,7 @@ mod tests {
         for i in a..a + 3 {
             t.tally_mut(i).hash = 1000 + i as u64;
         }
-        let Placed::New(i) = t.place(0, hash, 1, |_| Protection::Kept) else {
+        let Placed::New(i) = t.place(0, hash, (1, 10), |_| Protection::Kept) else {
             panic!("room left");
         };
         assert!((b..b + BUCKET).contains(&i), "the second bucket is emptier");
@@ -335,17 +493,17 @@ mod tests {
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
         for k in 0..8u64 {
-            t.place(0, 8 * k + 1, 10 + k, |_| Protection::Kept);
+            t.place(0, 8 * k + 1, (10 + k, 10), |_| Protection::Kept);
         }
         // The oldest key (used at 10) is promoted and closed; the next (11) compact.
         t.tally_mut(0).full = 1;
-        let placed = t.place(0, 1000, 20, |_| Protection::Evictable);
+        let placed = t.place(0, 1000, (20, 10), |_| Protection::Evictable);
         assert!(matches!(placed, Placed::Replaced(1, old) if old.last_s == 11));
         // With no compact key left but promoted closed ones, the oldest of those goes.
         for i in 0..8 {
             t.tally_mut(i).full = 1;
         }
-        let placed = t.place(0, 2000, 21, |_| Protection::Evictable);
+        let placed = t.place(0, 2000, (21, 10), |_| Protection::Evictable);
         assert!(matches!(placed, Placed::Replaced(0, old) if old.last_s == 10));
     }
 
@@ -354,7 +512,7 @@ mod tests {
         let mut small = [Tally::EMPTY; 8];
         let mut uses = 0;
         let mut t = table(&mut small, &mut uses);
-        t.place(0, 3, 10, |_| Protection::Kept);
+        t.place(0, 3, (10, 10), |_| Protection::Kept);
         t.tally_mut(0).full = 1;
         let kept = *t.tally(0);
         let mut big = [Tally::EMPTY; 16];
@@ -377,12 +535,12 @@ mod tests {
         let mut uses = 0;
         let mut t = table(&mut tallies, &mut uses);
         for k in 0..8u64 {
-            t.place(0, k + 1, 10, |_| Protection::Kept);
+            t.place(0, k + 1, (10, 10), |_| Protection::Kept);
         }
         for i in 0..8 {
             t.tally_mut(i).full = 1;
         }
-        assert_eq!(t.place(0, 99, 11, |_| Protection::Kept), Placed::Full);
+        assert_eq!(t.place(0, 99, (11, 10), |_| Protection::Kept), Placed::Full);
         assert_eq!(t.iter().count(), 8);
     }
 }

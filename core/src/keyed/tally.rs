@@ -74,6 +74,23 @@ impl Tally {
         self.touch(now_s);
     }
 
+    /// Counts `n` successes of second `second` (a little in the past, counted without the
+    /// lock) in a window of `window_s` seconds: in that second's bucket while the ring still
+    /// has it, else not at all (it left the window).
+    pub fn add_at(&mut self, second: u64, n: u32, window_s: u32) {
+        let width = u64::from(bucket_s(window_s));
+        let e = second / width;
+        if e > u64::from(self.head) {
+            self.advance(second, window_s);
+        }
+        let head = u64::from(self.head);
+        if e <= head && head - e < RING as u64 {
+            let b = &mut self.ring[(e % RING as u64) as usize];
+            *b = b.saturating_add(u16::try_from(n).unwrap_or(u16::MAX));
+        }
+        self.touch(second);
+    }
+
     /// The successes counted over the window at `now_s`.
     pub fn successes(&self, now_s: u64, window_s: u32) -> u32 {
         self.live(now_s, window_s).map(|(_, n)| n).sum()
@@ -187,6 +204,22 @@ mod tests {
         s.add_success(108, 10);
         assert_eq!(s.successes(110, 10), 2);
         assert_eq!(s.last_s, 110);
+    }
+
+    #[test]
+    fn successes_counted_without_the_lock_land_in_their_second() {
+        let mut s = Tally::new(7, 0, 100);
+        s.add_success(105, 10);
+        s.add_at(103, 4, 10);
+        assert_eq!(s.handover(105, 10), vec![(103, 4), (105, 1)]);
+        s.add_at(107, 2, 10);
+        assert_eq!(s.last_s, 107, "a later second moves the ring on");
+        s.add_at(80, 9, 10);
+        assert_eq!(
+            s.successes(107, 10),
+            2,
+            "a second out of the ring is not counted"
+        );
     }
 
     #[test]
