@@ -12,7 +12,6 @@
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use core::sync::atomic::Ordering;
 
 use circuit_breaker_core::breaker::{Admission, Classified, Ticket};
 use circuit_breaker_core::keyed::{self, Take, MAX_KEY};
@@ -190,13 +189,14 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         return judged_again(req, zone, fam, hash, now);
     }
     // A key this worker found compact lately, and that its mark says is still there and
-    // compact, passes without the lock (its outcome is counted in the mark, or under the lock
-    // if it is anything but a success of the mark's second).
+    // compact, passes without the lock while the mark is of this second — a use the mark
+    // counts (its outcome is counted in the mark too, or under the lock if it is anything
+    // but a success of the mark's second).
     if let Some((_, tally)) = remembered {
-        let compact = zone
+        let passes = zone
             .keyed_mark(tally)
-            .is_some_and(|m| keyed::mark::compact(m.load(Ordering::Relaxed), hash));
-        if compact {
+            .is_some_and(|m| keyed::mark::pass(m, hash, now / 1000));
+        if passes {
             let held = Hold::new(
                 req,
                 mcf,
@@ -623,7 +623,7 @@ fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt,
     let recorded = {
         let mut locked = zone.lock();
         let at = locked
-            .keyed_at(&fam.as_zone(), h.tally, h.hash, now)
+            .keyed_use(&fam.as_zone(), h.tally, h.hash, now)
             .or_else(|| locked.keyed_place(&fam.as_zone(), h.hash, now));
         let Some(at) = at else {
             return;

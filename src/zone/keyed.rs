@@ -286,21 +286,8 @@ impl<'z> Locked<'z> {
     }
 
     /// The key hashed to `hash` of `fam` where it was last found, at `tally`, marked used at
-    /// `now_ms` (what its mark counted taken in); `None` when it is no longer there (then
-    /// [`Locked::keyed_place`] finds it).
-    pub fn keyed_at(
-        &mut self,
-        fam: &Family,
-        tally: usize,
-        hash: u64,
-        now_ms: u64,
-    ) -> Option<KeyedAt> {
-        self.keyed_use(fam, tally, hash, now_ms)
-    }
-
-    /// The key hashed to `hash` of `fam` where this worker last found it, at `tally`, marked
-    /// used at `now_ms` as [`Locked::keyed_place`] marks a key it finds; `None` when it is no
-    /// longer there.
+    /// `now_ms` as [`Locked::keyed_place`] marks a key it finds (what its mark counted taken
+    /// in); `None` when it is no longer there (then `keyed_place` finds it).
     pub fn keyed_use(
         &mut self,
         fam: &Family,

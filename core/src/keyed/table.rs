@@ -169,13 +169,15 @@ impl<'a> Table<'a> {
         Some(self.tallies[i].full != 0)
     }
 
-    /// The tally at `i` used now: what its mark counted taken in, touched, the latest use.
+    /// The tally at `i` used now: what its mark counted taken in, touched, the latest use,
+    /// and a use of its mark's second.
     fn used(&mut self, i: usize, now_s: u64, window_s: u32) {
         self.fold(i, now_s, window_s);
         let tick = self.tick();
         let s = &mut self.tallies[i];
         s.touch(now_s);
         s.used = tick;
+        mark::note_use(&self.marks[i], s.hash, now_s);
     }
 
     /// Takes what the mark at `i` counted without the lock into its tally (a key whose window
@@ -199,10 +201,12 @@ impl<'a> Table<'a> {
     /// Promotes the key at `i`: its successes over the window (see [`Tally::handover`]), what
     /// its mark counted included; from now on its mark sends every request to the lock.
     pub fn promote(&mut self, i: usize, now_s: u64, window_s: u32) -> Vec<(u64, u32)> {
-        self.fold(i, now_s, window_s);
         let s = &mut self.tallies[i];
+        // One change of the mark: what was counted up to it is taken, nothing after.
+        if let Some((second, n)) = mark::take(&self.marks[i], s.hash, true, now_s) {
+            s.add_at(second.min(now_s), n, window_s);
+        }
         s.full = 1;
-        mark::take(&self.marks[i], s.hash, true, now_s);
         s.handover(now_s, window_s)
     }
 
@@ -274,6 +278,7 @@ impl<'a> Table<'a> {
         if let Some(i) = self.empty_for(hash) {
             self.tallies[i] = fresh;
             mark::take(&self.marks[i], hash, false, now_s);
+            mark::note_use(&self.marks[i], hash, now_s);
             return Placed::New(i);
         }
         // Compact keys first (they carry successes only), then promoted ones; the least
@@ -297,6 +302,7 @@ impl<'a> Table<'a> {
             Some((_, i)) => {
                 let old = core::mem::replace(&mut self.tallies[i], fresh);
                 mark::take(&self.marks[i], hash, false, now_s);
+                mark::note_use(&self.marks[i], hash, now_s);
                 Placed::Replaced(i, old)
             }
             None => Placed::Full,
@@ -304,16 +310,15 @@ impl<'a> Table<'a> {
     }
 
     /// How recently the key at `i` was used, for making room: the second of its last use
-    /// (its mark's, when requests counted in it since), then — within one second — how many
-    /// successes its mark counted in it, so that a busy key counted without the lock outranks
-    /// the keys of a flood, then the order of its last use under the lock.
+    /// (its mark's, when requests passed on the mark since), then — within one second — how
+    /// many requests used it (passing on its mark or under the lock), so that a busy key
+    /// outranks the keys of a flood, then the order of its last use under the lock.
     pub fn recent(&self, i: usize, now_s: u64) -> (u64, u32, u32) {
         let s = &self.tallies[i];
         let last = u64::from(s.last_s);
         let stale = u32::MAX - self.age(i);
         match mark::peek(&self.marks[i], s.hash, now_s) {
-            Some((second, n)) if second > last => (second, n, stale),
-            Some((second, n)) if second == last => (last, n, stale),
+            Some((second, uses, _)) if second >= last => (second, uses, stale),
             _ => (last, 0, stale),
         }
     }
@@ -448,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_key_counted_without_the_lock_outlasts_a_flood() {
+    fn a_busy_key_passing_without_the_lock_outlasts_a_flood() {
         let mut tallies = [Tally::EMPTY; 8];
         let mut uses = 0;
         let m = marks(8);
@@ -457,8 +462,12 @@ mod tests {
             panic!("an empty table");
         };
         for second in 101..110 {
+            // Its first request of the second takes the lock; the others pass on the mark.
+            assert!(!mark::pass(&m[busy], 5, second));
+            assert_eq!(t.use_at(busy, 0, 5, second, 10), Some(false));
             t.success(busy, second, 10);
             for _ in 0..50 {
+                assert!(mark::pass(&m[busy], 5, second));
                 assert!(mark::count(&m[busy], 5, second));
             }
             for k in 0..8u64 {
