@@ -6,7 +6,9 @@
 # which has never judged that key, learns of it from the exchange and opens
 # the same key on 3 failures of its own (while suspected), while another key
 # of the same family still needs its 20.  The fleet's status counts the keys
-# it holds without listing them.
+# it holds without listing them.  A third instance, whose family has other
+# parameters, takes none of the others' keys and counts their records as
+# disagreeing.
 
 ###############################################################################
 
@@ -31,7 +33,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(11);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(13);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -50,13 +52,15 @@ my $f = CB::Fleet->new(
 	dir => $t->testdir() . '/fleet',
 	nginx => $Test::Nginx::NGINX,
 	module => $module,
-	ports => [ port(8090), port(8091) ],
+	ports => [ port(8090), port(8091), port(8092) ],
 	origin => port(8081),
 	keyed => 'window=60s min_requests=20 failure_rate=50% open=1h jitter=0% '
 		. 'suspect_min=3',
 );
 
 $f->start($_, fleet => 1) for 0 .. 1;
+$f->start(2, fleet => 1, keyed => 'window=60s min_requests=30 failure_rate=50% open=1h '
+	. 'jitter=0% suspect_min=3');
 
 # the keyed breaker of KEY on instance I, as its status page lists it (every
 # key, closed ones too), or undef
@@ -139,5 +143,13 @@ ok(!grep({ $_->{upstream} eq '$arg_k' } @{$fleet->{breakers}}),
 	'fleet status: keyed breakers counted, not listed');
 is(join(' ', map { "$_->{name}:$_->{disagreeing}" } @{$fleet->{keyed}{families}}),
 	'$arg_k:0', 'fleet status: the family, no peer disagreeing');
+
+# the third instance's family has other parameters: it holds no key of its
+# peers', and counts their records against its family
+
+my $other = $f->status(2)->{fleet}{keyed};
+is($other->{held}, 0, 'another configuration: no key taken from peers');
+ok(($other->{families}[0]{disagreeing} // 0) >= 1,
+	'another configuration: its peers\' records counted as disagreeing');
 
 ###############################################################################

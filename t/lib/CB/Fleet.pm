@@ -143,11 +143,13 @@ EOF
 	}
 
 	# with keyed: "/k" judges each request by a breaker of its own "k" argument
-	# (circuit_breaker_key $arg_k KEYED), straight to the origin
-	my $keyed_location = !$self->{keyed} ? '' : <<"EOF";
+	# (circuit_breaker_key $arg_k KEYED, or the instance's own keyed => ...), straight
+	# to the origin
+	my $keyed = $o{keyed} // $self->{keyed};
+	my $keyed_location = !$keyed ? '' : <<"EOF";
 
         location /k {
-            circuit_breaker_key \$arg_k $self->{keyed};
+            circuit_breaker_key \$arg_k $keyed;
             proxy_pass http://127.0.0.1:$self->{origin};
         }
 EOF
