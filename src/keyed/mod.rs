@@ -2,8 +2,9 @@
 //! block names (`proxy_pass http://$origin`) and for tenants. The request is judged in the
 //! PRECONTENT phase — which every content handler follows, `proxy_pass`, `grpc_pass`,
 //! `fastcgi_pass` and the rest alike — before any upstream breaker's judgement; its outcome
-//! is settled in the log phase, off what nginx kept of the last upstream attempt
-//! (`upstream::outcome::read_ended`). The table is the zone's (`zone::keyed`): a key stays a
+//! is settled off what nginx kept of the last upstream attempt
+//! (`upstream::outcome::read_ended`): at the response header for a probe, a failure or a slow
+//! call (before the client can see the answer), else in the log phase. The table is the zone's (`zone::keyed`): a key stays a
 //! compact tally until its first failure or slow call promotes it to a full breaker.
 //!
 //! A request carries what it was granted in a pool cleanup of its own (not the module's ctx,
@@ -718,8 +719,15 @@ fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
 /// Whether some location has a keyed breaker: the header filter looks for a hold only then.
 pub static ANY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
+/// The shortest `slow` of the keyed breakers (`u64::MAX`: none judges slow calls): a response
+/// header later than it may be a slow call, settled at the header.
+static MIN_SLOW_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(u64::MAX);
+
 /// At the response header: a probe is settled now, from the origin's header or nginx's
-/// error, rather than once a client that reads slowly has taken the whole answer.
+/// error, rather than once a client that reads slowly has taken the whole answer; and so is a
+/// failure or a slow call, before the client can see it — another worker may serve the
+/// client's next request before this one reaches its log phase, and must find the failure
+/// counted (a success waits for the log phase: the body may still fail).
 ///
 /// # Safety
 /// `r` is a live request, in the header filter.
@@ -727,9 +735,16 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
     guard((), || {
         // SAFETY: as for this function.
         let req = unsafe { &mut *r };
+        if !core::ptr::eq(req.main, req) || req.upstream.is_null() {
+            return;
+        }
+        // SAFETY: the request's upstream, live with the request; its state null or live.
+        let header_ms = unsafe { (*req.upstream).state.as_ref() }.map_or(0, |s| s.header_time);
+        let min_slow = MIN_SLOW_MS.load(core::sync::atomic::Ordering::Relaxed);
+        let may_fail = req.headers_out.status >= 400 || (header_ms as u64) >= min_slow;
         let probes = PROBES.load(core::sync::atomic::Ordering::Relaxed);
         let due = stale::DUE.load(core::sync::atomic::Ordering::Relaxed);
-        if (probes == 0 && due == 0) || !core::ptr::eq(req.main, req) || req.upstream.is_null() {
+        if probes == 0 && due == 0 && !may_fail {
             return;
         }
         let Some(mut h) = hold_of(req) else {
@@ -741,16 +756,30 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
             stale::add_header(req, s);
             return;
         }
-        if h.ticket == Ticket::Normal || !h.settle_now() {
+        if h.settled {
             return;
         }
         // SAFETY: a live main request whose upstream's header (or failure) is known.
         let attempt = unsafe { attempt_of(req, h) };
+        if h.ticket == Ticket::Normal && !fails(h, attempt) {
+            return;
+        }
+        h.settle_now();
         settle(
             h,
             attempt.map(|a| (a, crate::upstream::connection_log(req))),
         );
     })
+}
+
+/// Whether `attempt` counts against its key's breaker (a failure or a slow call).
+fn fails(h: &Hold, attempt: Option<circuit_breaker_core::breaker::Attempt>) -> bool {
+    // SAFETY: the main conf outlives every request run under it.
+    let fam = unsafe { h.main.as_ref() }.and_then(|m| m.keyed.get(h.family));
+    match (attempt, fam) {
+        (Some(a), Some(fam)) => keyed::take(&Classified::of(a, &fam.cfg)) == Take::Promote,
+        _ => false,
+    }
 }
 
 static mut NEXT_BODY_FILTER: nginx_sys::ngx_http_request_body_filter_pt = None;
@@ -793,8 +822,17 @@ unsafe extern "C" fn body_filter(
 /// Only from postconfiguration, with the configuration being parsed.
 pub unsafe fn postconfiguration(cf: *mut nginx_sys::ngx_conf_t) -> ngx_int_t {
     // SAFETY: `cf` is the configuration being parsed (this fn's contract).
-    let any = crate::conf::Module::main_conf(unsafe { &*cf }).is_some_and(|m| !m.keyed.is_empty());
+    let mcf = crate::conf::Module::main_conf(unsafe { &*cf });
+    let any = mcf.is_some_and(|m| !m.keyed.is_empty());
     ANY.store(any, core::sync::atomic::Ordering::Relaxed);
+    let min_slow = mcf
+        .iter()
+        .flat_map(|m| m.keyed.iter())
+        .map(|f| u64::from(f.cfg.slow_ms))
+        .filter(|&ms| ms > 0)
+        .min()
+        .unwrap_or(u64::MAX);
+    MIN_SLOW_MS.store(min_slow, core::sync::atomic::Ordering::Relaxed);
     if !any {
         return NGX_OK as ngx_int_t;
     }
