@@ -33,7 +33,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(13);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(14);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -151,5 +151,8 @@ my $other = $f->status(2)->{fleet}{keyed};
 is($other->{held}, 0, 'another configuration: no key taken from peers');
 ok(($other->{families}[0]{disagreeing} // 0) >= 1,
 	'another configuration: its peers\' records counted as disagreeing');
+
+$f->stop_all();
+is(join('', $f->alerts()), '', 'no alerts in the fleet');
 
 ###############################################################################

@@ -222,7 +222,11 @@ sub start {
 
 	my $end = time() + 10;
 	while (time() < $end) {
-		return 1 if defined $self->status($i);
+		if (defined $self->status($i)) {
+			my $m = $self->master($i);
+			$self->{masters}{$i} = [ $m, CB::Proc::started($m) // '' ] if defined $m;
+			return 1;
+		}
 		sleep 0.05;
 	}
 	die "instance $i does not answer\n";
@@ -230,9 +234,14 @@ sub start {
 
 sub master {
 	my ($self, $i) = @_;
-	open my $fh, '<', $self->dir($i) . '/nginx.pid' or return undef;
-	my $pid = <$fh> // '';
-	return $pid =~ /^(\d+)/ ? $1 : undef;
+	if (open my $fh, '<', $self->dir($i) . '/nginx.pid') {
+		my $pid = <$fh> // '';
+		return $1 if $pid =~ /^(\d+)/;
+	}
+	# the pid file gone with the test's directory (the harness removes it before END
+	# blocks run): the master remembered at start, if that process is still the one
+	my ($pid, $started) = @{$self->{masters}{$i} // []};
+	return defined $pid && (CB::Proc::started($pid) // '') eq $started ? $pid : undef;
 }
 
 # the master and its children (the worker)
