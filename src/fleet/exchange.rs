@@ -259,11 +259,15 @@ impl Exchange {
                 None => new.push((family, shown, key, view)),
             }
         }
-        // Weightiest first: once one finds no room, lighter ones would not either.
+        // Weightiest first: once one finds no room, lighter ones would not either (and each
+        // try looks the store over). A key too long for the wire stays local.
         new.sort_by_key(|(.., v)| core::cmp::Reverse(keyed_weight(Some(v))));
         for (family, shown, key, view) in new {
-            let Some(i) = self.store.add_keyed(&family, &shown, Some(&view)) else {
+            if shown.len() > wire::MAX_NAME_BYTES {
                 continue;
+            }
+            let Some(i) = self.store.add_keyed(&family, &shown, Some(&view)) else {
+                break;
             };
             self.track_keyed(i, &family, &shown, key);
             self.store.update_local(now, i, view);

@@ -4,8 +4,9 @@
 //! `fastcgi_pass` and the rest alike — before any upstream breaker's judgement; its outcome
 //! is settled off what nginx kept of the last upstream attempt
 //! (`upstream::outcome::read_ended`): at the response header for a probe, a failure or a slow
-//! call (before the client can see the answer), else in the log phase. The table is the zone's (`zone::keyed`): a key stays a
-//! compact tally until its first failure or slow call promotes it to a full breaker.
+//! call (before the client can see the answer), else in the log phase. The table is the
+//! zone's (`zone::keyed`): a key stays a compact tally until its first failure or slow call
+//! promotes it to a full breaker.
 //!
 //! A request carries what it was granted in a pool cleanup of its own (not the module's ctx,
 //! which an upstream breaker's state holds): the cleanup frees a probe the request still
@@ -537,10 +538,8 @@ fn settle_leaving(req: &ngx_http_request_t, h: &mut Hold) {
     // SAFETY: a live main request; its upstream, if any, is over (nginx redirects a request
     // only once the upstream that answered it is finalized).
     let attempt = unsafe { attempt_of(req, h) };
-    settle(
-        h,
-        attempt.map(|a| (a, crate::upstream::connection_log(req))),
-    );
+    let c = classified(h, attempt);
+    settle(h, c.map(|c| (c, crate::upstream::connection_log(req))));
 }
 
 /// The log phase handler: settles the request's outcome on its key's breaker.
@@ -560,10 +559,8 @@ pub unsafe extern "C" fn log_phase(r: *mut ngx_http_request_t) -> ngx_int_t {
         }
         // SAFETY: a live main request in its log phase.
         let attempt = unsafe { attempt_of(req, h) };
-        settle(
-            h,
-            attempt.map(|a| (a, crate::upstream::connection_log(req))),
-        );
+        let c = classified(h, attempt);
+        settle(h, c.map(|c| (c, crate::upstream::connection_log(req))));
         NGX_OK as ngx_int_t
     })
 }
@@ -594,8 +591,18 @@ unsafe fn attempt_of(
     unsafe { outcome::read_ended(req, h.body_done_at) }
 }
 
-/// Records the request's outcome (`None`: no verdict on the origin) on its key.
-fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt, *mut ngx_log_t)>) {
+/// `attempt` classified under its key's family's classes (`None`: no verdict on the origin).
+fn classified(
+    h: &Hold,
+    attempt: Option<circuit_breaker_core::breaker::Attempt>,
+) -> Option<Classified> {
+    // SAFETY: the main conf outlives every request run under it.
+    let fam = unsafe { h.main.as_ref() }?.keyed.get(h.family)?;
+    Some(Classified::of(attempt?, &fam.cfg))
+}
+
+/// Records the request's classified outcome (`None`: no verdict on the origin) on its key.
+fn settle(h: &mut Hold, outcome: Option<(Classified, *mut ngx_log_t)>) {
     // SAFETY: the main conf outlives every request run under it.
     let Some(mcf) = (unsafe { h.main.as_ref() }) else {
         return;
@@ -603,11 +610,10 @@ fn settle(h: &mut Hold, attempt: Option<(circuit_breaker_core::breaker::Attempt,
     let (Some(fam), Some(zone)) = (mcf.keyed.get(h.family), mcf.zone()) else {
         return;
     };
-    let Some((attempt, log)) = attempt else {
+    let Some((c, log)) = outcome else {
         release(zone, fam, h.hash, h.ticket);
         return;
     };
-    let c = Classified::of(attempt, &fam.cfg);
     let now = mono_ms();
     h.recorded_ms = now;
     // A success of a compact key is counted in its mark, without the lock, while the mark is
@@ -761,25 +767,14 @@ pub unsafe fn at_header(r: *mut ngx_http_request_t) {
         }
         // SAFETY: a live main request whose upstream's header (or failure) is known.
         let attempt = unsafe { attempt_of(req, h) };
-        if h.ticket == Ticket::Normal && !fails(h, attempt) {
+        let c = classified(h, attempt);
+        let fails = c.as_ref().is_some_and(|c| keyed::take(c) == Take::Promote);
+        if h.ticket == Ticket::Normal && !fails {
             return;
         }
         h.settle_now();
-        settle(
-            h,
-            attempt.map(|a| (a, crate::upstream::connection_log(req))),
-        );
+        settle(h, c.map(|c| (c, crate::upstream::connection_log(req))));
     })
-}
-
-/// Whether `attempt` counts against its key's breaker (a failure or a slow call).
-fn fails(h: &Hold, attempt: Option<circuit_breaker_core::breaker::Attempt>) -> bool {
-    // SAFETY: the main conf outlives every request run under it.
-    let fam = unsafe { h.main.as_ref() }.and_then(|m| m.keyed.get(h.family));
-    match (attempt, fam) {
-        (Some(a), Some(fam)) => keyed::take(&Classified::of(a, &fam.cfg)) == Take::Promote,
-        _ => false,
-    }
 }
 
 static mut NEXT_BODY_FILTER: nginx_sys::ngx_http_request_body_filter_pt = None;

@@ -61,9 +61,9 @@ impl Zone {
     /// (`circuit_breaker_core::keyed::mark`); `None` past the table's places.
     pub fn keyed_mark(&self, i: usize) -> Option<&AtomicU64> {
         let p = NonNull::new(self.header().keyed_marks.load(Ordering::Acquire))?;
-        // SAFETY: a marks array, never freed once published; its first word, the count of
-        // marks in use, was written before it was published (and is only ever lowered to
-        // what the array has room for).
+        // The first word, the count of marks in use, was written before the array was
+        // published, and is only ever lowered to what the array has room for.
+        // SAFETY: a marks array, never freed once published.
         let in_use = unsafe { p.as_ref() }.load(Ordering::Acquire) as usize;
         // SAFETY: within the array (the first word, then `in_use` marks at most).
         (i < in_use).then(|| unsafe { &*p.as_ptr().add(1 + i) })

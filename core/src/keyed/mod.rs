@@ -5,8 +5,9 @@
 //! Clients choose the values, so the table that holds them is built to be flooded:
 //!
 //! - **Compact until there is something to judge.** A key is a [`Tally`] of 56 bytes — its
-//!   hash, when it was last used and its successes over the window. A window holding only successes can trip nothing, so nothing
-//!   more is needed until the key's first failure or slow call: then the key is *promoted*
+//!   hash, when it was last used and its successes over the window. A window holding only
+//!   successes can trip nothing, so nothing more is needed until the key's first failure or
+//!   slow call: then the key is *promoted*
 //!   to a full breaker (the same breaker an upstream has: classes, rates, slow calls, probes,
 //!   cooldowns, ramp, dry run), which takes over the successes counted so far
 //!   ([`Tally::handover`]). A promoted key returns to its tally alone once its breaker is closed

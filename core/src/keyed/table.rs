@@ -183,11 +183,18 @@ impl<'a> Table<'a> {
     /// Takes what the mark at `i` counted without the lock into its tally (a key whose window
     /// is `window_s`), the mark moved on to `now_s`.
     pub fn fold(&mut self, i: usize, now_s: u64, window_s: u32) {
-        let s = &mut self.tallies[i];
-        if s.is_empty() {
-            return;
+        if !self.tallies[i].is_empty() {
+            let promoted = self.tallies[i].full != 0;
+            self.take_mark(i, promoted, now_s, window_s);
         }
-        if let Some((second, n)) = mark::take(&self.marks[i], s.hash, s.full != 0, now_s) {
+    }
+
+    /// Sets the mark at `i` to its key, promoted or not, at `now_s`, and counts what it
+    /// counted without the lock in the tally — one change of the mark, so that a count made
+    /// meanwhile is either taken or lands in the new mark.
+    fn take_mark(&mut self, i: usize, promoted: bool, now_s: u64, window_s: u32) {
+        let s = &mut self.tallies[i];
+        if let Some((second, n)) = mark::take(&self.marks[i], s.hash, promoted, now_s) {
             s.add_at(second.min(now_s), n, window_s);
         }
     }
@@ -201,11 +208,8 @@ impl<'a> Table<'a> {
     /// Promotes the key at `i`: its successes over the window (see [`Tally::handover`]), what
     /// its mark counted included; from now on its mark sends every request to the lock.
     pub fn promote(&mut self, i: usize, now_s: u64, window_s: u32) -> Vec<(u64, u32)> {
+        self.take_mark(i, true, now_s, window_s);
         let s = &mut self.tallies[i];
-        // One change of the mark: what was counted up to it is taken, nothing after.
-        if let Some((second, n)) = mark::take(&self.marks[i], s.hash, true, now_s) {
-            s.add_at(second.min(now_s), n, window_s);
-        }
         s.full = 1;
         s.handover(now_s, window_s)
     }
