@@ -3,10 +3,8 @@
 //! upstream hooks (`upstream`), what clients see (`respond`) and the status location
 //! (`status`). Imports run one way: handlers → request → conf → zone → core.
 
-mod clock;
 mod conf;
 pub mod eject;
-mod ffi;
 mod filter;
 mod fleet;
 mod judged;
@@ -20,7 +18,8 @@ mod retry;
 mod status;
 mod upstream;
 mod wake;
-mod zone;
+
+use circuit_breaker_shell::{clock, ffi, zone};
 
 use core::ffi::c_void;
 use core::ptr::{addr_of, addr_of_mut, null_mut};

@@ -5,12 +5,11 @@
 use core::ffi::{c_char, c_void};
 
 use circuit_breaker_core::directive::{
-    self, ConfError, Units, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+    self, ConfError, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
 };
 use circuit_breaker_core::fleet::conf as fleet_conf;
 use nginx_sys::{
-    ngx_array_t, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_shared_memory_add, ngx_str_t,
-    NGX_LOG_EMERG, NGX_LOG_WARN,
+    ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_str_t, NGX_LOG_EMERG, NGX_LOG_WARN,
 };
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{
@@ -25,12 +24,13 @@ use super::{
 };
 use crate::ffi::{guard, hash_name};
 use crate::zone::{self, DEFAULT_ROUTE};
+use circuit_breaker_shell::conf::{
+    add_zone as add_zone_for, fail, once, set_once, words, NginxUnits, MIN_ZONE_SIZE,
+};
 
 /// The default zone, created when breakers exist but no `circuit_breaker_zone` was given.
 pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
 pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
-/// As `limit_req`: a slab pool needs a few pages to hold anything at all.
-const MIN_ZONE_SIZE: u64 = 8 * 4096;
 
 /// A directive handler nginx can call: the parsing function behind it, with panics turned
 /// into a configuration error instead of crossing into nginx.
@@ -49,101 +49,6 @@ macro_rules! handler {
 }
 
 handler!(set_zone => zone, set_keyed => keyed, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
-
-/// nginx's own parsers for time and size values, so that a value means here what it means
-/// to nginx.
-struct NginxUnits;
-
-impl Units for NginxUnits {
-    fn msec(&self, value: &str) -> Option<u64> {
-        let mut s = ngx_str_t {
-            len: value.len(),
-            data: value.as_ptr().cast_mut(),
-        };
-        // SAFETY: nginx reads `len` bytes of a string that outlives the call.
-        u64::try_from(unsafe { nginx_sys::ngx_parse_time(&mut s, 0) }).ok()
-    }
-
-    fn size(&self, value: &str) -> Option<u64> {
-        let mut s = ngx_str_t {
-            len: value.len(),
-            data: value.as_ptr().cast_mut(),
-        };
-        // SAFETY: `s` points at `value`'s `len` bytes, which outlive the call; ngx_parse_size only
-        // reads them.
-        u64::try_from(unsafe { nginx_sys::ngx_parse_size(&mut s) }).ok()
-    }
-}
-
-/// The directive's arguments after its name.
-///
-/// # Safety
-/// `cf` must be the configuration being parsed.
-unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
-    // SAFETY: nginx fills cf->args with the directive's words before calling its handler.
-    let all: &[ngx_str_t] = unsafe { (*((*cf).args as *const ngx_array_t)).as_slice() };
-    &all[1..]
-}
-
-/// The directive's arguments as text, or an error naming the first that is not UTF-8. An
-/// iterator rather than a `Vec`, so that parsing allocates nothing (see `directive::Seen`).
-fn words(args: &[ngx_str_t]) -> Result<impl Iterator<Item = &str>, ConfError> {
-    if let Some(bad) = args.iter().find(|a| a.to_str().is_err()) {
-        let text = String::from_utf8_lossy(bad.as_bytes()).into_owned();
-        return Err(ConfError::InvalidParameter(text));
-    }
-    Ok(args.iter().map(|a| a.to_str().unwrap_or_default()))
-}
-
-fn fail(cf: *mut ngx_conf_t, err: ConfError) -> *mut c_char {
-    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", err);
-    NGX_CONF_ERROR
-}
-
-/// What every handler starts with: the conf nginx passes it, refused with nginx's own "is
-/// duplicate" when `is_set` says the directive was already given there, and the directive's
-/// words.
-///
-/// # Safety
-/// `cf` must be the configuration being parsed, at this directive, and `conf` the `C` its
-/// command's offset names.
-unsafe fn once<'a, C>(
-    cf: *mut ngx_conf_t,
-    conf: *mut c_void,
-    is_set: impl FnOnce(&mut C) -> bool,
-) -> Result<(&'a mut C, &'a [ngx_str_t]), *mut c_char> {
-    // SAFETY: `conf` is a `C` (this fn's contract), which nginx keeps for the cycle.
-    let c = unsafe { &mut *conf.cast::<C>() };
-    if is_set(c) {
-        return Err(c"is duplicate".as_ptr().cast_mut());
-    }
-    // SAFETY: `cf` is the configuration being parsed, at this directive: what `args` asks.
-    Ok((c, unsafe { args(cf) }))
-}
-
-/// A directive whose words parse into one value, stored once in the field `field` picks.
-///
-/// # Safety
-/// As [`once`].
-unsafe fn set_once<C, T>(
-    cf: *mut ngx_conf_t,
-    conf: *mut c_void,
-    field: impl Fn(&mut C) -> &mut Option<T>,
-    parse: impl FnOnce(&[ngx_str_t]) -> Result<T, ConfError>,
-) -> *mut c_char {
-    // SAFETY: this fn's contract is `once`'s.
-    let (c, raw) = match unsafe { once::<C>(cf, conf, |c| field(c).is_some()) } {
-        Ok(v) => v,
-        Err(dup) => return dup,
-    };
-    match parse(raw) {
-        Ok(v) => {
-            *field(c) = Some(v);
-            NGX_CONF_OK
-        }
-        Err(e) => fail(cf, e),
-    }
-}
 
 /// `circuit_breaker_zone name:size`
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
@@ -373,31 +278,18 @@ pub unsafe fn add_zone(
     name: &str,
     size: usize,
 ) -> Result<(), ()> {
-    // The seed `circuit_breaker_jitter_key` may have set stays.
-    mcf.zone_name.0 = name.to_owned();
-    let mut zname = ngx_str_t {
-        len: mcf.zone_name.0.len(),
-        data: mcf.zone_name.0.as_ptr().cast_mut(),
-    };
-    // SAFETY: `cf` is live; the module static outlives every cycle; nginx keeps
-    // `zname.data`, which lives in the main conf for the cycle's lifetime.
-    let zone = unsafe { ngx_shared_memory_add(cf, &mut zname, size, super::module_ptr().cast()) };
-    // SAFETY: null or the zone nginx just registered.
-    let Some(z) = (unsafe { zone.as_mut() }) else {
-        return Err(());
-    };
-    if !z.data.is_null() {
-        ngx_conf_log_error!(
-            NGX_LOG_EMERG,
+    // SAFETY: `cf` is live; the module static outlives every cycle; the main conf lives for
+    // the cycle's lifetime.
+    let zone = unsafe {
+        add_zone_for(
             cf,
-            "zone \"{}\" is already used, give \"circuit_breaker_zone\" another name",
-            name
-        );
-        return Err(());
-    }
-    z.init = Some(zone::init_zone);
-    z.data = core::ptr::from_mut(&mut mcf.zone_name).cast();
-    mcf.zone = zone;
+            &mut mcf.zone_name,
+            name,
+            size,
+            super::module_ptr().cast(),
+        )
+    };
+    mcf.zone = zone.ok_or(())?;
     Ok(())
 }
 

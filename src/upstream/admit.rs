@@ -5,7 +5,7 @@ use core::cell::Cell;
 
 use circuit_breaker_core::breaker::{Admission, BreakerConfig, Decision, Transition};
 use circuit_breaker_core::snapshot::State;
-use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_WARN};
+use nginx_sys::{ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};
 use crate::ffi::{pid, process_alive};
@@ -133,19 +133,7 @@ pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
 /// [`log_transition`] of a breaker named as `crate::zone::who` names it (quotes and all).
 pub fn log_transition_of(log: *mut ngx_log_t, who: &str, t: &Transition) {
     crate::wake::nudge();
-    let verb = match t.to {
-        State::Open => "opened",
-        State::HalfOpen => "half-opened",
-        State::Closed => "closed",
-    };
-    ngx::ngx_log_error!(
-        NGX_LOG_WARN,
-        log,
-        "circuit breaker {} {}: {}",
-        who,
-        verb,
-        t.why()
-    );
+    circuit_breaker_shell::log::transition(log, who, t);
 }
 
 /// Logs a breaker that could not be created, once per worker and breaker.

@@ -43,6 +43,7 @@ pub fn nginx_version() -> &'static str {
 
 /// This process's pid: the owner id of a probe it holds, and of its entry in a limit's owners
 /// table.
+#[inline]
 pub fn pid() -> u32 {
     // SAFETY: `ngx_pid` is written once when the process starts, before any request.
     unsafe { nginx_sys::ngx_pid as u32 }
@@ -59,6 +60,7 @@ pub fn process_alive(pid: u32) -> bool {
 }
 
 /// FNV-1a: cheap, and stable across processes and reloads (hashes live in shared memory).
+#[inline]
 pub fn hash_name(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
@@ -69,11 +71,13 @@ pub fn hash_name(bytes: &[u8]) -> u64 {
 }
 
 /// The hash of a breaker's key from the hashes of its two names.
+#[inline]
 pub fn key_hash(upstream: u64, route: u64) -> u64 {
     (upstream ^ route.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// The hash of a server breaker's key: apart from every route's of the same upstream.
+#[inline]
 pub fn server_key_hash(upstream: u64, server: u64) -> u64 {
     key_hash(upstream, server ^ 0x5e12_7e12_5e12_7e12)
 }

@@ -22,12 +22,17 @@ const FAILED_KEYS_PER_PAGE: usize = 4;
 
 /// What the zone needs to know of the configuration that declared it (the shm zone's
 /// `data`): its name, for messages, and the jitter seed `circuit_breaker_jitter_key` gave.
+#[derive(Default)]
 pub struct ZoneName(pub String, pub Option<[u8; 32]>);
 
 /// `shm_zone->init`: lays out a new zone, or adopts the previous configuration's zone on
 /// reload (nginx hands over the old zone's data and keeps the mapping, as for `limit_req`).
 /// The breakers are brought in line with the configuration later, in `init_module`: a cycle
 /// can still fail after its zones are initialised, and then the running one must keep them.
+///
+/// # Safety
+/// Called by nginx only, with a zone registered by `crate::conf::add_zone` (its `data` a
+/// [`ZoneName`]).
 pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old: *mut c_void) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx calls init with our registered zone, mapped, its data a ZoneName.

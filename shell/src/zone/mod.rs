@@ -217,11 +217,13 @@ impl Handle {
     }
 
     /// Whether this names no breaker.
+    #[inline]
     pub fn is_none(&self) -> bool {
         self.ident == 0
     }
 
     /// The berth's index: small and dense, for tables kept per breaker in worker memory.
+    #[inline]
     pub fn berth_index(&self) -> usize {
         self.berth().map_or(u32::MAX, Berth::index) as usize
     }
@@ -273,6 +275,7 @@ impl Zone {
     /// # Safety
     /// `shm` must be null or a shm zone registered by this module, in a process where it is
     /// mapped (the master between init and the next reload, or a worker).
+    #[inline]
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<Zone> {
         // SAFETY: this fn's contract is laid_out_pool's.
         let (pool, size) = unsafe { crate::ffi::laid_out_pool(shm)? };
@@ -427,6 +430,7 @@ impl Zone {
     }
 
     /// The zone's generation: bumped by every configuration that takes the zone over.
+    #[inline]
     pub fn generation(&self) -> u64 {
         self.header().generation.load(Ordering::Acquire)
     }
@@ -440,6 +444,7 @@ impl Zone {
 
     /// Where the stamp of the breaker `handle` names lives, to be read again without a
     /// lookup (see [`StampRef`]).
+    #[inline]
     pub fn stamp_ref(&self, handle: Handle) -> StampRef {
         match self.berth_of(handle) {
             Some(s) if s.stamp(handle.ident).is_some() => StampRef(s.stamp_cell()),

@@ -17,6 +17,7 @@ pub fn mono_ms() -> u64 {
 }
 
 /// Unix milliseconds, as of this worker's last clock update.
+#[inline]
 pub fn wall_ms() -> u64 {
     let tp = ngx_timeofday();
     (tp.sec as u64).saturating_mul(1000) + tp.msec as u64
@@ -28,6 +29,7 @@ static RNG: AtomicU64 = AtomicU64::new(0);
 
 /// A uniform random number for jitter and shares: xorshift, seeded from the pid and both
 /// clocks so that workers and fleet members spread differently.
+#[inline]
 pub fn rnd() -> u32 {
     let mut x = RNG.load(Ordering::Relaxed);
     if x == 0 {
