@@ -9,6 +9,8 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 NGINX_SRC=${NGINX_SRC:-$PWD/build/nginx-src}
 NGINX_BIN=${NGINX_BIN:-$PWD/build/nginx/sbin/nginx}
 MODULE_SO=${MODULE_SO:-$PWD/build/ngx_http_circuit_breaker_module.so}
+# The stream module, which scripts/build-module puts beside it.
+STREAM_MODULE_SO=${STREAM_MODULE_SO:-$(dirname "$MODULE_SO")/ngx_stream_circuit_breaker_module.so}
 # The release's version ([workspace.package] in Cargo.toml): both crates', the module's and
 # the Debian package's.
 crate_version() { sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml; }

@@ -50,8 +50,10 @@ SKIP: {
 	ok($meta, 'cargo metadata --locked') or diag($json);
 	my %v = map { $_->{name} => $_->{version} } @{ $meta->{packages} || [] };
 	is(join(' ', map { "$_=" . ($v{$_} // '-') } sort keys %v),
-		"cb-replay=$version circuit-breaker-core=$version fleet-users=$version "
-		. "ngx_http_circuit_breaker_module=$version",
+		"cb-replay=$version circuit-breaker-core=$version "
+		. "circuit-breaker-shell=$version fleet-users=$version "
+		. "ngx_http_circuit_breaker_module=$version "
+		. "ngx_stream_circuit_breaker_module=$version",
 		'every crate carries the version');
 }
 
@@ -76,7 +78,7 @@ my ($d, $m, $y) = $debian =~ /^ -- .+>  \w{3}, (\d{1,2}) (\w{3}) (\d{4}) /m;
 my $deb_date = $y ? sprintf('%04d-%02d-%02d', $y, $month{$m} // 0, $d) : '';
 is($deb_date, $date // 'no date', 'both changelogs date the release alike');
 
-# the copyright file names each crate linked into the module (cargo tree's normal
+# the copyright file names each crate linked into either module (cargo tree's normal
 # dependencies, not the build-time ones such as bindgen)
 
 my $copyright = slurp('packaging/debian/copyright');
@@ -86,10 +88,10 @@ my @named = sort $header =~ /^  ([A-Za-z0-9_-]+)  /mg;
 SKIP: {
 	skip 'no cargo', 2 unless $cargo;
 
-	my $tree = `cd $root && $cargo tree --locked --offline -e normal --prefix none --format '{p}' -p ngx_http_circuit_breaker_module 2>&1`;
+	my $tree = `cd $root && $cargo tree --locked --offline -e normal --prefix none --format '{p}' -p ngx_http_circuit_breaker_module -p ngx_stream_circuit_breaker_module 2>&1`;
 	is($?, 0, 'cargo tree') or diag($tree);
 	my %linked = map { /^(\S+) v/ ? ($1 => 1) : () } split /\n/, $tree;
-	delete $linked{ngx_http_circuit_breaker_module};
+	delete @linked{qw/ ngx_http_circuit_breaker_module ngx_stream_circuit_breaker_module /};
 	is("@named", join(' ', sort keys %linked),
 		'copyright: the crates linked in');
 }

@@ -2,7 +2,9 @@
 
 # The module built for another nginx (scripts/build-for-nginx --debian) loads into Debian's
 # stock /usr/sbin/nginx 1.22.1 and serves through a breaker-enabled upstream: the breaker
-# trips and short-circuits there too.
+# trips and short-circuits there too.  Its stream module, built beside it, loads after
+# Debian's own ngx_stream_module.so (libnginx-mod-stream) — and only after it, as the README
+# says — and opens a stream upstream whose server refuses connections.
 #
 # Needs TEST_NGINX_DEBIAN_MODULE (the .so; scripts/test sets it) and /usr/sbin/nginx.
 
@@ -12,6 +14,8 @@ use warnings;
 use strict;
 
 use Test::More;
+
+use IO::Socket::INET;
 
 use FindBin;
 
@@ -36,11 +40,35 @@ require CB::Debian;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(8);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(12);
 
 like(`$bin -v 2>&1`, qr{nginx/1\.22\.}, 'Debian nginx 1.22');
 
-$t->write_file_expand('nginx.conf', CB::Debian::conf("load_module $so;"));
+(my $stream_so = $so) =~ s{[^/]*$}{ngx_stream_circuit_breaker_module.so};
+my $debian_stream = '/usr/lib/nginx/modules/ngx_stream_module.so';
+ok(-f $stream_so && -f $debian_stream, 'both stream modules are there');
+
+# loaded before Debian's stream module, it cannot be
+$t->write_file('early.conf', "load_module $stream_so;\nload_module $debian_stream;\n"
+	. "events {}\n");
+my $dir = $t->testdir();
+like(`$bin -t -p $dir/ -c $dir/early.conf -g 'error_log stderr; pid $dir/early.pid;' 2>&1`,
+	qr/undefined symbol: ngx_stream_module/, 'stream module: needs ngx_stream_module.so first');
+
+$t->write_file_expand('nginx.conf',
+	CB::Debian::conf("load_module $so;\nload_module $debian_stream;\n"
+		. "load_module $stream_so;") . <<'EOF');
+stream {
+    log_format s '$status';
+    access_log %%TESTDIR%%/stream.log s;
+
+    upstream gone {
+        server 127.0.0.1:%%PORT_8090%%;
+        circuit_breaker min_requests=4 consecutive=20;
+    }
+    server { listen 127.0.0.1:%%PORT_8089%%; proxy_pass gone; }
+}
+EOF
 
 my $hits = CB::Nginx::start($t, 8081);
 
@@ -56,5 +84,14 @@ like($r, qr!Retry-After: (\d+)!, 'open: Retry-After');
 is($open, 4, 'open: origin untouched');
 
 like(http_get('/status'), qr!"state":"open"!, 'status page');
+
+# nothing listens on 8090: refused connections, status 502, until the breaker opens
+for (1 .. 10) {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8089)) or next;
+	$s->sysread(my $buf, 16);
+}
+my @status = split /\n/, $t->read_file('stream.log');
+is("@status[0 .. 3]", '502 502 502 502', 'stream: refused connections fail');
+is("@status[4 .. 9]", '503 503 503 503 503 503', 'stream: open, sessions refused');
 
 ###############################################################################

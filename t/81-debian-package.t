@@ -7,7 +7,9 @@
 # /usr/sbin/nginx, run on a test configuration that loads the module by including
 # modules-enabled/*.conf, trips a breaker against a failing origin and reports the
 # package's version; `dpkg -r` disables it (Debian's `.removed` link) and nginx still
-# passes `nginx -t` without it; `dpkg -P` leaves nothing behind.
+# passes `nginx -t` without it; `dpkg -P` leaves nothing behind.  The stream module's
+# package goes the same way beside it: enabled at priority 70, after Debian's stream module
+# (50), which it depends on; it opens a stream upstream whose server refuses connections.
 #
 # It changes the machine, so it runs only as root, and only when the package is not
 # already installed; whatever happens, it purges the package again at the end. It never
@@ -26,6 +28,7 @@ use strict;
 use Test::More;
 
 use Fcntl qw/ :flock /;
+use IO::Socket::INET;
 use FindBin;
 use JSON::PP qw//;
 
@@ -39,6 +42,10 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $pkg = 'libnginx-mod-http-circuit-breaker';
+my $spkg = 'libnginx-mod-stream-circuit-breaker';
+my $senabled = '/etc/nginx/modules-enabled/70-mod-stream-circuit-breaker.conf';
+my $savailable = '/usr/share/nginx/modules-available/mod-stream-circuit-breaker.conf';
+my $sso = '/usr/lib/nginx/modules/ngx_stream_circuit_breaker_module.so';
 my $bin = '/usr/sbin/nginx';
 my $enabled = '/etc/nginx/modules-enabled/50-mod-http-circuit-breaker.conf';
 my $available = '/usr/share/nginx/modules-available/mod-http-circuit-breaker.conf';
@@ -75,10 +82,14 @@ plan(skip_all => "Debian's nginx package is not installed")
 open my $lock, '>', '/tmp/libnginx-mod-http-circuit-breaker-test.lock' or die "lock: $!\n";
 flock($lock, LOCK_EX) or die "lock: $!\n";
 
-plan(skip_all => "$pkg is on this machine already (" . status($pkg)
-	. '): the test installs and purges it itself') if status($pkg) ne '';
-plan(skip_all => "$enabled* exists without the package")
-	if grep { -e $_ || -l $_ } $enabled, "$enabled.removed";
+for my $p ($pkg, $spkg) {
+	plan(skip_all => "$p is on this machine already (" . status($p)
+		. '): the test installs and purges it itself') if status($p) ne '';
+}
+plan(skip_all => "$enabled* or $senabled* exists without the package")
+	if grep { -e $_ || -l $_ } $enabled, "$enabled.removed", $senabled, "$senabled.removed";
+plan(skip_all => "Debian's stream module (libnginx-mod-stream) is not installed")
+	unless status('libnginx-mod-stream') eq 'install ok installed';
 my ($rc, $out) = run("$bin -t");
 plan(skip_all => "Debian's nginx -t fails before the package is installed: $out") if $rc;
 
@@ -86,9 +97,10 @@ my $version = version();
 my $deb = $ENV{TEST_NGINX_DEBIAN_PACKAGE}
 	|| `${\ root()}/scripts/package-deb --print-name`;
 chomp $deb;
-unless (-f $deb) {
+(my $sdeb = $deb) =~ s/libnginx-mod-http-/libnginx-mod-stream-/;
+unless (-f $deb && -f $sdeb) {
 	($rc, $out) = run(root() . '/scripts/package-deb');
-	BAIL_OUT("scripts/package-deb failed:\n$out") if $rc || !-f $deb;
+	BAIL_OUT("scripts/package-deb failed:\n$out") if $rc || !-f $deb || !-f $sdeb;
 }
 
 # Before Test::Nginx reads it: Debian's nginx.
@@ -101,7 +113,7 @@ require CB::Debian;
 require CB::Response;
 CB::Response->import(qw/ body header /);
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(40);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(55);
 
 ###############################################################################
 
@@ -112,6 +124,7 @@ my ($own_policy, $installed);
 
 END {
 	local $?;
+	system('dpkg', '--purge', $spkg) if $installed && status($spkg) ne '';
 	system('dpkg', '--purge', $pkg) if $installed && status($pkg) ne '';
 	unlink $policy if $own_policy;
 }
@@ -134,8 +147,8 @@ SKIP: {
 	skip 'lintian not installed (scripts/setup installs it)', 1
 		unless -x '/usr/bin/lintian';
 
-	(my $dbgsym = $deb) =~ s/\Q${pkg}_/${pkg}-dbgsym_/;
-	my @debs = grep { -f } $deb, $dbgsym;
+	my @debs = grep { -f } map { my $d = $_; $d =~ s/(libnginx-mod-\w+-circuit-breaker)_/$1-dbgsym_/;
+		($_, $d) } $deb, $sdeb;
 	($rc, $out) = run("lintian --fail-on error,warning -I --pedantic @debs");
 	$out =~ s/^running with root privileges is not recommended!\n//m;
 	is($rc, 0, 'lintian: no error or warning') or diag($out);
@@ -174,11 +187,26 @@ ok($rc == 0 && $out =~ /^Usage: cb-replay /m && $out =~ /--transitions/,
 ok($rc == 0 && $out =~ /^\.TH CB-REPLAY "1"/m && $out =~ /transitions/,
 	'cb-replay(1) made from its --help') or diag($out);
 
+# the stream module's package
+($rc, $out) = run('dpkg', '--install', $sdeb);
+is($rc, 0, 'stream: dpkg -i') or diag($out);
+is(status($spkg), 'install ok installed', 'stream: installed');
+my $sdepends = `dpkg-query -W -f='\${Depends}' $spkg`;
+ok($abi && $sdepends =~ /(?:^|, )\Q$abi\E(?:,|$)/ && $sdepends =~ /(?:^|, )libnginx-mod-stream(?:,|$)/,
+	"stream: depends on the nginx ABI and Debian's stream module ($sdepends)");
+is(readlink($senabled), $savailable, 'stream: enabled through modules-enabled/ at 70');
+is(slurp($savailable),
+	"load_module modules/ngx_stream_circuit_breaker_module.so;\n",
+	'stream: modules-available holds the load_module line');
+ok(-f $sso, 'stream: module in /usr/lib/nginx/modules/');
+
 # Debian's own configuration, now with the module: -T dumps what it read
 ($rc, $out) = run("$bin -T");
 is($rc, 0, "Debian's nginx -t passes with the module") or diag($out);
 like($out, qr!^# configuration file \Q$enabled\E:\nload_module modules/ngx_http_circuit_breaker_module\.so;$!m,
 	'nginx read the module from modules-enabled/');
+like($out, qr!/50-mod-stream\.conf:\nload_module modules/ngx_stream_module\.so;\n.*\Q$senabled\E:\nload_module modules/ngx_stream_circuit_breaker_module\.so;$!ms,
+	'stream: nginx read the stream module, then ours');
 is(-e $service_pid, $had_service, 'no nginx service started');
 
 ###############################################################################
@@ -193,7 +221,18 @@ symlink('/usr/lib/nginx/modules', $t->testdir() . '/modules')
 # the modules that modules-enabled/ holds, and no other
 
 $t->write_file_expand('nginx.conf',
-	CB::Debian::conf('include /etc/nginx/modules-enabled/*.conf;'));
+	CB::Debian::conf('include /etc/nginx/modules-enabled/*.conf;') . <<'EOF');
+stream {
+    log_format s '$status';
+    access_log %%TESTDIR%%/stream.log s;
+
+    upstream gone {
+        server 127.0.0.1:%%PORT_8090%%;
+        circuit_breaker min_requests=4 consecutive=20;
+    }
+    server { listen 127.0.0.1:%%PORT_8089%%; proxy_pass gone; }
+}
+EOF
 
 my $hits = CB::Nginx::start($t, 8081);
 
@@ -220,6 +259,14 @@ like(body(http_get('/status?format=prometheus')),
 	qr/^nginx_circuit_breaker_build_info\{version="\Q$version\E",nginx="\Q$nginx\E"\} 1$/m,
 	'prometheus: build_info');
 
+# nothing listens on 8090: refused connections, status 502, until the breaker opens
+for (1 .. 10) {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8089)) or next;
+	$s->sysread(my $buf, 16);
+}
+my @status = split /\n/, $t->read_file('stream.log');
+is("@status", '502 502 502 502 503 503 503 503 503 503', 'stream: opens, then refuses');
+
 # nginx -t sets up the zone too, but only a real start logs the notice
 ($rc, $out) = run($bin, '-t', '-p', $t->testdir() . '/', '-c', 'nginx.conf',
 	'-e', 'error.log');
@@ -233,6 +280,18 @@ ok(!-e $t->testdir() . '/nginx.pid', 'test nginx stopped');
 ###############################################################################
 
 # remove: Debian's module packages keep the admin's choice as a "<link>.removed" until purge
+($rc, $out) = run('dpkg', '--remove', $spkg);
+is($rc, 0, 'stream: dpkg -r') or diag($out);
+ok(!-e $senabled && !-l $senabled, 'stream: modules-enabled link gone');
+is(readlink("$senabled.removed"), $savailable, 'stream: link kept as .removed');
+ok(!-e $sso && !-e $savailable, 'stream: module files gone');
+($rc, $out) = run("$bin -T");
+ok($rc == 0 && $out !~ /ngx_stream_circuit_breaker_module/,
+	"stream: Debian's nginx -t passes without it") or diag($out);
+($rc, $out) = run('dpkg', '--purge', $spkg);
+is("$rc " . status($spkg), '0 ', 'stream: dpkg -P') or diag($out);
+ok(!-e "$senabled.removed" && !-l "$senabled.removed", 'stream: .removed link gone');
+
 
 ($rc, $out) = run('dpkg', '--remove', $pkg);
 is($rc, 0, 'dpkg -r') or diag($out);

@@ -10,6 +10,7 @@ pub mod keyed;
 pub mod limit;
 pub mod probe;
 pub mod retry_budget;
+pub mod session;
 pub mod settle;
 pub mod snapshot;
 pub mod status;

@@ -15,6 +15,7 @@ mod breaker;
 mod family;
 mod hint;
 mod legacy;
+mod stream;
 mod suggest;
 
 #[cfg(test)]
@@ -27,6 +28,9 @@ pub use family::{
     RETRY_DIRECTIVE,
 };
 pub use legacy::{Deprecation, Legacy};
+pub use stream::{
+    parse_stream_breaker_args, StreamParams, DEFAULT_FIRST_BYTE_MS, STREAM_PARAMETERS,
+};
 pub use suggest::{distance, suggest};
 
 /// A configuration error; `Display` gives the `[emerg]` text nginx prints before

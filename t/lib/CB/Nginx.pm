@@ -26,7 +26,7 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ conf env_globals start req reload master masters workers workers_up
+our @EXPORT_OK = qw/ conf stream_conf env_globals start req reload master masters workers workers_up
 	nginx_t self_signed log_size log_since log_count /;
 
 use POSIX qw//;
@@ -60,6 +60,30 @@ http {
     %%TEST_GLOBALS_HTTP%%
 
 ${http}}
+
+EOF
+}
+
+# The same frame for a test of stream breakers: STREAM inside stream {} after the harness's
+# stream-level lines, no http block.
+
+sub stream_conf {
+	my ($workers, $stream) = @_;
+
+	return <<"EOF";
+
+%%TEST_GLOBALS%%
+
+daemon off;
+worker_processes $workers;
+
+events {
+}
+
+stream {
+    %%TEST_GLOBALS_STREAM%%
+
+${stream}}
 
 EOF
 }

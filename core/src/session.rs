@@ -1,0 +1,118 @@
+//! What a stream session (TCP or UDP, through nginx's `stream {}` proxy) says of its upstream.
+//! The shell reports what nginx saw; this says which [`Attempt`] it is, if any, so that a
+//! session enters its breaker's window as an HTTP request does.
+//!
+//! A session is judged once, by the first of:
+//! - **the upstream's first byte**: an answer, as long as nginx took to connect and get it
+//!   (slow above `slow`). What the session does afterwards — hours of traffic, an idle
+//!   timeout — says nothing more of the server;
+//! - **the first-byte bound** (`first_byte`) running out after the client's first bytes
+//!   reached the upstream: a server that accepts and never answers (a full connection pool, a
+//!   lock, a stopped process: the kernel still accepts);
+//! - **the session's end** without either: nginx's `502` (no server could be connected to, or
+//!   a UDP server sent fewer responses than expected).
+//!
+//! What a client can decide is never the server's failure: a client that connects and sends
+//! nothing, that sends and closes at once, or that leaves before the bound leaves no verdict;
+//! nor does a server that closes without a word (PostgreSQL does so on a malformed startup
+//! packet, any server on its idle timeout: a client could choose it); nor a session nginx
+//! itself refused (`500`, `503`, `403`).
+
+use crate::breaker::classify::{Attempt, Ending};
+
+/// The session's status when nginx could reach no server, or a UDP server did not answer.
+pub const BAD_GATEWAY: u16 = 502;
+
+/// How a session that was not judged earlier ended, as nginx left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// The session's status (`$status`: `200`, `502`, ...).
+    pub status: u16,
+    /// nginx was connected to a server when it gave up (a UDP "connection" is made at once).
+    pub connected: bool,
+    /// The client's bytes were passed on to that server.
+    pub client_sent: bool,
+    /// Milliseconds since nginx began connecting.
+    pub ms: u64,
+}
+
+/// The server's first byte, `ms` after nginx began connecting: an answer.
+pub fn answered(ms: u64) -> Attempt {
+    Attempt::ended(Ending::Response, ms)
+}
+
+/// The first-byte bound ran out, `ms` after nginx began connecting, with the client's bytes
+/// sent and not a byte back.
+pub fn silent(ms: u64) -> Attempt {
+    Attempt::ended(Ending::Timeout, ms)
+}
+
+/// A session that ended before it was judged: its failure, or `None` when it says nothing of
+/// the server.
+pub fn ended(e: &Ended) -> Option<Attempt> {
+    match e.status {
+        // A UDP server that sent fewer responses than expected, or a connection to a server
+        // that failed after the client's bytes: nothing came back in time.
+        BAD_GATEWAY if e.connected && e.client_sent => Some(Attempt::ended(Ending::Timeout, e.ms)),
+        // No server could be connected to (refused, reset, connect timeout, every try).
+        BAD_GATEWAY => Some(Attempt::ended(Ending::Error, e.ms)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::classify::classify;
+    use crate::breaker::BreakerConfig;
+
+    fn end(status: u16, connected: bool, client_sent: bool) -> Ended {
+        Ended {
+            status,
+            connected,
+            client_sent,
+            ms: 7,
+        }
+    }
+
+    #[test]
+    fn an_answer_counts_and_is_slow_above_slow() {
+        let cfg = BreakerConfig {
+            slow_ms: 100,
+            ..BreakerConfig::default()
+        };
+        let v = classify(&answered(100), &cfg);
+        assert!(v.counted && !v.failure && !v.slow);
+        let v = classify(&answered(101), &cfg);
+        assert!(v.counted && !v.failure && v.slow);
+    }
+
+    #[test]
+    fn silence_and_unreachable_servers_fail_by_default() {
+        let cfg = BreakerConfig::default();
+        for a in [
+            silent(10_000),
+            ended(&end(502, false, false)).unwrap(),
+            ended(&end(502, true, false)).unwrap(),
+            ended(&end(502, true, true)).unwrap(),
+        ] {
+            let v = classify(&a, &cfg);
+            assert!(v.counted && v.failure && v.gateway, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn what_the_client_alone_decides_says_nothing() {
+        // Connected and idle, then closed by either side or an idle timeout; sent and closed
+        // at once, or gave up before the bound (the server still had time); a server that
+        // closed without a word.
+        assert_eq!(ended(&end(200, true, false)), None);
+        assert_eq!(ended(&end(200, true, true)), None);
+        // Refused or failed by nginx itself.
+        for status in [400, 403, 500, 503] {
+            for c in [false, true] {
+                assert_eq!(ended(&end(status, c, c)), None, "{status}");
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The stream module's configuration: the zone (`circuit_breaker_zone` in `stream {}`), and
+//! each upstream's breaker (`circuit_breaker` in `stream { upstream {} }`), found again from
+//! the upstream's own conf when a session asks.
+
+use core::cell::Cell;
+use core::ffi::{c_char, c_void};
+use core::ptr::null_mut;
+
+use circuit_breaker_core::directive::{self, parse_stream_breaker_args, StreamParams};
+use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
+use circuit_breaker_shell::ffi::{hash_name, key_hash};
+use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
+use nginx_sys::{
+    ngx_command_t, ngx_conf_t, ngx_shm_zone_t, ngx_stream_session_t,
+    ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_srv_conf_t,
+};
+use ngx::core::{Pool, NGX_CONF_ERROR, NGX_CONF_OK};
+
+/// The zone made when stream breakers exist and no `circuit_breaker_zone` was given in
+/// `stream {}`: apart from the http block's (`circuit_breaker`), which another module owns.
+pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker_stream";
+pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
+
+/// The module's main conf (`stream {}`).
+pub struct MainConf {
+    pub zone: *mut ngx_shm_zone_t,
+    /// The zone's name; the shm zone's `data` points here.
+    pub zone_name: ZoneName,
+    /// The upstreams with a breaker, in configuration order.
+    pub upstreams: Vec<*mut SrvConf>,
+    /// The zone generation this configuration took over; older workers create no breakers.
+    pub generation: u64,
+}
+
+impl Default for MainConf {
+    fn default() -> Self {
+        MainConf {
+            zone: null_mut(),
+            zone_name: ZoneName::default(),
+            upstreams: Vec::new(),
+            generation: 0,
+        }
+    }
+}
+
+/// The module's conf of a `server {}` or an `upstream {}` block; only an upstream's is ever
+/// set.
+#[derive(Default)]
+pub struct SrvConf {
+    pub params: Option<StreamParams>,
+    /// The upstream's name, and the hash of its breaker's key.
+    pub name: String,
+    pub key_hash: u64,
+    /// The balancer's own `peer.init`, which ours wraps.
+    pub original_init: ngx_stream_upstream_init_peer_pt,
+    /// Where this worker last found the breaker in the zone (a hint, checked on every use).
+    pub handle: Cell<Handle>,
+}
+
+impl SrvConf {
+    /// The key of the upstream's breaker in the zone.
+    pub fn key(&self) -> Key<'_> {
+        Key {
+            hash: self.key_hash,
+            upstream: self.name.as_bytes(),
+            route: DEFAULT_ROUTE.as_bytes(),
+            kind: Kind::Route,
+        }
+    }
+}
+
+/// `ctx_index` of this module, for the confs nginx keeps per module.
+pub fn ctx_index() -> usize {
+    // SAFETY: nginx sets the index once, while loading the module, before any conf exists.
+    unsafe { (*core::ptr::addr_of!(crate::ngx_stream_circuit_breaker_module)).ctx_index }
+}
+
+/// The breaker conf of an upstream, if the module has one there.
+///
+/// # Safety
+/// `uscf` must be a live stream upstream conf of the configuration this module is part of.
+pub unsafe fn of_upstream<'a>(uscf: *const ngx_stream_upstream_srv_conf_t) -> Option<&'a SrvConf> {
+    // SAFETY: an upstream conf's `srv_conf` holds every stream module's srv conf.
+    unsafe {
+        let confs = (*uscf).srv_conf;
+        if confs.is_null() {
+            return None;
+        }
+        (*confs.add(ctx_index())).cast::<SrvConf>().as_ref()
+    }
+}
+
+/// The main conf a session's configuration holds.
+///
+/// # Safety
+/// `s` must be a live session.
+pub unsafe fn of_session<'a>(s: *const ngx_stream_session_t) -> Option<&'a MainConf> {
+    // SAFETY: a session's `main_conf` holds every stream module's main conf.
+    unsafe {
+        (*(*s).main_conf.add(ctx_index()))
+            .cast::<MainConf>()
+            .as_ref()
+    }
+}
+
+/// `create_main_conf` and `create_srv_conf`: a default conf in the configuration's pool,
+/// dropped with it.
+pub unsafe extern "C" fn create_main_conf(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: nginx passes the configuration being parsed; its pool outlives the conf.
+    circuit_breaker_shell::ffi::guard(null_mut(), || unsafe {
+        Pool::from_ngx_pool((*cf).pool)
+            .allocate(MainConf::default())
+            .cast()
+    })
+}
+
+/// See [`create_main_conf`].
+pub unsafe extern "C" fn create_srv_conf(cf: *mut ngx_conf_t) -> *mut c_void {
+    // SAFETY: as for `create_main_conf`.
+    circuit_breaker_shell::ffi::guard(null_mut(), || unsafe {
+        Pool::from_ngx_pool((*cf).pool)
+            .allocate(SrvConf::default())
+            .cast()
+    })
+}
+
+/// A directive handler nginx can call, with panics turned into a configuration error.
+macro_rules! handler {
+    ($($name:ident => $inner:ident),+ $(,)?) => {$(
+        pub unsafe extern "C" fn $name(
+            cf: *mut ngx_conf_t,
+            cmd: *mut ngx_command_t,
+            conf: *mut c_void,
+        ) -> *mut c_char {
+            // SAFETY: nginx calls a directive's handler with the configuration being parsed,
+            // the directive's command and the conf its offset names.
+            circuit_breaker_shell::ffi::guard(NGX_CONF_ERROR, || unsafe { $inner(cf, cmd, conf) })
+        }
+    )+};
+}
+
+handler!(set_zone => zone, set_breaker => breaker);
+
+/// `circuit_breaker_zone name:size` in `stream {}`.
+unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our main conf (NGX_STREAM_MAIN_CONF_OFFSET) at this directive.
+    let (mcf, raw) = match unsafe { once::<MainConf>(cf, conf, |c| !c.zone.is_null()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    let text = match words(raw) {
+        Ok(mut w) => w.next().unwrap_or_default(),
+        Err(e) => return fail(cf, e),
+    };
+    let (name, size) = match directive::parse_zone(text, MIN_ZONE_SIZE, &NginxUnits) {
+        Ok(v) => v,
+        Err(e) => return fail(cf, e),
+    };
+    // SAFETY: `cf` is being parsed; the main conf lives as long as the configuration, the
+    // module static as long as the process.
+    match unsafe { register_zone(cf, mcf, name, size as usize) } {
+        Some(()) => NGX_CONF_OK,
+        None => NGX_CONF_ERROR,
+    }
+}
+
+/// Registers the zone `mcf` names.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed and `mcf` its main conf.
+pub unsafe fn register_zone(
+    cf: *mut ngx_conf_t,
+    mcf: &mut MainConf,
+    name: &str,
+    size: usize,
+) -> Option<()> {
+    let tag = core::ptr::addr_of_mut!(crate::ngx_stream_circuit_breaker_module).cast();
+    // SAFETY: this fn's contract, and the module static outlives every cycle.
+    mcf.zone = unsafe { add_zone(cf, &mut mcf.zone_name, name, size, tag) }?;
+    Some(())
+}
+
+/// `circuit_breaker [parameters]` in a stream `upstream {}`.
+unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our srv conf of the upstream block (NGX_STREAM_SRV_CONF_OFFSET).
+    let (scf, raw) = match unsafe { once::<SrvConf>(cf, conf, |c| c.params.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    let parsed = words(raw).and_then(|w| parse_stream_breaker_args(w, &NginxUnits));
+    match parsed {
+        Ok(p) => {
+            scf.params = Some(p);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
+}
+
+/// The breakers this configuration knows: each upstream's own.
+pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
+    mcf.upstreams
+        .iter()
+        .filter_map(|&s| {
+            // SAFETY: upstream confs live as long as the configuration.
+            let s = unsafe { &*s };
+            Some(Wanted {
+                key: s.key(),
+                cfg: s.params?.cfg,
+                eager: true,
+                retry: None,
+                limit: None,
+            })
+        })
+        .collect()
+}
+
+/// Names an upstream's breaker once the stream block is parsed.
+pub fn name(scf: &mut SrvConf, host: &[u8]) {
+    scf.name = String::from_utf8_lossy(host).into_owned();
+    scf.key_hash = key_hash(
+        hash_name(scf.name.as_bytes()),
+        hash_name(DEFAULT_ROUTE.as_bytes()),
+    );
+}

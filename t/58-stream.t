@@ -1,0 +1,202 @@
+#!/usr/bin/perl
+
+# Stream breakers with a real Redis (Debian's redis-server, started here) behind nginx's
+# stream proxy, two workers sharing the zone.  Stopped (SIGSTOP: the kernel still accepts,
+# nothing answers), the breaker opens within min_requests sessions on the first-byte bound,
+# the next sessions are refused at once (status 503, one log line per transition, not per
+# session), and Redis — counting the connections it accepted itself — sees none of them but
+# the probes; let go on, the probes close it and clients get +PONG again.  Killed (connections
+# refused): the same on 502s.  What a client alone decides opens nothing: connecting and
+# saying nothing, sending and closing at once, leaving before the bound, idle subscriptions
+# and silent connections that outlive proxy_timeout.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Time::HiRes qw/ sleep time /;
+
+use Test::Nginx;
+use Test::Nginx::Stream qw/ stream /;
+use CB::Nginx qw/ stream_conf start log_count /;
+use CB::Redis;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/stream/)->plan(16);
+
+# min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
+# gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
+$t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
+    log_format s '$server_port $status $upstream_addr $session_time';
+    access_log %%TESTDIR%%/stream.log s;
+
+    circuit_breaker_zone cbs:1m;
+
+    upstream redis {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms open=2s;
+    }
+    upstream shaped {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    upstream idle {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+
+    server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
+EOF
+
+my $redis = CB::Redis->start($t, port(8091));
+start($t);
+
+###############################################################################
+
+my ($main, $shaped, $idle) = map { port($_) } 8090, 8092, 8093;
+
+# one session: PING, the reply (or '' when refused or silent) and the client's wait in ms
+sub ping {
+	my ($p, $wait) = @_;
+	my $start = time();
+	my $s = stream("127.0.0.1:$p");
+	my $reply = $s->io("PING\r\n", read => 1, read_timeout => $wait // 3);
+	return ($reply, (time() - $start) * 1000);
+}
+
+is((ping($main))[0], "+PONG\r\n", 'healthy: +PONG through the breaker');
+
+# what a client alone decides
+for (1 .. 8) {
+	my $s = stream("127.0.0.1:$shaped");		# says nothing, goes
+}
+for (1 .. 8) {
+	stream("127.0.0.1:$shaped")->write("PING\r\n");	# sends, closes at once
+}
+for (1 .. 8) {
+	my $s = stream("127.0.0.1:$shaped");		# blocks Redis for 5 s, leaves after 0.1
+	$s->write("BLPOP cb:none 5\r\n");
+	sleep 0.1;
+}
+sleep 0.5;
+is((ping($shaped))[0], "+PONG\r\n", 'client-shaped sessions: still passes');
+is(log_count($t, qr/"shaped" opened/), 0, 'client-shaped sessions: never opened');
+
+# six idle subscriptions and six silent connections outlive proxy_timeout (1s)
+my @held;
+for (1 .. 6) {
+	my $s = stream("127.0.0.1:$idle");
+	$s->write("SUBSCRIBE cb:news\r\n");
+	push @held, $s;
+	push @held, stream("127.0.0.1:$idle");
+}
+my $subscribed = grep { defined $_ && /subscribe/ }
+	map { $_->read(read_timeout => 2) } @held[grep { $_ % 2 == 0 } 0 .. $#held];
+is($subscribed, 6, 'idle: six subscriptions answered');
+sleep 2;
+is((ping($idle))[0], "+PONG\r\n", 'idle past proxy_timeout: still passes');
+is(log_count($t, qr/"idle" opened/), 0, 'idle past proxy_timeout: never opened');
+undef @held;
+
+###############################################################################
+
+# stopped: accepts, never answers
+
+my $before = $redis->accepted();
+my $log_before = log_lines($t);
+$redis->stop();
+
+my $waited = 0;
+while ($waited < 10) {
+	my ($reply, $ms) = ping($main, 1);
+	last if $ms < 200;			# refused at once (counted below)
+	$waited++;
+}
+ok($waited >= 1 && $waited <= 4, "stopped: opened within min_requests sessions ($waited)");
+
+my @ms;
+for (1 .. 25) {
+	my ($reply, $ms) = ping($main, 1);
+	push @ms, $ms if $reply eq '';
+}
+is(scalar @ms, 25, 'open: every session refused');
+my $median = (sort { $a <=> $b } @ms)[12];
+note(sprintf 'open: refused in %.3f ms (median of 25, client-measured)', $median);
+ok($median < 20, 'open: refused at once');
+is(log_count($t, qr/"redis" opened/), 1, 'open: one log line per transition');
+is(refused_since($t, $log_before, $main), 26, 'open: status 503 in the access log');
+
+$redis->cont();
+is(recover($t, $main, 1), "+PONG\r\n", 'let go on: probes close it, +PONG again');
+is($redis->accepted() - $before, sent_since($t, $log_before, $main),
+	'stopped: Redis accepted exactly the sessions nginx sent (none while open)');
+
+###############################################################################
+
+# killed: connections refused
+
+$log_before = log_lines($t);
+$redis->kill();
+$waited = 0;
+for (1 .. 10) {
+	my ($reply, $ms) = ping($main, 1);
+	last if log_count($t, qr/"redis" opened/) == 2;
+	$waited++;
+}
+ok($waited < 4, "killed: opened within min_requests sessions ($waited)");
+is((ping($main, 1))[0], '', 'killed: refused');
+
+$redis->restart();
+is(recover($t, $main, 2), "+PONG\r\n", 'started again: probes close it');
+
+
+###############################################################################
+
+# sessions every 0.2 s until the breaker's Nth "closed" line (20 s at most); the reply after
+
+sub recover {
+	my ($t, $p, $n) = @_;
+	my $end = time() + 20;
+	while (time() < $end && log_count($t, qr/"redis" closed/) < $n) {
+		ping($p, 1);
+		sleep 0.2;
+	}
+	return (ping($p, 1))[0];
+}
+
+sub log_lines {
+	my ($t) = @_;
+	my $log = eval { $t->read_file('stream.log') } // '';
+	return scalar(() = $log =~ /\n/g);
+}
+
+sub session_lines {
+	my ($t, $from, $port) = @_;
+	my @l = split /\n/, (eval { $t->read_file('stream.log') } // '');
+	return grep { /^$port / } @l[$from .. $#l];
+}
+
+sub refused_since {
+	my ($t, $from, $port) = @_;
+	return scalar grep { / 503 - / } session_lines($t, $from, $port);
+}
+
+sub sent_since {
+	my ($t, $from, $port) = @_;
+	return scalar grep { !/ 503 - / } session_lines($t, $from, $port);
+}
+
+###############################################################################

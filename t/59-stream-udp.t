@@ -1,0 +1,114 @@
+#!/usr/bin/perl
+
+# A stream breaker over UDP: an echo server (a small DNS-like origin here, one datagram back
+# per datagram) that stops answering opens it — nginx's 502 when the expected response does
+# not come within proxy_timeout — and while open no datagram reaches the origin (it counts
+# what it receives), the sessions' status is 503; answering again, the probes close it.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use IO::Socket::INET;
+use Time::HiRes qw/ sleep time /;
+
+use Test::Nginx;
+use Test::Nginx::Stream qw/ dgram /;
+use CB::Nginx qw/ stream_conf start log_count /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(7);
+
+$t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
+    log_format s '$status $upstream_addr';
+    access_log %%TESTDIR%%/stream.log s;
+
+    upstream dns {
+        server 127.0.0.1:%%PORT_8981_UDP%%;
+        circuit_breaker min_requests=4 consecutive=20 open=5s;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8980_UDP%% udp;
+        proxy_pass dns;
+        proxy_responses 1;
+        proxy_timeout 300ms;
+    }
+EOF
+
+my $dir = $t->testdir();
+$t->run_daemon(\&echo, port(8981), "$dir/mute", "$dir/received");
+start($t);
+$t->waitforfile("$dir/received") or die "no echo server\n";
+
+###############################################################################
+
+my $front = port(8980);
+
+sub ask {
+	my ($wait) = @_;
+	my $d = dgram("127.0.0.1:$front");
+	return $d->io('ping', read_timeout => $wait // 0.6) // '';
+}
+
+sub received {
+	return -s "$dir/received" || 0;
+}
+
+is(ask(), 'ping', 'answering: echoed through the breaker');
+
+$t->write_file('mute', '');
+my $sent = 0;
+while ($sent < 10 && log_count($t, qr/"dns" opened/) == 0) {
+	ask();
+	$sent++;
+}
+ok($sent >= 1 && $sent <= 4, "silent: opened within min_requests sessions ($sent)");
+
+# a refused datagram gets no answer: a short wait each, well within the cooldown
+my $got = received();
+ask(0.05) for 1 .. 10;
+is(received(), $got, 'open: no datagram reached the origin');
+my $refused = () = $t->read_file('stream.log') =~ /^503 -$/mg;
+ok($refused >= 10, "open: status 503 ($refused)");
+
+unlink "$dir/mute";
+my $end = time() + 20;
+while (time() < $end && log_count($t, qr/"dns" closed/) == 0) {
+	ask();
+	sleep 0.2;
+}
+is(log_count($t, qr/"dns" closed/), 1, 'answering again: closed by probes');
+is(ask(), 'ping', 'answering again: echoed');
+is(log_count($t, qr/"dns" opened/), 1, 'one opened line for the whole episode');
+
+###############################################################################
+
+# one datagram back per datagram, unless MUTE exists; a byte appended to RECEIVED per
+# datagram received
+
+sub echo {
+	my ($port, $mute, $received) = @_;
+	my $s = IO::Socket::INET->new(Proto => 'udp', LocalAddr => "127.0.0.1:$port")
+		or die "echo: $!\n";
+	open my $fh, '>', $received or die "echo: $!\n";
+	$fh->autoflush(1);
+	while (1) {
+		my $from = $s->recv(my $buf, 512) // next;
+		print $fh '.';
+		$s->send($buf, 0, $from) unless -e $mute;
+	}
+}
+
+###############################################################################
