@@ -24,7 +24,7 @@ use Time::HiRes qw/ time sleep /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx qw/ :DEFAULT http_content /;
-use CB::Nginx qw/ conf start /;
+use CB::Nginx qw/ conf stream_conf start /;
 use CB::Config qw/ conf_passes /;
 use CB::Origin;
 use CB::Response qw/ status header /;
@@ -44,7 +44,7 @@ sub slurp {
 
 my $root = "$FindBin::Bin/..";
 my @names = qw/ minimal routes slow probes eject limit dry-run fleet status
-	stale defaults json-503 origins tenants /;
+	stale defaults json-503 origins tenants stream /;
 my %recipe = map { $_ => slurp("$root/docs/recipes/$_.conf") } @names;
 my $readme = slurp("$root/README.md");
 
@@ -78,6 +78,21 @@ sub minimal_http {
 	return local_conf($1, $listen);
 }
 
+# the stream recipe's stream{} block, without its load_module lines (the harness's globals
+# load the stream module; this nginx has the stream proxy built in), its servers listening on
+# test ports
+
+sub stream_recipe {
+	my $c = $recipe{stream};
+	$c =~ s/\A(?:load_module [^\n]*\n)+\s*//
+		or die "stream.conf: no load_module lines first\n";
+	$c =~ /\Astream \{\n(.*)\}\n\z/s or die "stream.conf: no stream block\n";
+	$c = local_conf($1, 8080);
+	my $port = 8090;
+	$c =~ s/\blisten \d+;/'listen 127.0.0.1:' . $port++ . ';'/ge;
+	return stream_conf(1, $c);
+}
+
 # a location recipe's http-level lines (proxy_cache_path), and its locations
 
 sub split_http {
@@ -102,6 +117,7 @@ sub whole {
 	my ($name) = @_;
 
 	return conf(1, minimal_http(8080)) if $name eq 'minimal';
+	return stream_recipe() if $name eq 'stream';
 
 	my $c = local_conf($recipe{$name}, 8080);
 	return conf(1, $c) if !$upstream{$name} && !$location{$name};

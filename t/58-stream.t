@@ -33,7 +33,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream/)->plan(16);
+my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(17);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -56,7 +56,17 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
     }
 
+    # reached through a variable: nothing listens on 8095
+    upstream byvar {
+        server 127.0.0.1:%%PORT_8095%%;
+        circuit_breaker min_requests=4 consecutive=20;
+    }
+    map $server_port $target {
+        default byvar;
+    }
+
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
 EOF
@@ -110,6 +120,12 @@ sleep 2;
 is((ping($idle))[0], "+PONG\r\n", 'idle past proxy_timeout: still passes');
 is(log_count($t, qr/"idle" opened/), 0, 'idle past proxy_timeout: never opened');
 undef @held;
+
+# an upstream a variable leads to has its breaker too
+my $byvar = port(8094);
+ping($byvar, 1) for 1 .. 8;
+is(join(' ', map { (split)[1] } session_lines($t, 0, $byvar)), '502 502 502 502 503 503 503 503',
+	'through a variable: refused connections open it, then sessions are refused');
 
 ###############################################################################
 

@@ -2,16 +2,17 @@
 //! each upstream's breaker (`circuit_breaker` in `stream { upstream {} }`), found again from
 //! the upstream's own conf when a session asks.
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell, UnsafeCell};
 use core::ffi::{c_char, c_void};
 use core::ptr::null_mut;
 
 use circuit_breaker_core::directive::{self, parse_stream_breaker_args, StreamParams};
+use circuit_breaker_core::session::Table;
 use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
 use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
 use nginx_sys::{
-    ngx_command_t, ngx_conf_t, ngx_shm_zone_t, ngx_stream_session_t,
+    ngx_command_t, ngx_conf_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_session_t,
     ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_srv_conf_t,
 };
 use ngx::core::{Pool, NGX_CONF_ERROR, NGX_CONF_OK};
@@ -30,6 +31,10 @@ pub struct MainConf {
     pub upstreams: Vec<*mut SrvConf>,
     /// The zone generation this configuration took over; older workers create no breakers.
     pub generation: u64,
+    /// This worker's sessions not judged yet (made on first use, after the fork).
+    pub sessions: RefCell<Option<Table>>,
+    /// This worker's one timer for their first-byte bounds (`session::arm`).
+    pub sweeper: UnsafeCell<ngx_event_t>,
 }
 
 impl Default for MainConf {
@@ -39,6 +44,9 @@ impl Default for MainConf {
             zone_name: ZoneName::default(),
             upstreams: Vec::new(),
             generation: 0,
+            sessions: RefCell::new(None),
+            // SAFETY: an all-zero event is nginx's own starting state (ngx_pcalloc).
+            sweeper: UnsafeCell::new(unsafe { core::mem::zeroed() }),
         }
     }
 }
@@ -48,6 +56,8 @@ impl Default for MainConf {
 #[derive(Default)]
 pub struct SrvConf {
     pub params: Option<StreamParams>,
+    /// The upstream's index among the configuration's stream breakers.
+    pub index: u16,
     /// The upstream's name, and the hash of its breaker's key.
     pub name: String,
     pub key_hash: u64,

@@ -60,6 +60,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
                 continue;
             }
             conf::name(scf, (*uscf).host.as_bytes());
+            let Ok(index) = u16::try_from(mcf.upstreams.len()) else {
+                return NGX_ERROR as ngx_int_t;
+            };
+            scf.index = index;
             scf.original_init = (*uscf).peer.init;
             (*uscf).peer.init = Some(peer::init_peer);
             mcf.upstreams.push(scf);

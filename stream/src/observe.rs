@@ -10,7 +10,8 @@ use nginx_sys::{
     NGX_ERROR, NGX_OK, NGX_STREAM_SERVICE_UNAVAILABLE,
 };
 
-use crate::session as state;
+use crate::conf;
+use crate::session::{self as held, Mark};
 
 /// The next filter in nginx's chain, set once while the configuration is read.
 static mut NEXT_FILTER: ngx_stream_filter_pt = None;
@@ -48,21 +49,15 @@ unsafe extern "C" fn filter(
     input: *mut ngx_chain_t,
     from_upstream: ngx_uint_t,
 ) -> ngx_int_t {
-    guard((), || {
-        // SAFETY: nginx passes a live session to its filters.
-        let Some(st) = (unsafe { state::of(s) }) else {
-            return;
-        };
-        if st.settled || !carries_data(input) {
-            return;
+    // SAFETY: nginx passes a live session to its filters.
+    if let Mark::Held(id) = unsafe { held::mark(s) } {
+        if carries_data(input) {
+            guard((), || {
+                // SAFETY: as above.
+                unsafe { seen(s, id, from_upstream != 0) }
+            });
         }
-        if from_upstream != 0 {
-            st.settle(&session::answered(mono_ms().saturating_sub(st.start_ms)));
-        } else if !st.client_sent {
-            st.client_sent = true;
-            st.arm();
-        }
-    });
+    }
     // SAFETY: the next filter, set when ours was put in front of it.
     match unsafe { NEXT_FILTER } {
         // SAFETY: nginx's own chain, with the arguments it gave us.
@@ -71,30 +66,86 @@ unsafe extern "C" fn filter(
     }
 }
 
+/// Bytes of a held session passing one way.
+///
+/// # Safety
+/// `s` must be a live session.
+unsafe fn seen(
+    s: *mut ngx_stream_session_t,
+    id: circuit_breaker_core::session::SessionId,
+    up: bool,
+) {
+    // SAFETY: `s` is live.
+    let Some(mcf) = (unsafe { conf::of_session(s) }) else {
+        return;
+    };
+    let now = mono_ms();
+    if up {
+        let taken = held::with_table(mcf, |t| t.take(id));
+        // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
+        unsafe { held::set_mark(s, Mark::None) };
+        let Some(h) = taken else { return };
+        // SAFETY: a live session's connection.
+        let log = unsafe { (*(*s).connection).log };
+        held::settle(
+            mcf,
+            &h,
+            &session::answered(now.saturating_sub(h.start_ms)),
+            log,
+        );
+        return;
+    }
+    match held::with_table(mcf, |t| t.client_sent(id, now)) {
+        // SAFETY: `s` is live. Its bound ran out: nothing more.
+        None => unsafe { held::set_mark(s, Mark::None) },
+        Some(Some(deadline)) => held::arm(mcf, deadline),
+        Some(None) => {}
+    }
+}
+
 /// The log phase, ahead of the access log: a session the breaker refused gets its `503`; one
 /// not judged yet is judged by how it ended.
 pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
         // SAFETY: nginx passes a live session to its log phase handlers.
-        let Some(st) = (unsafe { state::of(s) }) else {
+        let id = match unsafe { held::mark(s) } {
+            Mark::None => return NGX_OK as ngx_int_t,
+            Mark::Refused => {
+                // SAFETY: as above.
+                unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
+                return NGX_OK as ngx_int_t;
+            }
+            Mark::Held(id) => id,
+        };
+        // SAFETY: as above.
+        let Some(mcf) = (unsafe { conf::of_session(s) }) else {
+            return NGX_OK as ngx_int_t;
+        };
+        let Some(h) = held::with_table(mcf, |t| t.take(id)) else {
             return NGX_OK as ngx_int_t;
         };
         // SAFETY: as above.
-        let s = unsafe { &mut *s };
-        if st.refused {
-            s.status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t;
-            return NGX_OK as ngx_int_t;
-        }
-        // SAFETY: the session's upstream and its last state, null or live in its pool.
-        let last = unsafe { s.upstream.as_ref().and_then(|u| u.state.as_ref()) };
-        let connected = last.is_some_and(|st| st.connect_time != ngx_msec_t::MAX);
-        let end = session::Ended {
-            status: u16::try_from(s.status).unwrap_or(0),
-            connected,
-            client_sent: st.client_sent,
-            ms: mono_ms().saturating_sub(st.start_ms),
+        unsafe { held::set_mark(s, Mark::None) };
+        // SAFETY: as above; the session's upstream and its last state, null or live in its pool.
+        let (status, connected, log) = unsafe {
+            let s = &*s;
+            let last = s.upstream.as_ref().and_then(|u| u.state.as_ref());
+            (
+                s.status,
+                last.is_some_and(|st| st.connect_time != ngx_msec_t::MAX),
+                (*s.connection).log,
+            )
         };
-        st.settle_end(&end);
+        let end = session::Ended {
+            status: u16::try_from(status).unwrap_or(0),
+            connected,
+            client_sent: h.client_sent,
+            ms: mono_ms().saturating_sub(h.start_ms),
+        };
+        match session::ended(&end) {
+            Some(a) => held::settle(mcf, &h, &a, log),
+            None => held::unjudged(mcf, &h, log),
+        }
         NGX_OK as ngx_int_t
     })
 }

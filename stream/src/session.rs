@@ -1,135 +1,174 @@
 //! A session's dealings with its breaker: admitted (or refused) in `peer.init`, judged once —
 //! at the upstream's first byte, when the first-byte bound runs out after the client's bytes
 //! went up, or at the session's end (`circuit_breaker_core::session` says what each means) —
-//! and its probe given back if it was one and nothing judged it.
+//! and its probe given back if it was one and nothing judged it in time.
+//!
+//! The worker keeps its unjudged sessions in one table (`session::Table`) and nginx keeps
+//! each one's id in the session's context as a word: nothing is allocated in the session's
+//! pool, and one timer of the worker's (the sweeper) serves every bound.
 
 use core::ffi::c_void;
-use core::ptr::NonNull;
 
+use circuit_breaker_core::breaker::classify::Ending;
 use circuit_breaker_core::breaker::{Admission, Attempt, Classified, Ticket};
-use circuit_breaker_core::session;
+use circuit_breaker_core::session::{self, Expired, Held, SessionId, Table};
 use circuit_breaker_core::snapshot::State;
 use circuit_breaker_shell::clock::{mono_ms, rnd};
-use circuit_breaker_shell::ffi::{first_time, pid, process_alive};
+use circuit_breaker_shell::ffi::{first_time, guard, pid, process_alive};
 use circuit_breaker_shell::zone::{Missing, Zone};
 use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t, NGX_LOG_ERR};
 
 use crate::conf::{MainConf, SrvConf};
 
-/// What the module keeps of a session it admitted, in the session's pool (`s->ctx`).
-pub struct Session {
-    /// The upstream's breaker conf, which lives as long as the configuration.
-    pub scf: *const SrvConf,
-    /// The zone, as this worker maps it.
-    pub zone: Zone,
-    /// The ticket it was admitted with (a probe's, or normal).
-    pub ticket: Ticket,
-    /// When nginx began connecting (the admission), on the monotonic clock.
-    pub start_ms: u64,
-    /// The client's bytes were passed on to the upstream.
-    pub client_sent: bool,
-    /// Judged already: nothing the session does afterwards counts.
-    pub settled: bool,
-    /// Refused by the breaker: the log phase says `503`.
-    pub refused: bool,
-    /// The first-byte bound, armed when the client's first bytes go up.
-    pub silence: ngx_event_t,
-    /// The session's connection's log, for the transitions a timer settles.
-    pub log: *mut ngx_log_t,
+// A context cell holds a session's id as a word.
+const _: () = assert!(core::mem::size_of::<usize>() == 8);
+
+/// The context word of a session the breaker refused: the log phase gives it its `503`. Ids'
+/// words never have the top bit set.
+const REFUSED: u64 = 1 << 63;
+
+/// What the module keeps of a session, read from its context cell.
+pub enum Mark {
+    /// Nothing: not the module's, or judged already.
+    None,
+    /// Refused by the breaker.
+    Refused,
+    /// Admitted, not judged yet.
+    Held(SessionId),
 }
 
-impl Session {
-    fn scf(&self) -> &SrvConf {
-        // SAFETY: the upstream's conf lives as long as the configuration, which outlives
-        // every session of it.
-        unsafe { &*self.scf }
+/// The session's mark.
+///
+/// # Safety
+/// `s` must be a live session.
+pub unsafe fn mark(s: *const ngx_stream_session_t) -> Mark {
+    // SAFETY: a session's `ctx` has a cell per stream module; this one is ours.
+    let w = unsafe { *(*s).ctx.add(crate::conf::ctx_index()) } as u64;
+    match w {
+        0 => Mark::None,
+        REFUSED => Mark::Refused,
+        w => SessionId::from_word(w).map_or(Mark::None, Mark::Held),
     }
+}
 
-    /// Judges the session by `attempt`, once.
-    pub fn settle(&mut self, attempt: &Attempt) {
-        if self.settled {
-            return;
-        }
-        self.settled = true;
-        self.disarm();
-        let scf = self.scf();
-        let Some(params) = scf.params else { return };
-        let now = mono_ms();
-        let c = Classified::of(*attempt, &params.cfg);
-        let handle = scf.handle.get();
-        if self.ticket == Ticket::Normal
-            && c.is_success()
-            && self
-                .zone
-                .add_success(handle, scf.key_hash, now, attempt.response_ms)
-        {
-            return;
-        }
-        let mut locked = self.zone.lock();
+/// Sets the session's mark (`None`: judged).
+///
+/// # Safety
+/// `s` must be a live session.
+pub unsafe fn set_mark(s: *mut ngx_stream_session_t, m: Mark) {
+    let w = match m {
+        Mark::None => 0,
+        Mark::Refused => REFUSED,
+        Mark::Held(id) => id.to_word(),
+    };
+    // SAFETY: as in `mark`.
+    unsafe { *(*s).ctx.add(crate::conf::ctx_index()) = w as usize as *mut c_void };
+}
+
+/// Runs `f` on this worker's table, made on first use from the configuration's bounds.
+#[inline]
+pub fn with_table<R>(mcf: &MainConf, f: impl FnOnce(&mut Table) -> R) -> R {
+    let mut t = mcf.sessions.borrow_mut();
+    let t = t.get_or_insert_with(|| {
+        Table::new(
+            mcf.upstreams
+                .iter()
+                // SAFETY: upstream confs live as long as the configuration.
+                .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
+                .collect(),
+        )
+    });
+    f(t)
+}
+
+/// Judges a session the table gave back by `attempt`.
+pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_t) {
+    let Some(&scf) = mcf.upstreams.get(usize::from(held.upstream)) else {
+        return;
+    };
+    // SAFETY: upstream confs live as long as the configuration.
+    let scf = unsafe { &*scf };
+    let Some(params) = &scf.params else { return };
+    // SAFETY: the zone this configuration registered, mapped in a worker.
+    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+        return;
+    };
+    let now = mono_ms();
+    let handle = scf.handle.get();
+    if held.ticket == Ticket::Normal
+        && session::succeeds(attempt, &params.cfg)
+        && zone.add_success(handle, scf.key_hash, now, attempt.response_ms)
+    {
+        return;
+    }
+    let c = Classified::of(*attempt, &params.cfg);
+    let transition = {
+        let mut locked = zone.lock();
         let Some(mut b) = locked.get_or_find(handle, &scf.key()) else {
             return;
         };
-        let r = b.record_classified(now, rnd(), self.ticket, &c, true);
+        let r = b.record_classified(now, rnd(), held.ticket, &c, true);
         scf.handle.set(b.handle());
-        drop(b);
-        drop(locked);
-        if let Some(t) = &r.transition {
-            circuit_breaker_shell::log::transition(self.log, &format!("\"{}\"", scf.name), t);
-        }
-    }
-
-    /// The session ended without a verdict: its probe, if it was one, is given back.
-    pub fn settle_end(&mut self, end: &session::Ended) {
-        match session::ended(end) {
-            Some(a) => self.settle(&a),
-            None => self.settle(&Attempt::ended(
-                circuit_breaker_core::breaker::classify::Ending::NoVerdict,
-                end.ms,
-            )),
-        }
-    }
-
-    /// Arms the first-byte bound, once the client's first bytes went up.
-    pub fn arm(&mut self) {
-        let bound = self.scf().params.map_or(0, |p| p.first_byte_ms);
-        if bound == 0 || self.settled || self.silence.timer_set() != 0 {
-            return;
-        }
-        let me: *mut Session = self;
-        self.silence.handler = Some(silence_handler);
-        self.silence.data = me.cast();
-        self.silence.log = self.log;
-        // SAFETY: the event lives in the session's pool until the pool's cleanup, which
-        // takes it off the timer tree first (`disarm`).
-        unsafe { nginx_sys::ngx_add_timer(&mut self.silence, bound as ngx_msec_t) };
-    }
-
-    /// Takes the first-byte bound off the timer tree.
-    pub fn disarm(&mut self) {
-        if self.silence.timer_set() != 0 {
-            // SAFETY: the event is on the timer tree (timer_set), in this worker.
-            unsafe { nginx_sys::ngx_del_timer(&mut self.silence) };
-        }
+        r.transition
+    };
+    if let Some(t) = &transition {
+        circuit_breaker_shell::log::transition(log, &format!("\"{}\"", scf.name), t);
     }
 }
 
-/// The first-byte bound ran out: the server kept silent after the client's bytes.
-unsafe extern "C" fn silence_handler(ev: *mut ngx_event_t) {
-    circuit_breaker_shell::ffi::guard((), || {
-        // SAFETY: `data` is the session state `arm` set, alive while the timer is set.
-        let s = unsafe { &mut *(*ev).data.cast::<Session>() };
-        let ms = mono_ms().saturating_sub(s.start_ms);
-        s.settle(&session::silent(ms));
-    })
+/// A session that nothing judged: its probe, if it was one, is given back.
+pub fn unjudged(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
+    if held.ticket != Ticket::Normal {
+        let ms = mono_ms().saturating_sub(held.start_ms);
+        settle(mcf, held, &Attempt::ended(Ending::NoVerdict, ms), log);
+    }
 }
 
-/// Pool cleanup: the bound never outlives the session's memory.
-pub unsafe extern "C" fn cleanup(data: *mut c_void) {
-    circuit_breaker_shell::ffi::guard((), || {
-        // SAFETY: registered with the session state as its data, before the pool frees it.
-        if let Some(mut s) = NonNull::new(data.cast::<Session>()) {
-            // SAFETY: as above.
-            unsafe { s.as_mut() }.disarm();
+/// Keeps the sweeper armed no later than `due`, a deadline the table holds: it stays at or
+/// before the table's earliest, since sessions leaving only move that later.
+pub fn arm(mcf: &MainConf, due: u64) {
+    // SAFETY: the worker's own sweeper event, in its configuration's memory; nginx's timers
+    // run on this thread only.
+    let ev = unsafe { &mut *mcf.sweeper.get() };
+    if ev.timer_set() != 0 && (ev.timer.key as u64) <= due {
+        return;
+    }
+    let mcf_ptr: *const MainConf = mcf;
+    ev.handler = Some(sweep);
+    ev.data = mcf_ptr.cast_mut().cast();
+    // SAFETY: nginx's cycle log lives as long as the worker.
+    ev.log = unsafe { (*nginx_sys::ngx_cycle).log };
+    // A worker that is told to exit need not wait for it.
+    ev.set_cancelable(1);
+    let wait = due.saturating_sub(mono_ms()).max(1);
+    // SAFETY: the event lives as long as the configuration, which outlives the worker's
+    // timers of it.
+    unsafe { nginx_sys::ngx_add_timer(ev, wait as ngx_msec_t) };
+}
+
+/// The sweeper: the bounds that ran out, judged.
+unsafe extern "C" fn sweep(ev: *mut ngx_event_t) {
+    guard((), || {
+        // SAFETY: `data` is the main conf `arm` set, alive as long as the configuration.
+        let mcf = unsafe { &*(*ev).data.cast::<MainConf>() };
+        // SAFETY: as above.
+        let log = unsafe { (*ev).log };
+        let mut out = Vec::new();
+        let next = with_table(mcf, |t| {
+            t.expire(mono_ms(), &mut out);
+            t.next_deadline()
+        });
+        for e in &out {
+            match e {
+                Expired::Silent(h) => {
+                    let ms = mono_ms().saturating_sub(h.start_ms);
+                    settle(mcf, h, &session::silent(ms), log);
+                }
+                Expired::Unjudged(h) => unjudged(mcf, h, log),
+            }
+        }
+        if let Some(due) = next {
+            arm(mcf, due);
         }
     })
 }
@@ -160,8 +199,8 @@ pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) ->
                 ngx::ngx_log_error!(
                     NGX_LOG_ERR,
                     log,
-                    "circuit breaker \"{}\" not created: the zone is full, its sessions \
-                         pass unchecked",
+                    "circuit breaker \"{}\" not created: the zone is full, its sessions pass \
+                     unchecked",
                     scf.name
                 );
             }
@@ -173,17 +212,4 @@ pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) ->
         circuit_breaker_shell::log::transition(log, &format!("\"{}\"", scf.name), t);
     }
     Some(decision.admission)
-}
-
-/// The session's state, if the module admitted it.
-///
-/// # Safety
-/// `s` must be a live session.
-pub unsafe fn of<'a>(s: *const ngx_stream_session_t) -> Option<&'a mut Session> {
-    // SAFETY: a session's `ctx` holds every stream module's context.
-    unsafe {
-        (*(*s).ctx.add(crate::conf::ctx_index()))
-            .cast::<Session>()
-            .as_mut()
-    }
 }

@@ -19,6 +19,11 @@
 //! itself refused (`500`, `503`, `403`).
 
 use crate::breaker::classify::{Attempt, Ending};
+use crate::breaker::BreakerConfig;
+
+mod table;
+
+pub use table::{Expired, Held, SessionId, Table};
 
 /// The session's status when nginx could reach no server, or a UDP server did not answer.
 pub const BAD_GATEWAY: u16 = 502;
@@ -39,6 +44,18 @@ pub struct Ended {
 /// The server's first byte, `ms` after nginx began connecting: an answer.
 pub fn answered(ms: u64) -> Attempt {
     Attempt::ended(Ending::Response, ms)
+}
+
+/// Whether a session's attempt is a plain success under `cfg` — what
+/// [`crate::breaker::Classified::is_success`] says of it, without classifying it: the
+/// common outcome (a prompt answer) costs a comparison. Of any other attempt (an HTTP one),
+/// true only when it is a success too.
+#[inline]
+pub fn succeeds(a: &Attempt, cfg: &BreakerConfig) -> bool {
+    a.ending == Ending::Response
+        && a.status < 400
+        && a.grpc_status.is_none()
+        && (cfg.slow_ms == 0 || a.response_ms <= u64::from(cfg.slow_ms))
 }
 
 /// The first-byte bound ran out, `ms` after nginx began connecting, with the client's bytes
@@ -64,7 +81,7 @@ pub fn ended(e: &Ended) -> Option<Attempt> {
 mod tests {
     use super::*;
     use crate::breaker::classify::classify;
-    use crate::breaker::BreakerConfig;
+    use crate::breaker::Classified;
 
     fn end(status: u16, connected: bool, client_sent: bool) -> Ended {
         Ended {
@@ -85,6 +102,34 @@ mod tests {
         assert!(v.counted && !v.failure && !v.slow);
         let v = classify(&answered(101), &cfg);
         assert!(v.counted && !v.failure && v.slow);
+    }
+
+    #[test]
+    fn succeeds_agrees_with_the_classification() {
+        for slow_ms in [0, 100] {
+            let cfg = BreakerConfig {
+                slow_ms,
+                ..BreakerConfig::default()
+            };
+            for ms in [0, 99, 100, 101, 5000] {
+                let mut sessions = vec![answered(ms), silent(ms)];
+                for e in [502, 200, 403].map(|st| end(st, true, true)) {
+                    sessions.extend(ended(&e));
+                }
+                for a in sessions {
+                    let c = Classified::of(a, &cfg);
+                    assert_eq!(succeeds(&a, &cfg), c.is_success(), "{a:?}");
+                }
+                let mut http: Vec<_> = [200, 404, 429, 500, 502]
+                    .map(|s| Attempt::http(s, ms))
+                    .into();
+                http.push(Attempt::grpc(14, ms));
+                for a in http {
+                    let c = Classified::of(a, &cfg);
+                    assert!(!succeeds(&a, &cfg) || c.is_success(), "{a:?}");
+                }
+            }
+        }
     }
 
     #[test]

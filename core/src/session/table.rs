@@ -1,0 +1,284 @@
+//! A worker's table of the stream sessions it admitted and has not judged yet: each named by a
+//! [`SessionId`] that nginx keeps in the session's context (a word, no allocation in the
+//! session's pool), and, per upstream, the sessions that wait for a first byte in the order
+//! their bounds run out — so that one timer of the worker's serves them all instead of one
+//! timer per session.
+//!
+//! A session waits once the client's first bytes went up (its bound: the upstream's
+//! `first_byte`), or from its start when it is the probe (a probe must not be held by a client
+//! that says nothing: its bound is `first_byte`, or the default when that is `off`). Both
+//! bounds of an upstream are the same length, so each upstream's list is in deadline order by
+//! construction.
+
+use crate::breaker::Ticket;
+use crate::directive::DEFAULT_FIRST_BYTE_MS;
+
+const NIL: u32 = u32::MAX;
+
+/// A session the table holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Its upstream's index among the configuration's stream breakers.
+    pub upstream: u16,
+    /// Its ticket on the upstream's breaker.
+    pub ticket: Ticket,
+    /// When nginx began connecting, on the worker's monotonic clock.
+    pub start_ms: u64,
+    /// The client's bytes went up.
+    pub client_sent: bool,
+}
+
+/// A session whose bound ran out before it was judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expired {
+    /// The client's bytes went up and nothing came back: a failure.
+    Silent(Held),
+    /// A probe whose client sent nothing in time (or whose upstream counts no silence): its
+    /// probe is given back without a verdict; the session goes on unjudged.
+    Unjudged(Held),
+}
+
+/// Names a session in the table; stale once the session is judged (its place may hold another).
+/// Its word never has the top bit set (generations count to 2³¹), which the shell may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionId {
+    index: u32,
+    generation: u32,
+}
+
+impl SessionId {
+    /// As one non-zero word, for a pointer-sized context cell.
+    #[inline]
+    pub fn to_word(self) -> u64 {
+        ((u64::from(self.generation) << 32) | u64::from(self.index)) + 1
+    }
+
+    /// The id a word of [`SessionId::to_word`] holds; `None` for 0.
+    #[inline]
+    pub fn from_word(w: u64) -> Option<SessionId> {
+        let w = w.checked_sub(1)?;
+        Some(SessionId {
+            index: w as u32,
+            generation: (w >> 32) as u32,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Place {
+    generation: u32,
+    held: Option<Held>,
+    deadline_ms: u64,
+    queued: bool,
+    prev: u32,
+    next: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct List {
+    head: u32,
+    tail: u32,
+}
+
+/// See the module's documentation.
+#[derive(Clone, Debug)]
+pub struct Table {
+    places: Vec<Place>,
+    free: u32,
+    lists: Vec<List>,
+    bounds: Vec<u32>,
+    held: usize,
+}
+
+impl Table {
+    /// A table for upstreams whose `first_byte` bounds are `bounds` (0: off), by index.
+    pub fn new(bounds: Vec<u32>) -> Table {
+        Table {
+            places: Vec::new(),
+            free: NIL,
+            lists: vec![
+                List {
+                    head: NIL,
+                    tail: NIL
+                };
+                bounds.len()
+            ],
+            bounds,
+            held: 0,
+        }
+    }
+
+    /// Sessions held now.
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    /// Whether no session is held.
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    /// A session of `upstream` admitted with `ticket` at `now_ms`; `None` for an upstream the
+    /// table was not made for.
+    #[inline]
+    pub fn open(&mut self, upstream: u16, ticket: Ticket, now_ms: u64) -> Option<SessionId> {
+        let bound = *self.bounds.get(usize::from(upstream))?;
+        let held = Held {
+            upstream,
+            ticket,
+            start_ms: now_ms,
+            client_sent: false,
+        };
+        let index = if self.free != NIL {
+            let i = self.free;
+            self.free = self.places[i as usize].next;
+            i
+        } else {
+            self.places.push(Place {
+                generation: 0,
+                held: None,
+                deadline_ms: 0,
+                queued: false,
+                prev: NIL,
+                next: NIL,
+            });
+            (self.places.len() - 1) as u32
+        };
+        let p = &mut self.places[index as usize];
+        p.held = Some(held);
+        p.queued = false;
+        self.held += 1;
+        let id = SessionId {
+            index,
+            generation: p.generation,
+        };
+        if ticket != Ticket::Normal {
+            let wait = if bound > 0 {
+                bound
+            } else {
+                DEFAULT_FIRST_BYTE_MS
+            };
+            self.enqueue(index, now_ms.saturating_add(u64::from(wait)));
+        }
+        Some(id)
+    }
+
+    /// The client's bytes went up at `now_ms`: the session waits for its first byte, if its
+    /// upstream counts silence. `None` when the table no longer holds it (judged: its bound
+    /// ran out); else the deadline it began to wait for now, if it did.
+    #[inline]
+    pub fn client_sent(&mut self, id: SessionId, now_ms: u64) -> Option<Option<u64>> {
+        let index = self.live(id)?;
+        let p = &mut self.places[index as usize];
+        let h = p.held.as_mut()?;
+        if h.client_sent {
+            return Some(None);
+        }
+        h.client_sent = true;
+        let bound = self.bounds[usize::from(h.upstream)];
+        if bound == 0 || p.queued {
+            return Some(None);
+        }
+        let deadline = now_ms.saturating_add(u64::from(bound));
+        self.enqueue(index, deadline);
+        Some(Some(deadline))
+    }
+
+    /// The session, judged (its first byte, or its end): it leaves the table.
+    #[inline]
+    pub fn take(&mut self, id: SessionId) -> Option<Held> {
+        let index = self.live(id)?;
+        self.release(index)
+    }
+
+    /// The session, if it is still held.
+    #[inline]
+    pub fn get(&self, id: SessionId) -> Option<&Held> {
+        let index = self.live(id)?;
+        self.places[index as usize].held.as_ref()
+    }
+
+    /// Takes every session whose bound ran out by `now_ms` into `out`, earliest first within
+    /// each upstream.
+    pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Expired>) {
+        for u in 0..self.lists.len() {
+            loop {
+                let head = self.lists[u].head;
+                if head == NIL || self.places[head as usize].deadline_ms > now_ms {
+                    break;
+                }
+                let Some(h) = self.release(head) else { break };
+                out.push(if h.client_sent && self.bounds[u] > 0 {
+                    Expired::Silent(h)
+                } else {
+                    Expired::Unjudged(h)
+                });
+            }
+        }
+    }
+
+    /// When the next bound runs out, if any session waits.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.lists
+            .iter()
+            .filter(|l| l.head != NIL)
+            .map(|l| self.places[l.head as usize].deadline_ms)
+            .min()
+    }
+
+    #[inline]
+    fn live(&self, id: SessionId) -> Option<u32> {
+        let p = self.places.get(id.index as usize)?;
+        (p.generation == id.generation && p.held.is_some()).then_some(id.index)
+    }
+
+    #[inline]
+    fn enqueue(&mut self, index: u32, deadline_ms: u64) {
+        let Some(u) = self.places[index as usize]
+            .held
+            .map(|h| usize::from(h.upstream))
+        else {
+            return;
+        };
+        let tail = self.lists[u].tail;
+        let p = &mut self.places[index as usize];
+        p.deadline_ms = deadline_ms;
+        p.queued = true;
+        p.prev = tail;
+        p.next = NIL;
+        if tail == NIL {
+            self.lists[u].head = index;
+        } else {
+            self.places[tail as usize].next = index;
+        }
+        self.lists[u].tail = index;
+    }
+
+    #[inline]
+    fn release(&mut self, index: u32) -> Option<Held> {
+        let p = &mut self.places[index as usize];
+        let held = p.held.take()?;
+        if p.queued {
+            p.queued = false;
+            let (prev, next) = (p.prev, p.next);
+            let list = &mut self.lists[usize::from(held.upstream)];
+            if prev == NIL {
+                list.head = next;
+            } else {
+                self.places[prev as usize].next = next;
+            }
+            let list = &mut self.lists[usize::from(held.upstream)];
+            if next == NIL {
+                list.tail = prev;
+            } else {
+                self.places[next as usize].prev = prev;
+            }
+        }
+        let p = &mut self.places[index as usize];
+        p.generation = (p.generation + 1) & 0x7fff_ffff;
+        p.next = self.free;
+        self.free = index;
+        self.held -= 1;
+        Some(held)
+    }
+}
