@@ -8,7 +8,8 @@
 # the probes; let go on, the probes close it and clients get +PONG again.  Killed (connections
 # refused): the same on 502s.  What a client alone decides opens nothing: connecting and
 # saying nothing, sending and closing at once, leaving before the bound, idle subscriptions
-# and silent connections that outlive proxy_timeout.
+# and silent connections that outlive proxy_timeout; a client that takes the probe and says
+# nothing holds it no longer than the bound.
 
 ###############################################################################
 
@@ -33,7 +34,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(17);
+my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(19);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -65,7 +66,7 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         default byvar;
     }
 
-    server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
@@ -176,7 +177,18 @@ ok($waited < 4, "killed: opened within min_requests sessions ($waited)");
 is((ping($main, 1))[0], '', 'killed: refused');
 
 $redis->restart();
+
+# past the cooldown (2 s, jitter 20 %), a client that says nothing takes the probe; its
+# bound (300 ms) gives it back, and the next sessions probe
+sleep 2.6;
+my $holder = stream("127.0.0.1:$main");
+my $end = time() + 5;
+sleep 0.05 while time() < $end && log_count($t, qr/"redis" half-opened/) < 2;
+is(log_count($t, qr/"redis" half-opened/), 2, 'a silent client takes the probe');
+sleep 0.5;
 is(recover($t, $main, 2), "+PONG\r\n", 'started again: probes close it');
+is(log_count($t, qr/"redis" closed/), 2, 'closed while the silent client still holds its session');
+undef $holder;
 
 
 ###############################################################################
