@@ -111,7 +111,7 @@ proptest! {
             let live: Vec<&Model> = all.iter().filter(|m| !m.gone).collect();
             prop_assert_eq!(t.len(), live.len());
             for m in &live {
-                prop_assert_eq!(t.get(m.id), Some(&m.held));
+                prop_assert_eq!(t.get(m.id), Some(m.held));
             }
             let want_next = live.iter().filter_map(|m| m.deadline).min();
             prop_assert_eq!(t.next_deadline(), want_next);

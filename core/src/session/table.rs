@@ -64,14 +64,39 @@ impl SessionId {
     }
 }
 
+const HELD: u8 = 1;
+const SENT: u8 = 2;
+const QUEUED: u8 = 4;
+const PROBE: u8 = 8;
+
+/// One place of the table: 40 bytes, a held session's fields spelled out (no `Option` of a
+/// struct to move in and out).
 #[derive(Clone, Debug)]
 struct Place {
-    generation: u32,
-    held: Option<Held>,
+    ticket: u64,
+    start_ms: u64,
     deadline_ms: u64,
-    queued: bool,
+    generation: u32,
     prev: u32,
     next: u32,
+    upstream: u16,
+    flags: u8,
+}
+
+impl Place {
+    #[inline]
+    fn held(&self) -> Held {
+        Held {
+            upstream: self.upstream,
+            ticket: if self.flags & PROBE != 0 {
+                Ticket::Probe(self.ticket)
+            } else {
+                Ticket::Normal
+            },
+            start_ms: self.start_ms,
+            client_sent: self.flags & SENT != 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,11 +148,9 @@ impl Table {
     #[inline]
     pub fn open(&mut self, upstream: u16, ticket: Ticket, now_ms: u64) -> Option<SessionId> {
         let bound = *self.bounds.get(usize::from(upstream))?;
-        let held = Held {
-            upstream,
-            ticket,
-            start_ms: now_ms,
-            client_sent: false,
+        let (flags, value) = match ticket {
+            Ticket::Normal => (HELD, 0),
+            Ticket::Probe(t) => (HELD | PROBE, t),
         };
         let index = if self.free != NIL {
             let i = self.free;
@@ -135,24 +158,28 @@ impl Table {
             i
         } else {
             self.places.push(Place {
-                generation: 0,
-                held: None,
+                ticket: 0,
+                start_ms: 0,
                 deadline_ms: 0,
-                queued: false,
+                generation: 0,
                 prev: NIL,
                 next: NIL,
+                upstream: 0,
+                flags: 0,
             });
             (self.places.len() - 1) as u32
         };
         let p = &mut self.places[index as usize];
-        p.held = Some(held);
-        p.queued = false;
+        p.ticket = value;
+        p.start_ms = now_ms;
+        p.upstream = upstream;
+        p.flags = flags;
         self.held += 1;
         let id = SessionId {
             index,
             generation: p.generation,
         };
-        if ticket != Ticket::Normal {
+        if flags & PROBE != 0 {
             let wait = if bound > 0 {
                 bound
             } else {
@@ -170,13 +197,12 @@ impl Table {
     pub fn client_sent(&mut self, id: SessionId, now_ms: u64) -> Option<Option<u64>> {
         let index = self.live(id)?;
         let p = &mut self.places[index as usize];
-        let h = p.held.as_mut()?;
-        if h.client_sent {
+        if p.flags & SENT != 0 {
             return Some(None);
         }
-        h.client_sent = true;
-        let bound = self.bounds[usize::from(h.upstream)];
-        if bound == 0 || p.queued {
+        p.flags |= SENT;
+        let bound = self.bounds[usize::from(p.upstream)];
+        if bound == 0 || p.flags & QUEUED != 0 {
             return Some(None);
         }
         let deadline = now_ms.saturating_add(u64::from(bound));
@@ -188,14 +214,14 @@ impl Table {
     #[inline]
     pub fn take(&mut self, id: SessionId) -> Option<Held> {
         let index = self.live(id)?;
-        self.release(index)
+        Some(self.release(index))
     }
 
     /// The session, if it is still held.
     #[inline]
-    pub fn get(&self, id: SessionId) -> Option<&Held> {
+    pub fn get(&self, id: SessionId) -> Option<Held> {
         let index = self.live(id)?;
-        self.places[index as usize].held.as_ref()
+        Some(self.places[index as usize].held())
     }
 
     /// Takes every session whose bound ran out by `now_ms` into `out`, earliest first within
@@ -207,7 +233,7 @@ impl Table {
                 if head == NIL || self.places[head as usize].deadline_ms > now_ms {
                     break;
                 }
-                let Some(h) = self.release(head) else { break };
+                let h = self.release(head);
                 out.push(if h.client_sent && self.bounds[u] > 0 {
                     Expired::Silent(h)
                 } else {
@@ -229,21 +255,16 @@ impl Table {
     #[inline]
     fn live(&self, id: SessionId) -> Option<u32> {
         let p = self.places.get(id.index as usize)?;
-        (p.generation == id.generation && p.held.is_some()).then_some(id.index)
+        (p.generation == id.generation && p.flags & HELD != 0).then_some(id.index)
     }
 
     #[inline]
     fn enqueue(&mut self, index: u32, deadline_ms: u64) {
-        let Some(u) = self.places[index as usize]
-            .held
-            .map(|h| usize::from(h.upstream))
-        else {
-            return;
-        };
+        let u = usize::from(self.places[index as usize].upstream);
         let tail = self.lists[u].tail;
         let p = &mut self.places[index as usize];
         p.deadline_ms = deadline_ms;
-        p.queued = true;
+        p.flags |= QUEUED;
         p.prev = tail;
         p.next = NIL;
         if tail == NIL {
@@ -254,31 +275,28 @@ impl Table {
         self.lists[u].tail = index;
     }
 
+    /// Frees a held place; what it held.
     #[inline]
-    fn release(&mut self, index: u32) -> Option<Held> {
+    fn release(&mut self, index: u32) -> Held {
         let p = &mut self.places[index as usize];
-        let held = p.held.take()?;
-        if p.queued {
-            p.queued = false;
-            let (prev, next) = (p.prev, p.next);
-            let list = &mut self.lists[usize::from(held.upstream)];
-            if prev == NIL {
-                list.head = next;
-            } else {
-                self.places[prev as usize].next = next;
-            }
-            let list = &mut self.lists[usize::from(held.upstream)];
-            if next == NIL {
-                list.tail = prev;
-            } else {
-                self.places[next as usize].prev = prev;
-            }
-        }
-        let p = &mut self.places[index as usize];
+        let held = p.held();
+        let (prev, next, queued) = (p.prev, p.next, p.flags & QUEUED != 0);
+        p.flags = 0;
         p.generation = (p.generation + 1) & 0x7fff_ffff;
         p.next = self.free;
         self.free = index;
         self.held -= 1;
-        Some(held)
+        if queued {
+            let u = usize::from(held.upstream);
+            match prev {
+                NIL => self.lists[u].head = next,
+                _ => self.places[prev as usize].next = next,
+            }
+            match next {
+                NIL => self.lists[u].tail = prev,
+                _ => self.places[next as usize].prev = prev,
+            }
+        }
+        held
     }
 }
