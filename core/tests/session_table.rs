@@ -4,6 +4,7 @@
 //! past its bound by a client that says nothing, and the earliest deadline is always told.
 
 use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::directive::DEFAULT_FIRST_BYTE_MS;
 use circuit_breaker_core::session::{Expired, Held, SessionId, Table};
 use proptest::prelude::*;
 
@@ -55,7 +56,7 @@ proptest! {
                     let id = t.open(upstream, ticket, now).unwrap();
                     let deadline = probe.then(|| {
                         let b = bound_of(upstream);
-                        now + u64::from(if b > 0 { b } else { 10_000 })
+                        now + u64::from(if b > 0 { b } else { DEFAULT_FIRST_BYTE_MS })
                     });
                     let held = Held { upstream, ticket, start_ms: now, client_sent: false };
                     all.push(Model { held, id, deadline, gone: false });

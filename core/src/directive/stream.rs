@@ -27,8 +27,11 @@ pub const STREAM_PARAMETERS: &[&str] = &[
 ];
 
 /// The default `first_byte`: a database's or a cache's first answer of a session is its
-/// handshake or the reply to one command, which a working server gives well within it.
-pub const DEFAULT_FIRST_BYTE_MS: u32 = 10_000;
+/// handshake or the reply to one command, which a working server gives in milliseconds; above
+/// the blocking pops job queues start their sessions with (Celery's 1 s, Sidekiq's 2 s), and
+/// below the timeouts of clients that give up at all, whose sessions would otherwise end
+/// before it runs out and say nothing.
+pub const DEFAULT_FIRST_BYTE_MS: u32 = 3_000;
 
 /// What a stream `circuit_breaker` sets.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,10 +94,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_the_http_breakers_and_a_ten_second_bound() {
+    fn defaults_are_the_http_breakers_and_a_three_second_bound() {
         let p = parse("").unwrap();
         assert_eq!(p.cfg, BreakerConfig::default());
-        assert_eq!(p.first_byte_ms, 10_000);
+        assert_eq!(p.first_byte_ms, 3_000);
     }
 
     #[test]
