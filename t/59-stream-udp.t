@@ -3,7 +3,9 @@
 # A stream breaker over UDP: an echo server (a small DNS-like origin here, one datagram back
 # per datagram) that stops answering opens it — nginx's 502 when the expected response does
 # not come within proxy_timeout — and while open no datagram reaches the origin (it counts
-# what it receives), the sessions' status is 503; answering again, the probes close it.
+# what it receives), the sessions' status is 503; answering again, the probes close it.  A
+# send-only UDP upstream (syslog, statsd: nginx's default proxy_responses expects no answer)
+# is never judged by silence.
 
 ###############################################################################
 
@@ -28,7 +30,7 @@ use CB::Nginx qw/ stream_conf start log_count /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(7);
+my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(9);
 
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     log_format s '$status $upstream_addr';
@@ -45,12 +47,26 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         proxy_responses 1;
         proxy_timeout 300ms;
     }
+
+    upstream sink {
+        server 127.0.0.1:%%PORT_8983_UDP%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=100ms;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8982_UDP%% udp;
+        proxy_pass sink;
+        proxy_timeout 300ms;
+    }
 EOF
 
 my $dir = $t->testdir();
 $t->run_daemon(\&echo, port(8981), "$dir/mute", "$dir/received");
+$t->write_file('sink-mute', '');
+$t->run_daemon(\&echo, port(8983), "$dir/sink-mute", "$dir/sink-received");
 start($t);
 $t->waitforfile("$dir/received") or die "no echo server\n";
+$t->waitforfile("$dir/sink-received") or die "no sink\n";
 
 ###############################################################################
 
@@ -68,6 +84,14 @@ sub received {
 
 is(ask(), 'ping', 'answering: echoed through the breaker');
 
+# a send-only upstream: eight datagrams, none answered, none expected
+for (1 .. 8) {
+	dgram('127.0.0.1:' . port(8982))->write('metric:1|c');
+}
+sleep 0.8;
+is(-s "$dir/sink-received", 8, 'send-only: every datagram delivered');
+is(log_count($t, qr/"sink" opened/), 0, 'send-only: never judged by silence');
+
 $t->write_file('mute', '');
 my $sent = 0;
 while ($sent < 10 && log_count($t, qr/"dns" opened/) == 0) {
@@ -80,7 +104,7 @@ ok($sent >= 1 && $sent <= 4, "silent: opened within min_requests sessions ($sent
 my $got = received();
 ask(0.05) for 1 .. 10;
 is(received(), $got, 'open: no datagram reached the origin');
-my $refused = () = $t->read_file('stream.log') =~ /^503 -$/mg;
+my $refused = () = $t->read_file('stream.log') =~ /^503 -$/mg;  # the sink logs 200s
 ok($refused >= 10, "open: status 503 ($refused)");
 
 unlink "$dir/mute";

@@ -1,7 +1,8 @@
 //! The worker's table of stream sessions (`session::Table`) against a plain model: every held
 //! session is found by its id until it is taken or its bound runs out, a stale id finds
-//! nothing, the bounds run out at exactly their time, a probe is never held
-//! past its bound by a client that says nothing, and the earliest deadline is always told.
+//! nothing, the bounds run out at exactly their time and start again at each of the client's
+//! chunks, a probe is never held past its bound by a client that says nothing, a session whose
+//! silence says nothing (UDP) is never silent, and the earliest deadline is always told.
 
 use circuit_breaker_core::breaker::Ticket;
 use circuit_breaker_core::directive::DEFAULT_FIRST_BYTE_MS;
@@ -12,7 +13,11 @@ const BOUNDS: [u32; 3] = [500, 0, 2000];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Open { upstream: u16, probe: bool },
+    Open {
+        upstream: u16,
+        probe: bool,
+        silence: bool,
+    },
     Sent(usize),
     Take(usize),
     Advance(u64),
@@ -20,7 +25,11 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u16..3, any::<bool>()).prop_map(|(upstream, probe)| Op::Open { upstream, probe }),
+        (0u16..3, any::<bool>(), any::<bool>()).prop_map(|(upstream, probe, silence)| Op::Open {
+            upstream,
+            probe,
+            silence
+        }),
         (0usize..64).prop_map(Op::Sent),
         (0usize..64).prop_map(Op::Take),
         (1u64..800).prop_map(Op::Advance),
@@ -30,6 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// The model: every session ever opened, with what the table should say of it.
 struct Model {
     held: Held,
+    silence: bool,
     id: SessionId,
     deadline: Option<u64>,
     gone: bool,
@@ -50,16 +60,22 @@ proptest! {
         let mut tickets = 0u64;
         for op in ops {
             match op {
-                Op::Open { upstream, probe } => {
+                Op::Open { upstream, probe, silence } => {
                     tickets += 1;
                     let ticket = if probe { Ticket::Probe(tickets) } else { Ticket::Normal };
-                    let id = t.open(upstream, ticket, now).unwrap();
+                    let id = t.open(upstream, ticket, now, silence).unwrap();
                     let deadline = probe.then(|| {
                         let b = bound_of(upstream);
                         now + u64::from(if b > 0 { b } else { DEFAULT_FIRST_BYTE_MS })
                     });
-                    let held = Held { upstream, ticket, start_ms: now, client_sent: false };
-                    all.push(Model { held, id, deadline, gone: false });
+                    let held = Held {
+                        upstream,
+                        ticket,
+                        start_ms: now,
+                        client_sent: false,
+                        sent_ms: now,
+                    };
+                    all.push(Model { held, silence, id, deadline, gone: false });
                 }
                 Op::Sent(i) if !all.is_empty() => {
                     let n = all.len();
@@ -69,15 +85,15 @@ proptest! {
                         prop_assert_eq!(said, None);
                         continue;
                     }
-                    let began = said.expect("held").is_some();
-                    let first = !m.held.client_sent;
                     m.held.client_sent = true;
-                    let waits = first && m.deadline.is_none() && bound_of(m.held.upstream) > 0;
-                    prop_assert_eq!(began, waits);
-                    if waits {
+                    m.held.sent_ms = now;
+                    if bound_of(m.held.upstream) > 0 && m.silence {
                         let d = now + u64::from(bound_of(m.held.upstream));
-                        prop_assert_eq!(said, Some(Some(d)));
+                        let same = m.deadline == Some(d);
+                        prop_assert_eq!(said, Some(if same { None } else { Some(d) }));
                         m.deadline = Some(d);
+                    } else {
+                        prop_assert_eq!(said, Some(None));
                     }
                 }
                 Op::Take(i) if !all.is_empty() => {
@@ -101,7 +117,8 @@ proptest! {
                         .collect();
                     prop_assert_eq!(out.len(), due.len());
                     for m in due.iter_mut() {
-                        let silent = m.held.client_sent && bound_of(m.held.upstream) > 0;
+                        let silent =
+                            m.held.client_sent && bound_of(m.held.upstream) > 0 && m.silence;
                         let want = if silent { Expired::Silent(m.held) } else { Expired::Unjudged(m.held) };
                         prop_assert!(out.contains(&want), "{:?} not expired", want);
                         m.gone = true;
@@ -123,21 +140,24 @@ proptest! {
 #[test]
 fn an_id_survives_its_word() {
     let mut t = Table::new(vec![100]);
-    let a = t.open(0, Ticket::Normal, 0).unwrap();
+    let a = t.open(0, Ticket::Normal, 0, true).unwrap();
     assert_eq!(SessionId::from_word(a.to_word()), Some(a));
     assert_eq!(SessionId::from_word(0), None);
     assert!(t.take(a).is_some());
-    let b = t.open(0, Ticket::Normal, 0).unwrap();
+    let b = t.open(0, Ticket::Normal, 0, true).unwrap();
     assert_ne!(
         a.to_word(),
         b.to_word(),
         "a place taken again has another id"
     );
     assert_eq!(t.take(a), None);
-    assert!(t.open(1, Ticket::Normal, 0).is_none(), "no such upstream");
+    assert!(
+        t.open(1, Ticket::Normal, 0, true).is_none(),
+        "no such upstream"
+    );
     // a place used 2^31 times comes back to generation 0: words stay below the top bit
     for _ in 0..3 {
-        let id = t.open(0, Ticket::Normal, 0).unwrap();
+        let id = t.open(0, Ticket::Normal, 0, true).unwrap();
         assert!(id.to_word() < 1 << 63);
         t.take(id);
     }
@@ -146,8 +166,8 @@ fn an_id_survives_its_word() {
 #[test]
 fn a_probe_whose_client_says_nothing_is_given_back_at_its_bound() {
     let mut t = Table::new(vec![500, 0]);
-    t.open(0, Ticket::Probe(1), 0).unwrap();
-    t.open(1, Ticket::Probe(2), 0).unwrap();
+    t.open(0, Ticket::Probe(1), 0, true).unwrap();
+    t.open(1, Ticket::Probe(2), 0, true).unwrap();
     let mut out = Vec::new();
     t.expire(499, &mut out);
     assert!(out.is_empty());
@@ -158,5 +178,50 @@ fn a_probe_whose_client_says_nothing_is_given_back_at_its_bound() {
     assert!(
         matches!(out[..], [Expired::Unjudged(h)] if h.upstream == 1),
         "off: the default bound"
+    );
+}
+
+#[test]
+fn a_slow_upload_is_no_silence_and_udp_never_is() {
+    let mut t = Table::new(vec![500]);
+    let tcp = t.open(0, Ticket::Normal, 0, true).unwrap();
+    let udp = t.open(0, Ticket::Normal, 0, false).unwrap();
+    let mut out = Vec::new();
+    for at in [0, 400, 800, 1200] {
+        t.client_sent(tcp, at);
+        t.client_sent(udp, at);
+        t.expire(at + 499, &mut out);
+        assert!(out.is_empty(), "each chunk starts the bound again ({at})");
+    }
+    t.expire(1700, &mut out);
+    assert!(matches!(out[..], [Expired::Silent(h)] if h.sent_ms == 1200));
+    assert!(
+        t.get(udp).is_some(),
+        "a UDP session waits for nginx's own judgement"
+    );
+}
+
+mod common;
+
+#[test]
+fn a_server_that_answered_anyone_since_is_not_hung() {
+    use circuit_breaker_core::session::{answered, silent};
+    let mut s = common::Story::new(common::cfg());
+    let t0 = s.now;
+    s.request(&silent(3000));
+    assert!(
+        !s.b.breaker().answered_since(s.now, t0),
+        "a silence is no answer"
+    );
+    s.wait(1500);
+    s.request(&answered(2));
+    assert!(
+        s.b.breaker().answered_since(s.now, t0),
+        "answered after the silent one began"
+    );
+    s.wait(2000);
+    assert!(
+        !s.b.breaker().answered_since(s.now, s.now - 500),
+        "nothing answered since"
     );
 }

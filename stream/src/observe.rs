@@ -85,14 +85,34 @@ unsafe fn seen(
         // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
         unsafe { held::set_mark(s, Mark::None) };
         let Some(h) = taken else { return };
-        // SAFETY: a live session's connection.
-        let log = unsafe { (*(*s).connection).log };
-        held::settle(
-            mcf,
-            &h,
-            &session::answered(now.saturating_sub(h.start_ms)),
-            log,
-        );
+        // SAFETY: a live session, its connection and its upstream's last state.
+        let (log, connect_ms) = unsafe {
+            let s = &*s;
+            let state = s.upstream.as_ref().and_then(|u| u.state.as_ref());
+            let connect = state.map_or(0, |st| st.connect_time);
+            (
+                (*s.connection).log,
+                if connect == ngx_msec_t::MAX {
+                    0
+                } else {
+                    connect as u64
+                },
+            )
+        };
+        // How long the server took: from the client's last bytes (and the connect) when the
+        // client spoke first, from the start when the server speaks first; a client's own
+        // pause before it speaks is not the server's.
+        let ms = if h.client_sent {
+            now.saturating_sub(h.sent_ms).saturating_add(connect_ms)
+        } else {
+            now.saturating_sub(h.start_ms)
+        };
+        held::settle(mcf, &h, &session::answered(ms), log);
+        return;
+    }
+    // SAFETY: `s` is live. Bytes the client sent (a PROXY protocol header nginx makes is
+    // none of the client's).
+    if unsafe { (*s).received } <= 0 {
         return;
     }
     match held::with_table(mcf, |t| t.client_sent(id, now)) {
@@ -127,17 +147,19 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
         // SAFETY: as above.
         unsafe { held::set_mark(s, Mark::None) };
         // SAFETY: as above; the session's upstream and its last state, null or live in its pool.
-        let (status, connected, log) = unsafe {
+        let (status, connected, tried, log) = unsafe {
             let s = &*s;
             let last = s.upstream.as_ref().and_then(|u| u.state.as_ref());
             (
                 s.status,
                 last.is_some_and(|st| st.connect_time != ngx_msec_t::MAX),
+                tried(s),
                 (*s.connection).log,
             )
         };
         let end = session::Ended {
             status: u16::try_from(status).unwrap_or(0),
+            tried,
             connected,
             client_sent: h.client_sent,
             ms: mono_ms().saturating_sub(h.start_ms),
@@ -147,5 +169,31 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             None => held::unjudged(mcf, &h, log),
         }
         NGX_OK as ngx_int_t
+    })
+}
+
+/// Whether nginx tried a server at all for the session: a balancer that finds every server
+/// busy (`max_conns`) or down names the upstream itself as the state's peer, where a tried
+/// connect names the server's address.
+///
+/// # Safety
+/// `s` must be a live session, in its log phase.
+unsafe fn tried(s: &ngx_stream_session_t) -> bool {
+    // SAFETY: the session's upstream and its states, null or live in its pool.
+    let (u, states) = unsafe {
+        match (s.upstream.as_ref(), s.upstream_states.as_ref()) {
+            (Some(u), Some(a)) => (u, a),
+            _ => return false,
+        }
+    };
+    // SAFETY: the upstream conf nginx found, of this configuration.
+    let Some(host) = (unsafe { u.upstream.as_ref() }).map(|us| us.host.as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an array of `ngx_stream_upstream_state_t`, as the proxy pushes them.
+    let states: &[nginx_sys::ngx_stream_upstream_state_t] = unsafe { states.as_slice() };
+    states.iter().any(|st| {
+        // SAFETY: null, or a name in the session's pool or the configuration's.
+        unsafe { st.peer.as_ref() }.is_some_and(|p| p.as_bytes() != host)
     })
 }

@@ -61,7 +61,13 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
         return false;
     };
     // SAFETY: a live session's connection.
-    let log = unsafe { (*(*s).connection).log };
+    let (log, udp) = unsafe {
+        let c = &*(*s).connection;
+        (
+            c.log,
+            c.type_ == nginx_sys::__socket_type_SOCK_DGRAM as core::ffi::c_int,
+        )
+    };
     let ticket = match session::admit(&zone, mcf, scf, log) {
         None => return false,
         Some(Admission::Reject { .. } | Admission::Recovering { .. }) => {
@@ -74,9 +80,10 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
     };
     let now = mono_ms();
     let opened = session::with_table(mcf, |t| {
-        let id = t.open(scf.index, ticket, now)?;
+        // A UDP session's silence is nginx's to judge (proxy_responses, proxy_timeout).
+        let id = t.open(scf.index, ticket, now, !udp)?;
         // A probe waits from its start.
-        let due = if ticket == Ticket::Normal {
+        let due = if matches!(ticket, Ticket::Normal) {
             None
         } else {
             t.next_deadline()

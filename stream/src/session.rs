@@ -83,6 +83,34 @@ pub fn with_table<R>(mcf: &MainConf, f: impl FnOnce(&mut Table) -> R) -> R {
 
 /// Judges a session the table gave back by `attempt`.
 pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_t) {
+    settle_if(mcf, held, attempt, log, |_| true);
+}
+
+/// A session whose server kept silent past its bound: a failure, unless the upstream answered
+/// another session since the client's last bytes (a server that answers anyone is not hung:
+/// the client made its own session wait, with an unfinished or a blocking command). A probe's
+/// silence is no verdict: its probe is given back (a client could otherwise fail the probe at
+/// will and keep the breaker open).
+pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
+    if !matches!(held.ticket, Ticket::Normal) {
+        unjudged(mcf, held, log);
+        return;
+    }
+    let now = mono_ms();
+    let attempt = session::silent(now.saturating_sub(held.start_ms));
+    settle_if(mcf, held, &attempt, log, |b| {
+        !b.answered_since(now, held.sent_ms)
+    });
+}
+
+/// [`settle`] when `record` says so of the breaker, under the lock.
+fn settle_if(
+    mcf: &MainConf,
+    held: &Held,
+    attempt: &Attempt,
+    log: *mut ngx_log_t,
+    record: impl FnOnce(&mut circuit_breaker_core::breaker::Breaker<'_>) -> bool,
+) {
     let Some(&scf) = mcf.upstreams.get(usize::from(held.upstream)) else {
         return;
     };
@@ -95,7 +123,7 @@ pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_
     };
     let now = mono_ms();
     let handle = scf.handle.get();
-    if held.ticket == Ticket::Normal
+    if matches!(held.ticket, Ticket::Normal)
         && session::succeeds(attempt, &params.cfg)
         && zone.add_success(handle, scf.key_hash, now, attempt.response_ms)
     {
@@ -107,8 +135,11 @@ pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_
         let Some(mut b) = locked.get_or_find(handle, &scf.key()) else {
             return;
         };
-        let r = b.record_classified(now, rnd(), held.ticket, &c, true);
         scf.handle.set(b.handle());
+        if !record(&mut b) {
+            return;
+        }
+        let r = b.record_classified(now, rnd(), held.ticket, &c, true);
         r.transition
     };
     if let Some(t) = &transition {
@@ -118,7 +149,7 @@ pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_
 
 /// A session that nothing judged: its probe, if it was one, is given back.
 pub fn unjudged(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
-    if held.ticket != Ticket::Normal {
+    if !matches!(held.ticket, Ticket::Normal) {
         let ms = mono_ms().saturating_sub(held.start_ms);
         settle(mcf, held, &Attempt::ended(Ending::NoVerdict, ms), log);
     }
@@ -160,10 +191,7 @@ unsafe extern "C" fn sweep(ev: *mut ngx_event_t) {
         });
         for e in &out {
             match e {
-                Expired::Silent(h) => {
-                    let ms = mono_ms().saturating_sub(h.start_ms);
-                    settle(mcf, h, &session::silent(ms), log);
-                }
+                Expired::Silent(h) => silent(mcf, h, log),
                 Expired::Unjudged(h) => unjudged(mcf, h, log),
             }
         }

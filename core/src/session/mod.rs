@@ -12,6 +12,12 @@
 //! - **the session's end** without either: nginx's `502` (no server could be connected to, or
 //!   a UDP server sent fewer responses than expected).
 //!
+//! Silence is the one signal a client can shape (an unfinished command, a blocking one), so
+//! the shell counts it only when the upstream answered no one else meanwhile — a hung server
+//! answers nobody — and never against the probe (`circuit_breaker_core::breaker::Breaker::
+//! answered_since`); a `502` for which no server was even tried (every one busy at
+//! `max_conns`, which idle clients can fill) says nothing.
+//!
 //! What a client can decide is never the server's failure: a client that connects and sends
 //! nothing, that sends and closes at once, or that leaves before the bound leaves no verdict;
 //! nor does a server that closes without a word (PostgreSQL does so on a malformed startup
@@ -33,6 +39,8 @@ pub const BAD_GATEWAY: u16 = 502;
 pub struct Ended {
     /// The session's status (`$status`: `200`, `502`, ...).
     pub status: u16,
+    /// nginx tried a server at all (a connect was made or attempted).
+    pub tried: bool,
     /// nginx was connected to a server when it gave up (a UDP "connection" is made at once).
     pub connected: bool,
     /// The client's bytes were passed on to that server.
@@ -68,6 +76,7 @@ pub fn silent(ms: u64) -> Attempt {
 /// the server.
 pub fn ended(e: &Ended) -> Option<Attempt> {
     match e.status {
+        _ if !e.tried => None,
         // A UDP server that sent fewer responses than expected, or a connection to a server
         // that failed after the client's bytes: nothing came back in time.
         BAD_GATEWAY if e.connected && e.client_sent => Some(Attempt::ended(Ending::Timeout, e.ms)),
@@ -86,6 +95,7 @@ mod tests {
     fn end(status: u16, connected: bool, client_sent: bool) -> Ended {
         Ended {
             status,
+            tried: true,
             connected,
             client_sent,
             ms: 7,
@@ -153,6 +163,12 @@ mod tests {
         // closed without a word.
         assert_eq!(ended(&end(200, true, false)), None);
         assert_eq!(ended(&end(200, true, true)), None);
+        // No server tried: every one busy (max_conns).
+        let busy = Ended {
+            tried: false,
+            ..end(502, false, false)
+        };
+        assert_eq!(ended(&busy), None);
         // Refused or failed by nginx itself.
         for status in [400, 403, 500, 503] {
             for c in [false, true] {

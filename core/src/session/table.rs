@@ -4,11 +4,13 @@
 //! their bounds run out — so that one timer of the worker's serves them all instead of one
 //! timer per session.
 //!
-//! A session waits once the client's first bytes went up (its bound: the upstream's
-//! `first_byte`), or from its start when it is the probe (a probe must not be held by a client
-//! that says nothing: its bound is `first_byte`, or the default when that is `off`). Both
-//! bounds of an upstream are the same length, so each upstream's list is in deadline order by
-//! construction.
+//! A session waits from the client's last bytes (its bound: the upstream's `first_byte`, which
+//! each new chunk of the client's starts again, so that a slow upload is no silence), or from
+//! its start when it is the probe (a probe must not be held by a client that says nothing: its
+//! bound is `first_byte`, or the default when that is `off`). Every deadline of an upstream is
+//! set at the time it is queued plus the same length, and a session moves to the tail when it
+//! is set again, so each upstream's list is in deadline order by construction. A session whose
+//! silence says nothing (UDP: nginx's `proxy_responses` judges it) waits only as a probe.
 
 use crate::breaker::Ticket;
 use crate::directive::DEFAULT_FIRST_BYTE_MS;
@@ -26,6 +28,8 @@ pub struct Held {
     pub start_ms: u64,
     /// The client's bytes went up.
     pub client_sent: bool,
+    /// When the client's last bytes went up (its start until then).
+    pub sent_ms: u64,
 }
 
 /// A session whose bound ran out before it was judged.
@@ -68,6 +72,7 @@ const HELD: u8 = 1;
 const SENT: u8 = 2;
 const QUEUED: u8 = 4;
 const PROBE: u8 = 8;
+const MUTE_OK: u8 = 16;
 
 /// One place of the table: 40 bytes, a held session's fields spelled out (no `Option` of a
 /// struct to move in and out).
@@ -75,6 +80,7 @@ const PROBE: u8 = 8;
 struct Place {
     ticket: u64,
     start_ms: u64,
+    sent_ms: u64,
     deadline_ms: u64,
     generation: u32,
     prev: u32,
@@ -95,6 +101,7 @@ impl Place {
             },
             start_ms: self.start_ms,
             client_sent: self.flags & SENT != 0,
+            sent_ms: self.sent_ms,
         }
     }
 }
@@ -143,15 +150,24 @@ impl Table {
         self.held == 0
     }
 
-    /// A session of `upstream` admitted with `ticket` at `now_ms`; `None` for an upstream the
-    /// table was not made for.
+    /// A session of `upstream` admitted with `ticket` at `now_ms`; `silence` false when its
+    /// silence says nothing (UDP). `None` for an upstream the table was not made for.
     #[inline]
-    pub fn open(&mut self, upstream: u16, ticket: Ticket, now_ms: u64) -> Option<SessionId> {
+    pub fn open(
+        &mut self,
+        upstream: u16,
+        ticket: Ticket,
+        now_ms: u64,
+        silence: bool,
+    ) -> Option<SessionId> {
         let bound = *self.bounds.get(usize::from(upstream))?;
-        let (flags, value) = match ticket {
+        let (mut flags, value) = match ticket {
             Ticket::Normal => (HELD, 0),
             Ticket::Probe(t) => (HELD | PROBE, t),
         };
+        if !silence {
+            flags |= MUTE_OK;
+        }
         let index = if self.free != NIL {
             let i = self.free;
             self.free = self.places[i as usize].next;
@@ -160,6 +176,7 @@ impl Table {
             self.places.push(Place {
                 ticket: 0,
                 start_ms: 0,
+                sent_ms: 0,
                 deadline_ms: 0,
                 generation: 0,
                 prev: NIL,
@@ -172,6 +189,7 @@ impl Table {
         let p = &mut self.places[index as usize];
         p.ticket = value;
         p.start_ms = now_ms;
+        p.sent_ms = now_ms;
         p.upstream = upstream;
         p.flags = flags;
         self.held += 1;
@@ -190,22 +208,27 @@ impl Table {
         Some(id)
     }
 
-    /// The client's bytes went up at `now_ms`: the session waits for its first byte, if its
-    /// upstream counts silence. `None` when the table no longer holds it (judged: its bound
-    /// ran out); else the deadline it began to wait for now, if it did.
+    /// The client's bytes went up at `now_ms`: the session waits for a byte back from now on,
+    /// if its upstream counts silence (again, if it waited already: the bound starts at the
+    /// client's last bytes). `None` when the table no longer holds it (judged: its bound ran
+    /// out); else the deadline it waits for now, if any.
     #[inline]
     pub fn client_sent(&mut self, id: SessionId, now_ms: u64) -> Option<Option<u64>> {
         let index = self.live(id)?;
         let p = &mut self.places[index as usize];
-        if p.flags & SENT != 0 {
-            return Some(None);
-        }
         p.flags |= SENT;
+        p.sent_ms = now_ms;
         let bound = self.bounds[usize::from(p.upstream)];
-        if bound == 0 || p.flags & QUEUED != 0 {
+        if bound == 0 || p.flags & MUTE_OK != 0 {
             return Some(None);
         }
         let deadline = now_ms.saturating_add(u64::from(bound));
+        if p.flags & QUEUED != 0 {
+            if p.deadline_ms == deadline {
+                return Some(None);
+            }
+            self.unlink(index);
+        }
         self.enqueue(index, deadline);
         Some(Some(deadline))
     }
@@ -233,8 +256,9 @@ impl Table {
                 if head == NIL || self.places[head as usize].deadline_ms > now_ms {
                     break;
                 }
+                let mute_ok = self.places[head as usize].flags & MUTE_OK != 0;
                 let h = self.release(head);
-                out.push(if h.client_sent && self.bounds[u] > 0 {
+                out.push(if h.client_sent && self.bounds[u] > 0 && !mute_ok {
                     Expired::Silent(h)
                 } else {
                     Expired::Unjudged(h)
@@ -275,28 +299,35 @@ impl Table {
         self.lists[u].tail = index;
     }
 
+    /// Takes a queued place out of its upstream's list.
+    #[inline]
+    fn unlink(&mut self, index: u32) {
+        let p = &mut self.places[index as usize];
+        let (prev, next, u) = (p.prev, p.next, usize::from(p.upstream));
+        p.flags &= !QUEUED;
+        match prev {
+            NIL => self.lists[u].head = next,
+            _ => self.places[prev as usize].next = next,
+        }
+        match next {
+            NIL => self.lists[u].tail = prev,
+            _ => self.places[next as usize].prev = prev,
+        }
+    }
+
     /// Frees a held place; what it held.
     #[inline]
     fn release(&mut self, index: u32) -> Held {
+        if self.places[index as usize].flags & QUEUED != 0 {
+            self.unlink(index);
+        }
         let p = &mut self.places[index as usize];
         let held = p.held();
-        let (prev, next, queued) = (p.prev, p.next, p.flags & QUEUED != 0);
         p.flags = 0;
         p.generation = (p.generation + 1) & 0x7fff_ffff;
         p.next = self.free;
         self.free = index;
         self.held -= 1;
-        if queued {
-            let u = usize::from(held.upstream);
-            match prev {
-                NIL => self.lists[u].head = next,
-                _ => self.places[prev as usize].next = next,
-            }
-            match next {
-                NIL => self.lists[u].tail = prev,
-                _ => self.places[next as usize].prev = prev,
-            }
-        }
         held
     }
 }

@@ -1,0 +1,177 @@
+#!/usr/bin/perl
+
+# What a client can shape opens no stream breaker (a real Redis behind nginx's stream proxy,
+# two workers).  A client cannot fail a healthy server: unfinished commands held past
+# first_byte while the upstream answers other sessions; a PROXY protocol header nginx sends
+# for clients that say nothing, to a server that waits for them; a client's own pause before
+# it speaks, with slow= set; a slow upload; idle clients that fill max_conns, so that nginx
+# finds no server free (502 without a connect).  Each would have opened its breaker.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use IO::Select;
+use IO::Socket::INET;
+use Time::HiRes qw/ sleep time /;
+
+use Test::Nginx;
+use Test::Nginx::Stream qw/ stream /;
+use CB::Nginx qw/ stream_conf start log_count /;
+use CB::Redis;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/stream/)->plan(12);
+
+# Every breaker would open on its 4th bad session of 4 (consecutive=20: the rate decides).
+$t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
+    log_format s '$server_port $status $upstream_addr';
+    access_log %%TESTDIR%%/stream.log s;
+
+    upstream partial {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    upstream proxied {
+        server 127.0.0.1:%%PORT_8096%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    upstream pause {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 slow=500ms slow_rate=50%;
+    }
+    upstream upload {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    upstream full {
+        zone full 64k;
+        server 127.0.0.1:%%PORT_8091%% max_conns=1;
+        circuit_breaker min_requests=4 consecutive=20;
+    }
+
+    server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass partial; }
+    server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass proxied; proxy_protocol on; }
+    server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass pause; }
+    server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass upload; }
+    server { listen 127.0.0.1:%%PORT_8095%%; proxy_pass full; }
+EOF
+
+my $redis = CB::Redis->start($t, port(8091));
+# a server that waits for its client to speak first, and never answers what it is sent
+$t->run_daemon(\&listener, port(8096));
+start($t);
+$t->waitforsocket('127.0.0.1:' . port(8096)) or die "no listener\n";
+
+###############################################################################
+
+sub ping {
+	my ($p) = @_;
+	return stream("127.0.0.1:$p")->io("PING\r\n", read => 1, read_timeout => 3);
+}
+
+sub opened {
+	my ($t, $name) = @_;
+	return log_count($t, qr/"$name" opened/);
+}
+
+# six unfinished commands held past first_byte, while others' PINGs are answered
+my @held = map { my $s = stream('127.0.0.1:' . port(8090)); $s->write("*2\r\n"); $s } 1 .. 6;
+my $answered = 0;
+for (1 .. 10) {
+	$answered++ if ping(port(8090)) eq "+PONG\r\n";
+	sleep 0.1;
+}
+sleep 0.5;
+undef @held;
+is($answered, 10, 'unfinished commands: others answered meanwhile');
+is(opened($t, 'partial'), 0, 'unfinished commands past first_byte: never opened');
+
+# six clients that say nothing, with proxy_protocol on: nginx's PROXY header is no client's
+@held = map { stream('127.0.0.1:' . port(8092)) } 1 .. 6;
+sleep 0.8;
+undef @held;
+is(opened($t, 'proxied'), 0, 'proxy_protocol, silent clients: never opened');
+
+# six clients that pause a second before their PING, with slow=500ms
+my @paused = map { stream('127.0.0.1:' . port(8093)) } 1 .. 6;
+sleep 1;
+my @replies = map { $_->io("PING\r\n", read => 1, read_timeout => 3) } @paused;
+is(scalar(grep { $_ eq "+PONG\r\n" } @replies), 6, 'a pause before speaking: answered');
+is(opened($t, 'pause'), 0, 'a pause before speaking is not the server\'s slowness');
+
+# four uploads of 200 KB, each sent over a second (past first_byte), answered +OK
+my $ok = 0;
+for (1 .. 4) {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8094)) or next;
+	my $value = 'x' x 200_000;
+	my $cmd = "*3\r\n\$3\r\nSET\r\n\$2\r\nup\r\n\$" . length($value) . "\r\n$value\r\n";
+	my $chunk = int(length($cmd) / 10) + 1;
+	for my $i (0 .. 9) {
+		syswrite($s, substr($cmd, $i * $chunk, $chunk)) if $i * $chunk < length $cmd;
+		sleep 0.1;
+	}
+	$s->blocking(0);
+	my $reply = '';
+	my $end = time() + 3;
+	while (time() < $end && $reply !~ /\r\n/) {
+		my $n = sysread($s, my $buf, 64);
+		$reply .= $buf if $n;
+		sleep 0.01;
+	}
+	$ok++ if $reply eq "+OK\r\n";
+}
+is($ok, 4, 'slow uploads: answered');
+is(opened($t, 'upload'), 0, 'slow uploads: never opened');
+
+# one idle client holds the only connection max_conns allows; six more find no server free
+my $idle = stream('127.0.0.1:' . port(8095));
+sleep 0.3;
+my @busy = map { ping(port(8095)) } 1 .. 6;
+is(scalar(grep { $_ eq '' } @busy), 6, 'max_conns full: sessions turned away');
+my $log = $t->read_file('stream.log');
+my $p = port(8095);
+is(scalar(() = $log =~ /^$p 502 /mg), 6, 'max_conns full: status 502');
+is(opened($t, 'full'), 0, 'max_conns filled by an idle client: never opened');
+undef $idle;
+sleep 0.3;
+is(ping(port(8095)), "+PONG\r\n", 'the slot free again: answered');
+is(ping(port(8090)), "+PONG\r\n", 'the first upstream still answers');
+
+###############################################################################
+
+# accepts, reads what it is sent, answers nothing; each connection closes when its client does
+
+sub listener {
+	my ($port) = @_;
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port", Listen => 64,
+		ReuseAddr => 1) or die "listener: $!\n";
+	my $sel = IO::Select->new($l);
+	while (1) {
+		for my $fh ($sel->can_read(1)) {
+			if ($fh == $l) {
+				my $c = $l->accept or next;
+				$sel->add($c);
+				next;
+			}
+			my $n = sysread($fh, my $buf, 4096);
+			if (!$n) {
+				$sel->remove($fh);
+				close $fh;
+			}
+		}
+	}
+}
+
+###############################################################################
