@@ -15,7 +15,6 @@ use strict;
 
 use Test::More;
 
-use IO::Socket::INET;
 
 use FindBin;
 
@@ -40,7 +39,7 @@ require CB::Debian;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(12);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(11);
 
 like(`$bin -v 2>&1`, qr{nginx/1\.22\.}, 'Debian nginx 1.22');
 
@@ -57,18 +56,7 @@ like(`$bin -t -p $dir/ -c $dir/early.conf -g 'error_log stderr; pid $dir/early.p
 
 $t->write_file_expand('nginx.conf',
 	CB::Debian::conf("load_module $so;\nload_module $debian_stream;\n"
-		. "load_module $stream_so;") . <<'EOF');
-stream {
-    log_format s '$status';
-    access_log %%TESTDIR%%/stream.log s;
-
-    upstream gone {
-        server 127.0.0.1:%%PORT_8090%%;
-        circuit_breaker min_requests=4 consecutive=20;
-    }
-    server { listen 127.0.0.1:%%PORT_8089%%; proxy_pass gone; }
-}
-EOF
+		. "load_module $stream_so;") . CB::Debian::stream_block());
 
 my $hits = CB::Nginx::start($t, 8081);
 
@@ -85,13 +73,7 @@ is($open, 4, 'open: origin untouched');
 
 like(http_get('/status'), qr!"state":"open"!, 'status page');
 
-# nothing listens on 8090: refused connections, status 502, until the breaker opens
-for (1 .. 10) {
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8089)) or next;
-	$s->sysread(my $buf, 16);
-}
-my @status = split /\n/, $t->read_file('stream.log');
-is("@status[0 .. 3]", '502 502 502 502', 'stream: refused connections fail');
-is("@status[4 .. 9]", '503 503 503 503 503 503', 'stream: open, sessions refused');
+is(CB::Debian::stream_trip($t), '502 502 502 502 503 503 503 503 503 503',
+	'stream: refused connections open it, then sessions are refused');
 
 ###############################################################################

@@ -28,7 +28,6 @@ use strict;
 use Test::More;
 
 use Fcntl qw/ :flock /;
-use IO::Socket::INET;
 use FindBin;
 use JSON::PP qw//;
 
@@ -221,18 +220,7 @@ symlink('/usr/lib/nginx/modules', $t->testdir() . '/modules')
 # the modules that modules-enabled/ holds, and no other
 
 $t->write_file_expand('nginx.conf',
-	CB::Debian::conf('include /etc/nginx/modules-enabled/*.conf;') . <<'EOF');
-stream {
-    log_format s '$status';
-    access_log %%TESTDIR%%/stream.log s;
-
-    upstream gone {
-        server 127.0.0.1:%%PORT_8090%%;
-        circuit_breaker min_requests=4 consecutive=20;
-    }
-    server { listen 127.0.0.1:%%PORT_8089%%; proxy_pass gone; }
-}
-EOF
+	CB::Debian::conf('include /etc/nginx/modules-enabled/*.conf;') . CB::Debian::stream_block());
 
 my $hits = CB::Nginx::start($t, 8081);
 
@@ -259,13 +247,8 @@ like(body(http_get('/status?format=prometheus')),
 	qr/^nginx_circuit_breaker_build_info\{version="\Q$version\E",nginx="\Q$nginx\E"\} 1$/m,
 	'prometheus: build_info');
 
-# nothing listens on 8090: refused connections, status 502, until the breaker opens
-for (1 .. 10) {
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8089)) or next;
-	$s->sysread(my $buf, 16);
-}
-my @status = split /\n/, $t->read_file('stream.log');
-is("@status", '502 502 502 502 503 503 503 503 503 503', 'stream: opens, then refuses');
+is(CB::Debian::stream_trip($t), '502 502 502 502 503 503 503 503 503 503',
+	'stream: refused connections open it, then sessions are refused');
 
 # nginx -t sets up the zone too, but only a real start logs the notice
 ($rc, $out) = run($bin, '-t', '-p', $t->testdir() . '/', '-c', 'nginx.conf',

@@ -12,6 +12,24 @@ use ngx::ngx_conf_log_error;
 
 use crate::zone::{init_zone, ZoneName};
 
+/// Defines `extern "C"` directive handlers nginx can call (`name => parse`), each running its
+/// parsing function with panics turned into a configuration error instead of crossing into
+/// nginx.
+#[macro_export]
+macro_rules! directive_handlers {
+    ($($name:ident => $inner:ident),+ $(,)?) => {$(
+        pub unsafe extern "C" fn $name(
+            cf: *mut ::nginx_sys::ngx_conf_t,
+            cmd: *mut ::nginx_sys::ngx_command_t,
+            conf: *mut ::core::ffi::c_void,
+        ) -> *mut ::core::ffi::c_char {
+            // SAFETY: nginx calls a directive's handler with the configuration being parsed,
+            // the directive's command and the conf its offset names.
+            $crate::ffi::guard(::ngx::core::NGX_CONF_ERROR, || unsafe { $inner(cf, cmd, conf) })
+        }
+    )+};
+}
+
 /// As `limit_req`: a slab pool needs a few pages to hold anything at all.
 pub const MIN_ZONE_SIZE: u64 = 8 * 4096;
 

@@ -22,7 +22,7 @@ use super::Module;
 use super::{
     EjectSetting, KeyedFamily, KeyedSetting, LocConf, MainConf, Route, SrvConf, StatusMode,
 };
-use crate::ffi::{guard, hash_name};
+use crate::ffi::hash_name;
 use crate::zone::{self, DEFAULT_ROUTE};
 use circuit_breaker_shell::conf::{
     add_zone as add_zone_for, fail, once, set_once, words, NginxUnits, MIN_ZONE_SIZE,
@@ -32,23 +32,7 @@ use circuit_breaker_shell::conf::{
 pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
 pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
 
-/// A directive handler nginx can call: the parsing function behind it, with panics turned
-/// into a configuration error instead of crossing into nginx.
-macro_rules! handler {
-    ($($name:ident => $inner:ident),+ $(,)?) => {$(
-        pub unsafe extern "C" fn $name(
-            cf: *mut ngx_conf_t,
-            cmd: *mut ngx_command_t,
-            conf: *mut c_void,
-        ) -> *mut c_char {
-            // SAFETY: nginx calls a directive's handler with the configuration being parsed,
-            // the directive's command and the conf its offset names.
-            guard(NGX_CONF_ERROR, || unsafe { $inner(cf, cmd, conf) })
-        }
-    )+};
-}
-
-handler!(set_zone => zone, set_keyed => keyed, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
+circuit_breaker_shell::directive_handlers!(set_zone => zone, set_keyed => keyed, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
 
 /// `circuit_breaker_zone name:size`
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {

@@ -134,22 +134,7 @@ pub unsafe extern "C" fn create_srv_conf(cf: *mut ngx_conf_t) -> *mut c_void {
     })
 }
 
-/// A directive handler nginx can call, with panics turned into a configuration error.
-macro_rules! handler {
-    ($($name:ident => $inner:ident),+ $(,)?) => {$(
-        pub unsafe extern "C" fn $name(
-            cf: *mut ngx_conf_t,
-            cmd: *mut ngx_command_t,
-            conf: *mut c_void,
-        ) -> *mut c_char {
-            // SAFETY: nginx calls a directive's handler with the configuration being parsed,
-            // the directive's command and the conf its offset names.
-            circuit_breaker_shell::ffi::guard(NGX_CONF_ERROR, || unsafe { $inner(cf, cmd, conf) })
-        }
-    )+};
-}
-
-handler!(set_zone => zone, set_breaker => breaker);
+circuit_breaker_shell::directive_handlers!(set_zone => zone, set_breaker => breaker);
 
 /// `circuit_breaker_zone name:size` in `stream {}`.
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {

@@ -29,7 +29,7 @@ pub use family::{
 };
 pub use legacy::{Deprecation, Legacy};
 pub use stream::{
-    parse_stream_breaker_args, StreamParams, DEFAULT_FIRST_BYTE_MS, STREAM_PARAMETERS,
+    parse_stream_breaker_args, stream_parameters, stream_takes, StreamParams, DEFAULT_FIRST_BYTE_MS,
 };
 pub use suggest::{distance, suggest};
 

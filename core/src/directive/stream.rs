@@ -4,27 +4,41 @@
 use super::{duration_u32, invalid, parse_breaker_args, ConfError, Units, TIME_OR_OFF};
 use crate::breaker::BreakerConfig;
 
-/// The parameters a stream breaker takes (`dry_run` has no value); the HTTP ones that are not
-/// here (probes by URI, the adaptive limit, the retry budget) are refused by name.
-pub const STREAM_PARAMETERS: &[&str] = &[
-    "window",
-    "min_requests",
-    "failure_rate",
-    "slow",
-    "slow_rate",
-    "open",
-    "max_open",
-    "jitter",
-    "probes",
-    "probe_interval",
-    "probe_latency",
-    "consecutive",
-    "ramp",
-    "ramp_start",
-    "suspect_min",
-    "first_byte",
-    "dry_run",
+/// The parameters of `circuit_breaker` that belong to HTTP upstreams: probes by URI or gRPC,
+/// the adaptive limit and the retry budget. A stream breaker refuses them by name.
+const HTTP_ONLY: &[&str] = &[
+    "probe_uri",
+    "probe_grpc",
+    "probe_host",
+    "probe_status",
+    "probe_timeout",
+    "limit",
+    "retry_budget",
+    "retry_min",
 ];
+
+/// Whether a stream breaker takes the parameter `key` (`first_byte` is its own).
+pub fn stream_takes(key: &str) -> bool {
+    key == "first_byte"
+        || (super::BREAKER_PARAMETERS.contains(&key)
+            && !HTTP_ONLY.contains(&key)
+            && !super::breaker::LIMIT_COMPANIONS.contains(&key))
+}
+
+/// Every parameter a stream breaker takes, by name, in the http breaker's order.
+pub fn stream_parameters() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = super::BREAKER_PARAMETERS
+        .iter()
+        .copied()
+        .filter(|k| stream_takes(k))
+        .collect();
+    let at = all
+        .iter()
+        .position(|&k| k == "dry_run")
+        .unwrap_or(all.len());
+    all.insert(at, "first_byte");
+    all
+}
 
 /// The default `first_byte`: a database's or a cache's first answer of a session is its
 /// handshake or the reply to one command, which a working server gives in milliseconds; above
@@ -68,11 +82,11 @@ pub fn parse_stream_breaker_args<'a>(
             };
             continue;
         }
-        if !STREAM_PARAMETERS.contains(&key) && super::BREAKER_PARAMETERS.contains(&key) {
+        if !stream_takes(key) && super::BREAKER_PARAMETERS.contains(&key) {
             return Err(ConfError::Conflict(format!(
                 "parameter \"{key}\" of \"{D}\" is for http upstreams only; a stream \
                  upstream's breaker takes {}",
-                STREAM_PARAMETERS.join(", ")
+                stream_parameters().join(", ")
             )));
         }
         rest.push(word);
@@ -138,12 +152,12 @@ mod tests {
     }
 
     #[test]
-    fn every_stream_parameter_is_a_breaker_parameter_or_first_byte() {
-        for k in STREAM_PARAMETERS {
-            assert!(
-                *k == "first_byte" || crate::directive::BREAKER_PARAMETERS.contains(k),
-                "{k}"
-            );
-        }
+    fn the_stream_parameters_are_the_breakers_own_and_first_byte() {
+        assert_eq!(
+            stream_parameters().join(" "),
+            "window min_requests failure_rate slow slow_rate open max_open jitter probes \
+             probe_interval probe_latency consecutive ramp ramp_start suspect_min first_byte \
+             dry_run"
+        );
     }
 }

@@ -8,6 +8,8 @@ package CB::Debian;
 use warnings;
 use strict;
 
+use IO::Socket::INET;
+
 use CB::Nginx;
 use CB::Origin;
 
@@ -41,6 +43,36 @@ sub conf {
         }
     }
 EOF
+}
+
+# A stream block beside it: an upstream "gone" whose server refuses connections (nothing
+# listens on 8090), its breaker opening on 4 of them; the sessions' statuses in stream.log.
+
+sub stream_block {
+	return <<'EOF';
+stream {
+    log_format s '$status';
+    access_log %%TESTDIR%%/stream.log s;
+
+    upstream gone {
+        server 127.0.0.1:%%PORT_8090%%;
+        circuit_breaker min_requests=4 consecutive=20;
+    }
+    server { listen 127.0.0.1:%%PORT_8089%%; proxy_pass gone; }
+}
+EOF
+}
+
+# Ten sessions to "gone", one after the other; their statuses, as the access log has them.
+
+sub stream_trip {
+	my ($t) = @_;
+	for (1 .. 10) {
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+			. Test::Nginx::port(8089)) or next;
+		$s->sysread(my $buf, 16);
+	}
+	return join ' ', split /\n/, $t->read_file('stream.log');
 }
 
 # One success, then three failures that reach the origin (4 requests, min_requests, at 75 %
