@@ -146,7 +146,7 @@ is(scalar(() = $log =~ /^$p 502 /mg), 6, 'max_conns full: status 502');
 is(opened($t, 'full'), 0, 'max_conns filled by an idle client: never opened');
 undef $idle;
 sleep 0.3;
-is(ping(port(8095)), "+PONG\r\n", 'the slot free again: answered');
+is(ping(port(8095)), "+PONG\r\n", 'max_conns free again: answered');
 is(ping(port(8090)), "+PONG\r\n", 'the first upstream still answers');
 
 ###############################################################################

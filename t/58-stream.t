@@ -6,10 +6,11 @@
 # the next sessions are refused at once (status 503, one log line per transition, not per
 # session), and Redis — counting the connections it accepted itself — sees none of them but
 # the probes; let go on, the probes close it and clients get +PONG again.  Killed (connections
-# refused): the same on 502s.  What a client alone decides opens nothing: connecting and
-# saying nothing, sending and closing at once, leaving before the bound, idle subscriptions
-# and silent connections that outlive proxy_timeout; a client that takes the probe and says
-# nothing holds it no longer than the bound.
+# refused): the same on 502s, and a reload during the incident keeps it open.  What a client
+# alone decides opens nothing: connecting and saying nothing, sending and closing at once,
+# leaving before the bound, idle subscriptions and silent connections that outlive
+# proxy_timeout; a client that takes the probe and says nothing holds it no longer than the
+# bound.
 
 ###############################################################################
 
@@ -26,7 +27,7 @@ use Time::HiRes qw/ sleep time /;
 
 use Test::Nginx;
 use Test::Nginx::Stream qw/ stream /;
-use CB::Nginx qw/ stream_conf start log_count /;
+use CB::Nginx qw/ stream_conf start reload log_count /;
 use CB::Redis;
 
 ###############################################################################
@@ -34,7 +35,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(19);
+my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(22);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -175,6 +176,11 @@ for (1 .. 10) {
 }
 ok($waited < 4, "killed: opened within min_requests sessions ($waited)");
 is((ping($main, 1))[0], '', 'killed: refused');
+
+# a reload during the incident keeps it open: the new workers refuse too
+ok(reload($t), 'reloaded while open');
+is((ping($main, 1))[0], '', 'after the reload: still refused');
+is(log_count($t, qr/"redis" closed/), 1, 'the reload closed nothing');
 
 $redis->restart();
 
