@@ -79,10 +79,16 @@ impl SrvConf {
     }
 }
 
+extern "C" {
+    /// The module nginx loads, defined where the module is registered.
+    #[allow(non_upper_case_globals)]
+    static mut ngx_stream_circuit_breaker_module: nginx_sys::ngx_module_t;
+}
+
 /// `ctx_index` of this module, for the confs nginx keeps per module.
 pub fn ctx_index() -> usize {
     // SAFETY: nginx sets the index once, while loading the module, before any conf exists.
-    unsafe { (*core::ptr::addr_of!(crate::ngx_stream_circuit_breaker_module)).ctx_index }
+    unsafe { (*core::ptr::addr_of!(ngx_stream_circuit_breaker_module)).ctx_index }
 }
 
 /// The breaker conf of an upstream, if the module has one there.
@@ -169,7 +175,7 @@ pub unsafe fn register_zone(
     name: &str,
     size: usize,
 ) -> Option<()> {
-    let tag = core::ptr::addr_of_mut!(crate::ngx_stream_circuit_breaker_module).cast();
+    let tag = core::ptr::addr_of_mut!(ngx_stream_circuit_breaker_module).cast();
     // SAFETY: this fn's contract, and the module static outlives every cycle.
     mcf.zone = unsafe { add_zone(cf, &mut mcf.zone_name, name, size, tag) }?;
     Some(())
