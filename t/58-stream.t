@@ -25,7 +25,10 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Time::HiRes qw/ sleep time /;
 
+use JSON::PP qw//;
+
 use Test::Nginx;
+use CB::Response;
 use Test::Nginx::Stream qw/ stream /;
 use CB::Nginx qw/ stream_conf start reload log_count /;
 use CB::Redis;
@@ -35,7 +38,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map/)->plan(22);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(23);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -71,6 +74,16 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
+EOF
+$t->write_file_expand('nginx.conf', $t->read_file('nginx.conf') . <<'EOF');
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    server {
+        listen 127.0.0.1:8080;
+        location = /status { circuit_breaker_status; }
+    }
+}
 EOF
 
 my $redis = CB::Redis->start($t, port(8091));
@@ -155,6 +168,12 @@ my $median = (sort { $a <=> $b } @ms)[12];
 note(sprintf 'open: refused in %.3f ms (median of 25, client-measured)', $median);
 ok($median < 20, 'open: refused at once');
 is(log_count($t, qr/"redis" opened/), 1, 'open: one log line per transition');
+
+# the http status location shows the stream block's breakers, each zone a page of its own
+my $page = eval { JSON::PP->new->decode(CB::Response::body(http_get('/status')) // '') } || {};
+my ($cbs) = grep { $_->{zone} eq 'cbs' } @{ $page->{stream} || [] };
+my ($shown) = grep { $_->{upstream} eq 'redis' } @{ $cbs->{breakers} || [] };
+is($shown && $shown->{state}, 'open', 'status: the stream breaker, open');
 is(refused_since($t, $log_before, $main), 26, 'open: status 503 in the access log');
 
 $redis->cont();

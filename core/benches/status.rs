@@ -46,6 +46,7 @@ fn bench(c: &mut Criterion) {
         nginx_version: "1.28.3",
         control: false,
         fleet_json: None,
+        stream_json: None,
     };
     let json = render_json(&zone, &entries).len();
     let prom = render_prometheus(&zone, &entries).len();

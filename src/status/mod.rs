@@ -8,6 +8,7 @@
 mod control;
 mod send;
 mod snapshot;
+mod stream;
 mod upstreams;
 
 use circuit_breaker_core::snapshot::Clocks;
@@ -124,6 +125,7 @@ fn breakers(
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
     } else {
         zview.fleet_json = fleet::status_json(mcf, on_wall);
+        zview.stream_json = stream::pages(q, clocks);
         let body = status::render_json(&zview, &entries);
         send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
     }

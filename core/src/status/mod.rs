@@ -94,6 +94,16 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         out.extend_from_slice(b",\"fleet\":");
         out.extend_from_slice(fleet.as_bytes());
     }
+    if let Some(zones) = &zone.stream_json {
+        out.extend_from_slice(b",\"stream\":[");
+        for (i, z) in zones.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(z);
+        }
+        out.push(b']');
+    }
     out.push(b'}');
     out
 }
@@ -753,6 +763,7 @@ pub(crate) mod tests {
             nginx_version: "1.28.3",
             control: false,
             fleet_json: None,
+            stream_json: None,
         }
     }
 
@@ -965,6 +976,7 @@ pub(crate) mod tests {
             nginx_version: "1.22.1",
             control: false,
             fleet_json: None,
+            stream_json: None,
         };
         assert_eq!(
             std::str::from_utf8(&render_json(&zone, &[])).unwrap(),
@@ -1034,6 +1046,29 @@ pub(crate) mod tests {
             guard::CONTROL_HEADER,
             guard::CONTROL_VALUE
         )));
+    }
+
+    #[test]
+    fn json_with_the_stream_zones() {
+        let stream = render_json(
+            &ZoneView {
+                name: "circuit_breaker_stream".into(),
+                ..example_zone()
+            },
+            &[example_entry()],
+        );
+        let zone = ZoneView {
+            stream_json: Some(vec![stream.clone(), stream]),
+            ..example_zone()
+        };
+        let v = parse(&render_json(&zone, &[closed_entry()]));
+        assert_eq!(v["stream"][1]["zone"], "circuit_breaker_stream");
+        assert_eq!(v["stream"][0]["breakers"][0]["state"], "open");
+        assert_eq!(v["breakers"][0]["state"], "closed");
+        // Without stream breakers, no stream member.
+        assert!(parse(&render_json(&example_zone(), &[]))
+            .get("stream")
+            .is_none());
     }
 
     #[test]

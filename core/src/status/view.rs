@@ -31,6 +31,9 @@ pub struct ZoneView {
     /// exchange worker last published it), shown as the page's `fleet` member; `None` without
     /// `circuit_breaker_fleet`.
     pub fleet_json: Option<String>,
+    /// The stream module's zones, each as its own page renders (`render_json`), shown as the
+    /// page's `stream` member; `None` where nginx has no stream breakers.
+    pub stream_json: Option<Vec<Vec<u8>>>,
 }
 
 /// The table of keyed breakers' keys, as the page shows it (`"keys"`).

@@ -282,6 +282,17 @@ impl Zone {
         Some(Zone { pool, size })
     }
 
+    /// [`Zone::from_shm`] of a zone another module laid out (the stream module's, which the
+    /// http module's status location reads): `None` unless its layout is this build's.
+    ///
+    /// # Safety
+    /// As for [`Zone::from_shm`], of a zone registered by either module.
+    pub unsafe fn from_kin_shm(shm: *const ngx_shm_zone_t) -> Option<Zone> {
+        // SAFETY: this fn's contract is from_shm's.
+        let z = unsafe { Self::from_shm(shm) }?;
+        (z.header().magic == MAGIC).then_some(z)
+    }
+
     fn pool_ptr(&self) -> *mut ngx_slab_pool_t {
         core::ptr::from_ref(self.pool.as_ref()).cast_mut()
     }
