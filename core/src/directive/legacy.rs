@@ -16,6 +16,16 @@ pub struct Legacy {
     limit_off: bool,
 }
 
+/// Whether `key` is a parameter of `circuit_breaker` that belongs to a companion with a
+/// directive of its own now (active probes, the adaptive limit, the retry budget): what the
+/// deprecation names, and what a stream breaker, which has none of them, refuses.
+pub(super) fn is_companions(key: &str) -> bool {
+    (key.starts_with("probe_") && !BREAKER_OWN.contains(&key))
+        || key == "limit"
+        || key.starts_with("limit_")
+        || key.starts_with("retry_")
+}
+
 impl Legacy {
     /// Notes `key=v` if it is a companion's parameter.
     pub(super) fn note(&mut self, key: &'static str, v: &str) {

@@ -4,25 +4,11 @@
 use super::{duration_u32, invalid, parse_breaker_args, ConfError, Units, TIME_OR_OFF};
 use crate::breaker::BreakerConfig;
 
-/// The parameters of `circuit_breaker` that belong to HTTP upstreams: probes by URI or gRPC,
-/// the adaptive limit and the retry budget. A stream breaker refuses them by name.
-const HTTP_ONLY: &[&str] = &[
-    "probe_uri",
-    "probe_grpc",
-    "probe_host",
-    "probe_status",
-    "probe_timeout",
-    "limit",
-    "retry_budget",
-    "retry_min",
-];
-
-/// Whether a stream breaker takes the parameter `key` (`first_byte` is its own).
+/// Whether a stream breaker takes the parameter `key`: the http breaker's own (not its
+/// companions': probes by URI or gRPC, the adaptive limit, the retry budget), and `first_byte`.
 pub fn stream_takes(key: &str) -> bool {
     key == "first_byte"
-        || (super::BREAKER_PARAMETERS.contains(&key)
-            && !HTTP_ONLY.contains(&key)
-            && !super::breaker::LIMIT_COMPANIONS.contains(&key))
+        || (super::BREAKER_PARAMETERS.contains(&key) && !super::legacy::is_companions(key))
 }
 
 /// Every parameter a stream breaker takes, by name, in the http breaker's order.
