@@ -5,7 +5,7 @@ use core::cell::Cell;
 
 use circuit_breaker_core::breaker::{Admission, BreakerConfig, Decision, Transition};
 use circuit_breaker_core::snapshot::State;
-use nginx_sys::{ngx_log_t, NGX_LOG_ERR};
+use nginx_sys::ngx_log_t;
 
 use crate::clock::{mono_ms, rnd};
 use crate::ffi::{pid, process_alive};
@@ -73,7 +73,7 @@ fn ask_locked(
     let (decision, breaker_state, found) = match answer {
         Ok(a) => a,
         Err(Missing::Full) => {
-            log_full_once(log, state.judge.key_hash, &state.judge.name());
+            circuit_breaker_shell::log::not_created(log, state.judge.key_hash, &state.judge.name());
             return None;
         }
         Err(Missing::Stale) => return None,
@@ -134,16 +134,4 @@ pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
 pub fn log_transition_of(log: *mut ngx_log_t, who: &str, t: &Transition) {
     crate::wake::nudge();
     circuit_breaker_shell::log::transition(log, who, t);
-}
-
-/// Logs a breaker that could not be created, once per worker and breaker.
-fn log_full_once(log: *mut ngx_log_t, hash: u64, name: &str) {
-    if crate::ffi::first_time(hash) {
-        ngx::ngx_log_error!(
-            NGX_LOG_ERR,
-            log,
-            "circuit breaker \"{}\" not created: the zone is full, its traffic passes unchecked",
-            name
-        );
-    }
 }

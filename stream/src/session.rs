@@ -14,9 +14,9 @@ use circuit_breaker_core::breaker::{Admission, Attempt, Classified, Ticket};
 use circuit_breaker_core::session::{self, Expired, Held, SessionId, Table};
 use circuit_breaker_core::snapshot::State;
 use circuit_breaker_shell::clock::{mono_ms, rnd};
-use circuit_breaker_shell::ffi::{first_time, guard, pid, process_alive};
+use circuit_breaker_shell::ffi::{guard, pid, process_alive};
 use circuit_breaker_shell::zone::{Missing, Zone};
-use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t, NGX_LOG_ERR};
+use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t};
 
 use crate::conf::{MainConf, SrvConf};
 
@@ -223,15 +223,7 @@ pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) ->
     let decision = match found {
         Ok(d) => d,
         Err(Missing::Full) => {
-            if first_time(scf.key_hash) {
-                ngx::ngx_log_error!(
-                    NGX_LOG_ERR,
-                    log,
-                    "circuit breaker \"{}\" not created: the zone is full, its sessions pass \
-                     unchecked",
-                    scf.name
-                );
-            }
+            circuit_breaker_shell::log::not_created(log, scf.key_hash, &scf.name);
             return None;
         }
         Err(Missing::Stale) => return None,
