@@ -200,28 +200,3 @@ fn a_slow_upload_is_no_silence_and_udp_never_is() {
         "a UDP session waits for nginx's own judgement"
     );
 }
-
-mod common;
-
-#[test]
-fn a_server_that_answered_anyone_since_is_not_hung() {
-    use circuit_breaker_core::session::{answered, silent};
-    let mut s = common::Story::new(common::cfg());
-    let t0 = s.now;
-    s.request(&silent(3000));
-    assert!(
-        !s.b.breaker().answered_since(s.now, t0),
-        "a silence is no answer"
-    );
-    s.wait(1500);
-    s.request(&answered(2));
-    assert!(
-        s.b.breaker().answered_since(s.now, t0),
-        "answered after the silent one began"
-    );
-    s.wait(2000);
-    assert!(
-        !s.b.breaker().answered_since(s.now, s.now - 500),
-        "nothing answered since"
-    );
-}

@@ -81,9 +81,10 @@ pub fn with_table<R>(mcf: &MainConf, f: impl FnOnce(&mut Table) -> R) -> R {
     f(t)
 }
 
-/// Judges a session the table gave back by `attempt`.
+/// Judges a session the table gave back by `attempt`; an answer is noted in the zone first,
+/// for every worker's [`silent`].
 pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_t) {
-    settle_if(mcf, held, attempt, log, |_| true);
+    settle_if(mcf, held, attempt, log, |_, _| true);
 }
 
 /// A session whose server kept silent past its bound: a failure, unless the upstream answered
@@ -96,20 +97,19 @@ pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
         unjudged(mcf, held, log);
         return;
     }
-    let now = mono_ms();
-    let attempt = session::silent(now.saturating_sub(held.start_ms));
-    settle_if(mcf, held, &attempt, log, |b| {
-        !b.answered_since(now, held.sent_ms)
+    let attempt = session::silent(mono_ms().saturating_sub(held.start_ms));
+    settle_if(mcf, held, &attempt, log, |zone, scf| {
+        session::silence_counts(zone.answered_ms(scf.handle.get()), held.sent_ms)
     });
 }
 
-/// [`settle`] when `record` says so of the breaker, under the lock.
+/// [`settle`] when `counts` says so, given the zone and the upstream's conf.
 fn settle_if(
     mcf: &MainConf,
     held: &Held,
     attempt: &Attempt,
     log: *mut ngx_log_t,
-    record: impl FnOnce(&mut circuit_breaker_core::breaker::Breaker<'_>) -> bool,
+    counts: impl FnOnce(&Zone, &SrvConf) -> bool,
 ) {
     let Some(&scf) = mcf.upstreams.get(usize::from(held.upstream)) else {
         return;
@@ -121,8 +121,14 @@ fn settle_if(
     let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
         return;
     };
+    if !counts(&zone, scf) {
+        return;
+    }
     let now = mono_ms();
     let handle = scf.handle.get();
+    if attempt.ending == Ending::Response {
+        zone.note_answer(handle, now);
+    }
     if matches!(held.ticket, Ticket::Normal)
         && session::succeeds(attempt, &params.cfg)
         && zone.add_success(handle, scf.key_hash, now, attempt.response_ms)
@@ -136,9 +142,6 @@ fn settle_if(
             return;
         };
         scf.handle.set(b.handle());
-        if !record(&mut b) {
-            return;
-        }
         let r = b.record_classified(now, rnd(), held.ticket, &c, true);
         r.transition
     };

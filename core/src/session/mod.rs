@@ -13,10 +13,9 @@
 //!   a UDP server sent fewer responses than expected).
 //!
 //! Silence is the one signal a client can shape (an unfinished command, a blocking one), so
-//! the shell counts it only when the upstream answered no one else meanwhile — a hung server
-//! answers nobody — and never against the probe (`circuit_breaker_core::breaker::Breaker::
-//! answered_since`); a `502` for which no server was even tried (every one busy at
-//! `max_conns`, which idle clients can fill) says nothing.
+//! it counts only when the upstream answered no one else meanwhile — a hung server answers
+//! nobody ([`silence_counts`]) — and never against the probe; a `502` for which no server was
+//! even tried (every one busy at `max_conns`, which idle clients can fill) says nothing.
 //!
 //! What a client can decide is never the server's failure: a client that connects and sends
 //! nothing, that sends and closes at once, or that leaves before the bound leaves no verdict;
@@ -64,6 +63,14 @@ pub fn succeeds(a: &Attempt, cfg: &BreakerConfig) -> bool {
         && a.status < 400
         && a.grpc_status.is_none()
         && (cfg.slow_ms == 0 || a.response_ms <= u64::from(cfg.slow_ms))
+}
+
+/// Whether a session's silence since the client's last bytes (`sent_ms`) is the server's:
+/// only if the upstream answered no session since (`answered_ms`, its last answer in any
+/// worker). A server that answers anyone is not hung: the client made its own session wait.
+#[inline]
+pub fn silence_counts(answered_ms: u64, sent_ms: u64) -> bool {
+    answered_ms <= sent_ms
 }
 
 /// The first-byte bound ran out, `ms` after nginx began connecting, with the client's bytes
@@ -140,6 +147,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_server_that_answered_anyone_since_is_not_hung() {
+        assert!(silence_counts(0, 1_000), "never answered");
+        assert!(
+            silence_counts(999, 1_000),
+            "answered before the client's last bytes"
+        );
+        assert!(
+            silence_counts(1_000, 1_000),
+            "in the same millisecond, before them"
+        );
+        assert!(
+            !silence_counts(1_001, 1_000),
+            "answered another session since"
+        );
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct Berth {
     /// The tenant's history (`super::history`), made for the first tenant that needed one
     /// and kept with the berth from then on (never freed); it names the tenant it follows.
     history: AtomicPtr<History>,
+    /// When the tenant's origin last answered (a stream session's first byte), in any worker,
+    /// on the monotonic clock: a silence since is the origin's, not a client's doing.
+    answered_ms: AtomicU64,
 }
 
 /// A berth's gate as published, not yet decoded into a [`Gate`].
@@ -150,6 +153,7 @@ impl Berth {
             index,
             limit: AtomicPtr::new(core::ptr::null_mut()),
             history: AtomicPtr::new(core::ptr::null_mut()),
+            answered_ms: AtomicU64::new(0),
         }
     }
 
@@ -239,6 +243,18 @@ impl Berth {
     #[inline]
     pub fn count_ramp_shed(&self) {
         self.ramp_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes that the tenant's origin answered at `now_ms` (without the lock).
+    #[inline]
+    pub fn note_answer(&self, now_ms: u64) {
+        self.answered_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// When the tenant's origin last answered (0: not since it moved in).
+    #[inline]
+    pub fn answered_ms(&self) -> u64 {
+        self.answered_ms.load(Ordering::Relaxed)
     }
 
     /// The stamp, if the berth still holds tenant `ident`. A tenant that moves out and another
@@ -338,6 +354,7 @@ impl Berth {
             s.key.store(key, Ordering::Relaxed);
             s.rejects.store(0, Ordering::Relaxed);
             s.ramp_shed.store(0, Ordering::Relaxed);
+            s.answered_ms.store(0, Ordering::Relaxed);
         });
         self.set_fleet_advice(0, 0);
         self.publish(gate, None);

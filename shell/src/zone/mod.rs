@@ -70,8 +70,8 @@ const MAGIC: u64 = layout_hash(&[
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
 /// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets;
-/// 8: keys' marks).
-const LAYOUT_REVISION: u64 = 8;
+/// 8: keys' marks; 9: a berth's last answer).
+const LAYOUT_REVISION: u64 = 9;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -410,6 +410,26 @@ impl Zone {
         };
         let now_s = now_ms / 1000;
         berth.lock_free_second(handle.ident, key_hash) == Some(now_s) && berth.gathered.count(now_s)
+    }
+
+    /// Notes, without the lock, that the origin of the breaker `handle` names answered at
+    /// `now_ms` (a stream session's first byte).
+    #[inline]
+    pub fn note_answer(&self, handle: Handle, now_ms: u64) {
+        if let Some(b) = self
+            .berth_of(handle)
+            .filter(|b| b.stamp(handle.ident).is_some())
+        {
+            b.note_answer(now_ms);
+        }
+    }
+
+    /// When the origin of the breaker `handle` names last answered, in any worker (0: never
+    /// since the breaker moved into its berth, or the handle names it no longer).
+    pub fn answered_ms(&self, handle: Handle) -> u64 {
+        self.berth_of(handle)
+            .filter(|b| b.stamp(handle.ident).is_some())
+            .map_or(0, Berth::answered_ms)
     }
 
     /// Takes the zone's mutex until the guard drops.

@@ -18,22 +18,6 @@ impl<'a> Breaker<'a> {
         &self.hdr.totals
     }
 
-    /// Whether an attempt recorded in the window at or after `since_ms` was answered (counted,
-    /// and no failure): a server that answered anyone then was not hung. Within the window's
-    /// reach, to the second.
-    pub fn answered_since(&mut self, now_ms: u64, since_ms: u64) -> bool {
-        let now_s = self.clock(now_ms) / 1000;
-        let since_s = since_ms / 1000;
-        let len = u64::from(self.hdr.cfg.window_s);
-        let h = &mut *self.hdr;
-        h.sums.advance(self.ring, now_s);
-        self.ring.iter().any(|b| {
-            b.is_live(now_s, len)
-                && u64::from((now_s as u32).wrapping_sub(b.second)) <= now_s.saturating_sub(since_s)
-                && b.requests > b.failures
-        })
-    }
-
     /// The window's running sums at `now_ms` (advancing it first), as used for decisions.
     pub fn window(&mut self, now_ms: u64) -> WindowView {
         let now = self.clock(now_ms);
