@@ -501,7 +501,7 @@ is(body($r), '', 'HEAD: no body');
 # bad query strings: 400 with a one-line reason
 
 for my $case (
-	[ '?foo=1', 'unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit' ],
+	[ '?foo=1', 'unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy' ],
 	[ '?format=xml', 'invalid value "xml" for "format", expected one of: json, prometheus, html, fleet' ],
 	[ '?upstream=', 'empty value for "upstream"' ],
 	[ '?route=a&route=b', 'duplicate parameter "route"' ],

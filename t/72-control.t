@@ -159,7 +159,7 @@ for my $case (
 	[ 'POST', 'upstream=up&action=', 400,
 		'invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore' ],
 	[ 'POST', 'upstream=up&action=reset&bogus=1', 400,
-		'unknown parameter "bogus", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit' ],
+		'unknown parameter "bogus", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy' ],
 	[ 'POST', 'upstream=up&action=reset&action=reset', 400,
 		'duplicate parameter "action"' ],
 	[ 'POST', 'upstream=nosuch&action=force_open', 404,

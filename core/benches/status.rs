@@ -46,6 +46,7 @@ fn bench(c: &mut Criterion) {
         nginx_version: "1.28.3",
         control: false,
         fleet_json: None,
+        stream: false,
         stream_json: None,
     };
     let json = render_json(&zone, &entries).len();

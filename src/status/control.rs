@@ -7,7 +7,7 @@ use circuit_breaker_core::retry_budget::RetryBudgetView;
 use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::assemble::Upstreams;
 use circuit_breaker_core::status::guard::{self, ControlRequest};
-use circuit_breaker_core::status::query::{quote, Action, Format, Query};
+use circuit_breaker_core::status::query::{quote, Action, Format, Proxy, Query};
 use circuit_breaker_core::status::{
     self, Entry, LimitStatus, ServerEntry, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
 };
@@ -92,6 +92,9 @@ fn control_breaker(
             &format!("missing parameter \"{missing}\""),
         );
     };
+    if q.proxy == Some(Proxy::Stream) {
+        return super::stream::control(r, q, upstream, action, format);
+    }
     if action.on_server() || q.server.is_some() {
         return control_server(r, mcf, zone, q, format);
     }
@@ -166,7 +169,7 @@ fn control_breaker(
         probe_uri: mcf.probe_uri(upstream),
         limit,
     };
-    send_entry(r, mcf, &entry, format, q)
+    send_entry(r, &mcf.zone_name.0, &entry, format, q)
 }
 
 /// `POST ?upstream=$key&route=value&action=…`: changes the breaker of one value of a
@@ -252,7 +255,7 @@ fn control_key(
         probe_uri: None,
         limit: None,
     };
-    send_entry(r, mcf, &entry, format, q)
+    send_entry(r, &mcf.zone_name.0, &entry, format, q)
 }
 
 /// `POST ?upstream=…&server=…&action=eject|restore`: takes one server out of its pool (until
@@ -331,11 +334,11 @@ fn control_server(
         fingerprint: mcf.fingerprint(upstream),
         limit,
     };
-    send_entry(r, mcf, &entry, format, q)
+    send_entry(r, &mcf.zone_name.0, &entry, format, q)
 }
 
 /// What a breaker's action does to it; `None` for a server's (`eject`, `restore`).
-fn control_of(action: Action) -> Option<Control> {
+pub(super) fn control_of(action: Action) -> Option<Control> {
     match action {
         Action::ForceOpen => Some(Control::ForceOpen),
         Action::ForceClose => Some(Control::ForceClose),
@@ -345,7 +348,7 @@ fn control_of(action: Action) -> Option<Control> {
 }
 
 /// A breaker's action as its log line says it was done.
-fn done(action: Action) -> &'static str {
+pub(super) fn done(action: Action) -> &'static str {
     match action {
         Action::ForceOpen => "forced open",
         Action::ForceClose => "forced closed",
@@ -354,7 +357,7 @@ fn done(action: Action) -> &'static str {
 }
 
 /// One `warn` line per operator action: what was done, by which client address.
-fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
+pub(super) fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
     // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
     let c = unsafe { &*r.connection };
     ngx::ngx_log_error!(
@@ -367,15 +370,15 @@ fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
 }
 
 /// Answers a control request with one entry, in the format asked for.
-fn send_entry(
+pub(super) fn send_entry(
     r: &mut ngx_http_request_t,
-    mcf: &MainConf,
+    zone_name: &str,
     entry: &Entry,
     format: Format,
     q: &Query,
 ) -> ngx_int_t {
     if format == Format::Prometheus {
-        let body = status::render_breaker_prometheus(&mcf.zone_name.0, entry);
+        let body = status::render_breaker_prometheus(zone_name, entry);
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
     } else {
         let body = status::render_breaker_json(entry);

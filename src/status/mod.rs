@@ -96,9 +96,12 @@ fn breakers(
         .map_or_else(wall_ms, |z| z.wall_clock(mono, wall_ms()));
     // Only what the query selects is copied: a poll of one upstream would otherwise copy
     // every breaker of the zone.
-    let keep = |upstream: &str, route: &str, kind, view: &_| copies(q, upstream, route, kind, view);
+    let keep = |upstream: &str, route: &str, kind, view: &_| {
+        q.wants_http() && copies(q, upstream, route, kind, view)
+    };
     let keep_key = |v: &circuit_breaker_core::snapshot::BreakerView| {
-        circuit_breaker_core::status::query::lists_key_state(q, v.state, v.forced.is_some())
+        q.wants_http()
+            && circuit_breaker_core::status::query::lists_key_state(q, v.state, v.forced.is_some())
     };
     let taken = zone
         .as_ref()
@@ -117,15 +120,22 @@ fn breakers(
     };
     let (mut zview, entries) = assemble(head, taken, q, clocks, mcf);
     let on_wall = |t: u64| wall.saturating_sub(mono.saturating_sub(t));
+    let streams = if q.wants_stream() {
+        stream::zones_taken(q, clocks).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     if format == Format::Prometheus {
-        let mut body = status::render_prometheus(&zview, &entries);
+        let mut zones = vec![(&zview, &entries[..])];
+        zones.extend(streams.iter().map(|(v, e)| (v, &e[..])));
+        let mut body = status::render_prometheus_zones(&zones);
         if let Some(f) = fleet::status_prometheus(mcf, on_wall) {
             body.extend_from_slice(f.as_bytes());
         }
         send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
     } else {
         zview.fleet_json = fleet::status_json(mcf, on_wall);
-        zview.stream_json = stream::pages(q, clocks);
+        zview.stream_json = (!streams.is_empty()).then(|| stream::pages(&streams));
         let body = status::render_json(&zview, &entries);
         send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
     }

@@ -7,7 +7,6 @@ use core::ffi::{c_char, c_void};
 use core::ptr::null_mut;
 
 use circuit_breaker_core::directive::{self, parse_stream_breaker_args, StreamParams};
-use circuit_breaker_core::session::Table;
 use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
 use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
@@ -32,7 +31,7 @@ pub struct MainConf {
     /// The zone generation this configuration took over; older workers create no breakers.
     pub generation: u64,
     /// This worker's sessions not judged yet (made on first use, after the fork).
-    pub sessions: RefCell<Option<Table>>,
+    pub sessions: RefCell<Option<crate::session::Waiting>>,
     /// This worker's one timer for their first-byte bounds (`session::arm`).
     pub sweeper: UnsafeCell<ngx_event_t>,
 }

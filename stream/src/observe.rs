@@ -2,7 +2,8 @@
 //! filters (the client's first bytes going up, the server's first byte coming back), and the
 //! session's end in the log phase.
 
-use circuit_breaker_core::session;
+use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::session::{self, Held, Word};
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use nginx_sys::{
@@ -11,7 +12,7 @@ use nginx_sys::{
 };
 
 use crate::conf;
-use crate::session::{self as held, Mark};
+use crate::session::{self as held};
 
 /// The next filter in nginx's chain, set once while the configuration is read.
 static mut NEXT_FILTER: ngx_stream_filter_pt = None;
@@ -50,13 +51,12 @@ unsafe extern "C" fn filter(
     from_upstream: ngx_uint_t,
 ) -> ngx_int_t {
     // SAFETY: nginx passes a live session to its filters.
-    if let Mark::Held(id) = unsafe { held::mark(s) } {
-        if carries_data(input) {
-            guard((), || {
-                // SAFETY: as above.
-                unsafe { seen(s, id, from_upstream != 0) }
-            });
-        }
+    let w = unsafe { held::bits(s) };
+    if w != 0 && carries_data(input) {
+        guard((), || {
+            // SAFETY: as above.
+            unsafe { seen(s, Word::from_bits(w), from_upstream != 0) }
+        });
     }
     // SAFETY: the next filter, set when ours was put in front of it.
     match unsafe { NEXT_FILTER } {
@@ -66,25 +66,40 @@ unsafe extern "C" fn filter(
     }
 }
 
-/// Bytes of a held session passing one way.
+/// Bytes of a session not judged yet passing one way.
 ///
 /// # Safety
 /// `s` must be a live session.
-unsafe fn seen(
-    s: *mut ngx_stream_session_t,
-    id: circuit_breaker_core::session::SessionId,
-    up: bool,
-) {
+#[inline(never)]
+unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
     // SAFETY: `s` is live.
     let Some(mcf) = (unsafe { conf::of_session(s) }) else {
         return;
     };
     let now = mono_ms();
     if up {
-        let taken = held::with_table(mcf, |t| t.take(id));
         // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
-        unsafe { held::set_mark(s, Mark::None) };
-        let Some(h) = taken else { return };
+        unsafe { held::set_mark(s, Word::Free) };
+        let h = match word {
+            Word::Plain(p) => {
+                let sent = p.sent().then(|| p.since(now));
+                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.upstream(), at)) {
+                    return;
+                }
+                Held {
+                    upstream: p.upstream(),
+                    ticket: Ticket::Normal,
+                    start_ms: if p.sent() { now } else { p.since(now) },
+                    client_sent: p.sent(),
+                    sent_ms: sent.unwrap_or(now),
+                }
+            }
+            Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.take(id)) {
+                Some(h) => h,
+                None => return,
+            },
+            Word::Free | Word::Refused => return,
+        };
         // SAFETY: a live session, its connection and its upstream's last state.
         let (log, connect_ms) = unsafe {
             let s = &*s;
@@ -115,54 +130,91 @@ unsafe fn seen(
     if unsafe { (*s).received } <= 0 {
         return;
     }
-    match held::with_table(mcf, |t| t.client_sent(id, now)) {
-        // SAFETY: `s` is live. Its bound ran out: nothing more.
-        None => unsafe { held::set_mark(s, Mark::None) },
-        Some(Some(deadline)) => held::arm(mcf, deadline),
-        Some(None) => {}
+    match word {
+        Word::Plain(p) => {
+            let again = p.sent().then(|| p.since(now));
+            if again == Some(now) {
+                return;
+            }
+            let waits = p.mute() || held::wait(mcf, p.upstream(), again, now);
+            let next = if waits {
+                Word::Plain(p.sent_at(now))
+            } else {
+                Word::Free
+            };
+            // SAFETY: `s` is live.
+            unsafe { held::set_mark(s, next) };
+        }
+        Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.client_sent(id, now)) {
+            // SAFETY: `s` is live. Its bound ran out: nothing more.
+            None => unsafe { held::set_mark(s, Word::Free) },
+            Some(Some(deadline)) => held::arm(mcf, deadline),
+            Some(None) => {}
+        },
+        Word::Free | Word::Refused => {}
     }
 }
 
 /// The log phase, ahead of the access log: a session the breaker refused gets its `503`; one
 /// not judged yet is judged by how it ended.
 pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
+    // SAFETY: nginx passes a live session to its log phase handlers.
+    let w = unsafe { held::bits(s) };
+    if w == 0 {
+        return NGX_OK as ngx_int_t;
+    }
     guard(NGX_OK as ngx_int_t, || {
-        // SAFETY: nginx passes a live session to its log phase handlers.
-        let id = match unsafe { held::mark(s) } {
-            Mark::None => return NGX_OK as ngx_int_t,
-            Mark::Refused => {
-                // SAFETY: as above.
-                unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
-                return NGX_OK as ngx_int_t;
-            }
-            Mark::Held(id) => id,
-        };
+        let word = Word::from_bits(w);
+        if word == Word::Refused {
+            // SAFETY: as above.
+            unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
+            return NGX_OK as ngx_int_t;
+        }
         // SAFETY: as above.
         let Some(mcf) = (unsafe { conf::of_session(s) }) else {
             return NGX_OK as ngx_int_t;
         };
-        let Some(h) = held::with_table(mcf, |t| t.take(id)) else {
-            return NGX_OK as ngx_int_t;
-        };
         // SAFETY: as above.
-        unsafe { held::set_mark(s, Mark::None) };
+        unsafe { held::set_mark(s, Word::Free) };
+        let now = mono_ms();
         // SAFETY: as above; the session's upstream and its last state, null or live in its pool.
-        let (status, connected, tried, log) = unsafe {
+        let (status, connected, tried, log, started) = unsafe {
             let s = &*s;
-            let last = s.upstream.as_ref().and_then(|u| u.state.as_ref());
+            let u = s.upstream.as_ref();
+            let last = u.and_then(|u| u.state.as_ref());
             (
                 s.status,
                 last.is_some_and(|st| st.connect_time != ngx_msec_t::MAX),
                 tried(s),
                 (*s.connection).log,
+                u.map_or(now, |u| u.peer.start_time as u64),
             )
+        };
+        let h = match word {
+            Word::Plain(p) => {
+                if p.sent() && !p.mute() && !held::leave(mcf, p.upstream(), p.since(now)) {
+                    return NGX_OK as ngx_int_t;
+                }
+                Held {
+                    upstream: p.upstream(),
+                    ticket: Ticket::Normal,
+                    start_ms: if p.sent() { started } else { p.since(now) },
+                    client_sent: p.sent(),
+                    sent_ms: p.since(now),
+                }
+            }
+            Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.take(id)) {
+                Some(h) => h,
+                None => return NGX_OK as ngx_int_t,
+            },
+            Word::Free | Word::Refused => return NGX_OK as ngx_int_t,
         };
         let end = session::Ended {
             status: u16::try_from(status).unwrap_or(0),
             tried,
             connected,
             client_sent: h.client_sent,
-            ms: mono_ms().saturating_sub(h.start_ms),
+            ms: now.saturating_sub(h.start_ms),
         };
         match session::ended(&end) {
             Some(a) => held::settle(mcf, &h, &a, log),

@@ -1,14 +1,16 @@
 //! The wrapped `peer.init` of every stream upstream with a breaker: the session is asked of
 //! the breaker before the balancer is, and a refused one never reaches a server.
 
-use circuit_breaker_core::breaker::{Admission, Ticket};
+use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::zone::Zone;
 use nginx_sys::{ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_srv_conf_t, NGX_ERROR};
 
 use crate::conf::{self, SrvConf};
-use crate::session::{self, Mark};
+use circuit_breaker_core::session::{Plain, Word};
+
+use crate::session;
 
 /// `peer.init` of an upstream with a breaker.
 pub unsafe extern "C" fn init_peer(
@@ -53,7 +55,7 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
         return false;
     };
     // SAFETY: `s` is live. A session passes through peer.init once per `proxy_pass`.
-    if !matches!(unsafe { session::mark(s) }, Mark::None) {
+    if unsafe { session::bits(s) } != 0 {
         return false;
     }
     // SAFETY: the zone this configuration registered, mapped in a worker.
@@ -72,27 +74,29 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
         None => return false,
         Some(Admission::Reject { .. } | Admission::Recovering { .. }) => {
             // SAFETY: `s` is live.
-            unsafe { session::set_mark(s, Mark::Refused) };
+            unsafe { session::set_mark(s, Word::Refused) };
             return true;
         }
         Some(Admission::Probe(t)) => t,
-        Some(Admission::Pass { .. }) => Ticket::Normal,
+        Some(Admission::Pass { .. }) => {
+            // An ordinary session: its word says all there is. A UDP session's silence is
+            // nginx's to judge (proxy_responses, proxy_timeout).
+            if let Some(p) = Plain::new(usize::from(scf.index), mono_ms(), udp) {
+                // SAFETY: `s` is live.
+                unsafe { session::set_mark(s, Word::Plain(p)) };
+            }
+            return false;
+        }
     };
+    // The probe waits from its start, held in the worker's table with its ticket.
     let now = mono_ms();
-    let opened = session::with_table(mcf, |t| {
-        // A UDP session's silence is nginx's to judge (proxy_responses, proxy_timeout).
-        let id = t.open(scf.index, ticket, now, !udp)?;
-        // A probe waits from its start.
-        let due = if matches!(ticket, Ticket::Normal) {
-            None
-        } else {
-            t.next_deadline()
-        };
-        Some((id, due))
+    let opened = session::with_waiting(mcf, |w| {
+        let id = w.probes.open(scf.index, ticket, now, !udp)?;
+        Some((id, w.probes.next_deadline()))
     });
     if let Some((id, due)) = opened {
         // SAFETY: `s` is live.
-        unsafe { session::set_mark(s, Mark::Held(id)) };
+        unsafe { session::set_mark(s, Word::Probe(id)) };
         if let Some(due) = due {
             session::arm(mcf, due);
         }

@@ -3,15 +3,17 @@
 //! went up, or at the session's end (`circuit_breaker_core::session` says what each means) —
 //! and its probe given back if it was one and nothing judged it in time.
 //!
-//! The worker keeps its unjudged sessions in one table (`session::Table`) and nginx keeps
-//! each one's id in the session's context as a word: nothing is allocated in the session's
-//! pool, and one timer of the worker's (the sweeper) serves every bound.
+//! Nothing is allocated in the session's pool: the session's context keeps one word of the
+//! module's (`session::Word`: an ordinary session's upstream and instants, or the probe's
+//! place in the worker's table), the worker counts its ordinary sessions that wait for a first
+//! byte by when their bounds run out (`session::Wheel`), and one timer of the worker's (the
+//! sweeper) serves every bound.
 
 use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::classify::Ending;
 use circuit_breaker_core::breaker::{Admission, Attempt, Classified, Ticket};
-use circuit_breaker_core::session::{self, Expired, Held, SessionId, Table};
+use circuit_breaker_core::session::{self, Expired, Held, Silence, Table, Waited, Wheel, Word};
 use circuit_breaker_core::snapshot::State;
 use circuit_breaker_shell::clock::{mono_ms, rnd};
 use circuit_breaker_shell::ffi::{guard, pid, process_alive};
@@ -20,65 +22,105 @@ use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t};
 
 use crate::conf::{MainConf, SrvConf};
 
-// A context cell holds a session's id as a word.
+// A context cell holds a session's word.
 const _: () = assert!(core::mem::size_of::<usize>() == 8);
 
-/// The context word of a session the breaker refused: the log phase gives it its `503`. Ids'
-/// words never have the top bit set.
-const REFUSED: u64 = 1 << 63;
-
-/// What the module keeps of a session, read from its context cell.
-pub enum Mark {
-    /// Nothing: not the module's, or judged already.
-    None,
-    /// Refused by the breaker.
-    Refused,
-    /// Admitted, not judged yet.
-    Held(SessionId),
+/// A worker's sessions that wait to be judged: the probes in a table, the others counted by
+/// when their bounds run out.
+pub struct Waiting {
+    pub probes: Table,
+    pub plain: Wheel,
 }
 
-/// The session's mark.
+/// The session's word, as the context cell keeps it (0: nothing).
 ///
 /// # Safety
 /// `s` must be a live session.
-pub unsafe fn mark(s: *const ngx_stream_session_t) -> Mark {
+#[inline]
+pub unsafe fn bits(s: *const ngx_stream_session_t) -> u64 {
     // SAFETY: a session's `ctx` has a cell per stream module; this one is ours.
-    let w = unsafe { *(*s).ctx.add(crate::conf::ctx_index()) } as u64;
-    match w {
-        0 => Mark::None,
-        REFUSED => Mark::Refused,
-        w => SessionId::from_word(w).map_or(Mark::None, Mark::Held),
+    unsafe { *(*s).ctx.add(crate::conf::ctx_index()) as u64 }
+}
+
+/// The session's word.
+///
+/// # Safety
+/// `s` must be a live session.
+pub unsafe fn mark(s: *const ngx_stream_session_t) -> Word {
+    // SAFETY: this fn's contract.
+    Word::from_bits(unsafe { bits(s) })
+}
+
+/// Sets the session's word (`Free`: judged).
+///
+/// # Safety
+/// `s` must be a live session.
+#[inline]
+pub unsafe fn set_mark(s: *mut ngx_stream_session_t, w: Word) {
+    // SAFETY: as in `bits`.
+    unsafe { *(*s).ctx.add(crate::conf::ctx_index()) = w.to_bits() as usize as *mut c_void };
+}
+
+/// Runs `f` on this worker's waiting sessions, made on first use from the configuration's
+/// bounds.
+#[inline]
+pub fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
+    let mut t = mcf.sessions.borrow_mut();
+    let t = t.get_or_insert_with(|| {
+        let bounds: Vec<u32> = mcf
+            .upstreams
+            .iter()
+            // SAFETY: upstream confs live as long as the configuration.
+            .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
+            .collect();
+        Waiting {
+            plain: Wheel::new(&bounds),
+            probes: Table::new(bounds),
+        }
+    });
+    f(t)
+}
+
+/// An ordinary session whose client's bytes went up at `now` starts (again) to wait for a
+/// byte back, the sweeper armed for it; false when its bound ran out already (judged).
+pub fn wait(mcf: &MainConf, upstream: u16, again: Option<u64>, now: u64) -> bool {
+    let waited = with_waiting(mcf, |w| {
+        if let Some(sent) = again {
+            if !w.plain.leave(upstream, sent) {
+                return None;
+            }
+        }
+        Some(w.plain.wait(upstream, now))
+    });
+    match waited {
+        None => false,
+        Some(Waited::Until(due)) => {
+            arm(mcf, due);
+            true
+        }
+        Some(Waited::Off) => true,
+        Some(Waited::Behind) => {
+            // The sweeper ran late: judge what ran out, then count this one.
+            sweep_now(mcf, nginx_log());
+            if let Waited::Until(due) = with_waiting(mcf, |w| w.plain.wait(upstream, now)) {
+                arm(mcf, due);
+            }
+            true
+        }
     }
 }
 
-/// Sets the session's mark (`None`: judged).
-///
-/// # Safety
-/// `s` must be a live session.
-pub unsafe fn set_mark(s: *mut ngx_stream_session_t, m: Mark) {
-    let w = match m {
-        Mark::None => 0,
-        Mark::Refused => REFUSED,
-        Mark::Held(id) => id.to_word(),
-    };
-    // SAFETY: as in `mark`.
-    unsafe { *(*s).ctx.add(crate::conf::ctx_index()) = w as usize as *mut c_void };
+/// An ordinary session that waited since `sent` leaves the wheel (answered, or ended): false
+/// when its bound ran out already (judged).
+#[inline]
+pub fn leave(mcf: &MainConf, upstream: u16, sent: u64) -> bool {
+    with_waiting(mcf, |w| w.plain.leave(upstream, sent))
 }
 
-/// Runs `f` on this worker's table, made on first use from the configuration's bounds.
-#[inline]
-pub fn with_table<R>(mcf: &MainConf, f: impl FnOnce(&mut Table) -> R) -> R {
-    let mut t = mcf.sessions.borrow_mut();
-    let t = t.get_or_insert_with(|| {
-        Table::new(
-            mcf.upstreams
-                .iter()
-                // SAFETY: upstream confs live as long as the configuration.
-                .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
-                .collect(),
-        )
-    });
-    f(t)
+/// The cycle's log, for what the sweeper judges.
+fn nginx_log() -> *mut ngx_log_t {
+    // SAFETY: nginx's cycle log lives as long as the worker.
+    unsafe { (*nginx_sys::ngx_cycle).log }
 }
 
 /// Judges a session the table gave back by `attempt`; an answer is noted in the zone first,
@@ -101,6 +143,21 @@ pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
     settle_if(mcf, held, &attempt, log, |zone, scf| {
         session::silence_counts(zone.answered_ms(scf.handle.get()), held.sent_ms)
     });
+}
+
+/// Sessions of one upstream that kept silent past their bound, counted by the wheel: as
+/// [`silent`], each.
+fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
+    let held = Held {
+        upstream: x.upstream,
+        ticket: Ticket::Normal,
+        start_ms: x.sent_ms,
+        client_sent: true,
+        sent_ms: x.sent_ms,
+    };
+    for _ in 0..x.sessions {
+        silent(mcf, &held, log);
+    }
 }
 
 /// [`settle`] when `counts` says so, given the zone and the upstream's conf.
@@ -170,8 +227,7 @@ pub fn arm(mcf: &MainConf, due: u64) {
     let mcf_ptr: *const MainConf = mcf;
     ev.handler = Some(sweep);
     ev.data = mcf_ptr.cast_mut().cast();
-    // SAFETY: nginx's cycle log lives as long as the worker.
-    ev.log = unsafe { (*nginx_sys::ngx_cycle).log };
+    ev.log = nginx_log();
     // A worker that is told to exit need not wait for it.
     ev.set_cancelable(1);
     let wait = due.saturating_sub(mono_ms()).max(1);
@@ -186,22 +242,35 @@ unsafe extern "C" fn sweep(ev: *mut ngx_event_t) {
         // SAFETY: `data` is the main conf `arm` set, alive as long as the configuration.
         let mcf = unsafe { &*(*ev).data.cast::<MainConf>() };
         // SAFETY: as above.
-        let log = unsafe { (*ev).log };
-        let mut out = Vec::new();
-        let next = with_table(mcf, |t| {
-            t.expire(mono_ms(), &mut out);
-            t.next_deadline()
-        });
-        for e in &out {
-            match e {
-                Expired::Silent(h) => silent(mcf, h, log),
-                Expired::Unjudged(h) => unjudged(mcf, h, log),
-            }
-        }
-        if let Some(due) = next {
-            arm(mcf, due);
-        }
+        sweep_now(mcf, unsafe { (*ev).log });
     })
+}
+
+/// Judges every bound that ran out by now, and arms the sweeper for the next.
+fn sweep_now(mcf: &MainConf, log: *mut ngx_log_t) {
+    let mut probes = Vec::new();
+    let mut plain = Vec::new();
+    let now = mono_ms();
+    let next = with_waiting(mcf, |w| {
+        w.probes.expire(now, &mut probes);
+        w.plain.expire(now, &mut plain);
+        match (w.probes.next_deadline(), w.plain.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    });
+    for e in &probes {
+        match e {
+            Expired::Silent(h) => silent(mcf, h, log),
+            Expired::Unjudged(h) => unjudged(mcf, h, log),
+        }
+    }
+    for x in &plain {
+        silent_many(mcf, x, log);
+    }
+    if let Some(due) = next {
+        arm(mcf, due);
+    }
 }
 
 /// What the breaker says to a new session of `scf`'s upstream: `None` when no breaker

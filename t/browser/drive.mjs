@@ -102,8 +102,9 @@ async function restart(why) {
   if (lastUrl) await page.goto(lastUrl, { waitUntil: 'load' });
 }
 
-const rowSel = (u, r, server) => `.row[data-upstream=${JSON.stringify(u)}]` +
-  (server !== undefined ? `[data-server=${JSON.stringify(server)}]` : `[data-route=${JSON.stringify(r)}]`);
+const rowSel = (u, r, server, proxy) => `.row[data-upstream=${JSON.stringify(u)}]` +
+  (server !== undefined ? `[data-server=${JSON.stringify(server)}]` : `[data-route=${JSON.stringify(r)}]`) +
+  (proxy !== undefined ? `[data-proxy=${JSON.stringify(proxy)}]` : '');
 
 async function describe(sel) {
   return page.$eval(sel, el => {
@@ -171,8 +172,8 @@ const ops = {
       }, s * 1000);
     }), seconds);
   },
-  async row({ upstream, route, server, state, timeout_ms }) {
-    const any = rowSel(upstream, route, server);
+  async row({ upstream, route, server, proxy, state, timeout_ms }) {
+    const any = rowSel(upstream, route, server, proxy);
     const sel = any + (state ? `[data-state=${JSON.stringify(state)}]` : '');
     try {
       await page.waitForSelector(sel, { state: 'attached', timeout: timeout_ms || 10000 });
@@ -222,10 +223,10 @@ const ops = {
       };
     }).then(r => ({ ...r, dialog: lastDialog }));
   },
-  async click({ upstream, route, server, action, confirm }) {
+  async click({ upstream, route, server, proxy, action, confirm }) {
     dialogAnswer = !!confirm;
     lastDialog = null;
-    const sel = `${rowSel(upstream, route, server)} button[data-action=${JSON.stringify(action)}]`;
+    const sel = `${rowSel(upstream, route, server, proxy)} button[data-action=${JSON.stringify(action)}]`;
     await page.click(sel);
     // The dialog is handled in its event; give the page a moment to send the request.
     for (let i = 0; i < 50 && !lastDialog; i++) await page.waitForTimeout(20);

@@ -27,8 +27,12 @@ use crate::breaker::classify::{Attempt, Ending};
 use crate::breaker::BreakerConfig;
 
 mod table;
+mod wheel;
+mod word;
 
 pub use table::{Expired, Held, SessionId, Table};
+pub use wheel::{Silence, Waited, Wheel};
+pub use word::{Plain, Word, MAX_UPSTREAMS};
 
 /// The session's status when nginx could reach no server, or a UDP server did not answer.
 pub const BAD_GATEWAY: u16 = 502;

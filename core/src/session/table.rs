@@ -43,7 +43,8 @@ pub enum Expired {
 }
 
 /// Names a session in the table; stale once the session is judged (its place may hold another).
-/// Its word never has the top bit set (generations count to 2³¹), which the shell may use.
+/// Its word never has either of the top two bits set (generations count to 2³⁰), which
+/// [`super::Word`] uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionId {
     index: u32,
@@ -324,7 +325,7 @@ impl Table {
         let p = &mut self.places[index as usize];
         let held = p.held();
         p.flags = 0;
-        p.generation = (p.generation + 1) & 0x7fff_ffff;
+        p.generation = (p.generation + 1) & 0x3fff_ffff;
         p.next = self.free;
         self.free = index;
         self.held -= 1;

@@ -105,7 +105,7 @@ mod tests {
     fn a_bad_query_is_a_bad_request_for_every_allowed_method() {
         let want = Answer::BadRequest(
             "unknown parameter \"foo\", expected one of: format, upstream, route, action, \
-             server, history, keys, key_prefix, key_limit"
+             server, history, keys, key_prefix, key_limit, proxy"
                 .to_owned(),
         );
         for (method, control) in [(Get, false), (Head, false), (Get, true), (Post, true)] {

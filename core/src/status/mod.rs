@@ -204,7 +204,14 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
 pub fn render_prometheus(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
-    prometheus::render(zone, entries, true)
+    prometheus::render(&[(zone, entries)], true)
+}
+
+/// [`render_prometheus`] of several zones at once (the http block's and the stream module's),
+/// each family once with every zone's samples, told apart by their `zone` label;
+/// `zone_info`'s `module` label says which proxy a zone serves.
+pub fn render_prometheus_zones(zones: &[(&ZoneView, &[Entry])]) -> Vec<u8> {
+    prometheus::render(zones, true)
 }
 
 /// One breaker's families of [`render_prometheus`], without the zone's (`build_info`, `zone_*`,
@@ -214,7 +221,7 @@ pub fn render_breaker_prometheus(zone_name: &str, entry: &Entry) -> Vec<u8> {
         name: zone_name.into(),
         ..ZoneView::default()
     };
-    prometheus::render(&zone, std::slice::from_ref(entry), false)
+    prometheus::render(&[(&zone, std::slice::from_ref(entry))], false)
 }
 
 /// A generous guess at one breaker's JSON size, so that the output never reallocates (a
@@ -763,6 +770,7 @@ pub(crate) mod tests {
             nginx_version: "1.28.3",
             control: false,
             fleet_json: None,
+            stream: false,
             stream_json: None,
         }
     }
@@ -976,6 +984,7 @@ pub(crate) mod tests {
             nginx_version: "1.22.1",
             control: false,
             fleet_json: None,
+            stream: false,
             stream_json: None,
         };
         assert_eq!(

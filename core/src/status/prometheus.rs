@@ -23,13 +23,15 @@ type Split = (&'static str, &'static [&'static str]);
 
 struct Renderer<'a> {
     out: Vec<u8>,
-    entries: &'a [Entry],
-    /// `zone="…",upstream="…",route="…"` of every entry, escaped, back to back; the zone's
-    /// own `zone="…"` comes first.
+    /// Every zone's entries, back to back.
+    entries: &'a [&'a Entry],
+    /// Every label set, escaped, back to back: each zone's `zone="…"`, each entry's
+    /// `zone="…",upstream="…",route="…"`, and those of servers and budgets.
     labels: Vec<u8>,
-    /// End of each entry's label set in `labels`; entry `i` spans `ends[i]..ends[i + 1]`,
-    /// and `ends[0]` ends the zone label.
-    ends: Vec<usize>,
+    /// Each zone's label set in `labels`, and the zone's count of entries.
+    zones: Vec<((usize, usize), u64)>,
+    /// Each entry's label set in `labels`.
+    spans: Vec<(usize, usize)>,
     /// Every server of every entry, with its label set (`zone`, `upstream`, `server`) as a
     /// span of `labels`, after the entries' own.
     servers: Vec<(&'a ServerEntry, (usize, usize))>,
@@ -37,124 +39,146 @@ struct Renderer<'a> {
     budgets: Vec<(&'a RetryBudgetView, (usize, usize))>,
 }
 
-/// Renders `entries`, after the zone's own families when `with_zone`.
-pub(super) fn render(zone: &ZoneView, entries: &[Entry], with_zone: bool) -> Vec<u8> {
+/// Renders each zone's entries, after the zones' own families when `with_zone`; every family
+/// once, with the samples of every zone (the text format wants a family's samples together).
+pub(super) fn render(zones: &[(&ZoneView, &[Entry])], with_zone: bool) -> Vec<u8> {
+    let all: Vec<&Entry> = zones.iter().flat_map(|(_, e)| e.iter()).collect();
     let mut labels = Vec::with_capacity(
-        32 + zone.name.len()
-            + entries
-                .iter()
-                .map(|e| 32 + zone.name.len() + e.upstream.len() + e.route.len())
-                .sum::<usize>(),
+        zones
+            .iter()
+            .map(|(z, entries)| {
+                32 + z.name.len()
+                    + entries
+                        .iter()
+                        .map(|e| 32 + z.name.len() + e.upstream.len() + e.route.len())
+                        .sum::<usize>()
+            })
+            .sum(),
     );
-    let mut ends = Vec::with_capacity(entries.len() + 1);
-    labels.extend_from_slice(b"zone=\"");
-    escape_label_value(&mut labels, &zone.name);
-    labels.push(b'"');
-    ends.push(labels.len());
-    let zone_label_len = labels.len();
-    for e in entries {
-        labels.extend_from_within(..zone_label_len);
-        labels.extend_from_slice(b",upstream=\"");
-        escape_label_value(&mut labels, &e.upstream);
-        labels.extend_from_slice(b"\",route=\"");
-        escape_label_value(&mut labels, &e.route);
-        labels.push(b'"');
-        ends.push(labels.len());
-    }
-
+    let mut spans = Vec::with_capacity(all.len());
+    let mut zone_spans = Vec::with_capacity(zones.len());
     let (mut servers, mut budgets) = (Vec::new(), Vec::new());
-    for e in entries {
+    for (zone, entries) in zones {
         let start = labels.len();
-        labels.extend_from_within(..zone_label_len);
-        labels.extend_from_slice(b",upstream=\"");
-        escape_label_value(&mut labels, &e.upstream);
+        labels.extend_from_slice(b"zone=\"");
+        escape_label_value(&mut labels, &zone.name);
         labels.push(b'"');
-        let upstream = (start, labels.len());
-        if let Some(r) = &e.retry {
-            budgets.push((r, upstream));
-        }
-        for s in &e.servers {
+        let zone_label = (start, labels.len());
+        zone_spans.push((zone_label, entries.len() as u64));
+        for e in entries.iter() {
             let start = labels.len();
-            labels.extend_from_within(upstream.0..upstream.1);
-            labels.extend_from_slice(b",server=\"");
-            escape_label_value(&mut labels, &s.address);
+            labels.extend_from_within(zone_label.0..zone_label.1);
+            labels.extend_from_slice(b",upstream=\"");
+            escape_label_value(&mut labels, &e.upstream);
+            labels.extend_from_slice(b"\",route=\"");
+            escape_label_value(&mut labels, &e.route);
             labels.push(b'"');
-            servers.push((s, (start, labels.len())));
+            spans.push((start, labels.len()));
+        }
+        for e in entries.iter() {
+            let start = labels.len();
+            labels.extend_from_within(zone_label.0..zone_label.1);
+            labels.extend_from_slice(b",upstream=\"");
+            escape_label_value(&mut labels, &e.upstream);
+            labels.push(b'"');
+            let upstream = (start, labels.len());
+            if let Some(r) = &e.retry {
+                budgets.push((r, upstream));
+            }
+            for s in &e.servers {
+                let start = labels.len();
+                labels.extend_from_within(upstream.0..upstream.1);
+                labels.extend_from_slice(b",server=\"");
+                escape_label_value(&mut labels, &s.address);
+                labels.push(b'"');
+                servers.push((s, (start, labels.len())));
+            }
         }
     }
 
     // Each breaker yields up to 30 samples of about 40 bytes plus its labels and value.
-    let per_sample = labels.len() - zone_label_len + entries.len() * 56;
+    let per_sample = labels.len() + all.len() * 56;
     let mut r = Renderer {
         out: Vec::with_capacity(8192 + 30 * per_sample + servers.len() * 600),
-        entries,
+        entries: &all,
         labels,
-        ends,
+        zones: zone_spans,
+        spans,
         servers,
         budgets,
     };
     if with_zone {
-        r.zone_families(zone);
+        r.zone_families(zones);
     }
     r.breaker_families();
     r.out
 }
 
 impl Renderer<'_> {
-    fn zone_families(&mut self, zone: &ZoneView) {
+    fn zone_families(&mut self, zones: &[(&ZoneView, &[Entry])]) {
         use Kind::{Counter, Gauge};
 
-        self.build_info(zone);
+        if let Some((zone, _)) = zones.first() {
+            self.build_info(zone);
+        }
+        self.zone_info(zones);
         self.zone_family(
             "zone_size_bytes",
             Gauge,
             "Size of the shared memory zone in bytes.",
-            zone.size,
+            zones,
+            |_, z| Some(Num::Int(z.size)),
         );
         self.zone_family(
             "zone_used_bytes",
             Gauge,
             "Bytes allocated from the shared memory zone.",
-            zone.used,
+            zones,
+            |_, z| Some(Num::Int(z.used)),
         );
         self.zone_family(
             "zone_alloc_failures_total",
             Counter,
             "Breakers not created because the zone was full (they fail open).",
-            zone.alloc_failures,
+            zones,
+            |_, z| Some(Num::Int(z.alloc_failures)),
         );
-        if let Some(k) = &zone.keys {
-            self.zone_family(
-                "zone_keys",
-                Gauge,
-                "Keys of circuit_breaker_key in the zone's table.",
-                k.used,
-            );
-            self.zone_family(
-                "zone_keys_capacity",
-                Gauge,
-                "Keys the zone's table of keys can hold.",
-                k.capacity,
-            );
-            self.zone_family(
-                "zone_keys_promoted",
-                Gauge,
-                "Keys with a breaker of their own.",
-                k.promoted,
-            );
-            self.zone_family(
-                "zone_keys_unlisted",
-                Gauge,
-                "Keys with a breaker of their own that this scrape has no series for (closed, \
-                 or past key_limit).",
-                k.unlisted,
-            );
-        }
+        self.zone_family(
+            "zone_keys",
+            Gauge,
+            "Keys of circuit_breaker_key in the zone's table.",
+            zones,
+            |_, z| z.keys.map(|k| Num::Int(k.used)),
+        );
+        self.zone_family(
+            "zone_keys_capacity",
+            Gauge,
+            "Keys the zone's table of keys can hold.",
+            zones,
+            |_, z| z.keys.map(|k| Num::Int(k.capacity)),
+        );
+        self.zone_family(
+            "zone_keys_promoted",
+            Gauge,
+            "Keys with a breaker of their own.",
+            zones,
+            |_, z| z.keys.map(|k| Num::Int(k.promoted)),
+        );
+        self.zone_family(
+            "zone_keys_unlisted",
+            Gauge,
+            "Keys with a breaker of their own that this scrape has no series for (closed, \
+             or past key_limit).",
+            zones,
+            |_, z| z.keys.map(|k| Num::Int(k.unlisted)),
+        );
+        let counts: Vec<u64> = self.zones.iter().map(|z| z.1).collect();
         self.zone_family(
             "breakers",
             Gauge,
             "Number of breakers shown (all in the zone unless filtered).",
-            self.entries.len() as u64,
+            zones,
+            |i, _| Some(Num::Int(counts[i])),
         );
     }
 
@@ -470,7 +494,7 @@ impl Renderer<'_> {
                 self.header(name, kind, help);
                 headed = true;
             }
-            self.sample(head.as_bytes(), (self.ends[i], self.ends[i + 1]), b"} ", v);
+            self.sample(head.as_bytes(), self.spans[i], b"} ", v);
         }
     }
 
@@ -532,10 +556,45 @@ impl Renderer<'_> {
         out.extend_from_slice(b"\"} 1\n");
     }
 
-    fn zone_family(&mut self, name: &str, kind: Kind, help: &str, value: u64) {
-        self.header(name, kind, help);
+    /// `zone_info{zone="…",module="http"|"stream"} 1`: which proxy's breakers each zone
+    /// keeps, for a dashboard to join on.
+    fn zone_info(&mut self, zones: &[(&ZoneView, &[Entry])]) {
+        self.header(
+            "zone_info",
+            Kind::Gauge,
+            "The proxy whose breakers the zone keeps, as the label module (http or stream; \
+             always 1).",
+        );
+        let head = [PREFIX, "zone_info{"].concat();
+        for (i, (zone, _)) in zones.iter().enumerate() {
+            let tail: &[u8] = if zone.stream {
+                b",module=\"stream\"} "
+            } else {
+                b",module=\"http\"} "
+            };
+            self.sample(head.as_bytes(), self.zones[i].0, tail, Num::Int(1));
+        }
+    }
+
+    /// A family with a sample per zone, given the zone's index (`None`: none for that zone).
+    fn zone_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        zones: &[(&ZoneView, &[Entry])],
+        value: impl Fn(usize, &ZoneView) -> Option<Num>,
+    ) {
         let head = [PREFIX, name, "{"].concat();
-        self.sample(head.as_bytes(), (0, self.ends[0]), b"} ", Num::Int(value));
+        let mut headed = false;
+        for (i, (zone, _)) in zones.iter().enumerate() {
+            let Some(v) = value(i, zone) else { continue };
+            if !headed {
+                self.header(name, kind, help);
+                headed = true;
+            }
+            self.sample(head.as_bytes(), self.zones[i].0, b"} ", v);
+        }
     }
 
     /// A family with at most one sample per breaker (`None`: no sample for that breaker).
@@ -572,7 +631,7 @@ impl Renderer<'_> {
         let mut headed = false;
         let entries = self.entries;
         for (i, e) in entries.iter().enumerate() {
-            let labels = (self.ends[i], self.ends[i + 1]);
+            let labels = self.spans[i];
             for (j, tail) in tails.iter().enumerate() {
                 let Some(v) = value(&e.view, j) else { continue };
                 if !headed {
@@ -746,6 +805,12 @@ mod tests {
             format!("# HELP {p}build_info The module's version and the nginx version it was built for, as labels (always 1)."),
             format!("# TYPE {p}build_info gauge"),
             format!(r#"{p}build_info{{version="1.2.3",nginx="1.28.3"}} 1"#),
+            format!(
+                "# HELP {p}zone_info The proxy whose breakers the zone keeps, as the label \
+                 module (http or stream; always 1)."
+            ),
+            format!("# TYPE {p}zone_info gauge"),
+            format!(r#"{p}zone_info{{zone="cb",module="http"}} 1"#),
             format!("# HELP {p}zone_size_bytes Size of the shared memory zone in bytes."),
             format!("# TYPE {p}zone_size_bytes gauge"),
             format!(r#"{p}zone_size_bytes{{zone="cb"}} 10485760"#),
@@ -908,7 +973,7 @@ mod tests {
         let text = render(&example_zone(), &many_entries(50));
         let (samples, types) = validate(&text);
         // Every family is present (the example breakers have latency and retry_at).
-        assert_eq!(types.len(), 5 + 27);
+        assert_eq!(types.len(), 6 + 27);
         let count = |name: &str| {
             samples
                 .iter()
@@ -938,7 +1003,7 @@ mod tests {
         let (samples, types) = validate(&text);
         assert!(!text.contains("retry_at_seconds"));
         assert!(!text.contains("latency_seconds"));
-        assert_eq!(types.len(), 5 + 24);
+        assert_eq!(types.len(), 6 + 24);
         let l = labels(&[
             ("zone", "cb"),
             ("upstream", "backend"),
@@ -960,9 +1025,49 @@ mod tests {
         // No breakers at all: build and zone families only.
         let text = render(&example_zone(), &[]);
         let (samples, types) = validate(&text);
-        assert_eq!(types.len(), 5);
-        assert_eq!(samples.len(), 5);
+        assert_eq!(types.len(), 6);
+        assert_eq!(samples.len(), 6);
         assert!(text.contains("nginx_circuit_breaker_breakers{zone=\"cb\"} 0\n"));
+    }
+
+    #[test]
+    fn the_stream_zones_share_every_family() {
+        let http = example_zone();
+        let stream = ZoneView {
+            name: "circuit_breaker_stream".into(),
+            stream: true,
+            ..example_zone()
+        };
+        let mut db = closed_entry();
+        db.upstream = "db".into();
+        let (h, s) = ([example_entry()], [db]);
+        let text = crate::status::render_prometheus_zones(&[(&http, &h[..]), (&stream, &s[..])]);
+        let text = String::from_utf8(text).unwrap();
+        // Each family once (validate refuses a second HELP), with both zones' samples.
+        let (samples, _) = validate(&text);
+        let zones_of = |name: &str| {
+            samples
+                .iter()
+                .filter(|x| x.name == format!("nginx_circuit_breaker_{name}"))
+                .map(|x| x.labels[0].1.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(zones_of("state"), ["cb", "circuit_breaker_stream"]);
+        assert_eq!(
+            zones_of("zone_size_bytes"),
+            ["cb", "circuit_breaker_stream"]
+        );
+        assert_eq!(zones_of("build_info").len(), 1);
+        assert!(text.contains(
+            "nginx_circuit_breaker_zone_info{zone=\"circuit_breaker_stream\",module=\"stream\"} 1\n"
+        ));
+        assert!(text.contains("nginx_circuit_breaker_zone_info{zone=\"cb\",module=\"http\"} 1\n"));
+        assert!(text.contains(
+            "nginx_circuit_breaker_state{zone=\"circuit_breaker_stream\",upstream=\"db\",route=\"default\"} 0\n"
+        ));
+        assert!(
+            text.contains("nginx_circuit_breaker_breakers{zone=\"circuit_breaker_stream\"} 1\n")
+        );
     }
 
     #[test]
@@ -1143,6 +1248,6 @@ mod tests {
         // Timing lives in `cargo bench -p circuit-breaker-core --bench status`.
         let out = render_prometheus(&zone, &entries);
         let (samples, _) = validate(std::str::from_utf8(&out).unwrap());
-        assert_eq!(samples.len(), 5 + 10_000 * 27 + 5_000 * 5);
+        assert_eq!(samples.len(), 6 + 10_000 * 27 + 5_000 * 5);
     }
 }

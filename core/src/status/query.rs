@@ -76,6 +76,28 @@ pub struct Query {
     /// `route` as a keyed breaker's route is written (`crate::keyed::name`): a key may be
     /// given as the page writes it or as it is; `None` when `route` names no key.
     pub route_key: Option<String>,
+    /// `proxy=http|stream`: only the http block's breakers, or only the stream module's; with
+    /// `action`, which of the two the breaker is (http unless given).
+    pub proxy: Option<Proxy>,
+}
+
+/// The proxy a breaker serves: nginx's `http {}` or its `stream {}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proxy {
+    Http,
+    Stream,
+}
+
+impl Query {
+    /// Whether the http block's breakers are asked for.
+    pub fn wants_http(&self) -> bool {
+        self.proxy != Some(Proxy::Stream)
+    }
+
+    /// Whether the stream module's breakers are asked for.
+    pub fn wants_stream(&self) -> bool {
+        self.proxy != Some(Proxy::Http)
+    }
 }
 
 /// Which keyed breakers (`circuit_breaker_key`) the page lists: they come from clients, and
@@ -116,7 +138,7 @@ fn written_key(value: &str) -> Option<String> {
 const QUOTE_MAX: usize = 64;
 
 /// The query's parameters, its formats and its actions, as an error lists them.
-const PARAMETERS: [&str; 9] = [
+const PARAMETERS: [&str; 10] = [
     "format",
     "upstream",
     "route",
@@ -126,7 +148,9 @@ const PARAMETERS: [&str; 9] = [
     "keys",
     "key_prefix",
     "key_limit",
+    "proxy",
 ];
+const PROXIES: [&str; 2] = ["http", "stream"];
 const HISTORY: [&str; 2] = ["0", "1"];
 const KEYS: [&str; 2] = ["open", "all"];
 const FORMATS: [&str; 4] = ["json", "prometheus", "html", "fleet"];
@@ -181,6 +205,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             b"keys" => "keys",
             b"key_prefix" => "key_prefix",
             b"key_limit" => "key_limit",
+            b"proxy" => "proxy",
             _ => {
                 let name = String::from_utf8_lossy(&name);
                 return Err(format!(
@@ -199,6 +224,7 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
             "keys" => seen_keys,
             "key_prefix" => q.key_prefix.is_some(),
             "key_limit" => q.key_limit.is_some(),
+            "proxy" => q.proxy.is_some(),
             _ => q.action.is_some(),
         };
         if given {
@@ -240,6 +266,13 @@ pub fn parse_query(args: &[u8]) -> Result<Query, String> {
                     "eject" => Action::Eject,
                     "restore" => Action::Restore,
                     _ => return Err(invalid(&ACTIONS)),
+                })
+            }
+            "proxy" => {
+                q.proxy = Some(match value.as_str() {
+                    "http" => Proxy::Http,
+                    "stream" => Proxy::Stream,
+                    _ => return Err(invalid(&PROXIES)),
                 })
             }
             "keys" => {
@@ -658,6 +691,15 @@ mod tests {
     }
 
     #[test]
+    fn proxy_selects_either_proxy() {
+        let p = |args: &[u8]| parse_query(args).unwrap();
+        assert!(p(b"").wants_http() && p(b"").wants_stream());
+        assert_eq!(p(b"proxy=stream").proxy, Some(Proxy::Stream));
+        assert!(!p(b"proxy=stream").wants_http() && p(b"proxy=stream").wants_stream());
+        assert!(p(b"proxy=http").wants_http() && !p(b"proxy=http").wants_stream());
+    }
+
+    #[test]
     fn good_queries() {
         use Action::*;
         use Format::*;
@@ -713,14 +755,17 @@ mod tests {
     #[test]
     fn bad_queries() {
         let cases: &[(&[u8], &str)] = &[
-            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
-            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"),
+            (b"proxy=tcp", r#"invalid value "tcp" for "proxy", expected one of: http, stream"#),
+            (b"proxy=Stream", r#"invalid value "Stream" for "proxy", names are lower case; expected one of: http, stream"#),
+            (b"proxy=http&proxy=stream", r#"duplicate parameter "proxy""#),
+            (b"foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"foo", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"=x", r#"unknown parameter "", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"Format=json", r#"unknown parameter "Format", names are lower case; expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"upstream=a&foo=1", r#"unknown parameter "foo", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"fo%22o=1", r#"unknown parameter "fo\"o", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"a%0Ab=1", r#"unknown parameter "a\nb", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
+            (b"%ff=1", "unknown parameter \"\u{fffd}\", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"),
             (b"%zz=1", "invalid percent-encoding in a parameter name"),
             (b"format=xml", r#"invalid value "xml" for "format", expected one of: json, prometheus, html, fleet"#),
             (b"format=", r#"invalid value "" for "format", expected one of: json, prometheus, html, fleet"#),
@@ -730,7 +775,7 @@ mod tests {
             (b"action=", r#"invalid value "" for "action", expected one of: force_open, force_close, reset, eject, restore"#),
             (b"action=rest", r#"invalid value "rest" for "action", did you mean "reset"? expected one of: force_open, force_close, reset, eject, restore"#),
             (b"format=promethus", r#"invalid value "promethus" for "format", did you mean "prometheus"? expected one of: json, prometheus, html, fleet"#),
-            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#),
+            (b"acton=reset", r#"unknown parameter "acton", did you mean "action"? expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#),
             (
                 b"action=force+open",
                 r#"invalid value "force open" for "action", did you mean "force_open"? expected one of: force_open, force_close, reset, eject, restore"#,
@@ -785,7 +830,7 @@ mod tests {
         let err = parse_query(b"a%0D%0Ab%00=1").unwrap_err();
         assert_eq!(
             err,
-            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit"#
+            r#"unknown parameter "a\r\nb\0", expected one of: format, upstream, route, action, server, history, keys, key_prefix, key_limit, proxy"#
         );
     }
 

@@ -31,6 +31,9 @@ pub struct ZoneView {
     /// exchange worker last published it), shown as the page's `fleet` member; `None` without
     /// `circuit_breaker_fleet`.
     pub fleet_json: Option<String>,
+    /// The zone keeps the stream module's breakers (Prometheus's `zone_info` says
+    /// `module="stream"`; the http block's say `"http"`).
+    pub stream: bool,
     /// The stream module's zones, each as its own page renders (`render_json`), shown as the
     /// page's `stream` member; `None` where nginx has no stream breakers.
     pub stream_json: Option<Vec<Vec<u8>>>,

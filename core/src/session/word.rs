@@ -1,0 +1,155 @@
+//! What the module keeps of a stream session, as the one word of the session's context that
+//! nginx keeps for it: nothing allocated per session. An ordinary session's word says all
+//! there is ([`Plain`]: its upstream, whether its client spoke, and since when); the probe's
+//! names its place in the worker's [`super::Table`], which holds its ticket.
+//!
+//! Bits: 63 alone is a refused session; 62 marks a [`Plain`] (61: the client spoke, 60: its
+//! silence says nothing, 40–59: the upstream, below 2¹⁶, 0–39: an instant, modulo 2⁴⁰ ms — 34
+//! years); a word with neither is a [`SessionId`] (generations below 2³⁰) or 0, nothing.
+
+use super::SessionId;
+
+const REFUSED: u64 = 1 << 63;
+const PLAIN: u64 = 1 << 62;
+const SENT: u64 = 1 << 61;
+const MUTE: u64 = 1 << 60;
+const UPSTREAM_SHIFT: u32 = 40;
+const UPSTREAM_MASK: u64 = (1 << 20) - 1;
+const INSTANT_MASK: u64 = (1 << UPSTREAM_SHIFT) - 1;
+
+/// The most upstreams with a breaker a [`Plain`] word can name.
+pub const MAX_UPSTREAMS: usize = 1 << 16;
+
+/// A session's word, read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// Not the module's, or judged already.
+    Free,
+    /// Refused by its breaker: the log phase gives it its `503`.
+    Refused,
+    /// The probe, held in the worker's table.
+    Probe(SessionId),
+    /// An ordinary session, not judged yet.
+    Plain(Plain),
+}
+
+impl Word {
+    /// The word as the context cell keeps it.
+    #[inline]
+    pub fn to_bits(self) -> u64 {
+        match self {
+            Word::Free => 0,
+            Word::Refused => REFUSED,
+            Word::Probe(id) => id.to_word(),
+            Word::Plain(p) => p.0,
+        }
+    }
+
+    /// The word a context cell holds.
+    #[inline]
+    pub fn from_bits(w: u64) -> Word {
+        if w & PLAIN != 0 {
+            Word::Plain(Plain(w))
+        } else if w == REFUSED {
+            Word::Refused
+        } else {
+            SessionId::from_word(w).map_or(Word::Free, Word::Probe)
+        }
+    }
+}
+
+/// An ordinary session's word: see the module's documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plain(u64);
+
+impl Plain {
+    /// A session of `upstream` admitted at `now_ms`; `mute` when its silence says nothing
+    /// (UDP). `None` past [`MAX_UPSTREAMS`].
+    #[inline]
+    pub fn new(upstream: usize, now_ms: u64, mute: bool) -> Option<Plain> {
+        if upstream >= MAX_UPSTREAMS {
+            return None;
+        }
+        let mute = if mute { MUTE } else { 0 };
+        Some(Plain(
+            PLAIN | mute | ((upstream as u64) << UPSTREAM_SHIFT) | (now_ms & INSTANT_MASK),
+        ))
+    }
+
+    /// The upstream's index.
+    #[inline]
+    pub fn upstream(self) -> u16 {
+        ((self.0 >> UPSTREAM_SHIFT) & UPSTREAM_MASK) as u16
+    }
+
+    /// Whether the client's bytes went up.
+    #[inline]
+    pub fn sent(self) -> bool {
+        self.0 & SENT != 0
+    }
+
+    /// Whether the session's silence says nothing.
+    #[inline]
+    pub fn mute(self) -> bool {
+        self.0 & MUTE != 0
+    }
+
+    /// When the session was admitted, or, once its client spoke, when its client's last
+    /// bytes went up; read at `now_ms`, no earlier.
+    #[inline]
+    pub fn since(self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(now_ms.wrapping_sub(self.0) & INSTANT_MASK)
+    }
+
+    /// The word once the client's bytes went up at `now_ms`.
+    #[inline]
+    pub fn sent_at(self, now_ms: u64) -> Plain {
+        Plain((self.0 & !INSTANT_MASK) | SENT | (now_ms & INSTANT_MASK))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_word_reads_back_what_it_was_given(
+            upstream in 0usize..MAX_UPSTREAMS,
+            start in 0u64..(1 << 50),
+            pause in 0u64..(1 << 30),
+            later in 0u64..(1 << 30),
+            mute: bool,
+        ) {
+            let p = Plain::new(upstream, start, mute).unwrap();
+            let w = Word::from_bits(Word::Plain(p).to_bits());
+            prop_assert_eq!(w, Word::Plain(p));
+            prop_assert_eq!(usize::from(p.upstream()), upstream);
+            prop_assert_eq!(p.since(start + later), start);
+            prop_assert!(!p.sent());
+            prop_assert_eq!(p.mute(), mute);
+            let s = p.sent_at(start + pause);
+            prop_assert!(s.sent());
+            prop_assert_eq!(s.upstream(), p.upstream());
+            prop_assert_eq!(s.mute(), mute);
+            prop_assert_eq!(s.since(start + pause + later), start + pause);
+        }
+    }
+
+    #[test]
+    fn nothing_and_refused() {
+        assert_eq!(Word::from_bits(0), Word::Free);
+        assert_eq!(Word::from_bits(Word::Refused.to_bits()), Word::Refused);
+        assert_eq!(Plain::new(MAX_UPSTREAMS, 0, false), None);
+    }
+
+    #[test]
+    fn a_probe_word_is_never_plain_nor_refused() {
+        // The largest id's word: the last index (u32::MAX is none) of the last generation.
+        let last = SessionId::from_word(0x3fff_ffff_ffff_ffff).unwrap();
+        assert_eq!(Word::from_bits(last.to_word()), Word::Probe(last));
+        let first = SessionId::from_word(1).unwrap();
+        assert_eq!(Word::from_bits(first.to_word()), Word::Probe(first));
+    }
+}
