@@ -4,7 +4,7 @@
 //! left (answered, ended, sent again) before then is never judged; the wheel tells the
 //! earliest due time; a wheel left unswept for long asks to be swept before it counts more.
 
-use circuit_breaker_core::session::{Silence, Waited, Wheel};
+use circuit_breaker_core::session::{Left, Silence, Waited, Wheel};
 use proptest::prelude::*;
 
 const BOUNDS: [u32; 4] = [500, 0, 3000, 7];
@@ -60,13 +60,12 @@ fn sweep(w: &mut Wheel, all: &mut [Session], now: u64) -> Result<(), TestCaseErr
         s.waiting = false;
         s.judged = true;
         judged[usize::from(s.upstream)] += 1;
-        // The silence's instant is no later than the session's own.
+        // The silence's instant is no earlier than the session's own, and within its grain.
         let told = out
             .iter()
             .filter(|x| x.upstream == s.upstream)
-            .map(|x| x.sent_ms)
-            .min();
-        prop_assert!(told.is_some_and(|t| t <= s.sent_ms));
+            .any(|x| x.sent_ms >= s.sent_ms && x.sent_ms < s.sent_ms + grain(s.upstream));
+        prop_assert!(told);
     }
     let mut told = [0u32; 4];
     for x in &out {
@@ -113,8 +112,16 @@ proptest! {
                         // Its word was cleared: never asked again.
                         continue;
                     }
-                    let still = w.leave(s.upstream, s.sent_ms);
-                    prop_assert_eq!(still, !s.judged, "judged: {}", s.judged);
+                    let left = w.leave(s.upstream, s.sent_ms, now);
+                    let bound = u64::from(BOUNDS[usize::from(s.upstream)]);
+                    let want = if s.judged {
+                        Left::Judged
+                    } else if bound > 0 && now >= s.sent_ms + bound {
+                        Left::Late
+                    } else {
+                        Left::InTime
+                    };
+                    prop_assert_eq!(left, want);
                     let again = s.waiting && matches!(op, Op::Again(_));
                     s.waiting = false;
                     s.gone = !again;
@@ -158,5 +165,33 @@ fn a_hung_server_s_sessions_are_judged_once_and_late_by_less_than_a_grain() {
     out.clear();
     w.expire(100_000, &mut out);
     assert!(out.is_empty(), "judged once");
-    assert!(!w.leave(0, 1_050), "it knows it was judged");
+    assert_eq!(
+        w.leave(0, 1_050, 100_000),
+        Left::Judged,
+        "it knows it was judged"
+    );
+}
+
+#[test]
+fn a_bucket_is_silent_since_its_latest_session() {
+    // An answer at 10 000, then the server hangs: sessions that sent at 10 005 are silent since
+    // after it, though their bucket began before it.
+    let mut w = Wheel::new(&[3000]);
+    for _ in 0..40 {
+        assert!(matches!(w.wait(0, 10_005), Waited::Until(_)));
+    }
+    let mut out = Vec::new();
+    w.expire(14_000, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].sessions, out[0].sent_ms), (40, 10_005));
+}
+
+#[test]
+fn a_session_past_its_bound_before_the_sweep_is_late() {
+    let mut w = Wheel::new(&[3000]);
+    assert!(matches!(w.wait(0, 50_000), Waited::Until(t) if t > 53_000));
+    assert!(matches!(w.wait(0, 50_000), Waited::Until(_)));
+    assert_eq!(w.leave(0, 50_000, 52_999), Left::InTime);
+    assert_eq!(w.leave(0, 50_000, 53_100), Left::Late);
+    assert!(w.is_empty());
 }

@@ -80,10 +80,13 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
     if up {
         // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
         unsafe { held::set_mark(s, Word::Free) };
+        // SAFETY: a live session's connection.
+        let log = unsafe { (*(*s).connection).log };
         let h = match word {
             Word::Plain(p) => {
                 let sent = p.sent().then(|| p.since(now));
-                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.upstream(), at)) {
+                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.upstream(), at, now, log))
+                {
                     return;
                 }
                 Held {
@@ -192,7 +195,8 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
         };
         let h = match word {
             Word::Plain(p) => {
-                if p.sent() && !p.mute() && !held::leave(mcf, p.upstream(), p.since(now)) {
+                if p.sent() && !p.mute() && !held::leave(mcf, p.upstream(), p.since(now), now, log)
+                {
                     return NGX_OK as ngx_int_t;
                 }
                 Held {

@@ -13,7 +13,9 @@ use core::ffi::c_void;
 
 use circuit_breaker_core::breaker::classify::Ending;
 use circuit_breaker_core::breaker::{Admission, Attempt, Classified, Ticket};
-use circuit_breaker_core::session::{self, Expired, Held, Silence, Table, Waited, Wheel, Word};
+use circuit_breaker_core::session::{
+    self, Expired, Held, Left, Silence, Table, Waited, Wheel, Word,
+};
 use circuit_breaker_core::snapshot::State;
 use circuit_breaker_shell::clock::{mono_ms, rnd};
 use circuit_breaker_shell::ffi::{guard, pid, process_alive};
@@ -40,15 +42,6 @@ pub struct Waiting {
 pub unsafe fn bits(s: *const ngx_stream_session_t) -> u64 {
     // SAFETY: a session's `ctx` has a cell per stream module; this one is ours.
     unsafe { *(*s).ctx.add(crate::conf::ctx_index()) as u64 }
-}
-
-/// The session's word.
-///
-/// # Safety
-/// `s` must be a live session.
-pub unsafe fn mark(s: *const ngx_stream_session_t) -> Word {
-    // SAFETY: this fn's contract.
-    Word::from_bits(unsafe { bits(s) })
 }
 
 /// Sets the session's word (`Free`: judged).
@@ -82,24 +75,31 @@ pub fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
 }
 
 /// An ordinary session whose client's bytes went up at `now` starts (again) to wait for a
-/// byte back, the sweeper armed for it; false when its bound ran out already (judged).
+/// byte back, the sweeper armed for it; false when its bound ran out already (judged: by the
+/// sweeper, or now).
 pub fn wait(mcf: &MainConf, upstream: u16, again: Option<u64>, now: u64) -> bool {
     let waited = with_waiting(mcf, |w| {
         if let Some(sent) = again {
-            if !w.plain.leave(upstream, sent) {
-                return None;
+            match w.plain.leave(upstream, sent, now) {
+                Left::InTime => {}
+                left => return Err((left, sent)),
             }
         }
-        Some(w.plain.wait(upstream, now))
+        Ok(w.plain.wait(upstream, now))
     });
     match waited {
-        None => false,
-        Some(Waited::Until(due)) => {
+        Err((left, sent)) => {
+            if left == Left::Late {
+                silent_since(mcf, upstream, sent, nginx_log());
+            }
+            false
+        }
+        Ok(Waited::Until(due)) => {
             arm(mcf, due);
             true
         }
-        Some(Waited::Off) => true,
-        Some(Waited::Behind) => {
+        Ok(Waited::Off) => true,
+        Ok(Waited::Behind) => {
             // The sweeper ran late: judge what ran out, then count this one.
             sweep_now(mcf, nginx_log());
             if let Waited::Until(due) = with_waiting(mcf, |w| w.plain.wait(upstream, now)) {
@@ -110,11 +110,32 @@ pub fn wait(mcf: &MainConf, upstream: u16, again: Option<u64>, now: u64) -> bool
     }
 }
 
-/// An ordinary session that waited since `sent` leaves the wheel (answered, or ended): false
-/// when its bound ran out already (judged).
+/// An ordinary session that waited since `sent` leaves the wheel (answered, or ended, at
+/// `now`): true when it is to be judged by what it says; false when its bound ran out first
+/// (judged silent by the sweeper, or now).
 #[inline]
-pub fn leave(mcf: &MainConf, upstream: u16, sent: u64) -> bool {
-    with_waiting(mcf, |w| w.plain.leave(upstream, sent))
+pub fn leave(mcf: &MainConf, upstream: u16, sent: u64, now: u64, log: *mut ngx_log_t) -> bool {
+    match with_waiting(mcf, |w| w.plain.leave(upstream, sent, now)) {
+        Left::InTime => true,
+        Left::Judged => false,
+        Left::Late => {
+            silent_since(mcf, upstream, sent, log);
+            false
+        }
+    }
+}
+
+/// An ordinary session of `upstream` whose client's last bytes went up at `sent` and whose
+/// server kept silent past its bound: as [`silent`].
+fn silent_since(mcf: &MainConf, upstream: u16, sent: u64, log: *mut ngx_log_t) {
+    let held = Held {
+        upstream,
+        ticket: Ticket::Normal,
+        start_ms: sent,
+        client_sent: true,
+        sent_ms: sent,
+    };
+    silent(mcf, &held, log);
 }
 
 /// The cycle's log, for what the sweeper judges.
@@ -148,15 +169,8 @@ pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
 /// Sessions of one upstream that kept silent past their bound, counted by the wheel: as
 /// [`silent`], each.
 fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
-    let held = Held {
-        upstream: x.upstream,
-        ticket: Ticket::Normal,
-        start_ms: x.sent_ms,
-        client_sent: true,
-        sent_ms: x.sent_ms,
-    };
     for _ in 0..x.sessions {
-        silent(mcf, &held, log);
+        silent_since(mcf, x.upstream, x.sent_ms, log);
     }
 }
 

@@ -31,7 +31,7 @@ mod wheel;
 mod word;
 
 pub use table::{Expired, Held, SessionId, Table};
-pub use wheel::{Silence, Waited, Wheel};
+pub use wheel::{Left, Silence, Waited, Wheel};
 pub use word::{Plain, Word, MAX_UPSTREAMS};
 
 /// The session's status when nginx could reach no server, or a UDP server did not answer.

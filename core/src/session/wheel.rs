@@ -7,7 +7,9 @@
 //!
 //! A bucket is swept once its grain is past: its sessions were silent past their bound (each
 //! late by less than a grain). A session learns that it was judged so from its own word: its
-//! bucket is at or before the upstream's last swept one ([`Wheel::leave`] says false).
+//! bucket is at or before the upstream's last swept one ([`Left::Judged`]); one that leaves
+//! after its bound ran out but before the sweep is told so ([`Left::Late`]), so that a reply
+//! or an end a little after the bound is judged as silence, as the bound says.
 //!
 //! The probe keeps its own place in the [`super::Table`]: a ticket to give back is more than
 //! a count.
@@ -29,6 +31,8 @@ struct Ring {
     /// Every bucket up to this one (a number of grains since 0) has been swept.
     swept: u64,
     counts: [u32; RING as usize],
+    /// The latest a session of each bucket began to wait.
+    latest: [u64; RING as usize],
     waiting: u32,
 }
 
@@ -39,16 +43,28 @@ impl Ring {
     }
 }
 
-/// Sessions whose bound ran out in one bucket: each is silent since no later than `sent_ms`
-/// (the earliest a session of the bucket can have sent).
+/// Sessions whose bound ran out in one bucket, silent since no later than `sent_ms` (the
+/// latest any session of the bucket began to wait: an answer to anyone after that, and every
+/// one of them had an answer to wait for after its own last bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Silence {
     /// The upstream's index.
     pub upstream: u16,
     /// How many sessions.
     pub sessions: u32,
-    /// The earliest their clients' last bytes can have gone up.
+    /// The latest their clients' last bytes went up.
     pub sent_ms: u64,
+}
+
+/// How a waiting session left the wheel ([`Wheel::leave`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Before its bound ran out: judge it by what it says.
+    InTime,
+    /// After its bound ran out, before its bucket was swept: it kept silent past its bound.
+    Late,
+    /// Its bucket was swept: [`Wheel::expire`] judged it silent already.
+    Judged,
 }
 
 /// What [`Wheel::wait`] did.
@@ -82,6 +98,7 @@ impl Wheel {
                         shift: grain.trailing_zeros(),
                         swept: 0,
                         counts: [0; RING as usize],
+                        latest: [0; RING as usize],
                         waiting: 0,
                     }
                 })
@@ -107,35 +124,39 @@ impl Wheel {
         if b <= r.swept || b - r.swept >= RING {
             return Waited::Behind;
         }
-        r.counts[(b % RING) as usize] += 1;
+        let i = (b % RING) as usize;
+        r.counts[i] += 1;
+        r.latest[i] = r.latest[i].max(sent_ms);
         r.waiting += 1;
         Waited::Until(b * r.grain_ms)
     }
 
     /// The session that began to wait at `sent_ms` was answered, or ended, or its client sent
-    /// again: true when it was still waiting (it leaves), false when its bound ran out and
-    /// [`Wheel::expire`] judged it already.
+    /// again, at `now_ms`: it leaves, and says whether it was in time.
     #[inline]
-    pub fn leave(&mut self, upstream: u16, sent_ms: u64) -> bool {
+    pub fn leave(&mut self, upstream: u16, sent_ms: u64, now_ms: u64) -> Left {
         let Some(r) = self.rings.get_mut(usize::from(upstream)) else {
-            return true;
+            return Left::InTime;
         };
         if r.bound_ms == 0 {
-            return true;
+            return Left::InTime;
         }
         let b = r.bucket(sent_ms);
         if b <= r.swept {
-            return false;
+            return Left::Judged;
         }
         let c = &mut r.counts[(b % RING) as usize];
-        if *c == 0 {
-            // Not a session this wheel counted (a word from before it was made): nothing
-            // judged it.
-            return true;
+        if *c > 0 {
+            *c -= 1;
+            r.waiting -= 1;
         }
-        *c -= 1;
-        r.waiting -= 1;
-        true
+        // A count of 0 is a session this wheel did not count (a word from before it was
+        // made): it is judged as any other.
+        if now_ms >= sent_ms + r.bound_ms {
+            Left::Late
+        } else {
+            Left::InTime
+        }
     }
 
     /// Sweeps every bucket whose grain is past at `now_ms` into `out`, each upstream's in
@@ -153,12 +174,13 @@ impl Wheel {
             let mut b = r.swept + 1;
             while b <= to && b <= r.swept + RING && r.waiting > 0 {
                 let c = core::mem::take(&mut r.counts[(b % RING) as usize]);
+                let latest = core::mem::take(&mut r.latest[(b % RING) as usize]);
                 if c > 0 {
                     r.waiting -= c;
                     out.push(Silence {
                         upstream: u as u16,
                         sessions: c,
-                        sent_ms: ((b - 1) * r.grain_ms + 1).saturating_sub(r.bound_ms),
+                        sent_ms: latest,
                     });
                 }
                 b += 1;
