@@ -10,7 +10,8 @@
 # alone decides opens nothing: connecting and saying nothing, sending and closing at once,
 # leaving before the bound, idle subscriptions and silent connections that outlive
 # proxy_timeout; a client that takes the probe and says nothing holds it no longer than the
-# bound.
+# bound.  An upstream with a backup server hands its sessions to the backup while open, and
+# its primary sees none of them but the probes.
 
 ###############################################################################
 
@@ -38,7 +39,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(23);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(33);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -70,7 +71,15 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         default byvar;
     }
 
+    # a primary and a backup, each a Redis of its own
+    upstream pair {
+        server 127.0.0.1:%%PORT_8096%%;
+        server 127.0.0.1:%%PORT_8097%% backup;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms open=3s jitter=0%;
+    }
+
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 30s; }
+    server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass pair; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
@@ -87,6 +96,8 @@ http {
 EOF
 
 my $redis = CB::Redis->start($t, port(8091));
+my $primary = CB::Redis->start($t, port(8096));
+my $backup = CB::Redis->start($t, port(8097));
 start($t);
 
 ###############################################################################
@@ -215,6 +226,40 @@ is(recover($t, $main, 2), "+PONG\r\n", 'started again: probes close it');
 is(log_count($t, qr/"redis" closed/), 2, 'closed while the silent client still holds its session');
 undef $holder;
 
+###############################################################################
+
+# a backup server: while open, sessions go to it, and the primary sees none but the probes
+
+my $pair = port(8098);
+my ($pa, $ba) = map { '127.0.0.1:' . port($_) } 8096, 8097;
+is((ping($pair))[0], "+PONG\r\n", 'backup: the primary answers');
+my ($p0, $b0) = ($primary->accepted(), $backup->accepted());
+$log_before = log_lines($t);
+$primary->stop();
+$waited = 0;
+for (1 .. 10) {
+	last if log_count($t, qr/"pair" opened/) == 1;
+	ping($pair, 1);
+	$waited++;
+}
+ok($waited >= 1 && $waited <= 4, "backup: the primary stopped, opened within min_requests ($waited)");
+my @replies = map { (ping($pair, 2))[0] } 1 .. 10;
+is(scalar(grep { $_ eq "+PONG\r\n" } @replies), 10, 'open: every session answered, by the backup');
+# a session's line is written when nginx sees it end, in any order: wait for all ten
+$end = time() + 5;
+sleep 0.05 while time() < $end
+	&& (grep { / 200 \Q$ba\E / } session_lines($t, $log_before, $pair)) < 10;
+my @open = session_lines($t, $log_before, $pair);
+is(scalar(grep { / 200 \Q$ba\E / } @open), 10, 'open: the log says the backup served them');
+is(scalar(grep { / 503 / } @open), 0, 'open: none refused');
+$primary->cont();
+is($primary->accepted() - $p0, $waited, 'open: the primary saw only the sessions that opened it');
+is($backup->accepted() - $b0, 10, 'open: the backup saw the ten');
+is(recover_pair($t, $pair), "+PONG\r\n", 'let go on: probes to the primary close it');
+my $pn = $primary->accepted();
+is((ping($pair))[0], "+PONG\r\n", 'closed: answered');
+is($primary->accepted() - $pn, 1, 'closed: by the primary again');
+
 
 ###############################################################################
 
@@ -224,6 +269,16 @@ sub recover {
 	my ($t, $p, $n) = @_;
 	my $end = time() + 20;
 	while (time() < $end && log_count($t, qr/"redis" closed/) < $n) {
+		ping($p, 1);
+		sleep 0.2;
+	}
+	return (ping($p, 1))[0];
+}
+
+sub recover_pair {
+	my ($t, $p) = @_;
+	my $end = time() + 20;
+	while (time() < $end && log_count($t, qr/"pair" closed/) < 1) {
 		ping($p, 1);
 		sleep 0.2;
 	}

@@ -1,11 +1,16 @@
 //! The wrapped `peer.init` of every stream upstream with a breaker: the session is asked of
-//! the breaker before the balancer is, and a refused one never reaches a server.
+//! the breaker before the balancer is, and a refused one never reaches a server — or, when the
+//! upstream has `backup` servers, is handed to them (as nginx does once every primary server
+//! has failed), and never reaches a primary one.
 
 use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::zone::Zone;
-use nginx_sys::{ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_srv_conf_t, NGX_ERROR};
+use nginx_sys::{
+    ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_rr_peer_data_t,
+    ngx_stream_upstream_rr_peers_t, ngx_stream_upstream_srv_conf_t, NGX_ERROR, NGX_OK,
+};
 
 use crate::conf::{self, SrvConf};
 use circuit_breaker_core::session::{Plain, Word};
@@ -35,13 +40,48 @@ unsafe fn init_peer_inner(
         return NGX_ERROR as ngx_int_t;
     };
     // SAFETY: `s` is live (peer.init's contract).
-    if unsafe { ask(s, scf) } {
+    let refused = unsafe { ask(s, scf) };
+    // SAFETY: the balancer's own init, with the arguments nginx gave us.
+    if refused && unsafe { original_init(s, us) == NGX_OK as ngx_int_t && to_backup(s, us) } {
+        // SAFETY: `s` is live. Not the breaker's to judge, nor refused.
+        unsafe { session::set_mark(s, Word::Free) };
+        return NGX_OK as ngx_int_t;
+    }
+    if refused {
         // nginx's stream proxy closes the session on an error from peer.init; the log phase
         // (`observe::log_phase`) gives it its `503`.
         return NGX_ERROR as ngx_int_t;
     }
     // SAFETY: the balancer's own init, with the arguments nginx gave us.
     unsafe { original_init(s, us) }
+}
+
+/// Points the balancer of a session nginx's round robin (or a balancer built on it: least_conn)
+/// set up at the upstream's `backup` servers alone; false when it has none, or its data is not
+/// round robin's.
+///
+/// # Safety
+/// `s` must be a live session whose balancer `us`'s own `peer.init` has just set up.
+unsafe fn to_backup(s: *mut ngx_stream_session_t, us: *mut ngx_stream_upstream_srv_conf_t) -> bool {
+    // SAFETY: the session's upstream, its peer data as the balancer set it, and the
+    // upstream's peers as round robin's init_upstream made them (checked to be the same list
+    // as the session's before anything is read as round robin's).
+    unsafe {
+        let Some(u) = (*s).upstream.as_ref() else {
+            return false;
+        };
+        let primary = (*us).peer.data.cast::<ngx_stream_upstream_rr_peers_t>();
+        let rrp = u.peer.data.cast::<ngx_stream_upstream_rr_peer_data_t>();
+        if primary.is_null() || rrp.is_null() || (*rrp).peers != primary {
+            return false;
+        }
+        let backup = (*primary).next;
+        if backup.is_null() || (*backup).number == 0 {
+            return false;
+        }
+        (*rrp).peers = backup;
+    }
+    true
 }
 
 /// Asks the breaker about the session and marks the session with what it said; true when
