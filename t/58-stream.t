@@ -11,7 +11,9 @@
 # leaving before the bound, idle subscriptions and silent connections that outlive
 # proxy_timeout; a client that takes the probe and says nothing holds it no longer than the
 # bound.  An upstream with a backup server hands its sessions to the backup while open, and
-# its primary sees none of them but the probes.
+# its primary sees none of them but the probes.  With active probes (circuit_breaker_probe
+# send=PING\r\n expect=+PONG), no client's session is ever let through while open, past
+# every cooldown, and the module's own probes alone close it once Redis answers again.
 
 ###############################################################################
 
@@ -39,7 +41,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(33);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(45);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -78,7 +80,25 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         circuit_breaker min_requests=4 consecutive=20 first_byte=300ms open=3s jitter=0%;
     }
 
+    # active probes: PING, +PONG expected
+    upstream probed {
+        server 127.0.0.1:%%PORT_8099%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms probe_interval=500ms
+                        probes=2 jitter=0%;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=300ms;
+    }
+
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass redis; proxy_timeout 30s; }
+    # the same server, probed for an answer it never gives
+    upstream wrong {
+        server 127.0.0.1:%%PORT_8099%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms probe_interval=500ms
+                        probes=2 jitter=0%;
+        circuit_breaker_probe send=PING\r\n expect=+PANG timeout=300ms;
+    }
+
+    server { listen 127.0.0.1:%%PORT_8100%%; proxy_pass probed; proxy_timeout 30s; }
+    server { listen 127.0.0.1:%%PORT_8101%%; proxy_pass wrong; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass pair; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
@@ -98,6 +118,7 @@ EOF
 my $redis = CB::Redis->start($t, port(8091));
 my $primary = CB::Redis->start($t, port(8096));
 my $backup = CB::Redis->start($t, port(8097));
+my $probed = CB::Redis->start($t, port(8099));
 start($t);
 
 ###############################################################################
@@ -260,6 +281,60 @@ my $pn = $primary->accepted();
 is((ping($pair))[0], "+PONG\r\n", 'closed: answered');
 is($primary->accepted() - $pn, 1, 'closed: by the primary again');
 
+
+###############################################################################
+
+# active probes: while open, no client's session reaches the server, however long it stays
+# open; the module's probes do, and close it once Redis answers
+
+my $pp = port(8100);
+my $pr = '127.0.0.1:' . port(8099);
+is((ping($pp))[0], "+PONG\r\n", 'active probes: healthy, +PONG');
+my $q0 = $probed->accepted();
+$log_before = log_lines($t);
+$probed->stop();
+$waited = 0;
+for (1 .. 10) {
+	last if log_count($t, qr/"probed" opened/) == 1;
+	ping($pp, 1);
+	$waited++;
+}
+ok($waited >= 1 && $waited <= 4, "active probes: stopped, opened within min_requests ($waited)");
+my $pw = port(8101);
+ping($pw, 1) for 1 .. 4;
+is(log_count($t, qr/"wrong" opened/), 1, 'active probes: the other upstream of the server, open');
+# the sessions that opened it are logged when their clients leave
+$end = time() + 5;
+sleep 0.05 while time() < $end && session_lines($t, $log_before, $pp) < $waited;
+my $opened_at = log_lines($t);
+# three seconds open: six probe intervals, each of which would have let a client through
+my ($tried, $answered) = (0, 0);
+my $until = time() + 3;
+while (time() < $until) {
+	$tried++;
+	$answered++ if (ping($pp, 1))[0] ne '';
+	sleep 0.1;
+}
+is($answered, 0, "open: none of $tried clients' sessions answered");
+$end = time() + 5;
+sleep 0.05 while time() < $end && session_lines($t, $opened_at, $pp) < $tried;
+is(scalar(grep { !/ 503 - / } session_lines($t, $opened_at, $pp)), 0,
+	'open: every client session refused, none sent to the server');
+cmp_ok(log_count($t, qr/"probed" probe failed: timeout to \Q$pr\E/), '>=', 2,
+	'open: the module probed the stopped server itself');
+is(log_count($t, qr/"probed" half-opened/), 0, 'open: no client took a probe');
+$probed->cont();
+cmp_ok($probed->accepted() - $q0 - $waited, '>=', 2,
+	'open: Redis accepted the probes, and no client session');
+# nothing but the probes: no client connects while it recovers
+$end = time() + 10;
+sleep 0.1 while time() < $end && log_count($t, qr/"probed" closed/) < 1;
+is(log_count($t, qr/"probed" closed/), 1, 'let go on: the probes alone closed it');
+is((ping($pp))[0], "+PONG\r\n", 'closed: +PONG through it');
+cmp_ok(log_count($t, qr/"wrong" probe failed: invalid response to \Q$pr\E/), '>=', 1,
+	'probed for +PANG: every answer refused');
+is((ping($pw, 1))[0] . log_count($t, qr/"wrong" (?:half-opened|closed)/), '0',
+	'probed for +PANG: still open, and refusing');
 
 ###############################################################################
 

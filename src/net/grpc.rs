@@ -6,9 +6,10 @@ use bytes::Bytes;
 use circuit_breaker_core::grpc::health::{self, MAX_ANSWER};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 
-use super::http::{drive, within};
-use super::stream::{Failure, Stream};
+use super::http::drive;
+use super::within;
 use super::{exiting, Error, Options, Peer};
+use circuit_breaker_shell::net::stream::{Failure, Stream};
 
 /// Cap on the header list a server may send (HPACK-decoded), in bytes; a health answer's is
 /// a few dozen.

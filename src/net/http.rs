@@ -12,8 +12,8 @@ use hyper::client::conn::http1;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
 use hyper::{HeaderMap, Method, Uri};
 
-use super::stream::{Failure, Shared, Stream};
-use super::{exiting, Error, Peer};
+use super::{exiting, within, Error, Peer};
+use circuit_breaker_shell::net::stream::{Failure, Shared, Stream};
 
 /// The default cap on a response body kept in memory.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -104,25 +104,6 @@ pub async fn fetch(peer: &Peer, req: &Request<'_>, opts: &Options<'_>) -> Result
     }
     let request = build(req)?;
     within(opts.timeout, exchange(peer, request, opts)).await
-}
-
-/// `work`'s result, or [`Error::Timeout`] once `timeout` has passed.
-pub(super) async fn within<T>(
-    timeout: Duration,
-    work: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    let deadline = ngx::async_::sleep(timeout);
-    let (mut work, mut deadline) = (pin!(work), pin!(deadline));
-    poll_fn(|cx| {
-        if let Poll::Ready(r) = work.as_mut().poll(cx) {
-            return Poll::Ready(r);
-        }
-        if deadline.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(Error::Timeout));
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 fn build(req: &Request<'_>) -> Result<hyper::Request<OnceBody>, Error> {

@@ -16,8 +16,8 @@ use nginx_sys::{
     X509_V_OK,
 };
 
-use super::stream::Stream;
 use super::Error;
+use circuit_breaker_shell::net::stream::Stream;
 
 /// Room for the `ngx_ssl_connection_t` nginx allocates from the connection's pool.
 const POOL_SIZE: usize = 1024;

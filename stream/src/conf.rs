@@ -6,9 +6,12 @@ use core::cell::{Cell, RefCell, UnsafeCell};
 use core::ffi::{c_char, c_void};
 use core::ptr::null_mut;
 
-use circuit_breaker_core::directive::{self, parse_stream_breaker_args, StreamParams};
+use circuit_breaker_core::directive::{
+    self, parse_stream_breaker_args, parse_stream_probe_args, StreamParams, StreamProbe,
+};
 use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
+use circuit_breaker_shell::net::Peer;
 use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
 use nginx_sys::{
     ngx_command_t, ngx_conf_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_session_t,
@@ -64,6 +67,10 @@ pub struct SrvConf {
     pub original_init: ngx_stream_upstream_init_peer_pt,
     /// Where this worker last found the breaker in the zone (a hint, checked on every use).
     pub handle: Cell<Handle>,
+    /// `circuit_breaker_probe`: active probes while open.
+    pub probe: Option<StreamProbe>,
+    /// The servers its probes go to, in turn: the upstream's own, not `down`, no backups.
+    pub servers: Vec<Peer>,
 }
 
 impl SrvConf {
@@ -139,7 +146,11 @@ pub unsafe extern "C" fn create_srv_conf(cf: *mut ngx_conf_t) -> *mut c_void {
     })
 }
 
-circuit_breaker_shell::directive_handlers!(set_zone => zone, set_breaker => breaker);
+circuit_breaker_shell::directive_handlers!(
+    set_zone => zone,
+    set_breaker => breaker,
+    set_probe => probe
+);
 
 /// `circuit_breaker_zone name:size` in `stream {}`.
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
@@ -191,6 +202,22 @@ unsafe fn breaker(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_vo
     match parsed {
         Ok(p) => {
             scf.params = Some(p);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
+}
+
+/// `circuit_breaker_probe [send=] [expect=] [timeout=]` in a stream `upstream {}`.
+unsafe fn probe(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our srv conf of the upstream block (NGX_STREAM_SRV_CONF_OFFSET).
+    let (scf, raw) = match unsafe { once::<SrvConf>(cf, conf, |c| c.probe.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    match words(raw).and_then(|w| parse_stream_probe_args(w, &NginxUnits)) {
+        Ok(p) => {
+            scf.probe = Some(p);
             NGX_CONF_OK
         }
         Err(e) => fail(cf, e),

@@ -7,6 +7,7 @@
 mod conf;
 mod observe;
 mod peer;
+mod probe;
 mod session;
 
 use core::ffi::c_void;
@@ -15,13 +16,15 @@ use core::ptr::{addr_of, addr_of_mut, null_mut};
 
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
+use circuit_breaker_shell::net::Peer;
 use circuit_breaker_shell::zone::{log_reconciled, Zone};
 use nginx_sys::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_module_t,
     ngx_stream_conf_ctx_t, ngx_stream_core_main_conf_t, ngx_stream_handler_pt, ngx_stream_module_t,
     ngx_stream_phases_NGX_STREAM_LOG_PHASE, ngx_stream_upstream_main_conf_t,
-    ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_CONF_ANY, NGX_CONF_TAKE1, NGX_ERROR, NGX_OK,
-    NGX_STREAM_MAIN_CONF, NGX_STREAM_MODULE, NGX_STREAM_UPS_CONF,
+    ngx_stream_upstream_server_t, ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_CONF_ANY,
+    NGX_CONF_TAKE1, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF, NGX_STREAM_MODULE,
+    NGX_STREAM_UPS_CONF,
 };
 use ngx::ngx_string;
 
@@ -56,8 +59,22 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
                 continue;
             };
             let scf = &mut *scf;
-            if scf.params.is_none() {
+            if scf.probe.is_some() && scf.params.is_none() {
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    (*cf).log,
+                    "\"circuit_breaker_probe\" needs \"circuit_breaker\" in upstream \"{}\"",
+                    String::from_utf8_lossy((*uscf).host.as_bytes())
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            let Some(params) = scf.params.as_mut() else {
                 continue;
+            };
+            // With active probes, no client's session is ever the probe.
+            params.cfg.active = scf.probe.is_some();
+            if scf.probe.is_some() {
+                scf.servers = primary_servers(&*uscf);
             }
             conf::name(scf, (*uscf).host.as_bytes());
             let Ok(index) = u16::try_from(mcf.upstreams.len()) else {
@@ -95,6 +112,28 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     })
 }
 
+/// The addresses of an upstream's servers that are neither `down` nor `backup`, for its
+/// probes.
+///
+/// # Safety
+/// `uscf` must be a stream upstream conf of the configuration being read.
+unsafe fn primary_servers(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<Peer> {
+    // SAFETY: the upstream's servers, an array of `ngx_stream_upstream_server_t` (null when
+    // it has none), each with `naddrs` addresses read at configuration time.
+    unsafe {
+        let Some(servers) = uscf.servers.as_ref() else {
+            return Vec::new();
+        };
+        let servers: &[ngx_stream_upstream_server_t] = servers.as_slice();
+        servers
+            .iter()
+            .filter(|s| s.down == 0 && s.backup() == 0 && !s.addrs.is_null())
+            .flat_map(|s| core::slice::from_raw_parts(s.addrs, s.naddrs))
+            .filter_map(|a| Peer::from_addr(a))
+            .collect()
+    }
+}
+
 static NGX_STREAM_CIRCUIT_BREAKER_MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
     preconfiguration: None,
     postconfiguration: Some(postconfiguration),
@@ -120,7 +159,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 3] = [
+static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 4] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_STREAM_MAIN_CONF | NGX_CONF_TAKE1,
@@ -131,6 +170,12 @@ static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 3] = [
         ngx_string!("circuit_breaker"),
         NGX_STREAM_UPS_CONF | NGX_CONF_ANY,
         conf::set_breaker,
+        offset_of!(ngx_stream_conf_ctx_t, srv_conf),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_probe"),
+        NGX_STREAM_UPS_CONF | NGX_CONF_ANY,
+        conf::set_probe,
         offset_of!(ngx_stream_conf_ctx_t, srv_conf),
     ),
     ngx_command_t::empty(),
@@ -165,6 +210,32 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
+/// `init_process`: a worker starts its prober, if any upstream has active probes.
+unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    guard(NGX_OK as ngx_int_t, || {
+        // SAFETY: nginx passes the worker's cycle; its `conf_ctx` holds the stream block's
+        // context at the stream module's index, if there is a stream block, whose main conf
+        // lives as long as the cycle — the worker's whole life.
+        let mcf: &'static MainConf = unsafe {
+            let ctx = (*(*cycle)
+                .conf_ctx
+                .add((*addr_of!(nginx_sys::ngx_stream_module)).index))
+            .cast::<ngx_stream_conf_ctx_t>();
+            if ctx.is_null() {
+                return NGX_OK as ngx_int_t;
+            }
+            &*main_conf_of::<MainConf>(ctx, &*addr_of!(ngx_stream_circuit_breaker_module))
+        };
+        // SAFETY: the process's type, set before init_process. Workers probe (a single
+        // process too); cache managers and loaders never do.
+        let process = unsafe { nginx_sys::ngx_process } as u32;
+        if process == nginx_sys::NGX_PROCESS_WORKER || process == nginx_sys::NGX_PROCESS_SINGLE {
+            probe::start(mcf);
+        }
+        NGX_OK as ngx_int_t
+    })
+}
+
 ngx::ngx_modules!(ngx_stream_circuit_breaker_module);
 
 /// The module nginx loads.
@@ -177,5 +248,6 @@ pub static mut ngx_stream_circuit_breaker_module: ngx_module_t = ngx_module_t {
     commands: unsafe { addr_of_mut!(NGX_STREAM_CIRCUIT_BREAKER_COMMANDS[0]) },
     type_: NGX_STREAM_MODULE as _,
     init_module: Some(init_module),
+    init_process: Some(init_process),
     ..ngx_module_t::default()
 };

@@ -16,6 +16,7 @@ mod family;
 mod hint;
 mod legacy;
 mod stream;
+mod stream_probe;
 mod suggest;
 
 #[cfg(test)]
@@ -30,6 +31,9 @@ pub use family::{
 pub use legacy::{Deprecation, Legacy};
 pub use stream::{
     parse_stream_breaker_args, stream_parameters, stream_takes, StreamParams, DEFAULT_FIRST_BYTE_MS,
+};
+pub use stream_probe::{
+    answers, parse_stream_probe_args, StreamProbe, MAX_EXPECT, MAX_SEND, STREAM_PROBE_DIRECTIVE,
 };
 pub use suggest::{distance, suggest};
 

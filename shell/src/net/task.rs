@@ -1,7 +1,7 @@
-//! Background tasks on the worker's event loop, and the exit check they share.
+//! Background tasks on the worker's event loop, the exit check they share, and a deadline.
 
-use core::future::Future;
-use core::pin::Pin;
+use core::future::{poll_fn, Future};
+use core::pin::{pin, Pin};
 use core::ptr::addr_of;
 use core::task::{Context, Poll};
 use core::time::Duration;
@@ -10,6 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use nginx_sys::NGX_LOG_ALERT;
 use ngx::async_::Task;
 use ngx::log::ngx_cycle_log;
+
+use super::Error;
 
 /// Whether the worker is shutting down (gracefully or not) or about to: no new work may start.
 pub fn exiting() -> bool {
@@ -100,4 +102,23 @@ impl Future for Guarded {
             }
         }
     }
+}
+
+/// `work`'s result, or [`Error::Timeout`] once `timeout` has passed.
+pub async fn within<T>(
+    timeout: Duration,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let deadline = ngx::async_::sleep(timeout);
+    let (mut work, mut deadline) = (pin!(work), pin!(deadline));
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = work.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(Error::Timeout));
+        }
+        Poll::Pending
+    })
+    .await
 }

@@ -33,7 +33,7 @@ use super::{Error, Peer};
 /// What went wrong at the socket level; read back after hyper reports an error, because hyper's
 /// own errors do not reliably say whether the peer refused, reset or nginx closed the socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Failure {
+pub enum Failure {
     Refused,
     Reset,
     /// nginx closed the connection: the worker is exiting (or its shutdown timeout expired).
@@ -57,7 +57,7 @@ impl From<Failure> for Error {
 /// open. Everything nginx may write (the peer connection, the log) sits in an `UnsafeCell`;
 /// everything Rust changes from an event handler is a `Cell`, so neither side ever holds a
 /// `&mut` the other could alias.
-pub(super) struct Shared {
+pub struct Shared {
     pc: UnsafeCell<ngx_peer_connection_t>,
     log: UnsafeCell<ngx_log_t>,
     sockaddr: UnsafeCell<ngx_sockaddr_t>,
@@ -116,7 +116,7 @@ impl Shared {
 
 /// An open (or opening) connection. Dropping it closes the socket and releases the nginx
 /// connection, its events and timers.
-pub(super) struct Stream {
+pub struct Stream {
     shared: Rc<Shared>,
 }
 
@@ -271,14 +271,14 @@ impl Stream {
 
     /// The open connection, for the TLS layer.
     #[cfg(ngx_ssl)]
-    pub(super) fn raw(&self) -> Result<*mut ngx_connection_t, Error> {
+    pub fn raw(&self) -> Result<*mut ngx_connection_t, Error> {
         self.connection().map_err(|_| self.error())
     }
 
     /// Parks the task until the next read event (and write event, for TLS handshakes that
     /// may wait on either).
     #[cfg(ngx_ssl)]
-    pub(super) fn wait_any(&self, cx: &mut Context<'_>) {
+    pub fn wait_any(&self, cx: &mut Context<'_>) {
         self.shared.reader.set(Some(cx.waker().clone()));
         self.shared.writer.set(Some(cx.waker().clone()));
     }
@@ -288,7 +288,7 @@ impl Stream {
     /// # Safety
     /// `c` must be this stream's open connection.
     #[cfg(ngx_ssl)]
-    pub(super) unsafe fn restore_handlers(c: *mut ngx_connection_t) {
+    pub unsafe fn restore_handlers(c: *mut ngx_connection_t) {
         // SAFETY: the caller passes our open connection.
         unsafe {
             (*(*c).read).handler = Some(on_read);
@@ -324,6 +324,27 @@ fn failure_of(errno: i32) -> Failure {
 }
 
 impl Stream {
+    /// Sends all of `buf`.
+    pub async fn send_all(&self, mut buf: &[u8]) -> Result<(), Error> {
+        while !buf.is_empty() {
+            match poll_fn(|cx| self.poll_send(cx, buf)).await {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => buf = &buf[n..],
+                Err(_) => return Err(self.error()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads into `dst` what the server sent next; 0 at the end of the stream.
+    pub async fn recv(&self, dst: &mut [u8]) -> Result<usize, Error> {
+        // SAFETY: initialised bytes are valid `MaybeUninit<u8>`s; `poll_recv` only writes.
+        let dst = unsafe { &mut *(core::ptr::from_mut(dst) as *mut [mem::MaybeUninit<u8>]) };
+        poll_fn(|cx| self.poll_recv(cx, dst))
+            .await
+            .map_err(|_| self.error())
+    }
+
     /// Reads into `dst` what the socket has: `Ready(Ok(0))` at the end of the stream.
     fn poll_recv(
         &self,

@@ -1,0 +1,274 @@
+//! Active probes of stream upstreams (`circuit_breaker_probe` in `stream { upstream {} }`):
+//! while a breaker that has them is open, the module itself connects to one of the upstream's
+//! servers every `probe_interval` (jittered), sends `send` and reads `expect`, one probe at a
+//! time for the whole instance, and the answers alone close it. No client's session is let
+//! through as the probe (`BreakerConfig::active`), so a client can neither hold the probe nor
+//! fail it, nor make the breaker close.
+//!
+//! As the http module's prober: every worker runs one, a background task on its event loop
+//! started from `init_process`; it reads each breaker's published gate without the lock,
+//! sleeps until the next probe is due (`circuit_breaker_core::probe::look`), and asks for the
+//! breaker's one probe under the lock (`Breaker::active_probe`): the first worker to ask sends
+//! it, from a task of its own, on one of nginx's connections. A worker that exits or dies with
+//! a probe in flight gives it back, or leaves it to be reclaimed at the next look.
+
+use core::cell::Cell;
+use core::time::Duration;
+use std::rc::Rc;
+
+use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult, Ticket};
+use circuit_breaker_core::directive::{answers, StreamProbe};
+use circuit_breaker_core::probe::{self, Look};
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::{pid, process_alive};
+use circuit_breaker_shell::net::{self, stream::Stream, Error, Peer};
+use circuit_breaker_shell::zone::{Key, Kind, Zone, DEFAULT_ROUTE};
+use nginx_sys::NGX_LOG_INFO;
+use ngx::log::ngx_cycle_log;
+
+use crate::conf::{MainConf, SrvConf};
+
+/// How often a breaker the zone does not hold yet is looked for (it is made by the upstream's
+/// first session, or by the configuration).
+const FIND_MS: u64 = 1000;
+
+/// Starts the prober in a worker, if any stream upstream has `circuit_breaker_probe`.
+pub fn start(mcf: &'static MainConf) {
+    let targets: Vec<Rc<Target>> = mcf
+        .upstreams
+        .iter()
+        // SAFETY: upstream confs live as long as the configuration, which outlives the worker's
+        // tasks of it.
+        .map(|&s| unsafe { &*s })
+        .filter(|s| s.probe.is_some() && s.params.is_some() && !s.servers.is_empty())
+        .map(|scf| {
+            Rc::new(Target {
+                scf,
+                next_look: Cell::new(0),
+                in_flight: Cell::new(false),
+                cursor: Cell::new(rnd() as usize),
+            })
+        })
+        .collect();
+    if targets.is_empty() {
+        return;
+    }
+    // SAFETY: our own zone, mapped in every worker.
+    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+        return;
+    };
+    let prober = Rc::new(Prober { zone, targets });
+    net::every(Duration::ZERO, move || {
+        let prober = Rc::clone(&prober);
+        async move { Some(prober.tick(mono_ms())) }
+    })
+    .detach();
+}
+
+/// A stream upstream with active probes, as this worker watches it.
+struct Target {
+    scf: &'static SrvConf,
+    next_look: Cell<u64>,
+    in_flight: Cell<bool>,
+    /// The next server to probe, in turn.
+    cursor: Cell<usize>,
+}
+
+impl Target {
+    fn key(&self) -> Key<'_> {
+        Key {
+            hash: self.scf.key_hash,
+            upstream: self.scf.name.as_bytes(),
+            route: DEFAULT_ROUTE.as_bytes(),
+            kind: Kind::Route,
+        }
+    }
+
+    fn interval_ms(&self) -> u32 {
+        self.scf.params.map_or(1000, |p| p.cfg.probe_interval_ms)
+    }
+
+    /// The next server, in turn.
+    fn server(&self) -> Option<Peer> {
+        let servers = &self.scf.servers;
+        let i = self.cursor.get();
+        self.cursor.set(i.wrapping_add(1));
+        servers.get(i.checked_rem(servers.len())?).cloned()
+    }
+}
+
+struct Prober {
+    zone: Zone,
+    targets: Vec<Rc<Target>>,
+}
+
+impl Prober {
+    /// Looks at the breakers whose time has come, claims the probes due and sends them;
+    /// returns how long to sleep.
+    fn tick(&self, now: u64) -> Duration {
+        for t in &self.targets {
+            if t.in_flight.get() || t.next_look.get() > now {
+                continue;
+            }
+            let gate = match t.scf.handle.get() {
+                h if h.is_none() => None,
+                h => self.zone.gate(h, t.scf.key_hash),
+            };
+            if let Some(Look::At(at)) = gate.map(|g| probe::look(g, now, t.interval_ms())) {
+                t.next_look.set(at);
+                continue;
+            }
+            let ticket = claim(&self.zone, t, now);
+            if let (Some(ticket), Some(server)) = (ticket, t.server()) {
+                let held = Held::new(&self.zone, t, ticket);
+                net::spawn(probe_once(held, server)).detach();
+            }
+        }
+        let wake = self
+            .targets
+            .iter()
+            .map(|t| match t.in_flight.get() {
+                true => now.saturating_add(probe::watch_ms(t.interval_ms())),
+                false => t.next_look.get(),
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        Duration::from_millis(wake.saturating_sub(now).max(1))
+    }
+}
+
+/// Under the lock: finds the breaker, asks for its probe, and plans the next look.
+fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
+    let interval = t.interval_ms();
+    let mut locked = zone.lock();
+    let handle = t.scf.handle.get();
+    let known = !handle.is_none() && locked.get(handle, t.scf.key_hash).is_some();
+    let found = if known {
+        locked.get(handle, t.scf.key_hash)
+    } else {
+        locked.find(&t.key())
+    };
+    let Some(mut b) = found else {
+        t.next_look.set(now.saturating_add(FIND_MS));
+        return None;
+    };
+    t.scf.handle.set(b.handle());
+    let ticket = b.active_probe(now, rnd(), pid(), &process_alive);
+    t.next_look.set(match probe::look(b.gate(), now, interval) {
+        Look::At(at) => at,
+        Look::Lock if !known => now,
+        Look::Lock => now.saturating_add(probe::watch_ms(interval)),
+    });
+    ticket
+}
+
+/// A probe this worker holds: given back if the probe ends without a verdict, or its task is
+/// dropped before recording one.
+struct Held {
+    zone: Zone,
+    target: Rc<Target>,
+    ticket: Option<Ticket>,
+}
+
+impl Held {
+    fn new(zone: &Zone, t: &Rc<Target>, ticket: Ticket) -> Held {
+        t.in_flight.set(true);
+        Held {
+            zone: zone.clone(),
+            target: Rc::clone(t),
+            ticket: Some(ticket),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let t = &self.target;
+        t.in_flight.set(false);
+        if let Some(ticket) = self.ticket.take() {
+            let mut locked = self.zone.lock();
+            if let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) {
+                b.release(mono_ms(), ticket);
+            };
+        }
+    }
+}
+
+/// Connects, sends `send`, reads until the answer is `expect` or is not: true when the server
+/// answered as expected (or nothing was expected).
+async fn exchange(server: &Peer, p: &StreamProbe) -> Result<bool, Error> {
+    let stream = Stream::connect(server, "probing").await?;
+    if !p.send.is_empty() {
+        stream.send_all(&p.send).await?;
+    }
+    if p.expect.is_empty() {
+        return Ok(true);
+    }
+    let mut got = Vec::with_capacity(p.expect.len());
+    let mut buf = [0u8; 256];
+    loop {
+        let room = (p.expect.len() - got.len()).min(buf.len());
+        let n = stream.recv(&mut buf[..room]).await?;
+        if n == 0 {
+            return Err(Error::Closed);
+        }
+        got.extend_from_slice(&buf[..n]);
+        if let Some(verdict) = answers(&p.expect, &got) {
+            return Ok(verdict);
+        }
+    }
+}
+
+/// Sends one probe and records what it found.
+async fn probe_once(mut held: Held, server: Peer) {
+    let t = Rc::clone(&held.target);
+    let Some(spec) = t.scf.probe.as_ref() else {
+        return;
+    };
+    let started = mono_ms();
+    let timeout = Duration::from_millis(u64::from(spec.timeout_ms));
+    let failure = match net::within(timeout, exchange(&server, spec)).await {
+        Ok(true) => None,
+        Ok(false) => Some(ProbeFailure::InvalidResponse),
+        Err(Error::Timeout) => Some(ProbeFailure::Timeout),
+        // No verdict on the server: the probe is given back when `held` drops.
+        Err(Error::Exiting | Error::NoConnection) => return,
+        Err(_) => Some(ProbeFailure::Error),
+    };
+    let now = mono_ms();
+    let result = ProbeResult {
+        failure,
+        tls: false,
+        retry_after_s: 0,
+        response_ms: now.saturating_sub(started),
+    };
+    let Some(ticket) = held.ticket.take() else {
+        return;
+    };
+    let zone = held.zone.clone();
+    drop(held);
+    let log = ngx_cycle_log().as_ptr();
+    let transition = {
+        let mut locked = zone.lock();
+        let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) else {
+            return;
+        };
+        b.record_probe(now, rnd(), ticket, &result).transition
+    };
+    let latency = t.scf.params.map_or(0, |p| p.cfg.probe_latency_ms);
+    if let Some(why) = result.failed(latency) {
+        ngx::ngx_log_error!(
+            NGX_LOG_INFO,
+            log,
+            "circuit breaker \"{}\" {} to {}",
+            t.scf.name,
+            why,
+            String::from_utf8_lossy(server.name())
+        );
+    }
+    if let Some(tr) = &transition {
+        circuit_breaker_shell::log::transition(log, &format!("\"{}\"", t.scf.name), tr);
+    }
+    // Looked at again at once: the next probe of a run comes at its own time, not a tick late.
+    t.next_look.set(0);
+}
