@@ -30,7 +30,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream http proxy/)->plan(27);
+my $t = Test::Nginx->new()->has(qw/stream http proxy/)->plan(28);
 
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     log_format s '$server_port $status';
@@ -121,6 +121,9 @@ like($p, qr/^nginx_circuit_breaker_state\{zone="cb",upstream="kv",route="default
 	'prometheus: the http kv, its own breaker');
 is(scalar(() = $p =~ /^# TYPE /mg), scalar(() = $p =~ /^# HELP /mg),
 	'prometheus: a TYPE for each HELP');
+
+my $ps = body(req('GET', '/status?format=prometheus&proxy=stream')) // '';
+ok($ps =~ /zone="cbs"/ && $ps !~ /zone="cb"/, 'prometheus, proxy=stream: the stream zone alone');
 
 # the page: proxy= selects either proxy's breakers
 my $http_only = json(req('GET', '/status?proxy=http')) || {};

@@ -13,7 +13,9 @@
 # bound.  An upstream with a backup server hands its sessions to the backup while open, and
 # its primary sees none of them but the probes.  With active probes (circuit_breaker_probe
 # send=PING\r\n expect=+PONG), no client's session is ever let through while open, past
-# every cooldown, and the module's own probes alone close it once Redis answers again.
+# every cooldown, and the module's own probes alone close it once Redis answers again, even
+# when another of the upstream's servers is dead; a probe expecting another answer keeps it
+# open; a probe without a breaker, or with no server to probe, fails nginx -t.
 
 ###############################################################################
 
@@ -35,13 +37,14 @@ use CB::Response;
 use Test::Nginx::Stream qw/ stream /;
 use CB::Nginx qw/ stream_conf start reload log_count /;
 use CB::Redis;
+use CB::Config qw/ conf_fails /;
 
 ###############################################################################
 
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(45);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(50);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -98,7 +101,17 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     }
 
     server { listen 127.0.0.1:%%PORT_8100%%; proxy_pass probed; proxy_timeout 30s; }
+    # the same server, and one that refuses every connection
+    upstream mixed {
+        server 127.0.0.1:%%PORT_8099%%;
+        server 127.0.0.1:%%PORT_8095%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms probe_interval=300ms
+                        probes=3 jitter=0%;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=300ms;
+    }
+
     server { listen 127.0.0.1:%%PORT_8101%%; proxy_pass wrong; proxy_timeout 30s; }
+    server { listen 127.0.0.1:%%PORT_8102%%; proxy_pass mixed; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass pair; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
@@ -303,6 +316,8 @@ ok($waited >= 1 && $waited <= 4, "active probes: stopped, opened within min_requ
 my $pw = port(8101);
 ping($pw, 1) for 1 .. 4;
 is(log_count($t, qr/"wrong" opened/), 1, 'active probes: the other upstream of the server, open');
+ping(port(8102), 1) for 1 .. 6;
+is(log_count($t, qr/"mixed" opened/), 1, 'active probes: the upstream with a dead server, open');
 # the sessions that opened it are logged when their clients leave
 $end = time() + 5;
 sleep 0.05 while time() < $end && session_lines($t, $log_before, $pp) < $waited;
@@ -331,10 +346,47 @@ $end = time() + 10;
 sleep 0.1 while time() < $end && log_count($t, qr/"probed" closed/) < 1;
 is(log_count($t, qr/"probed" closed/), 1, 'let go on: the probes alone closed it');
 is((ping($pp))[0], "+PONG\r\n", 'closed: +PONG through it');
+$end = time() + 10;
+sleep 0.1 while time() < $end && log_count($t, qr/"mixed" closed/) < 1;
+is(log_count($t, qr/"mixed" closed/), 1, 'a dead server beside a live one: the probes closed it');
 cmp_ok(log_count($t, qr/"wrong" probe failed: invalid response to \Q$pr\E/), '>=', 1,
 	'probed for +PANG: every answer refused');
 is((ping($pw, 1))[0] . log_count($t, qr/"wrong" (?:half-opened|closed)/), '0',
 	'probed for +PANG: still open, and refusing');
+
+###############################################################################
+
+# what nginx -t refuses
+
+my $probe = 'circuit_breaker_probe send=PING\r\n expect=+PONG;';
+conf_fails($t, 'a probe without a breaker', stream_conf(1, <<"EOF"), 'upstream lone {',
+    upstream lone {
+        server 127.0.0.1:%%PORT_8099%%;
+        $probe
+    }
+    server { listen 127.0.0.1:%%PORT_8103%%; proxy_pass lone; }
+EOF
+	'"circuit_breaker_probe" requires "circuit_breaker" in upstream "lone"');
+conf_fails($t, 'a probe with no server to probe', stream_conf(1, <<"EOF"), 'upstream none {',
+    upstream none {
+        server 127.0.0.1:%%PORT_8099%% down;
+        circuit_breaker;
+        $probe
+    }
+    server { listen 127.0.0.1:%%PORT_8103%%; proxy_pass none; }
+EOF
+	'"circuit_breaker_probe" has no server to probe (every one is down, a backup, or '
+	. 'resolved at run time) in upstream "none"');
+conf_fails($t, 'a probe\'s bad byte', stream_conf(1, <<'EOF'), 'send=',
+    upstream bad {
+        server 127.0.0.1:%%PORT_8099%%;
+        circuit_breaker;
+        circuit_breaker_probe send=\x4;
+    }
+    server { listen 127.0.0.1:%%PORT_8103%%; proxy_pass bad; }
+EOF
+	'invalid value "send=\\x4" in "circuit_breaker_probe" directive, \\x must be followed '
+	. 'by two hex digits');
 
 ###############################################################################
 

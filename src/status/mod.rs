@@ -126,7 +126,13 @@ fn breakers(
         Vec::new()
     };
     if format == Format::Prometheus {
-        let mut zones = vec![(&zview, &entries[..])];
+        // The http block's zone, unless it has none or only the stream module's breakers are
+        // asked for (and some exist): no series for a zone that is not there.
+        let http = streams.is_empty() || (zone.is_some() && q.wants_http());
+        let mut zones = Vec::with_capacity(1 + streams.len());
+        if http {
+            zones.push((&zview, &entries[..]));
+        }
         zones.extend(streams.iter().map(|(v, e)| (v, &e[..])));
         let mut body = status::render_prometheus_zones(&zones);
         if let Some(f) = fleet::status_prometheus(mcf, on_wall) {

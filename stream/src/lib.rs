@@ -60,11 +60,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             };
             let scf = &mut *scf;
             if scf.probe.is_some() && scf.params.is_none() {
-                ngx::ngx_log_error!(
-                    NGX_LOG_EMERG,
-                    (*cf).log,
-                    "\"circuit_breaker_probe\" needs \"circuit_breaker\" in upstream \"{}\"",
-                    String::from_utf8_lossy((*uscf).host.as_bytes())
+                emerg_at(
+                    cf,
+                    &*uscf,
+                    "\"circuit_breaker_probe\" requires \"circuit_breaker\" in upstream",
                 );
                 return NGX_ERROR as ngx_int_t;
             }
@@ -75,6 +74,16 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             params.cfg.active = scf.probe.is_some();
             if scf.probe.is_some() {
                 scf.servers = primary_servers(&*uscf);
+                if scf.servers.is_empty() {
+                    // Open, it would refuse every session for good: nothing could close it.
+                    emerg_at(
+                        cf,
+                        &*uscf,
+                        "\"circuit_breaker_probe\" has no server to probe (every one is down, \
+                         a backup, or resolved at run time) in upstream",
+                    );
+                    return NGX_ERROR as ngx_int_t;
+                }
             }
             conf::name(scf, (*uscf).host.as_bytes());
             let Ok(index) = u16::try_from(mcf.upstreams.len()) else {
@@ -110,6 +119,26 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         observe::add_filter();
         NGX_OK as ngx_int_t
     })
+}
+
+/// `[emerg] WHAT "NAME" in FILE:LINE` of an upstream block, as nginx's own "no servers are
+/// inside upstream" is said.
+///
+/// # Safety
+/// `cf` must be the configuration being read, `uscf` one of its stream upstreams.
+unsafe fn emerg_at(cf: *mut ngx_conf_t, uscf: &ngx_stream_upstream_srv_conf_t, what: &str) {
+    // SAFETY: an upstream block's file name is a NUL-terminated string of the configuration.
+    let file = unsafe { core::ffi::CStr::from_ptr(uscf.file_name.cast()) };
+    ngx::ngx_log_error!(
+        NGX_LOG_EMERG,
+        // SAFETY: the configuration being read has its log.
+        unsafe { (*cf).log },
+        "{} \"{}\" in {}:{}",
+        what,
+        String::from_utf8_lossy(uscf.host.as_bytes()),
+        file.to_string_lossy(),
+        uscf.line
+    );
 }
 
 /// The addresses of an upstream's servers that are neither `down` nor `backup`, for its

@@ -1,15 +1,16 @@
 //! The wrapped `peer.init` of every stream upstream with a breaker: the session is asked of
 //! the breaker before the balancer is, and a refused one never reaches a server — or, when the
-//! upstream has `backup` servers, is handed to them (as nginx does once every primary server
-//! has failed), and never reaches a primary one.
+//! upstream balances by round robin and has `backup` servers, is handed to them (as nginx does
+//! once every primary server has failed), and never reaches a primary one.
 
 use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::zone::Zone;
 use nginx_sys::{
-    ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_rr_peer_data_t,
-    ngx_stream_upstream_rr_peers_t, ngx_stream_upstream_srv_conf_t, NGX_ERROR, NGX_OK,
+    ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_get_round_robin_peer,
+    ngx_stream_upstream_rr_peer_data_t, ngx_stream_upstream_rr_peers_t,
+    ngx_stream_upstream_srv_conf_t, NGX_ERROR, NGX_OK,
 };
 
 use crate::conf::{self, SrvConf};
@@ -56,9 +57,8 @@ unsafe fn init_peer_inner(
     unsafe { original_init(s, us) }
 }
 
-/// Points the balancer of a session nginx's round robin (or a balancer built on it: least_conn)
-/// set up at the upstream's `backup` servers alone; false when it has none, or its data is not
-/// round robin's.
+/// Points the balancer of a session nginx's round robin set up at the upstream's `backup`
+/// servers alone; false when it has none, or another balancer picks its servers.
 ///
 /// # Safety
 /// `s` must be a live session whose balancer `us`'s own `peer.init` has just set up.
@@ -70,6 +70,13 @@ unsafe fn to_backup(s: *mut ngx_stream_session_t, us: *mut ngx_stream_upstream_s
         let Some(u) = (*s).upstream.as_ref() else {
             return false;
         };
+        // Round robin's own: other balancers that build on its data (least_conn, hash,
+        // random) pick peers their own way, which the backup list alone may not fit.
+        // nginx's own function, one address in the process (the dynamic linker resolves it).
+        let rr = ngx_stream_upstream_get_round_robin_peer as *const () as usize;
+        if u.peer.get.map(|f| f as *const () as usize) != Some(rr) {
+            return false;
+        }
         let primary = (*us).peer.data.cast::<ngx_stream_upstream_rr_peers_t>();
         let rrp = u.peer.data.cast::<ngx_stream_upstream_rr_peer_data_t>();
         if primary.is_null() || rrp.is_null() || (*rrp).peers != primary {

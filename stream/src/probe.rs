@@ -11,6 +11,11 @@
 //! breaker's one probe under the lock (`Breaker::active_probe`): the first worker to ask sends
 //! it, from a task of its own, on one of nginx's connections. A worker that exits or dies with
 //! a probe in flight gives it back, or leaves it to be reclaimed at the next look.
+//!
+//! A worker probes one server (not `down`, not a backup) until a probe of it fails, then the
+//! next: the good probes that close the breaker are one server's in a row, so that one dead
+//! server of a pool nginx's balancer routes around cannot keep the breaker open. Probes are
+//! TCP.
 
 use core::cell::Cell;
 use core::time::Duration;
@@ -70,7 +75,8 @@ struct Target {
     scf: &'static SrvConf,
     next_look: Cell<u64>,
     in_flight: Cell<bool>,
-    /// The next server to probe, in turn.
+    /// The server probed, until one of its probes fails: a run of good probes is one
+    /// server's, so that a dead server among healthy ones cannot keep the breaker open.
     cursor: Cell<usize>,
 }
 
@@ -88,12 +94,12 @@ impl Target {
         self.scf.params.map_or(1000, |p| p.cfg.probe_interval_ms)
     }
 
-    /// The next server, in turn.
+    /// The server to probe.
     fn server(&self) -> Option<Peer> {
         let servers = &self.scf.servers;
-        let i = self.cursor.get();
-        self.cursor.set(i.wrapping_add(1));
-        servers.get(i.checked_rem(servers.len())?).cloned()
+        servers
+            .get(self.cursor.get().checked_rem(servers.len())?)
+            .cloned()
     }
 }
 
@@ -255,8 +261,10 @@ async fn probe_once(mut held: Held, server: Peer) {
         };
         b.record_probe(now, rnd(), ticket, &result).transition
     };
-    let latency = t.scf.params.map_or(0, |p| p.cfg.probe_latency_ms);
-    if let Some(why) = result.failed(latency) {
+    let limit = t.scf.params.map_or(0, |p| p.cfg.probe_limit_ms());
+    if let Some(why) = result.failed(limit) {
+        // The next probe goes to the next server.
+        t.cursor.set(t.cursor.get().wrapping_add(1));
         ngx::ngx_log_error!(
             NGX_LOG_INFO,
             log,

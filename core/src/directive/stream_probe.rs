@@ -17,6 +17,9 @@ pub const STREAM_PROBE_DIRECTIVE: &str = "circuit_breaker_probe";
 pub const MAX_SEND: usize = 1024;
 /// The most bytes a probe expects (and so reads).
 pub const MAX_EXPECT: usize = 256;
+/// The longest `timeout`: well within the lease of the instance's one probe, so that a probe
+/// in flight is never taken over by another worker.
+pub const MAX_TIMEOUT_MS: u32 = 60_000;
 
 /// What a stream upstream's active probe does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,7 +56,12 @@ pub fn parse_stream_probe_args<'a>(
         match key {
             "send" => p.send = bytes(word, v, MAX_SEND, "at most 1024 bytes")?,
             "expect" => p.expect = bytes(word, v, MAX_EXPECT, "at most 256 bytes")?,
-            "timeout" => p.timeout_ms = duration_u32(D, units, word, v, false)?,
+            "timeout" => {
+                p.timeout_ms = duration_u32(D, units, word, v, false)?;
+                if p.timeout_ms > MAX_TIMEOUT_MS {
+                    return Err(invalid(D, word, Some("at most 1m")));
+                }
+            }
             _ => return Err(unknown(word)),
         }
         seen.push(key);
@@ -89,6 +97,9 @@ pub fn decode(v: &[u8]) -> Option<Vec<u8>> {
     while i < v.len() {
         if v[i] == b'\\' && v.get(i + 1) == Some(&b'x') {
             let hex = v.get(i + 2..i + 4)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
             let s = core::str::from_utf8(hex).ok()?;
             out.push(u8::from_str_radix(s, 16).ok()?);
             i += 4;
@@ -141,6 +152,8 @@ mod tests {
             ("uri=/health", "takes send, expect, timeout"),
             ("send", "takes send, expect, timeout"),
             ("timeout=soon", "invalid value"),
+            ("timeout=2m", "at most 1m"),
+            ("send=\\x+f", "two hex digits"),
         ] {
             let e = parse(&[w]).unwrap_err();
             assert!(e.contains(want), "{w}: {e}");
