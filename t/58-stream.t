@@ -44,12 +44,13 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(50);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(53);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
-    log_format s '$server_port $status $upstream_addr $session_time';
+    log_format s '$server_port $status $upstream_addr $session_time '
+                 '$circuit_breaker_state $circuit_breaker_upstream';
     access_log %%TESTDIR%%/stream.log s;
 
     circuit_breaker_zone cbs:1m;
@@ -220,6 +221,10 @@ my ($cbs) = grep { $_->{zone} eq 'cbs' } @{ $page->{stream} || [] };
 my ($shown) = grep { $_->{upstream} eq 'redis' } @{ $cbs->{breakers} || [] };
 is($shown && $shown->{state}, 'open', 'status: the stream breaker, open');
 is(refused_since($t, $log_before, $main), 26, 'open: status 503 in the access log');
+is(scalar(grep { / 503 - \S+ open redis$/ } session_lines($t, $log_before, $main)), 26,
+	'open: $circuit_breaker_state open, $circuit_breaker_upstream redis');
+like((session_lines($t, 0, $main))[0], qr/ 200 \S+ \S+ closed redis$/,
+	'closed: $circuit_breaker_state closed');
 
 $redis->cont();
 is(recover($t, $main, 1), "+PONG\r\n", 'let go on: probes close it, +PONG again');
@@ -285,6 +290,8 @@ sleep 0.05 while time() < $end
 	&& (grep { / 200 \Q$ba\E / } session_lines($t, $log_before, $pair)) < 10;
 my @open = session_lines($t, $log_before, $pair);
 is(scalar(grep { / 200 \Q$ba\E / } @open), 10, 'open: the log says the backup served them');
+is(scalar(grep { / 200 \Q$ba\E \S+ backup pair$/ } @open), 10,
+	'open: $circuit_breaker_state backup');
 is(scalar(grep { / 503 / } @open), 0, 'open: none refused');
 $primary->cont();
 is($primary->accepted() - $p0, $waited, 'open: the primary saw only the sessions that opened it');

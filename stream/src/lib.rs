@@ -9,6 +9,7 @@ mod observe;
 mod peer;
 mod probe;
 mod session;
+mod vars;
 
 use core::ffi::c_void;
 use core::mem::offset_of;
@@ -163,8 +164,14 @@ unsafe fn primary_servers(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<Peer> {
     }
 }
 
+/// `preconfiguration`: the module's variables.
+unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: nginx passes the configuration about to be parsed.
+    guard(NGX_ERROR as ngx_int_t, || unsafe { vars::add(cf) })
+}
+
 static NGX_STREAM_CIRCUIT_BREAKER_MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
-    preconfiguration: None,
+    preconfiguration: Some(preconfiguration),
     postconfiguration: Some(postconfiguration),
     create_main_conf: Some(conf::create_main_conf),
     init_main_conf: None,

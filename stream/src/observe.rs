@@ -52,7 +52,7 @@ unsafe extern "C" fn filter(
 ) -> ngx_int_t {
     // SAFETY: nginx passes a live session to its filters.
     let w = unsafe { held::bits(s) };
-    if w != 0 && carries_data(input) {
+    if Word::held(w) && carries_data(input) {
         guard((), || {
             // SAFETY: as above.
             unsafe { seen(s, Word::from_bits(w), from_upstream != 0) }
@@ -79,7 +79,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
     let now = mono_ms();
     if up {
         // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
-        unsafe { held::set_mark(s, Word::Free) };
+        unsafe { held::set_mark(s, word.judged()) };
         // SAFETY: a live session's connection.
         let log = unsafe { (*(*s).connection).log };
         let h = match word {
@@ -101,7 +101,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
                 Some(h) => h,
                 None => return,
             },
-            Word::Free | Word::Refused => return,
+            Word::Free | Word::Refused { .. } | Word::Said(_) => return,
         };
         // SAFETY: a live session, its connection and its upstream's last state.
         let (log, connect_ms) = unsafe {
@@ -143,18 +143,18 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             let next = if waits {
                 Word::Plain(p.sent_at(now))
             } else {
-                Word::Free
+                word.judged()
             };
             // SAFETY: `s` is live.
             unsafe { held::set_mark(s, next) };
         }
         Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.client_sent(id, now)) {
             // SAFETY: `s` is live. Its bound ran out: nothing more.
-            None => unsafe { held::set_mark(s, Word::Free) },
+            None => unsafe { held::set_mark(s, word.judged()) },
             Some(Some(deadline)) => held::arm(mcf, deadline),
             Some(None) => {}
         },
-        Word::Free | Word::Refused => {}
+        Word::Free | Word::Refused { .. } | Word::Said(_) => {}
     }
 }
 
@@ -168,17 +168,21 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
     }
     guard(NGX_OK as ngx_int_t, || {
         let word = Word::from_bits(w);
-        if word == Word::Refused {
-            // SAFETY: as above.
-            unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
-            return NGX_OK as ngx_int_t;
+        match word {
+            Word::Refused { .. } => {
+                // SAFETY: as above.
+                unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
+                return NGX_OK as ngx_int_t;
+            }
+            Word::Free | Word::Said(_) => return NGX_OK as ngx_int_t,
+            Word::Plain(_) | Word::Probe(_) => {}
         }
         // SAFETY: as above.
         let Some(mcf) = (unsafe { conf::of_session(s) }) else {
             return NGX_OK as ngx_int_t;
         };
         // SAFETY: as above.
-        unsafe { held::set_mark(s, Word::Free) };
+        unsafe { held::set_mark(s, word.judged()) };
         let now = mono_ms();
         // SAFETY: as above; the session's upstream and its last state, null or live in its pool.
         let (status, connected, tried, log, started) = unsafe {
@@ -211,7 +215,7 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
                 Some(h) => h,
                 None => return NGX_OK as ngx_int_t,
             },
-            Word::Free | Word::Refused => return NGX_OK as ngx_int_t,
+            Word::Free | Word::Refused { .. } | Word::Said(_) => return NGX_OK as ngx_int_t,
         };
         let end = session::Ended {
             status: u16::try_from(status).unwrap_or(0),

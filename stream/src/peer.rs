@@ -14,7 +14,7 @@ use nginx_sys::{
 };
 
 use crate::conf::{self, SrvConf};
-use circuit_breaker_core::session::{Plain, Word};
+use circuit_breaker_core::session::{Plain, Said, Word};
 
 use crate::session;
 
@@ -45,7 +45,7 @@ unsafe fn init_peer_inner(
     // SAFETY: the balancer's own init, with the arguments nginx gave us.
     if refused && unsafe { original_init(s, us) == NGX_OK as ngx_int_t && to_backup(s, us) } {
         // SAFETY: `s` is live. Not the breaker's to judge, nor refused.
-        unsafe { session::set_mark(s, Word::Free) };
+        unsafe { session::set_mark(s, Word::Said(Said::Backup)) };
         return NGX_OK as ngx_int_t;
     }
     if refused {
@@ -119,9 +119,10 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
     };
     let ticket = match session::admit(&zone, mcf, scf, log) {
         None => return false,
-        Some(Admission::Reject { .. } | Admission::Recovering { .. }) => {
+        Some(a @ (Admission::Reject { .. } | Admission::Recovering { .. })) => {
+            let ramp = matches!(a, Admission::Recovering { .. });
             // SAFETY: `s` is live.
-            unsafe { session::set_mark(s, Word::Refused) };
+            unsafe { session::set_mark(s, Word::Refused { ramp }) };
             return true;
         }
         Some(Admission::Probe(t)) => t,

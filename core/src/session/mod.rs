@@ -32,7 +32,7 @@ mod word;
 
 pub use table::{Expired, Held, SessionId, Table};
 pub use wheel::{Left, Silence, Waited, Wheel};
-pub use word::{Plain, Word, MAX_UPSTREAMS};
+pub use word::{Plain, Said, Word, MAX_UPSTREAMS};
 
 /// The session's status when nginx could reach no server, or a UDP server did not answer.
 pub const BAD_GATEWAY: u16 = 502;

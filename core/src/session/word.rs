@@ -3,13 +3,21 @@
 //! there is ([`Plain`]: its upstream, whether its client spoke, and since when); the probe's
 //! names its place in the worker's [`super::Table`], which holds its ticket.
 //!
-//! Bits: 63 alone is a refused session; 62 marks a [`Plain`] (61: the client spoke, 60: its
+//! Once judged (or refused, or handed to a backup), the word keeps what the breaker said, for
+//! `$circuit_breaker_state` in the access log.
+//!
+//! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
+//! recovery ramp; with 2, 3, 4: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
 //! silence says nothing, 40–59: the upstream, below 2¹⁶, 0–39: an instant, modulo 2⁴⁰ ms — 34
 //! years); a word with neither is a [`SessionId`] (generations below 2³⁰) or 0, nothing.
 
 use super::SessionId;
 
 const REFUSED: u64 = 1 << 63;
+const REFUSED_RAMP: u64 = REFUSED | 1;
+const SAID_CLOSED: u64 = REFUSED | 2;
+const SAID_HALF_OPEN: u64 = REFUSED | 3;
+const SAID_BACKUP: u64 = REFUSED | 4;
 const PLAIN: u64 = 1 << 62;
 const SENT: u64 = 1 << 61;
 const MUTE: u64 = 1 << 60;
@@ -25,12 +33,29 @@ pub const MAX_UPSTREAMS: usize = 1 << 16;
 pub enum Word {
     /// Not the module's, or judged already.
     Free,
-    /// Refused by its breaker: the log phase gives it its `503`.
-    Refused,
+    /// Refused by its breaker (open, or a recovery ramp's share): the log phase gives it its
+    /// `503`.
+    Refused {
+        /// A recovery ramp turned it away (the breaker itself is closed).
+        ramp: bool,
+    },
     /// The probe, held in the worker's table.
     Probe(SessionId),
     /// An ordinary session, not judged yet.
     Plain(Plain),
+    /// Judged, or handed to a backup: what the breaker said.
+    Said(Said),
+}
+
+/// What the breaker said to a session that went to a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Said {
+    /// It passed, the breaker closed.
+    Closed,
+    /// It was the probe.
+    HalfOpen,
+    /// The breaker was open and the upstream's backup servers took it.
+    Backup,
 }
 
 impl Word {
@@ -39,7 +64,11 @@ impl Word {
     pub fn to_bits(self) -> u64 {
         match self {
             Word::Free => 0,
-            Word::Refused => REFUSED,
+            Word::Refused { ramp: false } => REFUSED,
+            Word::Refused { ramp: true } => REFUSED_RAMP,
+            Word::Said(Said::Closed) => SAID_CLOSED,
+            Word::Said(Said::HalfOpen) => SAID_HALF_OPEN,
+            Word::Said(Said::Backup) => SAID_BACKUP,
             Word::Probe(id) => id.to_word(),
             Word::Plain(p) => p.0,
         }
@@ -49,11 +78,46 @@ impl Word {
     #[inline]
     pub fn from_bits(w: u64) -> Word {
         if w & PLAIN != 0 {
-            Word::Plain(Plain(w))
-        } else if w == REFUSED {
-            Word::Refused
-        } else {
-            SessionId::from_word(w).map_or(Word::Free, Word::Probe)
+            return Word::Plain(Plain(w));
+        }
+        match w {
+            REFUSED => Word::Refused { ramp: false },
+            REFUSED_RAMP => Word::Refused { ramp: true },
+            SAID_CLOSED => Word::Said(Said::Closed),
+            SAID_HALF_OPEN => Word::Said(Said::HalfOpen),
+            SAID_BACKUP => Word::Said(Said::Backup),
+            _ if w & REFUSED != 0 => Word::Free,
+            _ => SessionId::from_word(w).map_or(Word::Free, Word::Probe),
+        }
+    }
+
+    /// Whether a context cell's word is a session not judged yet (a [`Plain`] or the probe):
+    /// one test of the sign bit, for the stream filter's every call.
+    #[inline]
+    pub fn held(w: u64) -> bool {
+        (w as i64) > 0
+    }
+
+    /// What `$circuit_breaker_state` says of the session: `closed`, `half_open` (the probe),
+    /// `open` (refused), `recovering` (refused by a ramp), `backup` (handed to the backup
+    /// servers while open); `None` when no breaker applied.
+    pub fn state(self) -> Option<&'static str> {
+        match self {
+            Word::Free => None,
+            Word::Refused { ramp: false } => Some("open"),
+            Word::Refused { ramp: true } => Some("recovering"),
+            Word::Probe(_) | Word::Said(Said::HalfOpen) => Some("half_open"),
+            Word::Plain(_) | Word::Said(Said::Closed) => Some("closed"),
+            Word::Said(Said::Backup) => Some("backup"),
+        }
+    }
+
+    /// What the word says once its session is judged.
+    pub fn judged(self) -> Word {
+        match self {
+            Word::Probe(_) => Word::Said(Said::HalfOpen),
+            Word::Plain(_) => Word::Said(Said::Closed),
+            w => w,
         }
     }
 }
@@ -138,9 +202,41 @@ mod tests {
     }
 
     #[test]
-    fn nothing_and_refused() {
+    fn nothing_refused_and_said() {
         assert_eq!(Word::from_bits(0), Word::Free);
-        assert_eq!(Word::from_bits(Word::Refused.to_bits()), Word::Refused);
+        for w in [
+            Word::Refused { ramp: false },
+            Word::Refused { ramp: true },
+            Word::Said(Said::Closed),
+            Word::Said(Said::HalfOpen),
+            Word::Said(Said::Backup),
+        ] {
+            assert_eq!(Word::from_bits(w.to_bits()), w);
+            assert!(!Word::held(w.to_bits()), "{w:?}");
+        }
+        let states: Vec<_> = [
+            Word::Free,
+            Word::Refused { ramp: false },
+            Word::Refused { ramp: true },
+            Word::Plain(Plain::new(3, 9, false).unwrap()),
+            Word::Said(Said::Backup),
+        ]
+        .iter()
+        .map(|w| w.state())
+        .collect();
+        assert_eq!(
+            states,
+            [
+                None,
+                Some("open"),
+                Some("recovering"),
+                Some("closed"),
+                Some("backup")
+            ]
+        );
+        let p = Word::Plain(Plain::new(3, 9, false).unwrap());
+        assert!(Word::held(p.to_bits()) && !Word::held(0));
+        assert_eq!(p.judged(), Word::Said(Said::Closed));
         assert_eq!(Plain::new(MAX_UPSTREAMS, 0, false), None);
     }
 
@@ -149,6 +245,8 @@ mod tests {
         // The largest id's word: the last index (u32::MAX is none) of the last generation.
         let last = SessionId::from_word(0x3fff_ffff_ffff_ffff).unwrap();
         assert_eq!(Word::from_bits(last.to_word()), Word::Probe(last));
+        assert!(Word::held(last.to_word()));
+        assert_eq!(Word::Probe(last).judged(), Word::Said(Said::HalfOpen));
         let first = SessionId::from_word(1).unwrap();
         assert_eq!(Word::from_bits(first.to_word()), Word::Probe(first));
     }
