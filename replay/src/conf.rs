@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{
     parse_breaker_args, parse_failure_classes, parse_limit_args, parse_probe_args,
-    parse_retry_budget_args, ConfError, BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE,
-    RETRY_DIRECTIVE,
+    parse_retry_budget_args, parse_stream_breaker_args, parse_stream_probe_args, ConfError,
+    BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
 };
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
@@ -155,18 +155,30 @@ impl Specs {
         Ok(found)
     }
 
+    /// Reads one file's blocks. An upstream inside `stream {}` is a stream module's: checked by
+    /// its parsers, and not replayed (its sessions are in no http log). One in a file that
+    /// nginx -T printed apart (an `include`d file) is read as the http module's, unless only
+    /// the stream module's parsers take its directives.
     fn read_blocks(
         &mut self,
         tokens: &[(Tok, usize, String)],
         file: &str,
     ) -> Result<usize, String> {
-        let mut stack: Vec<Option<String>> = Vec::new();
+        // Each open block: the upstream it is, if one, and whether it is inside `stream {}`
+        // (`Some(false)`: inside `http {}`; `None`: neither is known).
+        let mut stack: Vec<(Option<String>, Option<bool>)> = Vec::new();
         let mut words: Vec<&str> = Vec::new();
         type Directive = Option<(Vec<String>, String)>;
-        // `circuit_breaker`, `circuit_breaker_failure`, and the companions' directives
-        // (checked as nginx checks them, then read as the `circuit_breaker` parameters they
-        // replace, which the sweep's `--set` names).
-        let mut local: HashMap<String, (Directive, Directive, Vec<String>)> = HashMap::new();
+        // `circuit_breaker`, `circuit_breaker_failure`, the companions' directives (checked
+        // once the block's proxy is known, then read as the `circuit_breaker` parameters they
+        // replace, which the sweep's `--set` names), and whether the block is a stream one.
+        type Local = (
+            Directive,
+            Directive,
+            Vec<(String, Vec<String>, String)>,
+            Option<bool>,
+        );
+        let mut local: HashMap<String, Local> = HashMap::new();
         let mut keyed: HashMap<String, Spec> = HashMap::new();
         for (tok, line, text) in tokens {
             match tok {
@@ -177,7 +189,12 @@ impl Specs {
                     let up = (words.first() == Some(&"upstream"))
                         .then(|| words.get(1).map(|s| s.to_string()))
                         .flatten();
-                    stack.push(up);
+                    let stream = match words.first() {
+                        Some(&"stream") => Some(true),
+                        Some(&"http") => Some(false),
+                        _ => stack.last().and_then(|b| b.1),
+                    };
+                    stack.push((up, stream));
                     words.clear();
                 }
                 Tok::Close => {
@@ -200,11 +217,19 @@ impl Specs {
                             keyed.insert(family.to_string(), spec);
                         }
                     }
-                    if let (Some(Some(up)), Some(&directive)) = (stack.last(), words.first()) {
+                    if let (Some((Some(up), stream)), Some(&directive)) =
+                        (stack.last(), words.first())
+                    {
                         // nginx names the line that ends the directive.
                         let origin = format!("{file}:{line}");
                         let dup = || format!("\"{directive}\" directive is duplicate in {origin}");
-                        let e = local.entry(up.clone()).or_default();
+                        // A stream upstream may share an http one's name: apart.
+                        let name = match stream {
+                            Some(true) => format!("stream:{up}"),
+                            _ => up.clone(),
+                        };
+                        let e = local.entry(name).or_default();
+                        e.3 = *stream;
                         let args = || words[1..].iter().map(|s| s.to_string()).collect();
                         match directive {
                             "circuit_breaker" if e.0.is_some() => return Err(dup()),
@@ -212,8 +237,7 @@ impl Specs {
                             "circuit_breaker_failure" if e.1.is_some() => return Err(dup()),
                             "circuit_breaker_failure" => e.1 = Some((args(), origin)),
                             PROBE_DIRECTIVE | LIMIT_DIRECTIVE | RETRY_DIRECTIVE => {
-                                let at = |e: ConfError| format!("{e} in {origin}");
-                                e.2.extend(companion(directive, &words[1..]).map_err(at)?);
+                                e.2.push((directive.to_owned(), args(), origin));
                             }
                             _ => {}
                         }
@@ -224,7 +248,21 @@ impl Specs {
         }
         let mut found = keyed.len();
         self.by_upstream.extend(keyed);
-        for (up, (cb, failures, companions)) in local {
+        for (up, (cb, failures, raw, stream)) in local {
+            let is_stream = match stream {
+                Some(s) => s,
+                None => looks_stream(cb.as_ref(), &raw),
+            };
+            if is_stream {
+                check_stream(cb.as_ref(), &raw)?;
+                continue;
+            }
+            let mut companions = Vec::new();
+            for (directive, args, origin) in &raw {
+                let at = |e: ConfError| format!("{e} in {origin}");
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                companions.extend(companion(directive, &args).map_err(at)?);
+            }
             // Checked in nginx's order: each directive as it comes.
             let mut order: Vec<&(Vec<String>, String)> = cb.iter().chain(failures.iter()).collect();
             order.sort_by_key(|(_, o)| {
@@ -262,6 +300,41 @@ impl Specs {
         }
         Ok(found)
     }
+}
+
+/// Whether an upstream block found outside any `http {}` or `stream {}` (a file nginx -T
+/// printed apart) is a stream one: only the stream module's parsers take its directives.
+fn looks_stream(cb: Option<&(Vec<String>, String)>, raw: &[(String, Vec<String>, String)]) -> bool {
+    fn words(w: &[String]) -> Vec<&str> {
+        w.iter().map(String::as_str).collect()
+    }
+    let http_takes = cb.map_or(true, |(w, _)| {
+        parse_breaker_args(words(w), &NginxUnits).is_ok()
+    }) && raw.iter().all(|(d, a, _)| companion(d, &words(a)).is_ok());
+    !http_takes && check_stream(cb, raw).is_ok()
+}
+
+/// A stream upstream's `circuit_breaker` and `circuit_breaker_probe`, checked by the stream
+/// module's parsers, with nginx's words; anything else of the http module's is refused as the
+/// stream module refuses it.
+fn check_stream(
+    cb: Option<&(Vec<String>, String)>,
+    raw: &[(String, Vec<String>, String)],
+) -> Result<(), String> {
+    if let Some((w, origin)) = cb {
+        parse_stream_breaker_args(w.iter().map(String::as_str), &NginxUnits)
+            .map_err(|e| format!("{e} in {origin}"))?;
+    }
+    for (directive, args, origin) in raw {
+        if directive != PROBE_DIRECTIVE {
+            return Err(format!(
+                "unknown directive \"{directive}\" in a stream upstream in {origin}"
+            ));
+        }
+        parse_stream_probe_args(args.iter().map(String::as_str), &NginxUnits)
+            .map_err(|e| format!("{e} in {origin}"))?;
+    }
+    Ok(())
 }
 
 /// A companion directive's words, checked by the module's own parser, as the
@@ -399,6 +472,49 @@ http {
             .config(&[("failure_rate".into(), "50%".into())])
             .unwrap();
         assert_eq!(swept.failure_rate, 5000);
+    }
+
+    #[test]
+    fn stream_upstreams_are_checked_and_left_out() {
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http {
+    upstream redis { server 127.0.0.1:8081; circuit_breaker min_requests=3; }
+}
+stream {
+    upstream redis {
+        server 127.0.0.1:6379;
+        circuit_breaker first_byte=2s;
+        circuit_breaker_probe send=PING\\r\\n expect=+PONG;
+    }
+    include /etc/nginx/streams-enabled/*;
+}
+# configuration file /etc/nginx/streams-enabled/db:
+upstream db {
+    server 127.0.0.1:5432;
+    circuit_breaker slow=1s first_byte=5s;
+    circuit_breaker_probe expect=N send=\\x00\\x00\\x00\\x08\\x04\\xd2\\x16\\x2f;
+}
+";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(text), Ok(1));
+        // The http one alone is replayed, with its own parameters.
+        let cfg = s.find("redis", "default").unwrap().config(&[]).unwrap();
+        assert_eq!(cfg.min_requests, 3);
+        assert!(s.find("db", "default").is_none());
+        // What the stream module refuses is refused with its words.
+        let bad = "# configuration file /x.conf:\nstream { upstream r { circuit_breaker first_byte=0; } }\n";
+        let e = Specs::default().add_nginx_t(bad).unwrap_err();
+        assert!(e.starts_with("invalid value \"first_byte=0\""), "{e}");
+        let bad = "# configuration file /x.conf:\nstream { upstream r { circuit_breaker; circuit_breaker_limit adaptive; } }\n";
+        let e = Specs::default().add_nginx_t(bad).unwrap_err();
+        assert!(
+            e.contains("unknown directive \"circuit_breaker_limit\""),
+            "{e}"
+        );
+        // An included file's block that both could take is read as the http module's.
+        let both = "# configuration file /y.conf:\nupstream u { circuit_breaker window=5s; }\n";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(both), Ok(1));
     }
 
     #[test]
