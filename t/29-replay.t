@@ -4,9 +4,7 @@
 # fails, then recovers, and logs every request in the circuit_breaker_replay format; cb-replay
 # then reads that access log with the configuration nginx -T prints, and its transitions must
 # be the live ones: as many, each made by the same request, with the same words.  And
-# $circuit_breaker_upstream, the upstream's name whether or not a breaker applies.  A stream
-# upstream of the same name, with a stream breaker's own parameters and probe, is checked in
-# nginx -T and left out of the replay.
+# $circuit_breaker_upstream, the upstream's name whether or not a breaker applies.
 
 ###############################################################################
 
@@ -33,7 +31,7 @@ my $root = "$FindBin::Bin/..";
 my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
 plan(skip_all => "no $replay (scripts/replay --build makes it)") unless -x $replay;
 
-my $t = Test::Nginx->new()->has(qw/http proxy stream/)->plan(21);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(21);
 
 # The README's format, plus the request (to find the live log line's request).
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
@@ -126,16 +124,6 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         }
     }
 
-EOF
-$t->write_file_expand('nginx.conf', $t->read_file('nginx.conf') . <<'EOF');
-stream {
-    upstream dry {
-        server 127.0.0.1:%%PORT_8081%%;
-        circuit_breaker min_requests=2 first_byte=2s;
-        circuit_breaker_probe send=PING\r\n expect=+PONG;
-    }
-    server { listen 127.0.0.1:%%PORT_8099%%; proxy_pass dry; }
-}
 EOF
 
 start($t, 8081);

@@ -44,7 +44,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(53);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(56);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -113,6 +113,13 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
 
     server { listen 127.0.0.1:%%PORT_8101%%; proxy_pass wrong; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8102%%; proxy_pass mixed; proxy_timeout 30s; }
+
+    # a dry run: nothing listens on 8095
+    upstream dry {
+        server 127.0.0.1:%%PORT_8095%%;
+        circuit_breaker min_requests=4 consecutive=20 dry_run;
+    }
+    server { listen 127.0.0.1:%%PORT_8104%%; proxy_pass dry; }
     server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass pair; proxy_timeout 30s; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass $target; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
@@ -360,6 +367,33 @@ cmp_ok(log_count($t, qr/"wrong" probe failed: invalid response to \Q$pr\E/), '>=
 	'probed for +PANG: every answer refused');
 is((ping($pw, 1))[0] . log_count($t, qr/"wrong" (?:half-opened|closed)/), '0',
 	'probed for +PANG: still open, and refusing');
+
+###############################################################################
+
+# a dry run's breaker that would refuse: the session goes on, and the log says open
+
+my $dp = port(8104);
+my $dry_before = log_lines($t);
+ping($dp, 1) for 1 .. 6;
+is(log_count($t, qr/"dry" opened/), 1, 'dry run: it would have opened');
+$end = time() + 5;
+sleep 0.05 while time() < $end && session_lines($t, $dry_before, $dp) < 6;
+like((session_lines($t, $dry_before, $dp))[-1], qr/ 502 \S+ \S+ open dry$/,
+	'dry run: the session went on, $circuit_breaker_state open');
+
+###############################################################################
+
+# cb-replay reads this configuration (stream breakers, first_byte=, a stream probe, and an
+# http block) as nginx -T prints it, passing over the stream upstreams
+
+my $d = $t->testdir();
+my $root = "$FindBin::Bin/..";
+my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
+my $conf = `$Test::Nginx::NGINX -p $d/ -c nginx.conf -e error-t.log -T 2>/dev/null`;
+$t->write_file('nginx-T.conf', $conf);
+$t->write_file('empty.log', '');
+my $out = `$replay --config $d/nginx-T.conf --breaker min_requests=5 $d/empty.log 2>&1`;
+is($? >> 8, 0, 'cb-replay --config of nginx -T with stream breakers') or diag($out);
 
 ###############################################################################
 

@@ -66,6 +66,9 @@ pub struct Specs {
     by_route: HashMap<(String, String), Spec>,
     by_upstream: HashMap<String, Spec>,
     any: Option<Spec>,
+    /// The `include` patterns seen inside `stream {}` (true) or `http {}` (false): the files
+    /// nginx -T prints apart are read in the block that includes them.
+    includes: Vec<(String, bool)>,
 }
 
 /// A word of `--breaker` that is a parameter (the module's, or `failure`), so that
@@ -137,7 +140,12 @@ impl Specs {
             let mut tokens = Vec::new();
             tokenize(section, &mut tokens).map_err(|(e, line)| format!("{e} in {file}:{line}"))?;
             section.clear();
-            self.read_blocks(&tokens, file).map(|n| found += n)
+            let base = self
+                .includes
+                .iter()
+                .find(|(pattern, _)| included(pattern, file))
+                .map(|&(_, stream)| stream);
+            self.read_blocks(&tokens, file, base).map(|n| found += n)
         };
         for line in text.split_inclusive('\n') {
             if let Some(path) = line
@@ -163,6 +171,7 @@ impl Specs {
         &mut self,
         tokens: &[(Tok, usize, String)],
         file: &str,
+        base: Option<bool>,
     ) -> Result<usize, String> {
         // Each open block: the upstream it is, if one, and whether it is inside `stream {}`
         // (`Some(false)`: inside `http {}`; `None`: neither is known).
@@ -192,7 +201,7 @@ impl Specs {
                     let stream = match words.first() {
                         Some(&"stream") => Some(true),
                         Some(&"http") => Some(false),
-                        _ => stack.last().and_then(|b| b.1),
+                        _ => stack.last().map_or(base, |b| b.1),
                     };
                     stack.push((up, stream));
                     words.clear();
@@ -202,6 +211,11 @@ impl Specs {
                     words.clear();
                 }
                 Tok::Semi => {
+                    if let (Some(&"include"), Some(&pattern)) = (words.first(), words.get(1)) {
+                        if let Some(stream) = stack.last().map_or(base, |b| b.1) {
+                            self.includes.push((pattern.to_owned(), stream));
+                        }
+                    }
                     if let (Some(&"circuit_breaker_key"), Some(&family)) =
                         (words.first(), words.get(1))
                     {
@@ -254,6 +268,11 @@ impl Specs {
                 None => looks_stream(cb.as_ref(), &raw),
             };
             if is_stream {
+                if let Some((_, origin)) = &failures {
+                    return Err(format!(
+                        "\"circuit_breaker_failure\" directive is not allowed here in {origin}"
+                    ));
+                }
                 check_stream(cb.as_ref(), &raw)?;
                 continue;
             }
@@ -302,6 +321,31 @@ impl Specs {
     }
 }
 
+/// Whether `file` (as nginx -T names it, a full path) is one that `include pattern` takes: a
+/// relative pattern names the path's last components. `*` and `?` as the shell's glob.
+fn included(pattern: &str, file: &str) -> bool {
+    let want: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
+    let have: Vec<&str> = file.trim_start_matches('/').split('/').collect();
+    if want.len() > have.len() || (pattern.starts_with('/') && want.len() != have.len()) {
+        return false;
+    }
+    let tail = &have[have.len() - want.len()..];
+    want.iter()
+        .zip(tail)
+        .all(|(w, h)| glob(w.as_bytes(), h.as_bytes()))
+}
+
+/// `*` and `?` over one path component.
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
+        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+        _ => false,
+    }
+}
+
 /// Whether an upstream block found outside any `http {}` or `stream {}` (a file nginx -T
 /// printed apart) is a stream one: only the stream module's parsers take its directives.
 fn looks_stream(cb: Option<&(Vec<String>, String)>, raw: &[(String, Vec<String>, String)]) -> bool {
@@ -328,7 +372,7 @@ fn check_stream(
     for (directive, args, origin) in raw {
         if directive != PROBE_DIRECTIVE {
             return Err(format!(
-                "unknown directive \"{directive}\" in a stream upstream in {origin}"
+                "\"{directive}\" directive is not allowed here in {origin}"
             ));
         }
         parse_stream_probe_args(args.iter().map(String::as_str), &NginxUnits)
@@ -508,13 +552,53 @@ upstream db {
         let bad = "# configuration file /x.conf:\nstream { upstream r { circuit_breaker; circuit_breaker_limit adaptive; } }\n";
         let e = Specs::default().add_nginx_t(bad).unwrap_err();
         assert!(
-            e.contains("unknown directive \"circuit_breaker_limit\""),
+            e.starts_with("\"circuit_breaker_limit\" directive is not allowed here"),
             "{e}"
         );
-        // An included file's block that both could take is read as the http module's.
+        let bad = "# configuration file /x.conf:\nstream { upstream r { circuit_breaker; \
+                   circuit_breaker_failure error; } }\n";
+        let e = Specs::default().add_nginx_t(bad).unwrap_err();
+        assert!(
+            e.starts_with("\"circuit_breaker_failure\" directive is not allowed here"),
+            "{e}"
+        );
+        // An included file's block that both could take is read as the http module's,
+        // unless the file is one a `stream {}` block includes.
         let both = "# configuration file /y.conf:\nupstream u { circuit_breaker window=5s; }\n";
         let mut s = Specs::default();
         assert_eq!(s.add_nginx_t(both), Ok(1));
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http { upstream redis { circuit_breaker min_requests=3; } include conf.d/*.conf; }
+stream { include streams-enabled/*; }
+# configuration file /etc/nginx/conf.d/a.conf:
+upstream web { circuit_breaker min_requests=7; }
+# configuration file /etc/nginx/streams-enabled/r:
+upstream redis { circuit_breaker min_requests=50; }
+";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(text), Ok(2));
+        let min = |s: &Specs, u: &str| s.find(u, "default").unwrap().config(&[]).unwrap();
+        assert_eq!(min(&s, "redis").min_requests, 3);
+        assert_eq!(min(&s, "web").min_requests, 7);
+    }
+
+    #[test]
+    fn includes_name_the_files_they_take() {
+        assert!(included(
+            "streams-enabled/*",
+            "/etc/nginx/streams-enabled/redis"
+        ));
+        assert!(included(
+            "/etc/nginx/conf.d/*.conf",
+            "/etc/nginx/conf.d/a.conf"
+        ));
+        assert!(included("s?.conf", "/etc/nginx/s1.conf"));
+        assert!(!included("conf.d/*.conf", "/etc/nginx/conf.d/a.txt"));
+        assert!(!included("/etc/nginx/conf.d/*", "/srv/etc/nginx/conf.d/a"));
+        assert!(!included(
+            "streams-enabled/*",
+            "/etc/nginx/sites-enabled/redis"
+        ));
     }
 
     #[test]

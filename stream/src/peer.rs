@@ -126,10 +126,11 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
             return true;
         }
         Some(Admission::Probe(t)) => t,
-        Some(Admission::Pass { .. }) => {
+        Some(Admission::Pass { would_reject }) => {
             // An ordinary session: its word says all there is. A UDP session's silence is
             // nginx's to judge (proxy_responses, proxy_timeout).
-            if let Some(p) = Plain::new(usize::from(scf.index), mono_ms(), udp) {
+            let plain = Plain::new(usize::from(scf.index), mono_ms(), udp);
+            if let Some(p) = plain.map(|p| if would_reject { p.would_refuse() } else { p }) {
                 // SAFETY: `s` is live.
                 unsafe { session::set_mark(s, Word::Plain(p)) };
             }

@@ -7,9 +7,10 @@
 //! `$circuit_breaker_state` in the access log.
 //!
 //! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
-//! recovery ramp; with 2, 3, 4: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
-//! silence says nothing, 40–59: the upstream, below 2¹⁶, 0–39: an instant, modulo 2⁴⁰ ms — 34
-//! years); a word with neither is a [`SessionId`] (generations below 2³⁰) or 0, nothing.
+//! recovery ramp; with 2 to 5: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
+//! silence says nothing, 59: a dry run's breaker would have refused it, 40–55: the upstream,
+//! 0–39: an instant, modulo 2⁴⁰ ms — 34 years); a word with neither is a [`SessionId`]
+//! (generations below 2³⁰) or 0, nothing.
 
 use super::SessionId;
 
@@ -18,11 +19,13 @@ const REFUSED_RAMP: u64 = REFUSED | 1;
 const SAID_CLOSED: u64 = REFUSED | 2;
 const SAID_HALF_OPEN: u64 = REFUSED | 3;
 const SAID_BACKUP: u64 = REFUSED | 4;
+const SAID_DRY_OPEN: u64 = REFUSED | 5;
 const PLAIN: u64 = 1 << 62;
 const SENT: u64 = 1 << 61;
 const MUTE: u64 = 1 << 60;
+const DRY_OPEN: u64 = 1 << 59;
 const UPSTREAM_SHIFT: u32 = 40;
-const UPSTREAM_MASK: u64 = (1 << 20) - 1;
+const UPSTREAM_MASK: u64 = (1 << 16) - 1;
 const INSTANT_MASK: u64 = (1 << UPSTREAM_SHIFT) - 1;
 
 /// The most upstreams with a breaker a [`Plain`] word can name.
@@ -56,6 +59,8 @@ pub enum Said {
     HalfOpen,
     /// The breaker was open and the upstream's backup servers took it.
     Backup,
+    /// A dry run's breaker would have refused it (open, or a ramp's share).
+    DryOpen,
 }
 
 impl Word {
@@ -69,6 +74,7 @@ impl Word {
             Word::Said(Said::Closed) => SAID_CLOSED,
             Word::Said(Said::HalfOpen) => SAID_HALF_OPEN,
             Word::Said(Said::Backup) => SAID_BACKUP,
+            Word::Said(Said::DryOpen) => SAID_DRY_OPEN,
             Word::Probe(id) => id.to_word(),
             Word::Plain(p) => p.0,
         }
@@ -86,6 +92,7 @@ impl Word {
             SAID_CLOSED => Word::Said(Said::Closed),
             SAID_HALF_OPEN => Word::Said(Said::HalfOpen),
             SAID_BACKUP => Word::Said(Said::Backup),
+            SAID_DRY_OPEN => Word::Said(Said::DryOpen),
             _ if w & REFUSED != 0 => Word::Free,
             _ => SessionId::from_word(w).map_or(Word::Free, Word::Probe),
         }
@@ -104,9 +111,10 @@ impl Word {
     pub fn state(self) -> Option<&'static str> {
         match self {
             Word::Free => None,
-            Word::Refused { ramp: false } => Some("open"),
+            Word::Refused { ramp: false } | Word::Said(Said::DryOpen) => Some("open"),
             Word::Refused { ramp: true } => Some("recovering"),
             Word::Probe(_) | Word::Said(Said::HalfOpen) => Some("half_open"),
+            Word::Plain(p) if p.dry_open() => Some("open"),
             Word::Plain(_) | Word::Said(Said::Closed) => Some("closed"),
             Word::Said(Said::Backup) => Some("backup"),
         }
@@ -116,6 +124,7 @@ impl Word {
     pub fn judged(self) -> Word {
         match self {
             Word::Probe(_) => Word::Said(Said::HalfOpen),
+            Word::Plain(p) if p.dry_open() => Word::Said(Said::DryOpen),
             Word::Plain(_) => Word::Said(Said::Closed),
             w => w,
         }
@@ -138,6 +147,18 @@ impl Plain {
         Some(Plain(
             PLAIN | mute | ((upstream as u64) << UPSTREAM_SHIFT) | (now_ms & INSTANT_MASK),
         ))
+    }
+
+    /// The word of a session a dry run's breaker would have refused.
+    #[inline]
+    pub fn dry_open(self) -> bool {
+        self.0 & DRY_OPEN != 0
+    }
+
+    /// The same word, marked as one a dry run's breaker would have refused.
+    #[inline]
+    pub fn would_refuse(self) -> Plain {
+        Plain(self.0 | DRY_OPEN)
     }
 
     /// The upstream's index.
@@ -237,6 +258,16 @@ mod tests {
         let p = Word::Plain(Plain::new(3, 9, false).unwrap());
         assert!(Word::held(p.to_bits()) && !Word::held(0));
         assert_eq!(p.judged(), Word::Said(Said::Closed));
+        // A dry run's breaker that would have refused it: open, before and after.
+        let dry = Plain::new(3, 9, false).unwrap().would_refuse();
+        assert_eq!(Word::Plain(dry).state(), Some("open"));
+        assert_eq!(Word::Plain(dry.sent_at(20)).state(), Some("open"));
+        assert_eq!(Word::Plain(dry).judged().state(), Some("open"));
+        assert_eq!(dry.upstream(), 3);
+        assert_eq!(
+            Word::from_bits(Word::Said(Said::DryOpen).to_bits()),
+            Word::Said(Said::DryOpen)
+        );
         assert_eq!(Plain::new(MAX_UPSTREAMS, 0, false), None);
     }
 
