@@ -217,21 +217,33 @@ static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 4] = [
     ngx_command_t::empty(),
 ];
 
+/// The module's main conf in `cycle`, if it has a stream block.
+///
+/// # Safety
+/// `cycle` must be a cycle whose configuration was read (nginx's `init_module` and
+/// `init_process`); the conf lives as long as it.
+unsafe fn cycle_main_conf<'a>(cycle: *mut ngx_cycle_t) -> Option<&'a mut MainConf> {
+    // SAFETY: the cycle's `conf_ctx` holds the stream block's context at the stream module's
+    // index, null without a stream block.
+    unsafe {
+        let ctx = (*(*cycle)
+            .conf_ctx
+            .add((*addr_of!(nginx_sys::ngx_stream_module)).index))
+        .cast::<ngx_stream_conf_ctx_t>();
+        if ctx.is_null() {
+            return None;
+        }
+        main_conf_of::<MainConf>(ctx, &*addr_of!(ngx_stream_circuit_breaker_module)).as_mut()
+    }
+}
+
 /// `init_module`, where a new configuration is committed: the zone's breakers are brought
 /// in line with it.
 unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
-        // SAFETY: nginx passes the cycle being committed; its `conf_ctx` holds the stream
-        // block's context at the stream module's index, if there is a stream block.
-        let mcf = unsafe {
-            let ctx = (*(*cycle)
-                .conf_ctx
-                .add((*addr_of!(nginx_sys::ngx_stream_module)).index))
-            .cast::<ngx_stream_conf_ctx_t>();
-            if ctx.is_null() {
-                return NGX_OK as ngx_int_t;
-            }
-            &mut *main_conf_of::<MainConf>(ctx, &*addr_of!(ngx_stream_circuit_breaker_module))
+        // SAFETY: nginx passes the cycle being committed.
+        let Some(mcf) = (unsafe { cycle_main_conf(cycle) }) else {
+            return NGX_OK as ngx_int_t;
         };
         // SAFETY: our own zone, initialised and mapped in the master by now.
         let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
@@ -249,19 +261,11 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 /// `init_process`: a worker starts its prober, if any upstream has active probes.
 unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
-        // SAFETY: nginx passes the worker's cycle; its `conf_ctx` holds the stream block's
-        // context at the stream module's index, if there is a stream block, whose main conf
-        // lives as long as the cycle — the worker's whole life.
-        let mcf: &'static MainConf = unsafe {
-            let ctx = (*(*cycle)
-                .conf_ctx
-                .add((*addr_of!(nginx_sys::ngx_stream_module)).index))
-            .cast::<ngx_stream_conf_ctx_t>();
-            if ctx.is_null() {
-                return NGX_OK as ngx_int_t;
-            }
-            &*main_conf_of::<MainConf>(ctx, &*addr_of!(ngx_stream_circuit_breaker_module))
+        // SAFETY: nginx passes the worker's cycle, which lives as long as the worker.
+        let Some(mcf) = (unsafe { cycle_main_conf(cycle) }) else {
+            return NGX_OK as ngx_int_t;
         };
+        let mcf: &'static MainConf = mcf;
         // SAFETY: the process's type, set before init_process. Workers probe (a single
         // process too); cache managers and loaders never do.
         let process = unsafe { nginx_sys::ngx_process } as u32;
