@@ -32,7 +32,8 @@ select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/stream http proxy/)->plan(28);
 
-$t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
+# One expansion: a second would remap the addresses the first wrote.
+my $stream = stream_conf(2, <<'EOF');
     log_format s '$server_port $status';
     access_log %%TESTDIR%%/stream.log s;
 
@@ -51,7 +52,7 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass kv; }
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass down; }
 EOF
-$t->write_file_expand('nginx.conf', $t->read_file('nginx.conf') . <<'EOF');
+$t->write_file_expand('nginx.conf', $stream . <<'EOF');
 http {
     %%TEST_GLOBALS_HTTP%%
 

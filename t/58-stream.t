@@ -48,7 +48,8 @@ my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(56);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
-$t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
+# One expansion: a second would remap the addresses the first wrote.
+my $stream = stream_conf(2, <<'EOF');
     log_format s '$server_port $status $upstream_addr $session_time '
                  '$circuit_breaker_state $circuit_breaker_upstream';
     access_log %%TESTDIR%%/stream.log s;
@@ -125,7 +126,7 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server { listen 127.0.0.1:%%PORT_8092%%; proxy_pass shaped; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass idle; proxy_timeout 1s; }
 EOF
-$t->write_file_expand('nginx.conf', $t->read_file('nginx.conf') . <<'EOF');
+$t->write_file_expand('nginx.conf', $stream . <<'EOF');
 http {
     %%TEST_GLOBALS_HTTP%%
 

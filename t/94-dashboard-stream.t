@@ -32,7 +32,8 @@ CB::Browser::plan($t, 8);
 
 # nothing listens on 8095: the one session and the one request each fail, and make their
 # breakers, which stay closed
-$t->write_file_expand('nginx.conf', stream_conf(1, <<'EOF'));
+# One expansion: a second would remap the addresses the first wrote.
+my $stream = stream_conf(1, <<'EOF');
     circuit_breaker_zone cbs:1m;
 
     upstream kv {
@@ -42,7 +43,7 @@ $t->write_file_expand('nginx.conf', stream_conf(1, <<'EOF'));
 
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass kv; }
 EOF
-$t->write_file_expand('nginx.conf', $t->read_file('nginx.conf') . <<'EOF');
+$t->write_file_expand('nginx.conf', $stream . <<'EOF');
 http {
     %%TEST_GLOBALS_HTTP%%
 
