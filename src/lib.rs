@@ -16,10 +16,11 @@ mod request;
 mod respond;
 mod retry;
 mod status;
+mod stream_zones;
 mod upstream;
 mod wake;
 
-use circuit_breaker_shell::{clock, ffi, zone};
+use circuit_breaker_shell::{clock, ffi, kin, zone};
 
 use core::ffi::c_void;
 use core::ptr::{addr_of, addr_of_mut, null_mut};

@@ -127,6 +127,9 @@ pub struct MainConf {
     /// (registered by `crate::fleet` once the http block is parsed).
     pub fleet: Option<FleetDirective>,
     pub fleet_zone: *mut ngx_shm_zone_t,
+    /// The stream block's breakers (name, fingerprint), which the fleet carries too, as the
+    /// stream module said once both blocks were read (`crate::fleet`).
+    pub fleet_stream: Vec<(String, u64)>,
     /// The TLS context of the fleet's `https://` peers (null without one).
     #[cfg(ngx_ssl)]
     pub fleet_ssl: *mut nginx_sys::ngx_ssl_t,
@@ -209,6 +212,7 @@ impl Default for MainConf {
             upstream_handlers: Vec::new(),
             fleet: None,
             fleet_zone: null_mut(),
+            fleet_stream: Vec::new(),
             keyed: Vec::new(),
             keys: None,
             keyed_stale_upstream: null_mut(),

@@ -63,6 +63,18 @@ pub struct Tracked {
     pub key: Option<Vec<u8>>,
     /// Still in the store (a keyed breaker the store retired is not).
     pub live: bool,
+    /// A stream breaker: in which of the stream module's zones.
+    pub stream: Option<usize>,
+}
+
+impl Tracked {
+    /// The breaker as its log lines name it.
+    fn who(&self) -> String {
+        match self.stream {
+            Some(_) => format!("stream \"{}\"", self.upstream),
+            None => format!("\"{}/{}\"", self.upstream, self.route),
+        }
+    }
 }
 
 /// How to reach one peer, and its pulls' state.
@@ -114,7 +126,11 @@ pub struct Exchange {
     breakers: Vec<Tracked>,
     /// Keyed breakers' families: (name, id).
     families: Vec<(String, u16)>,
+    /// The http block's zone (or, without one, the first stream zone): keyed breakers, the
+    /// wall clock.
     zone: Zone,
+    /// The stream module's zones.
+    stream_zones: Vec<Zone>,
     shared: FleetZone,
     zone_name: String,
     poll: bool,
@@ -145,6 +161,7 @@ pub struct Setup {
     pub breakers: Vec<Tracked>,
     pub families: Vec<(String, u16)>,
     pub zone: Zone,
+    pub stream_zones: Vec<Zone>,
     pub shared: FleetZone,
     pub zone_name: String,
     /// Other workers may signal: read their counter every [`wake::POLL`].
@@ -162,6 +179,7 @@ impl Exchange {
             breakers: s.breakers,
             families: s.families,
             zone: s.zone,
+            stream_zones: s.stream_zones,
             shared: s.shared,
             zone_name: s.zone_name,
             poll: s.poll,
@@ -189,6 +207,13 @@ impl Exchange {
         self.store.config().push_gap_ms
     }
 
+    /// The zone a breaker is in: the http block's (`None`) or a stream one.
+    fn zone_at(&self, stream: Option<usize>) -> &Zone {
+        stream
+            .and_then(|i| self.stream_zones.get(i))
+            .unwrap_or(&self.zone)
+    }
+
     fn key_of(t: &Tracked) -> Key<'_> {
         match &t.key {
             Some(key) => Key {
@@ -212,9 +237,12 @@ impl Exchange {
         self.dirty = false;
         for (batch, chunk) in self.breakers.chunks(BATCH).enumerate() {
             let mut views = Vec::with_capacity(chunk.len());
-            {
-                let mut locked = self.zone.lock();
-                for (i, t) in chunk.iter().enumerate().filter(|(_, t)| t.key.is_none()) {
+            for z in zones_in(chunk) {
+                let mut locked = self.zone_at(z).lock();
+                for (i, t) in chunk.iter().enumerate() {
+                    if t.key.is_some() || t.stream != z {
+                        continue;
+                    }
                     // A breaker of a route met only at run time may not exist yet.
                     if let Some(b) = locked.find(&Self::key_of(t)) {
                         let v = LocalView::of_view(&b.view(now), t.active);
@@ -301,6 +329,7 @@ impl Exchange {
             active: false,
             key: Some(key),
             live: true,
+            stream: None,
         };
         if i < self.breakers.len() {
             self.breakers[i] = t;
@@ -313,6 +342,7 @@ impl Exchange {
                 active: false,
                 key: Some(Vec::new()),
                 live: false,
+                stream: None,
             });
             self.breakers.push(t);
         }
@@ -371,36 +401,39 @@ impl Exchange {
             .zip(all.chunks(BATCH))
             .enumerate()
         {
-            let mut locked = self.zone.lock();
-            for (k, (t, &v)) in chunk.iter().zip(advice).enumerate() {
-                if !t.live {
-                    continue;
+            for z in zones_in(chunk) {
+                // A handle of its own: the store is written under the lock.
+                let zone = self.zone_at(z).clone();
+                let mut locked = zone.lock();
+                for (k, (t, &v)) in chunk.iter().zip(advice).enumerate() {
+                    if !t.live || t.stream != z {
+                        continue;
+                    }
+                    let Some(mut b) = locked.find(&Self::key_of(t)) else {
+                        continue;
+                    };
+                    b.suspect(v.suspicious_until_ms.unwrap_or(0));
+                    let probe_from = if v.peers_recovered {
+                        0
+                    } else {
+                        v.probe_from_ms.unwrap_or(u64::MAX)
+                    };
+                    b.set_fleet_advice(probe_from, until);
+                    // Once per open episode, however the peers' reports come and go (the store
+                    // counts it when it says so).
+                    if v.peers_recovered
+                        && self.store.take_hasten(now, batch * BATCH + k)
+                        && b.hasten(now)
+                    {
+                        ngx::ngx_log_error!(
+                            NGX_LOG_INFO,
+                            ngx_cycle_log().as_ptr(),
+                            "circuit breaker {} probes early: peers report recovery",
+                            t.who()
+                        );
+                    }
+                    // Dropping `b` publishes its gate: a hastened cooldown reaches requests now.
                 }
-                let Some(mut b) = locked.find(&Self::key_of(t)) else {
-                    continue;
-                };
-                b.suspect(v.suspicious_until_ms.unwrap_or(0));
-                let probe_from = if v.peers_recovered {
-                    0
-                } else {
-                    v.probe_from_ms.unwrap_or(u64::MAX)
-                };
-                b.set_fleet_advice(probe_from, until);
-                // Once per open episode, however the peers' reports come and go (the store
-                // counts it when it says so).
-                if v.peers_recovered
-                    && self.store.take_hasten(now, batch * BATCH + k)
-                    && b.hasten(now)
-                {
-                    ngx::ngx_log_error!(
-                        NGX_LOG_INFO,
-                        ngx_cycle_log().as_ptr(),
-                        "circuit breaker \"{}/{}\" probes early: peers report recovery",
-                        t.upstream,
-                        t.route
-                    );
-                }
-                // Dropping `b` publishes its gate: a hastened cooldown reaches requests now.
             }
         }
     }
@@ -597,6 +630,14 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
 }
 
 /// Marks `i` in `present`, growing it as needed.
+/// The zones the breakers of `chunk` are in, each once.
+fn zones_in(chunk: &[Tracked]) -> Vec<Option<usize>> {
+    let mut zones: Vec<_> = chunk.iter().map(|t| t.stream).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    zones
+}
+
 fn mark(present: &mut Vec<bool>, i: usize) {
     if present.len() <= i {
         present.resize(i + 1, false);

@@ -31,7 +31,7 @@ use std::rc::Rc;
 use circuit_breaker_core::fleet::auth::{Kind as AuthKind, HEADER};
 use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy, MAX_PEERS};
 use circuit_breaker_core::fleet::{
-    default_expire_intervals, wire, FleetConfig, FleetDirective, FleetStore,
+    default_expire_intervals, wire, FleetConfig, FleetDirective, FleetStore, STREAM_PREFIX,
 };
 use nginx_sys::{
     ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_str_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_ERR,
@@ -44,8 +44,11 @@ use self::exchange::{Exchange, Link, Setup, Tracked};
 use self::shared::{FleetZone, Part, ZONE_NAME};
 use crate::conf::{setup, MainConf, Module, SrvConf};
 use crate::ffi::guard;
+use crate::ffi::{hash_name, key_hash};
+use crate::kin;
+use crate::stream_zones;
 use crate::wake;
-use crate::zone::{Kind, Wanted, Zone};
+use crate::zone::{Key, Kind, Wanted, Zone, DEFAULT_ROUTE};
 
 /// `postconfiguration`, after the upstreams are collected: registers the fleet zone, sized
 /// for this configuration's breakers and peers.
@@ -61,12 +64,9 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     let Some(spec) = mcf.fleet.as_ref() else {
         return NGX_OK as ngx_int_t;
     };
-    let size = zone_size(
-        spec,
-        &setup::wanted(mcf),
-        mcf.zone_name.0.len(),
-        !mcf.keyed.is_empty(),
-    );
+    // SAFETY: `cf` is live; its cycle is the one being configured.
+    mcf.fleet_stream = unsafe { kin::stream_breakers((*cf).cycle) }.unwrap_or_default();
+    let size = fleet_zone_size(mcf, spec);
     let mut name = ngx_str_t {
         len: ZONE_NAME.len(),
         data: ZONE_NAME.as_ptr().cast_mut(),
@@ -97,14 +97,64 @@ pub unsafe fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     NGX_OK as ngx_int_t
 }
 
+/// Bytes for the fleet zone of `mcf`, whose fleet is `spec`.
+fn fleet_zone_size(mcf: &MainConf, spec: &FleetDirective) -> usize {
+    let stream = mcf.fleet_stream.iter().map(|(name, _)| name.len());
+    zone_size(
+        spec,
+        &setup::wanted(mcf),
+        stream,
+        mcf.zone_name.0.len(),
+        !mcf.keyed.is_empty(),
+    )
+}
+
+/// [`kin::HTTP_FLEET_GROW`]: the stream block of `cycle` was read after the http block; the
+/// fleet's zone, if the http block registered one, is sized again with its breakers (nginx
+/// maps zones only once every block is read).
+///
+/// # Safety
+/// `cycle` must be the cycle being configured.
+#[no_mangle]
+pub unsafe extern "C" fn ngx_http_circuit_breaker_fleet_grow_v1(cycle: *mut ngx_cycle_t) {
+    guard((), || {
+        // SAFETY: the cycle being configured: its http confs are set once its block was read.
+        let Some(mcf) = Module::main_conf_mut(unsafe { &*cycle }) else {
+            return;
+        };
+        let Some(spec) = mcf.fleet.clone() else {
+            return;
+        };
+        // SAFETY: as this fn's contract.
+        mcf.fleet_stream = unsafe { kin::stream_breakers(cycle) }.unwrap_or_default();
+        let size = fleet_zone_size(mcf, &spec);
+        // SAFETY: null or the zone this configuration registered, not mapped yet.
+        if let Some(z) = unsafe { mcf.fleet_zone.as_mut() } {
+            z.shm.size = z.shm.size.max(size);
+        }
+    });
+}
+
 /// Bytes for the fleet zone: its three texts for every breaker and peer of the
 /// configuration (and, with keyed breakers, the keyed records a message may carry), twice
 /// over (a text that grows is copied into a new buffer, and the slab rounds sizes up), and
 /// 64 KiB beside.
-fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize, keyed: bool) -> usize {
+fn zone_size(
+    spec: &FleetDirective,
+    wanted: &[Wanted<'_>],
+    stream: impl Iterator<Item = usize> + Clone,
+    zone_name: usize,
+    keyed: bool,
+) -> usize {
+    // A stream breaker's name is `stream:NAME`, its route `default`.
     let names = wanted
         .iter()
         .map(|w| w.key.upstream.len() + w.key.route.len())
+        .chain(
+            stream
+                .clone()
+                .map(|n| STREAM_PREFIX.len() + n + DEFAULT_ROUTE.len()),
+        )
         .max()
         .unwrap_or(0);
     let id = spec
@@ -114,7 +164,7 @@ fn zone_size(spec: &FleetDirective, wanted: &[Wanted<'_>], zone_name: usize, key
         .chain([spec.id.len()])
         .max()
         .unwrap_or(0);
-    let (n, p) = (wanted.len(), spec.peers.len());
+    let (n, p) = (wanted.len() + stream.count(), spec.peers.len());
     // Names are percent-encoded on the wire: up to three bytes each.
     let records = n.saturating_mul(p + 1).min(1024);
     // Keyed records, own and relayed: a family and a key of up to a name's length each.
@@ -207,7 +257,16 @@ fn start(
     poll: bool,
 ) -> Result<(String, usize, usize), String> {
     // SAFETY: our zones (or null), mapped in this worker.
-    let zone = unsafe { Zone::from_shm(mcf.zone) }.ok_or("no breaker to exchange about")?;
+    let http_zone = unsafe { Zone::from_shm(mcf.zone) };
+    let stream_zones: Vec<Zone> = if mcf.fleet_stream.is_empty() {
+        Vec::new()
+    } else {
+        stream_zones::all().into_iter().map(|(_, z)| z).collect()
+    };
+    let zone = http_zone
+        .clone()
+        .or_else(|| stream_zones.first().cloned())
+        .ok_or("no breaker to exchange about")?;
     // SAFETY: `mcf.fleet_zone` is null or the fleet zone this module registered, mapped in this
     // worker (`start` runs from init_process).
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or("no fleet zone")?;
@@ -245,6 +304,7 @@ fn start(
                 active: w.cfg.active,
                 key: None,
                 live: true,
+                stream: None,
             }),
             Err(e) => {
                 ngx::ngx_log_error!(
@@ -258,10 +318,11 @@ fn start(
             }
         }
     }
+    add_stream_breakers(mcf, &stream_zones, &mut store, &mut breakers);
     // Keyed breakers come and go with their keys: the exchange learns each family's rules
     // now, its keys as they fail (here or at a peer).
     let mut families = Vec::new();
-    for fam in &mcf.keyed {
+    for fam in mcf.keyed.iter().filter(|_| http_zone.is_some()) {
         let fp = breaker_fingerprint(&fam.cfg, None);
         match store.add_family(&fam.name, fp, breaker_policy(&fam.cfg)) {
             Ok(()) => families.push((fam.name.clone(), fam.id)),
@@ -286,6 +347,7 @@ fn start(
         breakers,
         families,
         zone,
+        stream_zones,
         shared,
         zone_name: mcf.zone_name.0.clone(),
         poll,
@@ -294,6 +356,59 @@ fn start(
     wake::exchange_here();
     crate::net::spawn(exchange::run(ex)).detach();
     Ok(summary)
+}
+
+/// The stream block's breakers, found in the stream module's zones, named `stream:NAME` in
+/// the store (see [`STREAM_PREFIX`]).
+fn add_stream_breakers(
+    mcf: &MainConf,
+    zones: &[Zone],
+    store: &mut FleetStore,
+    breakers: &mut Vec<Tracked>,
+) {
+    for (name, fp) in &mcf.fleet_stream {
+        let key = Key {
+            hash: key_hash(
+                hash_name(name.as_bytes()),
+                hash_name(DEFAULT_ROUTE.as_bytes()),
+            ),
+            upstream: name.as_bytes(),
+            route: DEFAULT_ROUTE.as_bytes(),
+            kind: Kind::Route,
+        };
+        let found = zones.iter().enumerate().find_map(|(i, z)| {
+            let mut locked = z.lock();
+            locked.find(&key).map(|b| (i, *b.config()))
+        });
+        let shown = format!("{STREAM_PREFIX}{name}");
+        let added = match found {
+            Some((i, cfg)) => store
+                .add_breaker(&shown, DEFAULT_ROUTE, *fp, breaker_policy(&cfg))
+                .map(|_| (i, cfg))
+                .map_err(|e| e.to_string()),
+            None => Err("not in the stream zone".to_owned()),
+        };
+        match added {
+            Ok((i, cfg)) => breakers.push(Tracked {
+                hash: key.hash,
+                upstream: name.clone(),
+                route: DEFAULT_ROUTE.to_owned(),
+                active: cfg.active,
+                key: None,
+                live: true,
+                stream: Some(i),
+            }),
+            Err(e) => {
+                ngx::ngx_log_error!(
+                    NGX_LOG_NOTICE,
+                    ngx_cycle_log().as_ptr(),
+                    "circuit breaker stream \"{}\" stays out of the fleet: {}",
+                    name,
+                    e
+                );
+            }
+        }
+    }
 }
 
 /// How to reach each peer: its address, and for an `https://` one the TLS to speak

@@ -8,16 +8,15 @@ use circuit_breaker_core::status::assemble::{assemble, copies, Upstreams};
 use circuit_breaker_core::status::query::{lists_key_state, Query};
 use circuit_breaker_core::status::query::{quote, Action, Format};
 use circuit_breaker_core::status::{render_json, Entry, ZoneView};
-use nginx_sys::{
-    ngx_http_request_t, ngx_int_t, ngx_shm_zone_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_NOT_FOUND,
-};
+use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_NOT_FOUND};
 
 use super::control::{control_of, done, log_control, send_entry};
 use super::send::send_text;
 use super::snapshot::snapshot;
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::ffi::{hash_name, key_hash, nginx_version, MODULE_VERSION};
-use crate::zone::{Key, Zone, DEFAULT_ROUTE};
+use crate::stream_zones;
+use crate::zone::{Key, DEFAULT_ROUTE};
 
 /// A stream upstream's configuration is not the http block's: nothing to add.
 struct Stream;
@@ -38,7 +37,7 @@ impl Upstreams for Stream {
 
 /// Each stream zone's view and breakers, as `q` selects them; `None` when nginx has none.
 pub fn zones_taken(q: &Query, clocks: Clocks) -> Option<Vec<(ZoneView, Vec<Entry>)>> {
-    let zones = zones();
+    let zones = stream_zones::all();
     if zones.is_empty() {
         return None;
     }
@@ -108,7 +107,7 @@ pub fn control(
         kind: Kind::Route,
     };
     let mono = mono_ms();
-    for (name, zone) in zones() {
+    for (name, zone) in stream_zones::all() {
         let found = {
             let mut locked = zone.lock();
             locked.find(&key).map(|mut b| {
@@ -136,43 +135,4 @@ pub fn control(
         NGX_HTTP_NOT_FOUND,
         &format!("no circuit breaker for stream upstream {}", quote(upstream)),
     )
-}
-
-/// The stream module's zones in this process, by name.
-fn zones() -> Vec<(String, Zone)> {
-    // SAFETY: dlsym with a NUL-terminated name; null when no loaded object defines it (nginx
-    // loads modules RTLD_GLOBAL).
-    let tag = unsafe {
-        libc::dlsym(
-            libc::RTLD_DEFAULT,
-            c"ngx_stream_circuit_breaker_module".as_ptr(),
-        )
-    };
-    if tag.is_null() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    // SAFETY: the worker's cycle, whose shared zones live as long as it.
-    let mut part = unsafe { &(*nginx_sys::ngx_cycle).shared_memory.part };
-    loop {
-        if !part.elts.is_null() {
-            // SAFETY: a list part's elts hold nelts shm zones.
-            let zones: &[ngx_shm_zone_t] =
-                unsafe { core::slice::from_raw_parts(part.elts.cast(), part.nelts) };
-            for z in zones.iter().filter(|z| z.tag == tag) {
-                // SAFETY: a zone the stream module registered, mapped in this worker.
-                if let Some(zone) = unsafe { Zone::from_kin_shm(z) } {
-                    out.push((
-                        String::from_utf8_lossy(z.shm.name.as_bytes()).into_owned(),
-                        zone,
-                    ));
-                }
-            }
-        }
-        // SAFETY: next is null or the next live part.
-        match unsafe { part.next.as_ref() } {
-            Some(p) => part = p,
-            None => return out,
-        }
-    }
 }

@@ -14,8 +14,8 @@ use circuit_breaker_shell::ffi::{hash_name, key_hash};
 use circuit_breaker_shell::net::Peer;
 use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
 use nginx_sys::{
-    ngx_command_t, ngx_conf_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_session_t,
-    ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_srv_conf_t,
+    ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_conf_ctx_t,
+    ngx_stream_session_t, ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_srv_conf_t,
 };
 use ngx::core::{Pool, NGX_CONF_ERROR, NGX_CONF_OK};
 
@@ -122,6 +122,25 @@ pub unsafe fn of_session<'a>(s: *const ngx_stream_session_t) -> Option<&'a MainC
         (*(*s).main_conf.add(ctx_index()))
             .cast::<MainConf>()
             .as_ref()
+    }
+}
+
+/// The module's main conf in `cycle`, if it has a stream block (being read, or read).
+///
+/// # Safety
+/// `cycle` must be a cycle being configured or running; the conf lives as long as it.
+pub unsafe fn of_cycle<'a>(cycle: *mut ngx_cycle_t) -> Option<&'a mut MainConf> {
+    // SAFETY: the cycle's `conf_ctx` holds the stream block's context at the stream module's
+    // index (null without a stream block), whose `main_conf` holds every stream module's.
+    unsafe {
+        let ctx = (*(*cycle)
+            .conf_ctx
+            .add((*core::ptr::addr_of!(nginx_sys::ngx_stream_module)).index))
+        .cast::<ngx_stream_conf_ctx_t>();
+        let ctx = ctx.as_ref()?;
+        (*ctx.main_conf.add(ctx_index()))
+            .cast::<MainConf>()
+            .as_mut()
     }
 }
 

@@ -2,9 +2,10 @@
 //! UDP: databases, caches, brokers). Its own `.so`, so that the http module loads where nginx
 //! has no stream module; the breaker, the zone and the log lines are the http module's
 //! (`circuit_breaker_core`, `circuit_breaker_shell`). Imports run one way: registration →
-//! hooks (`peer`, `observe`) → `session` → `conf` → shell → core.
+//! hooks (`peer`, `observe`, `fleet`) → `session` → `conf` → shell → core.
 
 mod conf;
+mod fleet;
 mod observe;
 mod peer;
 mod probe;
@@ -118,6 +119,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         all.rotate_right(1);
         all[0] = Some(observe::log_phase);
         observe::add_filter();
+        fleet::tell_http((*cf).cycle);
         NGX_OK as ngx_int_t
     })
 }
@@ -217,32 +219,12 @@ static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 4] = [
     ngx_command_t::empty(),
 ];
 
-/// The module's main conf in `cycle`, if it has a stream block.
-///
-/// # Safety
-/// `cycle` must be a cycle whose configuration was read (nginx's `init_module` and
-/// `init_process`); the conf lives as long as it.
-unsafe fn cycle_main_conf<'a>(cycle: *mut ngx_cycle_t) -> Option<&'a mut MainConf> {
-    // SAFETY: the cycle's `conf_ctx` holds the stream block's context at the stream module's
-    // index, null without a stream block.
-    unsafe {
-        let ctx = (*(*cycle)
-            .conf_ctx
-            .add((*addr_of!(nginx_sys::ngx_stream_module)).index))
-        .cast::<ngx_stream_conf_ctx_t>();
-        if ctx.is_null() {
-            return None;
-        }
-        main_conf_of::<MainConf>(ctx, &*addr_of!(ngx_stream_circuit_breaker_module)).as_mut()
-    }
-}
-
 /// `init_module`, where a new configuration is committed: the zone's breakers are brought
 /// in line with it.
 unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     guard(NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx passes the cycle being committed.
-        let Some(mcf) = (unsafe { cycle_main_conf(cycle) }) else {
+        let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
             return NGX_OK as ngx_int_t;
         };
         // SAFETY: our own zone, initialised and mapped in the master by now.
@@ -262,7 +244,7 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
         // SAFETY: nginx passes the worker's cycle, which lives as long as the worker.
-        let Some(mcf) = (unsafe { cycle_main_conf(cycle) }) else {
+        let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
             return NGX_OK as ngx_int_t;
         };
         let mcf: &'static MainConf = mcf;

@@ -159,7 +159,12 @@ fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
         return None;
     };
     t.scf.handle.set(b.handle());
-    let ticket = b.active_probe(now, rnd(), pid(), &process_alive);
+    // In a fleet, only the instance the fleet names probes.
+    let ticket = if b.may_probe(now) {
+        b.active_probe(now, rnd(), pid(), &process_alive)
+    } else {
+        None
+    };
     t.next_look.set(match probe::look(b.gate(), now, interval) {
         Look::At(at) => at,
         Look::Lock if !known => now,

@@ -25,7 +25,7 @@ use super::fingerprint::Fingerprint;
 use super::store::{default_fanout, Policy};
 use super::wire::MAX_NAME_BYTES;
 use crate::breaker::BreakerConfig;
-use crate::directive::{ConfError, ProbeSpec, Units};
+use crate::directive::{ConfError, ProbeSpec, StreamProbe, Units};
 
 const DIRECTIVE: &str = "circuit_breaker_fleet";
 
@@ -405,6 +405,22 @@ pub fn breaker_fingerprint(cfg: &BreakerConfig, probe: Option<&ProbeSpec>) -> u6
     fp.finish()
 }
 
+/// A stream upstream's breaker's fingerprint: as an http one's, with the session's own
+/// rules — the first-byte bound, and with active probes what they send, expect and wait —
+/// and a word of its own, so that it never agrees with an http breaker's.
+pub fn stream_breaker_fingerprint(
+    cfg: &BreakerConfig,
+    first_byte_ms: u32,
+    probe: Option<&StreamProbe>,
+) -> u64 {
+    let fp = Fingerprint::of_config(cfg).str("stream").u32(first_byte_ms);
+    let fp = match probe.filter(|_| cfg.active) {
+        Some(p) => fp.bytes(&p.send).bytes(&p.expect).u32(p.timeout_ms),
+        None => fp,
+    };
+    fp.finish()
+}
+
 /// The fleet's view of a breaker's probing: user-request probes wait `open` (doubling up to
 /// `max_open`) between fleet probes; active probes come every `probe_interval`.
 pub fn breaker_policy(cfg: &BreakerConfig) -> Policy {
@@ -590,6 +606,44 @@ mod tests {
         assert_ne!(g, breaker_fingerprint(&active, Some(&grpc("pkg.Svc"))));
         assert_eq!(g, breaker_fingerprint(&active, Some(&grpc(""))));
         assert_eq!(a, breaker_fingerprint(&active, Some(&probe.clone())));
+    }
+
+    #[test]
+    fn a_stream_fingerprint_covers_the_session_rules() {
+        let cfg = BreakerConfig::default();
+        let fp = stream_breaker_fingerprint(&cfg, 3_000, None);
+        assert_ne!(
+            fp,
+            breaker_fingerprint(&cfg, None),
+            "never an http breaker's"
+        );
+        assert_ne!(fp, stream_breaker_fingerprint(&cfg, 1_000, None));
+        assert_eq!(fp, stream_breaker_fingerprint(&cfg, 3_000, None));
+        let probe = StreamProbe {
+            send: b"PING\r\n".to_vec(),
+            expect: b"+PONG".to_vec(),
+            timeout_ms: 1_000,
+        };
+        // Not in force without active probes.
+        assert_eq!(fp, stream_breaker_fingerprint(&cfg, 3_000, Some(&probe)));
+        let active = BreakerConfig {
+            active: true,
+            ..cfg
+        };
+        let a = stream_breaker_fingerprint(&active, 3_000, Some(&probe));
+        assert_ne!(a, stream_breaker_fingerprint(&active, 3_000, None));
+        // Where the send ends and the expect begins is part of it.
+        let moved = StreamProbe {
+            send: b"PING\r\n+".to_vec(),
+            expect: b"PONG".to_vec(),
+            ..probe.clone()
+        };
+        assert_ne!(a, stream_breaker_fingerprint(&active, 3_000, Some(&moved)));
+        let slower = StreamProbe {
+            timeout_ms: 2_000,
+            ..probe
+        };
+        assert_ne!(a, stream_breaker_fingerprint(&active, 3_000, Some(&slower)));
     }
 
     #[test]

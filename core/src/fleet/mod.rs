@@ -57,6 +57,13 @@ pub mod status;
 pub mod store;
 pub mod wire;
 
+/// How a stream upstream's breaker is named in the fleet (on the wire, in the fleet's status):
+/// `stream:NAME`, its route `default`. No request reaches an http upstream named so (nginx
+/// reads `stream:NAME` in `proxy_pass` as a host and a port), so the two never meet; an instance whose
+/// stream breakers stay out of its fleet ignores these records as it does any breaker it
+/// does not have.
+pub const STREAM_PREFIX: &str = "stream:";
+
 pub use conf::FleetDirective;
 pub use fingerprint::Fingerprint;
 pub use store::{

@@ -163,16 +163,29 @@ EOF
 			. "\n            proxy_set_header Connection \"\";";
 	}
 
+	# with stream (and stream_module, the stream module's .so): a stream {} block of
+	# its own text, the instance's stream breakers (STREAM_PORT in it is the instance's
+	# stream_ports entry)
+	my ($stream_module, $stream) = ('', '');
+	if (my $text = $o{stream} // $self->{stream}) {
+		$stream_module = "load_module $self->{stream_module};\n";
+		$text =~ s/STREAM_PORT/$self->{stream_ports}[$i]/g;
+		$stream = "stream {\n$text}\n";
+	}
+	# stream_first: the stream block read before the http block
+	my $stream_first = $o{stream_first} ? $stream : '';
+	$stream = '' if $o{stream_first};
+
 	return <<"EOF";
 load_module $self->{module};
-pid $dir/nginx.pid;
+${stream_module}pid $dir/nginx.pid;
 error_log $dir/error.log info;
 worker_processes 1;
 
 events {
     worker_connections 1024;
 }
-
+$stream_first
 http {
     access_log off;
 
@@ -197,6 +210,7 @@ $local_location$keyed_location
         }
     }
 }
+$stream
 EOF
 }
 
