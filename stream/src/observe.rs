@@ -101,7 +101,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
                 Some(h) => h,
                 None => return,
             },
-            Word::Free | Word::Refused { .. } | Word::Said(_) => return,
+            Word::Free | Word::Refused(_) | Word::Said(_) => return,
         };
         // SAFETY: a live session, its connection and its upstream's last state.
         let (log, connect_ms) = unsafe {
@@ -154,7 +154,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             Some(Some(deadline)) => held::arm(mcf, deadline),
             Some(None) => {}
         },
-        Word::Free | Word::Refused { .. } | Word::Said(_) => {}
+        Word::Free | Word::Refused(_) | Word::Said(_) => {}
     }
 }
 
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
         let word = Word::from_bits(w);
         match word {
-            Word::Refused { .. } => {
+            Word::Refused(_) => {
                 // SAFETY: as above.
                 unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
                 return NGX_OK as ngx_int_t;
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
                 Some(h) => h,
                 None => return NGX_OK as ngx_int_t,
             },
-            Word::Free | Word::Refused { .. } | Word::Said(_) => return NGX_OK as ngx_int_t,
+            Word::Free | Word::Refused(_) | Word::Said(_) => return NGX_OK as ngx_int_t,
         };
         let end = session::Ended {
             status: u16::try_from(status).unwrap_or(0),

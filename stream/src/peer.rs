@@ -14,7 +14,7 @@ use nginx_sys::{
 };
 
 use crate::conf::{self, SrvConf};
-use circuit_breaker_core::session::{Plain, Said, Word};
+use circuit_breaker_core::session::{Plain, Refusal, Said, Word};
 
 use crate::session;
 
@@ -119,14 +119,14 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
     };
     let ticket = match session::admit(&zone, mcf, scf, log) {
         None => return false,
-        Some(a @ (Admission::Reject { .. } | Admission::Recovering { .. })) => {
-            let ramp = matches!(a, Admission::Recovering { .. });
+        Some((a @ (Admission::Reject { .. } | Admission::Recovering { .. }), state)) => {
+            let why = Refusal::of(&a, state).unwrap_or(Refusal::Open);
             // SAFETY: `s` is live.
-            unsafe { session::set_mark(s, Word::Refused { ramp }) };
+            unsafe { session::set_mark(s, Word::Refused(why)) };
             return true;
         }
-        Some(Admission::Probe(t)) => t,
-        Some(Admission::Pass { would_reject }) => {
+        Some((Admission::Probe(t), _)) => t,
+        Some((Admission::Pass { would_reject }, _)) => {
             // An ordinary session: its word says all there is. A UDP session's silence is
             // nginx's to judge (proxy_responses, proxy_timeout).
             let plain = Plain::new(usize::from(scf.index), mono_ms(), udp);

@@ -287,13 +287,23 @@ fn sweep_now(mcf: &MainConf, log: *mut ngx_log_t) {
     }
 }
 
-/// What the breaker says to a new session of `scf`'s upstream: `None` when no breaker
-/// applies (no zone, the zone full, or this worker's configuration older than the zone's and
-/// the breaker new).
-pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) -> Option<Admission> {
+/// What the breaker says to a new session of `scf`'s upstream, and the breaker's state then:
+/// `None` when no breaker applies (no zone, the zone full, or this worker's configuration
+/// older than the zone's and the breaker new).
+pub fn admit(
+    zone: &Zone,
+    mcf: &MainConf,
+    scf: &SrvConf,
+    log: *mut ngx_log_t,
+) -> Option<(Admission, State)> {
     let now = mono_ms();
     if let Some(a) = zone.admit_unlocked(scf.handle.get(), scf.key_hash, now) {
-        return Some(a);
+        // Without the lock only a closed breaker passes, and only one in its cooldown refuses.
+        let state = match a {
+            Admission::Reject { .. } => State::Open,
+            _ => State::Closed,
+        };
+        return Some((a, state));
     }
     let cfg = scf.params?.cfg;
     let found = {
@@ -303,10 +313,10 @@ pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) ->
             let may_probe = b.may_probe(now) || b.state() == State::HalfOpen;
             let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
             scf.handle.set(b.handle());
-            d
+            (d, b.state())
         })
     };
-    let decision = match found {
+    let (decision, state) = match found {
         Ok(d) => d,
         Err(Missing::Full) => {
             circuit_breaker_shell::log::not_created(log, scf.key_hash, &scf.name);
@@ -317,5 +327,5 @@ pub fn admit(zone: &Zone, mcf: &MainConf, scf: &SrvConf, log: *mut ngx_log_t) ->
     if let Some(t) = &decision.transition {
         circuit_breaker_shell::log::transition(log, &format!("\"{}\"", scf.name), t);
     }
-    Some(decision.admission)
+    Some((decision.admission, state))
 }

@@ -7,12 +7,14 @@
 //! `$circuit_breaker_state` in the access log.
 //!
 //! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
-//! recovery ramp; with 2 to 5: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
+//! recovery ramp; with 6: refused while half-open; with 2 to 5: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
 //! silence says nothing, 59: a dry run's breaker would have refused it, 40–55: the upstream,
 //! 0–39: an instant, modulo 2⁴⁰ ms — 34 years); a word with neither is a [`SessionId`]
 //! (generations below 2³⁰) or 0, nothing.
 
 use super::SessionId;
+use crate::breaker::Admission;
+use crate::snapshot::State;
 
 const REFUSED: u64 = 1 << 63;
 const REFUSED_RAMP: u64 = REFUSED | 1;
@@ -20,6 +22,7 @@ const SAID_CLOSED: u64 = REFUSED | 2;
 const SAID_HALF_OPEN: u64 = REFUSED | 3;
 const SAID_BACKUP: u64 = REFUSED | 4;
 const SAID_DRY_OPEN: u64 = REFUSED | 5;
+const REFUSED_HALF_OPEN: u64 = REFUSED | 6;
 const PLAIN: u64 = 1 << 62;
 const SENT: u64 = 1 << 61;
 const MUTE: u64 = 1 << 60;
@@ -36,18 +39,40 @@ pub const MAX_UPSTREAMS: usize = 1 << 16;
 pub enum Word {
     /// Not the module's, or judged already.
     Free,
-    /// Refused by its breaker (open, or a recovery ramp's share): the log phase gives it its
+    /// Refused by its breaker (open, half-open with its probe out, or a recovery ramp's
+    /// share): the log phase gives it its
     /// `503`.
-    Refused {
-        /// A recovery ramp turned it away (the breaker itself is closed).
-        ramp: bool,
-    },
+    Refused(Refusal),
     /// The probe, held in the worker's table.
     Probe(SessionId),
     /// An ordinary session, not judged yet.
     Plain(Plain),
     /// Judged, or handed to a backup: what the breaker said.
     Said(Said),
+}
+
+/// Why a breaker refused a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Open, in its cooldown.
+    Open,
+    /// Half-open, its probe out (or the fleet's to send).
+    HalfOpen,
+    /// Closed, but a recovery ramp's share turned it away.
+    Ramp,
+}
+
+impl Refusal {
+    /// Why `a` refuses a session, the breaker being in `state` once it answered; `None` when
+    /// it lets the session through.
+    pub fn of(a: &Admission, state: State) -> Option<Refusal> {
+        match (a, state) {
+            (Admission::Recovering { .. }, _) => Some(Refusal::Ramp),
+            (Admission::Reject { .. }, State::HalfOpen) => Some(Refusal::HalfOpen),
+            (Admission::Reject { .. }, _) => Some(Refusal::Open),
+            _ => None,
+        }
+    }
 }
 
 /// What the breaker said to a session that went to a server.
@@ -69,8 +94,9 @@ impl Word {
     pub fn to_bits(self) -> u64 {
         match self {
             Word::Free => 0,
-            Word::Refused { ramp: false } => REFUSED,
-            Word::Refused { ramp: true } => REFUSED_RAMP,
+            Word::Refused(Refusal::Open) => REFUSED,
+            Word::Refused(Refusal::HalfOpen) => REFUSED_HALF_OPEN,
+            Word::Refused(Refusal::Ramp) => REFUSED_RAMP,
             Word::Said(Said::Closed) => SAID_CLOSED,
             Word::Said(Said::HalfOpen) => SAID_HALF_OPEN,
             Word::Said(Said::Backup) => SAID_BACKUP,
@@ -87,8 +113,9 @@ impl Word {
             return Word::Plain(Plain(w));
         }
         match w {
-            REFUSED => Word::Refused { ramp: false },
-            REFUSED_RAMP => Word::Refused { ramp: true },
+            REFUSED => Word::Refused(Refusal::Open),
+            REFUSED_HALF_OPEN => Word::Refused(Refusal::HalfOpen),
+            REFUSED_RAMP => Word::Refused(Refusal::Ramp),
             SAID_CLOSED => Word::Said(Said::Closed),
             SAID_HALF_OPEN => Word::Said(Said::HalfOpen),
             SAID_BACKUP => Word::Said(Said::Backup),
@@ -111,9 +138,11 @@ impl Word {
     pub fn state(self) -> Option<&'static str> {
         match self {
             Word::Free => None,
-            Word::Refused { ramp: false } | Word::Said(Said::DryOpen) => Some("open"),
-            Word::Refused { ramp: true } => Some("recovering"),
-            Word::Probe(_) | Word::Said(Said::HalfOpen) => Some("half_open"),
+            Word::Refused(Refusal::Open) | Word::Said(Said::DryOpen) => Some("open"),
+            Word::Refused(Refusal::Ramp) => Some("recovering"),
+            Word::Refused(Refusal::HalfOpen) | Word::Probe(_) | Word::Said(Said::HalfOpen) => {
+                Some("half_open")
+            }
             Word::Plain(p) if p.dry_open() => Some("open"),
             Word::Plain(_) | Word::Said(Said::Closed) => Some("closed"),
             Word::Said(Said::Backup) => Some("backup"),
@@ -223,11 +252,34 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_says_why() {
+        let reject = Admission::Reject { retry_after_ms: 1 };
+        assert_eq!(Refusal::of(&reject, State::Open), Some(Refusal::Open));
+        assert_eq!(
+            Refusal::of(&reject, State::HalfOpen),
+            Some(Refusal::HalfOpen)
+        );
+        let ramp = Admission::Recovering { retry_after_ms: 1 };
+        assert_eq!(Refusal::of(&ramp, State::Closed), Some(Refusal::Ramp));
+        let pass = Admission::Pass {
+            would_reject: false,
+        };
+        assert_eq!(Refusal::of(&pass, State::Closed), None);
+        assert_eq!(Refusal::of(&pass, State::HalfOpen), None);
+        assert_eq!(
+            Word::Refused(Refusal::HalfOpen).state(),
+            Some("half_open"),
+            "as the http module's $circuit_breaker_state says"
+        );
+    }
+
+    #[test]
     fn nothing_refused_and_said() {
         assert_eq!(Word::from_bits(0), Word::Free);
         for w in [
-            Word::Refused { ramp: false },
-            Word::Refused { ramp: true },
+            Word::Refused(Refusal::Open),
+            Word::Refused(Refusal::HalfOpen),
+            Word::Refused(Refusal::Ramp),
             Word::Said(Said::Closed),
             Word::Said(Said::HalfOpen),
             Word::Said(Said::Backup),
@@ -237,8 +289,9 @@ mod tests {
         }
         let states: Vec<_> = [
             Word::Free,
-            Word::Refused { ramp: false },
-            Word::Refused { ramp: true },
+            Word::Refused(Refusal::Open),
+            Word::Refused(Refusal::HalfOpen),
+            Word::Refused(Refusal::Ramp),
             Word::Plain(Plain::new(3, 9, false).unwrap()),
             Word::Said(Said::Backup),
         ]
@@ -250,6 +303,7 @@ mod tests {
             [
                 None,
                 Some("open"),
+                Some("half_open"),
                 Some("recovering"),
                 Some("closed"),
                 Some("backup")
