@@ -44,7 +44,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(56);
+my $t = Test::Nginx->new()->has(qw/stream stream_map http/)->plan(59);
 
 # min_requests=4 for short runs; consecutive=20 so that the rate opens them (the run of
 # gateway failures has its own tests).  Each scenario has its own upstream over one Redis.
@@ -53,6 +53,12 @@ my $stream = stream_conf(2, <<'EOF');
     log_format s '$server_port $status $upstream_addr $session_time '
                  '$circuit_breaker_state $circuit_breaker_upstream';
     access_log %%TESTDIR%%/stream.log s;
+
+    log_format circuit_breaker_stream_replay
+        '$msec $session_time $protocol $status "$circuit_breaker_upstream" "$upstream_addr" '
+        '"$upstream_connect_time" "$upstream_first_byte_time" "$upstream_bytes_sent" '
+        '"$upstream_bytes_received" "$circuit_breaker_state"';
+    access_log %%TESTDIR%%/replay.log circuit_breaker_stream_replay;
 
     circuit_breaker_zone cbs:1m;
 
@@ -395,6 +401,20 @@ $t->write_file('nginx-T.conf', $conf);
 $t->write_file('empty.log', '');
 my $out = `$replay --config $d/nginx-T.conf --breaker min_requests=5 $d/empty.log 2>&1`;
 is($? >> 8, 0, 'cb-replay --config of nginx -T with stream breakers') or diag($out);
+
+# and replays this run's own stream log in circuit_breaker_stream_replay, by these breakers:
+# every line reads; the upstreams the live breakers opened open, the sessions a client
+# shaped and the idle subscriptions open nothing, as they did live
+$out = `$replay --config $d/nginx-T.conf --json $d/replay.log 2>&1`;
+my $r = eval { JSON::PP::decode_json($out) } // {};
+my $b = ($r->{settings} // [{}])->[0]{breakers} // {};
+is($r->{lines}{unparseable} // -1, 0, 'cb-replay of the live stream log: every line reads')
+	or diag($out);
+my $live = join ' ', map { "$_:" . log_count($t, qr/"$_" opened/) } qw/redis byvar/;
+is(join(' ', map { "$_:" . ($b->{"stream $_"}{opens} // 'none') } qw/redis byvar/), $live,
+	'cb-replay: the stopped, killed and unreachable servers open as often as they did live');
+is(join(' ', map { $b->{"stream $_"}{opens} // 'none' } qw/shaped idle/), '0 0',
+	'cb-replay: what clients shaped, and idle subscriptions, open nothing');
 
 ###############################################################################
 

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{
     parse_breaker_args, parse_failure_classes, parse_limit_args, parse_probe_args,
-    parse_retry_budget_args, parse_stream_breaker_args, parse_stream_probe_args, ConfError,
-    BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+    parse_retry_budget_args, parse_stream_breaker_args, parse_stream_probe_args, stream_takes,
+    ConfError, StreamParams, BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
 };
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
@@ -24,9 +24,83 @@ pub struct Spec {
     pub failures: Option<Vec<String>>,
     /// `FILE:LINE` of the directive, or `--breaker`.
     pub origin: String,
+    /// Whose breaker it is.
+    pub kind: Kind,
+}
+
+/// Which module's breaker a [`Spec`] is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// An http upstream's (or a key's).
+    #[default]
+    Http,
+    /// A stream upstream's: read by the stream module's parser, with `first_byte`; `active`
+    /// with `circuit_breaker_probe`.
+    Stream { active: bool },
+    /// `--breaker` without a name: every other breaker of either kind, each taking the
+    /// parameters its module takes.
+    Any,
+}
+
+/// A parameter only the stream module's breaker takes.
+fn stream_only(key: &str) -> bool {
+    key == "first_byte"
+}
+
+/// A parameter only the http module's breaker takes (its companions').
+fn http_only(key: &str) -> bool {
+    BREAKER_PARAMETERS.contains(&key) && !stream_takes(key)
 }
 
 impl Spec {
+    /// The words with `set` replacing the same keys; of a spec for either kind and of the
+    /// sweep, those the other module alone takes are left out (a sweep of `first_byte` is
+    /// the stream breakers', of `retry_budget` the http ones').
+    fn words(&self, set: &[(String, String)], other: fn(&str) -> bool) -> Vec<String> {
+        let any = self.kind == Kind::Any;
+        let mut words: Vec<String> = self
+            .words
+            .iter()
+            .filter(|w| !(any && other(key(w))))
+            .filter(|w| !set.iter().any(|(k, _)| key(w) == k))
+            .cloned()
+            .collect();
+        words.extend(
+            set.iter()
+                .filter(|(k, _)| !other(k))
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        words
+    }
+
+    /// A stream breaker's parameters, with `set`, read by the stream module's parser.
+    pub fn stream_params(&self, set: &[(String, String)]) -> Result<StreamParams, String> {
+        let at = |e: ConfError| format!("{e} in {}", self.origin);
+        if let (Kind::Stream { .. }, Some(_)) = (self.kind, &self.failures) {
+            return Err(format!(
+                "\"circuit_breaker_failure\" directive is not allowed here in {}",
+                self.origin
+            ));
+        }
+        let words = self.words(set, http_only);
+        let mut p =
+            parse_stream_breaker_args(words.iter().map(String::as_str), &NginxUnits).map_err(at)?;
+        // With active probes, no client's session is the probe.
+        p.cfg.active = matches!(self.kind, Kind::Stream { active: true });
+        Ok(p)
+    }
+
+    /// Checks the spec under `set` with the parser of each module it is for.
+    pub fn check(&self, set: &[(String, String)]) -> Result<(), String> {
+        if !matches!(self.kind, Kind::Stream { .. }) {
+            self.params(set)?;
+        }
+        if self.kind != Kind::Http {
+            self.stream_params(set)?;
+        }
+        Ok(())
+    }
+
     /// The breaker's parameters, with `set` (`key=value` words) replacing the same keys.
     pub fn config(&self, set: &[(String, String)]) -> Result<BreakerConfig, String> {
         self.params(set).map(|(cfg, _)| cfg)
@@ -37,13 +111,7 @@ impl Spec {
         &self,
         set: &[(String, String)],
     ) -> Result<(BreakerConfig, Option<RetryBudgetConfig>), String> {
-        let mut words: Vec<String> = self
-            .words
-            .iter()
-            .filter(|w| !set.iter().any(|(k, _)| key(w) == k))
-            .cloned()
-            .collect();
-        words.extend(set.iter().map(|(k, v)| format!("{k}={v}")));
+        let words = self.words(set, stream_only);
         let at = |e: ConfError| format!("{e} in {}", self.origin);
         let params =
             parse_breaker_args(words.iter().map(String::as_str), &NginxUnits).map_err(at)?;
@@ -60,11 +128,13 @@ fn key(word: &str) -> &str {
     word.split_once('=').map_or(word, |(k, _)| k)
 }
 
-/// Which spec a breaker takes: by (upstream, route), by upstream, else `*`.
+/// Which spec a breaker takes: by (upstream, route), by upstream, else `*`; a stream
+/// upstream's by its name among the stream ones, else `*`.
 #[derive(Clone, Debug, Default)]
 pub struct Specs {
     by_route: HashMap<(String, String), Spec>,
     by_upstream: HashMap<String, Spec>,
+    by_stream: HashMap<String, Spec>,
     any: Option<Spec>,
     /// The `include` patterns seen inside `stream {}` (true) or `http {}` (false): the files
     /// nginx -T prints apart are read in the block that includes them.
@@ -74,8 +144,11 @@ pub struct Specs {
 /// A word of `--breaker` that is a parameter (the module's, or `failure`), so that
 /// `--breaker 'window=10s …'` (no name) is told from `--breaker 'api=window=10s …'`.
 fn is_param(word: &str) -> bool {
-    word == "failure" || BREAKER_PARAMETERS.contains(&word)
+    word == "failure" || stream_only(word) || BREAKER_PARAMETERS.contains(&word)
 }
+
+/// How `--breaker` names a stream upstream: `stream:NAME`.
+pub const STREAM_PREFIX: &str = "stream:";
 
 impl Specs {
     /// The spec for (upstream, route), if any.
@@ -86,17 +159,23 @@ impl Specs {
             .or(self.any.as_ref())
     }
 
+    /// The spec for the stream upstream `name`, if any.
+    pub fn find_stream(&self, name: &str) -> Option<&Spec> {
+        self.by_stream.get(name).or(self.any.as_ref())
+    }
+
     /// Every spec, for checking them all before the log is read.
     pub fn all(&self) -> impl Iterator<Item = &Spec> {
         self.by_route
             .values()
             .chain(self.by_upstream.values())
+            .chain(self.by_stream.values())
             .chain(self.any.iter())
     }
 
-    /// `--breaker '[UPSTREAM[:ROUTE]=]PARAMS'`; `failure=a,b` stands for
-    /// `circuit_breaker_failure a b`. Replaces an earlier spec of the same name (one from
-    /// `--config` too).
+    /// `--breaker '[UPSTREAM[:ROUTE]=]PARAMS'`, or `stream:NAME=PARAMS` for a stream upstream;
+    /// `failure=a,b` stands for `circuit_breaker_failure a b`. Replaces an earlier spec of the
+    /// same name (one from `--config` too).
     pub fn add_option(&mut self, arg: &str) -> Result<(), String> {
         let head = arg.split_once('=').map_or(arg, |(h, _)| h).trim();
         let (name, params) = if is_param(head) || !arg.contains('=') {
@@ -105,10 +184,16 @@ impl Specs {
             let (n, p) = arg.split_once('=').unwrap_or((arg, ""));
             (n.trim(), p)
         };
+        let stream = name.strip_prefix(STREAM_PREFIX);
         let mut spec = Spec {
             words: Vec::new(),
             failures: None,
             origin: "--breaker".into(),
+            kind: match (name, stream) {
+                ("*", _) => Kind::Any,
+                (_, Some(_)) => Kind::Stream { active: false },
+                _ => Kind::Http,
+            },
         };
         for w in params.split_ascii_whitespace() {
             match w.strip_prefix("failure=") {
@@ -116,7 +201,26 @@ impl Specs {
                 None => spec.words.push(w.to_owned()),
             }
         }
-        spec.config(&[])?;
+        if let Some(up) = stream {
+            if up.is_empty() || up.contains(':') {
+                return Err(format!(
+                    "--breaker wants stream:NAME=PARAMETERS (a stream upstream has no routes): \
+                     \"{arg}\""
+                ));
+            }
+            // Its probes stay as --config gave them (the option replaces the parameters).
+            if let Some(Spec {
+                kind: Kind::Stream { active: true },
+                ..
+            }) = self.by_stream.get(up)
+            {
+                spec.kind = Kind::Stream { active: true };
+            }
+            spec.check(&[])?;
+            self.by_stream.insert(up.to_owned(), spec);
+            return Ok(());
+        }
+        spec.check(&[])?;
         match name.split_once(':') {
             _ if name == "*" => self.any = Some(spec),
             Some((u, r)) => {
@@ -226,6 +330,7 @@ impl Specs {
                                 words: words[2..].iter().map(|s| s.to_string()).collect(),
                                 failures: None,
                                 origin: format!("{file}:{line}"),
+                                kind: Kind::Http,
                             };
                             spec.config(&[])?;
                             keyed.insert(family.to_string(), spec);
@@ -274,6 +379,20 @@ impl Specs {
                     ));
                 }
                 check_stream(cb.as_ref(), &raw)?;
+                if let Some((words, origin)) = cb {
+                    let name = up.strip_prefix(STREAM_PREFIX).unwrap_or(&up);
+                    let active = raw.iter().any(|(d, _, _)| d == PROBE_DIRECTIVE);
+                    found += 1;
+                    self.by_stream.insert(
+                        name.to_owned(),
+                        Spec {
+                            words,
+                            failures: None,
+                            origin,
+                            kind: Kind::Stream { active },
+                        },
+                    );
+                }
                 continue;
             }
             let mut companions = Vec::new();
@@ -294,11 +413,13 @@ impl Specs {
                         words: w.clone(),
                         failures: None,
                         origin: origin.clone(),
+                        kind: Kind::Http,
                     },
                     _ => Spec {
                         words: Vec::new(),
                         failures: Some(w.clone()),
                         origin: origin.clone(),
+                        kind: Kind::Http,
                     },
                 };
                 probe.config(&[])?;
@@ -314,6 +435,7 @@ impl Specs {
                     words,
                     failures: failures.map(|(f, _)| f),
                     origin,
+                    kind: Kind::Http,
                 },
             );
         }
@@ -519,7 +641,7 @@ http {
     }
 
     #[test]
-    fn stream_upstreams_are_checked_and_left_out() {
+    fn stream_upstreams_are_read_by_the_stream_parser_apart() {
         let text = "# configuration file /etc/nginx/nginx.conf:
 http {
     upstream redis { server 127.0.0.1:8081; circuit_breaker min_requests=3; }
@@ -540,11 +662,23 @@ upstream db {
 }
 ";
         let mut s = Specs::default();
-        assert_eq!(s.add_nginx_t(text), Ok(1));
-        // The http one alone is replayed, with its own parameters.
+        assert_eq!(s.add_nginx_t(text), Ok(3));
+        // Each with its own parameters, an http upstream apart from a stream one of its name.
         let cfg = s.find("redis", "default").unwrap().config(&[]).unwrap();
         assert_eq!(cfg.min_requests, 3);
         assert!(s.find("db", "default").is_none());
+        let redis = s.find_stream("redis").unwrap().stream_params(&[]).unwrap();
+        assert_eq!((redis.first_byte_ms, redis.cfg.min_requests), (2_000, 20));
+        assert!(redis.cfg.active, "circuit_breaker_probe");
+        let db = s.find_stream("db").unwrap();
+        assert_eq!(db.origin, "/etc/nginx/streams-enabled/db:3");
+        let db = db.stream_params(&[]).unwrap();
+        assert_eq!((db.first_byte_ms, db.cfg.slow_ms), (5_000, 1_000));
+        // The sweep re-parses them: first_byte is swept.
+        let swept = s.find_stream("db").unwrap();
+        let set = [("first_byte".to_owned(), "off".to_owned())];
+        assert_eq!(swept.stream_params(&set).unwrap().first_byte_ms, 0);
+        assert!(s.find_stream("web").is_none());
         // What the stream module refuses is refused with its words.
         let bad = "# configuration file /x.conf:\nstream { upstream r { circuit_breaker first_byte=0; } }\n";
         let e = Specs::default().add_nginx_t(bad).unwrap_err();
@@ -576,10 +710,12 @@ upstream web { circuit_breaker min_requests=7; }
 upstream redis { circuit_breaker min_requests=50; }
 ";
         let mut s = Specs::default();
-        assert_eq!(s.add_nginx_t(text), Ok(2));
+        assert_eq!(s.add_nginx_t(text), Ok(3));
         let min = |s: &Specs, u: &str| s.find(u, "default").unwrap().config(&[]).unwrap();
         assert_eq!(min(&s, "redis").min_requests, 3);
         assert_eq!(min(&s, "web").min_requests, 7);
+        let r = s.find_stream("redis").unwrap().stream_params(&[]).unwrap();
+        assert_eq!(r.cfg.min_requests, 50);
     }
 
     #[test]
@@ -750,5 +886,46 @@ upstream api {
             s.find("other", "x").unwrap().config(&[]).unwrap().window_s,
             5
         );
+    }
+
+    #[test]
+    fn stream_breaker_options() {
+        let mut s = Specs::default();
+        s.add_option("stream:kv=first_byte=1s min_requests=4")
+            .unwrap();
+        let kv = s.find_stream("kv").unwrap().stream_params(&[]).unwrap();
+        assert_eq!((kv.first_byte_ms, kv.cfg.min_requests), (1_000, 4));
+        // Not an http upstream's: neither "kv" nor "stream" with a route "kv".
+        assert!(s.find("kv", "default").is_none() && s.find("stream", "kv").is_none());
+        // first_byte is the stream module's: refused elsewhere with the http module's words.
+        let e = s.add_option("api=first_byte=1s").unwrap_err();
+        assert!(e.starts_with("invalid parameter \"first_byte=1s\""), "{e}");
+        // And what only the http module takes is refused as the stream module refuses it.
+        let e = s.add_option("stream:kv=retry_budget=20%").unwrap_err();
+        assert!(e.contains("is for http upstreams only"), "{e}");
+        let e = s.add_option("stream:kv=failure=error").unwrap_err();
+        assert!(
+            e.starts_with("\"circuit_breaker_failure\" directive is not allowed"),
+            "{e}"
+        );
+        assert!(s.add_option("stream:kv:r=window=5s").is_err());
+        // No name: every other breaker of either kind, each taking what its module takes.
+        s.add_option("window=5s first_byte=2s retry_budget=20% failure=error")
+            .unwrap();
+        let any = s.find_stream("other").unwrap();
+        let p = any.stream_params(&[]).unwrap();
+        assert_eq!((p.cfg.window_s, p.first_byte_ms), (5, 2_000));
+        let (cfg, retry) = s.find("other", "default").unwrap().params(&[]).unwrap();
+        assert_eq!(cfg.window_s, 5);
+        assert!(retry.is_some());
+        // A sweep of first_byte is the stream breakers'; the http ones ignore it.
+        let set = [("first_byte".to_owned(), "500ms".to_owned())];
+        assert_eq!(any.stream_params(&set).unwrap().first_byte_ms, 500);
+        assert!(s.find("other", "default").unwrap().check(&set).is_ok());
+        // The default bound, for a stream breaker given no first_byte.
+        let mut s = Specs::default();
+        s.add_option("window=5s").unwrap();
+        let p = s.find_stream("x").unwrap().stream_params(&[]).unwrap();
+        assert_eq!(p.first_byte_ms, 3_000);
     }
 }

@@ -1,4 +1,6 @@
-//! One access-log line in the `circuit_breaker_replay` format (see the README):
+//! One access-log line in the `circuit_breaker_replay` format (see the README), or a stream
+//! session's in `circuit_breaker_stream_replay` (told apart by an unquoted third field:
+//! see `parse_stream`). The http one:
 //!
 //! ```text
 //! $msec $request_time "$circuit_breaker_upstream" "$circuit_breaker_route" "$upstream_addr"
@@ -17,6 +19,7 @@
 //! has seen, and `$proxy_host` is the client's `Host` when nginx proxies to `http://$host`.
 
 use circuit_breaker_core::breaker::{Attempt, Ending};
+use circuit_breaker_core::session::Logged;
 
 /// A parsed line, borrowing the names from the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +44,10 @@ pub struct Line<'a> {
     /// `$circuit_breaker_msec`: when the breaker judged the request and when it recorded its
     /// outcome (the same, for a request with none), on the module's monotonic clock.
     pub judged: Option<(u64, u64)>,
+    /// A stream session's line (`circuit_breaker_stream_replay`): what nginx logged of it, for
+    /// each breaker setting to judge (`session::logged`, with its `first_byte`). Its upstream
+    /// is a stream one, its route `default`, and `attempt` a placeholder without a verdict.
+    pub session: Option<Logged>,
 }
 
 /// What a retry budget needs of a request's earlier attempts (in its last upstream).
@@ -195,6 +202,11 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         parse_seconds(field(&mut rest, FIELDS[0])?).ok_or(LineError::BadField(FIELDS[0]))?;
     let request_ms =
         parse_seconds(field(&mut rest, FIELDS[1])?).ok_or(LineError::BadField(FIELDS[1]))?;
+    // An http line quotes its third field (the upstream); a stream line's is `$protocol`.
+    let third = rest.trim_start_matches(' ');
+    if !third.is_empty() && !third.starts_with('"') {
+        return parse_stream(end_ms, request_ms, rest);
+    }
     for (value, name) in f.iter_mut().zip(FIELDS).skip(2) {
         *value = field(&mut rest, name)?;
     }
@@ -250,6 +262,122 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         retries,
         refused,
         judged,
+        session: None,
+    })
+}
+
+const STREAM_FIELDS: [&str; 8] = [
+    "$protocol",
+    "$status",
+    "upstream name",
+    "$upstream_addr",
+    "$upstream_connect_time",
+    "$upstream_first_byte_time",
+    "$upstream_bytes_sent",
+    "$upstream_bytes_received",
+];
+
+/// The values `$circuit_breaker_state` takes in `stream {}`.
+const STREAM_STATES: [&str; 5] = ["closed", "open", "half_open", "recovering", "backup"];
+
+/// A time of a stream list's last try: `-` when that stage was never reached.
+fn last_time(list: &str, name: &'static str) -> Result<Option<u64>, LineError> {
+    match list.rsplit(',').next().map(|e| e.trim_matches(' ')) {
+        None | Some("-") | Some("") => Ok(None),
+        Some(t) => parse_seconds(t).map(Some).ok_or(LineError::BadField(name)),
+    }
+}
+
+/// The rest of a `circuit_breaker_stream_replay` line, after `$msec $session_time`:
+///
+/// ```text
+/// $protocol $status "$circuit_breaker_upstream" "$upstream_addr" "$upstream_connect_time"
+/// "$upstream_first_byte_time" "$upstream_bytes_sent" "$upstream_bytes_received"
+/// ["$circuit_breaker_state"] [anything]
+/// ```
+///
+/// nginx's lists hold one entry per server tried (`, ` between them; the last is the final
+/// try), a time `-` when its stage was never reached, and the whole variable `-` when no
+/// server was tried.
+fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>, LineError> {
+    let mut f = [""; 8];
+    for (value, name) in f.iter_mut().zip(STREAM_FIELDS) {
+        *value = field(&mut rest, name)?;
+    }
+    let udp = match f[0] {
+        "TCP" => false,
+        "UDP" => true,
+        _ => return Err(LineError::BadField(STREAM_FIELDS[0])),
+    };
+    let status = match f[1].parse::<u16>() {
+        Ok(c) if (100..=999).contains(&c) && f[1].len() == 3 => c,
+        _ => return Err(LineError::BadField(STREAM_FIELDS[1])),
+    };
+    let upstream = f[2];
+    if upstream.len() > MAX_NAME {
+        return Err(LineError::TooLong(STREAM_FIELDS[2]));
+    }
+    let connect_ms = last_time(f[4], STREAM_FIELDS[4])?;
+    let first_byte_ms = last_time(f[5], STREAM_FIELDS[5])?;
+    // Whether the last try's count is not 0 (all the replay needs of it), each checked.
+    let nonzero = |list: &str, name| -> Result<bool, LineError> {
+        let mut last = false;
+        for e in list.split(',').map(|e| e.trim_matches(' ')) {
+            last = match e {
+                "-" | "" => false,
+                d if d.len() <= 20 && d.bytes().all(|c| c.is_ascii_digit()) => {
+                    d.bytes().any(|c| c != b'0')
+                }
+                _ => return Err(LineError::BadField(name)),
+            };
+        }
+        Ok(last)
+    };
+    let sent = nonzero(f[6], STREAM_FIELDS[6])?;
+    nonzero(f[7], STREAM_FIELDS[7])?;
+    // A balancer that found no server free names the upstream itself, as the module tells.
+    let tried = f[3]
+        .split(',')
+        .map(|e| e.trim_matches(' '))
+        .any(|a| !a.is_empty() && a != "-" && a != upstream);
+    let state = field(&mut rest, "$circuit_breaker_state")
+        .ok()
+        .filter(|s| STREAM_STATES.contains(s));
+    let none = Line {
+        end_ms,
+        request_ms: session_ms,
+        upstream,
+        route: "default",
+        attempt: None,
+        retries: Retries::default(),
+        refused: false,
+        judged: None,
+        session: None,
+    };
+    if upstream.is_empty() || upstream == "-" {
+        // No upstream (`return`, or an address without an upstream block): no breaker's.
+        return Ok(none);
+    }
+    // Refused live: no server tried, the module's 503; or handed to the backup servers while
+    // the breaker was open (the primary breaker refused it: what they said is not its).
+    let refused = match state {
+        Some("backup") => true,
+        Some("open" | "half_open" | "recovering") => !tried && status == 503,
+        _ => false,
+    };
+    Ok(Line {
+        attempt: Some(Attempt::ended(Ending::NoVerdict, 0)),
+        refused,
+        session: Some(Logged {
+            udp,
+            status,
+            tried,
+            connect_ms,
+            first_byte_ms,
+            client_sent: sent,
+            session_ms,
+        }),
+        ..none
     })
 }
 
@@ -477,6 +605,118 @@ mod tests {
         );
     }
 
+    const KV: &str =
+        r#"1700000010.500 0.250 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "14" "7" "closed""#;
+
+    #[test]
+    fn a_stream_line() {
+        let l = parse(KV).unwrap();
+        assert_eq!((l.end_ms, l.request_ms), (1_700_000_010_500, 250));
+        assert_eq!((l.upstream, l.route), ("kv", "default"));
+        assert!(!l.refused && l.judged.is_none() && l.retries == Retries::default());
+        assert_eq!(
+            l.session,
+            Some(Logged {
+                udp: false,
+                status: 200,
+                tried: true,
+                connect_ms: Some(1),
+                first_byte_ms: Some(2),
+                client_sent: true,
+                session_ms: 250,
+            })
+        );
+        // Trailing fields are the operator's; the state may be left out.
+        assert_eq!(parse(&format!("{KV} \"x\" 12")).unwrap(), l);
+        let bare = KV.strip_suffix(r#" "closed""#).unwrap();
+        assert_eq!(parse(bare).unwrap(), l);
+    }
+
+    #[test]
+    fn a_stream_line_s_last_try_counts() {
+        // Refused by the first server, silent on the second; UDP.
+        let l = parse(r#"1.000 5.000 UDP 502 "dns" "10.0.0.1:53, 10.0.0.2:53" "-, 0.000" "-, -" "0, 40" "0, 0" "closed""#).unwrap();
+        let s = l.session.unwrap();
+        assert!(s.udp && s.tried && s.client_sent);
+        assert_eq!(
+            (s.connect_ms, s.first_byte_ms, s.status),
+            (Some(0), None, 502)
+        );
+        // Connect refused on the last try, nothing sent.
+        let l =
+            parse(r#"1.000 0.001 TCP 502 "kv" "10.0.0.7:6379" "-" "-" "0" "0" "closed""#).unwrap();
+        let s = l.session.unwrap();
+        assert_eq!((s.connect_ms, s.client_sent, s.tried), (None, false, true));
+        // No server free (max_conns): the balancer names the upstream, no address.
+        let l = parse(r#"1.000 0.000 TCP 502 "kv" "kv" "-" "-" "0" "0" "closed""#).unwrap();
+        assert!(!l.session.unwrap().tried);
+    }
+
+    #[test]
+    fn stream_lines_refused_live() {
+        for state in ["open", "half_open", "recovering"] {
+            let text = format!(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "{state}""#);
+            let l = parse(&text).unwrap();
+            assert!(l.refused, "{state}");
+            assert!(!l.session.unwrap().tried);
+        }
+        // Handed to a backup server while open: the primary breaker refused it.
+        let l =
+            parse(r#"1.000 0.100 TCP 200 "kv" "10.0.0.9:6379" "0.001" "0.002" "14" "7" "backup""#)
+                .unwrap();
+        assert!(l.refused);
+        // Let through in a dry run: a server tried, so not refused.
+        let l =
+            parse(r#"1.000 0.100 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "14" "7" "open""#)
+                .unwrap();
+        assert!(!l.refused);
+        // nginx's own 503 (limit_conn), no breaker's state: not refused by a breaker.
+        let l = parse(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "-""#).unwrap();
+        assert!(!l.refused && l.session.is_some());
+    }
+
+    #[test]
+    fn stream_lines_without_an_upstream_or_badly_written() {
+        let l = parse(r#"1.000 0.000 TCP 200 "-" "-" "-" "-" "-" "-" "-""#).unwrap();
+        assert_eq!((l.attempt, l.session), (None, None));
+        let bad = |t: &str| parse(t).unwrap_err();
+        assert_eq!(
+            bad(r#"1.000 0.100 SCTP 200 "kv" "a" "-" "-" "0" "0""#),
+            LineError::BadField("$protocol")
+        );
+        assert_eq!(
+            bad(r#"1.000 0.100 TCP 20 "kv" "a" "-" "-" "0" "0""#),
+            LineError::BadField("$status")
+        );
+        assert_eq!(
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "x" "-" "0" "0""#),
+            LineError::BadField("$upstream_connect_time")
+        );
+        assert_eq!(
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "1.2.3" "0" "0""#),
+            LineError::BadField("$upstream_first_byte_time")
+        );
+        assert_eq!(
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "-1" "0""#),
+            LineError::BadField("$upstream_bytes_sent")
+        );
+        assert_eq!(
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "0""#),
+            LineError::MissingField("$upstream_bytes_received")
+        );
+        let long = "k".repeat(MAX_NAME + 1);
+        assert_eq!(
+            bad(&format!(
+                r#"1.000 0.1 TCP 200 "{long}" "a" "-" "-" "0" "0""#
+            )),
+            LineError::TooLong("upstream name")
+        );
+        let ok = "k".repeat(MAX_NAME);
+        assert!(parse(&format!(r#"1.000 0.1 TCP 200 "{ok}" "a" "-" "-" "0" "0""#)).is_ok());
+        // An http line is still told by its quoted third field.
+        assert!(parse(OK).unwrap().session.is_none());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4096))]
 
@@ -495,6 +735,40 @@ mod tests {
             ]), 0..40)) {
             let line: String = parts.concat();
             let _ = parse(&line);
+        }
+
+        /// Nor stream lines made of their format's pieces.
+        #[test]
+        fn stream_pieces(parts in proptest::collection::vec(
+            prop::sample::select(vec![
+                " ", "\"", "-", ", ", ",", "TCP", "UDP", "200", "502", "503", "0.001",
+                "99999999999999999999", "18446744073709551616", "kv", "open", "backup", "é",
+                "1700000000.123", "\r",
+            ]), 0..40)) {
+            let line: String = parts.concat();
+            let _ = parse(&format!("1.000 0.5 {line}"));
+            let _ = parse(&line);
+        }
+
+        /// A well-formed stream line always parses, to what was written.
+        #[test]
+        fn stream_round_trip(end in 0u64..10_000_000_000_000, st in 0u64..100_000_000,
+                             c in proptest::option::of(0u64..100_000),
+                             fb in proptest::option::of(0u64..100_000),
+                             sent in 0u64..u64::MAX, udp: bool,
+                             up in "[a-z][a-z0-9_.-]{0,20}") {
+            let t = |v: Option<u64>| {
+                v.map_or("-".to_owned(), |v| format!("{}.{:03}", v / 1000, v % 1000))
+            };
+            let line = format!(
+                "{}.{:03} {}.{:03} {} 200 \"{up}\" \"10.0.0.1:1, 10.0.0.2:2\" \"-, {}\" \"-, {}\" \"0, {sent}\" \"0, 1\" \"closed\"",
+                end / 1000, end % 1000, st / 1000, st % 1000, if udp { "UDP" } else { "TCP" },
+                t(c), t(fb));
+            let l = parse(&line).unwrap();
+            let s = l.session.unwrap();
+            prop_assert_eq!((l.end_ms, l.request_ms, l.upstream), (end, st, up.as_str()));
+            prop_assert_eq!((s.udp, s.connect_ms, s.first_byte_ms), (udp, c, fb));
+            prop_assert_eq!(s.client_sent, sent > 0);
         }
 
         /// A well-formed line always parses, to what was written.

@@ -190,7 +190,7 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
     let sets = combinations(&a.sets);
     for spec in a.specs.all() {
         for set in &sets {
-            spec.config(set)?;
+            spec.check(set)?;
         }
     }
     let mut r = Replay::new(a.specs, sets, a.seed, a.horizon_ms);
@@ -257,7 +257,10 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
                             "cb-replay: line {}: {:?} would be breaker {} (--max-breakers): not \
                              replayed, nor any line of a breaker not seen before",
                             at(n),
-                            format!("{}/{}", l.upstream, l.route),
+                            match l.session {
+                                Some(_) => cb_replay::sim::stream_key(l.upstream),
+                                None => format!("{}/{}", l.upstream, l.route),
+                            },
                             a.max_breakers + 1
                         );
                     }

@@ -59,7 +59,13 @@ fn clock_line(r: &Replay) -> String {
     } else {
         "jitter: drawn at random, not the live draws (no --jitter-key)"
     };
-    format!("{clock}; {draws}")
+    // Said only when there are stream breakers: an http replay's report stays as it was.
+    let stream = if r.keyed() && r.stream.contains(&true) {
+        ", but stream breakers' at random (the stream zone takes no key)"
+    } else {
+        ""
+    };
+    format!("{clock}; {draws}{stream}")
 }
 
 fn setting_label(set: &[(String, String)]) -> String {
@@ -69,10 +75,11 @@ fn setting_label(set: &[(String, String)]) -> String {
         .join(" ")
 }
 
-fn stats_text(s: &Stats) -> String {
+/// One breaker's lines; `what` its traffic (`requests`, a stream breaker's `sessions`).
+fn stats_text(s: &Stats, what: &str) -> String {
     format!(
         "  opened {} time{} ({} more after a failed probe), {} flapping, open {} in all, \
-         longest {}\n  {} requests, {} bad; refused {}: {} failures spared, {} successes \
+         longest {}\n  {} {what}, {} bad; refused {}: {} failures spared, {} successes \
          lost{}\n",
         s.opens,
         if s.opens == 1 { "" } else { "s" },
@@ -122,7 +129,13 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     let mut total = vec![Stats::default(); r.sets().len()];
     let mut order: Vec<usize> = (0..r.names.len()).collect();
     order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));
-    for (name, runs) in order.iter().map(|&i| (&r.shown[i], &r.runs[i])) {
+    for &i in &order {
+        let runs = &r.runs[i];
+        // A stream breaker is named apart from an http upstream of the same name.
+        let (name, what) = match r.stream[i] {
+            true => (format!("stream {}", r.shown[i]), "sessions"),
+            false => (r.shown[i].to_string(), "requests"),
+        };
         for (t, run) in total.iter_mut().zip(runs) {
             t.add(&run.stats);
         }
@@ -131,7 +144,7 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
             table(&mut out, r, runs.iter().map(|run| &run.stats));
         } else {
             let _ = writeln!(out, "\nbreaker {name}");
-            out.push_str(&stats_text(&runs[0].stats));
+            out.push_str(&stats_text(&runs[0].stats, what));
         }
     }
     if sweep {

@@ -27,6 +27,7 @@ use circuit_breaker_core::breaker::{
     classify, Admission, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
 };
 use circuit_breaker_core::retry_budget::RetryBudget;
+use circuit_breaker_core::session::{self, Judged, Logged as Session};
 use circuit_breaker_core::snapshot::State;
 
 use crate::conf::Specs;
@@ -46,6 +47,11 @@ pub struct Run {
     pub stats: Stats,
     /// Its per-second series, when asked for.
     pub timeline: Option<Timeline>,
+    /// A stream breaker's `first_byte` (0: off).
+    first_byte_ms: u32,
+    /// A stream breaker's origin's last answer to a session this setting let through: as the
+    /// zone keeps it, for `session::silence_counts`.
+    answered_ms: u64,
 }
 
 impl Run {
@@ -64,6 +70,8 @@ impl Run {
             rng: seed | 1,
             stats: Stats::default(),
             timeline: None,
+            first_byte_ms: 0,
+            answered_ms: 0,
         }
     }
 
@@ -154,6 +162,13 @@ struct Buffered {
     line: u64,
     /// A live breaker turned it away: no outcome to record.
     refused_live: bool,
+    /// A stream session: what nginx logged of it, judged by each setting at its own instant.
+    session: Option<Session>,
+    /// When it started and ended (a session's instants count from its start).
+    start: u64,
+    end: u64,
+    /// Its record events not run yet: a session's settings may judge it at other instants.
+    pending: u32,
 }
 
 /// What a request was told, per setting.
@@ -218,6 +233,25 @@ enum Found {
 /// In `Replay::index`: a name without a breaker.
 const NO_BREAKER: u32 = u32::MAX;
 
+/// A stream breaker's name in the report and `--json`: apart from an http upstream of the same
+/// name (whose names hold a `/`).
+pub fn stream_key(name: &str) -> String {
+    format!("stream {name}")
+}
+
+/// How a setting with this `first_byte` judges a session, and when: the instant (on the
+/// replay's clock) no later than the session's end.
+fn judged_at(s: &Session, start: u64, end: u64, first_byte_ms: u32) -> (u64, Judged) {
+    let j = session::logged(s, first_byte_ms);
+    let at = match j {
+        Judged::Answered { at_ms, .. } | Judged::Silent { at_ms, .. } => {
+            start.saturating_add(at_ms).min(end)
+        }
+        Judged::Ended(_) | Judged::Nothing => end,
+    };
+    (at, j)
+}
+
 /// The replay over a set of settings.
 pub struct Replay {
     specs: Specs,
@@ -240,6 +274,8 @@ pub struct Replay {
     pub names: Vec<Rc<str>>,
     /// The same as the module's log lines write them (see [`shown`]), by index.
     pub shown: Vec<Rc<str>>,
+    /// Whether each is a stream upstream's breaker, by index.
+    pub stream: Vec<bool>,
     /// Per breaker, per setting.
     pub runs: Vec<Vec<Run>>,
     /// At most this many breakers, and as many names without one remembered.
@@ -271,6 +307,8 @@ pub struct Replay {
     watermark: u64,
     newest: u64,
     seq: u64,
+    /// The record instants of the line being fed (kept for its capacity).
+    ends: Vec<u64>,
     /// Line counts.
     pub counts: Counts,
     /// Errors writing the timelines.
@@ -296,6 +334,7 @@ impl Replay {
             index: HashMap::default(),
             names: Vec::new(),
             shown: Vec::new(),
+            stream: Vec::new(),
             runs: Vec::new(),
             max_breakers: DEFAULT_MAX_BREAKERS,
             max_waiting: MAX_WAITING,
@@ -316,6 +355,7 @@ impl Replay {
             watermark: 0,
             newest: 0,
             seq: 0,
+            ends: Vec::new(),
             counts: Counts::default(),
             errors: Vec::new(),
             timelines: None,
@@ -350,17 +390,28 @@ impl Replay {
     }
 
     fn breaker(&mut self, l: &Line<'_>, now_ms: u64) -> Result<Found, String> {
+        let stream = l.session.is_some();
         self.key.clear();
-        self.key.push_str(l.upstream);
-        self.key.push('/');
-        self.key.push_str(l.route);
+        if stream {
+            self.key.push_str("stream ");
+            self.key.push_str(l.upstream);
+        } else {
+            self.key.push_str(l.upstream);
+            self.key.push('/');
+            self.key.push_str(l.route);
+        }
         if let Some(&i) = self.index.get(self.key.as_str()) {
             return Ok(match i {
                 NO_BREAKER => Found::NoBreaker,
                 i => Found::Breaker(i),
             });
         }
-        let Some(spec) = self.specs.find(l.upstream, l.route) else {
+        let spec = if stream {
+            self.specs.find_stream(l.upstream)
+        } else {
+            self.specs.find(l.upstream, l.route)
+        };
+        let Some(spec) = spec else {
             if self.index.len() - self.names.len() < self.max_breakers {
                 self.index.insert(Rc::from(self.key.as_str()), NO_BREAKER);
             }
@@ -371,18 +422,33 @@ impl Replay {
         }
         let i = self.names.len() as u32;
         let seed = self.seed ^ fnv(self.key.as_bytes());
+        // The stream zone takes no jitter key: its draws are random, as the replay's.
         let jitter = self
             .jitter_seed
+            .filter(|_| !stream)
             .map(|s| (s, Box::from(l.upstream), Box::from(l.route)));
         let mut runs = Vec::with_capacity(self.sets.len());
         for set in &self.sets {
-            let mut run = Run::new(spec.config(set)?, now_ms, seed, jitter.clone());
+            let mut run = if stream {
+                let p = spec.stream_params(set)?;
+                let mut run = Run::new(p.cfg, now_ms, seed, None);
+                run.first_byte_ms = p.first_byte_ms;
+                run
+            } else {
+                Run::new(spec.config(set)?, now_ms, seed, jitter.clone())
+            };
             if let (Some(dir), true) = (&self.timelines, runs.is_empty()) {
                 run.timeline = Some(Timeline::create(&dir.join(timeline_file(&self.key)))?);
             }
             runs.push(run);
         }
         let up = match self.upstreams.get(l.upstream) {
+            // A stream upstream has one breaker and no retry budget: an entry of its own, apart
+            // from an http upstream of the same name.
+            _ if stream => {
+                self.budgets.push(vec![None; self.sets.len()]);
+                self.budgets.len() as u32 - 1
+            }
             Some(&u) => u,
             None => {
                 let u = self.budgets.len() as u32;
@@ -404,7 +470,12 @@ impl Replay {
         let name: Rc<str> = Rc::from(self.key.as_str());
         self.index.insert(name.clone(), i);
         self.names.push(name);
-        self.shown.push(Rc::from(shown(l.upstream, l.route)));
+        self.shown.push(Rc::from(if stream {
+            format!("\"{}\"", l.upstream)
+        } else {
+            shown(l.upstream, l.route)
+        }));
+        self.stream.push(stream);
         self.runs.push(runs);
         Ok(Found::Breaker(i))
     }
@@ -452,6 +523,10 @@ impl Replay {
                     tries: 0,
                     line: 0,
                     refused_live: false,
+                    session: None,
+                    start: 0,
+                    end: 0,
+                    pending: 0,
                 });
                 self.retried.push(Retries::default());
                 self.started.push(false);
@@ -459,12 +534,32 @@ impl Replay {
                 s
             }
         };
+        // A session's settings judge it at their own instants (its first byte, their bounds
+        // running out, its end): one record event for each distinct one.
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
+        match &l.session {
+            Some(sess) if !l.refused => {
+                ends.extend(
+                    self.runs[b as usize]
+                        .iter()
+                        .map(|run| judged_at(sess, start, end, run.first_byte_ms).0),
+                );
+                ends.sort_unstable();
+                ends.dedup();
+            }
+            _ => ends.push(end),
+        }
         self.buffered[entry as usize] = Buffered {
             breaker: b,
             attempt,
             tries: l.retries.tries,
             line,
             refused_live: l.refused,
+            session: l.session,
+            start,
+            end,
+            pending: ends.len() as u32,
         };
         if l.retries.tries > 1 {
             // Apart: most requests make one attempt, and the entry stays small.
@@ -475,7 +570,8 @@ impl Replay {
         self.run_until(self.newest.saturating_sub(self.horizon_ms));
         let seq = self.seq;
         self.seq += 2;
-        for (at_ms, seq) in [(start, seq), (end, seq + 1)] {
+        let events = std::iter::once((start, seq)).chain(ends.iter().map(|&at| (at, seq + 1)));
+        for (at_ms, seq) in events {
             let e = Event { at_ms, seq, entry };
             if at_ms < self.cursor {
                 // Behind what already ran: now.
@@ -497,6 +593,7 @@ impl Replay {
                 self.queued += 1;
             }
         }
+        self.ends = ends;
         Ok(())
     }
 
@@ -585,8 +682,12 @@ impl Replay {
             if !self.started[entry] {
                 self.admit(entry, now);
             }
-            self.record(entry, now);
-            self.free.push(e.entry);
+            self.record(entry, now, e.at_ms);
+            let p = &mut self.buffered[entry];
+            p.pending = p.pending.saturating_sub(1);
+            if p.pending == 0 {
+                self.free.push(e.entry);
+            }
         }
     }
 
@@ -649,7 +750,9 @@ impl Replay {
         (wall, wall.saturating_sub(self.first_wall.unwrap_or(wall)))
     }
 
-    fn record(&mut self, entry: usize, now: u64) {
+    /// Records the outcome of the request in `entry` under each setting whose record instant
+    /// is `at` (a session's may differ by setting; a request's is its end).
+    fn record(&mut self, entry: usize, now: u64, at: u64) {
         let stamp = self.stamp(now);
         let p = self.buffered[entry];
         let n = self.sets.len();
@@ -684,10 +787,20 @@ impl Replay {
             // A breaker that refuses never sees the outcome (but that of the active probe it
             // stands for); one in dry run sends the request, as the module does.
             let sent = !told.refused || run.cfg.dry_run || told.ticket != Ticket::Normal;
+            let last = match &p.session {
+                None => p.attempt,
+                Some(sess) => {
+                    let (when, judged) = judged_at(sess, p.start, p.end, run.first_byte_ms);
+                    if when != at {
+                        continue;
+                    }
+                    session_attempt(judged, p.start, told, sent, run, now)
+                }
+            };
             let attempt = if sent {
-                outcome(&p, &retried, told, run, budgets[v].as_mut(), now)
+                outcome(last, &retried, told, run, budgets[v].as_mut(), now)
             } else {
-                p.attempt
+                last
             };
             let verdict = classify(&attempt, &run.cfg);
             let s = &mut run.stats;
@@ -731,7 +844,7 @@ impl Replay {
 /// its probe, as in the module. The budget counts the request's first attempt and is asked
 /// for each retry, at the request's end (the log says when requests end, not attempts).
 fn outcome(
-    p: &Buffered,
+    last: Attempt,
     r: &Retries,
     told: Told,
     run: &mut Run,
@@ -744,12 +857,12 @@ fn outcome(
             if let Some(b) = budget {
                 b.record_first(now);
             }
-            return p.attempt;
+            return last;
         }
     };
     let s = &mut run.stats;
     s.retries += u64::from(r.tries - 1);
-    let rescued = !classify(&p.attempt, &run.cfg).is_bad();
+    let rescued = !classify(&last, &run.cfg).is_bad();
     let cut = |s: &mut Stats, to: Attempt| {
         s.retries_denied += 1;
         if rescued && classify(&to, &run.cfg).is_bad() {
@@ -765,7 +878,7 @@ fn outcome(
         return cut(s, first);
     }
     let Some(b) = budget else {
-        return p.attempt;
+        return last;
     };
     b.record_first(now);
     for k in 1..r.tries {
@@ -773,7 +886,42 @@ fn outcome(
             return cut(s, if k == 1 { first } else { before_last });
         }
     }
-    p.attempt
+    last
+}
+
+/// What a session judged so says under a setting, as the module settles it: an answer is
+/// noted as the origin's last (when the session reached it), and silence counts only when
+/// the origin answered no session since the client's bytes — and never against the probe,
+/// which is given back.
+fn session_attempt(
+    judged: Judged,
+    start: u64,
+    told: Told,
+    sent: bool,
+    run: &mut Run,
+    now: u64,
+) -> Attempt {
+    let nothing = Attempt::ended(Ending::NoVerdict, 0);
+    match judged {
+        Judged::Answered { attempt, .. } => {
+            if sent {
+                run.answered_ms = run.answered_ms.max(now);
+            }
+            attempt
+        }
+        Judged::Silent {
+            attempt, sent_ms, ..
+        } => {
+            let counts = session::silence_counts(run.answered_ms, start.saturating_add(sent_ms));
+            if counts && told.ticket == Ticket::Normal {
+                attempt
+            } else {
+                nothing
+            }
+        }
+        Judged::Ended(attempt) => attempt,
+        Judged::Nothing => nothing,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

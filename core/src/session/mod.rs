@@ -32,7 +32,7 @@ mod word;
 
 pub use table::{Expired, Held, SessionId, Table};
 pub use wheel::{Left, Silence, Waited, Wheel};
-pub use word::{Plain, Said, Word, MAX_UPSTREAMS};
+pub use word::{Plain, Refusal, Said, Word, MAX_UPSTREAMS};
 
 /// The session's status when nginx could reach no server, or a UDP server did not answer.
 pub const BAD_GATEWAY: u16 = 502;
@@ -95,6 +95,76 @@ pub fn ended(e: &Ended) -> Option<Attempt> {
         BAD_GATEWAY => Some(Attempt::ended(Ending::Error, e.ms)),
         _ => None,
     }
+}
+
+/// What a stream access-log line says of a session (`cb-replay`): nginx's own record, not what
+/// the module saw, so that a replay judges it as the module would have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Logged {
+    /// `$protocol` is `UDP`.
+    pub udp: bool,
+    /// `$status`.
+    pub status: u16,
+    /// nginx tried a server (`$upstream_addr` names one, not the upstream itself).
+    pub tried: bool,
+    /// The last try's `$upstream_connect_time`: `None` when it never connected.
+    pub connect_ms: Option<u64>,
+    /// The last try's `$upstream_first_byte_time`, since that try began: `None` when none came.
+    pub first_byte_ms: Option<u64>,
+    /// The last try's `$upstream_bytes_sent` is not 0: the client's bytes went up.
+    pub client_sent: bool,
+    /// `$session_time`.
+    pub session_ms: u64,
+}
+
+/// How the module would have judged a [`Logged`] session; instants in milliseconds since the
+/// session's start (nginx logs the last try's times from its connect, taken for the start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judged {
+    /// The server's first byte, at `at_ms`.
+    Answered { attempt: Attempt, at_ms: u64 },
+    /// The first-byte bound ran out at `at_ms`, the client's bytes sent at `sent_ms`: a
+    /// failure only if the upstream answered no session between the two ([`silence_counts`]).
+    Silent {
+        attempt: Attempt,
+        sent_ms: u64,
+        at_ms: u64,
+    },
+    /// The session's end said this ([`ended`]).
+    Ended(Attempt),
+    /// Nothing of the server.
+    Nothing,
+}
+
+/// Judges a logged session as the module judges a live one, with the breaker's `first_byte`
+/// (0: off). The client's bytes are taken to go up at the connect, the earliest they can: a
+/// client's think time before it speaks is not in the log.
+pub fn logged(l: &Logged, first_byte_ms: u32) -> Judged {
+    if let (false, true, Some(c), 1..) = (l.udp, l.client_sent, l.connect_ms, first_byte_ms) {
+        // The bound runs first when the first byte, or the end, comes after it.
+        let due = c.saturating_add(u64::from(first_byte_ms));
+        if l.first_byte_ms.map_or(l.session_ms >= due, |fb| fb > due) {
+            return Judged::Silent {
+                attempt: silent(u64::from(first_byte_ms)),
+                sent_ms: c,
+                at_ms: due,
+            };
+        }
+    }
+    if let Some(fb) = l.first_byte_ms {
+        return Judged::Answered {
+            attempt: answered(fb),
+            at_ms: fb,
+        };
+    }
+    let e = Ended {
+        status: l.status,
+        tried: l.tried,
+        connected: l.connect_ms.is_some(),
+        client_sent: l.client_sent,
+        ms: l.session_ms,
+    };
+    ended(&e).map_or(Judged::Nothing, Judged::Ended)
 }
 
 #[cfg(test)]
@@ -203,5 +273,129 @@ mod tests {
                 assert_eq!(ended(&end(status, c, c)), None, "{status}");
             }
         }
+    }
+    fn log(status: u16, connect: Option<u64>, fb: Option<u64>, sent: bool, ms: u64) -> Logged {
+        Logged {
+            udp: false,
+            status,
+            tried: true,
+            connect_ms: connect,
+            first_byte_ms: fb,
+            client_sent: sent,
+            session_ms: ms,
+        }
+    }
+
+    #[test]
+    fn a_logged_first_byte_is_an_answer_from_the_connect() {
+        let j = logged(&log(200, Some(2), Some(40), true, 60_000), 3_000);
+        assert_eq!(
+            j,
+            Judged::Answered {
+                attempt: answered(40),
+                at_ms: 40
+            }
+        );
+        // A server that speaks first answers whenever it does; so does one with no bound.
+        for (sent, fb_bound) in [(false, 3_000), (true, 0)] {
+            let j = logged(&log(200, Some(2), Some(9_000), sent, 60_000), fb_bound);
+            assert!(matches!(j, Judged::Answered { at_ms: 9_000, .. }), "{j:?}");
+        }
+        // Exactly at the bound, still in time.
+        let j = logged(&log(200, Some(2), Some(3_002), true, 60_000), 3_000);
+        assert!(matches!(j, Judged::Answered { .. }), "{j:?}");
+    }
+
+    #[test]
+    fn logged_silence_past_the_bound_is_a_candidate() {
+        // A hung server: the client's bytes up, nothing back, the session held past the bound.
+        let want = Judged::Silent {
+            attempt: silent(3_000),
+            sent_ms: 5,
+            at_ms: 3_005,
+        };
+        assert_eq!(logged(&log(200, Some(5), None, true, 3_005), 3_000), want);
+        assert_eq!(logged(&log(200, Some(5), None, true, 600_000), 3_000), want);
+        // A first byte after the bound: the module judged the silence first.
+        assert_eq!(
+            logged(&log(200, Some(5), Some(3_006), true, 9_000), 3_000),
+            want
+        );
+        // Then a 502 (the server reset it) changes nothing: judged already.
+        assert_eq!(logged(&log(502, Some(5), None, true, 3_100), 3_000), want);
+    }
+
+    #[test]
+    fn logged_sessions_that_say_nothing_of_the_server() {
+        // The client left (or the server closed without a word) before the bound.
+        assert_eq!(
+            logged(&log(200, Some(5), None, true, 3_004), 3_000),
+            Judged::Nothing
+        );
+        // A client that never spoke, however long it stayed (an idle pooled connection).
+        assert_eq!(
+            logged(&log(200, Some(5), None, false, 600_000), 3_000),
+            Judged::Nothing
+        );
+        // first_byte=off: silence is never a failure.
+        assert_eq!(
+            logged(&log(200, Some(5), None, true, 600_000), 0),
+            Judged::Nothing
+        );
+        // nginx's own refusals and errors.
+        for status in [400, 403, 500, 503] {
+            assert_eq!(
+                logged(&log(status, None, None, false, 0), 3_000),
+                Judged::Nothing
+            );
+        }
+        // A 502 with no server tried (every one at max_conns).
+        let busy = Logged {
+            tried: false,
+            ..log(502, None, None, false, 1)
+        };
+        assert_eq!(logged(&busy, 3_000), Judged::Nothing);
+    }
+
+    #[test]
+    fn logged_attacks_of_the_lever_table_are_candidates_at_most() {
+        // An unfinished command held past first_byte: a candidate, which the replay counts
+        // only if nobody was answered meanwhile (silence_counts, as live).
+        let j = logged(&log(200, Some(1), None, true, 20_000), 3_000);
+        let Judged::Silent { sent_ms, at_ms, .. } = j else {
+            panic!("{j:?}")
+        };
+        assert!(!silence_counts(sent_ms + 1, sent_ms) && at_ms > sent_ms);
+        // An idle subscription: answered at once, then held for minutes past proxy_timeout.
+        let j = logged(&log(200, Some(1), Some(3), true, 600_000), 3_000);
+        assert!(matches!(j, Judged::Answered { at_ms: 3, .. }), "{j:?}");
+    }
+
+    #[test]
+    fn logged_502s_and_udp() {
+        // Connect refused on every try.
+        assert_eq!(
+            logged(&log(502, None, None, false, 1), 3_000),
+            Judged::Ended(Attempt::ended(Ending::Error, 1))
+        );
+        // Connected, the client's bytes up, then the server failed before the bound.
+        assert_eq!(
+            logged(&log(502, Some(1), None, true, 100), 3_000),
+            Judged::Ended(Attempt::ended(Ending::Timeout, 100))
+        );
+        // UDP: never a silent candidate, however long; its failure is the 502.
+        let udp = |status, fb| Logged {
+            udp: true,
+            ..log(status, Some(0), fb, true, 60_000)
+        };
+        assert_eq!(logged(&udp(200, None), 3_000), Judged::Nothing);
+        assert_eq!(
+            logged(&udp(502, None), 3_000),
+            Judged::Ended(Attempt::ended(Ending::Timeout, 60_000))
+        );
+        assert!(matches!(
+            logged(&udp(200, Some(10_000)), 3_000),
+            Judged::Answered { .. }
+        ));
     }
 }
