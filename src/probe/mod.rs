@@ -44,7 +44,7 @@ use crate::ffi::{pid, process_alive};
 use crate::net;
 use crate::upstream::ledger::ZoneLedger;
 use crate::upstream::log_transition;
-use crate::zone::{Handle, Locked, Zone};
+use crate::zone::{Handle, HeldProbe, Locked, Zone};
 
 use self::target::{Target, Watched};
 
@@ -172,39 +172,7 @@ fn claim(locked: &mut Locked<'_>, t: &Target, server: bool, now: u64) -> Option<
     ticket
 }
 
-/// A probe this worker holds: freed if the probe ends without an answer, or its task is
-/// dropped before recording one.
-struct Held {
-    zone: Zone,
-    target: Rc<Target>,
-    ticket: Option<Ticket>,
-}
-
-impl Held {
-    /// The probe of `t`, held by this worker while in flight.
-    fn new(zone: &Zone, t: &Rc<Target>, ticket: Ticket) -> Held {
-        t.in_flight.set(true);
-        Held {
-            zone: zone.clone(),
-            target: Rc::clone(t),
-            ticket: Some(ticket),
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let t = &self.target;
-        t.in_flight.set(false);
-        if let Some(ticket) = self.ticket.take() {
-            let mut locked = self.zone.lock();
-            // By its ticket: a reload may have moved the breaker into other memory.
-            if let Some(mut b) = locked.get_probe(t.handle.get(), &t.key(), ticket) {
-                b.release(mono_ms(), ticket);
-            };
-        }
-    }
-}
+type Held = HeldProbe<Target>;
 
 /// Sends probes and records their answers: one, and the next at once when it is due as this
 /// one ends (a probe that took its whole spacing, such as one that hung until
@@ -218,7 +186,7 @@ async fn run(held: Held, server: net::Peer) {
 
 /// Sends one probe and records its answer; returns the next probe, held, and its server when it
 /// is due already.
-async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Peer)> {
+async fn probe_once(held: Held, server: net::Peer) -> Option<(Held, net::Peer)> {
     let t = Rc::clone(&held.target);
     let started = mono_ms();
     let sent = send::probe(&t.up, &server).await;
@@ -241,9 +209,7 @@ async fn probe_once(mut held: Held, server: net::Peer) -> Option<(Held, net::Pee
     };
     let result = probe::result(&t.up.spec, end, now.saturating_sub(started));
     // Recorded with the ticket: nothing is left for `held` to give back.
-    let ticket = held.ticket.take()?;
-    let zone = held.zone.clone();
-    drop(held);
+    let (ticket, zone) = held.into_verdict()?;
     let log = ngx_cycle_log().as_ptr();
     let why = sent.failure(&t.up.spec, result.response_ms, t.up.latency_ms);
     let transition = match &t.what {

@@ -16,7 +16,7 @@ use crate::conf::{default_route, MainConf, Route, SrvConf};
 use crate::eject;
 use crate::ffi::key_hash;
 use crate::net::Peer;
-use crate::zone::{Handle, Key, Kind, Zone};
+use crate::zone::{Handle, Key, Kind, Probed, Zone};
 
 /// An upstream with `probe_uri`: how its probes are sent and judged.
 pub struct Upstream {
@@ -114,6 +114,20 @@ pub struct Target {
     /// Its probes fail in a way the operator must fix (TLS, a request that cannot be sent):
     /// said once at `error`, until the next answer.
     pub complained: Cell<bool>,
+}
+
+impl Probed for Target {
+    fn in_flight(&self) -> &Cell<bool> {
+        &self.in_flight
+    }
+
+    fn handle(&self) -> Handle {
+        self.handle.get()
+    }
+
+    fn key(&self) -> Key<'_> {
+        Target::key(self)
+    }
 }
 
 impl Target {

@@ -27,7 +27,7 @@ use circuit_breaker_core::probe::{self, Look};
 use circuit_breaker_shell::clock::{mono_ms, rnd};
 use circuit_breaker_shell::ffi::{pid, process_alive};
 use circuit_breaker_shell::net::{self, stream::Stream, Error, Peer};
-use circuit_breaker_shell::zone::{Key, Kind, Zone, DEFAULT_ROUTE};
+use circuit_breaker_shell::zone::{Handle, HeldProbe, Key, Kind, Probed, Zone, DEFAULT_ROUTE};
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
 
@@ -80,7 +80,15 @@ struct Target {
     cursor: Cell<usize>,
 }
 
-impl Target {
+impl Probed for Target {
+    fn in_flight(&self) -> &Cell<bool> {
+        &self.in_flight
+    }
+
+    fn handle(&self) -> Handle {
+        self.scf.handle.get()
+    }
+
     fn key(&self) -> Key<'_> {
         Key {
             hash: self.scf.key_hash,
@@ -89,7 +97,9 @@ impl Target {
             kind: Kind::Route,
         }
     }
+}
 
+impl Target {
     fn interval_ms(&self) -> u32 {
         self.scf.params.map_or(1000, |p| p.cfg.probe_interval_ms)
     }
@@ -173,37 +183,7 @@ fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
     ticket
 }
 
-/// A probe this worker holds: given back if the probe ends without a verdict, or its task is
-/// dropped before recording one.
-struct Held {
-    zone: Zone,
-    target: Rc<Target>,
-    ticket: Option<Ticket>,
-}
-
-impl Held {
-    fn new(zone: &Zone, t: &Rc<Target>, ticket: Ticket) -> Held {
-        t.in_flight.set(true);
-        Held {
-            zone: zone.clone(),
-            target: Rc::clone(t),
-            ticket: Some(ticket),
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let t = &self.target;
-        t.in_flight.set(false);
-        if let Some(ticket) = self.ticket.take() {
-            let mut locked = self.zone.lock();
-            if let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) {
-                b.release(mono_ms(), ticket);
-            };
-        }
-    }
-}
+type Held = HeldProbe<Target>;
 
 /// Connects, sends `send`, reads until the answer is `expect` or is not: true when the server
 /// answered as expected (or nothing was expected).
@@ -231,7 +211,7 @@ async fn exchange(server: &Peer, p: &StreamProbe) -> Result<bool, Error> {
 }
 
 /// Sends one probe and records what it found.
-async fn probe_once(mut held: Held, server: Peer) {
+async fn probe_once(held: Held, server: Peer) {
     let t = Rc::clone(&held.target);
     let Some(spec) = t.scf.probe.as_ref() else {
         return;
@@ -253,11 +233,9 @@ async fn probe_once(mut held: Held, server: Peer) {
         retry_after_s: 0,
         response_ms: now.saturating_sub(started),
     };
-    let Some(ticket) = held.ticket.take() else {
+    let Some((ticket, zone)) = held.into_verdict() else {
         return;
     };
-    let zone = held.zone.clone();
-    drop(held);
     let log = ngx_cycle_log().as_ptr();
     let transition = {
         let mut locked = zone.lock();

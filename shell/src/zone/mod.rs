@@ -14,6 +14,7 @@
 mod berth;
 mod block;
 mod gathered;
+mod held;
 mod history;
 mod init;
 mod keyed;
@@ -30,6 +31,7 @@ use circuit_breaker_core::breaker::{Admission, BreakerHeader, Bucket, Gate};
 use nginx_sys::{ngx_shm_zone_t, ngx_slab_pool_t};
 use ngx::core::SlabPool;
 
+pub use held::{HeldProbe, Probed};
 pub use init::{init_zone, ZoneName};
 pub use keyed::{Family, KeyedCount};
 pub use limit::{LimitPtr, Owner};
