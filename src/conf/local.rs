@@ -3,9 +3,9 @@
 //! a pool's moves. Written only after fork, in the worker's own copy of the configuration,
 //! and never read by another process; kept apart from what the configuration parsed.
 
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 
-use crate::zone::{Handle, StampRef};
+use crate::zone::Handle;
 
 /// What a worker keeps for one breaker-enabled upstream.
 #[derive(Default)]
@@ -15,22 +15,6 @@ pub struct UpstreamLocal {
     pub home: Cell<Handle>,
     /// This worker's first attempts not yet in the retry budget.
     pub firsts: Firsts,
-}
-
-/// What a worker keeps for one server of a pool: where its breaker was last found, and
-/// whether it is out of the pool as of the stamp this worker applied.
-pub struct ServerLocal {
-    pub handle: Cell<Handle>,
-    pub out: Cell<bool>,
-}
-
-impl Default for ServerLocal {
-    fn default() -> Self {
-        ServerLocal {
-            handle: Cell::new(Handle::NONE),
-            out: Cell::new(false),
-        }
-    }
 }
 
 /// First attempts to an upstream that a worker counted on its own, not yet in the retry
@@ -60,47 +44,4 @@ impl Firsts {
         let (second, n) = self.0.replace((0, 0));
         (n > 0).then_some((second, n))
     }
-}
-
-/// What a worker keeps of its pool's state in the zone.
-pub struct PoolLocal {
-    /// The upstream's own breaker's stamp, which moves whenever a server leaves or rejoins
-    /// the pool.
-    pub stamp: Cell<StampRef>,
-    /// The stamp of the pool's state this worker applied to its peers (`None`: not yet).
-    pub applied: Cell<Option<u64>>,
-    /// Servers out of the pool, and peers this worker's balancer skips because of it.
-    pub out: Cell<u32>,
-    pub downed: Cell<u32>,
-    /// When an ejected server may be probed next (`u64::MAX`: none is out).
-    pub next_due: Cell<u64>,
-    /// The balancer's peers, each with the server it is an address of (built when the
-    /// worker first applies the pool's state, and again when an upstream `zone` changes its
-    /// peers).
-    pub peers: RefCell<Vec<PeerRef>>,
-    /// `*peers->config` of an upstream `zone` when `peers` was built.
-    pub peers_config: Cell<usize>,
-}
-
-impl Default for PoolLocal {
-    fn default() -> Self {
-        PoolLocal {
-            stamp: Cell::new(StampRef::NONE),
-            applied: Cell::new(None),
-            out: Cell::new(0),
-            downed: Cell::new(0),
-            next_due: Cell::new(u64::MAX),
-            peers: RefCell::new(Vec::new()),
-            peers_config: Cell::new(0),
-        }
-    }
-}
-
-/// A balancer's peer and the [`Server`] it is an address of.
-#[derive(Clone, Copy)]
-pub struct PeerRef {
-    pub peer: *mut nginx_sys::ngx_http_upstream_rr_peer_t,
-    /// `&peer->name`, which the balancer hands over as `pc->name`.
-    pub name: *const nginx_sys::ngx_str_t,
-    pub server: u16,
 }

@@ -28,9 +28,11 @@ use ngx::http::{
     MergeConfigError,
 };
 
-pub use local::{PeerRef, PoolLocal, ServerLocal, UpstreamLocal};
+pub use local::UpstreamLocal;
 
-use crate::ffi::{hash_name, key_hash, server_key_hash};
+use circuit_breaker_shell::eject;
+
+use crate::ffi::{hash_name, key_hash};
 use crate::zone::{Handle, Key, Kind, Zone, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
@@ -344,40 +346,11 @@ impl SrvConf {
     }
 }
 
-/// The servers of a breaker-enabled upstream whose balancer keeps nginx's round-robin peers
-/// (round robin, `least_conn`, `hash`, `ip_hash`, `random`), each with a breaker of its own
-/// (`circuit_breaker_eject`). What configuration made, and what each worker keeps of the
-/// zone's moves ([`PoolLocal`]).
-pub struct Pool {
-    /// Each server's breaker parameters.
-    pub cfg: BreakerConfig,
-    /// How many servers may be out of the pool at once.
-    pub max_ejected: u32,
-    /// The servers, in configuration order (primary, then backup), one per address.
-    pub servers: Vec<Server>,
-    /// Per worker: see [`PoolLocal`].
-    pub local: PoolLocal,
-}
-
-/// One server of a [`Pool`]: an address of a `server` line (`10.0.0.1:8080`).
-pub struct Server {
-    pub name: String,
-    pub key_hash: u64,
-    pub backup: bool,
-    /// What this worker keeps of its breaker: see [`ServerLocal`].
-    pub local: ServerLocal,
-}
-
-impl Server {
-    pub fn new(upstream_hash: u64, name: String, backup: bool) -> Server {
-        Server {
-            key_hash: server_key_hash(upstream_hash, hash_name(name.as_bytes())),
-            name,
-            backup,
-            local: ServerLocal::default(),
-        }
-    }
-}
+/// The servers of a breaker-enabled upstream (`circuit_breaker_eject`), over the http
+/// balancers' round-robin peers.
+pub type Pool = eject::Pool<nginx_sys::ngx_http_upstream_rr_peer_t>;
+pub type PoolLocal = eject::PoolLocal<nginx_sys::ngx_http_upstream_rr_peer_t>;
+pub use eject::Server;
 
 /// A route, the second half of a breaker key.
 #[derive(Clone, Debug)]
