@@ -1,5 +1,5 @@
 //! The stream module's zones, found among the cycle's shared zones by their tag (the stream
-//! module, looked up by name: it is another `.so`, loaded or not), each read with this build's
+//! module, found among the cycle's modules by its name: it is another `.so`, loaded or not), each read with this build's
 //! zone code once its layout checks: the status location shows their breakers, the fleet
 //! carries their opinions.
 
@@ -10,9 +10,11 @@ use crate::zone::Zone;
 
 /// The stream module's zones in this process, by name.
 pub fn all() -> Vec<(String, Zone)> {
-    let Some(tag) = kin::find(kin::STREAM_MODULE) else {
+    // SAFETY: the worker's running cycle.
+    let Some(tag) = (unsafe { kin::module_in(nginx_sys::ngx_cycle, kin::STREAM_MODULE) }) else {
         return Vec::new();
     };
+    let tag = tag.cast::<core::ffi::c_void>();
     let mut out = Vec::new();
     // SAFETY: the worker's cycle, whose shared zones live as long as it.
     let mut part = unsafe { &(*nginx_sys::ngx_cycle).shared_memory.part };

@@ -9,7 +9,8 @@
 # needs its 20.  Each instance also has 60 stream breakers with long names, so
 # that its fleet zone holds their records only if it was sized for them, with the
 # stream block read after the http block (instances 0 and 2) and before it
-# (instance 1).
+# (instance 1), and after a reload.  An http upstream named "stream:kv" stays out of
+# the fleet.
 
 ###############################################################################
 
@@ -34,7 +35,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy stream/)->plan(16);
+my $t = Test::Nginx->new()->has(qw/http proxy stream/)->plan(19);
 
 my ($module, $stream_module) =
 	($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/g;
@@ -87,7 +88,10 @@ my $f = CB::Fleet->new(
 );
 
 $f->start(0, fleet => 1);
-$f->start(1, fleet => 1, stream_first => 1);
+# instance 1 also has an http upstream named as the fleet names its stream breaker: it
+# stays out of the fleet, and the stream breaker takes its place
+$f->start(1, fleet => 1, stream_first => 1,
+	http => "    upstream stream:kv { server 127.0.0.1:$closed; circuit_breaker; }\n");
 $f->start(2, fleet => 1, stream => stream_block("$kv first_byte=1s"));
 
 # instance I's stream log: its statuses, in order
@@ -163,6 +167,8 @@ ok(fleet_kv(1)->{suspicious}, 'instance 1: "kv" suspected');
 ok($failed >= 3 && $failed <= 5, "instance 1: opened on $failed failures of its own");
 ok($refused, 'instance 1: then refused');
 like(error_log(1), qr/"kv" opened: .* while suspected/, 'instance 1: opened while suspected');
+like(error_log(1), qr/"stream:kv\/default" stays out of the fleet: names beginning with/,
+	'instance 1: the http upstream "stream:kv" stays out of the fleet');
 
 # instance 2 judges by another first_byte: its peers' word is not about its "kv"
 
@@ -175,6 +181,21 @@ ok((fleet_kv(2)->{peers_disagreeing} // 0) >= 1, 'instance 2: its peers disagree
 is(fleet_kv(2)->{peers_open} // 0, 0, 'instance 2: no open peer it agrees with');
 ($failed, $refused) = fail_kv(2, 6);
 is("$failed $refused", '6 0', 'instance 2: six failures, still closed');
+
+# a reload of each order reads the stream breakers again (the modules find each other in
+# the new cycle), and the fleet zone still holds them all
+for my $i (0, 1) {
+	my $before = ($f->status($i) // {})->{fleet}{published} // 0;
+	kill 'HUP', $f->master($i);
+	my ($listed, $end) = (0, time() + 15);
+	while (time() < $end) {
+		my $fleet = ($f->status($i) // {})->{fleet} // {};
+		$listed = grep { $_->{upstream} =~ /^stream:/ } @{$fleet->{breakers} // []};
+		last if ($fleet->{published} // 0) > $before + 1 && $listed == 61;
+		sleep 0.2;
+	}
+	is($listed, 61, "instance $i: after a reload, the fleet carries every stream breaker");
+}
 
 # the http breakers' records are apart from the stream ones'
 my $fleet = $f->status(1)->{fleet};

@@ -129,6 +129,8 @@ pub struct Exchange {
     /// The http block's zone (or, without one, the first stream zone): keyed breakers, the
     /// wall clock.
     zone: Zone,
+    /// `zone` is the http block's.
+    http: bool,
     /// The stream module's zones.
     stream_zones: Vec<Zone>,
     shared: FleetZone,
@@ -161,6 +163,8 @@ pub struct Setup {
     pub breakers: Vec<Tracked>,
     pub families: Vec<(String, u16)>,
     pub zone: Zone,
+    /// `zone` is the http block's.
+    pub http: bool,
     pub stream_zones: Vec<Zone>,
     pub shared: FleetZone,
     pub zone_name: String,
@@ -179,6 +183,7 @@ impl Exchange {
             breakers: s.breakers,
             families: s.families,
             zone: s.zone,
+            http: s.http,
             stream_zones: s.stream_zones,
             shared: s.shared,
             zone_name: s.zone_name,
@@ -208,10 +213,11 @@ impl Exchange {
     }
 
     /// The zone a breaker is in: the http block's (`None`) or a stream one.
-    fn zone_at(&self, stream: Option<usize>) -> &Zone {
-        stream
-            .and_then(|i| self.stream_zones.get(i))
-            .unwrap_or(&self.zone)
+    fn zone_at(&self, stream: Option<usize>) -> Option<&Zone> {
+        match stream {
+            Some(i) => self.stream_zones.get(i),
+            None => self.http.then_some(&self.zone),
+        }
     }
 
     fn key_of(t: &Tracked) -> Key<'_> {
@@ -238,7 +244,10 @@ impl Exchange {
         for (batch, chunk) in self.breakers.chunks(BATCH).enumerate() {
             let mut views = Vec::with_capacity(chunk.len());
             for z in zones_in(chunk) {
-                let mut locked = self.zone_at(z).lock();
+                let Some(zone) = self.zone_at(z) else {
+                    continue;
+                };
+                let mut locked = zone.lock();
                 for (i, t) in chunk.iter().enumerate() {
                     if t.key.is_some() || t.stream != z {
                         continue;
@@ -403,7 +412,9 @@ impl Exchange {
         {
             for z in zones_in(chunk) {
                 // A handle of its own: the store is written under the lock.
-                let zone = self.zone_at(z).clone();
+                let Some(zone) = self.zone_at(z).cloned() else {
+                    continue;
+                };
                 let mut locked = zone.lock();
                 for (k, (t, &v)) in chunk.iter().zip(advice).enumerate() {
                     if !t.live || t.stream != z {

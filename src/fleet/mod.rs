@@ -118,6 +118,10 @@ fn fleet_zone_size(mcf: &MainConf, spec: &FleetDirective) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn ngx_http_circuit_breaker_fleet_grow_v1(cycle: *mut ngx_cycle_t) {
     guard((), || {
+        // SAFETY: as this fn's contract; this module is loaded.
+        if !unsafe { kin::is_current(cycle, crate::conf::module_ptr()) } {
+            return;
+        }
         // SAFETY: the cycle being configured: its http confs are set once its block was read.
         let Some(mcf) = Module::main_conf_mut(unsafe { &*cycle }) else {
             return;
@@ -249,6 +253,10 @@ unsafe fn worker_processes(cycle: *mut ngx_cycle_t) -> isize {
     }
 }
 
+/// Why an http breaker or key family named `stream:…` stays out of the fleet: the name is how
+/// the fleet names a stream breaker.
+const RESERVED: &str = "names beginning with \"stream:\" are the stream breakers'";
+
 /// Starts the exchange; `poll`: other workers may signal it (it reads their counter every
 /// `wake::POLL`).
 fn start(
@@ -296,7 +304,14 @@ fn start(
         };
         let probe = mcf.upstream(upstream).and_then(|s| s.probe.as_ref());
         let fp = breaker_fingerprint(&w.cfg, probe);
-        match store.add_breaker(upstream, route, fp, breaker_policy(&w.cfg)) {
+        let added = if upstream.starts_with(STREAM_PREFIX) {
+            Err(RESERVED.to_owned())
+        } else {
+            store
+                .add_breaker(upstream, route, fp, breaker_policy(&w.cfg))
+                .map_err(|e| e.to_string())
+        };
+        match added {
             Ok(_) => breakers.push(Tracked {
                 hash: w.key.hash,
                 upstream: upstream.to_owned(),
@@ -324,7 +339,14 @@ fn start(
     let mut families = Vec::new();
     for fam in mcf.keyed.iter().filter(|_| http_zone.is_some()) {
         let fp = breaker_fingerprint(&fam.cfg, None);
-        match store.add_family(&fam.name, fp, breaker_policy(&fam.cfg)) {
+        let added = if fam.name.starts_with(STREAM_PREFIX) {
+            Err(RESERVED.to_owned())
+        } else {
+            store
+                .add_family(&fam.name, fp, breaker_policy(&fam.cfg))
+                .map_err(|e| e.to_string())
+        };
+        match added {
             Ok(()) => families.push((fam.name.clone(), fam.id)),
             Err(e) => {
                 ngx::ngx_log_error!(
@@ -347,6 +369,7 @@ fn start(
         breakers,
         families,
         zone,
+        http: http_zone.is_some(),
         stream_zones,
         shared,
         zone_name: mcf.zone_name.0.clone(),

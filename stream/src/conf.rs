@@ -91,6 +91,11 @@ extern "C" {
     static mut ngx_stream_circuit_breaker_module: nginx_sys::ngx_module_t;
 }
 
+/// This module's `ngx_module_t`.
+pub fn module_ptr() -> *const nginx_sys::ngx_module_t {
+    core::ptr::addr_of!(ngx_stream_circuit_breaker_module)
+}
+
 /// `ctx_index` of this module, for the confs nginx keeps per module.
 pub fn ctx_index() -> usize {
     // SAFETY: nginx sets the index once, while loading the module, before any conf exists.

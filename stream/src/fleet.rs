@@ -25,6 +25,10 @@ pub unsafe extern "C" fn ngx_stream_circuit_breaker_fleet_visit_v1(
     ctx: *mut c_void,
 ) -> ngx_int_t {
     guard(-1, || {
+        // SAFETY: as this fn's contract; this module is loaded.
+        if !unsafe { kin::is_current(cycle, conf::module_ptr()) } {
+            return -1;
+        }
         // SAFETY: as this fn's contract.
         let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
             return -1;
@@ -52,11 +56,12 @@ pub unsafe extern "C" fn ngx_stream_circuit_breaker_fleet_visit_v1(
 /// # Safety
 /// `cycle` must be the cycle being configured, its stream block read.
 pub unsafe fn tell_http(cycle: *mut ngx_cycle_t) {
-    let Some(f) = kin::find(HTTP_FLEET_GROW) else {
+    // SAFETY: as this fn's contract.
+    let Some(f) = (unsafe { kin::find(cycle, kin::HTTP_MODULE, HTTP_FLEET_GROW) }) else {
         return;
     };
     // SAFETY: the http module exports this name with this signature (the `_v1` in the name
-    // changes with it).
+    // changes with it), in the object of the cycle's http module.
     let grow: HttpFleetGrow = unsafe { core::mem::transmute(f) };
     // SAFETY: as this fn's contract.
     unsafe { grow(cycle) };

@@ -172,6 +172,9 @@ EOF
 		$text =~ s/STREAM_PORT/$self->{stream_ports}[$i]/g;
 		$stream = "stream {\n$text}\n";
 	}
+	# with http: more of the http block's text
+	my $http = $o{http} // '';
+
 	# stream_first: the stream block read before the http block
 	my $stream_first = $o{stream_first} ? $stream : '';
 	$stream = '' if $o{stream_first};
@@ -191,6 +194,7 @@ http {
 
     $fleet
 
+$http
     upstream origin {
         server 127.0.0.1:$self->{origin};
         circuit_breaker $self->{breaker};$keepalive
