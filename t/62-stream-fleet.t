@@ -35,7 +35,7 @@ use CB::Fleet;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy stream/)->plan(19);
+my $t = Test::Nginx->new()->has(qw/http proxy stream/)->plan(20);
 
 my ($module, $stream_module) =
 	($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/g;
@@ -196,6 +196,13 @@ for my $i (0, 1) {
 	}
 	is($listed, 61, "instance $i: after a reload, the fleet carries every stream breaker");
 }
+
+# the status page's stream breaker shows the fingerprint the fleet compares
+my $page = ((($f->status(1) // {})->{stream}) // [])->[0] // {};
+my ($shown) = grep { $_->{upstream} eq 'kv' } @{$page->{breakers} // []};
+ok(defined $shown->{fingerprint}
+	&& $shown->{fingerprint} eq (fleet_kv(1)->{fingerprint} // ''),
+	'status: the stream breaker shows its fleet fingerprint');
 
 # the http breakers' records are apart from the stream ones'
 my $fleet = $f->status(1)->{fleet};

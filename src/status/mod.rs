@@ -121,7 +121,7 @@ fn breakers(
     let (mut zview, entries) = assemble(head, taken, q, clocks, mcf);
     let on_wall = |t: u64| wall.saturating_sub(mono.saturating_sub(t));
     let streams = if q.wants_stream() {
-        stream::zones_taken(q, clocks).unwrap_or_default()
+        stream::zones_taken(mcf, q, clocks).unwrap_or_default()
     } else {
         Vec::new()
     };

@@ -15,13 +15,15 @@ use super::send::send_text;
 use super::snapshot::snapshot;
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::ffi::{hash_name, key_hash, nginx_version, MODULE_VERSION};
+use crate::conf::MainConf;
 use crate::stream_zones;
 use crate::zone::{Key, DEFAULT_ROUTE};
 
-/// A stream upstream's configuration is not the http block's: nothing to add.
-struct Stream;
+/// A stream upstream's configuration is not the http block's: only the fleet's fingerprint,
+/// which the stream module told the http block (shown only when the instance is in a fleet).
+struct Stream<'a>(&'a MainConf);
 
-impl Upstreams for Stream {
+impl Upstreams for Stream<'_> {
     fn servers(&self, _upstream: &str) -> impl Iterator<Item = (&str, bool)> {
         core::iter::empty()
     }
@@ -30,13 +32,19 @@ impl Upstreams for Stream {
         None
     }
 
-    fn fingerprint(&self, _upstream: &str) -> Option<u64> {
-        None
+    fn fingerprint(&self, upstream: &str) -> Option<u64> {
+        self.0.fleet.as_ref()?;
+        let (_, fp) = self.0.fleet_stream.iter().find(|(name, _)| name == upstream)?;
+        Some(*fp)
     }
 }
 
 /// Each stream zone's view and breakers, as `q` selects them; `None` when nginx has none.
-pub fn zones_taken(q: &Query, clocks: Clocks) -> Option<Vec<(ZoneView, Vec<Entry>)>> {
+pub fn zones_taken(
+    mcf: &MainConf,
+    q: &Query,
+    clocks: Clocks,
+) -> Option<Vec<(ZoneView, Vec<Entry>)>> {
     let zones = stream_zones::all();
     if zones.is_empty() {
         return None;
@@ -56,7 +64,7 @@ pub fn zones_taken(q: &Query, clocks: Clocks) -> Option<Vec<(ZoneView, Vec<Entry
                 stream: true,
                 ..ZoneView::default()
             };
-            assemble(head, taken, q, clocks, &Stream)
+            assemble(head, taken, q, clocks, &Stream(mcf))
         })
         .collect();
     Some(taken)
