@@ -291,7 +291,9 @@ impl Specs {
             Vec<(String, Vec<String>, String)>,
             Option<bool>,
         );
-        let mut local: HashMap<String, Local> = HashMap::new();
+        // By the upstream's name and whether it is inside `stream {}`: a stream upstream may
+        // share an http one's name, and an http one's name could be any prefixed form.
+        let mut local: HashMap<(bool, String), Local> = HashMap::new();
         let mut keyed: HashMap<String, Spec> = HashMap::new();
         for (tok, line, text) in tokens {
             match tok {
@@ -342,12 +344,9 @@ impl Specs {
                         // nginx names the line that ends the directive.
                         let origin = format!("{file}:{line}");
                         let dup = || format!("\"{directive}\" directive is duplicate in {origin}");
-                        // A stream upstream may share an http one's name: apart.
-                        let name = match stream {
-                            Some(true) => format!("stream:{up}"),
-                            _ => up.clone(),
-                        };
-                        let e = local.entry(name).or_default();
+                        let e = local
+                            .entry((*stream == Some(true), up.clone()))
+                            .or_default();
                         e.3 = *stream;
                         let args = || words[1..].iter().map(|s| s.to_string()).collect();
                         match directive {
@@ -367,7 +366,7 @@ impl Specs {
         }
         let mut found = keyed.len();
         self.by_upstream.extend(keyed);
-        for (up, (cb, failures, raw, stream)) in local {
+        for ((_, up), (cb, failures, raw, stream)) in local {
             let is_stream = match stream {
                 Some(s) => s,
                 None => looks_stream(cb.as_ref(), &raw),
@@ -380,11 +379,10 @@ impl Specs {
                 }
                 check_stream(cb.as_ref(), &raw)?;
                 if let Some((words, origin)) = cb {
-                    let name = up.strip_prefix(STREAM_PREFIX).unwrap_or(&up);
                     let active = raw.iter().any(|(d, _, _)| d == PROBE_DIRECTIVE);
                     found += 1;
                     self.by_stream.insert(
-                        name.to_owned(),
+                        up,
                         Spec {
                             words,
                             failures: None,
@@ -716,6 +714,35 @@ upstream redis { circuit_breaker min_requests=50; }
         assert_eq!(min(&s, "web").min_requests, 7);
         let r = s.find_stream("redis").unwrap().stream_params(&[]).unwrap();
         assert_eq!(r.cfg.min_requests, 50);
+    }
+
+    #[test]
+    fn an_http_upstream_named_stream_colon_is_not_a_stream_one() {
+        // An http upstream literally named `stream:redis` beside stream `redis`: two breakers,
+        // neither taken for the other (nor a duplicate `circuit_breaker` of one).
+        let text = "# configuration file /etc/nginx/nginx.conf:
+http { upstream stream:redis { circuit_breaker min_requests=7; } }
+stream { upstream redis { circuit_breaker min_requests=5 first_byte=1s; } }
+";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(text), Ok(2));
+        let http = s
+            .find("stream:redis", "default")
+            .unwrap()
+            .config(&[])
+            .unwrap();
+        assert_eq!(http.min_requests, 7);
+        let stream = s.find_stream("redis").unwrap().stream_params(&[]).unwrap();
+        assert_eq!((stream.cfg.min_requests, stream.first_byte_ms), (5, 1_000));
+        assert!(s.find("redis", "default").is_none());
+        assert!(s.find_stream("stream:redis").is_none());
+        // Nor, in a file read apart, one of that name that only the stream module takes: it
+        // keeps its whole name.
+        let apart =
+            "# configuration file /y.conf:\nupstream stream:r { circuit_breaker first_byte=1s; }\n";
+        let mut s = Specs::default();
+        assert_eq!(s.add_nginx_t(apart), Ok(1));
+        assert!(s.find_stream("stream:r").is_some() && s.find_stream("r").is_none());
     }
 
     #[test]

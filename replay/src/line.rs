@@ -266,13 +266,14 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
     })
 }
 
-const STREAM_FIELDS: [&str; 8] = [
+const STREAM_FIELDS: [&str; 9] = [
     "$protocol",
     "$status",
     "upstream name",
     "$upstream_addr",
     "$upstream_connect_time",
     "$upstream_first_byte_time",
+    "$upstream_session_time",
     "$upstream_bytes_sent",
     "$upstream_bytes_received",
 ];
@@ -288,19 +289,37 @@ fn last_time(list: &str, name: &'static str) -> Result<Option<u64>, LineError> {
     }
 }
 
+/// The last try's `$upstream_session_time`. nginx writes every entry `SECONDS.MMM`, or `-`
+/// (a try not ended, or the whole variable when no server was tried); each is checked as
+/// such, so that a line of the format without this field (a byte count in its place) is
+/// refused rather than read with a count for a time.
+fn last_try_time(list: &str, name: &'static str) -> Result<Option<u64>, LineError> {
+    let mut last = None;
+    for e in list.split(',').map(|e| e.trim_matches(' ')) {
+        last = match e {
+            "-" => None,
+            t if t.len() > 4 && t.as_bytes()[t.len() - 4] == b'.' => {
+                Some(parse_seconds(t).ok_or(LineError::BadField(name))?)
+            }
+            _ => return Err(LineError::BadField(name)),
+        };
+    }
+    Ok(last)
+}
+
 /// The rest of a `circuit_breaker_stream_replay` line, after `$msec $session_time`:
 ///
 /// ```text
 /// $protocol $status "$circuit_breaker_upstream" "$upstream_addr" "$upstream_connect_time"
-/// "$upstream_first_byte_time" "$upstream_bytes_sent" "$upstream_bytes_received"
-/// ["$circuit_breaker_state"] [anything]
+/// "$upstream_first_byte_time" "$upstream_session_time" "$upstream_bytes_sent"
+/// "$upstream_bytes_received" ["$circuit_breaker_state"] [anything]
 /// ```
 ///
 /// nginx's lists hold one entry per server tried (`, ` between them; the last is the final
 /// try), a time `-` when its stage was never reached, and the whole variable `-` when no
-/// server was tried.
+/// server was tried. A try's three times count from its own start (its connect).
 fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>, LineError> {
-    let mut f = [""; 8];
+    let mut f = [""; 9];
     for (value, name) in f.iter_mut().zip(STREAM_FIELDS) {
         *value = field(&mut rest, name)?;
     }
@@ -319,6 +338,7 @@ fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>
     }
     let connect_ms = last_time(f[4], STREAM_FIELDS[4])?;
     let first_byte_ms = last_time(f[5], STREAM_FIELDS[5])?;
+    let try_ms = last_try_time(f[6], STREAM_FIELDS[6])?;
     // Whether the last try's count is not 0 (all the replay needs of it), each checked.
     let nonzero = |list: &str, name| -> Result<bool, LineError> {
         let mut last = false;
@@ -333,8 +353,8 @@ fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>
         }
         Ok(last)
     };
-    let sent = nonzero(f[6], STREAM_FIELDS[6])?;
-    nonzero(f[7], STREAM_FIELDS[7])?;
+    let sent = nonzero(f[7], STREAM_FIELDS[7])?;
+    nonzero(f[8], STREAM_FIELDS[8])?;
     // A balancer that found no server free names the upstream itself, as the module tells.
     let tried = f[3]
         .split(',')
@@ -375,7 +395,7 @@ fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>
             connect_ms,
             first_byte_ms,
             client_sent: sent,
-            session_ms,
+            try_ms,
         }),
         ..none
     })
@@ -605,8 +625,7 @@ mod tests {
         );
     }
 
-    const KV: &str =
-        r#"1700000010.500 0.250 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "14" "7" "closed""#;
+    const KV: &str = r#"1700000010.500 0.250 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "0.240" "14" "7" "closed""#;
 
     #[test]
     fn a_stream_line() {
@@ -623,7 +642,7 @@ mod tests {
                 connect_ms: Some(1),
                 first_byte_ms: Some(2),
                 client_sent: true,
-                session_ms: 250,
+                try_ms: Some(240),
             })
         );
         // Trailing fields are the operator's; the state may be left out.
@@ -635,84 +654,111 @@ mod tests {
     #[test]
     fn a_stream_line_s_last_try_counts() {
         // Refused by the first server, silent on the second; UDP.
-        let l = parse(r#"1.000 5.000 UDP 502 "dns" "10.0.0.1:53, 10.0.0.2:53" "-, 0.000" "-, -" "0, 40" "0, 0" "closed""#).unwrap();
+        let l = parse(r#"1.000 5.000 UDP 502 "dns" "10.0.0.1:53, 10.0.0.2:53" "-, 0.000" "-, -" "0.001, 4.999" "0, 40" "0, 0" "closed""#).unwrap();
         let s = l.session.unwrap();
         assert!(s.udp && s.tried && s.client_sent);
         assert_eq!(
-            (s.connect_ms, s.first_byte_ms, s.status),
-            (Some(0), None, 502)
+            (s.connect_ms, s.first_byte_ms, s.try_ms, s.status),
+            (Some(0), None, Some(4_999), 502)
         );
         // Connect refused on the last try, nothing sent.
         let l =
-            parse(r#"1.000 0.001 TCP 502 "kv" "10.0.0.7:6379" "-" "-" "0" "0" "closed""#).unwrap();
+            parse(r#"1.000 0.001 TCP 502 "kv" "10.0.0.7:6379" "-" "-" "0.001" "0" "0" "closed""#)
+                .unwrap();
         let s = l.session.unwrap();
         assert_eq!((s.connect_ms, s.client_sent, s.tried), (None, false, true));
         // No server free (max_conns): the balancer names the upstream, no address.
-        let l = parse(r#"1.000 0.000 TCP 502 "kv" "kv" "-" "-" "0" "0" "closed""#).unwrap();
+        let l = parse(r#"1.000 0.000 TCP 502 "kv" "kv" "-" "-" "0.000" "0" "0" "closed""#).unwrap();
         assert!(!l.session.unwrap().tried);
+        // A try not ended when logged, and earlier tries' times: only the last one's counts.
+        let l = parse(
+            r#"1.000 9.000 TCP 200 "kv" "a:1, b:2" "-, 0.001" "-, -" "5.000, -" "0, 9" "0, 0""#,
+        )
+        .unwrap();
+        assert_eq!(l.session.unwrap().try_ms, None);
     }
 
     #[test]
     fn stream_lines_refused_live() {
         for state in ["open", "half_open", "recovering"] {
-            let text = format!(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "{state}""#);
+            let text = format!(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "-" "{state}""#);
             let l = parse(&text).unwrap();
             assert!(l.refused, "{state}");
             assert!(!l.session.unwrap().tried);
         }
         // Handed to a backup server while open: the primary breaker refused it.
-        let l =
-            parse(r#"1.000 0.100 TCP 200 "kv" "10.0.0.9:6379" "0.001" "0.002" "14" "7" "backup""#)
-                .unwrap();
+        let l = parse(
+            r#"1.000 0.100 TCP 200 "kv" "10.0.0.9:6379" "0.001" "0.002" "0.100" "14" "7" "backup""#,
+        )
+        .unwrap();
         assert!(l.refused);
         // Let through in a dry run: a server tried, so not refused.
-        let l =
-            parse(r#"1.000 0.100 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "14" "7" "open""#)
-                .unwrap();
+        let l = parse(
+            r#"1.000 0.100 TCP 200 "kv" "10.0.0.7:6379" "0.001" "0.002" "0.100" "14" "7" "open""#,
+        )
+        .unwrap();
         assert!(!l.refused);
         // nginx's own 503 (limit_conn), no breaker's state: not refused by a breaker.
-        let l = parse(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "-""#).unwrap();
+        let l = parse(r#"1.000 0.000 TCP 503 "kv" "-" "-" "-" "-" "-" "-" "-""#).unwrap();
         assert!(!l.refused && l.session.is_some());
     }
 
     #[test]
     fn stream_lines_without_an_upstream_or_badly_written() {
-        let l = parse(r#"1.000 0.000 TCP 200 "-" "-" "-" "-" "-" "-" "-""#).unwrap();
+        let l = parse(r#"1.000 0.000 TCP 200 "-" "-" "-" "-" "-" "-" "-" "-""#).unwrap();
         assert_eq!((l.attempt, l.session), (None, None));
         let bad = |t: &str| parse(t).unwrap_err();
         assert_eq!(
-            bad(r#"1.000 0.100 SCTP 200 "kv" "a" "-" "-" "0" "0""#),
+            bad(r#"1.000 0.100 SCTP 200 "kv" "a" "-" "-" "-" "0" "0""#),
             LineError::BadField("$protocol")
         );
         assert_eq!(
-            bad(r#"1.000 0.100 TCP 20 "kv" "a" "-" "-" "0" "0""#),
+            bad(r#"1.000 0.100 TCP 20 "kv" "a" "-" "-" "-" "0" "0""#),
             LineError::BadField("$status")
         );
         assert_eq!(
-            bad(r#"1.000 0.100 TCP 200 "kv" "a" "x" "-" "0" "0""#),
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "x" "-" "-" "0" "0""#),
             LineError::BadField("$upstream_connect_time")
         );
         assert_eq!(
-            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "1.2.3" "0" "0""#),
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "1.2.3" "-" "0" "0""#),
             LineError::BadField("$upstream_first_byte_time")
         );
+        for t in ["1", "0.10", "1.0001", ".100", "x.100", "0.100, ", "1.2.3"] {
+            assert_eq!(
+                bad(&format!(
+                    r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "{t}" "0" "0""#
+                )),
+                LineError::BadField("$upstream_session_time"),
+                "{t}"
+            );
+        }
         assert_eq!(
-            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "-1" "0""#),
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "-" "-1" "0""#),
             LineError::BadField("$upstream_bytes_sent")
         );
         assert_eq!(
-            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "0""#),
+            bad(r#"1.000 0.100 TCP 200 "kv" "a" "-" "-" "-" "0""#),
             LineError::MissingField("$upstream_bytes_received")
+        );
+        // The format without $upstream_session_time: a byte count in its place, refused
+        // rather than read as a time.
+        assert_eq!(
+            bad(r#"1.000 0.250 TCP 200 "kv" "a" "0.001" "0.002" "14" "7" "closed""#),
+            LineError::BadField("$upstream_session_time")
         );
         let long = "k".repeat(MAX_NAME + 1);
         assert_eq!(
             bad(&format!(
-                r#"1.000 0.1 TCP 200 "{long}" "a" "-" "-" "0" "0""#
+                r#"1.000 0.1 TCP 200 "{long}" "a" "-" "-" "-" "0" "0""#
             )),
             LineError::TooLong("upstream name")
         );
         let ok = "k".repeat(MAX_NAME);
-        assert!(parse(&format!(r#"1.000 0.1 TCP 200 "{ok}" "a" "-" "-" "0" "0""#)).is_ok());
+        assert!(parse(&format!(
+            r#"1.000 0.1 TCP 200 "{ok}" "a" "-" "-" "-" "0" "0""#
+        ))
+        .is_ok());
         // An http line is still told by its quoted third field.
         assert!(parse(OK).unwrap().session.is_none());
     }
@@ -755,19 +801,20 @@ mod tests {
         fn stream_round_trip(end in 0u64..10_000_000_000_000, st in 0u64..100_000_000,
                              c in proptest::option::of(0u64..100_000),
                              fb in proptest::option::of(0u64..100_000),
+                             tr in proptest::option::of(0u64..100_000_000),
                              sent in 0u64..u64::MAX, udp: bool,
                              up in "[a-z][a-z0-9_.-]{0,20}") {
             let t = |v: Option<u64>| {
                 v.map_or("-".to_owned(), |v| format!("{}.{:03}", v / 1000, v % 1000))
             };
             let line = format!(
-                "{}.{:03} {}.{:03} {} 200 \"{up}\" \"10.0.0.1:1, 10.0.0.2:2\" \"-, {}\" \"-, {}\" \"0, {sent}\" \"0, 1\" \"closed\"",
+                "{}.{:03} {}.{:03} {} 200 \"{up}\" \"10.0.0.1:1, 10.0.0.2:2\" \"-, {}\" \"-, {}\" \"1.000, {}\" \"0, {sent}\" \"0, 1\" \"closed\"",
                 end / 1000, end % 1000, st / 1000, st % 1000, if udp { "UDP" } else { "TCP" },
-                t(c), t(fb));
+                t(c), t(fb), t(tr));
             let l = parse(&line).unwrap();
             let s = l.session.unwrap();
             prop_assert_eq!((l.end_ms, l.request_ms, l.upstream), (end, st, up.as_str()));
-            prop_assert_eq!((s.udp, s.connect_ms, s.first_byte_ms), (udp, c, fb));
+            prop_assert_eq!((s.udp, s.connect_ms, s.first_byte_ms, s.try_ms), (udp, c, fb, tr));
             prop_assert_eq!(s.client_sent, sent > 0);
         }
 

@@ -137,6 +137,10 @@ fn args() -> Result<Asked, String> {
     if a.logs.is_empty() {
         return Err(format!("no log\n{USAGE}"));
     }
+    // The logs are open together (merged): standard input twice would lock it twice.
+    if a.logs.iter().filter(|l| *l == "-").count() > 1 {
+        return Err("- (standard input) may be given once".to_owned());
+    }
     Ok(Asked::Replay(Box::new(a)))
 }
 
@@ -213,71 +217,74 @@ fn replay(a: Args) -> Result<(Replay, Vec<BadLine>), String> {
     }
     let mut bad: Vec<BadLine> = Vec::new();
     let many = a.logs.len() > 1;
-    let mut buf = Vec::with_capacity(4096);
     // Each bound is said once, when first hit; the report counts every line it refused.
     let (mut said_long, mut said_cap, mut said_full) = (false, false, false);
-    for path in &a.logs {
-        let mut input = input::open(path)?;
-        let mut n = 0u64;
+    let inputs = a
+        .logs
+        .iter()
+        .map(|p| input::open(p))
+        .collect::<Result<_, _>>()?;
+    // Read as one stream in time order: an http and a stream log of the same hours, read one
+    // after the other, would run the second's events late, at the first's last instant.
+    let mut merged = input::Merge::new(inputs, a.max_line);
+    loop {
+        let next = merged
+            .next_line()
+            .map_err(|(i, e)| format!("{}: {e}", a.logs[i]))?;
+        let Some(input::Next { log, n, got, text }) = next else {
+            break;
+        };
         let at = |n: u64| {
             if many {
-                format!("{path}:{n}")
+                format!("{}:{n}", a.logs[log])
             } else {
                 n.to_string()
             }
         };
-        loop {
-            let got = input::read_line(&mut *input, &mut buf, a.max_line)
-                .map_err(|e| format!("{path}: {e}"))?;
-            if got == Got::End {
-                break;
+        r.counts.lines += 1;
+        if got == Got::TooLong {
+            r.counts.too_long += 1;
+            if !said_long {
+                said_long = true;
+                eprintln!(
+                    "cb-replay: line {} is longer than {} bytes (--max-line): not replayed, \
+                     nor any other that long",
+                    at(n),
+                    a.max_line
+                );
             }
-            n += 1;
-            r.counts.lines += 1;
-            if got == Got::TooLong {
-                r.counts.too_long += 1;
-                if !said_long {
-                    said_long = true;
+            continue;
+        }
+        let text = String::from_utf8_lossy(text);
+        match line::parse(&text) {
+            Ok(l) => {
+                r.feed(&l, n)?;
+                if !said_cap && r.counts.over_max_breakers > 0 {
+                    said_cap = true;
                     eprintln!(
-                        "cb-replay: line {} is longer than {} bytes (--max-line): not replayed, \
-                         nor any other that long",
+                        "cb-replay: line {}: {:?} would be breaker {} (--max-breakers): not \
+                         replayed, nor any line of a breaker not seen before",
                         at(n),
-                        a.max_line
+                        match l.session {
+                            Some(_) => cb_replay::sim::stream_key(l.upstream),
+                            None => format!("{}/{}", l.upstream, l.route),
+                        },
+                        a.max_breakers + 1
                     );
                 }
-                continue;
-            }
-            let text = String::from_utf8_lossy(&buf);
-            match line::parse(&text) {
-                Ok(l) => {
-                    r.feed(&l, n)?;
-                    if !said_cap && r.counts.over_max_breakers > 0 {
-                        said_cap = true;
-                        eprintln!(
-                            "cb-replay: line {}: {:?} would be breaker {} (--max-breakers): not \
-                             replayed, nor any line of a breaker not seen before",
-                            at(n),
-                            match l.session {
-                                Some(_) => cb_replay::sim::stream_key(l.upstream),
-                                None => format!("{}/{}", l.upstream, l.route),
-                            },
-                            a.max_breakers + 1
-                        );
-                    }
-                    if !said_full && r.counts.early > 0 {
-                        said_full = true;
-                        eprintln!(
-                            "cb-replay: line {}: {MAX_WAITING} requests within --reorder: the \
-                             oldest run early from here on when there are more",
-                            at(n)
-                        );
-                    }
+                if !said_full && r.counts.early > 0 {
+                    said_full = true;
+                    eprintln!(
+                        "cb-replay: line {}: {MAX_WAITING} requests within --reorder: the \
+                         oldest run early from here on when there are more",
+                        at(n)
+                    );
                 }
-                Err(e) => {
-                    r.counts.bad += 1;
-                    if bad.len() < SHOW_BAD {
-                        bad.push((at(n), e.to_string()));
-                    }
+            }
+            Err(e) => {
+                r.counts.bad += 1;
+                if bad.len() < SHOW_BAD {
+                    bad.push((at(n), e.to_string()));
                 }
             }
         }

@@ -121,6 +121,18 @@ fn stats_text(s: &Stats, what: &str) -> String {
 pub fn text(r: &Replay, bad: &[BadLine]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", counts_line(&r.counts));
+    let c = &r.counts;
+    if c.late > c.events / 100 {
+        // Counted above, but easily read past: the results are wrong, not approximate. Here,
+        // not on stderr, which scripts read with the JSON (`2>&1`).
+        let _ = writeln!(
+            out,
+            "  warning: {} of {} events ran late, at later events' times: the input is out of \
+             time order (logs concatenated? give each as its own LOG: they are merged by $msec), \
+             or requests outlasted --reorder",
+            c.late, c.events
+        );
+    }
     for (n, why) in bad {
         let _ = writeln!(out, "  line {n}: {why}");
     }

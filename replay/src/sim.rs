@@ -164,7 +164,7 @@ struct Buffered {
     refused_live: bool,
     /// A stream session: what nginx logged of it, judged by each setting at its own instant.
     session: Option<Session>,
-    /// When it started and ended (a session's instants count from its start).
+    /// When it started and ended (a session's instants count from its last try's start).
     start: u64,
     end: u64,
     /// Its record events not run yet: a session's settings may judge it at other instants.
@@ -211,6 +211,8 @@ pub struct Counts {
     pub over_max_breakers: u64,
     /// Events run before the log had moved the horizon past them: the buffer was full.
     pub early: u64,
+    /// Events run in all (each request's admission and record), of which `late` were late.
+    pub events: u64,
 }
 
 /// The default `--max-breakers`: far more breakers than a configuration has, few enough that
@@ -239,13 +241,20 @@ pub fn stream_key(name: &str) -> String {
     format!("stream {name}")
 }
 
+/// When a session's last try began, on the replay's clock: it ended with the session, its
+/// length logged; else the session's start (its earlier tries and waits not known).
+fn try_start(s: &Session, start: u64, end: u64) -> u64 {
+    s.try_ms.map_or(start, |t| end.saturating_sub(t).max(start))
+}
+
 /// How a setting with this `first_byte` judges a session, and when: the instant (on the
 /// replay's clock) no later than the session's end.
 fn judged_at(s: &Session, start: u64, end: u64, first_byte_ms: u32) -> (u64, Judged) {
     let j = session::logged(s, first_byte_ms);
     let at = match j {
+        // Its instants count from the last try's start, as nginx times that try.
         Judged::Answered { at_ms, .. } | Judged::Silent { at_ms, .. } => {
-            start.saturating_add(at_ms).min(end)
+            try_start(s, start, end).saturating_add(at_ms).min(end)
         }
         Judged::Ended(_) | Judged::Nothing => end,
     };
@@ -268,8 +277,11 @@ pub struct Replay {
     module_clock: bool,
     horizon_ms: u64,
     key: String,
-    /// Each name seen: its breaker's index, or `NO_BREAKER`.
+    /// Each http name seen (`upstream/route`): its breaker's index, or `NO_BREAKER`.
     index: HashMap<Rc<str>, u32, BuildHasherDefault<Fnv>>,
+    /// The same of each stream upstream, by its name alone: a map of its own, as a key of
+    /// the other could be any name (http's `stream a`, route `b`, is stream's `a/b` prefixed).
+    stream_index: HashMap<Rc<str>, u32, BuildHasherDefault<Fnv>>,
     /// Breaker names, `upstream/route`, by index.
     pub names: Vec<Rc<str>>,
     /// The same as the module's log lines write them (see [`shown`]), by index.
@@ -332,6 +344,7 @@ impl Replay {
             horizon_ms,
             key: String::new(),
             index: HashMap::default(),
+            stream_index: HashMap::default(),
             names: Vec::new(),
             shown: Vec::new(),
             stream: Vec::new(),
@@ -400,7 +413,11 @@ impl Replay {
             self.key.push('/');
             self.key.push_str(l.route);
         }
-        if let Some(&i) = self.index.get(self.key.as_str()) {
+        let (index, key) = match stream {
+            true => (&mut self.stream_index, l.upstream),
+            false => (&mut self.index, self.key.as_str()),
+        };
+        if let Some(&i) = index.get(key) {
             return Ok(match i {
                 NO_BREAKER => Found::NoBreaker,
                 i => Found::Breaker(i),
@@ -412,8 +429,13 @@ impl Replay {
             self.specs.find(l.upstream, l.route)
         };
         let Some(spec) = spec else {
-            if self.index.len() - self.names.len() < self.max_breakers {
-                self.index.insert(Rc::from(self.key.as_str()), NO_BREAKER);
+            let seen = self.index.len() + self.stream_index.len();
+            if seen - self.names.len() < self.max_breakers {
+                let (index, key) = match stream {
+                    true => (&mut self.stream_index, l.upstream),
+                    false => (&mut self.index, self.key.as_str()),
+                };
+                index.insert(Rc::from(key), NO_BREAKER);
             }
             return Ok(Found::NoBreaker);
         };
@@ -468,7 +490,10 @@ impl Replay {
         };
         self.upstream_of.push(up);
         let name: Rc<str> = Rc::from(self.key.as_str());
-        self.index.insert(name.clone(), i);
+        match stream {
+            true => self.stream_index.insert(Rc::from(l.upstream), i),
+            false => self.index.insert(name.clone(), i),
+        };
         self.names.push(name);
         self.shown.push(Rc::from(if stream {
             format!("\"{}\"", l.upstream)
@@ -668,6 +693,7 @@ impl Replay {
         if self.first_wall.is_none() {
             self.first_wall = Some(self.wall(e.at_ms));
         }
+        self.counts.events += 1;
         let now = if e.at_ms < self.watermark {
             self.counts.late += 1;
             self.watermark
@@ -794,7 +820,8 @@ impl Replay {
                     if when != at {
                         continue;
                     }
-                    session_attempt(judged, p.start, told, sent, run, now)
+                    let from = try_start(sess, p.start, p.end);
+                    session_attempt(judged, from, told, sent, run, now)
                 }
             };
             let attempt = if sent {
@@ -892,10 +919,10 @@ fn outcome(
 /// What a session judged so says under a setting, as the module settles it: an answer is
 /// noted as the origin's last (when the session reached it), and silence counts only when
 /// the origin answered no session since the client's bytes — and never against the probe,
-/// which is given back.
+/// which is given back. `from`: the last try's start, whence its instants count.
 fn session_attempt(
     judged: Judged,
-    start: u64,
+    from: u64,
     told: Told,
     sent: bool,
     run: &mut Run,
@@ -912,7 +939,7 @@ fn session_attempt(
         Judged::Silent {
             attempt, sent_ms, ..
         } => {
-            let counts = session::silence_counts(run.answered_ms, start.saturating_add(sent_ms));
+            let counts = session::silence_counts(run.answered_ms, from.saturating_add(sent_ms));
             if counts && told.ticket == Ticket::Normal {
                 attempt
             } else {

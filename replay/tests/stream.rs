@@ -45,7 +45,8 @@ fn time(ms: Option<u64>) -> String {
     ms.map_or("-".into(), secs)
 }
 
-/// One session of `kv` at 10.0.0.7:6379 starting at `start`, as nginx logs it.
+/// One session of `kv` at 10.0.0.7:6379 starting at `start`, as nginx logs it: one try, from
+/// the session's start.
 fn session(
     start: u64,
     took: u64,
@@ -56,11 +57,12 @@ fn session(
 ) -> (u64, String) {
     let end = start + took;
     let line = format!(
-        "{} {} TCP {status} \"kv\" \"10.0.0.7:6379\" \"{}\" \"{}\" \"{sent}\" \"{}\" \"closed\"\n",
+        "{} {} TCP {status} \"kv\" \"10.0.0.7:6379\" \"{}\" \"{}\" \"{}\" \"{sent}\" \"{}\" \"closed\"\n",
         secs(end),
         secs(took),
         time(connect),
         time(fb),
+        secs(took),
         if fb.is_some() { 7 } else { 0 }
     );
     (end, line)
@@ -156,6 +158,78 @@ fn idle_subscriptions_and_silent_clients_open_nothing() {
     assert!(out.contains("120 sessions, 0 bad"), "{out}");
 }
 
+/// A line of `kv` ending at `end`, its fields as given (each try's times, `, ` apart).
+fn tried(end: u64, took: u64, connect: &str, fb: &str, tries: &str, sent: &str) -> (u64, String) {
+    let line = format!(
+        "{} {} TCP 200 \"kv\" \"10.0.0.7:6379, 10.0.0.8:6379\" \"{connect}\" \"{fb}\" \
+         \"{tries}\" \"{sent}\" \"0, 7\" \"closed\"\n",
+        secs(end),
+        secs(took)
+    );
+    (end, line)
+}
+
+#[test]
+fn long_sessions_with_short_last_tries_are_not_silent() {
+    let d = dir("tries");
+    // The server answered, well before; then sessions that the live module judged nothing
+    // of, each far longer than connect + first_byte from the session's start.
+    let mut s = answered(T0, 100, 10);
+    for i in 0..10u64 {
+        let end = T0 + 30_000 + i * 200;
+        // A first try that hit the 5 s connect timeout, then a second whose client sent a
+        // command and left after 100 ms.
+        s.push(tried(
+            end,
+            5_101,
+            "-, 0.001",
+            "-, -",
+            "5.000, 0.100",
+            "0, 14",
+        ));
+        // One try, after a client that waited 4 s before its ClientHello (ssl_preread).
+        s.push((
+            end + 50,
+            format!(
+                "{} 4.100 TCP 200 \"kv\" \"10.0.0.7:6379\" \"0.001\" \"-\" \"0.099\" \
+                 \"14\" \"0\" \"closed\"\n",
+                secs(end + 50)
+            ),
+        ));
+    }
+    let out = run(&d, &log(s), &["--breaker", BREAKER]);
+    assert!(
+        out.contains("30 lines: 30 replayed, 0 unparseable"),
+        "{out}"
+    );
+    assert!(out.contains("30 sessions, 0 bad"), "{out}");
+    assert_eq!(opened(&out, "stream \"kv\""), 0, "{out}");
+}
+
+#[test]
+fn a_last_try_s_instants_count_from_its_own_start() {
+    let d = dir("from");
+    // Silent sessions, each while another session is answered within its bound: not hung.
+    // The answered ones waited 4 s before their connect (ssl_preread): their answers came
+    // 2 ms after it, not 2 ms after their sessions began (4 s before the silences).
+    let mut s = hung(T0 + 5_000, 900, 20, 5_000);
+    for i in 0..20u64 {
+        let answer = T0 + 5_000 + i * 900 + 500;
+        let end = answer + 3;
+        s.push((
+            end,
+            format!(
+                "{} 4.005 TCP 200 \"kv\" \"10.0.0.7:6379\" \"0.001\" \"0.002\" \"0.005\" \
+                 \"14\" \"7\" \"closed\"\n",
+                secs(end)
+            ),
+        ));
+    }
+    let out = run(&d, &log(s), &["--breaker", BREAKER]);
+    assert!(out.contains("40 sessions, 0 bad"), "{out}");
+    assert_eq!(opened(&out, "stream \"kv\""), 0, "{out}");
+}
+
 #[test]
 fn refused_connects_open_it() {
     let d = dir("refused");
@@ -169,7 +243,7 @@ fn refused_connects_open_it() {
     let busy: String = (0..10)
         .map(|i| {
             format!(
-                "{} 0.000 TCP 502 \"kv\" \"kv\" \"-\" \"-\" \"0\" \"0\" \"closed\"\n",
+                "{} 0.000 TCP 502 \"kv\" \"kv\" \"-\" \"-\" \"0.000\" \"0\" \"0\" \"closed\"\n",
                 secs(T0 + i * 100)
             )
         })
@@ -226,6 +300,109 @@ fn http_and_stream_lines_in_one_run_keep_their_breakers_apart() {
     assert!(tl.join("stream_kv.csv").exists() && tl.join("kv_default.csv").exists());
 }
 
+/// Runs the binary on `logs` (each written to its own file, given in this order); its stdout
+/// and stderr, after checking it succeeded.
+fn run_logs(d: &Dir, logs: &[&str], args: &[&str]) -> (String, String) {
+    let paths: Vec<PathBuf> = (0..logs.len())
+        .map(|i| d.0.join(format!("{i}.log")))
+        .collect();
+    for (p, log) in paths.iter().zip(logs) {
+        std::fs::write(p, log).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cb-replay"))
+        .args(args)
+        .args(&paths)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8(out.stdout).unwrap(), stderr)
+}
+
+#[test]
+fn an_http_and_a_stream_log_are_merged_in_time() {
+    let d = dir("merge");
+    // Ten minutes of both: the http upstream answers throughout, the stream one is refused
+    // every connect in the first minute, then answers.
+    let (mut http, mut stream) = (Vec::new(), Vec::new());
+    for i in 0..600u64 {
+        let at = T0 + i * 1_000;
+        http.push((
+            at + 10,
+            format!(
+                "{} 0.010 \"api\" \"-\" \"10.0.0.1:80\" \"200\" \"0.010\" \"0.005\"\n",
+                secs(at + 10)
+            ),
+        ));
+        let status = if i < 60 { 502 } else { 200 };
+        let (connect, fb) = if i < 60 {
+            (None, None)
+        } else {
+            (Some(1), Some(2))
+        };
+        stream.push(session(at, 5, status, connect, fb, 14));
+    }
+    let (http, stream) = (log(http), log(stream));
+    let both = log(http
+        .lines()
+        .chain(stream.lines())
+        .map(|l| {
+            let ms = (l.split(' ').next().unwrap().parse::<f64>().unwrap() * 1000.0) as u64;
+            (ms, format!("{l}\n"))
+        })
+        .collect());
+    let args = ["--breaker", "min_requests=5 open=10s"];
+    let (one, _) = run_logs(&d, &[&both], &args);
+    assert!(one.contains(", 0 events late"), "{one}");
+    // Given apart, in either order: the same replay as the one log in time order.
+    for logs in [[&*http, &*stream], [&*stream, &*http]] {
+        let (out, err) = run_logs(&d, &logs, &args);
+        assert_eq!(out, one, "{err}");
+        assert!(err.is_empty(), "{err}");
+    }
+    // Concatenated, the stream sessions run at the http log's last instant: said loudly.
+    let (out, _) = run_logs(&d, &[&format!("{http}{stream}")], &args);
+    assert_ne!(out, one);
+    let warning = out.lines().nth(1).unwrap();
+    assert!(
+        warning.starts_with("  warning: 1138 of 2400 events ran late"),
+        "{out}"
+    );
+    assert!(warning.contains("logs concatenated?"), "{out}");
+    assert!(!one.contains("warning"), "{one}");
+}
+
+#[test]
+fn a_stream_upstream_is_apart_from_any_http_name() {
+    let d = dir("names");
+    let mut s = Vec::new();
+    for i in 0..40u64 {
+        let at = T0 + i * 100;
+        // http upstream `stream a`, route `b`, always answering; stream upstream `a/b`,
+        // refused on every connect: "stream a/b" both, were they keyed by one string.
+        s.push((
+            at + 10,
+            format!(
+                "{} 0.010 \"stream a\" \"b\" \"10.0.0.1:80\" \"200\" \"0.010\" \"0.005\"\n",
+                secs(at + 10)
+            ),
+        ));
+        s.push((
+            at,
+            format!(
+                "{} 0.001 TCP 502 \"a/b\" \"10.0.0.7:6379\" \"-\" \"-\" \"0.001\" \"0\" \"0\"\n",
+                secs(at)
+            ),
+        ));
+    }
+    let out = run(&d, &log(s), &["--breaker", "min_requests=5"]);
+    assert!(out.contains("80 lines: 80 replayed"), "{out}");
+    assert_eq!(opened(&out, "\"stream a/b\""), 0, "{out}");
+    assert!(opened(&out, "stream \"a/b\"") >= 1, "{out}");
+    assert!(out.contains("  40 requests, 0 bad"), "{out}");
+    assert!(out.contains("  40 sessions, 40 bad"), "{out}");
+}
+
 #[test]
 fn config_s_stream_upstreams_are_replayed_and_first_byte_swept() {
     let d = dir("config");
@@ -262,10 +439,10 @@ fn sessions_refused_live_or_sent_to_backups_record_nothing() {
     for i in 0..20u64 {
         let at = secs(T0 + i * 100);
         text.push_str(&format!(
-            "{at} 0.000 TCP 503 \"kv\" \"-\" \"-\" \"-\" \"-\" \"-\" \"open\"\n"
+            "{at} 0.000 TCP 503 \"kv\" \"-\" \"-\" \"-\" \"-\" \"-\" \"-\" \"open\"\n"
         ));
         text.push_str(&format!(
-            "{at} 0.010 TCP 502 \"kv\" \"10.0.0.9:6379\" \"-\" \"-\" \"0\" \"0\" \"backup\"\n"
+            "{at} 0.010 TCP 502 \"kv\" \"10.0.0.9:6379\" \"-\" \"-\" \"0.010\" \"0\" \"0\" \"backup\"\n"
         ));
     }
     let out = run(&d, &text, &["--breaker", BREAKER]);
@@ -285,7 +462,7 @@ fn help_says_the_stream_format() {
     let text = String::from_utf8(out.stdout).unwrap();
     for said in [
         "log_format circuit_breaker_stream_replay",
-        "$upstream_first_byte_time",
+        "$upstream_first_byte_time\" \"$upstream_session_time\"",
         "--breaker 'stream:NAME=PARAMETERS'",
         "first_byte",
     ] {
