@@ -160,7 +160,7 @@ is(ping(port(8090)), "+PONG\r\n", 'reset: +PONG again');
 
 # what a stream breaker has not, and what is not there
 $r = control('proxy=stream&upstream=kv&action=eject&server=127.0.0.1:' . port(8091), $CTL);
-is(status($r), 400, 'eject: a stream breaker has no servers');
+is(status($r), 404, 'eject: an upstream without a pool has no servers');
 $r = control('proxy=stream&upstream=kv&route=x&action=reset', $CTL);
 like(body($r), qr/no routes/, 'route: a stream breaker has none');
 $r = control('proxy=stream&upstream=nope&action=force_open', $CTL);

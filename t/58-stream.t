@@ -56,8 +56,8 @@ my $stream = stream_conf(2, <<'EOF');
 
     log_format circuit_breaker_stream_replay
         '$msec $session_time $protocol $status "$circuit_breaker_upstream" "$upstream_addr" '
-        '"$upstream_connect_time" "$upstream_first_byte_time" "$upstream_bytes_sent" '
-        '"$upstream_bytes_received" "$circuit_breaker_state"';
+        '"$upstream_connect_time" "$upstream_first_byte_time" "$upstream_session_time" '
+        '"$upstream_bytes_sent" "$upstream_bytes_received" "$circuit_breaker_state"';
     access_log %%TESTDIR%%/replay.log circuit_breaker_stream_replay;
 
     circuit_breaker_zone cbs:1m;
@@ -116,6 +116,8 @@ my $stream = stream_conf(2, <<'EOF');
         circuit_breaker min_requests=4 consecutive=20 first_byte=300ms probe_interval=300ms
                         probes=3 jitter=0%;
         circuit_breaker_probe send=PING\r\n expect=+PONG timeout=300ms;
+        # the upstream's own probes, not the pool's ejection (t/63)
+        circuit_breaker_eject off;
     }
 
     server { listen 127.0.0.1:%%PORT_8101%%; proxy_pass wrong; proxy_timeout 30s; }

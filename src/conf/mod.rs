@@ -15,7 +15,8 @@ use core::ptr::null_mut;
 use std::collections::{HashMap, HashSet};
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
-use circuit_breaker_core::directive::{EjectSpec, Legacy, ProbeSpec};
+pub use circuit_breaker_core::directive::EjectSetting;
+use circuit_breaker_core::directive::{Legacy, ProbeSpec};
 use circuit_breaker_core::fleet::FleetDirective;
 use circuit_breaker_core::limit::LimitConfig;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
@@ -297,19 +298,6 @@ pub struct SrvConf {
     pub pool: Option<Pool>,
     /// What this worker keeps of the zone for it: see [`UpstreamLocal`].
     pub local: UpstreamLocal,
-}
-
-/// `circuit_breaker_eject` as configured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum EjectSetting {
-    /// Not given: on for a pool of two or more servers, with the defaults, where the balancer
-    /// keeps round-robin peers.
-    #[default]
-    Unset,
-    /// `off`.
-    Off,
-    /// Given with these parameters: refused where the balancer keeps no round-robin peers.
-    On(EjectSpec),
 }
 
 impl SrvConf {

@@ -4,28 +4,58 @@
 //! rendered as a page of its own, the page's `stream` member.
 
 use circuit_breaker_core::snapshot::{BreakerView, Clocks, Kind};
-use circuit_breaker_core::status::assemble::{assemble, copies, Upstreams};
+use std::collections::HashMap;
+
+use circuit_breaker_core::status::assemble::{assemble, copies, Snapshot, Upstreams};
 use circuit_breaker_core::status::query::{lists_key_state, Query};
 use circuit_breaker_core::status::query::{quote, Action, Format};
-use circuit_breaker_core::status::{render_json, Entry, ZoneView};
+use circuit_breaker_core::status::{render_json, Entry, ServerEntry, ZoneView};
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_NOT_FOUND};
 
 use super::control::{control_of, done, log_control, send_entry};
 use super::send::send_text;
 use super::snapshot::snapshot;
 use crate::clock::{mono_ms, rnd, wall_ms};
-use crate::ffi::{hash_name, key_hash, nginx_version, MODULE_VERSION};
 use crate::conf::MainConf;
+use crate::ffi::{hash_name, key_hash, nginx_version, server_key_hash, MODULE_VERSION};
 use crate::stream_zones;
 use crate::zone::{Key, DEFAULT_ROUTE};
+use circuit_breaker_shell::eject;
 
-/// A stream upstream's configuration is not the http block's: only the fleet's fingerprint,
-/// which the stream module told the http block (shown only when the instance is in a fleet).
-struct Stream<'a>(&'a MainConf);
+/// A stream upstream's configuration is not the http block's: its pool's servers are those
+/// the zone holds breakers for (in the zone's order, the configuration's), and the fleet's
+/// fingerprint is what the stream module told the http block (shown only in a fleet).
+struct Stream<'a> {
+    mcf: &'a MainConf,
+    servers: HashMap<String, Vec<String>>,
+}
+
+impl Stream<'_> {
+    /// The servers of each upstream, oldest first (the zone links a new breaker at its head).
+    fn servers_of<'a>(mcf: &'a MainConf, taken: &Snapshot) -> Stream<'a> {
+        let mut servers: HashMap<String, Vec<String>> = HashMap::new();
+        for r in taken
+            .records
+            .iter()
+            .rev()
+            .filter(|r| r.kind == Kind::Server)
+        {
+            servers
+                .entry(r.upstream.clone())
+                .or_default()
+                .push(r.route.clone());
+        }
+        Stream { mcf, servers }
+    }
+}
 
 impl Upstreams for Stream<'_> {
-    fn servers(&self, _upstream: &str) -> impl Iterator<Item = (&str, bool)> {
-        core::iter::empty()
+    fn servers(&self, upstream: &str) -> impl Iterator<Item = (&str, bool)> {
+        self.servers
+            .get(upstream)
+            .into_iter()
+            .flatten()
+            .map(|s| (s.as_str(), false))
     }
 
     fn probe_uri(&self, _upstream: &str) -> Option<String> {
@@ -33,8 +63,12 @@ impl Upstreams for Stream<'_> {
     }
 
     fn fingerprint(&self, upstream: &str) -> Option<u64> {
-        self.0.fleet.as_ref()?;
-        let (_, fp) = self.0.fleet_stream.iter().find(|(name, _)| name == upstream)?;
+        self.mcf.fleet.as_ref()?;
+        let (_, fp) = self
+            .mcf
+            .fleet_stream
+            .iter()
+            .find(|(name, _)| name == upstream)?;
         Some(*fp)
     }
 }
@@ -64,7 +98,8 @@ pub fn zones_taken(
                 stream: true,
                 ..ZoneView::default()
             };
-            assemble(head, taken, q, clocks, &Stream(mcf))
+            let conf = Stream::servers_of(mcf, &taken);
+            assemble(head, taken, q, clocks, &conf)
         })
         .collect();
     Some(taken)
@@ -88,12 +123,11 @@ pub fn control(
     action: Action,
     format: Format,
 ) -> ngx_int_t {
-    let Some(ctl) = control_of(action).filter(|_| q.server.is_none()) else {
-        return send_text(
-            r,
-            NGX_HTTP_BAD_REQUEST,
-            "a stream breaker has no servers to eject or restore",
-        );
+    if action.on_server() || q.server.is_some() {
+        return control_server(r, q, upstream, action, format);
+    }
+    let Some(ctl) = control_of(action) else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "\"server\" goes with this action");
     };
     if q.route
         .as_deref()
@@ -142,5 +176,90 @@ pub fn control(
         r,
         NGX_HTTP_NOT_FOUND,
         &format!("no circuit breaker for stream upstream {}", quote(upstream)),
+    )
+}
+
+/// `POST ?proxy=stream&upstream=…&server=…&action=eject|restore`: takes one server out of a
+/// stream pool (until `restore`) or puts it back with a fresh window, in whichever stream zone
+/// holds its breaker; answers with the upstream's own breaker's JSON, the server under it.
+/// Only a server of a pool (`circuit_breaker_eject`) has a breaker to find.
+fn control_server(
+    r: &mut ngx_http_request_t,
+    q: &Query,
+    upstream: &str,
+    action: Action,
+    format: Format,
+) -> ngx_int_t {
+    if !action.on_server() {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "\"server\" goes with \"action=eject\" or \"action=restore\"",
+        );
+    }
+    let Some(server) = q.server.as_deref() else {
+        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"server\"");
+    };
+    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
+        return send_text(
+            r,
+            NGX_HTTP_BAD_REQUEST,
+            "servers belong to the upstream's own breaker: \"route\" must be \"default\"",
+        );
+    }
+    let name = hash_name(upstream.as_bytes());
+    let home = Key {
+        hash: key_hash(name, hash_name(DEFAULT_ROUTE.as_bytes())),
+        upstream: upstream.as_bytes(),
+        route: DEFAULT_ROUTE.as_bytes(),
+        kind: Kind::Route,
+    };
+    let key = Key {
+        hash: server_key_hash(name, hash_name(server.as_bytes())),
+        upstream: upstream.as_bytes(),
+        route: server.as_bytes(),
+        kind: Kind::Server,
+    };
+    let eject = action == Action::Eject;
+    let mono = mono_ms();
+    for (zone_name, zone) in stream_zones::all() {
+        let Some(mut view) = eject::control_key(&zone, &home, &key, eject, mono) else {
+            continue;
+        };
+        let wall = zone.wall_clock(mono, wall_ms());
+        view.on_wall_clock(mono, wall);
+        let Some(mut own) = zone.lock().find(&home).map(|b| b.view(mono)) else {
+            continue;
+        };
+        own.on_wall_clock(mono, wall);
+        let verb = if eject { "ejected" } else { "restored" };
+        log_control(
+            r,
+            format_args!("stream \"{upstream}\" server {server} {verb}"),
+        );
+        let entry = Entry {
+            upstream: upstream.to_owned(),
+            route: DEFAULT_ROUTE.to_owned(),
+            view: own,
+            servers: vec![ServerEntry {
+                address: server.to_owned(),
+                backup: false,
+                view,
+            }],
+            retry: None,
+            probe_uri: None,
+            fingerprint: None,
+            limit: None,
+        };
+        return send_entry(r, &zone_name, &entry, format, q);
+    }
+    send_text(
+        r,
+        NGX_HTTP_NOT_FOUND,
+        &format!(
+            "no server {} in the pool of stream upstream {}",
+            quote(server),
+            quote(upstream)
+        ),
     )
 }

@@ -4,18 +4,22 @@
 
 use core::cell::{Cell, RefCell, UnsafeCell};
 use core::ffi::{c_char, c_void};
-use core::ptr::null_mut;
+use core::ptr::{null_mut, NonNull};
 
 use circuit_breaker_core::directive::{
-    self, parse_stream_breaker_args, parse_stream_probe_args, StreamParams, StreamProbe,
+    self, parse_stream_breaker_args, parse_stream_probe_args, EjectSetting, StreamParams,
+    StreamProbe,
 };
+use circuit_breaker_core::session::Slots;
 use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
+use circuit_breaker_shell::eject::{Pool as ServerPool, Pooled};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
 use circuit_breaker_shell::net::Peer;
 use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
 use nginx_sys::{
     ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_conf_ctx_t,
-    ngx_stream_session_t, ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_srv_conf_t,
+    ngx_stream_session_t, ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_rr_peer_t,
+    ngx_stream_upstream_srv_conf_t,
 };
 use ngx::core::{Pool, NGX_CONF_ERROR, NGX_CONF_OK};
 
@@ -37,6 +41,8 @@ pub struct MainConf {
     pub sessions: RefCell<Option<crate::session::Waiting>>,
     /// This worker's one timer for their first-byte bounds (`session::arm`).
     pub sweeper: UnsafeCell<ngx_event_t>,
+    /// Where sessions wait for a first byte: each upstream's slot, and each pool server's.
+    pub slots: Slots,
 }
 
 impl Default for MainConf {
@@ -49,6 +55,7 @@ impl Default for MainConf {
             sessions: RefCell::new(None),
             // SAFETY: an all-zero event is nginx's own starting state (ngx_pcalloc).
             sweeper: UnsafeCell::new(unsafe { core::mem::zeroed() }),
+            slots: Slots::default(),
         }
     }
 }
@@ -71,6 +78,11 @@ pub struct SrvConf {
     pub probe: Option<StreamProbe>,
     /// The servers its probes go to, in turn: the upstream's own, not `down`, no backups.
     pub servers: Vec<Peer>,
+    /// `circuit_breaker_eject`, and the pool of servers it made.
+    pub eject: EjectSetting,
+    pub pool: Option<ServerPool<ngx_stream_upstream_rr_peer_t>>,
+    /// nginx's conf of the upstream block.
+    pub uscf: Option<NonNull<ngx_stream_upstream_srv_conf_t>>,
 }
 
 impl SrvConf {
@@ -82,6 +94,26 @@ impl SrvConf {
             route: DEFAULT_ROUTE.as_bytes(),
             kind: Kind::Route,
         }
+    }
+}
+
+impl Pooled for SrvConf {
+    type Uscf = ngx_stream_upstream_srv_conf_t;
+
+    fn pool(&self) -> Option<&ServerPool<ngx_stream_upstream_rr_peer_t>> {
+        self.pool.as_ref()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn home(&self) -> &Cell<Handle> {
+        &self.handle
+    }
+
+    fn home_key(&self) -> Key<'_> {
+        self.key()
     }
 }
 
@@ -173,7 +205,8 @@ pub unsafe extern "C" fn create_srv_conf(cf: *mut ngx_conf_t) -> *mut c_void {
 circuit_breaker_shell::directive_handlers!(
     set_zone => zone,
     set_breaker => breaker,
-    set_probe => probe
+    set_probe => probe,
+    set_eject => eject
 );
 
 /// `circuit_breaker_zone name:size` in `stream {}`.
@@ -248,22 +281,48 @@ unsafe fn probe(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     }
 }
 
-/// The breakers this configuration knows: each upstream's own.
+/// `circuit_breaker_eject [param=value ...] | off` in a stream `upstream {}`.
+unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our srv conf of the upstream block (NGX_STREAM_SRV_CONF_OFFSET).
+    let (scf, raw) = match unsafe { once::<SrvConf>(cf, conf, |c| c.eject != EjectSetting::Unset) }
+    {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    match words(raw).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
+        Ok(spec) => {
+            scf.eject = spec.map_or(EjectSetting::Off, EjectSetting::On);
+            NGX_CONF_OK
+        }
+        Err(e) => fail(cf, e),
+    }
+}
+
+/// The breakers this configuration knows: each upstream's own, and each pool server's.
 pub fn wanted(mcf: &MainConf) -> Vec<Wanted<'_>> {
-    mcf.upstreams
-        .iter()
-        .filter_map(|&s| {
-            // SAFETY: upstream confs live as long as the configuration.
-            let s = unsafe { &*s };
-            Some(Wanted {
-                key: s.key(),
-                cfg: s.params?.cfg,
+    let mut out = Vec::new();
+    for &s in &mcf.upstreams {
+        // SAFETY: upstream confs live as long as the configuration.
+        let s = unsafe { &*s };
+        let Some(params) = s.params else { continue };
+        out.push(Wanted {
+            key: s.key(),
+            cfg: params.cfg,
+            eager: true,
+            retry: None,
+            limit: None,
+        });
+        for server in s.pool.iter().flat_map(|p| &p.servers) {
+            out.push(Wanted {
+                key: s.server_key(server),
+                cfg: s.pool.as_ref().map_or(params.cfg, |p| p.cfg),
                 eager: true,
                 retry: None,
                 limit: None,
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    out
 }
 
 /// Names an upstream's breaker once the stream block is parsed.

@@ -2,12 +2,13 @@
 //! UDP: databases, caches, brokers). Its own `.so`, so that the http module loads where nginx
 //! has no stream module; the breaker, the zone and the log lines are the http module's
 //! (`circuit_breaker_core`, `circuit_breaker_shell`). Imports run one way: registration →
-//! hooks (`peer`, `observe`, `fleet`) → `session` → `conf` → shell → core.
+//! hooks (`peer`, `observe`, `fleet`) → `session` → `pool` → `conf` → shell → core.
 
 mod conf;
 mod fleet;
 mod observe;
 mod peer;
+mod pool;
 mod probe;
 mod session;
 mod vars;
@@ -16,6 +17,7 @@ use core::ffi::c_void;
 use core::mem::offset_of;
 use core::ptr::{addr_of, addr_of_mut, null_mut};
 
+use circuit_breaker_core::session::Slots;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::net::Peer;
@@ -88,6 +90,10 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
                 }
             }
             conf::name(scf, (*uscf).host.as_bytes());
+            if let Err(why) = pool::configure(scf, &mut *uscf) {
+                emerg_at(cf, &*uscf, why);
+                return NGX_ERROR as ngx_int_t;
+            }
             let Ok(index) = u16::try_from(mcf.upstreams.len()) else {
                 return NGX_ERROR as ngx_int_t;
             };
@@ -99,6 +105,12 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if mcf.upstreams.is_empty() {
             return NGX_OK as ngx_int_t;
         }
+        let pools: Vec<usize> = mcf
+            .upstreams
+            .iter()
+            .map(|&s| (*s).pool.as_ref().map_or(0, |p| p.servers.len()))
+            .collect();
+        mcf.slots = Slots::new(&pools);
         if mcf.zone.is_null()
             && conf::register_zone(cf, mcf, conf::DEFAULT_ZONE_NAME, conf::DEFAULT_ZONE_SIZE)
                 .is_none()
@@ -197,7 +209,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 4] = [
+static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 5] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_STREAM_MAIN_CONF | NGX_CONF_TAKE1,
@@ -214,6 +226,12 @@ static mut NGX_STREAM_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 4] = [
         ngx_string!("circuit_breaker_probe"),
         NGX_STREAM_UPS_CONF | NGX_CONF_ANY,
         conf::set_probe,
+        offset_of!(ngx_stream_conf_ctx_t, srv_conf),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_eject"),
+        NGX_STREAM_UPS_CONF | NGX_CONF_ANY,
+        conf::set_eject,
         offset_of!(ngx_stream_conf_ctx_t, srv_conf),
     ),
     ngx_command_t::empty(),

@@ -2,16 +2,18 @@
 //! filters (the client's first bytes going up, the server's first byte coming back), and the
 //! session's end in the log phase.
 
-use circuit_breaker_core::breaker::Ticket;
+use circuit_breaker_core::breaker::classify::Ending;
+use circuit_breaker_core::breaker::{Attempt, Ticket};
 use circuit_breaker_core::session::{self, Held, Word};
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use nginx_sys::{
-    ngx_chain_t, ngx_int_t, ngx_msec_t, ngx_stream_filter_pt, ngx_stream_session_t, ngx_uint_t,
-    NGX_ERROR, NGX_OK, NGX_STREAM_SERVICE_UNAVAILABLE,
+    ngx_chain_t, ngx_int_t, ngx_log_t, ngx_msec_t, ngx_stream_filter_pt, ngx_stream_session_t,
+    ngx_uint_t, NGX_ERROR, NGX_OK, NGX_STREAM_SERVICE_UNAVAILABLE,
 };
 
-use crate::conf;
+use crate::conf::{self, MainConf, SrvConf};
+use crate::pool;
 use crate::session::{self as held};
 
 /// The next filter in nginx's chain, set once while the configuration is read.
@@ -85,12 +87,11 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         let h = match word {
             Word::Plain(p) => {
                 let sent = p.sent().then(|| p.since(now));
-                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.upstream(), at, now, log))
-                {
+                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.slot(), at, now, log)) {
                     return;
                 }
                 Held {
-                    upstream: p.upstream(),
+                    upstream: p.slot(),
                     ticket: Ticket::Normal,
                     start_ms: if p.sent() { now } else { p.since(now) },
                     client_sent: p.sent(),
@@ -125,7 +126,12 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         } else {
             now.saturating_sub(h.start_ms)
         };
-        held::settle(mcf, &h, &session::answered(ms), log);
+        // SAFETY: `s` is live, its tries made (its server answered).
+        let server = unsafe {
+            earlier_tries(s, mcf, h.upstream, log);
+            server_now(s, mcf, h.upstream)
+        };
+        held::settle(mcf, &h, server, &session::answered(ms), log);
         return;
     }
     // SAFETY: `s` is live. Bytes the client sent (a PROXY protocol header nginx makes is
@@ -139,7 +145,16 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             if again == Some(now) {
                 return;
             }
-            let waits = p.mute() || held::wait(mcf, p.upstream(), again, now);
+            // Its first bytes: it waits in its server's slot, when its upstream ejects.
+            let p = if p.placed() || p.sent() {
+                p
+            } else {
+                // SAFETY: `s` is live.
+                let server = unsafe { server_now(s, mcf, p.slot()) };
+                let slot = server.and_then(|i| mcf.slots.server(p.slot(), i));
+                slot.map_or(p, |slot| p.place(slot))
+            };
+            let waits = p.mute() || held::wait(mcf, p.slot(), again, now);
             let next = if waits {
                 Word::Plain(p.sent_at(now))
             } else {
@@ -199,12 +214,11 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
         };
         let h = match word {
             Word::Plain(p) => {
-                if p.sent() && !p.mute() && !held::leave(mcf, p.upstream(), p.since(now), now, log)
-                {
+                if p.sent() && !p.mute() && !held::leave(mcf, p.slot(), p.since(now), now, log) {
                     return NGX_OK as ngx_int_t;
                 }
                 Held {
-                    upstream: p.upstream(),
+                    upstream: p.slot(),
                     ticket: Ticket::Normal,
                     start_ms: if p.sent() { started } else { p.since(now) },
                     client_sent: p.sent(),
@@ -224,12 +238,79 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             client_sent: h.client_sent,
             ms: now.saturating_sub(h.start_ms),
         };
+        // SAFETY: `s` is live, in its log phase.
+        let server = unsafe {
+            earlier_tries(s, mcf, h.upstream, log);
+            server_now(s, mcf, h.upstream)
+        };
         match session::ended(&end) {
-            Some(a) => held::settle(mcf, &h, &a, log),
+            Some(a) => held::settle(mcf, &h, server.filter(|_| connected), &a, log),
             None => held::unjudged(mcf, &h, log),
         }
         NGX_OK as ngx_int_t
     })
+}
+
+/// The server of a pool the session of slot `slot` is connected to (or last tried), when its
+/// upstream ejects.
+///
+/// # Safety
+/// `s` must be a live session.
+unsafe fn server_now(s: *mut ngx_stream_session_t, mcf: &MainConf, slot: u16) -> Option<u16> {
+    let scf = pooled(mcf, slot)?;
+    // SAFETY: a live session's upstream, null or in its pool; `peer.name` is null or the name
+    // of the peer the balancer chose.
+    unsafe {
+        let u = (*s).upstream.as_ref()?;
+        pool::server_of(scf, u.peer.name)
+    }
+}
+
+/// The conf of the upstream of slot `slot`, when it ejects.
+fn pooled(mcf: &MainConf, slot: u16) -> Option<&SrvConf> {
+    let (upstream, _) = mcf.slots.owner(slot);
+    // SAFETY: upstream confs live as long as the configuration.
+    let scf = unsafe { &**mcf.upstreams.get(usize::from(upstream))? };
+    scf.pool.as_ref().map(|_| scf)
+}
+
+/// Each try before the session's last failed to connect (nginx moves on to the next server
+/// only then): a failure of that server, and of it alone (the session has one verdict).
+/// Told once: when the session is judged (its server's first byte, or its end).
+///
+/// # Safety
+/// `s` must be a live session, its tries made.
+unsafe fn earlier_tries(
+    s: *mut ngx_stream_session_t,
+    mcf: &MainConf,
+    slot: u16,
+    log: *mut ngx_log_t,
+) {
+    let Some(scf) = pooled(mcf, slot) else {
+        return;
+    };
+    // SAFETY: the session's states, null or an array of `ngx_stream_upstream_state_t` in its
+    // pool, as the proxy pushes them.
+    let states: &[nginx_sys::ngx_stream_upstream_state_t] = unsafe {
+        match (*s).upstream_states.as_ref() {
+            Some(a) => a.as_slice(),
+            None => return,
+        }
+    };
+    let Some((_, earlier)) = states.split_last() else {
+        return;
+    };
+    for st in earlier {
+        // SAFETY: null, or the name of the peer that try went to.
+        if let Some(i) = unsafe { pool::server_of(scf, st.peer) } {
+            let ms = if st.response_time == ngx_msec_t::MAX {
+                0
+            } else {
+                st.response_time as u64
+            };
+            pool::failed(mcf, scf, i, &Attempt::ended(Ending::Error, ms), log);
+        }
+    }
 }
 
 /// Whether nginx tried a server at all for the session: a balancer that finds every server

@@ -5,17 +5,19 @@
 
 use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_shell::clock::mono_ms;
+use circuit_breaker_shell::eject;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::zone::Zone;
 use nginx_sys::{
     ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_get_round_robin_peer,
     ngx_stream_upstream_rr_peer_data_t, ngx_stream_upstream_rr_peers_t,
-    ngx_stream_upstream_srv_conf_t, NGX_ERROR, NGX_OK,
+    ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 
 use crate::conf::{self, SrvConf};
 use circuit_breaker_core::session::{Plain, Refusal, Said, Word};
 
+use crate::pool;
 use crate::session;
 
 /// `peer.init` of an upstream with a breaker.
@@ -53,8 +55,28 @@ unsafe fn init_peer_inner(
         // (`observe::log_phase`) gives it its `503`.
         return NGX_ERROR as ngx_int_t;
     }
+    // SAFETY: `s` is live (peer.init's contract).
+    let zone = unsafe { conf::of_session(s) }.and_then(|mcf| {
+        // SAFETY: the zone this configuration registered, mapped in a worker.
+        unsafe { Zone::from_shm(mcf.zone) }
+    });
+    let up = zone.as_ref().and_then(|z| pool::upstream(z, scf));
+    if let Some(up) = up {
+        eject::follow(up, mono_ms());
+    }
     // SAFETY: the balancer's own init, with the arguments nginx gave us.
-    unsafe { original_init(s, us) }
+    let rc = unsafe { original_init(s, us) };
+    if up.is_some() && rc == NGX_OK as ngx_int_t {
+        // Peers out of the pool are tries nginx would count but cannot make.
+        let out = eject::downed(scf) as ngx_uint_t;
+        // SAFETY: `s` is live, its upstream set up by the balancer's init.
+        if let Some(u) = unsafe { (*s).upstream.as_mut() } {
+            if out > 0 && u.peer.tries > 1 {
+                u.peer.tries = u.peer.tries.saturating_sub(out).max(1);
+            }
+        }
+    }
+    rc
 }
 
 /// Points the balancer of a session nginx's round robin set up at the upstream's `backup`

@@ -25,6 +25,7 @@ use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult, Ticket};
 use circuit_breaker_core::directive::{answers, StreamProbe};
 use circuit_breaker_core::probe::{self, Look};
 use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::eject::{self, Pooled, Server};
 use circuit_breaker_shell::ffi::{pid, process_alive};
 use circuit_breaker_shell::net::{self, stream::Stream, Error, Peer};
 use circuit_breaker_shell::zone::{Handle, HeldProbe, Key, Kind, Probed, Zone, DEFAULT_ROUTE};
@@ -32,6 +33,7 @@ use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
 
 use crate::conf::{MainConf, SrvConf};
+use crate::pool;
 
 /// How often a breaker the zone does not hold yet is looked for (it is made by the upstream's
 /// first session, or by the configuration).
@@ -46,13 +48,21 @@ pub fn start(mcf: &'static MainConf) {
         // tasks of it.
         .map(|&s| unsafe { &*s })
         .filter(|s| s.probe.is_some() && s.params.is_some() && !s.servers.is_empty())
-        .map(|scf| {
-            Rc::new(Target {
-                scf,
-                next_look: Cell::new(0),
-                in_flight: Cell::new(false),
-                cursor: Cell::new(rnd() as usize),
-            })
+        .flat_map(|scf| {
+            // The upstream's breaker, and each server's of its pool: an ejected server
+            // returns through its own probes.
+            let servers = scf.pool.as_ref().map_or(0, |p| p.servers.len());
+            core::iter::once(None)
+                .chain((0..servers).map(|i| Some(i as u16)))
+                .map(move |server| {
+                    Rc::new(Target {
+                        scf,
+                        server,
+                        next_look: Cell::new(0),
+                        in_flight: Cell::new(false),
+                        cursor: Cell::new(rnd() as usize),
+                    })
+                })
         })
         .collect();
     if targets.is_empty() {
@@ -73,6 +83,8 @@ pub fn start(mcf: &'static MainConf) {
 /// A stream upstream with active probes, as this worker watches it.
 struct Target {
     scf: &'static SrvConf,
+    /// A server of its pool (its own breaker), or `None`: the upstream's breaker.
+    server: Option<u16>,
     next_look: Cell<u64>,
     in_flight: Cell<bool>,
     /// The server probed, until one of its probes fails: a run of good probes is one
@@ -86,26 +98,49 @@ impl Probed for Target {
     }
 
     fn handle(&self) -> Handle {
-        self.scf.handle.get()
+        match self.pool_server() {
+            Some(s) => s.local.handle.get(),
+            None => self.scf.handle.get(),
+        }
     }
 
     fn key(&self) -> Key<'_> {
-        Key {
-            hash: self.scf.key_hash,
-            upstream: self.scf.name.as_bytes(),
-            route: DEFAULT_ROUTE.as_bytes(),
-            kind: Kind::Route,
+        match self.pool_server() {
+            Some(s) => self.scf.server_key(s),
+            None => Key {
+                hash: self.scf.key_hash,
+                upstream: self.scf.name.as_bytes(),
+                route: DEFAULT_ROUTE.as_bytes(),
+                kind: Kind::Route,
+            },
         }
     }
 }
 
 impl Target {
+    /// The pool's server this target probes, if it is a server's.
+    fn pool_server(&self) -> Option<&Server> {
+        let i = self.server?;
+        self.scf.pool.as_ref()?.servers.get(usize::from(i))
+    }
+
+    fn set_handle(&self, h: Handle) {
+        match self.pool_server() {
+            Some(s) => s.local.handle.set(h),
+            None => self.scf.handle.set(h),
+        }
+    }
+
     fn interval_ms(&self) -> u32 {
         self.scf.params.map_or(1000, |p| p.cfg.probe_interval_ms)
     }
 
     /// The server to probe.
     fn server(&self) -> Option<Peer> {
+        if self.server.is_some() {
+            let addr: std::net::SocketAddr = self.pool_server()?.name.parse().ok()?;
+            return Some(Peer::from(addr));
+        }
         let servers = &self.scf.servers;
         servers
             .get(self.cursor.get().checked_rem(servers.len())?)
@@ -126,9 +161,9 @@ impl Prober {
             if t.in_flight.get() || t.next_look.get() > now {
                 continue;
             }
-            let gate = match t.scf.handle.get() {
+            let gate = match t.handle() {
                 h if h.is_none() => None,
-                h => self.zone.gate(h, t.scf.key_hash),
+                h => self.zone.gate(h, t.key().hash),
             };
             if let Some(Look::At(at)) = gate.map(|g| probe::look(g, now, t.interval_ms())) {
                 t.next_look.set(at);
@@ -157,20 +192,21 @@ impl Prober {
 fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
     let interval = t.interval_ms();
     let mut locked = zone.lock();
-    let handle = t.scf.handle.get();
-    let known = !handle.is_none() && locked.get(handle, t.scf.key_hash).is_some();
+    let (handle, key) = (t.handle(), t.key());
+    let known = !handle.is_none() && locked.get(handle, key.hash).is_some();
     let found = if known {
-        locked.get(handle, t.scf.key_hash)
+        locked.get(handle, key.hash)
     } else {
-        locked.find(&t.key())
+        locked.find(&key)
     };
     let Some(mut b) = found else {
         t.next_look.set(now.saturating_add(FIND_MS));
         return None;
     };
-    t.scf.handle.set(b.handle());
-    // In a fleet, only the instance the fleet names probes.
-    let ticket = if b.may_probe(now) {
+    t.set_handle(b.handle());
+    // In a fleet, only the instance the fleet names probes (an upstream's: a server's breaker
+    // is this instance's view of the server).
+    let ticket = if t.server.is_some() || b.may_probe(now) {
         b.active_probe(now, rnd(), pid(), &process_alive)
     } else {
         None
@@ -237,6 +273,14 @@ async fn probe_once(held: Held, server: Peer) {
         return;
     };
     let log = ngx_cycle_log().as_ptr();
+    if let Some(i) = t.server {
+        // A server of the pool: a good probe returns it, in every worker.
+        if let Some(up) = pool::upstream(&zone, t.scf) {
+            eject::record_probe(up, i, ticket, &result, now, log);
+        }
+        t.next_look.set(0);
+        return;
+    }
     let transition = {
         let mut locked = zone.lock();
         let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) else {

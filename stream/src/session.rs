@@ -18,11 +18,13 @@ use circuit_breaker_core::session::{
 };
 use circuit_breaker_core::snapshot::State;
 use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::eject;
 use circuit_breaker_shell::ffi::{guard, pid, process_alive};
-use circuit_breaker_shell::zone::{Missing, Zone};
+use circuit_breaker_shell::zone::{Handle, Missing, Zone};
 use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t};
 
 use crate::conf::{MainConf, SrvConf};
+use crate::pool;
 
 // A context cell holds a session's word.
 const _: () = assert!(core::mem::size_of::<usize>() == 8);
@@ -67,7 +69,7 @@ pub fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
             .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
             .collect();
         Waiting {
-            plain: Wheel::new(&bounds),
+            plain: Wheel::new(&mcf.slots.bounds(&bounds)),
             probes: Table::new(bounds),
         }
     });
@@ -144,29 +146,43 @@ fn nginx_log() -> *mut ngx_log_t {
     unsafe { (*nginx_sys::ngx_cycle).log }
 }
 
-/// Judges a session the table gave back by `attempt`; an answer is noted in the zone first,
-/// for every worker's [`silent`].
-pub fn settle(mcf: &MainConf, held: &Held, attempt: &Attempt, log: *mut ngx_log_t) {
-    settle_if(mcf, held, attempt, log, |_, _| true);
+/// Judges a session by `attempt`: on its upstream's breaker, and on its server's when it went
+/// to a server of a pool (`server`, or the slot it waited in). An answer is noted in the zone
+/// first, for every worker's [`silent`].
+pub fn settle(
+    mcf: &MainConf,
+    held: &Held,
+    server: Option<u16>,
+    attempt: &Attempt,
+    log: *mut ngx_log_t,
+) {
+    settle_if(mcf, held, server, attempt, log, |_, _, _| (true, true));
 }
 
 /// A session whose server kept silent past its bound: a failure, unless the upstream answered
 /// another session since the client's last bytes (a server that answers anyone is not hung:
-/// the client made its own session wait, with an unfinished or a blocking command). A probe's
-/// silence is no verdict: its probe is given back (a client could otherwise fail the probe at
-/// will and keep the breaker open).
+/// the client made its own session wait, with an unfinished or a blocking command) — and, on
+/// its server of a pool, unless that server did. A probe's silence is no verdict: its probe is
+/// given back (a client could otherwise fail the probe at will and keep the breaker open).
 pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
     if !matches!(held.ticket, Ticket::Normal) {
         unjudged(mcf, held, log);
         return;
     }
     let attempt = session::silent(mono_ms().saturating_sub(held.start_ms));
-    settle_if(mcf, held, &attempt, log, |zone, scf| {
-        session::silence_counts(zone.answered_ms(scf.handle.get()), held.sent_ms)
+    settle_if(mcf, held, None, &attempt, log, |zone, scf, server| {
+        let upstream = zone.answered_ms(scf.handle.get());
+        let on_server = server
+            .and_then(|i| server_handle(scf, i))
+            .map(|h| zone.answered_ms(h));
+        (
+            session::silence_counts(upstream, held.sent_ms),
+            on_server.is_some_and(|at| session::silence_counts(at, held.sent_ms)),
+        )
     });
 }
 
-/// Sessions of one upstream that kept silent past their bound, counted by the wheel: as
+/// Sessions of one slot that kept silent past their bound, counted by the wheel: as
 /// [`silent`], each.
 fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
     for _ in 0..x.sessions {
@@ -174,15 +190,24 @@ fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
     }
 }
 
-/// [`settle`] when `counts` says so, given the zone and the upstream's conf.
+/// Where this worker last found the breaker of server `i` of `scf`'s pool.
+fn server_handle(scf: &SrvConf, i: u16) -> Option<Handle> {
+    let s = scf.pool.as_ref()?.servers.get(usize::from(i))?;
+    Some(s.local.handle.get())
+}
+
+/// [`settle`] on the upstream's breaker and on the server's as `counts` says, given the zone,
+/// the upstream's conf and the session's server of a pool.
 fn settle_if(
     mcf: &MainConf,
     held: &Held,
+    server: Option<u16>,
     attempt: &Attempt,
     log: *mut ngx_log_t,
-    counts: impl FnOnce(&Zone, &SrvConf) -> bool,
+    counts: impl FnOnce(&Zone, &SrvConf, Option<u16>) -> (bool, bool),
 ) {
-    let Some(&scf) = mcf.upstreams.get(usize::from(held.upstream)) else {
+    let (upstream, waited_on) = mcf.slots.owner(held.upstream);
+    let Some(&scf) = mcf.upstreams.get(usize::from(upstream)) else {
         return;
     };
     // SAFETY: upstream confs live as long as the configuration.
@@ -192,18 +217,47 @@ fn settle_if(
     let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
         return;
     };
-    if !counts(&zone, scf) {
+    let server = server.or(waited_on).filter(|_| scf.pool.is_some());
+    let (on_upstream, on_server) = counts(&zone, scf, server);
+    let server = server.filter(|_| on_server);
+    if !on_upstream && server.is_none() {
         return;
     }
     let now = mono_ms();
     let handle = scf.handle.get();
     if attempt.ending == Ending::Response {
         zone.note_answer(handle, now);
+        if let Some(h) = server.and_then(|i| server_handle(scf, i)) {
+            zone.note_answer(h, now);
+        }
     }
-    if matches!(held.ticket, Ticket::Normal)
-        && session::succeeds(attempt, &params.cfg)
-        && zone.add_success(handle, scf.key_hash, now, attempt.response_ms)
-    {
+    let normal = matches!(held.ticket, Ticket::Normal);
+    let success = normal && session::succeeds(attempt, &params.cfg);
+    if let (Some(i), Some(up)) = (server, pool::upstream(&zone, scf)) {
+        // A success goes on both without the lock when it can.
+        let server_done = success && eject::add_success(&zone, scf, i, now);
+        let upstream_done = !on_upstream
+            || (success && zone.add_success(handle, scf.key_hash, now, attempt.response_ms));
+        if server_done && upstream_done {
+            return;
+        }
+        let c = Classified::of(*attempt, &params.cfg);
+        pool::settle(
+            up,
+            i,
+            held.ticket,
+            &c,
+            server_done,
+            !upstream_done,
+            now,
+            log,
+        );
+        return;
+    }
+    if !on_upstream {
+        return;
+    }
+    if success && zone.add_success(handle, scf.key_hash, now, attempt.response_ms) {
         return;
     }
     let c = Classified::of(*attempt, &params.cfg);
@@ -225,7 +279,7 @@ fn settle_if(
 pub fn unjudged(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
     if !matches!(held.ticket, Ticket::Normal) {
         let ms = mono_ms().saturating_sub(held.start_ms);
-        settle(mcf, held, &Attempt::ended(Ending::NoVerdict, ms), log);
+        settle(mcf, held, None, &Attempt::ended(Ending::NoVerdict, ms), log);
     }
 }
 

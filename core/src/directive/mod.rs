@@ -255,6 +255,19 @@ impl Default for EjectSpec {
     }
 }
 
+/// `circuit_breaker_eject` as configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EjectSetting {
+    /// Not given: on for a pool of two or more servers, with the defaults, where the balancer
+    /// keeps round-robin peers.
+    #[default]
+    Unset,
+    /// `off`.
+    Off,
+    /// Given with these parameters: refused where the balancer keeps no round-robin peers.
+    On(EjectSpec),
+}
+
 /// Parses `circuit_breaker_eject [failure_rate=…] [slow_rate=…] [min_requests=…] [time=…]
 /// [max_time=…] [max_ejected=…] | off`; `None` for `off`.
 pub fn parse_eject_args<'a>(

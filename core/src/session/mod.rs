@@ -26,10 +26,12 @@
 use crate::breaker::classify::{Attempt, Ending};
 use crate::breaker::BreakerConfig;
 
+mod slots;
 mod table;
 mod wheel;
 mod word;
 
+pub use slots::Slots;
 pub use table::{Expired, Held, SessionId, Table};
 pub use wheel::{Left, Silence, Waited, Wheel};
 pub use word::{Plain, Refusal, Said, Word, MAX_UPSTREAMS};
@@ -113,12 +115,15 @@ pub struct Logged {
     pub first_byte_ms: Option<u64>,
     /// The last try's `$upstream_bytes_sent` is not 0: the client's bytes went up.
     pub client_sent: bool,
-    /// `$session_time`.
-    pub session_ms: u64,
+    /// The last try's `$upstream_session_time`: from that try's start (its connect) to its end,
+    /// the clock of `connect_ms` and `first_byte_ms`; `None` when nginx logged none. Not
+    /// `$session_time`, which counts from the session's start: earlier tries, `ssl_preread`,
+    /// a TLS handshake and a client's wait before it all lie between the two.
+    pub try_ms: Option<u64>,
 }
 
 /// How the module would have judged a [`Logged`] session; instants in milliseconds since the
-/// session's start (nginx logs the last try's times from its connect, taken for the start).
+/// last try's start (its connect), as nginx times that try.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Judged {
     /// The server's first byte, at `at_ms`.
@@ -141,9 +146,15 @@ pub enum Judged {
 /// client's think time before it speaks is not in the log.
 pub fn logged(l: &Logged, first_byte_ms: u32) -> Judged {
     if let (false, true, Some(c), 1..) = (l.udp, l.client_sent, l.connect_ms, first_byte_ms) {
-        // The bound runs first when the first byte, or the end, comes after it.
+        // The bound runs first when the first byte, or the end, comes after it: all times of
+        // the last try, from its start. Without that try's own length, the session's says
+        // nothing (it holds earlier tries and waits before the connect): no silence.
         let due = c.saturating_add(u64::from(first_byte_ms));
-        if l.first_byte_ms.map_or(l.session_ms >= due, |fb| fb > due) {
+        let past = match l.first_byte_ms {
+            Some(fb) => fb > due,
+            None => l.try_ms.is_some_and(|t| t >= due),
+        };
+        if past {
             return Judged::Silent {
                 attempt: silent(u64::from(first_byte_ms)),
                 sent_ms: c,
@@ -162,7 +173,8 @@ pub fn logged(l: &Logged, first_byte_ms: u32) -> Judged {
         tried: l.tried,
         connected: l.connect_ms.is_some(),
         client_sent: l.client_sent,
-        ms: l.session_ms,
+        // The try that failed, as the other times; 0 when its length was not logged.
+        ms: l.try_ms.unwrap_or(0),
     };
     ended(&e).map_or(Judged::Nothing, Judged::Ended)
 }
@@ -282,7 +294,7 @@ mod tests {
             connect_ms: connect,
             first_byte_ms: fb,
             client_sent: sent,
-            session_ms: ms,
+            try_ms: Some(ms),
         }
     }
 
@@ -355,6 +367,31 @@ mod tests {
             ..log(502, None, None, false, 1)
         };
         assert_eq!(logged(&busy, 3_000), Judged::Nothing);
+    }
+
+    #[test]
+    fn logged_silence_is_timed_by_the_last_try_alone() {
+        // A first try that hit a 5 s connect timeout, then a second whose client left after
+        // 100 ms; a client that waited 4 s before its ClientHello (ssl_preread, `listen …
+        // ssl`). Long sessions, short last tries: the live module judged nothing.
+        for try_ms in [101, 99] {
+            assert_eq!(
+                logged(&log(200, Some(1), None, true, try_ms), 3_000),
+                Judged::Nothing
+            );
+        }
+        // No length of the last try logged: its silence cannot be told, nor inferred.
+        let unknown = Logged {
+            try_ms: None,
+            ..log(200, Some(1), None, true, 0)
+        };
+        assert_eq!(logged(&unknown, 3_000), Judged::Nothing);
+        // A first byte past the bound still says so without it: one try's times.
+        let late = Logged {
+            try_ms: None,
+            ..log(200, Some(1), Some(3_002), true, 0)
+        };
+        assert!(matches!(logged(&late, 3_000), Judged::Silent { .. }));
     }
 
     #[test]

@@ -429,9 +429,22 @@ pub fn control<C: Pooled>(
 ) -> Option<BreakerView> {
     let pool = scf.pool()?;
     let s = pool.servers.iter().find(|s| s.name == server)?;
+    control_key(zone, &scf.home_key(), &scf.server_key(s), eject, now)
+}
+
+/// [`control`] of the server whose breaker's key is `server`, in the pool of the upstream whose
+/// own breaker's key is `home`: for a module that knows the pool only by the zone's breakers
+/// (the http status location's control of a stream pool).
+pub fn control_key(
+    zone: &Zone,
+    home: &Key<'_>,
+    server: &Key<'_>,
+    eject: bool,
+    now: u64,
+) -> Option<BreakerView> {
     let mut locked = zone.lock();
     let view = {
-        let mut b = locked.find(&scf.server_key(s))?;
+        let mut b = locked.find(server)?;
         let action = if eject {
             Control::ForceOpen
         } else {
@@ -440,7 +453,7 @@ pub fn control<C: Pooled>(
         b.control(now, rnd(), action);
         b.view(now)
     };
-    if let Some(home) = locked.find(&scf.home_key()) {
+    if let Some(home) = locked.find(home) {
         home.bump_stamp();
     }
     Some(view)
