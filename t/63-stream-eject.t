@@ -34,7 +34,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream http/)->plan(19);
+my $t = Test::Nginx->new()->has(qw/stream http/)->plan(22);
 
 # One expansion: a second would remap the addresses the first wrote.
 my $stream = stream_conf(2, <<'EOF');
@@ -53,6 +53,34 @@ my $stream = stream_conf(2, <<'EOF');
     }
 
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass pool; proxy_timeout 30s; }
+
+    # the same pool for what a client shapes: a bound (1s) that other sessions' answers come
+    # well within, however busy the machine
+    upstream lever {
+        server 127.0.0.1:%%PORT_8091%%;
+        server 127.0.0.1:%%PORT_8096%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=1s probe_interval=500ms;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=500ms;
+        circuit_breaker_eject min_requests=3 time=1s;
+    }
+
+    server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass lever; proxy_timeout 30s; }
+
+    # nothing listens on 8098; nginx does not move on from a refused connect here
+    upstream half {
+        server 127.0.0.1:%%PORT_8098%% max_fails=0;
+        server 127.0.0.1:%%PORT_8096%% max_fails=0;
+        circuit_breaker window=3s min_requests=4 consecutive=20 first_byte=300ms
+                        probe_interval=500ms;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=500ms;
+        circuit_breaker_eject min_requests=3 time=1s;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8099%%;
+        proxy_pass half;
+        proxy_next_upstream off;
+    }
 EOF
 $t->write_file_expand('nginx.conf', $stream . <<'EOF');
 http {
@@ -73,8 +101,8 @@ my $main = port(8090);
 my ($aa, $ba) = map { '127.0.0.1:' . port($_) } 8091, 8096;
 
 sub ping {
-	my ($wait) = @_;
-	my $s = stream("127.0.0.1:$main");
+	my ($wait, $port) = @_;
+	my $s = stream('127.0.0.1:' . ($port // $main));
 	return $s->io("PING\r\n", read => 1, read_timeout => $wait // 3) // '';
 }
 
@@ -122,16 +150,16 @@ ok($by{$aa} && $by{$ba}, 'healthy: both servers served');
 # what a client shapes: unfinished commands held past first_byte on both servers, while
 # both answer other sessions
 
+my $lever = port(8097);
 my @held;
 for (1 .. 6) {
-	my $s = stream("127.0.0.1:$main");
+	my $s = stream("127.0.0.1:$lever");
 	$s->write("*2\r\n");
 	push @held, $s;
-	# round robin: the next two sessions go to each server once
-	ping() for 1 .. 2;
 }
-sleep 0.8;
-ping() for 1 .. 4;
+# others' sessions all along, on both servers (each worker's round robin alternates)
+my $until = time() + 1.6;
+ping(3, $lever) while time() < $until;
 undef @held;
 sleep 0.3;
 is(log_count($t, qr/server \S+ ejected/), 0, 'unfinished commands: no server ejected');
@@ -191,6 +219,19 @@ is(log_count($t, qr/"pool" server \Q$aa\E ejected/), 2, 'killed: A ejected again
 is(scalar(grep { $_ ne "+PONG\r\n" } @r), 0, 'killed: clients saw only answers');
 
 $ra->restart();
+
+# a dead server whose refused connects nginx does not move on from (proxy_next_upstream off):
+# the sessions' 502s are its failures, it is ejected, and the upstream never opens
+
+my $dead = '127.0.0.1:' . port(8098);
+my @half;
+for (1 .. 12) {
+	my $s = stream('127.0.0.1:' . port(8099));
+	push @half, $s->io("PING\r\n", read => 1, read_timeout => 2) // '';
+}
+is(log_count($t, qr/"half" server \Q$dead\E ejected/), 1, 'no next upstream: the dead server ejected');
+is(log_count($t, qr/"half" opened/), 0, 'no next upstream: the upstream never opened');
+is(join('', @half[-6 .. -1]), "+PONG\r\n" x 6, 'no next upstream: then every session answered');
 
 # an operator's eject and restore, through the http status location's control
 

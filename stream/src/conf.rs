@@ -10,7 +10,7 @@ use circuit_breaker_core::directive::{
     self, parse_stream_breaker_args, parse_stream_probe_args, EjectSetting, StreamParams,
     StreamProbe,
 };
-use circuit_breaker_core::session::Slots;
+use circuit_breaker_core::session::Lanes;
 use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_ZONE_SIZE};
 use circuit_breaker_shell::eject::{Pool as ServerPool, Pooled};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
@@ -41,8 +41,8 @@ pub struct MainConf {
     pub sessions: RefCell<Option<crate::session::Waiting>>,
     /// This worker's one timer for their first-byte bounds (`session::arm`).
     pub sweeper: UnsafeCell<ngx_event_t>,
-    /// Where sessions wait for a first byte: each upstream's slot, and each pool server's.
-    pub slots: Slots,
+    /// Where sessions wait for a first byte: each upstream's lane, and each pool server's.
+    pub lanes: Lanes,
 }
 
 impl Default for MainConf {
@@ -55,7 +55,7 @@ impl Default for MainConf {
             sessions: RefCell::new(None),
             // SAFETY: an all-zero event is nginx's own starting state (ngx_pcalloc).
             sweeper: UnsafeCell::new(unsafe { core::mem::zeroed() }),
-            slots: Slots::default(),
+            lanes: Lanes::default(),
         }
     }
 }
@@ -81,6 +81,8 @@ pub struct SrvConf {
     /// `circuit_breaker_eject`, and the pool of servers it made.
     pub eject: EjectSetting,
     pub pool: Option<ServerPool<ngx_stream_upstream_rr_peer_t>>,
+    /// Where the prober reaches each server of the pool, in the pool's order.
+    pub pool_peers: Vec<Peer>,
     /// nginx's conf of the upstream block.
     pub uscf: Option<NonNull<ngx_stream_upstream_srv_conf_t>>,
 }

@@ -17,7 +17,7 @@ use core::ffi::c_void;
 use core::mem::offset_of;
 use core::ptr::{addr_of, addr_of_mut, null_mut};
 
-use circuit_breaker_core::session::Slots;
+use circuit_breaker_core::session::Lanes;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::net::Peer;
@@ -110,7 +110,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             .iter()
             .map(|&s| (*s).pool.as_ref().map_or(0, |p| p.servers.len()))
             .collect();
-        mcf.slots = Slots::new(&pools);
+        mcf.lanes = Lanes::new(&pools);
         if mcf.zone.is_null()
             && conf::register_zone(cf, mcf, conf::DEFAULT_ZONE_NAME, conf::DEFAULT_ZONE_SIZE)
                 .is_none()

@@ -84,14 +84,18 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         unsafe { held::set_mark(s, word.judged()) };
         // SAFETY: a live session's connection.
         let log = unsafe { (*(*s).connection).log };
+        if let Word::Plain(p) = word {
+            // SAFETY: `s` is live, its tries made (its server answered).
+            unsafe { earlier_tries(s, mcf, p.lane(), log) };
+        }
         let h = match word {
             Word::Plain(p) => {
                 let sent = p.sent().then(|| p.since(now));
-                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.slot(), at, now, log)) {
+                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.lane(), at, now, log)) {
                     return;
                 }
                 Held {
-                    upstream: p.slot(),
+                    upstream: p.lane(),
                     ticket: Ticket::Normal,
                     start_ms: if p.sent() { now } else { p.since(now) },
                     client_sent: p.sent(),
@@ -126,11 +130,8 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         } else {
             now.saturating_sub(h.start_ms)
         };
-        // SAFETY: `s` is live, its tries made (its server answered).
-        let server = unsafe {
-            earlier_tries(s, mcf, h.upstream, log);
-            server_now(s, mcf, h.upstream)
-        };
+        // SAFETY: `s` is live.
+        let server = unsafe { server_now(s, mcf, h.upstream) };
         held::settle(mcf, &h, server, &session::answered(ms), log);
         return;
     }
@@ -145,19 +146,22 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             if again == Some(now) {
                 return;
             }
-            // Its first bytes: it waits in its server's slot, when its upstream ejects.
+            // Its first bytes: it waits in its server's lane, when its upstream ejects.
             let p = if p.placed() || p.sent() {
                 p
             } else {
                 // SAFETY: `s` is live.
-                let server = unsafe { server_now(s, mcf, p.slot()) };
-                let slot = server.and_then(|i| mcf.slots.server(p.slot(), i));
-                slot.map_or(p, |slot| p.place(slot))
+                let server = unsafe { server_now(s, mcf, p.lane()) };
+                let lane = server.and_then(|i| mcf.lanes.server(p.lane(), i));
+                lane.map_or(p, |lane| p.place(lane))
             };
-            let waits = p.mute() || held::wait(mcf, p.slot(), again, now);
+            let waits = p.mute() || held::wait(mcf, p.lane(), again, now);
             let next = if waits {
                 Word::Plain(p.sent_at(now))
             } else {
+                // Judged (its bound ran out): its tries are told now, once.
+                // SAFETY: `s` is live, connected.
+                unsafe { earlier_tries(s, mcf, p.lane(), nginx_log(s)) };
                 word.judged()
             };
             // SAFETY: `s` is live.
@@ -212,13 +216,18 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
                 u.map_or(now, |u| u.peer.start_time as u64),
             )
         };
+        let mute = matches!(word, Word::Plain(p) if p.mute());
+        if let Word::Plain(p) = word {
+            // SAFETY: as above; its tries are made.
+            unsafe { earlier_tries(s, mcf, p.lane(), log) };
+        }
         let h = match word {
             Word::Plain(p) => {
-                if p.sent() && !p.mute() && !held::leave(mcf, p.slot(), p.since(now), now, log) {
+                if p.sent() && !p.mute() && !held::leave(mcf, p.lane(), p.since(now), now, log) {
                     return NGX_OK as ngx_int_t;
                 }
                 Held {
-                    upstream: p.slot(),
+                    upstream: p.lane(),
                     ticket: Ticket::Normal,
                     start_ms: if p.sent() { started } else { p.since(now) },
                     client_sent: p.sent(),
@@ -239,25 +248,37 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             ms: now.saturating_sub(h.start_ms),
         };
         // SAFETY: `s` is live, in its log phase.
-        let server = unsafe {
-            earlier_tries(s, mcf, h.upstream, log);
-            server_now(s, mcf, h.upstream)
-        };
+        let server = unsafe { server_now(s, mcf, h.upstream) };
         match session::ended(&end) {
-            Some(a) => held::settle(mcf, &h, server.filter(|_| connected), &a, log),
+            // The last try's server, connected or not (a refused connect is its failure);
+            // but a UDP server's unanswered datagrams are no verdict on it: a client can send
+            // what a server drops without a word.
+            Some(a) => {
+                let server = server.filter(|_| tried && !(mute && a.ending == Ending::Timeout));
+                held::settle(mcf, &h, server, &a, log)
+            }
             None => held::unjudged(mcf, &h, log),
         }
         NGX_OK as ngx_int_t
     })
 }
 
-/// The server of a pool the session of slot `slot` is connected to (or last tried), when its
+/// The session's log.
+///
+/// # Safety
+/// `s` must be a live session.
+unsafe fn nginx_log(s: *mut ngx_stream_session_t) -> *mut ngx_log_t {
+    // SAFETY: a live session's connection.
+    unsafe { (*(*s).connection).log }
+}
+
+/// The server of a pool the session of lane `lane` is connected to (or last tried), when its
 /// upstream ejects.
 ///
 /// # Safety
 /// `s` must be a live session.
-unsafe fn server_now(s: *mut ngx_stream_session_t, mcf: &MainConf, slot: u16) -> Option<u16> {
-    let scf = pooled(mcf, slot)?;
+unsafe fn server_now(s: *mut ngx_stream_session_t, mcf: &MainConf, lane: u16) -> Option<u16> {
+    let scf = pooled(mcf, lane)?;
     // SAFETY: a live session's upstream, null or in its pool; `peer.name` is null or the name
     // of the peer the balancer chose.
     unsafe {
@@ -266,9 +287,9 @@ unsafe fn server_now(s: *mut ngx_stream_session_t, mcf: &MainConf, slot: u16) ->
     }
 }
 
-/// The conf of the upstream of slot `slot`, when it ejects.
-fn pooled(mcf: &MainConf, slot: u16) -> Option<&SrvConf> {
-    let (upstream, _) = mcf.slots.owner(slot);
+/// The conf of the upstream of lane `lane`, when it ejects.
+fn pooled(mcf: &MainConf, lane: u16) -> Option<&SrvConf> {
+    let (upstream, _) = mcf.lanes.owner(lane);
     // SAFETY: upstream confs live as long as the configuration.
     let scf = unsafe { &**mcf.upstreams.get(usize::from(upstream))? };
     scf.pool.as_ref().map(|_| scf)
@@ -283,10 +304,10 @@ fn pooled(mcf: &MainConf, slot: u16) -> Option<&SrvConf> {
 unsafe fn earlier_tries(
     s: *mut ngx_stream_session_t,
     mcf: &MainConf,
-    slot: u16,
+    lane: u16,
     log: *mut ngx_log_t,
 ) {
-    let Some(scf) = pooled(mcf, slot) else {
+    let Some(scf) = pooled(mcf, lane) else {
         return;
     };
     // SAFETY: the session's states, null or an array of `ngx_stream_upstream_state_t` in its

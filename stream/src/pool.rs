@@ -16,8 +16,11 @@ use circuit_breaker_core::settle::{self, Ended, Ledger, OnServer};
 use circuit_breaker_shell::clock::{mono_ms, rnd};
 use circuit_breaker_shell::eject::{self, Pool, Server, Upstream};
 use circuit_breaker_shell::ffi::hash_name;
+use circuit_breaker_shell::net::Peer;
 use circuit_breaker_shell::zone::{Locked, Zone};
-use nginx_sys::{ngx_log_t, ngx_str_t, ngx_stream_upstream_srv_conf_t};
+use nginx_sys::{
+    ngx_log_t, ngx_str_t, ngx_stream_upstream_server_t, ngx_stream_upstream_srv_conf_t,
+};
 
 use crate::conf::{MainConf, SrvConf};
 
@@ -53,14 +56,26 @@ pub unsafe fn configure(
         }
         return Ok(());
     };
-    if list.len() < 2 {
+    // Each server with the address its probes go to: one the prober cannot reach (a name not
+    // resolved at configuration time) stays out of the pool, never ejected.
+    // SAFETY: during configuration (this fn's contract).
+    let addresses = unsafe { configured_addresses(uscf) };
+    let (servers, peers): (Vec<Server>, Vec<Peer>) = list
+        .into_iter()
+        .filter_map(|(name, backup)| {
+            let (_, peer) = addresses.iter().find(|(n, _)| *n == name)?;
+            Some((Server::new(0, name, backup), peer.clone()))
+        })
+        .unzip();
+    if servers.len() < 2 {
         return Ok(());
     }
     let upstream = hash_name(scf.name.as_bytes());
-    let servers: Vec<Server> = list
+    let servers: Vec<Server> = servers
         .into_iter()
-        .map(|(name, backup)| Server::new(upstream, name, backup))
+        .map(|s| Server::new(upstream, s.name, s.backup))
         .collect();
+    scf.pool_peers = peers;
     scf.pool = Some(Pool {
         cfg: server_config(&params.cfg, &spec),
         max_ejected: max_ejected(servers.len(), spec.max_ejected),
@@ -68,6 +83,30 @@ pub unsafe fn configure(
         local: Default::default(),
     });
     Ok(())
+}
+
+/// The addresses of the upstream's `server` lines, each by its name (`10.0.0.7:6379`).
+///
+/// # Safety
+/// During configuration, `uscf` a stream upstream of it.
+unsafe fn configured_addresses(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<(String, Peer)> {
+    // SAFETY: the upstream's servers, an array of `ngx_stream_upstream_server_t` (null when it
+    // has none), each with `naddrs` addresses read at configuration time.
+    unsafe {
+        let Some(servers) = uscf.servers.as_ref() else {
+            return Vec::new();
+        };
+        let servers: &[ngx_stream_upstream_server_t] = servers.as_slice();
+        servers
+            .iter()
+            .filter(|s| !s.addrs.is_null())
+            .flat_map(|s| core::slice::from_raw_parts(s.addrs, s.naddrs))
+            .filter_map(|a| {
+                let name = String::from_utf8_lossy(a.name.as_bytes()).into_owned();
+                Peer::from_addr(a).map(|p| (name, p))
+            })
+            .collect()
+    }
 }
 
 /// `scf`'s upstream as a worker follows its pool.

@@ -137,9 +137,8 @@ impl Target {
 
     /// The server to probe.
     fn server(&self) -> Option<Peer> {
-        if self.server.is_some() {
-            let addr: std::net::SocketAddr = self.pool_server()?.name.parse().ok()?;
-            return Some(Peer::from(addr));
+        if let Some(i) = self.server {
+            return self.scf.pool_peers.get(usize::from(i)).cloned();
         }
         let servers = &self.scf.servers;
         servers
@@ -169,8 +168,12 @@ impl Prober {
                 t.next_look.set(at);
                 continue;
             }
-            let ticket = claim(&self.zone, t, now);
-            if let (Some(ticket), Some(server)) = (ticket, t.server()) {
+            // Its address first: a probe claimed is one the instance waits for.
+            let Some(server) = t.server() else {
+                t.next_look.set(now.saturating_add(FIND_MS));
+                continue;
+            };
+            if let Some(ticket) = claim(&self.zone, t, now) {
                 let held = Held::new(&self.zone, t, ticket);
                 net::spawn(probe_once(held, server)).detach();
             }

@@ -69,7 +69,7 @@ pub fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
             .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
             .collect();
         Waiting {
-            plain: Wheel::new(&mcf.slots.bounds(&bounds)),
+            plain: Wheel::new(&mcf.lanes.bounds(&bounds)),
             probes: Table::new(bounds),
         }
     });
@@ -147,7 +147,7 @@ fn nginx_log() -> *mut ngx_log_t {
 }
 
 /// Judges a session by `attempt`: on its upstream's breaker, and on its server's when it went
-/// to a server of a pool (`server`, or the slot it waited in). An answer is noted in the zone
+/// to a server of a pool (`server`, or the lane it waited in). An answer is noted in the zone
 /// first, for every worker's [`silent`].
 pub fn settle(
     mcf: &MainConf,
@@ -182,7 +182,7 @@ pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
     });
 }
 
-/// Sessions of one slot that kept silent past their bound, counted by the wheel: as
+/// Sessions of one lane that kept silent past their bound, counted by the wheel: as
 /// [`silent`], each.
 fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
     for _ in 0..x.sessions {
@@ -206,7 +206,7 @@ fn settle_if(
     log: *mut ngx_log_t,
     counts: impl FnOnce(&Zone, &SrvConf, Option<u16>) -> (bool, bool),
 ) {
-    let (upstream, waited_on) = mcf.slots.owner(held.upstream);
+    let (upstream, waited_on) = mcf.lanes.owner(held.upstream);
     let Some(&scf) = mcf.upstreams.get(usize::from(upstream)) else {
         return;
     };

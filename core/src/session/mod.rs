@@ -26,12 +26,12 @@
 use crate::breaker::classify::{Attempt, Ending};
 use crate::breaker::BreakerConfig;
 
-mod slots;
+mod lanes;
 mod table;
 mod wheel;
 mod word;
 
-pub use slots::Slots;
+pub use lanes::Lanes;
 pub use table::{Expired, Held, SessionId, Table};
 pub use wheel::{Left, Silence, Waited, Wheel};
 pub use word::{Plain, Refusal, Said, Word, MAX_UPSTREAMS};

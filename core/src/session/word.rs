@@ -9,7 +9,7 @@
 //! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
 //! recovery ramp; with 6: refused while half-open; with 2 to 5: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
 //! silence says nothing, 59: a dry run's breaker would have refused it, 58: it is in its
-//! server's slot, 40–55: its slot ([`super::Slots`]: its upstream's, or its server's),
+//! server's lane, 40–55: its lane ([`super::Lanes`]: its upstream's, or its server's),
 //! 0–39: an instant, modulo 2⁴⁰ ms — 34 years); a word with neither is a [`SessionId`]
 //! (generations below 2³⁰) or 0, nothing.
 
@@ -192,25 +192,25 @@ impl Plain {
         Plain(self.0 | DRY_OPEN)
     }
 
-    /// Its slot: its upstream's index, or once placed its server's slot.
+    /// Its lane: its upstream's index, or once placed its server's lane.
     #[inline]
-    pub fn slot(self) -> u16 {
+    pub fn lane(self) -> u16 {
         ((self.0 >> UPSTREAM_SHIFT) & UPSTREAM_MASK) as u16
     }
 
-    /// Whether it was placed in its server's slot.
+    /// Whether it was placed in its server's lane.
     #[inline]
     pub fn placed(self) -> bool {
         self.0 & PLACED != 0
     }
 
-    /// The same word in slot `slot`, its server's, placed.
+    /// The same word in lane `lane`, its server's, placed.
     #[inline]
-    pub fn place(self, slot: u16) -> Plain {
+    pub fn place(self, lane: u16) -> Plain {
         Plain(
             (self.0 & !(UPSTREAM_MASK << UPSTREAM_SHIFT))
                 | PLACED
-                | (u64::from(slot) << UPSTREAM_SHIFT),
+                | (u64::from(lane) << UPSTREAM_SHIFT),
         )
     }
 
@@ -257,21 +257,21 @@ mod tests {
             let p = Plain::new(upstream, start, mute).unwrap();
             let w = Word::from_bits(Word::Plain(p).to_bits());
             prop_assert_eq!(w, Word::Plain(p));
-            prop_assert_eq!(usize::from(p.slot()), upstream);
+            prop_assert_eq!(usize::from(p.lane()), upstream);
             prop_assert_eq!(p.since(start + later), start);
             prop_assert!(!p.sent());
             prop_assert_eq!(p.mute(), mute);
             let s = p.sent_at(start + pause);
             prop_assert!(s.sent());
-            prop_assert_eq!(s.slot(), p.slot());
+            prop_assert_eq!(s.lane(), p.lane());
             prop_assert_eq!(s.mute(), mute);
             prop_assert_eq!(s.since(start + pause + later), start + pause);
         }
 
         #[test]
-        fn a_placed_word_keeps_all_but_its_slot(
+        fn a_placed_word_keeps_all_but_its_lane(
             upstream in 0usize..MAX_UPSTREAMS,
-            slot: u16,
+            lane: u16,
             start in 0u64..(1 << 50),
             pause in 0u64..(1 << 30),
             mute: bool,
@@ -280,13 +280,13 @@ mod tests {
             let p = Plain::new(upstream, start, mute).unwrap();
             let p = if dry { p.would_refuse() } else { p };
             prop_assert!(!p.placed());
-            let q = p.sent_at(start + pause).place(slot);
+            let q = p.sent_at(start + pause).place(lane);
             prop_assert!(q.placed() && q.sent());
-            prop_assert_eq!(q.slot(), slot);
+            prop_assert_eq!(q.lane(), lane);
             prop_assert_eq!((q.mute(), q.dry_open()), (mute, dry));
             prop_assert_eq!(q.since(start + pause), start + pause);
             let r = q.sent_at(start + pause + 1);
-            prop_assert_eq!((r.slot(), r.placed()), (slot, true));
+            prop_assert_eq!((r.lane(), r.placed()), (lane, true));
             prop_assert_eq!(Word::from_bits(Word::Plain(r).to_bits()), Word::Plain(r));
             prop_assert!(Word::held(Word::Plain(r).to_bits()));
         }
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(Word::Plain(dry).state(), Some("open"));
         assert_eq!(Word::Plain(dry.sent_at(20)).state(), Some("open"));
         assert_eq!(Word::Plain(dry).judged().state(), Some("open"));
-        assert_eq!(dry.slot(), 3);
+        assert_eq!(dry.lane(), 3);
         assert_eq!(
             Word::from_bits(Word::Said(Said::DryOpen).to_bits()),
             Word::Said(Said::DryOpen)

@@ -443,6 +443,8 @@ pub fn control_key(
     now: u64,
 ) -> Option<BreakerView> {
     let mut locked = zone.lock();
+    // The upstream's own breaker first: a server found without it is changed by nobody.
+    locked.find(home)?;
     let view = {
         let mut b = locked.find(server)?;
         let action = if eject {

@@ -1,29 +1,29 @@
-//! Where a worker counts a session that waits for a first byte ([`super::Wheel`]): one slot
+//! Where a worker counts a session that waits for a first byte ([`super::Wheel`]): one lane
 //! per upstream with a breaker, and one more per server of each upstream whose servers have
 //! breakers of their own (a pool that ejects), so that the silence of a session is the
-//! server's it went to as well as its upstream's. A session starts in its upstream's slot
+//! server's it went to as well as its upstream's. A session starts in its upstream's lane
 //! ([`super::Plain::new`]) and moves to its server's once its server is known, before it
 //! first waits ([`super::Plain::place`]).
 
 use super::MAX_UPSTREAMS;
 
-/// The slots of a configuration's upstreams and their servers.
+/// The lanes of a configuration's upstreams and their servers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Slots {
-    /// Each upstream's first server slot, and how many servers it has slots for.
+pub struct Lanes {
+    /// Each upstream's first server lane, and how many servers it has lanes for.
     servers: Vec<(u16, u16)>,
-    /// The owner of each server slot, from the upstreams' count on: (upstream, server).
+    /// The owner of each server lane, from the upstreams' count on: (upstream, server).
     owners: Vec<(u16, u16)>,
 }
 
-impl Slots {
-    /// Slots for upstreams whose pools have `servers[i]` servers (0: no pool). Upstreams past
-    /// [`MAX_UPSTREAMS`] slots in all keep their own slot only: their servers' silence is then
+impl Lanes {
+    /// Lanes for upstreams whose pools have `servers[i]` servers (0: no pool). Upstreams past
+    /// [`MAX_UPSTREAMS`] lanes in all keep their own lane only: their servers' silence is then
     /// not told apart.
-    pub fn new(servers: &[usize]) -> Slots {
+    pub fn new(servers: &[usize]) -> Lanes {
         let upstreams = servers.len();
         let mut next = upstreams;
-        let mut out = Slots::default();
+        let mut out = Lanes::default();
         for (u, &n) in servers.iter().enumerate() {
             let fits = n > 0 && next + n <= MAX_UPSTREAMS && u < MAX_UPSTREAMS;
             if !fits {
@@ -39,26 +39,26 @@ impl Slots {
         out
     }
 
-    /// The slot of upstream `upstream`'s server `server`, if it has one.
+    /// The lane of upstream `upstream`'s server `server`, if it has one.
     #[inline]
     pub fn server(&self, upstream: u16, server: u16) -> Option<u16> {
         let &(first, n) = self.servers.get(usize::from(upstream))?;
         (server < n).then(|| first + server)
     }
 
-    /// Whose slot `slot` is: its upstream, and its server for a server's slot.
+    /// Whose lane `lane` is: its upstream, and its server for a server's lane.
     #[inline]
-    pub fn owner(&self, slot: u16) -> (u16, Option<u16>) {
-        match usize::from(slot).checked_sub(self.servers.len()) {
-            None => (slot, None),
+    pub fn owner(&self, lane: u16) -> (u16, Option<u16>) {
+        match usize::from(lane).checked_sub(self.servers.len()) {
+            None => (lane, None),
             Some(i) => match self.owners.get(i) {
                 Some(&(u, s)) => (u, Some(s)),
-                None => (slot, None),
+                None => (lane, None),
             },
         }
     }
 
-    /// Every slot's bound, given each upstream's (a server's is its upstream's).
+    /// Every lane's bound, given each upstream's (a server's is its upstream's).
     pub fn bounds(&self, upstreams: &[u32]) -> Vec<u32> {
         let mut out: Vec<u32> = upstreams.to_vec();
         out.resize(self.servers.len(), 0);
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn upstreams_keep_their_index_and_servers_follow() {
-        let s = Slots::new(&[0, 3, 0, 2]);
+        let s = Lanes::new(&[0, 3, 0, 2]);
         assert_eq!(s.owner(0), (0, None));
         assert_eq!(s.owner(3), (3, None));
         assert_eq!(s.server(0, 0), None, "no pool");
@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(s.server(3, 1), Some(8));
         assert_eq!(s.owner(4), (1, Some(0)));
         assert_eq!(s.owner(8), (3, Some(1)));
-        assert_eq!(s.owner(9), (9, None), "no such slot");
+        assert_eq!(s.owner(9), (9, None), "no such lane");
         assert_eq!(
             s.bounds(&[100, 200, 300, 400]),
             [100, 200, 300, 400, 200, 200, 200, 400, 400]
@@ -96,24 +96,24 @@ mod tests {
     }
 
     #[test]
-    fn past_the_word_s_reach_an_upstream_keeps_its_own_slot() {
-        let s = Slots::new(&[MAX_UPSTREAMS - 3, 5]);
+    fn past_the_word_s_reach_an_upstream_keeps_its_own_lane() {
+        let s = Lanes::new(&[MAX_UPSTREAMS - 3, 5]);
         assert!(s.server(0, 0).is_some());
         assert_eq!(s.server(1, 0), None, "would pass MAX_UPSTREAMS");
     }
 
     proptest! {
         #[test]
-        fn every_server_has_a_slot_of_its_own(pools in proptest::collection::vec(0usize..6, 0..20)) {
-            let s = Slots::new(&pools);
+        fn every_server_has_a_lane_of_its_own(pools in proptest::collection::vec(0usize..6, 0..20)) {
+            let s = Lanes::new(&pools);
             let mut seen = std::collections::HashSet::new();
             for (u, &n) in pools.iter().enumerate() {
                 prop_assert_eq!(s.owner(u as u16), (u as u16, None));
                 for srv in 0..n {
-                    let slot = s.server(u as u16, srv as u16).unwrap();
-                    prop_assert!(usize::from(slot) >= pools.len());
-                    prop_assert!(seen.insert(slot));
-                    prop_assert_eq!(s.owner(slot), (u as u16, Some(srv as u16)));
+                    let lane = s.server(u as u16, srv as u16).unwrap();
+                    prop_assert!(usize::from(lane) >= pools.len());
+                    prop_assert!(seen.insert(lane));
+                    prop_assert_eq!(s.owner(lane), (u as u16, Some(srv as u16)));
                 }
             }
             let bounds: Vec<u32> = (0..pools.len() as u32).collect();
