@@ -84,7 +84,8 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         unsafe { held::set_mark(s, word.judged()) };
         // SAFETY: a live session's connection.
         let log = unsafe { (*(*s).connection).log };
-        if let Word::Plain(p) = word {
+        let ejects = mcf.lanes.has_servers();
+        if let (Word::Plain(p), true) = (word, ejects) {
             // SAFETY: `s` is live, its tries made (its server answered).
             unsafe { earlier_tries(s, mcf, p.lane(), log) };
         }
@@ -131,7 +132,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             now.saturating_sub(h.start_ms)
         };
         // SAFETY: `s` is live.
-        let server = unsafe { server_now(s, mcf, h.upstream) };
+        let server = ejects.then(|| unsafe { server_now(s, mcf, h.upstream) }).flatten();
         held::settle(mcf, &h, server, &session::answered(ms), log);
         return;
     }
@@ -147,7 +148,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
                 return;
             }
             // Its first bytes: it waits in its server's lane, when its upstream ejects.
-            let p = if p.placed() || p.sent() {
+            let p = if p.placed() || p.sent() || !mcf.lanes.has_servers() {
                 p
             } else {
                 // SAFETY: `s` is live.
@@ -160,8 +161,10 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
                 Word::Plain(p.sent_at(now))
             } else {
                 // Judged (its bound ran out): its tries are told now, once.
-                // SAFETY: `s` is live, connected.
-                unsafe { earlier_tries(s, mcf, p.lane(), nginx_log(s)) };
+                if mcf.lanes.has_servers() {
+                    // SAFETY: `s` is live, connected.
+                    unsafe { earlier_tries(s, mcf, p.lane(), nginx_log(s)) };
+                }
                 word.judged()
             };
             // SAFETY: `s` is live.
@@ -217,7 +220,8 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             )
         };
         let mute = matches!(word, Word::Plain(p) if p.mute());
-        if let Word::Plain(p) = word {
+        let ejects = mcf.lanes.has_servers();
+        if let (Word::Plain(p), true) = (word, ejects) {
             // SAFETY: as above; its tries are made.
             unsafe { earlier_tries(s, mcf, p.lane(), log) };
         }
@@ -248,7 +252,7 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             ms: now.saturating_sub(h.start_ms),
         };
         // SAFETY: `s` is live, in its log phase.
-        let server = unsafe { server_now(s, mcf, h.upstream) };
+        let server = ejects.then(|| unsafe { server_now(s, mcf, h.upstream) }).flatten();
         match session::ended(&end) {
             // The last try's server, connected or not (a refused connect is its failure);
             // but a UDP server's unanswered datagrams are no verdict on it: a client can send
@@ -288,7 +292,11 @@ unsafe fn server_now(s: *mut ngx_stream_session_t, mcf: &MainConf, lane: u16) ->
 }
 
 /// The conf of the upstream of lane `lane`, when it ejects.
+#[inline]
 fn pooled(mcf: &MainConf, lane: u16) -> Option<&SrvConf> {
+    if !mcf.lanes.has_servers() {
+        return None;
+    }
     let (upstream, _) = mcf.lanes.owner(lane);
     // SAFETY: upstream confs live as long as the configuration.
     let scf = unsafe { &**mcf.upstreams.get(usize::from(upstream))? };

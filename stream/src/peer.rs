@@ -55,8 +55,10 @@ unsafe fn init_peer_inner(
         // (`observe::log_phase`) gives it its `503`.
         return NGX_ERROR as ngx_int_t;
     }
-    // SAFETY: `s` is live (peer.init's contract).
-    let zone = unsafe { conf::of_session(s) }.and_then(|mcf| {
+    // A pool's peers follow the zone; an upstream without one costs a comparison.
+    let zone = scf.pool.as_ref().and_then(|_| {
+        // SAFETY: `s` is live (peer.init's contract).
+        let mcf = unsafe { conf::of_session(s) }?;
         // SAFETY: the zone this configuration registered, mapped in a worker.
         unsafe { Zone::from_shm(mcf.zone) }
     });

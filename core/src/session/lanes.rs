@@ -46,9 +46,18 @@ impl Lanes {
         (server < n).then(|| first + server)
     }
 
+    /// Whether any server has a lane (some upstream ejects).
+    #[inline]
+    pub fn has_servers(&self) -> bool {
+        !self.owners.is_empty()
+    }
+
     /// Whose lane `lane` is: its upstream, and its server for a server's lane.
     #[inline]
     pub fn owner(&self, lane: u16) -> (u16, Option<u16>) {
+        if self.owners.is_empty() {
+            return (lane, None);
+        }
         match usize::from(lane).checked_sub(self.servers.len()) {
             None => (lane, None),
             Some(i) => match self.owners.get(i) {
