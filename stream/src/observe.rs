@@ -132,7 +132,9 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
             now.saturating_sub(h.start_ms)
         };
         // SAFETY: `s` is live.
-        let server = ejects.then(|| unsafe { server_now(s, mcf, h.upstream) }).flatten();
+        let server = ejects
+            .then(|| unsafe { server_now(s, mcf, h.upstream) })
+            .flatten();
         held::settle(mcf, &h, server, &session::answered(ms), log);
         return;
     }
@@ -252,7 +254,9 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
             ms: now.saturating_sub(h.start_ms),
         };
         // SAFETY: `s` is live, in its log phase.
-        let server = ejects.then(|| unsafe { server_now(s, mcf, h.upstream) }).flatten();
+        let server = ejects
+            .then(|| unsafe { server_now(s, mcf, h.upstream) })
+            .flatten();
         match session::ended(&end) {
             // The last try's server, connected or not (a refused connect is its failure);
             // but a UDP server's unanswered datagrams are no verdict on it: a client can send
