@@ -34,7 +34,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream http/)->plan(22);
+my $t = Test::Nginx->new()->has(qw/stream http/)->plan(23);
 
 # One expansion: a second would remap the addresses the first wrote.
 my $stream = stream_conf(2, <<'EOF');
@@ -70,6 +70,7 @@ my $stream = stream_conf(2, <<'EOF');
     upstream half {
         server 127.0.0.1:%%PORT_8098%% max_fails=0;
         server 127.0.0.1:%%PORT_8096%% max_fails=0;
+        server 127.0.0.1:%%PORT_8091%% backup;
         circuit_breaker window=3s min_requests=4 consecutive=20 first_byte=300ms
                         probe_interval=500ms;
         circuit_breaker_probe send=PING\r\n expect=+PONG timeout=500ms;
@@ -126,9 +127,10 @@ sub served {
 
 # the stream upstream "pool" as the status page shows it
 sub pool_view {
+	my ($name) = @_;
 	my $page = json(req('GET', '/status')) || {};
 	my ($cbs) = grep { $_->{zone} eq 'cbs' } @{ $page->{stream} || [] };
-	my ($b) = grep { $_->{upstream} eq 'pool' } @{ ($cbs || {})->{breakers} || [] };
+	my ($b) = grep { $_->{upstream} eq ($name // 'pool') } @{ ($cbs || {})->{breakers} || [] };
 	return $b || {};
 }
 
@@ -232,6 +234,9 @@ for (1 .. 12) {
 is(log_count($t, qr/"half" server \Q$dead\E ejected/), 1, 'no next upstream: the dead server ejected');
 is(log_count($t, qr/"half" opened/), 0, 'no next upstream: the upstream never opened');
 is(join('', @half[-6 .. -1]), "+PONG\r\n" x 6, 'no next upstream: then every session answered');
+is(join(' ', map { "$_->{address}:$_->{state}" . ($_->{backup} ? ':backup' : '') }
+	@{ pool_view('half')->{servers} || [] }), "$dead:ejected $ba:in $aa:in:backup",
+	'status: a pool\'s servers in configuration order, the backup said');
 
 # an operator's eject and restore, through the http status location's control
 

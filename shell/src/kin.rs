@@ -21,6 +21,29 @@ pub const HTTP_MODULE: &CStr = c"ngx_http_circuit_breaker_module";
 /// block (not read yet, or none).
 pub const STREAM_FLEET_VISIT: &CStr = c"ngx_stream_circuit_breaker_fleet_visit_v1";
 
+/// `fn(cycle, visitor, ctx) -> ngx_int_t`, exported by the stream module: calls `visitor` with
+/// each server of each stream pool of `cycle`'s configuration, in configuration order; returns
+/// how many, or -1 without a stream block.
+pub const STREAM_POOLS_VISIT: &CStr = c"ngx_stream_circuit_breaker_pools_visit_v1";
+
+/// What [`STREAM_POOLS_VISIT`] calls for each server: its upstream's name and its address
+/// (each `len` bytes, valid for the call), and whether it is a backup.
+pub type PoolVisitor = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    upstream: *const u8,
+    upstream_len: usize,
+    server: *const u8,
+    server_len: usize,
+    backup: bool,
+);
+
+/// The signature of [`STREAM_POOLS_VISIT`].
+pub type StreamPoolsVisit = unsafe extern "C" fn(
+    cycle: *mut ngx_cycle_t,
+    visitor: PoolVisitor,
+    ctx: *mut c_void,
+) -> ngx_int_t;
+
 /// `fn(cycle)`, exported by the http module: the stream block of `cycle` was read, and the
 /// fleet's zone, if the http block registered one already, is sized again for its breakers.
 pub const HTTP_FLEET_GROW: &CStr = c"ngx_http_circuit_breaker_fleet_grow_v1";
@@ -126,6 +149,44 @@ pub unsafe fn stream_breakers(cycle: *mut ngx_cycle_t) -> Option<Vec<(String, u6
     // changes with it), in the object of the cycle's stream module.
     let visit: StreamFleetVisit = unsafe { core::mem::transmute(f) };
     let mut out: Vec<(String, u64)> = Vec::new();
+    // SAFETY: `cycle` as this fn's contract; `push` takes `ctx` as the vector it is.
+    let n = unsafe { visit(cycle, push, core::ptr::from_mut(&mut out).cast()) };
+    (n >= 0).then_some(out)
+}
+
+/// Each server of each stream pool of `cycle`'s configuration, as (upstream, address, backup),
+/// in configuration order; `None` when the stream module is not loaded or has no stream block.
+///
+/// # Safety
+/// `cycle` must be a cycle being configured or running.
+pub unsafe fn stream_pools(cycle: *mut ngx_cycle_t) -> Option<Vec<(String, String, bool)>> {
+    unsafe extern "C" fn push(
+        ctx: *mut c_void,
+        upstream: *const u8,
+        upstream_len: usize,
+        server: *const u8,
+        server_len: usize,
+        backup: bool,
+    ) {
+        // SAFETY: `ctx` is the vector below; the names are the given lengths, for this call
+        // (the visit's contract).
+        unsafe {
+            let out = &mut *ctx.cast::<Vec<(String, String, bool)>>();
+            let up = core::slice::from_raw_parts(upstream, upstream_len);
+            let server = core::slice::from_raw_parts(server, server_len);
+            out.push((
+                String::from_utf8_lossy(up).into_owned(),
+                String::from_utf8_lossy(server).into_owned(),
+                backup,
+            ));
+        }
+    }
+    // SAFETY: as this fn's contract.
+    let f = unsafe { find(cycle, STREAM_MODULE, STREAM_POOLS_VISIT) }?;
+    // SAFETY: the stream module exports this name with this signature (the `_v1` in the name
+    // changes with it), in the object of the cycle's stream module.
+    let visit: StreamPoolsVisit = unsafe { core::mem::transmute(f) };
+    let mut out: Vec<(String, String, bool)> = Vec::new();
     // SAFETY: `cycle` as this fn's contract; `push` takes `ctx` as the vector it is.
     let n = unsafe { visit(cycle, push, core::ptr::from_mut(&mut out).cast()) };
     (n >= 0).then_some(out)

@@ -18,22 +18,32 @@ use super::snapshot::snapshot;
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::MainConf;
 use crate::ffi::{hash_name, key_hash, nginx_version, server_key_hash, MODULE_VERSION};
+use crate::kin;
 use crate::stream_zones;
 use crate::zone::{Key, DEFAULT_ROUTE};
 use circuit_breaker_shell::eject;
 
 /// A stream upstream's configuration is not the http block's: its pool's servers are those
-/// the zone holds breakers for (in the zone's order, the configuration's), and the fleet's
-/// fingerprint is what the stream module told the http block (shown only in a fleet).
+/// the stream module lists (or, without its word, those the zone holds breakers for), and the
+/// fleet's fingerprint is what the stream module told the http block (shown only in a fleet).
 struct Stream<'a> {
     mcf: &'a MainConf,
-    servers: HashMap<String, Vec<String>>,
+    servers: HashMap<String, Vec<(String, bool)>>,
 }
 
 impl Stream<'_> {
-    /// The servers of each upstream, oldest first (the zone links a new breaker at its head).
+    /// The servers of each pool, in configuration order with their backup flags, as the stream
+    /// module says; without its word, those the zone holds breakers for, oldest first (the
+    /// zone links a new breaker at its head).
     fn servers_of<'a>(mcf: &'a MainConf, taken: &Snapshot) -> Stream<'a> {
-        let mut servers: HashMap<String, Vec<String>> = HashMap::new();
+        let mut servers: HashMap<String, Vec<(String, bool)>> = HashMap::new();
+        // SAFETY: the worker's running cycle.
+        if let Some(pools) = unsafe { kin::stream_pools(nginx_sys::ngx_cycle) } {
+            for (upstream, server, backup) in pools {
+                servers.entry(upstream).or_default().push((server, backup));
+            }
+            return Stream { mcf, servers };
+        }
         for r in taken
             .records
             .iter()
@@ -43,7 +53,7 @@ impl Stream<'_> {
             servers
                 .entry(r.upstream.clone())
                 .or_default()
-                .push(r.route.clone());
+                .push((r.route.clone(), false));
         }
         Stream { mcf, servers }
     }
@@ -55,7 +65,7 @@ impl Upstreams for Stream<'_> {
             .get(upstream)
             .into_iter()
             .flatten()
-            .map(|s| (s.as_str(), false))
+            .map(|(s, b)| (s.as_str(), *b))
     }
 
     fn probe_uri(&self, _upstream: &str) -> Option<String> {
@@ -243,7 +253,7 @@ fn control_server(
             view: own,
             servers: vec![ServerEntry {
                 address: server.to_owned(),
-                backup: false,
+                backup: is_backup(upstream, server),
                 view,
             }],
             retry: None,
@@ -262,4 +272,11 @@ fn control_server(
             quote(upstream)
         ),
     )
+}
+
+/// Whether `server` is a backup of the stream pool `upstream`, as the stream module says.
+fn is_backup(upstream: &str, server: &str) -> bool {
+    // SAFETY: the worker's running cycle.
+    let pools = unsafe { kin::stream_pools(nginx_sys::ngx_cycle) };
+    pools.is_some_and(|p| p.iter().any(|(u, s, b)| u == upstream && s == server && *b))
 }
