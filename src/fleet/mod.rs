@@ -44,7 +44,6 @@ use self::exchange::{Exchange, Link, Setup, Tracked};
 use self::shared::{FleetZone, Part, ZONE_NAME};
 use crate::conf::{setup, MainConf, Module, SrvConf};
 use crate::ffi::guard;
-use crate::ffi::{hash_name, key_hash};
 use crate::kin;
 use crate::stream_zones;
 use crate::wake;
@@ -390,15 +389,7 @@ fn add_stream_breakers(
     breakers: &mut Vec<Tracked>,
 ) {
     for (name, fp) in &mcf.fleet_stream {
-        let key = Key {
-            hash: key_hash(
-                hash_name(name.as_bytes()),
-                hash_name(DEFAULT_ROUTE.as_bytes()),
-            ),
-            upstream: name.as_bytes(),
-            route: DEFAULT_ROUTE.as_bytes(),
-            kind: Kind::Route,
-        };
+        let key = Key::own(name.as_bytes());
         let found = zones.iter().enumerate().find_map(|(i, z)| {
             let mut locked = z.lock();
             locked.find(&key).map(|b| (i, *b.config()))

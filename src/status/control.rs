@@ -271,23 +271,10 @@ fn control_server(
     let (Some(upstream), Some(action)) = (q.upstream.as_deref(), q.action) else {
         return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"upstream\"");
     };
-    if !action.on_server() {
-        return send_text(
-            r,
-            NGX_HTTP_BAD_REQUEST,
-            "\"server\" goes with \"action=eject\" or \"action=restore\"",
-        );
-    }
-    let Some(server) = q.server.as_deref() else {
-        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"server\"");
+    let server = match server_of(q, action) {
+        Ok(server) => server,
+        Err(why) => return send_text(r, NGX_HTTP_BAD_REQUEST, why),
     };
-    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
-        return send_text(
-            r,
-            NGX_HTTP_BAD_REQUEST,
-            "servers belong to the upstream's own breaker: \"route\" must be \"default\"",
-        );
-    }
     let (Some(scf), Some(zone)) = (mcf.upstream(upstream), zone) else {
         return send_text(
             r,
@@ -335,6 +322,19 @@ fn control_server(
         limit,
     };
     send_entry(r, &mcf.zone_name.0, &entry, format, q)
+}
+
+/// The server an `eject` or `restore` names, or why the query is refused (`400`); for the
+/// http and the stream pools alike.
+pub(super) fn server_of(q: &Query, action: Action) -> Result<&str, &'static str> {
+    if !action.on_server() {
+        return Err("\"server\" goes with \"action=eject\" or \"action=restore\"");
+    }
+    let server = q.server.as_deref().ok_or("missing parameter \"server\"")?;
+    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
+        return Err("servers belong to the upstream's own breaker: \"route\" must be \"default\"");
+    }
+    Ok(server)
 }
 
 /// What a breaker's action does to it; `None` for a server's (`eject`, `restore`).

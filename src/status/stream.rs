@@ -12,12 +12,12 @@ use circuit_breaker_core::status::query::{quote, Action, Format};
 use circuit_breaker_core::status::{render_json, Entry, ServerEntry, ZoneView};
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_NOT_FOUND};
 
-use super::control::{control_of, done, log_control, send_entry};
+use super::control::{control_of, done, log_control, send_entry, server_of};
 use super::send::send_text;
 use super::snapshot::snapshot;
 use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::MainConf;
-use crate::ffi::{hash_name, key_hash, nginx_version, server_key_hash, MODULE_VERSION};
+use crate::ffi::{nginx_version, MODULE_VERSION};
 use crate::kin;
 use crate::stream_zones;
 use crate::zone::{Key, DEFAULT_ROUTE};
@@ -149,15 +149,7 @@ pub fn control(
             "a stream breaker has no routes: \"route\" must be \"default\"",
         );
     }
-    let key = Key {
-        hash: key_hash(
-            hash_name(upstream.as_bytes()),
-            hash_name(DEFAULT_ROUTE.as_bytes()),
-        ),
-        upstream: upstream.as_bytes(),
-        route: DEFAULT_ROUTE.as_bytes(),
-        kind: Kind::Route,
-    };
+    let key = Key::own(upstream.as_bytes());
     let mono = mono_ms();
     for (name, zone) in stream_zones::all() {
         let found = {
@@ -200,36 +192,12 @@ fn control_server(
     action: Action,
     format: Format,
 ) -> ngx_int_t {
-    if !action.on_server() {
-        return send_text(
-            r,
-            NGX_HTTP_BAD_REQUEST,
-            "\"server\" goes with \"action=eject\" or \"action=restore\"",
-        );
-    }
-    let Some(server) = q.server.as_deref() else {
-        return send_text(r, NGX_HTTP_BAD_REQUEST, "missing parameter \"server\"");
+    let server = match server_of(q, action) {
+        Ok(server) => server,
+        Err(why) => return send_text(r, NGX_HTTP_BAD_REQUEST, why),
     };
-    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
-        return send_text(
-            r,
-            NGX_HTTP_BAD_REQUEST,
-            "servers belong to the upstream's own breaker: \"route\" must be \"default\"",
-        );
-    }
-    let name = hash_name(upstream.as_bytes());
-    let home = Key {
-        hash: key_hash(name, hash_name(DEFAULT_ROUTE.as_bytes())),
-        upstream: upstream.as_bytes(),
-        route: DEFAULT_ROUTE.as_bytes(),
-        kind: Kind::Route,
-    };
-    let key = Key {
-        hash: server_key_hash(name, hash_name(server.as_bytes())),
-        upstream: upstream.as_bytes(),
-        route: server.as_bytes(),
-        kind: Kind::Server,
-    };
+    let home = Key::own(upstream.as_bytes());
+    let key = Key::server(upstream.as_bytes(), server.as_bytes());
     let eject = action == Action::Eject;
     let mono = mono_ms();
     for (zone_name, zone) in stream_zones::all() {

@@ -26,12 +26,8 @@ pub unsafe extern "C" fn ngx_stream_circuit_breaker_fleet_visit_v1(
     ctx: *mut c_void,
 ) -> ngx_int_t {
     guard(-1, || {
-        // SAFETY: as this fn's contract; this module is loaded.
-        if !unsafe { kin::is_current(cycle, conf::module_ptr()) } {
-            return -1;
-        }
         // SAFETY: as this fn's contract.
-        let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
+        let Some(mcf) = (unsafe { current(cycle) }) else {
             return -1;
         };
         let mut n: ngx_int_t = 0;
@@ -49,6 +45,20 @@ pub unsafe extern "C" fn ngx_stream_circuit_breaker_fleet_visit_v1(
         }
         n
     })
+}
+
+/// This module's conf in `cycle`, when this copy of the module is the cycle's (not one a reload
+/// from other paths left loaded) and `cycle` has a stream block.
+///
+/// # Safety
+/// `cycle` must be a cycle being configured or running.
+unsafe fn current<'a>(cycle: *mut ngx_cycle_t) -> Option<&'a conf::MainConf> {
+    // SAFETY: as this fn's contract; this module is loaded.
+    if !unsafe { kin::is_current(cycle, conf::module_ptr()) } {
+        return None;
+    }
+    // SAFETY: as this fn's contract.
+    unsafe { conf::of_cycle(cycle) }.map(|m| &*m)
 }
 
 /// Tells the http module, if it is loaded and its block read already, that this stream
@@ -80,12 +90,8 @@ pub unsafe extern "C" fn ngx_stream_circuit_breaker_pools_visit_v1(
     ctx: *mut c_void,
 ) -> ngx_int_t {
     guard(-1, || {
-        // SAFETY: as this fn's contract; this module is loaded.
-        if !unsafe { kin::is_current(cycle, conf::module_ptr()) } {
-            return -1;
-        }
         // SAFETY: as this fn's contract.
-        let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
+        let Some(mcf) = (unsafe { current(cycle) }) else {
             return -1;
         };
         let mut n: ngx_int_t = 0;

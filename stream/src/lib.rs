@@ -26,9 +26,8 @@ use nginx_sys::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_module_t,
     ngx_stream_conf_ctx_t, ngx_stream_core_main_conf_t, ngx_stream_handler_pt, ngx_stream_module_t,
     ngx_stream_phases_NGX_STREAM_LOG_PHASE, ngx_stream_upstream_main_conf_t,
-    ngx_stream_upstream_server_t, ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_CONF_ANY,
-    NGX_CONF_TAKE1, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF, NGX_STREAM_MODULE,
-    NGX_STREAM_UPS_CONF,
+    ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_CONF_ANY, NGX_CONF_TAKE1, NGX_ERROR,
+    NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF, NGX_STREAM_MODULE, NGX_STREAM_UPS_CONF,
 };
 use ngx::ngx_string;
 
@@ -162,20 +161,9 @@ unsafe fn emerg_at(cf: *mut ngx_conf_t, uscf: &ngx_stream_upstream_srv_conf_t, w
 /// # Safety
 /// `uscf` must be a stream upstream conf of the configuration being read.
 unsafe fn primary_servers(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<Peer> {
-    // SAFETY: the upstream's servers, an array of `ngx_stream_upstream_server_t` (null when
-    // it has none), each with `naddrs` addresses read at configuration time.
-    unsafe {
-        let Some(servers) = uscf.servers.as_ref() else {
-            return Vec::new();
-        };
-        let servers: &[ngx_stream_upstream_server_t] = servers.as_slice();
-        servers
-            .iter()
-            .filter(|s| s.down == 0 && s.backup() == 0 && !s.addrs.is_null())
-            .flat_map(|s| core::slice::from_raw_parts(s.addrs, s.naddrs))
-            .filter_map(|a| Peer::from_addr(a))
-            .collect()
-    }
+    // SAFETY: during configuration (this fn's contract).
+    let all = unsafe { pool::configured_addresses(uscf, |s| s.down == 0 && s.backup() == 0) };
+    all.into_iter().map(|(_, peer)| peer).collect()
 }
 
 /// `preconfiguration`: the module's variables.

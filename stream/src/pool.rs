@@ -59,7 +59,7 @@ pub unsafe fn configure(
     // Each server with the address its probes go to: one the prober cannot reach (a name not
     // resolved at configuration time) stays out of the pool, never ejected.
     // SAFETY: during configuration (this fn's contract).
-    let addresses = unsafe { configured_addresses(uscf) };
+    let addresses = unsafe { configured_addresses(uscf, |_| true) };
     let (servers, peers): (Vec<Server>, Vec<Peer>) = list
         .into_iter()
         .filter_map(|(name, backup)| {
@@ -85,11 +85,15 @@ pub unsafe fn configure(
     Ok(())
 }
 
-/// The addresses of the upstream's `server` lines, each by its name (`10.0.0.7:6379`).
+/// The addresses of the upstream's `server` lines that `keep` keeps, each by its name
+/// (`10.0.0.7:6379`): its probes' and its pool's.
 ///
 /// # Safety
 /// During configuration, `uscf` a stream upstream of it.
-unsafe fn configured_addresses(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<(String, Peer)> {
+pub unsafe fn configured_addresses(
+    uscf: &ngx_stream_upstream_srv_conf_t,
+    keep: impl Fn(&ngx_stream_upstream_server_t) -> bool,
+) -> Vec<(String, Peer)> {
     // SAFETY: the upstream's servers, an array of `ngx_stream_upstream_server_t` (null when it
     // has none), each with `naddrs` addresses read at configuration time.
     unsafe {
@@ -99,7 +103,7 @@ unsafe fn configured_addresses(uscf: &ngx_stream_upstream_srv_conf_t) -> Vec<(St
         let servers: &[ngx_stream_upstream_server_t] = servers.as_slice();
         servers
             .iter()
-            .filter(|s| !s.addrs.is_null())
+            .filter(|s| !s.addrs.is_null() && keep(s))
             .flat_map(|s| core::slice::from_raw_parts(s.addrs, s.naddrs))
             .filter_map(|a| {
                 let name = String::from_utf8_lossy(a.name.as_bytes()).into_owned();

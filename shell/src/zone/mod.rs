@@ -264,6 +264,35 @@ pub struct Key<'a> {
     pub kind: Kind,
 }
 
+impl<'a> Key<'a> {
+    /// The key of upstream `upstream`'s own breaker (its `default` route), hashed here: for
+    /// code that knows the upstream only by name (the http module's view of a stream one).
+    pub fn own(upstream: &'a [u8]) -> Key<'a> {
+        Key {
+            hash: crate::ffi::key_hash(
+                crate::ffi::hash_name(upstream),
+                crate::ffi::hash_name(DEFAULT_ROUTE.as_bytes()),
+            ),
+            upstream,
+            route: DEFAULT_ROUTE.as_bytes(),
+            kind: Kind::Route,
+        }
+    }
+
+    /// The key of the breaker of upstream `upstream`'s server `server`, hashed here.
+    pub fn server(upstream: &'a [u8], server: &'a [u8]) -> Key<'a> {
+        Key {
+            hash: crate::ffi::server_key_hash(
+                crate::ffi::hash_name(upstream),
+                crate::ffi::hash_name(server),
+            ),
+            upstream,
+            route: server,
+            kind: Kind::Server,
+        }
+    }
+}
+
 /// A zone as a process sees it.
 #[derive(Clone)]
 pub struct Zone {
