@@ -21,6 +21,7 @@ pub fn guard<T>(err: T, f: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `shm` must be null or a shm zone registered by this module, in a process where it is
 /// mapped (a worker, or the master between init and the next reload).
+#[inline]
 pub unsafe fn laid_out_pool(shm: *const ngx_shm_zone_t) -> Option<(SlabPool, usize)> {
     // SAFETY: `shm` is null or our registered, mapped shm zone (this fn's contract); `as_ref`
     // turns null into `None`.

@@ -2,7 +2,7 @@
 //! each upstream's breaker (`circuit_breaker` in `stream { upstream {} }`), found again from
 //! the upstream's own conf when a session asks.
 
-use core::cell::{Cell, RefCell, UnsafeCell};
+use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_char, c_void};
 use core::ptr::{null_mut, NonNull};
 
@@ -15,7 +15,7 @@ use circuit_breaker_shell::conf::{add_zone, fail, once, words, NginxUnits, MIN_Z
 use circuit_breaker_shell::eject::{Pool as ServerPool, Pooled};
 use circuit_breaker_shell::ffi::{hash_name, key_hash};
 use circuit_breaker_shell::net::Peer;
-use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, ZoneName, DEFAULT_ROUTE};
+use circuit_breaker_shell::zone::{Handle, Key, Kind, Wanted, Zone, ZoneName, DEFAULT_ROUTE};
 use nginx_sys::{
     ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_event_t, ngx_shm_zone_t, ngx_stream_conf_ctx_t,
     ngx_stream_session_t, ngx_stream_upstream_init_peer_pt, ngx_stream_upstream_rr_peer_t,
@@ -38,11 +38,21 @@ pub struct MainConf {
     /// The zone generation this configuration took over; older workers create no breakers.
     pub generation: u64,
     /// This worker's sessions not judged yet (made on first use, after the fork).
-    pub sessions: RefCell<Option<crate::session::Waiting>>,
+    pub sessions: UnsafeCell<Option<crate::session::Waiting>>,
     /// This worker's one timer for their first-byte bounds (`session::arm`).
     pub sweeper: UnsafeCell<ngx_event_t>,
     /// Where sessions wait for a first byte: each upstream's lane, and each pool server's.
     pub lanes: Lanes,
+}
+
+impl MainConf {
+    /// The zone, once laid out in this process.
+    #[inline]
+    pub fn zone(&self) -> Option<Zone> {
+        // SAFETY: the zone this configuration registered, mapped in the processes that run
+        // sessions and its init.
+        unsafe { Zone::from_shm(self.zone) }
+    }
 }
 
 impl Default for MainConf {
@@ -52,7 +62,7 @@ impl Default for MainConf {
             zone_name: ZoneName::default(),
             upstreams: Vec::new(),
             generation: 0,
-            sessions: RefCell::new(None),
+            sessions: UnsafeCell::new(None),
             // SAFETY: an all-zero event is nginx's own starting state (ngx_pcalloc).
             sweeper: UnsafeCell::new(unsafe { core::mem::zeroed() }),
             lanes: Lanes::default(),

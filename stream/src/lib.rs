@@ -21,7 +21,7 @@ use circuit_breaker_core::session::Lanes;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use circuit_breaker_shell::net::Peer;
-use circuit_breaker_shell::zone::{log_reconciled, Zone};
+use circuit_breaker_shell::zone::log_reconciled;
 use nginx_sys::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_module_t,
     ngx_stream_conf_ctx_t, ngx_stream_core_main_conf_t, ngx_stream_handler_pt, ngx_stream_module_t,
@@ -233,8 +233,7 @@ unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         let Some(mcf) = (unsafe { conf::of_cycle(cycle) }) else {
             return NGX_OK as ngx_int_t;
         };
-        // SAFETY: our own zone, initialised and mapped in the master by now.
-        let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+        let Some(zone) = mcf.zone() else {
             return NGX_OK as ngx_int_t;
         };
         let reused = zone.generation() > 0;

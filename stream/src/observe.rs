@@ -4,7 +4,7 @@
 
 use circuit_breaker_core::breaker::classify::Ending;
 use circuit_breaker_core::breaker::{Attempt, Ticket};
-use circuit_breaker_core::session::{self, Held, Word};
+use circuit_breaker_core::session::{self, Held, Plain, Word};
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::ffi::guard;
 use nginx_sys::{
@@ -54,11 +54,9 @@ unsafe extern "C" fn filter(
 ) -> ngx_int_t {
     // SAFETY: nginx passes a live session to its filters.
     let w = unsafe { held::bits(s) };
-    if Word::held(w) && carries_data(input) {
-        guard((), || {
-            // SAFETY: as above.
-            unsafe { seen(s, Word::from_bits(w), from_upstream != 0) }
-        });
+    if Word::held(w) {
+        // SAFETY: as above.
+        unsafe { bytes(s, input, w, from_upstream != 0) };
     }
     // SAFETY: the next filter, set when ours was put in front of it.
     match unsafe { NEXT_FILTER } {
@@ -68,68 +66,152 @@ unsafe extern "C" fn filter(
     }
 }
 
-/// Bytes of a session not judged yet passing one way.
+/// Bytes passing one way for a session not judged yet (its word `w`), when there are any.
+/// Out of line: most calls of the filter are for sessions judged already.
+///
+/// # Safety
+/// `s` must be a live session, `input` the chain nginx passes with it.
+#[inline(never)]
+unsafe fn bytes(s: *mut ngx_stream_session_t, input: *mut ngx_chain_t, w: u64, up: bool) {
+    if !carries_data(input) {
+        return;
+    }
+    guard((), || {
+        // SAFETY: as above.
+        let Some(mcf) = (unsafe { conf::of_session(s) }) else {
+            return;
+        };
+        let now = mono_ms();
+        match (Word::from_bits(w), up) {
+            // An ordinary session of an upstream without a pool: the common case.
+            (Word::Plain(p), true) if !mcf.lanes.has_servers() => {
+                // SAFETY: as above.
+                unsafe { held::set_mark(s, Word::Plain(p).judged()) };
+                // SAFETY: as above.
+                let log = unsafe { nginx_log(s) };
+                // SAFETY: as above.
+                if let Some(ms) = unsafe { took(s, mcf, p, now, log) } {
+                    held::answered(mcf, &plain_held(p, now), ms, now, log);
+                }
+            }
+            (Word::Plain(p), false) if !mcf.lanes.has_servers() => {
+                // SAFETY: as above.
+                unsafe { client_sent(s, mcf, p, now) };
+            }
+            // SAFETY: as above.
+            (word, up) => unsafe { seen(s, mcf, word, up, now) },
+        }
+    });
+}
+
+/// How long an ordinary session's server took to answer at `now`: from the client's last
+/// bytes (and the connect) when the client spoke first, from the start when the server
+/// speaks first (a client's own pause before it speaks is not the server's); `None` when its
+/// bound ran out first (judged silent).
+///
+/// # Safety
+/// `s` must be a live session.
+#[inline(always)]
+unsafe fn took(
+    s: *mut ngx_stream_session_t,
+    mcf: &MainConf,
+    p: Plain,
+    now: u64,
+    log: *mut ngx_log_t,
+) -> Option<u64> {
+    let since = p.since(now);
+    if !p.sent() {
+        return Some(now.saturating_sub(since));
+    }
+    if !p.mute() && !held::leave(mcf, p.lane(), since, now, log) {
+        return None;
+    }
+    // SAFETY: `s` is live.
+    Some(
+        now.saturating_sub(since)
+            .saturating_add(unsafe { connect_ms(s) }),
+    )
+}
+
+/// What the worker holds of an ordinary session read at `now`.
+#[inline(always)]
+fn plain_held(p: Plain, now: u64) -> Held {
+    Held {
+        upstream: p.lane(),
+        ticket: Ticket::Normal,
+        start_ms: if p.sent() { now } else { p.since(now) },
+        client_sent: p.sent(),
+        sent_ms: if p.sent() { p.since(now) } else { now },
+    }
+}
+
+/// An ordinary session's client's bytes went up at `now` (in its lane): it waits for a byte
+/// back from now on; false when its bound ran out already (judged silent).
+///
+/// # Safety
+/// `s` must be a live session.
+#[inline(always)]
+unsafe fn client_sent(s: *mut ngx_stream_session_t, mcf: &MainConf, p: Plain, now: u64) -> bool {
+    // SAFETY: `s` is live. Bytes the client sent (a PROXY protocol header nginx makes is
+    // none of the client's).
+    if unsafe { (*s).received } <= 0 {
+        return true;
+    }
+    let again = p.sent().then(|| p.since(now));
+    if again == Some(now) {
+        return true;
+    }
+    let waits = p.mute() || held::wait(mcf, p.lane(), again, now);
+    let next = if waits {
+        Word::Plain(p.sent_at(now))
+    } else {
+        Word::Plain(p).judged()
+    };
+    // SAFETY: `s` is live.
+    unsafe { held::set_mark(s, next) };
+    waits
+}
+
+/// Bytes of a session not judged yet passing one way, seen at `now`: the probe, or a session
+/// of an upstream with a pool.
 ///
 /// # Safety
 /// `s` must be a live session.
 #[inline(never)]
-unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
-    // SAFETY: `s` is live.
-    let Some(mcf) = (unsafe { conf::of_session(s) }) else {
-        return;
-    };
-    let now = mono_ms();
+unsafe fn seen(s: *mut ngx_stream_session_t, mcf: &MainConf, word: Word, up: bool, now: u64) {
+    // SAFETY: a live session's connection.
+    let log = unsafe { nginx_log(s) };
+    let ejects = mcf.lanes.has_servers();
     if up {
         // SAFETY: `s` is live. Judged now, or already (its bound ran out): nothing more.
         unsafe { held::set_mark(s, word.judged()) };
-        // SAFETY: a live session's connection.
-        let log = unsafe { (*(*s).connection).log };
-        let ejects = mcf.lanes.has_servers();
-        if let (Word::Plain(p), true) = (word, ejects) {
-            // SAFETY: `s` is live, its tries made (its server answered).
-            unsafe { earlier_tries(s, mcf, p.lane(), log) };
-        }
-        let h = match word {
+        let (h, ms) = match word {
             Word::Plain(p) => {
-                let sent = p.sent().then(|| p.since(now));
-                if sent.is_some_and(|at| !p.mute() && !held::leave(mcf, p.lane(), at, now, log)) {
-                    return;
+                if ejects {
+                    // SAFETY: `s` is live, its tries made (its server answered).
+                    unsafe { earlier_tries(s, mcf, p.lane(), log) };
                 }
-                Held {
-                    upstream: p.lane(),
-                    ticket: Ticket::Normal,
-                    start_ms: if p.sent() { now } else { p.since(now) },
-                    client_sent: p.sent(),
-                    sent_ms: sent.unwrap_or(now),
+                // SAFETY: `s` is live.
+                match unsafe { took(s, mcf, p, now, log) } {
+                    Some(ms) => (plain_held(p, now), ms),
+                    None => return,
                 }
             }
-            Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.take(id)) {
-                Some(h) => h,
+            // SAFETY: the table's own step.
+            Word::Probe(id) => match unsafe { held::with_waiting(mcf, |w| w.probes.take(id)) } {
+                Some(h) => {
+                    let ms = if h.client_sent {
+                        // SAFETY: `s` is live.
+                        let connect = unsafe { connect_ms(s) };
+                        now.saturating_sub(h.sent_ms).saturating_add(connect)
+                    } else {
+                        now.saturating_sub(h.start_ms)
+                    };
+                    (h, ms)
+                }
                 None => return,
             },
             Word::Free | Word::Refused(_) | Word::Said(_) => return,
-        };
-        // SAFETY: a live session, its connection and its upstream's last state.
-        let (log, connect_ms) = unsafe {
-            let s = &*s;
-            let state = s.upstream.as_ref().and_then(|u| u.state.as_ref());
-            let connect = state.map_or(0, |st| st.connect_time);
-            (
-                (*s.connection).log,
-                if connect == ngx_msec_t::MAX {
-                    0
-                } else {
-                    connect as u64
-                },
-            )
-        };
-        // How long the server took: from the client's last bytes (and the connect) when the
-        // client spoke first, from the start when the server speaks first; a client's own
-        // pause before it speaks is not the server's.
-        let ms = if h.client_sent {
-            now.saturating_sub(h.sent_ms).saturating_add(connect_ms)
-        } else {
-            now.saturating_sub(h.start_ms)
         };
         // SAFETY: `s` is live.
         let server = ejects
@@ -138,19 +220,10 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
         held::settle(mcf, &h, server, &session::answered(ms), log);
         return;
     }
-    // SAFETY: `s` is live. Bytes the client sent (a PROXY protocol header nginx makes is
-    // none of the client's).
-    if unsafe { (*s).received } <= 0 {
-        return;
-    }
     match word {
         Word::Plain(p) => {
-            let again = p.sent().then(|| p.since(now));
-            if again == Some(now) {
-                return;
-            }
             // Its first bytes: it waits in its server's lane, when its upstream ejects.
-            let p = if p.placed() || p.sent() || !mcf.lanes.has_servers() {
+            let p = if p.placed() || p.sent() || !ejects {
                 p
             } else {
                 // SAFETY: `s` is live.
@@ -158,26 +231,26 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
                 let lane = server.and_then(|i| mcf.lanes.server(p.lane(), i));
                 lane.map_or(p, |lane| p.place(lane))
             };
-            let waits = p.mute() || held::wait(mcf, p.lane(), again, now);
-            let next = if waits {
-                Word::Plain(p.sent_at(now))
-            } else {
-                // Judged (its bound ran out): its tries are told now, once.
-                if mcf.lanes.has_servers() {
-                    // SAFETY: `s` is live, connected.
-                    unsafe { earlier_tries(s, mcf, p.lane(), nginx_log(s)) };
-                }
-                word.judged()
-            };
             // SAFETY: `s` is live.
-            unsafe { held::set_mark(s, next) };
+            if !unsafe { client_sent(s, mcf, p, now) } && ejects {
+                // Judged (its bound ran out): its tries are told now, once.
+                // SAFETY: `s` is live, connected.
+                unsafe { earlier_tries(s, mcf, p.lane(), log) };
+            }
         }
-        Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.client_sent(id, now)) {
-            // SAFETY: `s` is live. Its bound ran out: nothing more.
-            None => unsafe { held::set_mark(s, word.judged()) },
-            Some(Some(deadline)) => held::arm(mcf, deadline),
-            Some(None) => {}
-        },
+        Word::Probe(id) => {
+            // SAFETY: `s` is live. Bytes the client sent, as in `client_sent`.
+            if unsafe { (*s).received } <= 0 {
+                return;
+            }
+            // SAFETY: the table's own step.
+            match unsafe { held::with_waiting(mcf, |w| w.probes.client_sent(id, now)) } {
+                // SAFETY: `s` is live. Its bound ran out: nothing more.
+                None => unsafe { held::set_mark(s, word.judged()) },
+                Some(Some(deadline)) => held::arm(mcf, deadline),
+                Some(None) => {}
+            }
+        }
         Word::Free | Word::Refused(_) | Word::Said(_) => {}
     }
 }
@@ -187,19 +260,27 @@ unsafe fn seen(s: *mut ngx_stream_session_t, word: Word, up: bool) {
 pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
     // SAFETY: nginx passes a live session to its log phase handlers.
     let w = unsafe { held::bits(s) };
-    if w == 0 {
+    if !Word::held(w) {
+        if let Word::Refused(_) = Word::from_bits(w) {
+            // SAFETY: as above.
+            unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
+        }
         return NGX_OK as ngx_int_t;
     }
+    // SAFETY: as above.
+    unsafe { ended(s, w) }
+}
+
+/// A session not judged yet (its word `w`) ended: judged by how.
+///
+/// # Safety
+/// `s` must be a live session, in its log phase.
+#[inline(never)]
+unsafe fn ended(s: *mut ngx_stream_session_t, w: u64) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
         let word = Word::from_bits(w);
-        match word {
-            Word::Refused(_) => {
-                // SAFETY: as above.
-                unsafe { (*s).status = NGX_STREAM_SERVICE_UNAVAILABLE as ngx_uint_t };
-                return NGX_OK as ngx_int_t;
-            }
-            Word::Free | Word::Said(_) => return NGX_OK as ngx_int_t,
-            Word::Plain(_) | Word::Probe(_) => {}
+        if let Word::Free | Word::Refused(_) | Word::Said(_) = word {
+            return NGX_OK as ngx_int_t;
         }
         // SAFETY: as above.
         let Some(mcf) = (unsafe { conf::of_session(s) }) else {
@@ -240,7 +321,8 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
                     sent_ms: p.since(now),
                 }
             }
-            Word::Probe(id) => match held::with_waiting(mcf, |w| w.probes.take(id)) {
+            // SAFETY: the table's own step.
+            Word::Probe(id) => match unsafe { held::with_waiting(mcf, |w| w.probes.take(id)) } {
                 Some(h) => h,
                 None => return NGX_OK as ngx_int_t,
             },
@@ -269,6 +351,20 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
         }
         NGX_OK as ngx_int_t
     })
+}
+
+/// How long nginx took to connect the session's last try (0 when it did not).
+///
+/// # Safety
+/// `s` must be a live session.
+#[inline]
+unsafe fn connect_ms(s: *const ngx_stream_session_t) -> u64 {
+    // SAFETY: a live session's upstream and its last state, null or live in its pool.
+    let state = unsafe { (*s).upstream.as_ref().and_then(|u| u.state.as_ref()) };
+    match state.map_or(0, |st| st.connect_time) {
+        ngx_msec_t::MAX => 0,
+        connect => connect as u64,
+    }
 }
 
 /// The session's log.

@@ -7,7 +7,6 @@ use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_shell::clock::mono_ms;
 use circuit_breaker_shell::eject;
 use circuit_breaker_shell::ffi::guard;
-use circuit_breaker_shell::zone::Zone;
 use nginx_sys::{
     ngx_int_t, ngx_stream_session_t, ngx_stream_upstream_get_round_robin_peer,
     ngx_stream_upstream_rr_peer_data_t, ngx_stream_upstream_rr_peers_t,
@@ -59,8 +58,7 @@ unsafe fn init_peer_inner(
     let zone = scf.pool.as_ref().and_then(|_| {
         // SAFETY: `s` is live (peer.init's contract).
         let mcf = unsafe { conf::of_session(s) }?;
-        // SAFETY: the zone this configuration registered, mapped in a worker.
-        unsafe { Zone::from_shm(mcf.zone) }
+        mcf.zone()
     });
     let up = zone.as_ref().and_then(|z| pool::upstream(z, scf));
     if let Some(up) = up {
@@ -129,8 +127,7 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
     if unsafe { session::bits(s) } != 0 {
         return false;
     }
-    // SAFETY: the zone this configuration registered, mapped in a worker.
-    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+    let Some(zone) = mcf.zone() else {
         return false;
     };
     // SAFETY: a live session's connection.
@@ -163,10 +160,13 @@ unsafe fn ask(s: *mut ngx_stream_session_t, scf: &SrvConf) -> bool {
     };
     // The probe waits from its start, held in the worker's table with its ticket.
     let now = mono_ms();
-    let opened = session::with_waiting(mcf, |w| {
-        let id = w.probes.open(scf.index, ticket, now, !udp)?;
-        Some((id, w.probes.next_deadline()))
-    });
+    // SAFETY: the table's own step.
+    let opened = unsafe {
+        session::with_waiting(mcf, |w| {
+            let id = w.probes.open(scf.index, ticket, now, !udp)?;
+            Some((id, w.probes.next_deadline()))
+        })
+    };
     if let Some((id, due)) = opened {
         // SAFETY: `s` is live.
         unsafe { session::set_mark(s, Word::Probe(id)) };

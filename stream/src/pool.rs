@@ -239,8 +239,7 @@ pub fn settle(
 /// A failure of server `i` of `scf`'s pool alone (a try nginx moved on from).
 pub fn failed(mcf: &MainConf, scf: &SrvConf, i: u16, attempt: &Attempt, log: *mut ngx_log_t) {
     let Some(params) = scf.params else { return };
-    // SAFETY: the zone this configuration registered, mapped in a worker.
-    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+    let Some(zone) = mcf.zone() else {
         return;
     };
     let Some(up) = upstream(&zone, scf) else {

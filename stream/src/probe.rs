@@ -68,8 +68,7 @@ pub fn start(mcf: &'static MainConf) {
     if targets.is_empty() {
         return;
     }
-    // SAFETY: our own zone, mapped in every worker.
-    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+    let Some(zone) = mcf.zone() else {
         return;
     };
     let prober = Rc::new(Prober { zone, targets });

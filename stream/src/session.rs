@@ -58,57 +58,70 @@ pub unsafe fn set_mark(s: *mut ngx_stream_session_t, w: Word) {
 
 /// Runs `f` on this worker's waiting sessions, made on first use from the configuration's
 /// bounds.
+///
+/// # Safety
+/// `f` must not call this function again (it is given the worker's one table).
 #[inline]
-pub fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
-    let mut t = mcf.sessions.borrow_mut();
-    let t = t.get_or_insert_with(|| {
-        let bounds: Vec<u32> = mcf
-            .upstreams
-            .iter()
-            // SAFETY: upstream confs live as long as the configuration.
-            .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
-            .collect();
-        Waiting {
-            plain: Wheel::new(&mcf.lanes.bounds(&bounds)),
-            probes: Table::new(bounds),
-        }
-    });
+pub unsafe fn with_waiting<R>(mcf: &MainConf, f: impl FnOnce(&mut Waiting) -> R) -> R {
+    // SAFETY: a worker's one thread, and `f` does not come back here (this fn's contract):
+    // the only reference to the table while it lives.
+    let t = unsafe { &mut *mcf.sessions.get() };
+    let t = match t {
+        Some(t) => t,
+        None => made(mcf, t),
+    };
     f(t)
+}
+
+/// The worker's waiting sessions, made from the configuration's bounds (once, out of the
+/// way of every later call).
+#[cold]
+#[inline(never)]
+fn made<'a>(mcf: &MainConf, slot: &'a mut Option<Waiting>) -> &'a mut Waiting {
+    let bounds: Vec<u32> = mcf
+        .upstreams
+        .iter()
+        // SAFETY: upstream confs live as long as the configuration.
+        .map(|&s| unsafe { &*s }.params.map_or(0, |p| p.first_byte_ms))
+        .collect();
+    slot.insert(Waiting {
+        plain: Wheel::new(&mcf.lanes.bounds(&bounds)),
+        probes: Table::new(bounds),
+    })
 }
 
 /// An ordinary session whose client's bytes went up at `now` starts (again) to wait for a
 /// byte back, the sweeper armed for it; false when its bound ran out already (judged: by the
 /// sweeper, or now).
+#[inline]
 pub fn wait(mcf: &MainConf, upstream: u16, again: Option<u64>, now: u64) -> bool {
-    let waited = with_waiting(mcf, |w| {
-        if let Some(sent) = again {
-            match w.plain.leave(upstream, sent, now) {
-                Left::InTime => {}
-                left => return Err((left, sent)),
-            }
-        }
-        Ok(w.plain.wait(upstream, now))
-    });
-    match waited {
-        Err((left, sent)) => {
-            if left == Left::Late {
+    if let Some(sent) = again {
+        // SAFETY: the wheel's own step.
+        match unsafe { with_waiting(mcf, |w| w.plain.leave(upstream, sent, now)) } {
+            Left::InTime => {}
+            Left::Late => {
                 silent_since(mcf, upstream, sent, nginx_log());
+                return false;
             }
-            false
+            Left::Judged => return false,
         }
-        Ok(Waited::Until(due)) => {
-            arm(mcf, due);
-            true
-        }
-        Ok(Waited::Off) => true,
-        Ok(Waited::Behind) => {
-            // The sweeper ran late: judge what ran out, then count this one.
-            sweep_now(mcf, nginx_log());
-            if let Waited::Until(due) = with_waiting(mcf, |w| w.plain.wait(upstream, now)) {
-                arm(mcf, due);
-            }
-            true
-        }
+    }
+    // SAFETY: as above.
+    match unsafe { with_waiting(mcf, |w| w.plain.wait(upstream, now)) } {
+        Waited::Until(due) => arm(mcf, due),
+        Waited::Off => {}
+        Waited::Behind => behind(mcf, upstream, now),
+    }
+    true
+}
+
+/// The sweeper ran late: judges what ran out, then counts the session that waits from `now`.
+#[cold]
+fn behind(mcf: &MainConf, upstream: u16, now: u64) {
+    sweep_now(mcf, nginx_log());
+    // SAFETY: the wheel's own step.
+    if let Waited::Until(due) = unsafe { with_waiting(mcf, |w| w.plain.wait(upstream, now)) } {
+        arm(mcf, due);
     }
 }
 
@@ -117,7 +130,8 @@ pub fn wait(mcf: &MainConf, upstream: u16, again: Option<u64>, now: u64) -> bool
 /// (judged silent by the sweeper, or now).
 #[inline]
 pub fn leave(mcf: &MainConf, upstream: u16, sent: u64, now: u64, log: *mut ngx_log_t) -> bool {
-    match with_waiting(mcf, |w| w.plain.leave(upstream, sent, now)) {
+    // SAFETY: the wheel's own step.
+    match unsafe { with_waiting(mcf, |w| w.plain.leave(upstream, sent, now)) } {
         Left::InTime => true,
         Left::Judged => false,
         Left::Late => {
@@ -125,6 +139,28 @@ pub fn leave(mcf: &MainConf, upstream: u16, sent: u64, now: u64, log: *mut ngx_l
             false
         }
     }
+}
+
+/// An ordinary session of an upstream without a pool answered at `now`, `ms` after it began
+/// to wait: the common outcome, a success told without the lock when it can be; anything
+/// else as [`settle`].
+#[inline]
+pub fn answered(mcf: &MainConf, held: &Held, ms: u64, now: u64, log: *mut ngx_log_t) {
+    let attempt = session::answered(ms);
+    if let Some(&scf) = mcf.upstreams.get(usize::from(held.upstream)) {
+        // SAFETY: upstream confs live as long as the configuration.
+        let scf = unsafe { &*scf };
+        let told = scf.params.is_some_and(|params| {
+            session::succeeds(&attempt, &params.cfg)
+                && mcf
+                    .zone()
+                    .is_some_and(|z| z.answer_success(scf.handle.get(), scf.key_hash, now, ms))
+        });
+        if told {
+            return;
+        }
+    }
+    settle(mcf, held, None, &attempt, log);
 }
 
 /// An ordinary session of `upstream` whose client's last bytes went up at `sent` and whose
@@ -213,8 +249,7 @@ fn settle_if(
     // SAFETY: upstream confs live as long as the configuration.
     let scf = unsafe { &*scf };
     let Some(params) = &scf.params else { return };
-    // SAFETY: the zone this configuration registered, mapped in a worker.
-    let Some(zone) = (unsafe { Zone::from_shm(mcf.zone) }) else {
+    let Some(zone) = mcf.zone() else {
         return;
     };
     let server = server.or(waited_on).filter(|_| scf.pool.is_some());
@@ -319,14 +354,17 @@ fn sweep_now(mcf: &MainConf, log: *mut ngx_log_t) {
     let mut probes = Vec::new();
     let mut plain = Vec::new();
     let now = mono_ms();
-    let next = with_waiting(mcf, |w| {
-        w.probes.expire(now, &mut probes);
-        w.plain.expire(now, &mut plain);
-        match (w.probes.next_deadline(), w.plain.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    });
+    // SAFETY: the wheel's and the table's own steps.
+    let next = unsafe {
+        with_waiting(mcf, |w| {
+            w.probes.expire(now, &mut probes);
+            w.plain.expire(now, &mut plain);
+            match (w.probes.next_deadline(), w.plain.next_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        })
+    };
     for e in &probes {
         match e {
             Expired::Silent(h) => silent(mcf, h, log),

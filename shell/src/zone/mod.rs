@@ -433,6 +433,26 @@ impl Zone {
             && berth.gathered.add(now_s, ms)
     }
 
+    /// Notes that the origin of the breaker `handle` names answered at `now_ms` (as
+    /// [`Zone::note_answer`]) with a success that took `ms` (as [`Zone::add_success`]), with
+    /// one look at the berth; false when the success waits for the lock (the answer is noted
+    /// then, if the handle still names the breaker).
+    #[inline]
+    pub fn answer_success(&self, handle: Handle, key_hash: u64, now_ms: u64, ms: u64) -> bool {
+        let Some(berth) = self.berth_of(handle) else {
+            return false;
+        };
+        let now_s = now_ms / 1000;
+        if berth.lock_free_second(handle.ident, key_hash) == Some(now_s) {
+            berth.note_answer(now_ms);
+            return berth.gathered.add(now_s, ms);
+        }
+        if berth.stamp(handle.ident).is_some() {
+            berth.note_answer(now_ms);
+        }
+        false
+    }
+
     /// As [`Zone::add_success`], for a breaker whose latencies are never shown (a server's).
     #[inline]
     pub fn add_success_count(&self, handle: Handle, key_hash: u64, now_ms: u64) -> bool {
