@@ -159,9 +159,10 @@ bad($t, 'ssl_* without https', { HTTP =>
 	$f, qq{"$f" has "ssl_*" parameters but no "https://" peer});
 
 bad($t, 'unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on $S;" },
-	$f, qq{invalid parameter "gossip=" $in, expected peer addresses and one of: }
-	. 'id, interval, fanout, uri, secret, secret_file, auth, '
-	. 'ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, ssl_name');
+	$f, qq{invalid parameter "gossip=" $in, expected peer addresses (or nats:// servers) }
+	. 'and one of: id, interval, fanout, uri, secret, secret_file, auth, '
+	. 'ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, ssl_name, subject, '
+	. 'nats_credentials');
 unlike(nginx_t_out($t, 'typo.conf', "$f $peers id=127.0.0.1:8090 secrte=0123456789abcdef-typo;"),
 	qr/abcdef-typo/, 'a mistyped secret= is not repeated');
 

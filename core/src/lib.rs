@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod history;
 pub mod keyed;
 pub mod limit;
+pub mod nats;
 pub mod probe;
 pub mod retry_budget;
 pub mod session;

@@ -1,10 +1,12 @@
 //! `circuit_breaker_fleet` at configuration time, past the words the core parses: the key
-//! read from `secret_file=`, the warning of `auth=off`, and the TLS context of the
-//! `https://` peers, built with nginx's own `ngx_ssl` calls as `proxy_ssl_*` builds one.
+//! read from `secret_file=`, the bus's credentials from `nats_credentials=`, the warning of
+//! `auth=off`, and the TLS context of the `https://` peers or `tls://` servers, built with
+//! nginx's own `ngx_ssl` calls as `proxy_ssl_*` builds one.
 
 use std::io::Read as _;
 
 use circuit_breaker_core::fleet::auth::{FleetKey, MAX_SECRET_BYTES};
+use circuit_breaker_core::fleet::bus::{creds, Credentials};
 use circuit_breaker_core::fleet::conf::{Secret, TlsSpec};
 use circuit_breaker_core::fleet::FleetDirective;
 use nginx_sys::{ngx_conf_t, ngx_str_t, NGX_LOG_EMERG, NGX_LOG_WARN, NGX_OK};
@@ -28,6 +30,14 @@ pub unsafe fn finish(
             let key = unsafe { read_secret(cf, name) }?;
             spec.secret = Secret::Key(key);
         }
+        Secret::Off if spec.bus.is_some() => {
+            ngx_conf_log_error!(
+                NGX_LOG_WARN,
+                cf,
+                "\"circuit_breaker_fleet\" with \"auth=off\" believes any message from anyone \
+                 who can publish on the bus; use it in a lab only"
+            );
+        }
         Secret::Off => {
             ngx_conf_log_error!(
                 NGX_LOG_WARN,
@@ -42,6 +52,10 @@ pub unsafe fn finish(
         // SAFETY: as for this function.
         unsafe { tls_context(cf, mcf, tls) }?;
     }
+    if let Some(name) = spec.bus.as_ref().and_then(|b| b.credentials.as_deref()) {
+        // SAFETY: as for this function.
+        mcf.fleet_credentials = Some(unsafe { read_credentials(cf, name) }?);
+    }
     Ok(())
 }
 
@@ -51,35 +65,8 @@ pub unsafe fn finish(
 /// # Safety
 /// As for [`finish`].
 unsafe fn read_secret(cf: *mut ngx_conf_t, name: &str) -> Result<FleetKey, ()> {
-    // SAFETY: as for this function; the path is copied to the pool, NUL-terminated.
-    let Some(mut full) = (unsafe { pool_str(cf, name) }) else {
-        return Err(());
-    };
-    // SAFETY: `cf` is live; nginx rewrites `full` into the pool with the prefix when relative.
-    if unsafe { nginx_sys::ngx_conf_full_name((*cf).cycle, &mut full, 1) } != NGX_OK as isize {
-        return Err(());
-    }
-    let path = String::from_utf8_lossy(full.as_bytes()).into_owned();
-    let mut contents = Vec::new();
-    let read = std::fs::File::open(&path).and_then(|f| {
-        f.take(MAX_SECRET_BYTES as u64 + 2)
-            .read_to_end(&mut contents)
-    });
-    if let Err(e) = read {
-        let errno = e.raw_os_error().unwrap_or(0);
-        // SAFETY: strerror's text is valid until the next call, which this thread does not make
-        // before the copy.
-        let why = unsafe { core::ffi::CStr::from_ptr(libc::strerror(errno)) }.to_string_lossy();
-        ngx_conf_log_error!(
-            NGX_LOG_EMERG,
-            cf,
-            "cannot read \"secret_file\" \"{}\" ({}: {})",
-            path,
-            errno,
-            why
-        );
-        return Err(());
-    }
+    // SAFETY: as for this function.
+    let (path, mut contents) = unsafe { read_file(cf, name, "secret_file", MAX_SECRET_BYTES + 2) }?;
     let key = FleetKey::from_file(&contents);
     // The secret's bytes do not outlive the parse.
     contents.iter_mut().for_each(|b| *b = 0);
@@ -92,6 +79,69 @@ unsafe fn read_secret(cf: *mut ngx_conf_t, name: &str) -> Result<FleetKey, ()> {
             e
         );
     })
+}
+
+/// The bus's credentials in `name`. Errors name the file, never what it holds.
+///
+/// # Safety
+/// As for [`finish`].
+unsafe fn read_credentials(cf: *mut ngx_conf_t, name: &str) -> Result<Credentials, ()> {
+    // SAFETY: as for this function.
+    let (path, mut contents) =
+        unsafe { read_file(cf, name, "nats_credentials", creds::MAX_FILE_BYTES + 1) }?;
+    let got = Credentials::parse(&contents);
+    contents.iter_mut().for_each(|b| *b = 0);
+    got.map_err(|why| {
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "invalid \"nats_credentials\" \"{}\": the file {}",
+            path,
+            why
+        );
+    })
+}
+
+/// The path of `name` (relative to the configuration prefix) and at most `max` bytes of it;
+/// an error names the parameter `what` and the file.
+///
+/// # Safety
+/// As for [`finish`].
+unsafe fn read_file(
+    cf: *mut ngx_conf_t,
+    name: &str,
+    what: &str,
+    max: usize,
+) -> Result<(String, Vec<u8>), ()> {
+    // SAFETY: as for this function; the path is copied to the pool, NUL-terminated.
+    let Some(mut full) = (unsafe { pool_str(cf, name) }) else {
+        return Err(());
+    };
+    // SAFETY: `cf` is live; nginx rewrites `full` into the pool with the prefix when relative.
+    if unsafe { nginx_sys::ngx_conf_full_name((*cf).cycle, &mut full, 1) } != NGX_OK as isize {
+        return Err(());
+    }
+    let path = String::from_utf8_lossy(full.as_bytes()).into_owned();
+    let mut contents = Vec::new();
+    let read =
+        std::fs::File::open(&path).and_then(|f| f.take(max as u64).read_to_end(&mut contents));
+    if let Err(e) = read {
+        let errno = e.raw_os_error().unwrap_or(0);
+        // SAFETY: strerror's text is valid until the next call, which this thread does not make
+        // before the copy.
+        let why = unsafe { core::ffi::CStr::from_ptr(libc::strerror(errno)) }.to_string_lossy();
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "cannot read \"{}\" \"{}\" ({}: {})",
+            what,
+            path,
+            errno,
+            why
+        );
+        return Err(());
+    }
+    Ok((path, contents))
 }
 
 /// `s` copied into the configuration's pool, NUL-terminated (nginx's file calls want C
@@ -187,7 +237,8 @@ unsafe fn tls_context(cf: *mut ngx_conf_t, _mcf: &mut MainConf, _tls: &TlsSpec) 
     ngx_conf_log_error!(
         NGX_LOG_EMERG,
         cf,
-        "\"circuit_breaker_fleet\" has \"https://\" peers, but nginx is built without SSL"
+        "\"circuit_breaker_fleet\" has \"https://\" peers or \"tls://\" servers, but nginx is \
+         built without SSL"
     );
     Err(())
 }

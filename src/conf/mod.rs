@@ -136,6 +136,8 @@ pub struct MainConf {
     /// The TLS context of the fleet's `https://` peers (null without one).
     #[cfg(ngx_ssl)]
     pub fleet_ssl: *mut nginx_sys::ngx_ssl_t,
+    /// `nats_credentials=`, read.
+    pub fleet_credentials: Option<circuit_breaker_core::fleet::bus::Credentials>,
     /// `circuit_breaker_key` families, in configuration order (a location names one by its
     /// index).
     pub keyed: Vec<KeyedFamily>,
@@ -221,6 +223,7 @@ impl Default for MainConf {
             keyed_stale_upstream: null_mut(),
             #[cfg(ngx_ssl)]
             fleet_ssl: null_mut(),
+            fleet_credentials: None,
         }
     }
 }

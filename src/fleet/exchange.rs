@@ -34,6 +34,8 @@ use circuit_breaker_core::snapshot::Clocks;
 use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
+mod bus_step;
+
 use super::nonce;
 use super::shared::FleetZone;
 use crate::clock::{mono_ms, rnd, wall_ms};
@@ -152,6 +154,8 @@ pub struct Exchange {
     warned_nonce: bool,
     /// The last poke's sequence (see `auth::next_sequence`).
     poke_seq: u64,
+    /// The bus, for a fleet on one (no links then).
+    pub(super) bus: Option<super::bus::Bus>,
 }
 
 /// What an [`Exchange`] starts from.
@@ -170,6 +174,7 @@ pub struct Setup {
     pub zone_name: String,
     /// Other workers may signal: read their counter every [`wake::POLL`].
     pub poll: bool,
+    pub bus: Option<super::bus::Bus>,
 }
 
 impl Exchange {
@@ -200,7 +205,18 @@ impl Exchange {
             done: Vec::new(),
             warned_nonce: false,
             poke_seq: 0,
+            bus: s.bus,
         }
+    }
+
+    /// This instance's id in the fleet.
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    /// The fleet's interval.
+    pub fn interval_ms(&self) -> u64 {
+        self.spec.interval_ms
     }
 
     /// The time between two rounds.
@@ -392,8 +408,14 @@ impl Exchange {
             mono_ms: now,
             wall_ms: self.zone.wall_clock(now, wall_ms()),
         };
-        let json = fleet_status::render_json(&self.store, clocks);
-        let prom = fleet_status::render_prometheus(&self.store, &self.zone_name, clocks);
+        let bus = self.bus_stats(now);
+        let json = fleet_status::render_json(&self.store, clocks, bus.as_ref());
+        let mut prom = fleet_status::render_prometheus(&self.store, &self.zone_name, clocks);
+        if let Some(b) = &bus {
+            prom.push_str(
+                &circuit_breaker_core::fleet::bus::status::render_prometheus(b, &self.zone_name),
+            );
+        }
         self.shared
             .publish(now, [wire.as_bytes(), json.as_bytes(), prom.as_bytes()]);
     }
@@ -547,6 +569,15 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
             (sends, e.next_wake(mono_ms()))
         };
         send(&ex, sends);
+        // What the step queued for the bus, once nothing is borrowed.
+        let bus = ex
+            .borrow_mut()
+            .bus
+            .as_mut()
+            .and_then(super::bus::Bus::take_waker);
+        if let Some(w) = bus {
+            w.wake();
+        }
         wake::wait(delay).await;
         if net::exiting() {
             return;
@@ -560,6 +591,9 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
     for (i, nonce, answer) in core::mem::take(&mut e.done) {
         e.take_answer(now, i, &nonce, answer);
         changed = true;
+    }
+    if e.bus.is_some() {
+        changed |= e.bus_take(now);
     }
     e.track_added();
     let peers = e.links.len();
@@ -579,7 +613,9 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
     }
     if round {
         e.next_round = now + e.tick();
-        if e.pull_due(now) {
+        if e.bus.is_some() {
+            e.bus_round(now);
+        } else if e.pull_due(now) {
             e.last_pull = Some(now);
             for i in e.store.pick_peers(rnd) {
                 e.links[i].wanted = true;
@@ -602,6 +638,18 @@ fn step(e: &mut Exchange, now: u64) -> Sends {
         e.apply(now);
     }
     let mut sends = Sends::default();
+    if e.bus.is_some() {
+        match e.store.take_push(now) {
+            Push::Now => {
+                e.push_at = None;
+                e.bus_publish(now);
+            }
+            Push::At(t) => e.push_at = Some(t),
+            Push::Nothing => e.push_at = None,
+        }
+        e.bus_say(now);
+        return sends;
+    }
     match e.store.take_push(now) {
         Push::Now => {
             e.push_at = None;

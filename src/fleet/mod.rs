@@ -20,6 +20,7 @@
 //!   ages advanced by the time since, sealed with the puller's nonce; an authenticated poke
 //!   makes the exchange worker pull its sender at once.
 
+pub mod bus;
 pub mod exchange;
 mod nonce;
 mod shared;
@@ -29,6 +30,7 @@ use core::cell::RefCell;
 use std::rc::Rc;
 
 use circuit_breaker_core::fleet::auth::{Kind as AuthKind, HEADER};
+use circuit_breaker_core::fleet::bus::EXPIRE_INTERVALS;
 use circuit_breaker_core::fleet::conf::{breaker_fingerprint, breaker_policy, MAX_PEERS};
 use circuit_breaker_core::fleet::{
     default_expire_intervals, wire, FleetConfig, FleetDirective, FleetStore, STREAM_PREFIX,
@@ -165,9 +167,22 @@ fn zone_size(
         .iter()
         .map(String::len)
         .chain([spec.id.len()])
+        .chain(
+            spec.bus
+                .as_ref()
+                .map(|_| circuit_breaker_core::fleet::conf::MAX_BUS_ID_BYTES),
+        )
         .max()
         .unwrap_or(0);
-    let (n, p) = (wanted.len() + stream.count(), spec.peers.len());
+    // A bus's members are whoever speaks, up to its bound; its own figures are a few lines.
+    let p = match &spec.bus {
+        Some(_) => circuit_breaker_core::fleet::bus::MAX_MEMBERS,
+        None => spec.peers.len(),
+    };
+    let (n, bus) = (
+        wanted.len() + stream.count(),
+        4096 * usize::from(spec.bus.is_some()),
+    );
     // Names are percent-encoded on the wire: up to three bytes each.
     let records = n.saturating_mul(p + 1).min(1024);
     // Keyed records, own and relayed: a family and a key of up to a name's length each.
@@ -182,7 +197,7 @@ fn zone_size(
     let prom = 8192 + p * 5 * (id + zone_name + 120) + n * 7 * (names + zone_name + 140);
     // The header's per-peer poke sequences: 8 bytes for each peer the zone can name.
     let header = MAX_PEERS * 8;
-    (2 * (wire + json + prom) + header + 65_536).next_multiple_of(4096)
+    (2 * (wire + json + prom + bus) + header + 65_536).next_multiple_of(4096)
 }
 
 /// The module's `init_process`: in every worker of a fleet, where to signal the exchange;
@@ -214,7 +229,16 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         // SAFETY: the running cycle's core conf, set before any process starts.
         let workers = unsafe { worker_processes(cycle) };
         let log = ngx_cycle_log().as_ptr();
-        match start(mcf, spec, !single && workers > 1) {
+        match start(mcf, spec.clone(), !single && workers > 1) {
+            Ok((id, _, breakers)) if spec.bus.is_some() => {
+                ngx::ngx_log_error!(
+                    NGX_LOG_NOTICE,
+                    log,
+                    "circuit breaker fleet: \"{}\" exchanges on the bus about {} breaker(s)",
+                    id,
+                    breakers
+                );
+            }
             Ok((id, peers, breakers)) => {
                 ngx::ngx_log_error!(
                     NGX_LOG_NOTICE,
@@ -278,17 +302,29 @@ fn start(
     // worker (`start` runs from init_process).
     let shared = unsafe { FleetZone::from_shm(mcf.fleet_zone) }.ok_or("no fleet zone")?;
     let instances = spec.instances();
-    let cfg = FleetConfig {
-        fanout: spec.fanout,
-        expire_ms: spec
-            .interval_ms
-            .saturating_mul(default_expire_intervals(instances, spec.fanout)),
-        ..FleetConfig::for_fleet(spec.interval_ms, instances)
+    let cfg = match &spec.bus {
+        // Every member hears every other directly.
+        Some(_) => FleetConfig {
+            fanout: 0,
+            expire_ms: spec.interval_ms.saturating_mul(EXPIRE_INTERVALS),
+            ..FleetConfig::for_fleet(spec.interval_ms, instances)
+        },
+        None => FleetConfig {
+            fanout: spec.fanout,
+            expire_ms: spec
+                .interval_ms
+                .saturating_mul(default_expire_intervals(instances, spec.fanout)),
+            ..FleetConfig::for_fleet(spec.interval_ms, instances)
+        },
     };
     let key = spec.key().ok_or("no key")?;
     let ids = spec.peer_ids();
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut store = FleetStore::new(&spec.id, &refs, cfg).map_err(|e| e.to_string())?;
+    let mut store = match &spec.bus {
+        Some(_) => FleetStore::for_bus(&spec.id, cfg),
+        None => FleetStore::new(&spec.id, &refs, cfg),
+    }
+    .map_err(|e| e.to_string())?;
     let mut breakers = Vec::new();
     // Servers' breakers stay out: peers judge an origin, not one instance's view of a server.
     for w in setup::wanted(mcf)
@@ -360,6 +396,18 @@ fn start(
     }
     let summary = (spec.id.clone(), spec.peers.len(), breakers.len());
     let links = links(mcf, &spec)?;
+    let on_bus = match &spec.bus {
+        Some(b) => Some(bus::Bus::new(
+            b,
+            &spec.id,
+            servers(mcf, &spec, b)?,
+            mcf.fleet_credentials.clone(),
+            cfg.expire_ms,
+            (spec.interval_ms / 4).max(100),
+        )),
+        None => None,
+    };
+    let has_bus = on_bus.is_some();
     let ex = Exchange::new(Setup {
         store,
         spec,
@@ -373,11 +421,56 @@ fn start(
         shared,
         zone_name: mcf.zone_name.0.clone(),
         poll,
+        bus: on_bus,
     });
     let ex = Rc::new(RefCell::new(ex));
     wake::exchange_here();
+    if has_bus {
+        crate::net::spawn(bus::run(Rc::clone(&ex))).detach();
+    }
     crate::net::spawn(exchange::run(ex)).detach();
     Ok(summary)
+}
+
+/// How to reach each server of the bus: its address, and for a `tls://` one the TLS to speak
+/// (`ssl_name=` as SNI and the name its certificate must carry, else its IP address).
+fn servers(
+    mcf: &MainConf,
+    spec: &FleetDirective,
+    b: &circuit_breaker_core::fleet::conf::BusSpec,
+) -> Result<Vec<bus::Server>, String> {
+    #[cfg(not(ngx_ssl))]
+    let _ = (mcf, spec);
+    let mut out = Vec::with_capacity(b.servers.len());
+    for s in &b.servers {
+        #[cfg(ngx_ssl)]
+        let ssl = if s.tls {
+            let tls = match spec.tls.as_ref().and_then(|t| t.name.as_deref()) {
+                // SAFETY: the fleet's context, built at configuration time, lives as long as it.
+                Some(name) => unsafe {
+                    crate::net::Tls::new(
+                        mcf.fleet_ssl,
+                        name.as_bytes(),
+                        Some(name.as_bytes()),
+                        true,
+                    )
+                },
+                // SAFETY: as above.
+                None => unsafe { crate::net::Tls::for_ip(mcf.fleet_ssl, &s.addr.ip().to_string()) },
+            };
+            Some(Rc::new(tls.ok_or("no TLS context")?))
+        } else {
+            None
+        };
+        out.push(bus::Server {
+            peer: Peer::from(s.addr),
+            shown: s.addr.to_string(),
+            tls: s.tls,
+            #[cfg(ngx_ssl)]
+            ssl,
+        });
+    }
+    Ok(out)
 }
 
 /// The stream block's breakers, found in the stream module's zones, named `stream:NAME` in

@@ -28,3 +28,13 @@ pub use self::grpc::{health_check, GrpcAnswer};
 pub use self::http::{fetch, Options, Request, Response, DEFAULT_MAX_BODY};
 #[cfg(ngx_ssl)]
 pub use self::tls::Tls;
+
+/// Upgrades a connected stream to TLS, as a protocol that starts in the clear and then
+/// switches asks (NATS: after the server's `INFO`).
+#[cfg(ngx_ssl)]
+pub async fn start_tls(
+    stream: &circuit_breaker_shell::net::stream::Stream,
+    tls: &Tls,
+) -> Result<(), Error> {
+    self::tls::handshake(stream, tls, self::tls::Alpn::Default).await
+}

@@ -81,7 +81,8 @@ impl Nonce {
         hex(&self.0)
     }
 
-    fn parse(field: &[u8]) -> Option<Nonce> {
+    /// A nonce from its 32 lower-case hex digits.
+    pub fn parse(field: &[u8]) -> Option<Nonce> {
         let mut out = [0u8; NONCE_BYTES];
         unhex(field, &mut out)?;
         Some(Nonce(out))
@@ -334,25 +335,57 @@ impl FleetKey {
 
     /// The message inside an answer to a pull with `nonce`, once its `auth` line verifies.
     pub fn open<'a>(&self, nonce: &Nonce, answer: &'a [u8]) -> Result<&'a [u8], AuthError> {
-        // The `auth` line has a fixed length: the last bytes, whatever the message holds.
-        let trailer = SEAL_BYTES;
-        let Some(start) = answer.len().checked_sub(trailer) else {
-            return Err(AuthError::Missing);
-        };
-        let (body, last) = answer.split_at(start);
-        let Some(mac) = last
-            .strip_prefix(TRAILER)
-            .and_then(|m| m.strip_suffix(b"\n"))
-        else {
-            return Err(AuthError::Missing);
-        };
-        let mut got = [0u8; MAC_BYTES];
-        unhex(mac, &mut got).ok_or(AuthError::Malformed)?;
+        let (body, got) = split_seal(answer)?;
         self.answer_tagger(nonce, body)
             .verify_slice(&got)
             .map_err(|_| AuthError::Mismatch)?;
         Ok(body)
     }
+
+    fn bus_tagger(&self, signed: &[u8]) -> HmacSha256 {
+        self.tagger(&[b"cbfleet bus\n", signed])
+    }
+
+    /// A message for the fleet's bus (`super::bus`): `signed` (its header line and body)
+    /// followed by its `auth` line, the HMAC of `cbfleet bus`, a line break and every byte of
+    /// `signed`. Its header says what it is and carries what makes it fresh (a sequence, a
+    /// nonce), so that the MAC covers them.
+    pub fn seal_bus(&self, signed: &[u8]) -> Vec<u8> {
+        let mac: [u8; MAC_BYTES] = self.bus_tagger(signed).finalize().into_bytes().into();
+        let mut out = Vec::with_capacity(signed.len() + SEAL_BYTES);
+        out.extend_from_slice(signed);
+        out.extend_from_slice(TRAILER);
+        out.extend_from_slice(hex(&mac).as_bytes());
+        out.push(b'\n');
+        out
+    }
+
+    /// What a bus message signs, once its `auth` line verifies.
+    pub fn open_bus<'a>(&self, sealed: &'a [u8]) -> Result<&'a [u8], AuthError> {
+        let (signed, got) = split_seal(sealed)?;
+        self.bus_tagger(signed)
+            .verify_slice(&got)
+            .map_err(|_| AuthError::Mismatch)?;
+        Ok(signed)
+    }
+}
+
+/// A sealed text's bytes before its `auth` line, and the MAC that line carries.
+fn split_seal(sealed: &[u8]) -> Result<(&[u8], [u8; MAC_BYTES]), AuthError> {
+    // The `auth` line has a fixed length: the last bytes, whatever the message holds.
+    let Some(start) = sealed.len().checked_sub(SEAL_BYTES) else {
+        return Err(AuthError::Missing);
+    };
+    let (body, last) = sealed.split_at(start);
+    let Some(mac) = last
+        .strip_prefix(TRAILER)
+        .and_then(|m| m.strip_suffix(b"\n"))
+    else {
+        return Err(AuthError::Missing);
+    };
+    let mut got = [0u8; MAC_BYTES];
+    unhex(mac, &mut got).ok_or(AuthError::Malformed)?;
+    Ok((body, got))
 }
 
 fn keyed(secret: &[u8]) -> HmacSha256 {
@@ -363,7 +396,7 @@ fn keyed(secret: &[u8]) -> HmacSha256 {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(2 * bytes.len());
     for &b in bytes {
@@ -374,7 +407,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Lower-case hex digits into exactly `out.len()` bytes.
-fn unhex(field: &[u8], out: &mut [u8]) -> Option<()> {
+pub(crate) fn unhex(field: &[u8], out: &mut [u8]) -> Option<()> {
     if field.len() != 2 * out.len() {
         return None;
     }
@@ -492,6 +525,28 @@ mod tests {
         // An empty message seals too (the parser refuses it afterwards).
         let empty = k.seal(&nonce(3), b"");
         assert_eq!(k.open(&nonce(3), &empty), Ok(&b""[..]));
+    }
+
+    #[test]
+    fn a_bus_message_opens_only_as_sealed() {
+        let k = key();
+        let signed = b"cbbus 1 opinions a 7\ncbfleet 1 a 0 0\n";
+        let sealed = k.seal_bus(signed);
+        assert_eq!(k.open_bus(&sealed), Ok(&signed[..]));
+        // Not an answer to any pull, and no answer is a bus message.
+        assert_eq!(k.open(&nonce(0), &sealed), Err(AuthError::Mismatch));
+        let answer = k.seal(&nonce(0), signed);
+        assert_eq!(k.open_bus(&answer), Err(AuthError::Mismatch));
+        for i in 0..signed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 1;
+            assert_eq!(k.open_bus(&bad), Err(AuthError::Mismatch), "byte {i}");
+        }
+        assert_eq!(
+            FleetKey::unauthenticated().open_bus(&sealed),
+            Err(AuthError::Mismatch)
+        );
+        assert_eq!(k.open_bus(signed), Err(AuthError::Missing));
     }
 
     #[test]

@@ -14,6 +14,18 @@
 //! is kept in its canonical form (`[::1]:80` for `[0:0::1]`), which is also the instance's id
 //! on the wire: `id=` must name this instance as the others list it.
 //!
+//! Or, instead of peers, the NATS servers of a bus the members share (`nats://` or, over
+//! TLS, `tls://`, port 4222 by default), several for failover:
+//!
+//! ```text
+//! circuit_breaker_fleet nats://address ... id=name (secret=text | secret_file=file | auth=off)
+//!                       [interval=1s] [subject=circuit_breaker.fleet]
+//!                       [nats_credentials=file] [ssl_* as above, for tls:// servers];
+//! ```
+//!
+//! On a bus the id is any name (letters, digits and `._:@[]-`, at most 64): members are
+//! whoever speaks, and nobody lists them.
+//!
 //! Every fleet authenticates its messages ([`super::auth`]): `secret=` or `secret_file=` gives
 //! the key, and a fleet without one is refused unless it says `auth=off` (a lab). Errors never
 //! repeat a secret.
@@ -44,7 +56,7 @@ pub const MAX_PEERS: usize = 4096;
 pub const MAX_FANOUT: usize = 16;
 const MAX_URI_BYTES: usize = 2048;
 /// The parameters besides the peers' addresses, as an unknown one's error lists them.
-const PARAMETERS: [&str; 11] = [
+const PARAMETERS: [&str; 13] = [
     "id",
     "interval",
     "fanout",
@@ -56,6 +68,8 @@ const PARAMETERS: [&str; 11] = [
     "ssl_certificate",
     "ssl_certificate_key",
     "ssl_name",
+    "subject",
+    "nats_credentials",
 ];
 const MAX_PATH_BYTES: usize = 4096;
 
@@ -92,6 +106,31 @@ pub struct PeerAddr {
     pub tls: bool,
 }
 
+/// One NATS server of a bus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusServer {
+    pub addr: SocketAddr,
+    /// Listed as `tls://`.
+    pub tls: bool,
+}
+
+/// A fleet on a bus: where to reach it, and under which subjects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BusSpec {
+    /// The servers, in the order given: tried in turn.
+    pub servers: Vec<BusServer>,
+    /// The prefix of the fleet's subjects (`subject=`).
+    pub prefix: String,
+    /// `nats_credentials=`: the file of the bus's own credentials (a user and password, or
+    /// a token), read by the shell.
+    pub credentials: Option<String>,
+}
+
+/// The longest subject prefix: the fleet's subjects add some 30 bytes to it.
+pub const MAX_PREFIX_BYTES: usize = 128;
+/// The longest id of a bus member.
+pub const MAX_BUS_ID_BYTES: usize = 64;
+
 /// Everything `circuit_breaker_fleet` sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetDirective {
@@ -107,8 +146,11 @@ pub struct FleetDirective {
     pub target: String,
     /// The key that authenticates every message.
     pub secret: Secret,
-    /// TLS settings for the `https://` peers (present exactly when there is one).
+    /// TLS settings for the `https://` peers or the `tls://` servers (present exactly when
+    /// there is one).
     pub tls: Option<TlsSpec>,
+    /// The bus, instead of peers.
+    pub bus: Option<BusSpec>,
 }
 
 impl FleetDirective {
@@ -126,7 +168,8 @@ impl FleetDirective {
         }
     }
 
-    /// Instances in the fleet, this one included.
+    /// Instances in the fleet, this one included (on a bus: this one alone, as far as the
+    /// configuration knows).
     pub fn instances(&self) -> usize {
         self.peers.len() + 1
     }
@@ -184,6 +227,37 @@ fn conflict(msg: &str) -> ConfError {
     ConfError::Conflict(format!("\"{DIRECTIVE}\" {msg}"))
 }
 
+/// A NATS server as the directive lists it: `nats://` or `tls://` and an address (port 4222
+/// by default).
+pub fn parse_bus_server(s: &str) -> Option<BusServer> {
+    let (rest, tls) = if let Some(r) = s.strip_prefix("tls://") {
+        (r, true)
+    } else {
+        (s.strip_prefix("nats://")?, false)
+    };
+    parse_with_port(rest.strip_suffix('/').unwrap_or(rest), 4222)
+        .map(|addr| BusServer { addr, tls })
+}
+
+/// Whether `v` may prefix the fleet's subjects: tokens of letters, digits, `_` and `-`,
+/// joined by dots.
+fn valid_prefix(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_PREFIX_BYTES
+        && v.split('.').all(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+        })
+}
+
+fn valid_bus_id(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_BUS_ID_BYTES
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:@[]-".contains(&b))
+}
+
 /// Parses the words after `circuit_breaker_fleet`.
 pub fn parse_fleet_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
@@ -199,8 +273,28 @@ pub fn parse_fleet_args<'a>(
     let mut certificate = None;
     let mut certificate_key = None;
     let mut ssl_name = None;
+    let mut servers: Vec<BusServer> = Vec::new();
+    let mut bus_id: Option<String> = None;
+    let mut prefix: Option<String> = None;
+    let mut credentials = None;
     let mut seen = crate::directive::Seen::new();
     for word in words {
+        if word.starts_with("nats://") || word.starts_with("tls://") {
+            let srv = parse_bus_server(word).ok_or_else(|| {
+                invalid(
+                    word,
+                    Some("must be a server address such as nats://10.0.0.5:4222"),
+                )
+            })?;
+            if servers.iter().any(|s| s.addr == srv.addr) {
+                return Err(invalid(word, Some("is listed twice")));
+            }
+            if servers.len() == MAX_PEERS {
+                return Err(invalid(word, Some("is one server too many")));
+            }
+            servers.push(srv);
+            continue;
+        }
         let scheme = word.starts_with("http://") || word.starts_with("https://");
         let Some((key, v)) = word.split_once('=').filter(|_| !scheme) else {
             let a = parse_peer(word)
@@ -221,13 +315,20 @@ pub fn parse_fleet_args<'a>(
         }
         match key {
             "id" => {
-                id = Some(parse_peer(v).map(|p| p.addr).ok_or_else(|| {
-                    invalid(
-                        word,
-                        Some("must be this instance's address as its peers list it"),
-                    )
-                })?)
+                // Read once the list says whether it is a bus's.
+                bus_id = Some(v.to_owned());
+                id = parse_peer(v).map(|p| p.addr);
             }
+            "subject" => {
+                if !valid_prefix(v) {
+                    return Err(invalid(
+                        word,
+                        Some("must be subject tokens of letters, digits, \"_\" and \"-\" joined by dots"),
+                    ));
+                }
+                prefix = Some(v.to_owned());
+            }
+            "nats_credentials" => credentials = Some(path(word, v)?),
             "interval" => {
                 let ms = units
                     .msec(v)
@@ -292,7 +393,7 @@ pub fn parse_fleet_args<'a>(
                 let hint = match crate::directive::suggest(key, &PARAMETERS) {
                     Some(near) => format!("did you mean \"{near}\"?"),
                     None => format!(
-                        "expected peer addresses and one of: {}",
+                        "expected peer addresses (or nats:// servers) and one of: {}",
                         PARAMETERS.join(", ")
                     ),
                 };
@@ -305,8 +406,34 @@ pub fn parse_fleet_args<'a>(
         }
         seen.push(key);
     }
+    if !servers.is_empty() {
+        return bus(
+            servers,
+            addresses,
+            bus_id,
+            secret,
+            interval_ms,
+            prefix,
+            credentials,
+            &seen,
+            (trusted, certificate, certificate_key, ssl_name),
+        );
+    }
+    for p in ["subject", "nats_credentials"] {
+        if seen.has(p) {
+            return Err(conflict(&format!(
+                "has \"{p}\" parameter but no nats:// server"
+            )));
+        }
+    }
     let Some(id) = id else {
-        return Err(conflict("must have \"id\" parameter"));
+        return Err(match bus_id {
+            Some(v) => invalid(
+                &format!("id={v}"),
+                Some("must be this instance's address as its peers list it"),
+            ),
+            None => conflict("must have \"id\" parameter"),
+        });
     };
     let Some(secret) = secret else {
         return Err(conflict(
@@ -324,37 +451,12 @@ pub fn parse_fleet_args<'a>(
             peers.len()
         )));
     }
-    let tls = match (peers.iter().any(|p| p.tls), trusted) {
-        (true, Some(trusted_certificate)) => Some(TlsSpec {
-            trusted_certificate,
-            certificate: match (certificate, certificate_key) {
-                (Some(c), Some(k)) => Some((c, k)),
-                (None, None) => None,
-                _ => {
-                    return Err(conflict(
-                        "needs both \"ssl_certificate\" and \"ssl_certificate_key\"",
-                    ))
-                }
-            },
-            name: ssl_name,
-        }),
-        (true, None) => {
-            return Err(conflict(
-                "must have \"ssl_trusted_certificate\" parameter for \"https://\" peers",
-            ))
-        }
-        (false, _)
-            if seen.has("ssl_trusted_certificate")
-                || seen.has("ssl_certificate")
-                || seen.has("ssl_certificate_key")
-                || seen.has("ssl_name") =>
-        {
-            return Err(conflict(
-                "has \"ssl_*\" parameters but no \"https://\" peer",
-            ));
-        }
-        (false, _) => None,
-    };
+    let tls = tls_spec(
+        peers.iter().any(|p| p.tls),
+        ("\"https://\" peers", "\"https://\" peer"),
+        &seen,
+        (trusted, certificate, certificate_key, ssl_name),
+    )?;
     let id = id.to_string();
     debug_assert!(id.len() <= MAX_NAME_BYTES);
     let target = if uri
@@ -375,6 +477,115 @@ pub fn parse_fleet_args<'a>(
         target,
         secret,
         tls,
+        bus: None,
+    })
+}
+
+/// `ssl_trusted_certificate`, `ssl_certificate`, `ssl_certificate_key`, `ssl_name`.
+type SslWords = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The TLS settings, required when `needed` (for `what`), refused when not.
+fn tls_spec(
+    needed: bool,
+    (what, one): (&str, &str),
+    seen: &crate::directive::Seen,
+    (trusted, certificate, certificate_key, ssl_name): SslWords,
+) -> Result<Option<TlsSpec>, ConfError> {
+    Ok(match (needed, trusted) {
+        (true, Some(trusted_certificate)) => Some(TlsSpec {
+            trusted_certificate,
+            certificate: match (certificate, certificate_key) {
+                (Some(c), Some(k)) => Some((c, k)),
+                (None, None) => None,
+                _ => {
+                    return Err(conflict(
+                        "needs both \"ssl_certificate\" and \"ssl_certificate_key\"",
+                    ))
+                }
+            },
+            name: ssl_name,
+        }),
+        (true, None) => {
+            return Err(conflict(&format!(
+                "must have \"ssl_trusted_certificate\" parameter for {what}"
+            )))
+        }
+        (false, _)
+            if seen.has("ssl_trusted_certificate")
+                || seen.has("ssl_certificate")
+                || seen.has("ssl_certificate_key")
+                || seen.has("ssl_name") =>
+        {
+            return Err(conflict(&format!("has \"ssl_*\" parameters but no {one}")));
+        }
+        (false, _) => None,
+    })
+}
+
+/// The rest of a fleet on a bus, once the words are read.
+#[allow(clippy::too_many_arguments)]
+fn bus(
+    servers: Vec<BusServer>,
+    peers: Vec<PeerAddr>,
+    id: Option<String>,
+    secret: Option<Secret>,
+    interval_ms: u64,
+    prefix: Option<String>,
+    credentials: Option<String>,
+    seen: &crate::directive::Seen,
+    ssl: SslWords,
+) -> Result<FleetDirective, ConfError> {
+    if let Some(p) = peers.first() {
+        return Err(invalid(
+            &p.addr.to_string(),
+            Some("is a peer, and the fleet is on a bus (its nats:// servers): one or the other"),
+        ));
+    }
+    for p in ["fanout", "uri"] {
+        if seen.has(p) {
+            return Err(conflict(&format!(
+                "has \"{p}\" parameter, which a fleet on a bus has no use for"
+            )));
+        }
+    }
+    let Some(id) = id else {
+        return Err(conflict("must have \"id\" parameter"));
+    };
+    if !valid_bus_id(&id) {
+        return Err(invalid(
+            &format!("id={id}"),
+            Some("must be a name of letters, digits and \"._:@[]-\", at most 64"),
+        ));
+    }
+    let Some(secret) = secret else {
+        return Err(conflict(
+            "must have \"secret\" or \"secret_file\" parameter (or \"auth=off\" in a lab)",
+        ));
+    };
+    let tls = tls_spec(
+        servers.iter().any(|s| s.tls),
+        ("\"tls://\" servers", "\"tls://\" server"),
+        seen,
+        ssl,
+    )?;
+    Ok(FleetDirective {
+        id,
+        peers: Vec::new(),
+        interval_ms,
+        fanout: 0,
+        target: String::new(),
+        secret,
+        tls,
+        bus: Some(BusSpec {
+            servers,
+            prefix: prefix.unwrap_or_else(|| super::bus::DEFAULT_PREFIX.to_owned()),
+            credentials,
+        }),
     })
 }
 
@@ -665,6 +876,116 @@ mod tests {
     }
 
     #[test]
+    fn a_bus_takes_servers_a_name_and_a_subject() {
+        let s = parse(
+            "nats://127.0.0.1 tls://[::1]:4443 nats://10.0.0.5:4223/ id=edge-fra.1 \
+                    secret=0123456789abcdef subject=cb.prod-eu ssl_trusted_certificate=ca.pem \
+                    nats_credentials=nats.cred interval=2s",
+        )
+        .unwrap();
+        let bus = s.bus.as_ref().unwrap();
+        assert_eq!(
+            bus.servers
+                .iter()
+                .map(|b| (b.addr.to_string(), b.tls))
+                .collect::<Vec<_>>(),
+            [
+                ("127.0.0.1:4222".to_owned(), false),
+                ("[::1]:4443".to_owned(), true),
+                ("10.0.0.5:4223".to_owned(), false)
+            ]
+        );
+        assert_eq!(bus.prefix, "cb.prod-eu");
+        assert_eq!(bus.credentials.as_deref(), Some("nats.cred"));
+        assert_eq!(s.id, "edge-fra.1");
+        assert_eq!((s.interval_ms, s.peers.len(), s.fanout), (2000, 0, 0));
+        assert_eq!(s.tls.unwrap().trusted_certificate, "ca.pem");
+        let d = parse("nats://127.0.0.1:4222 id=10.0.0.5:8080 auth=off").unwrap();
+        assert_eq!(d.bus.unwrap().prefix, "circuit_breaker.fleet");
+        assert!(parse("127.0.0.1:1 id=127.0.0.2:1 auth=off")
+            .unwrap()
+            .bus
+            .is_none());
+    }
+
+    #[test]
+    fn a_bus_refuses_what_it_has_no_use_for() {
+        let d = "in \"circuit_breaker_fleet\" directive";
+        let f = "\"circuit_breaker_fleet\"";
+        for (args, want) in [
+            (
+                "nats://127.0.0.1 127.0.0.1:8080 id=a auth=off",
+                format!(
+                    "invalid value \"127.0.0.1:8080\" {d}, is a peer, and the fleet is on a bus \
+                     (its nats:// servers): one or the other"
+                ),
+            ),
+            (
+                "nats://127.0.0.1 id=a auth=off fanout=2",
+                format!("{f} has \"fanout\" parameter, which a fleet on a bus has no use for"),
+            ),
+            (
+                "nats://127.0.0.1 id=edge/1 auth=off",
+                format!(
+                    "invalid value \"id=edge/1\" {d}, must be a name of letters, digits and \
+                     \"._:@[]-\", at most 64"
+                ),
+            ),
+            (
+                "nats://127.0.0.1 auth=off",
+                format!("{f} must have \"id\" parameter"),
+            ),
+            (
+                "tls://127.0.0.1 id=a auth=off",
+                format!(
+                    "{f} must have \"ssl_trusted_certificate\" parameter for \"tls://\" servers"
+                ),
+            ),
+            (
+                "nats://127.0.0.1 id=a auth=off ssl_name=x",
+                format!("{f} has \"ssl_*\" parameters but no \"tls://\" server"),
+            ),
+            (
+                "nats://127.0.0.1 id=a auth=off subject=a..b",
+                format!(
+                    "invalid value \"subject=a..b\" {d}, must be subject tokens of letters, \
+                     digits, \"_\" and \"-\" joined by dots"
+                ),
+            ),
+            (
+                "nats://127.0.0.1 id=a auth=off subject=a.*",
+                format!(
+                    "invalid value \"subject=a.*\" {d}, must be subject tokens of letters, \
+                     digits, \"_\" and \"-\" joined by dots"
+                ),
+            ),
+            (
+                "nats://127.0.0.1 nats://127.0.0.1:4222 id=a auth=off",
+                format!("invalid value \"nats://127.0.0.1:4222\" {d}, is listed twice"),
+            ),
+            (
+                "nats://name.example:4222 id=a auth=off",
+                format!(
+                    "invalid value \"nats://name.example:4222\" {d}, must be a server address \
+                     such as nats://10.0.0.5:4222"
+                ),
+            ),
+            (
+                "127.0.0.1:1 id=127.0.0.2:1 auth=off subject=x",
+                format!("{f} has \"subject\" parameter but no nats:// server"),
+            ),
+            (
+                "nats://127.0.0.1 id=a",
+                format!(
+                "{f} must have \"secret\" or \"secret_file\" parameter (or \"auth=off\" in a lab)"
+            ),
+            ),
+        ] {
+            assert_eq!(parse(args).unwrap_err().to_string(), want, "{args}");
+        }
+    }
+
+    #[test]
     fn errors_in_nginx_wording() {
         let d = "in \"circuit_breaker_fleet\" directive";
         // a mistyped secret= is named without its value
@@ -732,8 +1053,9 @@ mod tests {
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 bogus=1"),
             "invalid parameter \"bogus=\" in \"circuit_breaker_fleet\" directive, expected peer \
-             addresses and one of: id, interval, fanout, uri, secret, secret_file, auth, \
-             ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, ssl_name"
+             addresses (or nats:// servers) and one of: id, interval, fanout, uri, secret, \
+             secret_file, auth, ssl_trusted_certificate, ssl_certificate, ssl_certificate_key, \
+             ssl_name, subject, nats_credentials"
         );
         assert_eq!(
             err("127.0.0.1:1 id=127.0.0.1:2 secrte=0123456789abcdef"),

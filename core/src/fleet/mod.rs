@@ -50,6 +50,7 @@
 //! so that ages stay true without re-rendering.
 
 pub mod auth;
+pub mod bus;
 pub mod conf;
 pub mod fingerprint;
 pub mod select;

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use super::bus::BusStats;
 use super::fingerprint::hex;
 use super::store::FleetStore;
 use crate::snapshot::Clocks;
@@ -53,12 +54,20 @@ fn families_json(s: &FleetStore) -> String {
     out
 }
 
-pub fn render_json(s: &FleetStore, c: Clocks) -> String {
+/// `"transport"` says how the fleet exchanges (`"peers"`: pulls from a peer list; `"nats"`:
+/// a bus), and a fleet on a bus has a `"bus"` member ([`super::bus::status::render_json`]),
+/// its members listed as `"peers"`.
+pub fn render_json(s: &FleetStore, c: Clocks, bus: Option<&BusStats>) -> String {
     let now = c.mono_ms;
     let cfg = s.config();
     let mut out = String::with_capacity(256);
     out.push_str("{\"instance\":");
     json_str(&mut out, s.self_id());
+    out.push_str(if bus.is_some() {
+        ",\"transport\":\"nats\""
+    } else {
+        ",\"transport\":\"peers\""
+    });
     let k = s.counters();
     let _ = write!(
         out,
@@ -132,7 +141,12 @@ pub fn render_json(s: &FleetStore, c: Clocks) -> String {
         json_time(&mut out, v.advice.probe_from_ms, c);
         let _ = write!(out, ",\"round\":{}}}", v.round);
     }
-    out.push_str("]}");
+    out.push(']');
+    if let Some(b) = bus {
+        out.push_str(",\"bus\":");
+        out.push_str(&super::bus::status::render_json(b, c));
+    }
+    out.push('}');
     out
 }
 
@@ -420,9 +434,15 @@ mod tests {
 
     #[test]
     fn json_shows_peers_and_breakers() {
-        let text = render_json(&store(), CLOCKS);
+        let text = render_json(&store(), CLOCKS, None);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["instance"], "a");
+        assert_eq!(v["transport"], "peers");
+        assert!(v.get("bus").is_none());
+        let on_bus = render_json(&store(), CLOCKS, Some(&BusStats::default()));
+        let b: serde_json::Value = serde_json::from_str(&on_bus).unwrap();
+        assert_eq!(b["transport"], "nats");
+        assert_eq!(b["bus"]["state"], "connecting");
         assert_eq!(v["peers"][0]["id"], "b\"q");
         assert_eq!(v["peers"][0]["reachable"], true);
         assert_eq!(v["peers"][0]["last_exchange"], 1_764_484_800.0);

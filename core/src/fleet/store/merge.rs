@@ -50,6 +50,31 @@ impl FleetStore {
         }
     }
 
+    /// A message of bus member `peer` whose seal and freshness were checked
+    /// ([`crate::fleet::bus`]): merged as [`FleetStore::receive`] merges an answer.
+    pub fn take_message(
+        &mut self,
+        now_ms: u64,
+        peer: usize,
+        m: &Message,
+    ) -> Result<Received, ParseError> {
+        let now = self.clock(now_ms);
+        match self.peers.get(peer) {
+            Some(p) if p.live && p.id == m.sender => {}
+            _ => {
+                return Err(ParseError {
+                    line: 1,
+                    kind: ErrorKind::Sender,
+                })
+            }
+        }
+        let got = self.merge(now, m);
+        let p = &mut self.peers[peer];
+        p.counters.exchanges += 1;
+        p.counters.last_exchange_ms = Some(now);
+        Ok(got)
+    }
+
     /// The answer to a pull from `peer` made with `nonce`: verified under `key` first (see
     /// [`crate::fleet::auth`]), then parsed and merged as [`FleetStore::receive`] does. An answer
     /// that does not verify changes nothing but the peer's `auth_failures`.
@@ -125,7 +150,13 @@ impl FleetStore {
                 got.own += 1;
                 continue;
             }
-            let Some(&origin) = self.peer_index.get(&o.origin) else {
+            // On a bus each member speaks for itself alone.
+            let origin = self
+                .peer_index
+                .get(&o.origin)
+                .copied()
+                .filter(|_| !self.bus || o.origin == m.sender);
+            let Some(origin) = origin else {
                 self.counters.unknown_origin += 1;
                 got.dropped += 1;
                 continue;

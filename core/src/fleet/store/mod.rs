@@ -64,6 +64,9 @@ pub struct FleetStore {
     counters: Counters,
     last_now: u64,
     last_push_ms: Option<u64>,
+    /// The fleet is on a bus: members join and part as they speak, and hear each other
+    /// directly, so a message carries its sender's own opinions only.
+    bus: bool,
     /// Steps taken (see [`FleetStore::work`]); a cell, so that the answers, which only read
     /// the store, count theirs too.
     work: Cell<u64>,
@@ -95,6 +98,7 @@ impl FleetStore {
             counters: Counters::default(),
             last_now: 0,
             last_push_ms: None,
+            bus: false,
             work: Cell::new(0),
         };
         for &p in peers.iter().filter(|&&p| p != self_id) {
@@ -105,12 +109,74 @@ impl FleetStore {
             store.peer_index.insert(p.to_string(), store.peers.len());
             store.peers.push(Peer {
                 id: p.to_string(),
+                live: true,
                 counters: PeerCounters::default(),
                 auth_told: false,
                 tls_told: false,
             });
         }
         Ok(store)
+    }
+
+    /// A store for instance `self_id` of a fleet on a bus: no peer until one speaks
+    /// ([`FleetStore::join`]).
+    pub fn for_bus(self_id: &str, cfg: FleetConfig) -> Result<FleetStore, FleetError> {
+        let mut store = FleetStore::new(self_id, &[], cfg)?;
+        store.bus = true;
+        Ok(store)
+    }
+
+    /// Whether the fleet is on a bus.
+    pub fn is_bus(&self) -> bool {
+        self.bus
+    }
+
+    /// The peer `id` of a fleet on a bus, made when it is new and fewer than `max` peers are
+    /// live (a place a parted peer left is taken again); `None` for this instance's own id,
+    /// an id the wire cannot carry, or no room.
+    pub fn join(&mut self, id: &str, max: usize) -> Option<usize> {
+        if let Some(&i) = self.peer_index.get(id) {
+            return Some(i);
+        }
+        if id == self.self_id || valid_name(id).is_err() {
+            return None;
+        }
+        if self.peers.iter().filter(|p| p.live).count() >= max {
+            return None;
+        }
+        let peer = Peer {
+            id: id.to_string(),
+            live: true,
+            counters: PeerCounters::default(),
+            auth_told: false,
+            tls_told: false,
+        };
+        let i = match self.peers.iter().position(|p| !p.live) {
+            Some(i) => {
+                self.peers[i] = peer;
+                i
+            }
+            None => {
+                self.peers.push(peer);
+                self.peers.len() - 1
+            }
+        };
+        self.peer_index.insert(id.to_string(), i);
+        Some(i)
+    }
+
+    /// The peer `id` parted (a bus member silent past the expiry): its opinions go with it.
+    pub fn part(&mut self, id: &str) {
+        let Some(i) = self.peer_index.remove(id) else {
+            return;
+        };
+        self.peers[i].live = false;
+        let mut looked = 0u64;
+        for l in &mut self.breakers {
+            looked += 1;
+            l.opinions.remove(&(i as u32));
+        }
+        self.work.set(self.work.get().wrapping_add(looked));
     }
 
     /// The configuration.
@@ -125,7 +191,7 @@ impl FleetStore {
 
     /// The peers' ids, by index.
     pub fn peer_ids(&self) -> impl Iterator<Item = &str> {
-        self.peers.iter().map(|p| p.id.as_str())
+        self.peers.iter().filter(|p| p.live).map(|p| p.id.as_str())
     }
 
     /// Store-wide counters.

@@ -70,7 +70,12 @@ impl FleetStore {
                 }
             }
         }
-        out
+        // Places parted bus members left hold nothing (their opinions went with them).
+        out.into_iter()
+            .zip(&self.peers)
+            .filter(|(_, p)| p.live)
+            .map(|(s, _)| s)
+            .collect()
     }
 
     /// Picks `fanout` distinct peers at random to pull from this round (all of them when
@@ -160,7 +165,13 @@ impl FleetStore {
         // (age, breaker, origin)
         let mut relayed: Vec<(u64, usize, usize)> = Vec::new();
         let mut keyed = Vec::new();
-        for (b, l) in self.breakers.iter().enumerate() {
+        // On a bus every member hears every other: nothing is relayed.
+        let relaying = if self.bus {
+            &[][..]
+        } else {
+            &self.breakers[..]
+        };
+        for (b, l) in relaying.iter().enumerate() {
             for (i, o) in &l.opinions {
                 if o.fresh(now, exp) && o.worth_relaying() {
                     let r = (now.saturating_sub(o.observed_at_ms), b, *i as usize);

@@ -283,6 +283,8 @@ pub(super) fn valid_name(n: &str) -> Result<(), FleetError> {
 #[derive(Clone, Debug)]
 pub(super) struct Peer {
     pub(super) id: String,
+    /// Still a peer: configured, or a bus member not yet parted ([`super::FleetStore::part`]).
+    pub(super) live: bool,
     pub(super) counters: PeerCounters,
     /// A refusal of this kind was reported since the last good exchange.
     pub(super) auth_told: bool,

@@ -1,0 +1,264 @@
+//! The three messages of the fleet's bus, as they travel in a NATS payload, each sealed with
+//! the fleet's key ([`FleetKey::seal_bus`]): a header line, for two of them a message in the
+//! fleet's wire format ([`crate::fleet::wire`]), and the `auth` line.
+//!
+//! ```text
+//! cbbus 1 opinions SENDER SEQ          the sender's own opinions, to every member
+//! cbbus 1 hello SENDER NONCE           "tell me what you think", to every member or one
+//! cbbus 1 reply SENDER SEQ NONCE       the answer to a hello, to the asker's inbox alone
+//! ```
+//!
+//! `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
+//! wall clock in microseconds, only growing: [`crate::fleet::auth::next_sequence`]); `NONCE`
+//! 32 hex digits, fresh from the asker. The MAC covers the header, so that no one without the
+//! key can change who speaks, when, or to whom they answer; what keeps a recorded message from
+//! being believed twice is [`super::Members`].
+
+use crate::fleet::auth::{AuthError, FleetKey, Nonce};
+use crate::fleet::wire::{self, decode_name, encode_name, Message, ParseError};
+
+/// The first word of every bus message, and its version.
+const MAGIC: &str = "cbbus";
+const VERSION: &str = "1";
+/// The longest header line: the words, a name of 255 bytes percent-encoded, two numbers.
+const MAX_HEADER_BYTES: usize = 32 + 3 * wire::MAX_NAME_BYTES + 2 * 20 + 32;
+
+/// A bus message whose MAC verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// A member's own opinions.
+    Opinions {
+        sender: String,
+        seq: u64,
+        message: Message,
+    },
+    /// A member asks for every member's opinions (or one's), to be answered in its inbox.
+    Hello { sender: String, nonce: Nonce },
+    /// A member answers this instance's hello `nonce`.
+    Reply {
+        sender: String,
+        seq: u64,
+        nonce: Nonce,
+        message: Message,
+    },
+}
+
+impl Frame {
+    /// Who sent it.
+    pub fn sender(&self) -> &str {
+        match self {
+            Frame::Opinions { sender, .. }
+            | Frame::Hello { sender, .. }
+            | Frame::Reply { sender, .. } => sender,
+        }
+    }
+}
+
+/// Why a bus message was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// Its MAC does not verify (forged, altered, or under another key), or it has none.
+    Auth(AuthError),
+    /// It verifies but is not in the documented form.
+    Header,
+    /// Its message does not parse.
+    Message(ParseError),
+    /// Its message names another sender than its header.
+    Sender,
+}
+
+impl core::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            FrameError::Auth(e) => write!(f, "{e}"),
+            FrameError::Header => f.write_str("malformed header"),
+            FrameError::Message(e) => write!(f, "{e}"),
+            FrameError::Sender => f.write_str("message of another sender"),
+        }
+    }
+}
+
+fn header(kind: &str, sender: &str, rest: &[String]) -> String {
+    let mut h = format!("{MAGIC} {VERSION} {kind} ");
+    encode_name(&mut h, sender);
+    for r in rest {
+        h.push(' ');
+        h.push_str(r);
+    }
+    h.push('\n');
+    h
+}
+
+fn seal(key: &FleetKey, head: String, body: &[u8]) -> Vec<u8> {
+    let mut signed = head.into_bytes();
+    signed.extend_from_slice(body);
+    key.seal_bus(&signed)
+}
+
+/// `sender`'s opinions (`body`, a rendered wire message of its own), at sequence `seq`.
+pub fn opinions(key: &FleetKey, sender: &str, seq: u64, body: &[u8]) -> Vec<u8> {
+    seal(key, header("opinions", sender, &[seq.to_string()]), body)
+}
+
+/// `sender`'s hello with its fresh `nonce`.
+pub fn hello(key: &FleetKey, sender: &str, nonce: &Nonce) -> Vec<u8> {
+    seal(key, header("hello", sender, &[nonce.hex()]), b"")
+}
+
+/// `sender`'s answer to the hello `nonce`: its opinions (`body`) at sequence `seq`.
+pub fn reply(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce, body: &[u8]) -> Vec<u8> {
+    seal(
+        key,
+        header("reply", sender, &[seq.to_string(), nonce.hex()]),
+        body,
+    )
+}
+
+/// Verifies a bus message under `key`, then reads it. Nothing of it is read before its MAC
+/// verifies.
+pub fn open(key: &FleetKey, payload: &[u8]) -> Result<Frame, FrameError> {
+    let signed = key.open_bus(payload).map_err(FrameError::Auth)?;
+    let end = signed
+        .iter()
+        .take(MAX_HEADER_BYTES)
+        .position(|&b| b == b'\n')
+        .ok_or(FrameError::Header)?;
+    let (head, body) = (&signed[..end], &signed[end + 1..]);
+    let words: Vec<&[u8]> = head.split(|&b| b == b' ').collect();
+    let (magic, version, kind, sender) = match words.as_slice() {
+        [m, v, k, s, ..] => (*m, *v, *k, *s),
+        _ => return Err(FrameError::Header),
+    };
+    if magic != MAGIC.as_bytes() || version != VERSION.as_bytes() {
+        return Err(FrameError::Header);
+    }
+    let sender = decode_name(sender).ok_or(FrameError::Header)?;
+    let message = |body: &[u8]| -> Result<Message, FrameError> {
+        let m = wire::parse(body).map_err(FrameError::Message)?;
+        if m.sender != sender {
+            return Err(FrameError::Sender);
+        }
+        Ok(m)
+    };
+    match (kind, &words[4..]) {
+        (b"opinions", [seq]) => Ok(Frame::Opinions {
+            seq: number(seq)?,
+            message: message(body)?,
+            sender,
+        }),
+        (b"hello", [nonce]) if body.is_empty() => Ok(Frame::Hello {
+            nonce: Nonce::parse(nonce).ok_or(FrameError::Header)?,
+            sender,
+        }),
+        (b"reply", [seq, nonce]) => Ok(Frame::Reply {
+            seq: number(seq)?,
+            nonce: Nonce::parse(nonce).ok_or(FrameError::Header)?,
+            message: message(body)?,
+            sender,
+        }),
+        _ => Err(FrameError::Header),
+    }
+}
+
+/// A decimal number as the header writes it: digits only, no sign, no leading zero.
+fn number(field: &[u8]) -> Result<u64, FrameError> {
+    let ok = !field.is_empty()
+        && field.len() <= 20
+        && field.iter().all(u8::is_ascii_digit)
+        && (field == b"0" || field[0] != b'0');
+    if !ok {
+        return Err(FrameError::Header);
+    }
+    core::str::from_utf8(field)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(FrameError::Header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key() -> FleetKey {
+        FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap()
+    }
+
+    fn body(sender: &str) -> Vec<u8> {
+        let mut s = String::new();
+        wire::render_header(&mut s, sender, 0, 0);
+        s.into_bytes()
+    }
+
+    #[test]
+    fn each_kind_reads_back() {
+        let k = key();
+        let n = Nonce([7; 16]);
+        let o = open(&k, &opinions(&k, "edge 1", 42, &body("edge 1"))).unwrap();
+        assert!(matches!(&o, Frame::Opinions { sender, seq: 42, .. } if sender == "edge 1"));
+        assert_eq!(
+            open(&k, &hello(&k, "b", &n)).unwrap(),
+            Frame::Hello {
+                sender: "b".into(),
+                nonce: n
+            }
+        );
+        let r = open(&k, &reply(&k, "c", 9, &n, &body("c"))).unwrap();
+        assert!(matches!(r, Frame::Reply { seq: 9, nonce, .. } if nonce == n));
+        assert_eq!(r.sender(), "c");
+    }
+
+    #[test]
+    fn a_message_that_names_another_sender_is_refused() {
+        let k = key();
+        assert_eq!(
+            open(&k, &opinions(&k, "a", 1, &body("b"))),
+            Err(FrameError::Sender)
+        );
+    }
+
+    #[test]
+    fn headers_out_of_form_are_refused_even_when_sealed() {
+        let k = key();
+        for head in [
+            "cbbus 2 opinions a 1\n",
+            "cbbus 1 opinions a 01\n",
+            "cbbus 1 opinions a -1\n",
+            "cbbus 1 opinions a 1 2\n",
+            "cbbus 1 hello a 0707\n",
+            "cbbus 1 shout a 1\n",
+            "cbbus 1 opinions a 99999999999999999999\n",
+            "cbbus 1 opinions\n",
+            "cbbus 1 hello a 07070707070707070707070707070707\nextra",
+            "no line break at all",
+        ] {
+            let sealed = k.seal_bus(head.as_bytes());
+            assert!(
+                matches!(
+                    open(&k, &sealed),
+                    Err(FrameError::Header | FrameError::Message(_))
+                ),
+                "{head:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_change_of_a_byte_is_refused(i in 0usize..200, bit in 0u8..8, seq: u64) {
+            let k = key();
+            let sealed = opinions(&k, "edge-1", seq, &body("edge-1"));
+            let i = i % sealed.len();
+            let mut bad = sealed.clone();
+            bad[i] ^= 1 << bit;
+            prop_assert!(open(&k, &bad).is_err());
+        }
+
+        #[test]
+        fn arbitrary_payloads_are_refused_without_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400)
+        ) {
+            prop_assert!(open(&key(), &bytes).is_err());
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The fleet on a bus, told as stories: members that publish sealed messages, hear each
+//! other, join late, go silent; and someone on the bus without the key who records, alters
+//! and replays what passes.
+
+use circuit_breaker_core::breaker::BreakerConfig;
+use circuit_breaker_core::fleet::auth::{FleetKey, Nonce};
+use circuit_breaker_core::fleet::bus::{frame, Frame, FrameError, Members, Take, Why, MAX_MEMBERS};
+use circuit_breaker_core::fleet::wire;
+use circuit_breaker_core::fleet::{Fingerprint, FleetConfig, FleetStore, LocalView, Policy};
+use circuit_breaker_core::snapshot::State;
+
+const T0: u64 = 5_000_000;
+/// The members' wall clock, in microseconds (their sequences).
+const US: u64 = 1_800_000_000_000_000;
+
+fn cfg() -> FleetConfig {
+    FleetConfig {
+        interval_ms: 1000,
+        fanout: 0,
+        expire_ms: 3000,
+        max_entries: 1024,
+        push_gap_ms: 10,
+    }
+}
+
+fn key() -> FleetKey {
+    FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap()
+}
+
+fn fp() -> u64 {
+    Fingerprint::of_config(&BreakerConfig::default()).finish()
+}
+
+/// One instance on the bus: its store, its table of members, its sequence.
+struct Member {
+    store: FleetStore,
+    members: Members,
+    seq: u64,
+}
+
+impl Member {
+    fn new(id: &str) -> Member {
+        let mut store = FleetStore::for_bus(id, cfg()).unwrap();
+        store
+            .add_breaker(
+                "api",
+                "default",
+                fp(),
+                Policy::of_config(&BreakerConfig::default()),
+            )
+            .unwrap();
+        Member {
+            store,
+            members: Members::new(id, MAX_MEMBERS, 3000, 250),
+            seq: US,
+        }
+    }
+
+    fn id(&self) -> String {
+        self.store.self_id().to_owned()
+    }
+
+    /// What it publishes on `P.opinions` at `now`.
+    fn publish(&mut self, now: u64) -> Vec<u8> {
+        self.seq += 1;
+        let body = self.store.render(now);
+        frame::opinions(&key(), &self.id(), self.seq, body.as_bytes())
+    }
+
+    /// A hello of its own, remembered.
+    fn hello(&mut self, now: u64, n: u8) -> Vec<u8> {
+        let nonce = Nonce([n; 16]);
+        self.members.hello_sent(now, nonce);
+        frame::hello(&key(), &self.id(), &nonce)
+    }
+
+    /// Its answer to a hello (`None`: not this time).
+    fn answer(&mut self, now: u64, payload: &[u8]) -> Option<Vec<u8>> {
+        let Ok(Frame::Hello { sender, nonce }) = frame::open(&key(), payload) else {
+            return None;
+        };
+        if !self.members.hello_from(now, &sender) {
+            return None;
+        }
+        self.seq += 1;
+        let body = self.store.render(now);
+        Some(frame::reply(
+            &key(),
+            &self.id(),
+            self.seq,
+            &nonce,
+            body.as_bytes(),
+        ))
+    }
+
+    /// Takes a payload off the bus: what it did, and whether it wants to ask the sender.
+    fn hear(&mut self, now: u64, payload: &[u8]) -> Result<Take, FrameError> {
+        let f = frame::open(&key(), payload)?;
+        let take = match &f {
+            Frame::Opinions { sender, seq, .. } => self.members.opinions(now, US, sender, *seq),
+            Frame::Reply {
+                sender, seq, nonce, ..
+            } => self.members.reply(now, US, sender, *seq, nonce),
+            Frame::Hello { .. } => return Ok(Take::Accept),
+        };
+        if take == Take::Accept {
+            let (Frame::Opinions { message, .. } | Frame::Reply { message, .. }) = &f else {
+                unreachable!()
+            };
+            let p = self.store.join(f.sender(), MAX_MEMBERS).unwrap();
+            self.store.take_message(now, p, message).unwrap();
+        }
+        Ok(take)
+    }
+
+    fn suspicious(&self, now: u64) -> bool {
+        self.store.suspicious(now, 0).is_some()
+    }
+}
+
+fn open_view() -> LocalView {
+    LocalView {
+        state: State::Open,
+        forced: false,
+        since_ms: T0,
+        requests: 20,
+        failures: 20,
+        slow: 0,
+        probe_starts: 0,
+        short_circuited: 0,
+        active_probes: false,
+    }
+}
+
+#[test]
+fn a_late_member_learns_the_open_breaker_from_the_replies_to_its_hello() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let mut b = Member::new("edge-b");
+    // b connects: asks everyone, a answers in b's inbox.
+    let hello = b.hello(T0, 1);
+    let reply = a.answer(T0, &hello).expect("a answers");
+    assert_eq!(b.hear(T0, &reply), Ok(Take::Accept));
+    assert!(
+        b.suspicious(T0 + 1),
+        "within one round trip, not one interval"
+    );
+    // From then on a's broadcasts are news, in order.
+    let m = a.publish(T0 + 1000);
+    assert_eq!(b.hear(T0 + 1000, &m), Ok(Take::Accept));
+    assert_eq!(b.store.peer_ids().collect::<Vec<_>>(), ["edge-a"]);
+}
+
+#[test]
+fn a_member_heard_first_by_its_broadcast_is_asked_then_believed() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let mut b = Member::new("edge-b");
+    let m = a.publish(T0);
+    assert_eq!(
+        b.hear(T0, &m),
+        Ok(Take::Refuse {
+            why: Why::Unverified,
+            ask: true
+        })
+    );
+    assert!(!b.suspicious(T0));
+    // b asks a alone; a's reply makes its word good.
+    let hello = b.hello(T0, 2);
+    let reply = a.answer(T0, &hello).unwrap();
+    assert_eq!(b.hear(T0 + 5, &reply), Ok(Take::Accept));
+    assert!(b.suspicious(T0 + 5));
+    let m = a.publish(T0 + 1000);
+    assert_eq!(b.hear(T0 + 1000, &m), Ok(Take::Accept));
+}
+
+#[test]
+fn forged_altered_and_replayed_messages_are_refused_and_counted() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let mut b = Member::new("edge-b");
+    let reply = a.answer(T0, &b.hello(T0, 1)).unwrap();
+    b.hear(T0, &reply).unwrap();
+    let m = a.publish(T0 + 100);
+    assert_eq!(b.hear(T0 + 100, &m), Ok(Take::Accept));
+
+    // Replayed: the same bytes again, and the reply again.
+    assert!(matches!(
+        b.hear(T0 + 200, &m),
+        Ok(Take::Refuse {
+            why: Why::Replayed,
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.hear(T0 + 200, &reply),
+        Ok(Take::Refuse {
+            why: Why::UnknownNonce,
+            ..
+        })
+    ));
+    // Altered: a byte of the body, the sequence pushed forward.
+    let mut altered = m.clone();
+    let at = altered.len() / 2;
+    altered[at] ^= 1;
+    assert!(matches!(
+        b.hear(T0 + 200, &altered),
+        Err(FrameError::Auth(_))
+    ));
+    let text = String::from_utf8(m.clone()).unwrap();
+    let bumped = text.replacen(&format!(" {}\n", a.seq), &format!(" {}\n", a.seq + 1), 1);
+    assert_ne!(bumped, text);
+    assert!(matches!(
+        b.hear(T0 + 200, bumped.as_bytes()),
+        Err(FrameError::Auth(_))
+    ));
+    // Forged: sealed under another key, or not sealed at all.
+    let other = FleetKey::new(b"another-secret-of-32-characters!").unwrap();
+    let body = a.store.render(T0);
+    let forged = frame::opinions(&other, "edge-a", a.seq + 10, body.as_bytes());
+    assert!(matches!(
+        b.hear(T0 + 200, &forged),
+        Err(FrameError::Auth(_))
+    ));
+    assert!(b.hear(T0 + 200, body.as_bytes()).is_err());
+    // A hello replayed is answered at most once per pace.
+    let hello = b.hello(T0, 3);
+    assert!(a.answer(T0 + 300, &hello).is_some());
+    assert!(a.answer(T0 + 301, &hello).is_none());
+    let refused: u64 = b.members.refused().iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        refused, 2,
+        "the replays (the MACs are refused before any table)"
+    );
+}
+
+#[test]
+fn a_member_speaks_for_itself_alone() {
+    let mut a = Member::new("edge-a");
+    let mut b = Member::new("edge-b");
+    let reply = a.answer(T0, &b.hello(T0, 1)).unwrap();
+    b.hear(T0, &reply).unwrap();
+    // a (holding the key) says edge-c's breaker is open: not taken on a bus.
+    let mut m = wire::parse(a.store.render(T0).as_bytes()).unwrap();
+    m.opinions.push(wire::WireOpinion {
+        origin: "edge-c".into(),
+        upstream: "api".into(),
+        route: "default".into(),
+        fingerprint: fp(),
+        state: State::Open,
+        age_ms: 0,
+        since_ms: 0,
+        requests: 20,
+        failures: 20,
+        slow: 0,
+        round: 0,
+        probe_ms: None,
+        flags: Default::default(),
+    });
+    b.store.join("edge-c", MAX_MEMBERS);
+    let p = b.store.join("edge-a", MAX_MEMBERS).unwrap();
+    let got = b.store.take_message(T0, p, &m).unwrap();
+    assert_eq!(got.merged, 0);
+    assert_eq!(got.dropped, 1);
+    assert!(!b.suspicious(T0));
+}
+
+#[test]
+fn a_silent_member_parts_and_its_opinions_go_with_it() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let mut b = Member::new("edge-b");
+    let reply = a.answer(T0, &b.hello(T0, 1)).unwrap();
+    b.hear(T0, &reply).unwrap();
+    assert!(b.suspicious(T0));
+    let gone = b.members.forget(T0 + 3001);
+    assert_eq!(gone, ["edge-a"]);
+    for id in gone {
+        b.store.part(&id);
+    }
+    assert!(!b.suspicious(T0 + 3001));
+    assert_eq!(b.store.peer_ids().count(), 0);
+    assert!(b.store.peer_stats(T0 + 3001).is_empty());
+    // Its place is taken again by the next to speak.
+    let mut c = Member::new("edge-c");
+    c.store.update_local(T0, 0, open_view());
+    let reply = c.answer(T0 + 3002, &b.hello(T0 + 3002, 2)).unwrap();
+    assert_eq!(b.hear(T0 + 3002, &reply), Ok(Take::Accept));
+    assert_eq!(b.store.peer_ids().collect::<Vec<_>>(), ["edge-c"]);
+    assert!(b.suspicious(T0 + 3002));
+}
+
+#[test]
+fn the_store_s_peers_are_bounded() {
+    let mut s = FleetStore::for_bus("me", cfg()).unwrap();
+    assert_eq!(s.join("a", 2), Some(0));
+    assert_eq!(s.join("a", 2), Some(0));
+    assert_eq!(s.join("b", 2), Some(1));
+    assert_eq!(s.join("c", 2), None);
+    assert_eq!(s.join("me", 2), None);
+    s.part("a");
+    assert_eq!(s.join("c", 2), Some(0));
+}

@@ -1,0 +1,583 @@
+//! The exchange worker's connection to the fleet's bus (NATS), in the background on its event
+//! loop: one task that connects to the configured servers in turn, upgrades to TLS for a
+//! `tls://` one (or one that requires it), says who it is (`CONNECT`, with the bus's own
+//! credentials), subscribes to the fleet's subjects, and then carries messages both ways
+//! until the connection fails or the worker exits; then it waits (growing, jittered) and
+//! tries the next server.
+//!
+//! It only carries: what a message means, and whether it is believed, is the exchange's
+//! ([`super::exchange`], with the pure rules of `circuit_breaker_core::fleet::bus`). Messages
+//! in wait in a bounded queue for the exchange's next step; messages out wait in a bounded
+//! queue for this task, which the exchange wakes. Every size is bounded: a control line, a
+//! payload (the server's `max_payload`, at most 1 MiB), both queues. A server that is down,
+//! slow (no `PONG` to two `PING`s), or answers what does not parse costs a counter, one
+//! `warn` per outage and a reconnect; nothing it sends reaches a breaker unverified.
+
+use core::cell::RefCell;
+use core::future::{poll_fn, Future};
+use core::pin::pin;
+use core::task::{Poll, Waker};
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use circuit_breaker_core::fleet::bus::{BusState, BusStats, Credentials, Members, Subjects};
+use circuit_breaker_core::fleet::conf::BusSpec;
+use circuit_breaker_core::nats::{self, Backoff, Connect, Limits, Msg, Parser, Rotation, ServerOp};
+use circuit_breaker_shell::net::stream::Stream;
+use nginx_sys::{NGX_LOG_NOTICE, NGX_LOG_WARN};
+use ngx::log::ngx_cycle_log;
+
+use super::exchange::Exchange;
+use crate::clock::{mono_ms, rnd};
+use crate::net::{self, Error, Peer};
+use crate::wake;
+
+/// The largest payload taken from the bus, whatever a server allows: a fleet message and its
+/// seal, with room to spare.
+pub const MAX_PAYLOAD: usize = circuit_breaker_core::fleet::wire::MAX_MESSAGE_BYTES + 4096;
+/// Messages in waiting for the exchange's next step; more are dropped (and counted).
+const MAX_INBOX: usize = 4096;
+/// Bytes out waiting for the connection; more are dropped (and counted).
+const MAX_OUTBOX_BYTES: usize = 4 << 20;
+/// The connection's read buffer.
+const READ_BYTES: usize = 64 * 1024;
+/// Unanswered `PING`s after which the connection is taken for dead.
+const MAX_PINGS_OUT: u32 = 2;
+/// Waits between tries after a failure, growing from the first to the last.
+const BACKOFF_MIN_MS: u64 = 100;
+const BACKOFF_MAX_MS: u64 = 5000;
+
+/// Subscription ids.
+const SID_OPINIONS: u64 = 1;
+const SID_HELLO: u64 = 2;
+const SID_HELLO_ME: u64 = 3;
+const SID_INBOX: u64 = 4;
+
+/// One configured server.
+pub struct Server {
+    pub peer: Peer,
+    /// As configured (`10.0.0.5:4222`), for the status page and the log.
+    pub shown: String,
+    /// Listed as `tls://`.
+    pub tls: bool,
+    #[cfg(ngx_ssl)]
+    pub ssl: Option<Rc<net::Tls>>,
+}
+
+/// The bus's side of the exchange: who this member is on it, the table of members, the
+/// queues and the figures.
+pub struct Bus {
+    pub subjects: Subjects,
+    pub members: Members,
+    pub stats: BusStats,
+    pub servers: Vec<Server>,
+    pub credentials: Option<Credentials>,
+    /// This member's sequence (see `auth::next_sequence`).
+    pub seq: u64,
+    /// A (re)connection was made: the exchange says hello and publishes at once.
+    pub hello_due: bool,
+    /// When this member last published its opinions.
+    pub last_broadcast: Option<u64>,
+    /// The server's `max_payload` on the current connection.
+    pub max_payload: usize,
+    inbox: VecDeque<Msg>,
+    outbox: VecDeque<Vec<u8>>,
+    out_bytes: usize,
+    waker: Option<Waker>,
+    /// A `warn` was logged for the current outage.
+    warned: bool,
+}
+
+impl Bus {
+    pub fn new(
+        spec: &BusSpec,
+        id: &str,
+        servers: Vec<Server>,
+        credentials: Option<Credentials>,
+        expire_ms: u64,
+        pace_ms: u64,
+    ) -> Bus {
+        Bus {
+            subjects: Subjects::new(&spec.prefix, id),
+            members: Members::new(
+                id,
+                circuit_breaker_core::fleet::bus::MAX_MEMBERS,
+                expire_ms,
+                pace_ms,
+            ),
+            stats: BusStats::default(),
+            servers,
+            credentials,
+            seq: 0,
+            hello_due: false,
+            last_broadcast: None,
+            max_payload: MAX_PAYLOAD,
+            inbox: VecDeque::new(),
+            outbox: VecDeque::new(),
+            out_bytes: 0,
+            waker: None,
+            warned: false,
+        }
+    }
+
+    /// Whether the connection is up (what is published now reaches the bus).
+    pub fn connected(&self) -> bool {
+        self.stats.state == BusState::Connected
+    }
+
+    /// Queues `payload` on `subject` for the connection; dropped (and counted) when the
+    /// connection is down, the queue full, or the payload larger than the server takes.
+    pub fn publish(&mut self, subject: &str, payload: &[u8]) {
+        if !self.connected() {
+            return;
+        }
+        let frame = match nats::publish(subject, None, payload, self.max_payload) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.dropped_out += 1;
+                self.stats.last_error = Some(e.to_string());
+                return;
+            }
+        };
+        if self.out_bytes + frame.len() > MAX_OUTBOX_BYTES {
+            self.stats.dropped_out += 1;
+            return;
+        }
+        self.stats.messages_out += 1;
+        self.stats.bytes_out += payload.len() as u64;
+        self.queue(frame);
+    }
+
+    /// Queues protocol bytes for the connection; [`Bus::take_waker`] says whom to wake.
+    fn queue(&mut self, frame: Vec<u8>) {
+        self.out_bytes += frame.len();
+        self.outbox.push_back(frame);
+    }
+
+    /// The connection's task, when it waits while something is queued: to be woken once the
+    /// exchange is no longer borrowed (a task woken outside itself runs at once).
+    pub fn take_waker(&mut self) -> Option<Waker> {
+        if self.outbox.is_empty() {
+            return None;
+        }
+        self.waker.take()
+    }
+
+    /// The messages taken off the bus since the last call.
+    pub fn take_inbox(&mut self) -> VecDeque<Msg> {
+        core::mem::take(&mut self.inbox)
+    }
+
+    fn take_outbox(&mut self) -> Vec<Vec<u8>> {
+        self.out_bytes = 0;
+        self.outbox.drain(..).collect()
+    }
+}
+
+/// Why a connection ended.
+enum Ended {
+    /// The worker is exiting.
+    Exiting,
+    /// It failed, as said.
+    Failed(String),
+}
+
+impl From<Error> for Ended {
+    fn from(e: Error) -> Ended {
+        match e {
+            Error::Exiting => Ended::Exiting,
+            e => Ended::Failed(e.to_string()),
+        }
+    }
+}
+
+fn failed(what: impl Into<String>) -> Ended {
+    Ended::Failed(what.into())
+}
+
+/// Runs the connection until the worker exits.
+pub async fn run(ex: Rc<RefCell<Exchange>>) {
+    let n = match ex.borrow().bus.as_ref() {
+        Some(b) => b.servers.len(),
+        None => return,
+    };
+    let Some(mut rotation) = Rotation::new(n, rnd() as usize % n.max(1)) else {
+        return;
+    };
+    let mut backoff = Backoff::new(BACKOFF_MIN_MS, BACKOFF_MAX_MS);
+    let mut failed_in_row = 0usize;
+    loop {
+        if net::exiting() {
+            return;
+        }
+        let i = rotation.next();
+        let shown = {
+            let mut e = ex.borrow_mut();
+            let Some(b) = e.bus.as_mut() else { return };
+            b.stats.state = BusState::Connecting;
+            b.stats.server = Some(b.servers[i].shown.clone());
+            b.stats.server_name = None;
+            b.servers[i].shown.clone()
+        };
+        let mut connected = false;
+        let end = session(&ex, i, &mut connected).await;
+        let why = match end {
+            Ended::Exiting => return,
+            Ended::Failed(why) => why,
+        };
+        if net::exiting() {
+            return;
+        }
+        if connected {
+            backoff.reset();
+            failed_in_row = 0;
+        } else {
+            failed_in_row += 1;
+        }
+        {
+            let mut e = ex.borrow_mut();
+            let Some(b) = e.bus.as_mut() else { return };
+            b.stats.failures += 1;
+            b.stats.since_ms = None;
+            b.stats.last_error = Some(format!("{shown}: {why}"));
+            b.stats.state = if failed_in_row >= n {
+                BusState::Down
+            } else {
+                BusState::Connecting
+            };
+            b.take_outbox();
+            if !core::mem::replace(&mut b.warned, true) {
+                ngx::ngx_log_error!(
+                    NGX_LOG_WARN,
+                    ngx_cycle_log().as_ptr(),
+                    "circuit breaker fleet: bus server {}: {}; reconnecting (this instance \
+                     acts alone while no server answers)",
+                    shown,
+                    why
+                );
+            }
+        }
+        wake::kick();
+        // After every server failed in a row, wait; between servers, try the next at once.
+        if failed_in_row == 0 || failed_in_row % n == 0 {
+            ngx::async_::sleep(Duration::from_millis(backoff.next(rnd()))).await;
+        }
+    }
+}
+
+/// How long to wait for a server's word: a connection, its `INFO`, its `PONG`.
+fn patience(ex: &Rc<RefCell<Exchange>>) -> Duration {
+    let interval = ex.borrow().interval_ms();
+    Duration::from_millis((interval / 2).clamp(500, 5000))
+}
+
+/// One connection to server `i`, from connect to failure; `connected` is set once it was up.
+async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> Ended {
+    let wait = patience(ex);
+    let (peer, tls, connect) = {
+        let e = ex.borrow();
+        let Some(b) = e.bus.as_ref() else {
+            return Ended::Exiting;
+        };
+        let s = &b.servers[i];
+        (s.peer.clone(), s.tls, connect_of(b, e.id()))
+    };
+    #[cfg(ngx_ssl)]
+    let ssl = ex
+        .borrow()
+        .bus
+        .as_ref()
+        .and_then(|b| b.servers[i].ssl.clone());
+    let stream = match net::within(wait, Stream::connect(&peer, "talking to the fleet's bus")).await
+    {
+        Ok(s) => s,
+        Err(e) => return e.into(),
+    };
+    let mut parser = Parser::new(Limits {
+        max_control_line: nats::parse::DEFAULT_MAX_CONTROL_LINE,
+        max_payload: MAX_PAYLOAD,
+    });
+    let mut buf = vec![0u8; READ_BYTES];
+    // The server speaks first.
+    let info = match net::within(wait, next_op(&stream, &mut parser, &mut buf)).await {
+        Ok(ServerOp::Info(info)) => info,
+        Ok(other) => return failed(format!("expected INFO, got {}", op_name(&other))),
+        Err(e) => return e.into(),
+    };
+    parser.set_max_payload(info.max_payload);
+    if info.tls_required && !tls {
+        return failed("the server requires TLS: list it as tls://");
+    }
+    if tls {
+        #[cfg(ngx_ssl)]
+        {
+            let Some(ssl) = ssl else {
+                return failed("no TLS context");
+            };
+            if let Err(e) = net::within(wait, net::start_tls(&stream, &ssl)).await {
+                ex.borrow_mut().bus_tls_failed();
+                return e.into();
+            }
+        }
+        #[cfg(not(ngx_ssl))]
+        return failed("this nginx has no TLS");
+    }
+    let connect = Connect {
+        tls_required: tls,
+        ..connect
+    };
+    let mut hello = nats::connect(&connect);
+    let subjects = match ex.borrow().bus.as_ref() {
+        Some(b) => b.subjects.clone(),
+        None => return Ended::Exiting,
+    };
+    for (subject, sid) in [
+        (&subjects.opinions, SID_OPINIONS),
+        (&subjects.hello, SID_HELLO),
+        (&subjects.hello_me, SID_HELLO_ME),
+        (&subjects.inbox, SID_INBOX),
+    ] {
+        match nats::subscribe(subject, None, sid) {
+            Ok(s) => hello.extend_from_slice(&s),
+            Err(e) => return failed(e.to_string()),
+        }
+    }
+    hello.extend_from_slice(nats::ping());
+    if let Err(e) = net::within(wait, stream.send_all(&hello)).await {
+        return e.into();
+    }
+    // Its PONG says it took all of the above (an error, such as a refused CONNECT, comes
+    // first as -ERR).
+    loop {
+        match net::within(wait, next_op(&stream, &mut parser, &mut buf)).await {
+            Ok(ServerOp::Pong) => break,
+            Ok(ServerOp::Err(text)) => return failed(format!("server said: {text}")),
+            Ok(ServerOp::Ping) => {
+                if let Err(e) = stream.send_all(nats::pong()).await {
+                    return e.into();
+                }
+            }
+            Ok(ServerOp::Info(_) | ServerOp::Ok) => {}
+            Ok(ServerOp::Msg(m)) => ex.borrow_mut().bus_message(m),
+            Err(e) => return e.into(),
+        }
+    }
+    *connected = true;
+    {
+        let mut e = ex.borrow_mut();
+        let Some(b) = e.bus.as_mut() else {
+            return Ended::Exiting;
+        };
+        b.stats.state = BusState::Connected;
+        b.stats.connects += 1;
+        b.stats.since_ms = Some(mono_ms());
+        b.stats.server_name = Some(info.server_name.clone()).filter(|n| !n.is_empty());
+        b.max_payload = info.max_payload.min(MAX_PAYLOAD);
+        b.hello_due = true;
+        let was_down = core::mem::replace(&mut b.warned, false);
+        let shown = b.stats.server.clone().unwrap_or_default();
+        drop(e);
+        ngx::ngx_log_error!(
+            NGX_LOG_NOTICE,
+            ngx_cycle_log().as_ptr(),
+            "circuit breaker fleet: connected to the bus at {} (server \"{}\"){}",
+            shown,
+            info.server_name,
+            if was_down { " again" } else { "" }
+        );
+    }
+    wake::kick();
+    carry(ex, &stream, &mut parser, &mut buf).await
+}
+
+/// Carries messages both ways until the connection fails.
+async fn carry(
+    ex: &Rc<RefCell<Exchange>>,
+    stream: &Stream,
+    parser: &mut Parser,
+    buf: &mut [u8],
+) -> Ended {
+    let ping_every = ping_interval(ex);
+    let write_wait = patience(ex);
+    let mut next_ping = mono_ms() + ping_every.as_millis() as u64;
+    let mut pings_out = 0u32;
+    loop {
+        if net::exiting() {
+            return Ended::Exiting;
+        }
+        let out = match ex.borrow_mut().bus.as_mut() {
+            Some(b) => b.take_outbox(),
+            None => return Ended::Exiting,
+        };
+        for frame in out {
+            if let Err(e) = net::within(write_wait, stream.send_all(&frame)).await {
+                return e.into();
+            }
+        }
+        let now = mono_ms();
+        if now >= next_ping {
+            if pings_out >= MAX_PINGS_OUT {
+                return failed("no PONG to two PINGs");
+            }
+            if let Err(e) = net::within(write_wait, stream.send_all(nats::ping())).await {
+                return e.into();
+            }
+            pings_out += 1;
+            next_ping = now + ping_every.as_millis() as u64;
+        }
+        match wait_for(ex, stream, buf, next_ping.saturating_sub(now)).await {
+            Woke::Read(Ok(0)) => return failed("the server closed the connection"),
+            Woke::Read(Ok(n)) => {
+                if let Err(e) = parser.feed(&buf[..n]) {
+                    return failed(e.to_string());
+                }
+                loop {
+                    match parser.next() {
+                        Ok(None) => break,
+                        Ok(Some(op)) => match op {
+                            ServerOp::Msg(m) => ex.borrow_mut().bus_message(m),
+                            ServerOp::Ping => {
+                                if let Some(b) = ex.borrow_mut().bus.as_mut() {
+                                    b.queue(nats::pong().to_vec());
+                                }
+                            }
+                            ServerOp::Pong => pings_out = 0,
+                            ServerOp::Ok => {}
+                            ServerOp::Info(info) => {
+                                parser.set_max_payload(info.max_payload);
+                                if let Some(b) = ex.borrow_mut().bus.as_mut() {
+                                    b.max_payload = info.max_payload.min(MAX_PAYLOAD);
+                                }
+                                if info.ldm {
+                                    return failed("the server is shutting down (lame duck mode)");
+                                }
+                            }
+                            ServerOp::Err(text) => return failed(format!("server said: {text}")),
+                        },
+                        Err(e) => return failed(e.to_string()),
+                    }
+                }
+                wake::kick();
+            }
+            Woke::Read(Err(e)) => return e.into(),
+            Woke::Queued | Woke::Timer => {}
+        }
+    }
+}
+
+/// What ended a wait.
+enum Woke {
+    Read(Result<usize, Error>),
+    /// The exchange queued something to send.
+    Queued,
+    Timer,
+}
+
+/// Waits for bytes from the server, something to send, or `ms` to pass.
+async fn wait_for(ex: &Rc<RefCell<Exchange>>, stream: &Stream, buf: &mut [u8], ms: u64) -> Woke {
+    let read = stream.recv(buf);
+    let timer = ngx::async_::sleep(Duration::from_millis(ms.max(1)));
+    let (mut read, mut timer) = (pin!(read), pin!(timer));
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(Woke::Read(r));
+        }
+        match ex.borrow_mut().bus.as_mut() {
+            Some(b) if !b.outbox.is_empty() => return Poll::Ready(Woke::Queued),
+            Some(b) => b.waker = Some(cx.waker().clone()),
+            None => return Poll::Ready(Woke::Timer),
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Woke::Timer);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Reads until the parser has an operation.
+async fn next_op(stream: &Stream, parser: &mut Parser, buf: &mut [u8]) -> Result<ServerOp, Error> {
+    loop {
+        match parser.next() {
+            Ok(Some(op)) => return Ok(op),
+            Ok(None) => {}
+            Err(e) => return Err(Error::Protocol(e.to_string())),
+        }
+        let n = stream.recv(buf).await?;
+        if n == 0 {
+            return Err(Error::Closed);
+        }
+        parser
+            .feed(&buf[..n])
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+    }
+}
+
+fn op_name(op: &ServerOp) -> &'static str {
+    match op {
+        ServerOp::Info(_) => "INFO",
+        ServerOp::Msg(_) => "MSG",
+        ServerOp::Ping => "PING",
+        ServerOp::Pong => "PONG",
+        ServerOp::Ok => "+OK",
+        ServerOp::Err(_) => "-ERR",
+    }
+}
+
+/// How often to ask the server whether it is still there: each interval, between 1 and 30
+/// seconds, so that a dead connection is found within a few intervals.
+fn ping_interval(ex: &Rc<RefCell<Exchange>>) -> Duration {
+    Duration::from_millis(ex.borrow().interval_ms().clamp(1000, 30_000))
+}
+
+/// The `CONNECT` of member `id`: quiet (no `+OK`), no echo of its own messages, its
+/// credentials.
+fn connect_of(b: &Bus, id: &str) -> Connect {
+    let (user, pass, auth_token) = match &b.credentials {
+        Some(Credentials::UserPassword { user, password }) => {
+            (Some(user.clone()), Some(password.clone()), None)
+        }
+        Some(Credentials::Token(t)) => (None, None, Some(t.clone())),
+        None => (None, None, None),
+    };
+    Connect {
+        verbose: false,
+        pedantic: false,
+        tls_required: false,
+        name: format!("nginx circuit breaker {id}"),
+        lang: "rust".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        protocol: 1,
+        echo: false,
+        headers: false,
+        no_responders: false,
+        user,
+        pass,
+        auth_token,
+        nkey: None,
+        sig: None,
+        jwt: None,
+    }
+}
+
+impl Exchange {
+    /// A message off the bus, for the next step (dropped, and counted, past the bound).
+    pub(super) fn bus_message(&mut self, m: Msg) {
+        let Some(b) = self.bus.as_mut() else { return };
+        b.stats.bytes_in += m.payload.len() as u64;
+        if b.inbox.len() >= MAX_INBOX {
+            b.stats.dropped_in += 1;
+            return;
+        }
+        b.stats.messages_in += 1;
+        b.inbox.push_back(m);
+    }
+
+    /// The TLS handshake with a bus server failed.
+    fn bus_tls_failed(&mut self) {
+        if let Some(b) = self.bus.as_mut() {
+            b.stats.last_error = Some("TLS handshake or certificate refused".to_owned());
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The exchange's steps for a fleet on a bus: what the messages the connection
+//! ([`super::super::bus`]) took off the bus mean, and what this member says on it — its
+//! opinions each interval and whenever a breaker moves, a hello when it (re)connects or
+//! cannot believe a member yet, and the answers to others' hellos.
+
+use circuit_breaker_core::fleet::auth::{self, Nonce};
+use circuit_breaker_core::fleet::bus::{frame, BusStats, Frame, FrameError, Take, MAX_MEMBERS};
+use nginx_sys::NGX_LOG_INFO;
+use ngx::log::ngx_cycle_log;
+
+use super::{fresh_nonce, Exchange};
+use crate::clock::wall_ms;
+
+impl Exchange {
+    /// Takes what the bus brought since the last step; true when a breaker's opinions
+    /// changed.
+    pub(in crate::fleet) fn bus_take(&mut self, now: u64) -> bool {
+        let Some(b) = self.bus.as_mut() else {
+            return false;
+        };
+        let inbox = b.take_inbox();
+        let mut changed = false;
+        for m in inbox {
+            changed |= self.bus_one(now, &m.subject, &m.payload);
+        }
+        changed
+    }
+
+    /// One message off the bus.
+    fn bus_one(&mut self, now: u64, subject: &str, payload: &[u8]) -> bool {
+        let now_us = wall_ms().saturating_mul(1000);
+        let f = match frame::open(&self.key, payload) {
+            Ok(f) => f,
+            Err(e) => {
+                let Some(b) = self.bus.as_mut() else {
+                    return false;
+                };
+                let first = match e {
+                    FrameError::Auth(_) => {
+                        b.stats.refused_auth += 1;
+                        b.stats.refused_auth == 1
+                    }
+                    _ => {
+                        b.stats.refused_malformed += 1;
+                        b.stats.refused_malformed == 1
+                    }
+                };
+                if first {
+                    ngx::ngx_log_error!(
+                        NGX_LOG_INFO,
+                        ngx_cycle_log().as_ptr(),
+                        "circuit breaker fleet: a message on \"{}\" refused: {}",
+                        subject,
+                        e
+                    );
+                }
+                return false;
+            }
+        };
+        let Some(b) = self.bus.as_mut() else {
+            return false;
+        };
+        let s = &b.subjects;
+        let (take, message) = match f {
+            Frame::Opinions {
+                sender,
+                seq,
+                message,
+            } if subject == s.opinions => (b.members.opinions(now, now_us, &sender, seq), message),
+            Frame::Reply {
+                sender,
+                seq,
+                nonce,
+                message,
+            } if subject == s.inbox => {
+                (b.members.reply(now, now_us, &sender, seq, &nonce), message)
+            }
+            Frame::Hello { sender, nonce } if subject == s.hello || subject == s.hello_me => {
+                if b.members.hello_from(now, &sender) {
+                    self.bus_answer(now, &sender, &nonce);
+                }
+                return false;
+            }
+            // Sealed, but on another subject than its kind's: not where it was sent.
+            _ => {
+                b.stats.refused_malformed += 1;
+                return false;
+            }
+        };
+        match take {
+            Take::Accept => {
+                let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
+                    return false;
+                };
+                self.store.take_message(now, p, &message).is_ok()
+            }
+            Take::Refuse { ask: true, .. } => {
+                let to = b.subjects.hello_to(&message.sender);
+                self.bus_hello(now, &to);
+                false
+            }
+            Take::Refuse { .. } => false,
+        }
+    }
+
+    /// The next sequence of this member's messages.
+    fn bus_seq(&mut self) -> u64 {
+        let Some(b) = self.bus.as_mut() else { return 0 };
+        b.seq = auth::next_sequence(b.seq, wall_ms().saturating_mul(1000));
+        b.seq
+    }
+
+    /// Says hello on `subject` (everyone's, or one member's), with a fresh nonce.
+    fn bus_hello(&mut self, now: u64, subject: &str) {
+        let Some(nonce) = fresh_nonce(self) else {
+            return;
+        };
+        let payload = frame::hello(&self.key, &self.spec.id, &nonce);
+        if let Some(b) = self.bus.as_mut() {
+            b.members.hello_sent(now, nonce);
+            b.publish(subject, &payload);
+        }
+    }
+
+    /// Answers `sender`'s hello `nonce` in its inbox: this member's opinions now.
+    fn bus_answer(&mut self, now: u64, sender: &str, nonce: &Nonce) {
+        let seq = self.bus_seq();
+        let body = self.store.render(now);
+        let payload = frame::reply(&self.key, &self.spec.id, seq, nonce, body.as_bytes());
+        if let Some(b) = self.bus.as_mut() {
+            let inbox = b.subjects.inbox_of(sender);
+            b.publish(&inbox, &payload);
+        }
+    }
+
+    /// Publishes this member's opinions to every member.
+    pub(in crate::fleet) fn bus_publish(&mut self, now: u64) {
+        if !self.bus.as_ref().is_some_and(|b| b.connected()) {
+            return;
+        }
+        let seq = self.bus_seq();
+        let body = self.store.render(now);
+        let payload = frame::opinions(&self.key, &self.spec.id, seq, body.as_bytes());
+        if let Some(b) = self.bus.as_mut() {
+            b.last_broadcast = Some(now);
+            let subject = b.subjects.opinions.clone();
+            b.publish(&subject, &payload);
+        }
+    }
+
+    /// Once a connection is made: hello to everyone, and this member's opinions.
+    pub(in crate::fleet) fn bus_say(&mut self, now: u64) {
+        let due = match self.bus.as_mut() {
+            Some(b) if b.connected() && b.hello_due => {
+                b.hello_due = false;
+                true
+            }
+            _ => false,
+        };
+        if due {
+            let everyone = self.bus.as_ref().map(|b| b.subjects.hello.clone());
+            if let Some(to) = everyone {
+                self.bus_hello(now, &to);
+            }
+            self.bus_publish(now);
+        }
+    }
+
+    /// Each round: this member's opinions once per interval; members silent past the expiry
+    /// part, their opinions with them.
+    pub(in crate::fleet) fn bus_round(&mut self, now: u64) {
+        let due = self.bus.as_ref().is_some_and(|b| {
+            b.last_broadcast
+                .map_or(true, |t| now.saturating_sub(t) >= self.spec.interval_ms)
+        });
+        if due {
+            self.bus_publish(now);
+        }
+        let gone = match self.bus.as_mut() {
+            Some(b) => b.members.forget(now),
+            None => Vec::new(),
+        };
+        for id in gone {
+            self.store.part(&id);
+        }
+    }
+
+    /// The bus's figures now, for the status page.
+    pub(in crate::fleet) fn bus_stats(&self, now: u64) -> Option<BusStats> {
+        let b = self.bus.as_ref()?;
+        let mut s = b.stats.clone();
+        s.members = b.members.heard(now);
+        s.refused = b.members.refused().to_vec();
+        Some(s)
+    }
+}
