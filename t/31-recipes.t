@@ -43,7 +43,7 @@ sub slurp {
 }
 
 my $root = "$FindBin::Bin/..";
-my @names = qw/ minimal routes slow probes eject limit dry-run fleet status
+my @names = qw/ minimal routes slow probes eject limit dry-run fleet fleet-nats status
 	stale defaults json-503 origins tenants stream /;
 my %recipe = map { $_ => slurp("$root/docs/recipes/$_.conf") } @names;
 my $readme = slurp("$root/README.md");
@@ -142,6 +142,7 @@ EOF
 }
 
 $t->write_file('fleet.key', '0123456789abcdef' x 4 . "\n");
+$t->write_file('nats.cred', "user edge\npassword 0123456789abcdef\n");
 $t->write_file('cb-jitter.key', 'fedcba9876543210' x 4 . "\n");
 
 # The replay's log format is written once more, in nginx-conf/replay-log.conf, which a

@@ -301,3 +301,42 @@ fn the_store_s_peers_are_bounded() {
     s.part("a");
     assert_eq!(s.join("c", 2), Some(0));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever someone on the bus without the key publishes — the members' own sealed
+        /// messages altered anywhere, replayed in any order, or any bytes at all — no breaker of
+        /// a member that had heard nobody becomes suspicious, and nobody joins its store.
+        #[test]
+        fn without_the_key_nothing_moves(
+            flips in proptest::collection::vec((any::<usize>(), 0u8..8), 1..4),
+            replays in proptest::collection::vec(0usize..3, 0..6),
+            junk in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut a = Member::new("edge-a");
+            a.store.update_local(T0, 0, open_view());
+            let recorded = [a.publish(T0), a.publish(T0 + 1), a.hello(T0, 9)];
+            let mut b = Member::new("edge-b");
+            for m in &recorded {
+                let mut bad = m.clone();
+                for &(i, bit) in &flips {
+                    let i = i % bad.len();
+                    bad[i] ^= 1 << bit;
+                }
+                let _ = b.hear(T0 + 10, &bad);
+            }
+            for &i in &replays {
+                // Replayed as they were: a's word cannot be believed before a reply to b.
+                let _ = b.hear(T0 + 20, &recorded[i]);
+            }
+            let _ = b.hear(T0 + 30, &junk);
+            prop_assert!(!b.suspicious(T0 + 30));
+            prop_assert_eq!(b.store.peer_ids().count(), 0);
+        }
+    }
+}

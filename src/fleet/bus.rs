@@ -275,6 +275,9 @@ fn patience(ex: &Rc<RefCell<Exchange>>) -> Duration {
 /// One connection to server `i`, from connect to failure; `connected` is set once it was up.
 async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> Ended {
     let wait = patience(ex);
+    // One deadline for all of the handshake (a server that trickles can stretch none of it).
+    let deadline = mono_ms() + 2 * wait.as_millis() as u64;
+    let left = || Duration::from_millis(deadline.saturating_sub(mono_ms()).max(1));
     let (peer, tls, connect) = {
         let e = ex.borrow();
         let Some(b) = e.bus.as_ref() else {
@@ -300,7 +303,7 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
     });
     let mut buf = vec![0u8; READ_BYTES];
     // The server speaks first.
-    let info = match net::within(wait, next_op(&stream, &mut parser, &mut buf)).await {
+    let info = match net::within(left(), next_op(&stream, &mut parser, &mut buf)).await {
         Ok(ServerOp::Info(info)) => info,
         Ok(other) => return failed(format!("expected INFO, got {}", op_name(&other))),
         Err(e) => return e.into(),
@@ -315,7 +318,7 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
             let Some(ssl) = ssl else {
                 return failed("no TLS context");
             };
-            if let Err(e) = net::within(wait, net::start_tls(&stream, &ssl)).await {
+            if let Err(e) = net::within(left(), net::start_tls(&stream, &ssl)).await {
                 ex.borrow_mut().bus_tls_failed();
                 return e.into();
             }
@@ -344,17 +347,17 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
         }
     }
     hello.extend_from_slice(nats::ping());
-    if let Err(e) = net::within(wait, stream.send_all(&hello)).await {
+    if let Err(e) = net::within(left(), stream.send_all(&hello)).await {
         return e.into();
     }
     // Its PONG says it took all of the above (an error, such as a refused CONNECT, comes
     // first as -ERR).
     loop {
-        match net::within(wait, next_op(&stream, &mut parser, &mut buf)).await {
+        match net::within(left(), next_op(&stream, &mut parser, &mut buf)).await {
             Ok(ServerOp::Pong) => break,
             Ok(ServerOp::Err(text)) => return failed(format!("server said: {text}")),
             Ok(ServerOp::Ping) => {
-                if let Err(e) = stream.send_all(nats::pong()).await {
+                if let Err(e) = net::within(left(), stream.send_all(nats::pong())).await {
                     return e.into();
                 }
             }
@@ -374,7 +377,9 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
         b.stats.since_ms = Some(mono_ms());
         b.stats.server_name = Some(info.server_name.clone()).filter(|n| !n.is_empty());
         b.max_payload = info.max_payload.min(MAX_PAYLOAD);
-        b.hello_due = true;
+        // A hello asks every member for a reply: made when no member is known (the first
+        // connection, or after an outage longer than the expiry), not at every reconnection.
+        b.hello_due = b.members.heard(mono_ms()) == 0;
         let was_down = core::mem::replace(&mut b.warned, false);
         let shown = b.stats.server.clone().unwrap_or_default();
         drop(e);

@@ -4,6 +4,7 @@
 //! cannot believe a member yet, and the answers to others' hellos.
 
 use circuit_breaker_core::fleet::auth::{self, Nonce};
+use circuit_breaker_core::fleet::bus::frame::Kind;
 use circuit_breaker_core::fleet::bus::{frame, BusStats, Frame, FrameError, Take, MAX_MEMBERS};
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
@@ -29,6 +30,22 @@ impl Exchange {
     /// One message off the bus.
     fn bus_one(&mut self, now: u64, subject: &str, payload: &[u8]) -> bool {
         let now_us = wall_ms().saturating_mul(1000);
+        let Some(b) = self.bus.as_mut() else {
+            return false;
+        };
+        // The kind each subject carries, told at a glance before any MAC is computed.
+        let s = &b.subjects;
+        let kind = if subject == s.opinions {
+            Kind::Opinions
+        } else if subject == s.inbox {
+            Kind::Reply
+        } else {
+            Kind::Hello
+        };
+        if !frame::looks_like(payload, kind) {
+            b.stats.refused_malformed += 1;
+            return false;
+        }
         let f = match frame::open(&self.key, payload) {
             Ok(f) => f,
             Err(e) => {

@@ -114,6 +114,39 @@ pub fn reply(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce, body: &[u8])
     )
 }
 
+/// What a bus message says it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Opinions,
+    Hello,
+    Reply,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Opinions => "opinions",
+            Kind::Hello => "hello",
+            Kind::Reply => "reply",
+        }
+    }
+}
+
+/// The longest hello: its header and seal.
+pub const MAX_HELLO_BYTES: usize = MAX_HEADER_BYTES + crate::fleet::auth::SEAL_BYTES;
+
+/// Whether `payload` starts as a message of `kind` does (and a hello is no longer than one
+/// can be): what is checked before the MAC is computed, so that what is sent on a subject in
+/// another form costs nothing more.
+pub fn looks_like(payload: &[u8], kind: Kind) -> bool {
+    let Some(rest) = payload.strip_prefix(format!("{MAGIC} {VERSION} ").as_bytes()) else {
+        return false;
+    };
+    rest.strip_prefix(kind.word().as_bytes())
+        .is_some_and(|r| r.first() == Some(&b' '))
+        && (kind != Kind::Hello || payload.len() <= MAX_HELLO_BYTES)
+}
+
 /// Verifies a bus message under `key`, then reads it. Nothing of it is read before its MAC
 /// verifies.
 pub fn open(key: &FleetKey, payload: &[u8]) -> Result<Frame, FrameError> {
@@ -206,6 +239,23 @@ mod tests {
         let r = open(&k, &reply(&k, "c", 9, &n, &body("c"))).unwrap();
         assert!(matches!(r, Frame::Reply { seq: 9, nonce, .. } if nonce == n));
         assert_eq!(r.sender(), "c");
+    }
+
+    #[test]
+    fn a_glance_tells_each_kind_from_the_others() {
+        let k = key();
+        let n = Nonce([1; 16]);
+        let o = opinions(&k, "a", 1, &body("a"));
+        let h = hello(&k, "a", &n);
+        let r = reply(&k, "a", 1, &n, &body("a"));
+        assert!(looks_like(&o, Kind::Opinions) && !looks_like(&o, Kind::Hello));
+        assert!(looks_like(&h, Kind::Hello) && !looks_like(&h, Kind::Reply));
+        assert!(looks_like(&r, Kind::Reply) && !looks_like(&r, Kind::Opinions));
+        assert!(!looks_like(b"cbbus 1 hellox a", Kind::Hello));
+        let mut long = h.clone();
+        long.resize(MAX_HELLO_BYTES + 1, b'x');
+        assert!(!looks_like(&long, Kind::Hello));
+        assert!(!looks_like(b"", Kind::Opinions));
     }
 
     #[test]
