@@ -87,6 +87,9 @@ pub struct Bus {
     waker: Option<Waker>,
     /// A `warn` was logged for the current outage.
     warned: bool,
+    /// A refusal of a message, by its seal or its form, was logged (until one is believed).
+    pub told_auth: bool,
+    pub told_malformed: bool,
 }
 
 impl Bus {
@@ -118,6 +121,8 @@ impl Bus {
             out_bytes: 0,
             waker: None,
             warned: false,
+            told_auth: false,
+            told_malformed: false,
         }
     }
 
@@ -252,7 +257,7 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
                     NGX_LOG_WARN,
                     ngx_cycle_log().as_ptr(),
                     "circuit breaker fleet: bus server {}: {}; reconnecting (this instance \
-                     acts alone while no server answers)",
+                     acts alone while it hears no member)",
                     shown,
                     why
                 );
@@ -319,7 +324,6 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
                 return failed("no TLS context");
             };
             if let Err(e) = net::within(left(), net::start_tls(&stream, &ssl)).await {
-                ex.borrow_mut().bus_tls_failed();
                 return e.into();
             }
         }
@@ -380,7 +384,8 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
         // A hello asks every member for a reply: made when no member is known (the first
         // connection, or after an outage longer than the expiry), not at every reconnection.
         b.hello_due = b.members.heard(mono_ms()) == 0;
-        let was_down = core::mem::replace(&mut b.warned, false);
+        // "again" after an outage, not after a first connection that took several tries.
+        let was_down = core::mem::replace(&mut b.warned, false) && b.stats.connects > 1;
         let shown = b.stats.server.clone().unwrap_or_default();
         drop(e);
         ngx::ngx_log_error!(
@@ -577,12 +582,5 @@ impl Exchange {
         }
         b.stats.messages_in += 1;
         b.inbox.push_back(m);
-    }
-
-    /// The TLS handshake with a bus server failed.
-    fn bus_tls_failed(&mut self) {
-        if let Some(b) = self.bus.as_mut() {
-            b.stats.last_error = Some("TLS handshake or certificate refused".to_owned());
-        }
     }
 }

@@ -42,27 +42,24 @@ impl Exchange {
         } else {
             Kind::Hello
         };
-        if !frame::looks_like(payload, kind) {
-            b.stats.refused_malformed += 1;
-            return false;
-        }
-        let f = match frame::open(&self.key, payload) {
+        let opened = if frame::looks_like(payload, kind) {
+            frame::open(&self.key, payload)
+        } else {
+            Err(FrameError::Header)
+        };
+        let f = match opened {
             Ok(f) => f,
             Err(e) => {
                 let Some(b) = self.bus.as_mut() else {
                     return false;
                 };
-                let first = match e {
-                    FrameError::Auth(_) => {
-                        b.stats.refused_auth += 1;
-                        b.stats.refused_auth == 1
-                    }
-                    _ => {
-                        b.stats.refused_malformed += 1;
-                        b.stats.refused_malformed == 1
-                    }
+                let (count, told) = match e {
+                    FrameError::Auth(_) => (&mut b.stats.refused_auth, &mut b.told_auth),
+                    _ => (&mut b.stats.refused_malformed, &mut b.told_malformed),
                 };
-                if first {
+                *count += 1;
+                // Once per kind of refusal, until a message is believed again.
+                if !core::mem::replace(told, true) {
                     ngx::ngx_log_error!(
                         NGX_LOG_INFO,
                         ngx_cycle_log().as_ptr(),
@@ -106,6 +103,8 @@ impl Exchange {
         };
         match take {
             Take::Accept => {
+                b.told_auth = false;
+                b.told_malformed = false;
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
                 };

@@ -13,6 +13,11 @@ package CB::Fleet;
 #	...
 #	$f->stop_users($users);
 #
+# With bus => [ 'nats://127.0.0.1:PORT', ... ] (and bus_params => '...' added to the
+# directive) the instances exchange on a NATS bus instead (t/83-fleet-nats.t,
+# t/84-fleet-nats-tls.t): each names the servers, and is "iI" there; start() takes the same
+# two per instance.
+#
 # Instances are daemons (master and one worker); an END block stops those still running,
 # and a watchdog process stops them if the creating process is killed, so that a test
 # that dies leaves none behind.  Only core Perl modules are used.
@@ -71,10 +76,15 @@ sub size { scalar @{$_[0]{ports}} }
 sub port { $_[0]{ports}[$_[1]] }
 sub dir { "$_[0]{dir}/i$_[1]" }
 
-# with tls_ports, an instance exchanges over TLS on its own port: its id is that address
+# with tls_ports, an instance exchanges over TLS on its own port: its id is that address;
+# on a bus, its id is a name, iI
 
 sub tls_port { ($_[0]{tls_ports} // [])->[$_[1]] }
-sub id { '127.0.0.1:' . ($_[0]->tls_port($_[1]) // $_[0]->port($_[1])) }
+sub id {
+	my ($self, $i) = @_;
+	return "i$i" if $self->{bus};
+	return '127.0.0.1:' . ($self->tls_port($i) // $self->port($i));
+}
 sub peer { ($_[0]->tls_port($_[1]) ? 'https://' : '') . $_[0]->id($_[1]) }
 
 # nginx.conf of instance I: one worker, an upstream with a breaker in front of the origin,
@@ -82,7 +92,9 @@ sub peer { ($_[0]->tls_port($_[1]) ? 'https://' : '') . $_[0]->id($_[1]) }
 # each, ids included; peers => [...] lists others instead).  With tls_ports, and the
 # certificates CERTS/iI.crt, iI.key and CERTS/ca.crt: the instance also listens on its TLS
 # port, asks its clients for a certificate from the CA (mutual TLS), and pulls its peers
-# over TLS with its own certificate.  FLEET_PARAMS are added to the directive.
+# over TLS with its own certificate.  FLEET_PARAMS are added to the directive.  With BUS
+# (the instance's, or the fleet's), the directive names those NATS servers instead, with
+# id=iI and BUS_PARAMS (the instance's, or the fleet's).
 
 sub conf {
 	my ($self, $i, %o) = @_;
@@ -92,8 +104,18 @@ sub conf {
 	my $fleet = '';
 	my $certs = $self->{certs} // '';
 	my $tls = $self->tls_port($i);
+	my $bus = $o{bus} // $self->{bus};
 
-	if ($o{fleet}) {
+	if ($o{fleet} && $bus) {
+		my $params = $o{bus_params} // $self->{bus_params};
+		$fleet = "circuit_breaker_fleet\n        "
+			. join("\n        ", @$bus)
+			. "\n        id=i$i"
+			. " interval=$self->{interval}"
+			. ($params ? "\n        $params" : '')
+			. ($o{fleet_params} ? " $o{fleet_params}" : '')
+			. "\n        secret=$self->{secret};";
+	} elsif ($o{fleet}) {
 		my @peers = @{$o{peers} // [ map { $self->peer($_) } 0 .. $self->size - 1 ]};
 		my $ssl = '';
 		if (grep { m!^https://! } @peers) {
@@ -218,7 +240,8 @@ $stream
 EOF
 }
 
-# starts instance I (fleet => 0|1) and waits until it answers; dies if it does not
+# starts instance I (fleet => 0|1, and conf()'s other options) and waits until it answers;
+# dies if it does not
 
 sub start {
 	my ($self, $i, %o) = @_;

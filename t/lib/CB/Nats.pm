@@ -492,7 +492,8 @@ package CB::Nats::Client;
 #	$c->subscribe('circuit_breaker.fleet.>');
 #	$c->flush(5);				# the server took all so far
 #	$c->poll(0.5);				# what arrived within 0.5 s
-#	my $m = $c->wait_msg(5, sub { $_[0]{subject} eq ... });
+#	my $m = $c->wait_msg(5, sub { $_[0]{subject} eq ... });	# one to come
+#	my $m = $c->find(5, sub { ... });	# or one received already
 #	$c->publish($subject, $payload);
 
 use IO::Select;
@@ -613,6 +614,26 @@ sub wait_msg {
 	return undef;
 }
 
+# the first message received, since the client connected, for which CHECK holds, reading
+# on for up to TIMEOUT seconds; undef if none
+
+sub find {
+	my ($self, $timeout, $check) = @_;
+	$self->drain();
+	my ($m) = grep { $check->($_) } @{$self->{msgs}};
+	return $m // $self->wait_msg($timeout, $check);
+}
+
+# reads all that waits, for at most a second
+
+sub drain {
+	my ($self) = @_;
+	my $end = time() + 1;
+	while (time() < $end && !$self->{closed}) {
+		last unless $self->_read(0);
+	}
+}
+
 # every message received so far (each { subject, sid, reply, payload, at }), or those
 # CHECK holds for
 
@@ -630,19 +651,22 @@ sub close {
 	$self->{closed} = 1;
 }
 
-# one read (waiting up to WAIT seconds for it), then every whole operation in the buffer
+# one read (waiting up to WAIT seconds for it), then every whole operation in the buffer;
+# the bytes read
 
 sub _read {
 	my ($self, $wait) = @_;
-	return if $self->{closed};
+	return 0 if $self->{closed};
 	$wait = 0 if !defined $wait || $wait < 0;
+	my $n = 0;
 	if ($self->{sel}->can_read($wait)) {
-		my $n = sysread($self->{s}, $self->{buf}, 65536, length $self->{buf});
+		$n = sysread($self->{s}, $self->{buf}, 65536, length $self->{buf});
 		if (!$n) {
 			$self->{closed} = 1 unless !defined $n && ($!{EINTR} || $!{EAGAIN});
 		}
 	}
 	$self->_parse();
+	return $n // 0;
 }
 
 sub _parse {
@@ -662,11 +686,11 @@ sub _parse {
 			next;
 		}
 		substr($self->{buf}, 0, $i + 2, '');
-		if ($line =~ /^PING$/i) {
+		if ($line =~ /^PING\s*$/i) {
 			$self->_send("PONG\r\n");
-		} elsif ($line =~ /^PONG$/i) {
+		} elsif ($line =~ /^PONG\s*$/i) {
 			$self->{pongs}++;
-		} elsif ($line =~ /^INFO\s+(\{.*\})$/i) {
+		} elsif ($line =~ /^INFO\s+(\{.*\})\s*$/i) {
 			$self->{info} = eval { JSON::PP::decode_json($1) } // {};
 		} elsif ($line =~ /^-ERR\s*(.*)$/i) {
 			push @{$self->{errors}}, $1;

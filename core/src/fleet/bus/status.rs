@@ -185,9 +185,14 @@ pub fn render_prometheus(b: &BusStats, zone: &str) -> String {
             b.failures,
         ),
         (
-            "dropped_total",
-            "Messages not sent: the bus was slower than the news.",
+            "dropped_out_total",
+            "Messages not sent: the bus was slower than the news, or they were too large.",
             b.dropped_out,
+        ),
+        (
+            "dropped_in_total",
+            "Messages not taken: more arrived between two steps than the exchange keeps.",
+            b.dropped_in,
         ),
     ] {
         family(&mut out, name, "counter", help);
@@ -284,6 +289,8 @@ mod tests {
         assert!(p.contains("bus_refused_total{zone=\"cb\",reason=\"replayed\"} 5"));
         assert!(p.contains("bus_refused_total{zone=\"cb\",reason=\"auth\"} 2"));
         assert!(p.contains("bus_members{zone=\"cb\"} 7"));
+        assert!(p.contains("bus_dropped_out_total{zone=\"cb\"} 0"));
+        assert!(p.contains("bus_dropped_in_total{zone=\"cb\"} 0"));
         assert_eq!(p.matches("reason=").count(), 2 + Why::ALL.len());
     }
 }

@@ -1,0 +1,296 @@
+#!/usr/bin/perl
+
+# The fleet on a bus the bus's own way of trust: a real nats-server (Debian's,
+# started here) that requires TLS, with a certificate from a private CA for
+# 127.0.0.1 and nats.test, and another that requires a user and a password.
+#
+#   a. i0 (the certificate verified by IP address) and i1 (by ssl_name)
+#      connect over TLS (the server's /connz says so), are members of
+#      each other, and opinions cross: i0 opens on min_requests=20 failures at
+#      the origin, i1 is suspicious and opens on suspect_min=3 of its own;
+#   b. i2, which trusts another CA, and i6, whose ssl_name is not the
+#      certificate's, never connect: bus.state stays off "connected",
+#      bus.failures grows, last_error says why, one warn however many tries,
+#      and though i0 is open their breakers are not suspicious;
+#   c. i3, which lists the TLS server as nats://, is told it requires TLS;
+#   d. on the server with a password, i4's nats_credentials file (user,
+#      password) connects; i5's, with another password, is refused with the
+#      server's "Authorization Violation", and the password is nowhere in
+#      its log or status page;
+#   e. Prometheus says what the JSON says of the bus, with the families
+#      docs/fleet.md lists.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use Time::HiRes qw/ sleep time /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx qw/ :DEFAULT /;
+use CB::Nginx qw/ start /;
+use CB::Origin;
+use CB::Fleet;
+use CB::Nats;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy access http_ssl/)
+	->has_daemon('openssl')->plan(22);
+
+my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
+plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
+
+my $MIN = 20;
+my $SUSPECT = 3;
+
+$t->write_file_expand('nginx.conf', CB::Nginx::conf(1, <<'EOF'));
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+        return 204;
+    }
+EOF
+
+my $hits = start($t, 8081);
+my $d = $t->testdir();
+
+# a private CA and the server's certificate from it, for 127.0.0.1 and nats.test; and
+# another CA, which signed nothing here
+$t->write_file('openssl.conf', <<'EOF');
+[ req ]
+distinguished_name = dn
+[ dn ]
+[ leaf ]
+basicConstraints = CA:FALSE
+subjectAltName = IP:127.0.0.1, DNS:nats.test
+EOF
+
+sub openssl {
+	my ($d, $cmd) = @_;
+	system("openssl $cmd >>$d/openssl.out 2>&1") == 0
+		or die "openssl $cmd failed, see openssl.out\n";
+}
+
+for my $ca (qw/ ca other-ca /) {
+	openssl($d, "req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
+		. "-subj /CN=$ca/ -addext basicConstraints=critical,CA:TRUE "
+		. "-addext keyUsage=keyCertSign,cRLSign -keyout $d/$ca.key -out $d/$ca.crt");
+}
+openssl($d, "req -new -nodes -newkey rsa:2048 -config $d/openssl.conf "
+	. "-subj /CN=nats/ -keyout $d/nats.key -out $d/nats.csr");
+openssl($d, "x509 -req -days 2 -in $d/nats.csr -CA $d/ca.crt -CAkey $d/ca.key "
+	. "-CAcreateserial -extfile $d/openssl.conf -extensions leaf -out $d/nats.crt");
+
+# the password server's credentials, right and wrong
+my $password = 'pw-' . join '', map { sprintf '%02x', int rand 256 } 1 .. 12;
+my $wrong = 'pw-' . join '', map { sprintf '%02x', int rand 256 } 1 .. 12;
+$t->write_file('right.cred', "# the bus's own credentials\nuser edge\npassword $password\n");
+$t->write_file('wrong.cred', "user edge\npassword $wrong\n");
+
+my $tls = CB::Nats->start(dir => $d, name => 'tls', port => port(8200),
+	http_port => port(8201), tls => { cert => "$d/nats.crt", key => "$d/nats.key" });
+my $pw = CB::Nats->start(dir => $d, name => 'auth', port => port(8202),
+	user => 'edge', password => $password);
+
+my $f = CB::Fleet->new(
+	dir => "$d/fleet",
+	nginx => $Test::Nginx::NGINX,
+	module => $module,
+	ports => [ map { port(8090 + $_) } 0 .. 6 ],
+	origin => port(8081),
+	bus => [ $tls->url ],
+	bus_params => "ssl_trusted_certificate=$d/ca.crt",
+	breaker => "window=60s min_requests=$MIN failure_rate=50% open=1h "
+		. "max_open=1h suspect_min=$SUSPECT",
+);
+
+sub fleet {
+	my ($f, $i) = @_;
+	return (($f->status($i) // {})->{fleet}) // {};
+}
+
+sub bus {
+	my ($f, $i) = @_;
+	return fleet($f, $i)->{bus} // {};
+}
+
+sub members {
+	my ($f, $i) = @_;
+	return join ' ', sort map { $_->{id} } @{fleet($f, $i)->{peers} // []};
+}
+
+sub within {
+	my ($timeout, $check) = @_;
+	my $end = time() + $timeout;
+	while (1) {
+		my $r = $check->();
+		return $r if $r;
+		last if time() >= $end;
+		sleep 0.05;
+	}
+	return undef;
+}
+
+sub fail_until_open {
+	my ($f, $i, $max) = @_;
+	my @st;
+	for (1 .. $max) {
+		my ($st) = $f->get($i, "/u?status=500&i=$i", 3);
+		push @st, $st;
+		last if $st == 503;
+	}
+	return @st;
+}
+
+sub error_log {
+	my ($f, $i) = @_;
+	open my $fh, '<', $f->dir($i) . '/error.log' or return '';
+	local $/;
+	return <$fh>;
+}
+
+# an instance that cannot connect: after at least FAILURES failures, its bus; undef if it
+# connected or failed fewer times within 20 s
+
+sub refused {
+	my ($f, $i, $failures) = @_;
+	return within(20, sub {
+		my $b = bus($f, $i);
+		return undef if ($b->{connects} // 1) != 0 || $b->{state} eq 'connected';
+		return ($b->{failures} // 0) >= $failures && $b;
+	});
+}
+
+###############################################################################
+
+# those that will not get in first, so that they have tried for a while when asked
+$f->start(2, fleet => 1, bus_params => "ssl_trusted_certificate=$d/other-ca.crt");
+$f->start(6, fleet => 1, bus_params => "ssl_trusted_certificate=$d/ca.crt "
+	. 'ssl_name=wrong.test');
+$f->start(3, fleet => 1, bus => [ 'nats://' . $tls->addr ], bus_params => '');
+$f->start(4, fleet => 1, bus => [ $pw->url ], bus_params => "nats_credentials=$d/right.cred");
+$f->start(5, fleet => 1, bus => [ $pw->url ], bus_params => "nats_credentials=$d/wrong.cred");
+
+$f->start(0, fleet => 1);
+$f->start(1, fleet => 1, bus_params => "ssl_trusted_certificate=$d/ca.crt ssl_name=nats.test");
+
+###############################################################################
+# a. over TLS
+
+my $met = within(10, sub { members($f, 0) eq 'i1' && members($f, 1) eq 'i0' });
+my @b = map { bus($f, $_) } 0, 1;
+ok($met && !grep({ $_->{state} ne 'connected' || $_->{server} ne $tls->addr
+	|| ($_->{server_name} // '') ne 'tls' } @b),
+	'i0 and i1 connected to the TLS server, members of each other')
+	or diag(explain(\@b));
+
+# the server's own view of their connections
+my %conn = map { ($_->{name} // '') => $_ } @{$tls->connections()};
+my @tv = map { ($conn{"nginx circuit breaker i$_"} // {})->{tls_version} // 'none' } 0, 1;
+ok(!grep({ !/^1\.[23]$/ } @tv), "over TLS, by the server's /connz: @tv")
+	or diag(explain(\%conn));
+
+my @st = fail_until_open($f, 0, $MIN + 5);
+is(CB::Origin::hits($hits), $MIN, "i0 opened on its $MIN failures at the origin");
+my $sus = within(10, sub { ($f->breaker(1) // {})->{suspicious} });
+ok($sus, 'i1 suspicious of it');
+CB::Origin::clear($hits);
+@st = fail_until_open($f, 1, $MIN + 5);
+is(CB::Origin::hits($hits), $SUSPECT, "i1 opened on $SUSPECT failures of its own");
+like(($f->breaker(1) // {})->{last_transition} // '', qr/while suspected$/,
+	'i1: while suspected');
+
+###############################################################################
+# b. a certificate that does not verify
+
+my $b2 = refused($f, 2, 3) // bus($f, 2);
+ok(($b2->{failures} // 0) >= 3 && $b2->{state} ne 'connected' && !$b2->{connects},
+	"another CA: never connected, $b2->{failures} failures ($b2->{state})");
+like($b2->{last_error} // '', qr/^\Q${\ $tls->addr}\E: SSL certificate verify error \(\d+\)$/,
+	"last_error: $b2->{last_error}");
+
+my $b6 = refused($f, 6, 3) // bus($f, 6);
+ok(($b6->{failures} // 0) >= 3 && $b6->{state} ne 'connected' && !$b6->{connects},
+	"another name: never connected, $b6->{failures} failures ($b6->{state})");
+like($b6->{last_error} // '', qr/^\Q${\ $tls->addr}\E: SSL certificate does not match/,
+	"last_error: $b6->{last_error}");
+
+is(join(' ', map { scalar(() = error_log($f, $_)
+		=~ /\[warn\] [^\n]*circuit breaker fleet: bus server [^\n]*reconnecting/g) } 2, 6),
+	'1 1', 'one warn each, however many tries');
+
+my @alone = map { $f->breaker($_) // {} } 2, 6;
+ok(!grep({ $_->{state} ne 'closed' || $_->{suspicious} } @alone)
+	&& members($f, 2) eq '' && members($f, 6) eq '',
+	'they hear no one: closed, not suspicious though i0 is open');
+
+###############################################################################
+# c. nats:// to a server that requires TLS
+
+my $b3 = refused($f, 3, 2) // bus($f, 3);
+ok(($b3->{failures} // 0) >= 2 && !$b3->{connects}, "nats://: never connected, "
+	. "$b3->{failures} failures");
+like($b3->{last_error} // '', qr/requires TLS/, "last_error: $b3->{last_error}");
+
+###############################################################################
+# d. the bus's own credentials
+
+my $b4 = within(10, sub { my $b = bus($f, 4); $b->{state} eq 'connected' && $b }) // {};
+ok(($b4->{connects} // 0) == 1 && ($b4->{failures} // 1) == 0
+	&& ($b4->{server_name} // '') eq 'auth',
+	'the right user and password: connected') or diag(explain($b4));
+
+my $b5 = refused($f, 5, 2) // bus($f, 5);
+ok(($b5->{failures} // 0) >= 2 && !$b5->{connects},
+	"a wrong password: never connected, $b5->{failures} failures");
+like($b5->{last_error} // '', qr/Authorization Violation/, "last_error: $b5->{last_error}");
+
+my (undef, $page5) = $f->get(5, '/circuit_breaker', 2);
+my (undef, $page4) = $f->get(4, '/circuit_breaker?format=prometheus', 2);
+my $logs = join '', map { error_log($f, $_) } 4, 5;
+ok(index($logs . ($page5 // '') . ($page4 // ''), $password) < 0
+	&& index($logs . ($page5 // ''), $wrong) < 0,
+	'no password in the logs or on the status pages');
+
+###############################################################################
+# e. Prometheus
+
+my (undef, $prom) = $f->get(0, '/circuit_breaker?format=prometheus', 2);
+my $j0 = bus($f, 0);
+my %p;
+$p{$1} = $2 while ($prom // '') =~ /^(nginx_circuit_breaker_fleet_bus_\S+) (\S+)$/mg;
+my $z = 'zone="circuit_breaker"';
+is(join(' ', map { $p{$_} // '-' }
+		"nginx_circuit_breaker_fleet_bus_connected{$z,server=\"${\ $tls->addr}\"}",
+		"nginx_circuit_breaker_fleet_bus_connects_total{$z}",
+		"nginx_circuit_breaker_fleet_bus_failures_total{$z}",
+		"nginx_circuit_breaker_fleet_bus_members{$z}",
+		"nginx_circuit_breaker_fleet_bus_refused_total{$z,reason=\"auth\"}"),
+	join(' ', 1, $j0->{connects}, $j0->{failures}, $j0->{members}, $j0->{refused}{auth}),
+	'i0: connected, connects, failures, members and refusals as the JSON says');
+
+my (undef, $prom2) = $f->get(2, '/circuit_breaker?format=prometheus', 2);
+my $addr = $tls->addr;
+like($prom2 // '',
+	qr/^nginx_circuit_breaker_fleet_bus_connected\{\Q$z\E,server="\Q$addr\E"\} 0$/m,
+	'i2: not connected');
+
+# docs/fleet.md: "…_bus_dropped_out_total, …_bus_dropped_in_total"
+is(join(' ', grep { !defined $p{"nginx_circuit_breaker_fleet_bus_${_}{$z}"} }
+		qw/ dropped_out_total dropped_in_total /),
+	'', 'the dropped families docs/fleet.md lists');
+
+$f->stop_all();
+is(join('', $f->alerts()), '', 'no alerts in the fleet');
+$_->kill() for $tls, $pw;
+
+###############################################################################
