@@ -61,7 +61,7 @@ use CB::Nats;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(43);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(44);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -313,9 +313,10 @@ my @attack = (
 	[ $S->{opinions}, $flipped ],
 	[ $S->{opinions}, CB::Nats::seal($other,
 		"cbbus 1 opinions i0 " . CB::Nats::now_seq() . "\n$body") ],
-	[ $S->{hello}, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::nonce() . "\n") ],
-	[ $in1->{hello_me}, CB::Nats::seal($other,
-		"cbbus 1 hello i0 " . CB::Nats::nonce() . "\n") ],
+	[ $S->{hello}, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::now_seq() . ' '
+		. CB::Nats::nonce() . "\n") ],
+	[ $in1->{hello_me}, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::now_seq() . ' '
+		. CB::Nats::nonce() . "\n") ],
 	[ $in1->{inbox}, CB::Nats::seal($other, "cbbus 1 reply i0 " . CB::Nats::now_seq()
 		. ' ' . CB::Nats::nonce() . "\n$body") ],
 	# malformed, at a glance: garbage, nothing, text, a bare auth line, on every subject
@@ -443,10 +444,13 @@ ok($back && $back->{server} ne $x && $back->{failures} >= 1,
 		$back->{failures} // '-'))
 	or diag(explain(bus($g, 0)));
 my $w = $back ? $back->{server} : '';
+# the outage is over once the new connection has held a ping interval: then, and not at
+# every reconnection, it is said at notice
+my $again = qr/\[notice\] [^\n]*connected to the bus at \Q$w\E again \(server "c\d"\)/;
+within(10, sub { substr(error_log($g, 0), $log0) =~ $again });
 my $since0 = substr(error_log($g, 0), $log0);
 is(outage_warns($since0), 1, 'i0: one warn');
-like($since0, qr/\[notice\] [^\n]*connected to the bus at \Q$w\E \(server "c\d"\) again/,
-	'i0: connected again, said at notice');
+like($since0, $again, 'i0: connected again, said at notice once the connection held');
 my $b1 = bus($g, 1);
 ok($b1->{state} eq 'connected' && $b1->{connects} == 1 && $b1->{failures} == 0,
 	'i1 noticed nothing') or diag(explain($b1));
@@ -466,6 +470,16 @@ like(($g->breaker(2) // {})->{last_transition} // '', qr/while suspected$/,
 # f. every server down
 
 mark('f. all down');
+
+# an outage ends once a connection has held a ping interval (1s): each connection has,
+# before this one begins
+my $held_up = within(15, sub {
+	!grep {
+		my $b = bus($g, $_);
+		$b->{state} ne 'connected' || !defined $b->{since} || time() - $b->{since} < 2.5
+	} 0 .. 2
+});
+ok($held_up, 'every connection held 2.5s before the servers die');
 
 my @held = breakers($g, 0 .. 2);
 my @logs = map { length error_log($g, $_) } 0 .. 2;

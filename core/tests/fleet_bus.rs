@@ -71,15 +71,16 @@ impl Member {
     fn hello(&mut self, now: u64, n: u8) -> Vec<u8> {
         let nonce = Nonce([n; 16]);
         self.members.hello_sent(now, nonce);
-        frame::hello(&key(), &self.id(), &nonce)
+        self.seq += 1;
+        frame::hello(&key(), &self.id(), self.seq, &nonce)
     }
 
     /// Its answer to a hello (`None`: not this time).
     fn answer(&mut self, now: u64, payload: &[u8]) -> Option<Vec<u8>> {
-        let Ok(Frame::Hello { sender, nonce }) = frame::open(&key(), payload) else {
+        let Ok(Frame::Hello { sender, seq, nonce }) = frame::open(&key(), payload) else {
             return None;
         };
-        if !self.members.hello_from(now, &sender) {
+        if !self.members.hello_from(now, US, &sender, seq, &nonce) {
             return None;
         }
         self.seq += 1;

@@ -36,8 +36,10 @@ use crate::wake;
 /// The largest payload taken from the bus, whatever a server allows: a fleet message and its
 /// seal, with room to spare.
 pub const MAX_PAYLOAD: usize = circuit_breaker_core::fleet::wire::MAX_MESSAGE_BYTES + 4096;
-/// Messages in waiting for the exchange's next step; more are dropped (and counted).
+/// Messages in waiting for the exchange's next steps, and their payload bytes; more are
+/// dropped (and counted).
 const MAX_INBOX: usize = 4096;
+const MAX_INBOX_BYTES: usize = 8 << 20;
 /// Bytes out waiting for the connection; more are dropped (and counted).
 const MAX_OUTBOX_BYTES: usize = 4 << 20;
 /// The connection's read buffer.
@@ -82,14 +84,18 @@ pub struct Bus {
     /// The server's `max_payload` on the current connection.
     pub max_payload: usize,
     inbox: VecDeque<Msg>,
+    /// Payload bytes in `inbox`.
+    in_bytes: usize,
     outbox: VecDeque<Vec<u8>>,
     out_bytes: usize,
     waker: Option<Waker>,
     /// A `warn` was logged for the current outage.
     warned: bool,
-    /// A refusal of a message, by its seal or its form, was logged (until one is believed).
-    pub told_auth: bool,
-    pub told_malformed: bool,
+    /// The current connection has held for a ping interval.
+    steady: bool,
+    /// When a refusal of a message, by its seal or its form, was last logged.
+    pub told_auth: Option<u64>,
+    pub told_malformed: Option<u64>,
 }
 
 impl Bus {
@@ -117,12 +123,14 @@ impl Bus {
             last_broadcast: None,
             max_payload: MAX_PAYLOAD,
             inbox: VecDeque::new(),
+            in_bytes: 0,
             outbox: VecDeque::new(),
             out_bytes: 0,
             waker: None,
             warned: false,
-            told_auth: false,
-            told_malformed: false,
+            steady: false,
+            told_auth: None,
+            told_malformed: None,
         }
     }
 
@@ -169,9 +177,24 @@ impl Bus {
         self.waker.take()
     }
 
-    /// The messages taken off the bus since the last call.
-    pub fn take_inbox(&mut self) -> VecDeque<Msg> {
-        core::mem::take(&mut self.inbox)
+    /// Messages taken off the bus, in order, up to `bytes` of payload (one at least).
+    pub fn take_inbox(&mut self, bytes: usize) -> Vec<Msg> {
+        let mut out = Vec::new();
+        let mut taken = 0;
+        while let Some(m) = self.inbox.front() {
+            if !out.is_empty() && taken + m.payload.len() > bytes {
+                break;
+            }
+            taken += m.payload.len();
+            self.in_bytes -= m.payload.len();
+            out.extend(self.inbox.pop_front());
+        }
+        out
+    }
+
+    /// Whether messages wait.
+    pub fn has_inbox(&self) -> bool {
+        !self.inbox.is_empty()
     }
 
     fn take_outbox(&mut self) -> Vec<Vec<u8>> {
@@ -225,8 +248,7 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
             b.stats.server_name = None;
             b.servers[i].shown.clone()
         };
-        let mut connected = false;
-        let end = session(&ex, i, &mut connected).await;
+        let end = session(&ex, i).await;
         let why = match end {
             Ended::Exiting => return,
             Ended::Failed(why) => why,
@@ -234,7 +256,15 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
         if net::exiting() {
             return;
         }
-        if connected {
+        // Only a connection that stayed up (a ping interval, answering) ends an outage: one
+        // dropped as soon as made (a flapping server, or someone knocking it down) goes on
+        // backing off, and is warned of once.
+        let steady = ex
+            .borrow_mut()
+            .bus
+            .as_mut()
+            .is_some_and(|b| core::mem::take(&mut b.steady));
+        if steady {
             backoff.reset();
             failed_in_row = 0;
         } else {
@@ -265,7 +295,7 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
         }
         wake::kick();
         // After every server failed in a row, wait; between servers, try the next at once.
-        if failed_in_row == 0 || failed_in_row % n == 0 {
+        if failed_in_row == 0 || failed_in_row % n == 0 || !steady {
             ngx::async_::sleep(Duration::from_millis(backoff.next(rnd()))).await;
         }
     }
@@ -277,8 +307,8 @@ fn patience(ex: &Rc<RefCell<Exchange>>) -> Duration {
     Duration::from_millis((interval / 2).clamp(500, 5000))
 }
 
-/// One connection to server `i`, from connect to failure; `connected` is set once it was up.
-async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> Ended {
+/// One connection to server `i`, from connect to failure.
+async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
     let wait = patience(ex);
     // One deadline for all of the handshake (a server that trickles can stretch none of it).
     let deadline = mono_ms() + 2 * wait.as_millis() as u64;
@@ -359,7 +389,9 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
     loop {
         match net::within(left(), next_op(&stream, &mut parser, &mut buf)).await {
             Ok(ServerOp::Pong) => break,
-            Ok(ServerOp::Err(text)) => return failed(format!("server said: {text}")),
+            Ok(ServerOp::Err(text)) => {
+                return failed(format!("server said: {}", shown_text(&text)))
+            }
             Ok(ServerOp::Ping) => {
                 if let Err(e) = net::within(left(), stream.send_all(nats::pong())).await {
                     return e.into();
@@ -370,7 +402,6 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
             Err(e) => return e.into(),
         }
     }
-    *connected = true;
     {
         let mut e = ex.borrow_mut();
         let Some(b) = e.bus.as_mut() else {
@@ -379,23 +410,24 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize, connected: &mut bool) -> 
         b.stats.state = BusState::Connected;
         b.stats.connects += 1;
         b.stats.since_ms = Some(mono_ms());
-        b.stats.server_name = Some(info.server_name.clone()).filter(|n| !n.is_empty());
+        b.stats.server_name = Some(shown_text(&info.server_name)).filter(|n| !n.is_empty());
         b.max_payload = info.max_payload.min(MAX_PAYLOAD);
         // A hello asks every member for a reply: made when no member is known (the first
         // connection, or after an outage longer than the expiry), not at every reconnection.
         b.hello_due = b.members.heard(mono_ms()) == 0;
-        // "again" after an outage, not after a first connection that took several tries.
-        let was_down = core::mem::replace(&mut b.warned, false) && b.stats.connects > 1;
+        let first = b.stats.connects == 1;
         let shown = b.stats.server.clone().unwrap_or_default();
         drop(e);
-        ngx::ngx_log_error!(
-            NGX_LOG_NOTICE,
-            ngx_cycle_log().as_ptr(),
-            "circuit breaker fleet: connected to the bus at {} (server \"{}\"){}",
-            shown,
-            info.server_name,
-            if was_down { " again" } else { "" }
-        );
+        // The first connection is told now; one after an outage once it holds (`carry`).
+        if first {
+            ngx::ngx_log_error!(
+                NGX_LOG_NOTICE,
+                ngx_cycle_log().as_ptr(),
+                "circuit breaker fleet: connected to the bus at {} (server \"{}\")",
+                shown,
+                shown_text(&info.server_name)
+            );
+        }
     }
     wake::kick();
     carry(ex, &stream, &mut parser, &mut buf).await
@@ -412,6 +444,9 @@ async fn carry(
     let write_wait = patience(ex);
     let mut next_ping = mono_ms() + ping_every.as_millis() as u64;
     let mut pings_out = 0u32;
+    let mut reads = 0u64;
+    let up_at = mono_ms();
+    let mut steady = false;
     loop {
         if net::exiting() {
             return Ended::Exiting;
@@ -426,6 +461,26 @@ async fn carry(
             }
         }
         let now = mono_ms();
+        if !steady && now >= up_at + ping_every.as_millis() as u64 && pings_out == 0 {
+            // Up a whole ping interval, answering: the outage, if any, is over.
+            steady = true;
+            let told = ex.borrow_mut().bus.as_mut().and_then(|b| {
+                b.steady = true;
+                core::mem::replace(&mut b.warned, false).then(|| {
+                    let name = b.stats.server_name.clone().unwrap_or_default();
+                    (b.stats.server.clone().unwrap_or_default(), name)
+                })
+            });
+            if let Some((server, name)) = told {
+                ngx::ngx_log_error!(
+                    NGX_LOG_NOTICE,
+                    ngx_cycle_log().as_ptr(),
+                    "circuit breaker fleet: connected to the bus at {} again (server \"{}\")",
+                    server,
+                    shown_text(&name)
+                );
+            }
+        }
         if now >= next_ping {
             if pings_out >= MAX_PINGS_OUT {
                 return failed("no PONG to two PINGs");
@@ -436,22 +491,21 @@ async fn carry(
             pings_out += 1;
             next_ping = now + ping_every.as_millis() as u64;
         }
-        match wait_for(ex, stream, buf, next_ping.saturating_sub(now)).await {
+        let room = parser.room().clamp(1, buf.len());
+        match wait_for(ex, stream, &mut buf[..room], next_ping.saturating_sub(now)).await {
             Woke::Read(Ok(0)) => return failed("the server closed the connection"),
             Woke::Read(Ok(n)) => {
                 if let Err(e) = parser.feed(&buf[..n]) {
                     return failed(e.to_string());
                 }
+                let mut pong = false;
                 loop {
                     match parser.next() {
                         Ok(None) => break,
                         Ok(Some(op)) => match op {
                             ServerOp::Msg(m) => ex.borrow_mut().bus_message(m),
-                            ServerOp::Ping => {
-                                if let Some(b) = ex.borrow_mut().bus.as_mut() {
-                                    b.queue(nats::pong().to_vec());
-                                }
-                            }
+                            // One PONG answers every PING of a read.
+                            ServerOp::Ping => pong = true,
                             ServerOp::Pong => pings_out = 0,
                             ServerOp::Ok => {}
                             ServerOp::Info(info) => {
@@ -463,12 +517,26 @@ async fn carry(
                                     return failed("the server is shutting down (lame duck mode)");
                                 }
                             }
-                            ServerOp::Err(text) => return failed(format!("server said: {text}")),
+                            ServerOp::Err(text) => {
+                                return failed(format!("server said: {}", shown_text(&text)))
+                            }
                         },
                         Err(e) => return failed(e.to_string()),
                     }
                 }
+                if pong {
+                    if let Some(b) = ex.borrow_mut().bus.as_mut() {
+                        if b.out_bytes + nats::pong().len() <= MAX_OUTBOX_BYTES {
+                            b.queue(nats::pong().to_vec());
+                        }
+                    }
+                }
                 wake::kick();
+                // Many reads in a row: let the worker's requests go first.
+                reads += 1;
+                if reads % 16 == 0 {
+                    yield_now().await;
+                }
             }
             Woke::Read(Err(e)) => return e.into(),
             Woke::Queued | Woke::Timer => {}
@@ -514,7 +582,8 @@ async fn next_op(stream: &Stream, parser: &mut Parser, buf: &mut [u8]) -> Result
             Ok(None) => {}
             Err(e) => return Err(Error::Protocol(e.to_string())),
         }
-        let n = stream.recv(buf).await?;
+        let room = parser.room().clamp(1, buf.len());
+        let n = stream.recv(&mut buf[..room]).await?;
         if n == 0 {
             return Err(Error::Closed);
         }
@@ -522,6 +591,37 @@ async fn next_op(stream: &Stream, parser: &mut Parser, buf: &mut [u8]) -> Result
             .feed(&buf[..n])
             .map_err(|e| Error::Protocol(e.to_string()))?;
     }
+}
+
+/// What a server says, fit for a log line: control characters escaped, at most 200 bytes.
+fn shown_text(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if out.len() >= 200 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Lets the worker's event loop run once before going on (a task that wakes itself is run
+/// again from the next loop iteration).
+async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if core::mem::replace(&mut yielded, true) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
 }
 
 fn op_name(op: &ServerOp) -> &'static str {
@@ -576,11 +676,12 @@ impl Exchange {
     pub(super) fn bus_message(&mut self, m: Msg) {
         let Some(b) = self.bus.as_mut() else { return };
         b.stats.bytes_in += m.payload.len() as u64;
-        if b.inbox.len() >= MAX_INBOX {
+        if b.inbox.len() >= MAX_INBOX || b.in_bytes + m.payload.len() > MAX_INBOX_BYTES {
             b.stats.dropped_in += 1;
             return;
         }
         b.stats.messages_in += 1;
+        b.in_bytes += m.payload.len();
         b.inbox.push_back(m);
     }
 }

@@ -10,6 +10,10 @@ use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
 
 use super::{fresh_nonce, Exchange};
+
+/// Payload bytes a step verifies at most (each costs an HMAC): the rest waits for the next
+/// step, so that a flood on the bus delays the exchange, never the worker's requests.
+const STEP_BYTES: usize = 1 << 20;
 use crate::clock::wall_ms;
 
 impl Exchange {
@@ -19,10 +23,15 @@ impl Exchange {
         let Some(b) = self.bus.as_mut() else {
             return false;
         };
-        let inbox = b.take_inbox();
+        let inbox = b.take_inbox(STEP_BYTES);
+        let more = b.has_inbox();
         let mut changed = false;
         for m in inbox {
             changed |= self.bus_one(now, &m.subject, &m.payload);
+        }
+        if more {
+            // The rest at the next step, after the requests waiting meanwhile.
+            crate::wake::kick();
         }
         changed
     }
@@ -58,8 +67,9 @@ impl Exchange {
                     _ => (&mut b.stats.refused_malformed, &mut b.told_malformed),
                 };
                 *count += 1;
-                // Once per kind of refusal, until a message is believed again.
-                if !core::mem::replace(told, true) {
+                // Once a minute at most per kind of refusal: the counters say how many.
+                if told.map_or(true, |t| now.saturating_sub(t) >= 60_000) {
+                    *told = Some(now);
                     ngx::ngx_log_error!(
                         NGX_LOG_INFO,
                         ngx_cycle_log().as_ptr(),
@@ -89,8 +99,8 @@ impl Exchange {
             } if subject == s.inbox => {
                 (b.members.reply(now, now_us, &sender, seq, &nonce), message)
             }
-            Frame::Hello { sender, nonce } if subject == s.hello || subject == s.hello_me => {
-                if b.members.hello_from(now, &sender) {
+            Frame::Hello { sender, seq, nonce } if subject == s.hello || subject == s.hello_me => {
+                if b.members.hello_from(now, now_us, &sender, seq, &nonce) {
                     self.bus_answer(now, &sender, &nonce);
                 }
                 return false;
@@ -103,8 +113,6 @@ impl Exchange {
         };
         match take {
             Take::Accept => {
-                b.told_auth = false;
-                b.told_malformed = false;
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
                 };
@@ -131,7 +139,8 @@ impl Exchange {
         let Some(nonce) = fresh_nonce(self) else {
             return;
         };
-        let payload = frame::hello(&self.key, &self.spec.id, &nonce);
+        let seq = self.bus_seq();
+        let payload = frame::hello(&self.key, &self.spec.id, seq, &nonce);
         if let Some(b) = self.bus.as_mut() {
             b.members.hello_sent(now, nonce);
             b.publish(subject, &payload);

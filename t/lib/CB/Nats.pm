@@ -456,7 +456,7 @@ sub header {
 	$body = substr($body, 0, -70) if length $body >= 70;
 	my %h = (kind => $kind, sender => $sender, body => $body);
 	@h{qw/ seq /} = @rest if $kind eq 'opinions';
-	@h{qw/ nonce /} = @rest if $kind eq 'hello';
+	@h{qw/ seq nonce /} = @rest if $kind eq 'hello';
 	@h{qw/ seq nonce /} = @rest if $kind eq 'reply';
 	return \%h;
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cbbus 1 opinions SENDER SEQ          the sender's own opinions, to every member
-//! cbbus 1 hello SENDER NONCE           "tell me what you think", to every member or one
+//! cbbus 1 hello SENDER SEQ NONCE       "tell me what you think", to every member or one
 //! cbbus 1 reply SENDER SEQ NONCE       the answer to a hello, to the asker's inbox alone
 //! ```
 //!
@@ -33,7 +33,11 @@ pub enum Frame {
         message: Message,
     },
     /// A member asks for every member's opinions (or one's), to be answered in its inbox.
-    Hello { sender: String, nonce: Nonce },
+    Hello {
+        sender: String,
+        seq: u64,
+        nonce: Nonce,
+    },
     /// A member answers this instance's hello `nonce`.
     Reply {
         sender: String,
@@ -100,9 +104,13 @@ pub fn opinions(key: &FleetKey, sender: &str, seq: u64, body: &[u8]) -> Vec<u8> 
     seal(key, header("opinions", sender, &[seq.to_string()]), body)
 }
 
-/// `sender`'s hello with its fresh `nonce`.
-pub fn hello(key: &FleetKey, sender: &str, nonce: &Nonce) -> Vec<u8> {
-    seal(key, header("hello", sender, &[nonce.hex()]), b"")
+/// `sender`'s hello at sequence `seq` (which dates it) with its fresh `nonce`.
+pub fn hello(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce) -> Vec<u8> {
+    seal(
+        key,
+        header("hello", sender, &[seq.to_string(), nonce.hex()]),
+        b"",
+    )
 }
 
 /// `sender`'s answer to the hello `nonce`: its opinions (`body`) at sequence `seq`.
@@ -179,7 +187,8 @@ pub fn open(key: &FleetKey, payload: &[u8]) -> Result<Frame, FrameError> {
             message: message(body)?,
             sender,
         }),
-        (b"hello", [nonce]) if body.is_empty() => Ok(Frame::Hello {
+        (b"hello", [seq, nonce]) if body.is_empty() => Ok(Frame::Hello {
+            seq: number(seq)?,
             nonce: Nonce::parse(nonce).ok_or(FrameError::Header)?,
             sender,
         }),
@@ -230,9 +239,10 @@ mod tests {
         let o = open(&k, &opinions(&k, "edge 1", 42, &body("edge 1"))).unwrap();
         assert!(matches!(&o, Frame::Opinions { sender, seq: 42, .. } if sender == "edge 1"));
         assert_eq!(
-            open(&k, &hello(&k, "b", &n)).unwrap(),
+            open(&k, &hello(&k, "b", 5, &n)).unwrap(),
             Frame::Hello {
                 sender: "b".into(),
+                seq: 5,
                 nonce: n
             }
         );
@@ -246,7 +256,7 @@ mod tests {
         let k = key();
         let n = Nonce([1; 16]);
         let o = opinions(&k, "a", 1, &body("a"));
-        let h = hello(&k, "a", &n);
+        let h = hello(&k, "a", 1, &n);
         let r = reply(&k, "a", 1, &n, &body("a"));
         assert!(looks_like(&o, Kind::Opinions) && !looks_like(&o, Kind::Hello));
         assert!(looks_like(&h, Kind::Hello) && !looks_like(&h, Kind::Reply));
@@ -276,10 +286,11 @@ mod tests {
             "cbbus 1 opinions a -1\n",
             "cbbus 1 opinions a 1 2\n",
             "cbbus 1 hello a 0707\n",
+            "cbbus 1 hello a 07070707070707070707070707070707\n",
             "cbbus 1 shout a 1\n",
             "cbbus 1 opinions a 99999999999999999999\n",
             "cbbus 1 opinions\n",
-            "cbbus 1 hello a 07070707070707070707070707070707\nextra",
+            "cbbus 1 hello a 1 07070707070707070707070707070707\nextra",
             "no line break at all",
         ] {
             let sealed = k.seal_bus(head.as_bytes());

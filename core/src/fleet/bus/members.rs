@@ -7,17 +7,31 @@
 //! So a recorded message is believed at most once, by an instance that had not heard it, and
 //! only while the member's later ones were not yet heard.
 //!
+//! A reply counts only within a round of its hello, and never lowers a member's sequence
+//! below a word taken after that hello was sent: a reply recorded and held back cannot bring
+//! back what the member has said since. Every message is dated by its sequence (the sender's
+//! clock): one older than the expiry and a minute is refused before anything is kept of its
+//! sender, so recordings expire with the opinions they carry.
+//!
 //! Membership is whoever speaks: a member is known from its first sealed message, and
 //! forgotten once nothing was taken from it for the expiry (its opinions expire with it).
-//! Bounded: at most `max` members, every hello of this instance kept for the expiry and at
-//! most [`MAX_HELLOS`] at once, one answered hello per member per pace.
+//! Bounded: at most `max` members, of which at most [`MAX_UNVERIFIED`] not yet believed (a
+//! believed one takes the place of the oldest of those when full); every hello of this
+//! instance kept for a round and at most [`MAX_HELLOS`] at once; one answer per member per
+//! pace, and none to a hello answered already.
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::fleet::auth::{Nonce, POKE_AHEAD_US};
 
 /// Hellos of this instance awaiting replies at once; an older one is dropped.
-pub const MAX_HELLOS: usize = 8;
+pub const MAX_HELLOS: usize = 64;
+/// Senders not yet believed kept at once: recordings of departed members cannot fill the
+/// table.
+pub const MAX_UNVERIFIED: usize = 64;
+/// How far behind this instance's clock a message's sequence may be beyond the expiry (µs):
+/// clocks of a fleet's machines differ by far less.
+pub const BEHIND_US: u64 = 60_000_000;
 
 /// What to do with a message of a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +59,9 @@ pub enum Why {
     Full,
     /// It names this instance as its sender: another instance uses this id.
     OwnId,
+    /// Its sequence is older than the expiry (and a minute) by this instance's clock: a
+    /// recording.
+    Stale,
 }
 
 impl Why {
@@ -57,17 +74,19 @@ impl Why {
             Why::UnknownNonce => "unknown_nonce",
             Why::Full => "members_full",
             Why::OwnId => "own_id",
+            Why::Stale => "stale",
         }
     }
 
     /// Every reason, in the status page's order.
-    pub const ALL: [Why; 6] = [
+    pub const ALL: [Why; 7] = [
         Why::Replayed,
         Why::Ahead,
         Why::Unverified,
         Why::UnknownNonce,
         Why::Full,
         Why::OwnId,
+        Why::Stale,
     ];
 }
 
@@ -79,8 +98,9 @@ struct Member {
     heard_ms: Option<u64>,
     /// When this instance last asked it (a targeted hello).
     asked_ms: Option<u64>,
-    /// When this instance last answered its hello.
+    /// When this instance last answered its hello, and which.
     answered_ms: Option<u64>,
+    answered_nonce: Option<Nonce>,
     /// When it was first seen (any sealed message): one never heard is forgotten after the
     /// expiry too.
     seen_ms: u64,
@@ -146,11 +166,32 @@ impl Members {
         Take::Refuse { why, ask }
     }
 
-    /// The member `id`, made when there is room.
-    fn member(&mut self, now_ms: u64, id: &str) -> Option<&mut Member> {
+    /// The member `id`, made when there is room: for one not yet believed, while fewer than
+    /// [`MAX_UNVERIFIED`] such are kept; for one `believed`, in the place of the oldest of
+    /// those when the table is full.
+    fn member(&mut self, now_ms: u64, id: &str, believed: bool) -> Option<&mut Member> {
         if !self.members.contains_key(id) {
-            if self.members.len() >= self.max {
+            let unverified = self
+                .members
+                .values()
+                .filter(|m| m.last_seq.is_none())
+                .count();
+            if !believed && unverified >= MAX_UNVERIFIED {
                 return None;
+            }
+            if self.members.len() >= self.max {
+                let oldest = self
+                    .members
+                    .iter()
+                    .filter(|(_, m)| m.last_seq.is_none())
+                    .min_by_key(|(_, m)| m.seen_ms)
+                    .map(|(k, _)| k.clone());
+                match oldest.filter(|_| believed) {
+                    Some(k) => {
+                        self.members.remove(&k);
+                    }
+                    None => return None,
+                }
             }
             self.members.insert(
                 id.to_owned(),
@@ -161,6 +202,18 @@ impl Members {
             );
         }
         self.members.get_mut(id)
+    }
+
+    /// Why a sequence cannot be news at `now_us`, whoever sent it.
+    fn dated(&self, seq: u64, now_us: u64) -> Option<Why> {
+        if seq > now_us.saturating_add(POKE_AHEAD_US) {
+            return Some(Why::Ahead);
+        }
+        let behind = self
+            .expire_ms
+            .saturating_mul(1000)
+            .saturating_add(BEHIND_US);
+        (seq < now_us.saturating_sub(behind)).then_some(Why::Stale)
     }
 
     /// Whether to ask `m` now, noting it when so.
@@ -180,11 +233,11 @@ impl Members {
         if sender == self.own {
             return self.refuse(Why::OwnId, false);
         }
-        if seq > now_us.saturating_add(POKE_AHEAD_US) {
-            return self.refuse(Why::Ahead, false);
+        if let Some(why) = self.dated(seq, now_us) {
+            return self.refuse(why, false);
         }
         let pace = self.pace_ms;
-        let Some(m) = self.member(now_ms, sender) else {
+        let Some(m) = self.member(now_ms, sender, false) else {
             return self.refuse(Why::Full, false);
         };
         match m.last_seq {
@@ -228,50 +281,75 @@ impl Members {
         if sender == self.own {
             return self.refuse(Why::OwnId, false);
         }
-        if seq > now_us.saturating_add(POKE_AHEAD_US) {
-            return self.refuse(Why::Ahead, false);
+        if let Some(why) = self.dated(seq, now_us) {
+            return self.refuse(why, false);
         }
-        let exp = self.expire_ms;
+        // A reply comes within a round trip: one held back longer is not taken.
+        let window = self.pace_ms.saturating_mul(4);
         let Some(h) = self
             .hellos
-            .iter_mut()
-            .find(|h| h.nonce == *nonce && now_ms.saturating_sub(h.sent_ms) <= exp)
+            .iter()
+            .position(|h| h.nonce == *nonce && now_ms.saturating_sub(h.sent_ms) <= window)
         else {
             return self.refuse(Why::UnknownNonce, false);
         };
-        if h.answered.iter().any(|a| a == sender) {
+        if self.hellos[h].answered.iter().any(|a| a == sender) {
             return self.refuse(Why::UnknownNonce, false);
         }
-        if h.answered.len() >= self.max {
+        if self.hellos[h].answered.len() >= self.max {
             return self.refuse(Why::Full, false);
         }
-        h.answered.push(sender.to_owned());
-        let Some(m) = self.member(now_ms, sender) else {
+        let sent_ms = self.hellos[h].sent_ms;
+        let Some(m) = self.member(now_ms, sender, true) else {
             return self.refuse(Why::Full, false);
         };
-        // Fresh by the nonce: its sequence is the one to beat from now on, even below an
-        // earlier one (its clock went back), so that its broadcasts are heard again.
+        // Fresh by the nonce, but a word taken since the hello was sent is newer than this
+        // reply: it stands. Below an earlier word and before any since, its clock went back:
+        // its sequence is the one to beat from now on, so that its broadcasts are heard again.
+        if let Some(last) = m.last_seq {
+            if seq <= last && m.heard_ms.is_some_and(|t| t >= sent_ms) {
+                return self.refuse(Why::Replayed, false);
+            }
+        }
         m.last_seq = Some(seq);
         m.heard_ms = Some(now_ms);
+        self.hellos[h].answered.push(sender.to_owned());
         Take::Accept
     }
 
-    /// A sealed hello of `sender`: whether to answer it now (once per pace per member).
-    pub fn hello_from(&mut self, now_ms: u64, sender: &str) -> bool {
+    /// A sealed hello of `sender` at sequence `seq` with `nonce`: whether to answer it now.
+    /// Once per pace per member, and never twice to one nonce (so that a recorded hello
+    /// replayed cannot use up the member's turns).
+    pub fn hello_from(
+        &mut self,
+        now_ms: u64,
+        now_us: u64,
+        sender: &str,
+        seq: u64,
+        nonce: &Nonce,
+    ) -> bool {
         if sender == self.own {
             self.refuse(Why::OwnId, false);
             return false;
         }
+        if let Some(why) = self.dated(seq, now_us) {
+            self.refuse(why, false);
+            return false;
+        }
         let pace = self.pace_ms;
-        let Some(m) = self.member(now_ms, sender) else {
+        let Some(m) = self.member(now_ms, sender, false) else {
             self.refuse(Why::Full, false);
             return false;
         };
+        if m.answered_nonce == Some(*nonce) {
+            return false;
+        }
         let due = m
             .answered_ms
             .map_or(true, |t| now_ms.saturating_sub(t) >= pace);
         if due {
             m.answered_ms = Some(now_ms);
+            m.answered_nonce = Some(*nonce);
         }
         due
     }
@@ -289,8 +367,9 @@ impl Members {
             }
             keep
         });
+        let window = self.pace_ms.saturating_mul(4);
         self.hellos
-            .retain(|h| now_ms.saturating_sub(h.sent_ms) <= exp);
+            .retain(|h| now_ms.saturating_sub(h.sent_ms) <= window);
         gone.sort();
         gone
     }
@@ -307,10 +386,10 @@ mod tests {
         Members::new("me", 4, 3000, 250)
     }
 
-    fn verified(t: &mut Members, id: &str, seq: u64, nonce: u8) {
+    fn verified(t: &mut Members, now: u64, id: &str, seq: u64, nonce: u8) {
         let n = Nonce([nonce; 16]);
-        t.hello_sent(0, n);
-        assert_eq!(t.reply(0, US, id, seq, &n), Take::Accept);
+        t.hello_sent(now, n);
+        assert_eq!(t.reply(now, US, id, seq, &n), Take::Accept);
     }
 
     #[test]
@@ -331,7 +410,7 @@ mod tests {
                 ask: false
             }
         );
-        verified(&mut t, "a", US - 3, 1);
+        verified(&mut t, 15, "a", US - 3, 1);
         assert_eq!(
             t.opinions(20, US, "a", US - 3),
             Take::Refuse {
@@ -359,30 +438,30 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_counts_once_and_only_for_an_awaited_hello() {
+    fn a_reply_counts_once_within_a_round_of_its_hello() {
         let mut t = table();
         let n = Nonce([9; 16]);
         assert_eq!(
-            t.reply(0, US, "a", 1, &n),
+            t.reply(0, US, "a", US, &n),
             Take::Refuse {
                 why: Why::UnknownNonce,
                 ask: false
             }
         );
         t.hello_sent(0, n);
-        assert_eq!(t.reply(1, US, "a", 1, &n), Take::Accept);
+        assert_eq!(t.reply(1, US, "a", US, &n), Take::Accept);
         assert!(matches!(
-            t.reply(2, US, "a", 2, &n),
+            t.reply(2, US, "a", US + 1, &n),
             Take::Refuse {
                 why: Why::UnknownNonce,
                 ..
             }
         ));
         // Another member answers the same hello.
-        assert_eq!(t.reply(2, US, "b", 5, &n), Take::Accept);
-        // Past the expiry the hello is no longer awaited.
+        assert_eq!(t.reply(2, US, "b", US, &n), Take::Accept);
+        // Past a round (4 paces) the hello is no longer awaited.
         assert!(matches!(
-            t.reply(3001, US, "c", 5, &n),
+            t.reply(1001, US, "c", US, &n),
             Take::Refuse {
                 why: Why::UnknownNonce,
                 ..
@@ -391,9 +470,29 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_held_back_cannot_bring_back_an_older_word() {
+        let mut t = table();
+        verified(&mut t, 0, "a", US, 1);
+        // A hello to a; its reply (at US + 10) is recorded and held back by someone.
+        let n = Nonce([2; 16]);
+        t.hello_sent(100, n);
+        // a says newer things, believed.
+        assert_eq!(t.opinions(200, US, "a", US + 20), Take::Accept);
+        // The held-back reply is not news any more.
+        assert!(matches!(
+            t.reply(300, US, "a", US + 10, &n),
+            Take::Refuse {
+                why: Why::Replayed,
+                ..
+            }
+        ));
+        assert_eq!(t.opinions(400, US, "a", US + 21), Take::Accept);
+    }
+
+    #[test]
     fn a_member_whose_clock_went_back_is_heard_again_through_a_reply() {
         let mut t = table();
-        verified(&mut t, "a", US, 1);
+        verified(&mut t, 0, "a", US, 1);
         assert_eq!(
             t.opinions(300, US, "a", US - 1_000_000),
             Take::Refuse {
@@ -401,23 +500,46 @@ mod tests {
                 ask: true
             }
         );
-        verified(&mut t, "a", US - 999_000, 2);
+        verified(&mut t, 310, "a", US - 999_000, 2);
         assert_eq!(t.opinions(600, US, "a", US - 998_000), Take::Accept);
+    }
+
+    #[test]
+    fn recordings_expire_with_their_opinions() {
+        let mut t = table();
+        let old = US - 3_000_000 - BEHIND_US - 1;
+        assert!(matches!(
+            t.opinions(0, US, "a", old),
+            Take::Refuse {
+                why: Why::Stale,
+                ask: false
+            }
+        ));
+        assert!(!t.hello_from(0, US, "a", old, &Nonce([1; 16])));
+        t.hello_sent(0, Nonce([3; 16]));
+        assert!(matches!(
+            t.reply(0, US, "a", old, &Nonce([3; 16])),
+            Take::Refuse {
+                why: Why::Stale,
+                ..
+            }
+        ));
+        assert!(t.members.is_empty(), "nothing kept of a recording's sender");
     }
 
     #[test]
     fn bounds_hold() {
         let mut t = table();
         for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
-            verified(&mut t, id, 1, i as u8);
+            verified(&mut t, 0, id, US, i as u8);
         }
         assert!(matches!(
-            t.opinions(0, US, "e", 2),
+            t.opinions(0, US, "e", US),
             Take::Refuse { why: Why::Full, .. }
         ));
-        assert!(!t.hello_from(0, "e"));
+        assert!(!t.hello_from(0, US, "e", US, &Nonce([7; 16])));
         assert!(matches!(
-            t.opinions(0, US, "me", 2),
+            t.opinions(0, US, "me", US),
             Take::Refuse {
                 why: Why::OwnId,
                 ..
@@ -430,14 +552,14 @@ mod tests {
                 ..
             }
         ));
-        for i in 0..20u8 {
+        for i in 0..100u8 {
             t.hello_sent(0, Nonce([100 + i; 16]));
         }
         assert_eq!(t.hellos.len(), MAX_HELLOS);
         // Forgotten after the expiry, with room again.
         assert_eq!(t.forget(3001), ["a", "b", "c", "d"]);
         assert!(matches!(
-            t.opinions(3001, US, "e", 2),
+            t.opinions(3001, US, "e", US),
             Take::Refuse {
                 why: Why::Unverified,
                 ..
@@ -448,13 +570,33 @@ mod tests {
     }
 
     #[test]
-    fn hellos_are_answered_once_per_pace() {
+    fn senders_not_believed_cannot_crowd_out_members() {
+        let mut t = Members::new("me", 200, 3000, 250);
+        for i in 0..(MAX_UNVERIFIED + 10) {
+            let _ = t.opinions(0, US, &format!("ghost{i}"), US);
+        }
+        let unverified = t.members.values().filter(|m| m.last_seq.is_none()).count();
+        assert_eq!(unverified, MAX_UNVERIFIED);
+        // A member believed still finds room, even in a full table.
+        let mut full = Members::new("me", MAX_UNVERIFIED, 3000, 250);
+        for i in 0..MAX_UNVERIFIED {
+            let _ = full.opinions(0, US, &format!("ghost{i}"), US);
+        }
+        verified(&mut full, 1, "real", US, 1);
+        assert_eq!(full.opinions(2, US, "real", US + 1), Take::Accept);
+    }
+
+    #[test]
+    fn hellos_are_answered_once_per_pace_and_never_twice_to_one_nonce() {
         let mut t = table();
-        assert!(t.hello_from(0, "a"));
-        assert!(!t.hello_from(100, "a"));
-        assert!(t.hello_from(250, "a"));
-        assert!(t.hello_from(250, "b"));
-        assert!(!t.hello_from(0, "me"));
+        let (n1, n2) = (Nonce([1; 16]), Nonce([2; 16]));
+        assert!(t.hello_from(0, US, "a", US, &n1));
+        assert!(!t.hello_from(100, US, "a", US, &n2));
+        // A replay of the answered hello uses no turn: the next fresh one is answered.
+        assert!(!t.hello_from(250, US, "a", US, &n1));
+        assert!(t.hello_from(250, US, "a", US, &n2));
+        assert!(t.hello_from(250, US, "b", US, &n1));
+        assert!(!t.hello_from(0, US, "me", US, &n1));
     }
 
     proptest! {
@@ -466,13 +608,13 @@ mod tests {
             start in 0u64..50,
         ) {
             let mut t = table();
-            verified(&mut t, "a", start, 1);
-            let mut last = start;
+            verified(&mut t, 0, "a", US + start, 1);
+            let mut last = US + start;
             for (i, s) in seqs.into_iter().enumerate() {
-                match t.opinions(i as u64, US, "a", s) {
+                match t.opinions(i as u64, US, "a", US + s) {
                     Take::Accept => {
-                        prop_assert!(s > last);
-                        last = s;
+                        prop_assert!(US + s > last);
+                        last = US + s;
                     }
                     Take::Refuse { why, .. } => prop_assert_eq!(why, Why::Replayed),
                 }
