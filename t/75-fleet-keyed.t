@@ -90,13 +90,6 @@ sub fail_key {
 	return @st;
 }
 
-sub error_log {
-	my ($i) = @_;
-	open my $fh, '<', $f->dir($i) . '/error.log' or return '';
-	local $/;
-	return <$fh>;
-}
-
 # a few rounds of healthy exchange first
 sleep 2.5;
 
@@ -125,7 +118,7 @@ my $paid = CB::Origin::hits($hits);
 ok($paid >= 3 && $paid <= 5, "instance 1: the key opened on $paid failures of its own")
 	or diag("statuses: @st");
 is((key_breaker(1, 'shop.example') // {})->{state}, 'open', 'instance 1: the key is open');
-like(error_log(1), qr/key "shop\.example" opened: .* while suspected/,
+like($f->error_log(1), qr/key "shop\.example" opened: .* while suspected/,
 	'instance 1: opened while suspected');
 
 # another key of the same family hears nothing of shop.example

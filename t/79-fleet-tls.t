@@ -63,22 +63,18 @@ basicConstraints = CA:FALSE
 subjectAltName = IP:127.0.0.1, DNS:fleet.test
 EOF
 
-sub openssl {
-	my ($cmd) = @_;
-	system("openssl $cmd >>$d/openssl.out 2>&1") == 0
-		or die "openssl $cmd failed, see openssl.out\n";
-}
-
-openssl("req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
+CB::Fleet::openssl($d,
+	"req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
 	. "-subj /CN=fleet-ca/ -addext basicConstraints=critical,CA:TRUE "
 	. "-addext keyUsage=keyCertSign,cRLSign -keyout $d/ca.key -out $d/ca.crt");
 for my $i (0 .. 2) {
-	openssl("req -new -nodes -newkey rsa:2048 -config $d/openssl.conf "
+	CB::Fleet::openssl($d, "req -new -nodes -newkey rsa:2048 -config $d/openssl.conf "
 		. "-subj /CN=edge$i/ -keyout $d/i$i.key -out $d/i$i.csr");
-	openssl("x509 -req -days 2 -in $d/i$i.csr -CA $d/ca.crt -CAkey $d/ca.key "
+	CB::Fleet::openssl($d, "x509 -req -days 2 -in $d/i$i.csr -CA $d/ca.crt -CAkey $d/ca.key "
 		. "-CAcreateserial -extfile $d/openssl.conf -extensions leaf -out $d/i$i.crt");
 }
-openssl("req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
+CB::Fleet::openssl($d,
+	"req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
 	. "-extensions leaf -subj /CN=impostor/ -keyout $d/i3.key -out $d/i3.crt");
 
 my $f = CB::Fleet->new(

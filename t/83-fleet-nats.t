@@ -85,67 +85,22 @@ sub mark { diag(sprintf('%s at %.1fs (%s)', $_[0], time() - $T0, CB::Nats::versi
 
 # the fleet's view on instance I's status page, its bus, its members' ids
 
-sub fleet {
-	my ($f, $i) = @_;
-	return (($f->status($i) // {})->{fleet}) // {};
-}
-
-sub bus {
-	my ($f, $i) = @_;
-	return fleet($f, $i)->{bus} // {};
-}
-
-sub members {
-	my ($f, $i) = @_;
-	return join ' ', sort map { $_->{id} } @{fleet($f, $i)->{peers} // []};
-}
-
 sub fleet_breaker {
 	my ($f, $i) = @_;
-	my ($b) = grep { $_->{upstream} eq 'origin' } @{fleet($f, $i)->{breakers} // []};
+	my ($b) = grep { $_->{upstream} eq 'origin' } @{$f->fleet_status($i)->{breakers} // []};
 	return $b // {};
 }
 
 sub member {
 	my ($f, $i, $id) = @_;
-	my ($m) = grep { $_->{id} eq $id } @{fleet($f, $i)->{peers} // []};
+	my ($m) = grep { $_->{id} eq $id } @{$f->fleet_status($i)->{peers} // []};
 	return $m;
 }
 
 # CHECK's first true value within TIMEOUT seconds, or undef
 
-sub within {
-	my ($timeout, $check) = @_;
-	my $end = time() + $timeout;
-	while (1) {
-		my $r = $check->();
-		return $r if $r;
-		last if time() >= $end;
-		sleep 0.05;
-	}
-	return undef;
-}
-
 # failing requests to instance I, one at a time, until one is answered 503 (the breaker's)
 # or MAX were sent; the statuses
-
-sub fail_until_open {
-	my ($f, $i, $max) = @_;
-	my @st;
-	for (1 .. $max) {
-		my ($st) = $f->get($i, "/u?status=500&i=$i", 3);
-		push @st, $st;
-		last if $st == 503;
-	}
-	return @st;
-}
-
-sub error_log {
-	my ($f, $i) = @_;
-	open my $fh, '<', $f->dir($i) . '/error.log' or return '';
-	local $/;
-	return <$fh>;
-}
 
 # warn lines of an outage ("bus server ...: ...; reconnecting") in LOG
 
@@ -192,31 +147,31 @@ mark('one server');
 
 $f->start($_, fleet => 1) for 0 .. 1;
 
-my $met = within(10, sub {
-	members($f, 0) eq 'i1' && members($f, 1) eq 'i0'
+my $met = CB::Fleet::within(10, sub {
+	$f->members(0) eq 'i1' && $f->members(1) eq 'i0'
 });
-my @b = map { bus($f, $_) } 0 .. 1;
+my @b = map { $f->bus($_) } 0 .. 1;
 ok($met && !grep({ $_->{state} ne 'connected' || $_->{server} ne $n->addr
 	|| ($_->{server_name} // '') ne 'one' || $_->{members} != 1 } @b),
 	'i0 and i1 connected to the server, each the other\'s member')
 	or diag(explain(\@b));
-is(join(' ', map { fleet($f, $_)->{transport} } 0 .. 1), 'nats nats',
+is(join(' ', map { $f->fleet_status($_)->{transport} } 0 .. 1), 'nats nats',
 	'the transport is nats');
 
 ###############################################################################
 # a. opinions cross
 
-my @st = fail_until_open($f, 0, $MIN + 5);
+my @st = $f->fail_until_open(0, $MIN + 5);
 is(CB::Origin::hits($hits), $MIN, "i0 opened on its $MIN failures at the origin");
 is($st[-1], 503, 'i0: then 503');
 
 my $t1 = time();
-my $sus = within(10, sub { ($f->breaker(1) // {})->{suspicious} });
+my $sus = CB::Fleet::within(10, sub { ($f->breaker(1) // {})->{suspicious} });
 ok($sus, sprintf('i1 suspicious %.2fs after i0 opened', time() - $t1));
-is(within(5, sub { fleet_breaker($f, 1)->{peers_open} }), 1, 'i1: one member open');
+is(CB::Fleet::within(5, sub { fleet_breaker($f, 1)->{peers_open} }), 1, 'i1: one member open');
 
 CB::Origin::clear($hits);
-@st = fail_until_open($f, 1, $MIN + 5);
+@st = $f->fail_until_open(1, $MIN + 5);
 is(CB::Origin::hits($hits), $SUSPECT, "i1 opened on $SUSPECT failures of its own");
 like(($f->breaker(1) // {})->{last_transition} // '', qr/while suspected$/,
 	'i1: while suspected');
@@ -228,7 +183,7 @@ mark('b. i2 later');
 
 $f->start(2, fleet => 1);
 my $started = time();
-$sus = within(10, sub { ($f->breaker(2) // {})->{suspicious} });
+$sus = CB::Fleet::within(10, sub { ($f->breaker(2) // {})->{suspicious} });
 my $took = time() - $started;
 ok($sus && $took <= 1 + 3, sprintf('i2 suspicious %.2fs after it started '
 	. '(an interval is 1s)', $took));
@@ -250,7 +205,7 @@ ok($hello && $reply && (CB::Nats::state_of($reply->{payload}, 'origin') // '') e
 	&& CB::Nats::open_sealed($f->{secret}, $reply->{payload}),
 	'i2 said hello, i0 answered in its inbox with its nonce, sealed: open')
 	or diag(explain([ map { $_->{subject} . ' ' . $_->{payload} } $rec->msgs() ]));
-ok(within(5, sub { members($f, 2) eq 'i0 i1' }), 'i2 knows both');
+ok(CB::Fleet::within(5, sub { $f->members(2) eq 'i0 i1' }), 'i2 knows both');
 is(($f->breaker(2) // {})->{state}, 'closed', 'i2 itself stays closed');
 
 ###############################################################################
@@ -277,15 +232,15 @@ my ($fp) = $rec_open =~ /^i0 origin default ([0-9a-f]{16}) open /m;
 # everything afresh: breakers closed, no member known
 $f->stop($_) for 0 .. 2;
 $f->start($_, fleet => 1) for 0 .. 2;
-$met = within(10, sub {
-	members($f, 0) eq 'i1 i2' && members($f, 1) eq 'i0 i2' && members($f, 2) eq 'i0 i1'
+$met = CB::Fleet::within(10, sub {
+	$f->members(0) eq 'i1 i2' && $f->members(1) eq 'i0 i2' && $f->members(2) eq 'i0 i1'
 });
-ok($met, 'afresh: each knows the other two') or diag(explain([ map { fleet($f, $_) } 0 .. 2 ]));
+ok($met, 'afresh: each knows the other two') or diag(explain([ map { $f->fleet_status($_) } 0 .. 2 ]));
 my $fresh = $f->breaker(1) // {};
 ok($fresh->{fingerprint} eq $fp && !$fresh->{suspicious} && $fresh->{state} eq 'closed',
 	'the recording says i0 open with i1\'s own fingerprint; i1 closed, unsuspicious');
 
-my %before = map { $_ => bus($f, $_)->{refused} // {} } 0 .. 2;
+my %before = map { $_ => $f->bus($_)->{refused} // {} } 0 .. 2;
 my $in1 = CB::Nats::subjects(undef, 'i1');
 my $in2 = CB::Nats::subjects(undef, 'i2');
 my $body = CB::Nats::header($rec_open)->{body};
@@ -335,21 +290,21 @@ $rec->flush(5) or die "nats client: no PONG\n";
 my %want1 = (replayed => 2, own_id => 1, unknown_nonce => 1, auth => 6, malformed => 7);
 my $delta = sub {
 	my ($i, $r) = @_;
-	my $now = bus($f, $i)->{refused} // {};
+	my $now = $f->bus($i)->{refused} // {};
 	return join ' ', map { "$_=" . (($now->{$_} // 0) - ($before{$i}{$_} // 0)) }
 		sort keys %$r;
 };
 my $want = join ' ', map { "$_=$want1{$_}" } sort keys %want1;
-within(10, sub { $delta->(1, \%want1) eq $want });
+CB::Fleet::within(10, sub { $delta->(1, \%want1) eq $want });
 is($delta->(1, \%want1), $want, 'i1 refused and counted each');
-within(10, sub { $delta->(2, { unknown_nonce => 1 }) eq 'unknown_nonce=1' });
+CB::Fleet::within(10, sub { $delta->(2, { unknown_nonce => 1 }) eq 'unknown_nonce=1' });
 is($delta->(2, { unknown_nonce => 1 }), 'unknown_nonce=1',
 	'i2 refused the reply replayed into its inbox')
-	or diag(explain(bus($f, 2)));
+	or diag(explain($f->bus(2)));
 
 # two more rounds of i0's word after them: anything believed would show by then
 my $ex = (member($f, 1, 'i0') // {})->{exchanges} // 0;
-within(10, sub { ((member($f, 1, 'i0') // {})->{exchanges} // 0) >= $ex + 2 });
+CB::Fleet::within(10, sub { ((member($f, 1, 'i0') // {})->{exchanges} // 0) >= $ex + 2 });
 is(join(' ', breakers($f, 0 .. 2)), join(' ', ('closed/0/0/-') x 3),
 	'no breaker moved, none suspicious');
 is(join(' ', map { fleet_breaker($f, $_)->{peers_open} // '?' } 0 .. 2),
@@ -360,7 +315,7 @@ is(join(' ', map { fleet_breaker($f, $_)->{peers_open} // '?' } 0 .. 2),
 
 mark('d. members');
 
-is(join(' ', map { bus($f, $_)->{members} } 0 .. 2), '2 2 2', 'bus.members: 2 each');
+is(join(' ', map { $f->bus($_)->{members} } 0 .. 2), '2 2 2', 'bus.members: 2 each');
 
 # i2 stops: gone from the others' lists three intervals after they last heard it (the
 # latest last_exchange they showed, from before it stopped on)
@@ -377,13 +332,13 @@ my $heard = sub {
 $heard->();
 my $stopped = time();
 $f->stop(2);
-my $gone = within(15, sub { !$heard->() && time() });
+my $gone = CB::Fleet::within(15, sub { !$heard->() && time() });
 ok($gone, sprintf('i2 gone from i0 and i1, %.1fs after it stopped', ($gone // time()) - $stopped));
 ok($gone && $gone - $last >= 3 - 0.05,
 	sprintf('not before the expiry: %.2fs after last heard (3 intervals)',
 		($gone // 0) - $last));
-is(join(' ', members($f, 0), '/', members($f, 1), '/',
-	map { bus($f, $_)->{members} } 0, 1), 'i1 / i0 / 1 1', 'i0 and i1: each other alone');
+is(join(' ', $f->members(0), '/', $f->members(1), '/',
+	map { $f->bus($_)->{members} } 0, 1), 'i1 / i0 / 1 1', 'i0 and i1: each other alone');
 
 $f->stop_all();
 is(join('', $f->alerts()), '', 'no alerts on one server');
@@ -417,51 +372,51 @@ my $g = CB::Fleet->new(
 
 # i0 on any server, i1 on the two others
 $g->start(0, fleet => 1);
-my $x = within(10, sub { my $b = bus($g, 0); $b->{state} eq 'connected' && $b->{server} });
+my $x = CB::Fleet::within(10, sub { my $b = $g->bus(0); $b->{state} eq 'connected' && $b->{server} });
 die "i0 did not connect to the cluster\n" unless $x;
 $g->start(1, fleet => 1, bus => [ map { $_->url } grep { $_->addr ne $x } @c ]);
 
-$met = within(10, sub { members($g, 0) eq 'i1' && members($g, 1) eq 'i0' });
-my $y = bus($g, 1)->{server} // '';
+$met = CB::Fleet::within(10, sub { $g->members(0) eq 'i1' && $g->members(1) eq 'i0' });
+my $y = $g->bus(1)->{server} // '';
 ok($met && $y && $y ne $x, "i0 on $x and i1 on $y: members of each other");
 
-@st = fail_until_open($g, 0, $MIN + 5);
+@st = $g->fail_until_open(0, $MIN + 5);
 is(CB::Origin::hits($hits), $MIN, "i0 opened on its $MIN failures");
-$sus = within(10, sub { ($g->breaker(1) // {})->{suspicious} });
+$sus = CB::Fleet::within(10, sub { ($g->breaker(1) // {})->{suspicious} });
 ok($sus, 'i1, on another server, suspicious of it');
 
 # the server i0 uses dies
-my $log0 = length error_log($g, 0);
+my $log0 = length $g->error_log(0);
 my $killed = time();
 $by{$x}->kill();
-my $back = within(15, sub {
-	my $b = bus($g, 0);
+my $back = CB::Fleet::within(15, sub {
+	my $b = $g->bus(0);
 	$b->{state} eq 'connected' && $b->{connects} == 2 && $b
 });
 ok($back && $back->{server} ne $x && $back->{failures} >= 1,
 	sprintf('i0 connected to %s, %.2fs after %s died (connects %s, failures %s)',
 		$back->{server} // '-', time() - $killed, $x, $back->{connects} // '-',
 		$back->{failures} // '-'))
-	or diag(explain(bus($g, 0)));
+	or diag(explain($g->bus(0)));
 my $w = $back ? $back->{server} : '';
 # the outage is over once the new connection has held a ping interval: then, and not at
 # every reconnection, it is said at notice
 my $again = qr/\[notice\] [^\n]*connected to the bus at \Q$w\E again \(server "c\d"\)/;
-within(10, sub { substr(error_log($g, 0), $log0) =~ $again });
-my $since0 = substr(error_log($g, 0), $log0);
+CB::Fleet::within(10, sub { substr($g->error_log(0), $log0) =~ $again });
+my $since0 = substr($g->error_log(0), $log0);
 is(outage_warns($since0), 1, 'i0: one warn');
 like($since0, $again, 'i0: connected again, said at notice once the connection held');
-my $b1 = bus($g, 1);
+my $b1 = $g->bus(1);
 ok($b1->{state} eq 'connected' && $b1->{connects} == 1 && $b1->{failures} == 0,
 	'i1 noticed nothing') or diag(explain($b1));
 
 # i2, started now on a server i0 is not on: it hears i0 (the only one open)
 $g->start(2, fleet => 1, bus => [ map { $_->url } grep { $_->addr ne $w } @c ]);
-my $v = within(10, sub { my $b = bus($g, 2); $b->{state} eq 'connected' && $b->{server} });
-$sus = within(10, sub { ($g->breaker(2) // {})->{suspicious} });
+my $v = CB::Fleet::within(10, sub { my $b = $g->bus(2); $b->{state} eq 'connected' && $b->{server} });
+$sus = CB::Fleet::within(10, sub { ($g->breaker(2) // {})->{suspicious} });
 ok($v && $v ne $w && $sus, "i2 on " . ($v // '-') . ": suspicious of i0 (on $w)");
 CB::Origin::clear($hits);
-@st = fail_until_open($g, 2, $MIN + 5);
+@st = $g->fail_until_open(2, $MIN + 5);
 is(CB::Origin::hits($hits), $SUSPECT, "i2 opened on $SUSPECT failures of its own");
 like(($g->breaker(2) // {})->{last_transition} // '', qr/while suspected$/,
 	'i2: while suspected');
@@ -473,30 +428,30 @@ mark('f. all down');
 
 # an outage ends once a connection has held a ping interval (1s): each connection has,
 # before this one begins
-my $held_up = within(15, sub {
+my $held_up = CB::Fleet::within(15, sub {
 	!grep {
-		my $b = bus($g, $_);
+		my $b = $g->bus($_);
 		$b->{state} ne 'connected' || !defined $b->{since} || time() - $b->{since} < 2.5
 	} 0 .. 2
 });
 ok($held_up, 'every connection held 2.5s before the servers die');
 
 my @held = breakers($g, 0 .. 2);
-my @logs = map { length error_log($g, $_) } 0 .. 2;
-my @fails = map { bus($g, $_)->{failures} } 0 .. 2;
-my @connects = map { bus($g, $_)->{connects} } 0 .. 2;
+my @logs = map { length $g->error_log($_) } 0 .. 2;
+my @fails = map { $g->bus($_)->{failures} } 0 .. 2;
+my @connects = map { $g->bus($_)->{connects} } 0 .. 2;
 my $down = time();
 $_->kill() for grep { $_->running } @c;
 
 # each has tried every server of its own twice or more since
-my $tried = within(20, sub {
+my $tried = CB::Fleet::within(20, sub {
 	!grep {
-		my $b = bus($g, $_);
+		my $b = $g->bus($_);
 		$b->{state} eq 'connected' || $b->{failures} < $fails[$_] + 6
 	} 0 .. 2
 });
 ok($tried, sprintf('all three try again and again, none connected (%s) after %.1fs',
-	join(' ', map { my $b = bus($g, $_); "$b->{state}:$b->{failures}" } 0 .. 2),
+	join(' ', map { my $b = $g->bus($_); "$b->{state}:$b->{failures}" } 0 .. 2),
 	time() - $down));
 
 # requests meanwhile: through i1's closed breaker to the origin, and through every
@@ -517,26 +472,26 @@ is(join(' ', map { "$_:$codes{$_}" } sort keys %codes), '200:20 l200:30',
 	'requests all answered by their origin');
 is(CB::Origin::hits($hits), 20, 'the origin had each');
 
-my $expired = within(10, sub { !($g->breaker(1) // {})->{suspicious} });
+my $expired = CB::Fleet::within(10, sub { !($g->breaker(1) // {})->{suspicious} });
 ok($expired, 'i1: i0\'s word expired, it acts alone');
-is(join(' ', map { outage_warns(substr(error_log($g, $_), $logs[$_])) } 0 .. 2), '1 1 1',
+is(join(' ', map { outage_warns(substr($g->error_log($_), $logs[$_])) } 0 .. 2), '1 1 1',
 	'one warn each for the outage');
 
 # one server back, the one every instance lists
 my ($u) = grep { $_->addr ne $x && $_->addr ne $w } @c;
 $u->restart();
 my $restarted = time();
-my $up = within(20, sub {
+my $up = CB::Fleet::within(20, sub {
 	!grep {
-		my $b = bus($g, $_);
+		my $b = $g->bus($_);
 		$b->{state} ne 'connected' || $b->{server} ne $u->addr
 	} 0 .. 2
 });
 ok($up, sprintf('all three connected to %s again, %.1fs after it started', $u->addr,
 	time() - $restarted));
-is(join(' ', map { bus($g, $_)->{connects} - $connects[$_] } 0 .. 2), '1 1 1',
+is(join(' ', map { $g->bus($_)->{connects} - $connects[$_] } 0 .. 2), '1 1 1',
 	'one connection each');
-$sus = within(10, sub { ($g->breaker(1) // {})->{suspicious} });
+$sus = CB::Fleet::within(10, sub { ($g->breaker(1) // {})->{suspicious} });
 ok($sus, 'i1 hears i0 again: suspicious');
 my @after = breakers($g, 0 .. 2);
 s/\/suspicious$|\/-$// for @held, @after;

@@ -74,20 +74,14 @@ basicConstraints = CA:FALSE
 subjectAltName = IP:127.0.0.1, DNS:nats.test
 EOF
 
-sub openssl {
-	my ($d, $cmd) = @_;
-	system("openssl $cmd >>$d/openssl.out 2>&1") == 0
-		or die "openssl $cmd failed, see openssl.out\n";
-}
-
 for my $ca (qw/ ca other-ca /) {
-	openssl($d, "req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
+	CB::Fleet::openssl($d, "req -x509 -new -nodes -newkey rsa:2048 -days 2 -config $d/openssl.conf "
 		. "-subj /CN=$ca/ -addext basicConstraints=critical,CA:TRUE "
 		. "-addext keyUsage=keyCertSign,cRLSign -keyout $d/$ca.key -out $d/$ca.crt");
 }
-openssl($d, "req -new -nodes -newkey rsa:2048 -config $d/openssl.conf "
+CB::Fleet::openssl($d, "req -new -nodes -newkey rsa:2048 -config $d/openssl.conf "
 	. "-subj /CN=nats/ -keyout $d/nats.key -out $d/nats.csr");
-openssl($d, "x509 -req -days 2 -in $d/nats.csr -CA $d/ca.crt -CAkey $d/ca.key "
+CB::Fleet::openssl($d, "x509 -req -days 2 -in $d/nats.csr -CA $d/ca.crt -CAkey $d/ca.key "
 	. "-CAcreateserial -extfile $d/openssl.conf -extensions leaf -out $d/nats.crt");
 
 # the password server's credentials, right and wrong
@@ -113,58 +107,13 @@ my $f = CB::Fleet->new(
 		. "max_open=1h suspect_min=$SUSPECT",
 );
 
-sub fleet {
-	my ($f, $i) = @_;
-	return (($f->status($i) // {})->{fleet}) // {};
-}
-
-sub bus {
-	my ($f, $i) = @_;
-	return fleet($f, $i)->{bus} // {};
-}
-
-sub members {
-	my ($f, $i) = @_;
-	return join ' ', sort map { $_->{id} } @{fleet($f, $i)->{peers} // []};
-}
-
-sub within {
-	my ($timeout, $check) = @_;
-	my $end = time() + $timeout;
-	while (1) {
-		my $r = $check->();
-		return $r if $r;
-		last if time() >= $end;
-		sleep 0.05;
-	}
-	return undef;
-}
-
-sub fail_until_open {
-	my ($f, $i, $max) = @_;
-	my @st;
-	for (1 .. $max) {
-		my ($st) = $f->get($i, "/u?status=500&i=$i", 3);
-		push @st, $st;
-		last if $st == 503;
-	}
-	return @st;
-}
-
-sub error_log {
-	my ($f, $i) = @_;
-	open my $fh, '<', $f->dir($i) . '/error.log' or return '';
-	local $/;
-	return <$fh>;
-}
-
 # an instance that cannot connect: after at least FAILURES failures, its bus; undef if it
 # connected or failed fewer times within 20 s
 
 sub refused {
 	my ($f, $i, $failures) = @_;
-	return within(20, sub {
-		my $b = bus($f, $i);
+	return CB::Fleet::within(20, sub {
+		my $b = $f->bus($i);
 		return undef if ($b->{connects} // 1) != 0 || $b->{state} eq 'connected';
 		return ($b->{failures} // 0) >= $failures && $b;
 	});
@@ -186,8 +135,8 @@ $f->start(1, fleet => 1, bus_params => "ssl_trusted_certificate=$d/ca.crt ssl_na
 ###############################################################################
 # a. over TLS
 
-my $met = within(10, sub { members($f, 0) eq 'i1' && members($f, 1) eq 'i0' });
-my @b = map { bus($f, $_) } 0, 1;
+my $met = CB::Fleet::within(10, sub { $f->members(0) eq 'i1' && $f->members(1) eq 'i0' });
+my @b = map { $f->bus($_) } 0, 1;
 ok($met && !grep({ $_->{state} ne 'connected' || $_->{server} ne $tls->addr
 	|| ($_->{server_name} // '') ne 'tls' } @b),
 	'i0 and i1 connected to the TLS server, members of each other')
@@ -199,12 +148,12 @@ my @tv = map { ($conn{"nginx circuit breaker i$_"} // {})->{tls_version} // 'non
 ok(!grep({ !/^1\.[23]$/ } @tv), "over TLS, by the server's /connz: @tv")
 	or diag(explain(\%conn));
 
-my @st = fail_until_open($f, 0, $MIN + 5);
+my @st = $f->fail_until_open(0, $MIN + 5);
 is(CB::Origin::hits($hits), $MIN, "i0 opened on its $MIN failures at the origin");
-my $sus = within(10, sub { ($f->breaker(1) // {})->{suspicious} });
+my $sus = CB::Fleet::within(10, sub { ($f->breaker(1) // {})->{suspicious} });
 ok($sus, 'i1 suspicious of it');
 CB::Origin::clear($hits);
-@st = fail_until_open($f, 1, $MIN + 5);
+@st = $f->fail_until_open(1, $MIN + 5);
 is(CB::Origin::hits($hits), $SUSPECT, "i1 opened on $SUSPECT failures of its own");
 like(($f->breaker(1) // {})->{last_transition} // '', qr/while suspected$/,
 	'i1: while suspected');
@@ -212,31 +161,31 @@ like(($f->breaker(1) // {})->{last_transition} // '', qr/while suspected$/,
 ###############################################################################
 # b. a certificate that does not verify
 
-my $b2 = refused($f, 2, 3) // bus($f, 2);
+my $b2 = refused($f, 2, 3) // $f->bus(2);
 ok(($b2->{failures} // 0) >= 3 && $b2->{state} ne 'connected' && !$b2->{connects},
 	"another CA: never connected, $b2->{failures} failures ($b2->{state})");
 like($b2->{last_error} // '', qr/^\Q${\ $tls->addr}\E: SSL certificate verify error \(\d+\)$/,
 	"last_error: $b2->{last_error}");
 
-my $b6 = refused($f, 6, 3) // bus($f, 6);
+my $b6 = refused($f, 6, 3) // $f->bus(6);
 ok(($b6->{failures} // 0) >= 3 && $b6->{state} ne 'connected' && !$b6->{connects},
 	"another name: never connected, $b6->{failures} failures ($b6->{state})");
 like($b6->{last_error} // '', qr/^\Q${\ $tls->addr}\E: SSL certificate does not match/,
 	"last_error: $b6->{last_error}");
 
-is(join(' ', map { scalar(() = error_log($f, $_)
+is(join(' ', map { scalar(() = $f->error_log($_)
 		=~ /\[warn\] [^\n]*circuit breaker fleet: bus server [^\n]*reconnecting/g) } 2, 6),
 	'1 1', 'one warn each, however many tries');
 
 my @alone = map { $f->breaker($_) // {} } 2, 6;
 ok(!grep({ $_->{state} ne 'closed' || $_->{suspicious} } @alone)
-	&& members($f, 2) eq '' && members($f, 6) eq '',
+	&& $f->members(2) eq '' && $f->members(6) eq '',
 	'they hear no one: closed, not suspicious though i0 is open');
 
 ###############################################################################
 # c. nats:// to a server that requires TLS
 
-my $b3 = refused($f, 3, 2) // bus($f, 3);
+my $b3 = refused($f, 3, 2) // $f->bus(3);
 ok(($b3->{failures} // 0) >= 2 && !$b3->{connects}, "nats://: never connected, "
 	. "$b3->{failures} failures");
 like($b3->{last_error} // '', qr/requires TLS/, "last_error: $b3->{last_error}");
@@ -244,19 +193,19 @@ like($b3->{last_error} // '', qr/requires TLS/, "last_error: $b3->{last_error}")
 ###############################################################################
 # d. the bus's own credentials
 
-my $b4 = within(10, sub { my $b = bus($f, 4); $b->{state} eq 'connected' && $b }) // {};
+my $b4 = CB::Fleet::within(10, sub { my $b = $f->bus(4); $b->{state} eq 'connected' && $b }) // {};
 ok(($b4->{connects} // 0) == 1 && ($b4->{failures} // 1) == 0
 	&& ($b4->{server_name} // '') eq 'auth',
 	'the right user and password: connected') or diag(explain($b4));
 
-my $b5 = refused($f, 5, 2) // bus($f, 5);
+my $b5 = refused($f, 5, 2) // $f->bus(5);
 ok(($b5->{failures} // 0) >= 2 && !$b5->{connects},
 	"a wrong password: never connected, $b5->{failures} failures");
 like($b5->{last_error} // '', qr/Authorization Violation/, "last_error: $b5->{last_error}");
 
 my (undef, $page5) = $f->get(5, '/circuit_breaker', 2);
 my (undef, $page4) = $f->get(4, '/circuit_breaker?format=prometheus', 2);
-my $logs = join '', map { error_log($f, $_) } 4, 5;
+my $logs = join '', map { $f->error_log($_) } 4, 5;
 ok(index($logs . ($page5 // '') . ($page4 // ''), $password) < 0
 	&& index($logs . ($page5 // ''), $wrong) < 0,
 	'no password in the logs or on the status pages');
@@ -265,7 +214,7 @@ ok(index($logs . ($page5 // '') . ($page4 // ''), $password) < 0
 # e. Prometheus
 
 my (undef, $prom) = $f->get(0, '/circuit_breaker?format=prometheus', 2);
-my $j0 = bus($f, 0);
+my $j0 = $f->bus(0);
 my %p;
 $p{$1} = $2 while ($prom // '') =~ /^(nginx_circuit_breaker_fleet_bus_\S+) (\S+)$/mg;
 my $z = 'zone="circuit_breaker"';

@@ -320,17 +320,7 @@ impl FleetKey {
 
     /// The answer to a pull with `nonce`: `body` followed by its `auth` line.
     pub fn seal(&self, nonce: &Nonce, body: &[u8]) -> Vec<u8> {
-        let mac: [u8; MAC_BYTES] = self
-            .answer_tagger(nonce, body)
-            .finalize()
-            .into_bytes()
-            .into();
-        let mut out = Vec::with_capacity(body.len() + TRAILER.len() + 2 * MAC_BYTES + 1);
-        out.extend_from_slice(body);
-        out.extend_from_slice(TRAILER);
-        out.extend_from_slice(hex(&mac).as_bytes());
-        out.push(b'\n');
-        out
+        with_seal(body, self.answer_tagger(nonce, body))
     }
 
     /// The message inside an answer to a pull with `nonce`, once its `auth` line verifies.
@@ -351,13 +341,7 @@ impl FleetKey {
     /// `signed`. Its header says what it is and carries what makes it fresh (a sequence, a
     /// nonce), so that the MAC covers them.
     pub fn seal_bus(&self, signed: &[u8]) -> Vec<u8> {
-        let mac: [u8; MAC_BYTES] = self.bus_tagger(signed).finalize().into_bytes().into();
-        let mut out = Vec::with_capacity(signed.len() + SEAL_BYTES);
-        out.extend_from_slice(signed);
-        out.extend_from_slice(TRAILER);
-        out.extend_from_slice(hex(&mac).as_bytes());
-        out.push(b'\n');
-        out
+        with_seal(signed, self.bus_tagger(signed))
     }
 
     /// What a bus message signs, once its `auth` line verifies.
@@ -368,6 +352,17 @@ impl FleetKey {
             .map_err(|_| AuthError::Mismatch)?;
         Ok(signed)
     }
+}
+
+/// `body` followed by its `auth` line, the MAC `tagger` finishes.
+fn with_seal(body: &[u8], tagger: HmacSha256) -> Vec<u8> {
+    let mac: [u8; MAC_BYTES] = tagger.finalize().into_bytes().into();
+    let mut out = Vec::with_capacity(body.len() + SEAL_BYTES);
+    out.extend_from_slice(body);
+    out.extend_from_slice(TRAILER);
+    out.extend_from_slice(hex(&mac).as_bytes());
+    out.push(b'\n');
+    out
 }
 
 /// A sealed text's bytes before its `auth` line, and the MAC that line carries.

@@ -540,4 +540,68 @@ sub wait_all {
 	return undef;
 }
 
+
+# instance I's error log, whole ('' when there is none)
+
+sub error_log {
+	my ($self, $i) = @_;
+	open my $fh, '<', $self->dir($i) . '/error.log' or return '';
+	local $/;
+	return <$fh>;
+}
+
+# the fleet's object on instance I's status page, its bus, and its members' ids (sorted,
+# space-separated)
+
+sub fleet_status {
+	my ($self, $i) = @_;
+	return (($self->status($i) // {})->{fleet}) // {};
+}
+
+sub bus {
+	my ($self, $i) = @_;
+	return $self->fleet_status($i)->{bus} // {};
+}
+
+sub members {
+	my ($self, $i) = @_;
+	return join ' ', sort map { $_->{id} } @{$self->fleet_status($i)->{peers} // []};
+}
+
+# failing requests to instance I (the origin answers 500), one at a time, until one is
+# answered 503 (a breaker's) or MAX were sent; the statuses
+
+sub fail_until_open {
+	my ($self, $i, $max) = @_;
+	my @st;
+	for (1 .. $max) {
+		my ($st) = $self->get($i, "/u?status=500&i=$i", 3);
+		push @st, $st;
+		last if $st == 503;
+	}
+	return @st;
+}
+
+# CHECK's first true value within TIMEOUT seconds (looked at every 50 ms), or undef
+
+sub within {
+	my ($timeout, $check) = @_;
+	my $end = time() + $timeout;
+	while (1) {
+		my $r = $check->();
+		return $r if $r;
+		last if time() >= $end;
+		sleep 0.05;
+	}
+	return undef;
+}
+
+# runs openssl with CMD's arguments, its output appended to DIR/openssl.out; dies if it fails
+
+sub openssl {
+	my ($dir, $cmd) = @_;
+	system("openssl $cmd >>$dir/openssl.out 2>&1") == 0
+		or die "openssl $cmd failed, see openssl.out\n";
+}
+
 1;
