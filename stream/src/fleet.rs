@@ -3,7 +3,8 @@
 //! which breakers the stream block has and by which rules they judge ([`visit`]), and when
 //! the stream block is read after the http block, asks it to size its zone again for them
 //! ([`tell_http`]). The exchange finds the breakers themselves in this module's zone. The
-//! status location learns the pools' servers here too ([`ngx_stream_circuit_breaker_pools_visit_v1`]).
+//! status location learns the pools' servers here too
+//! ([`ngx_stream_circuit_breaker_pools_visit_v1`]).
 
 use core::ffi::c_void;
 

@@ -75,8 +75,8 @@ fn json_opt(out: &mut String, s: Option<&str>) {
 
 /// `{"state","server","server_name","since","messages_in","messages_out","bytes_in",
 /// "bytes_out","connects","failures","members","refused":{"auth","malformed","replayed",
-/// "ahead","unverified","unknown_nonce","members_full","own_id","stale"},"dropped_out","dropped_in",
-/// "last_error"}`.
+/// "ahead","unverified","unknown_nonce","members_full","own_id","stale"},"dropped_out",
+/// "dropped_in","last_error"}`.
 pub fn render_json(b: &BusStats, c: Clocks) -> String {
     let mut out = String::with_capacity(512);
     let _ = write!(out, "{{\"state\":\"{}\",\"server\":", b.state.name());
