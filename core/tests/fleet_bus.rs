@@ -4,6 +4,7 @@
 
 use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::fleet::auth::{FleetKey, Nonce};
+use circuit_breaker_core::fleet::bus::frame::Sealer;
 use circuit_breaker_core::fleet::bus::{frame, Frame, FrameError, Members, Take, Why, MAX_MEMBERS};
 use circuit_breaker_core::fleet::wire;
 use circuit_breaker_core::fleet::{Fingerprint, FleetConfig, FleetStore, LocalView, Policy};
@@ -23,8 +24,17 @@ fn cfg() -> FleetConfig {
     }
 }
 
-fn key() -> FleetKey {
-    FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap()
+fn fleet_key() -> &'static FleetKey {
+    static KEY: std::sync::OnceLock<FleetKey> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap())
+}
+
+/// The fleet's key under its subjects' prefix.
+fn key() -> Sealer<'static> {
+    Sealer {
+        key: fleet_key(),
+        prefix: "circuit_breaker.fleet",
+    }
 }
 
 fn fp() -> u64 {
@@ -216,7 +226,11 @@ fn forged_altered_and_replayed_messages_are_refused_and_counted() {
         Err(FrameError::Auth(_))
     ));
     // Forged: sealed under another key, or not sealed at all.
-    let other = FleetKey::new(b"another-secret-of-32-characters!").unwrap();
+    let other_key = FleetKey::new(b"another-secret-of-32-characters!").unwrap();
+    let other = Sealer {
+        key: &other_key,
+        prefix: "circuit_breaker.fleet",
+    };
     let body = a.store.render(T0);
     let forged = frame::opinions(&other, "edge-a", a.seq + 10, body.as_bytes());
     assert!(matches!(

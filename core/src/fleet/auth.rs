@@ -332,22 +332,24 @@ impl FleetKey {
         Ok(body)
     }
 
-    fn bus_tagger(&self, signed: &[u8]) -> HmacSha256 {
-        self.tagger(&[b"cbfleet bus\n", signed])
+    fn bus_tagger(&self, prefix: &str, signed: &[u8]) -> HmacSha256 {
+        self.tagger(&[b"cbfleet bus ", prefix.as_bytes(), b"\n", signed])
     }
 
-    /// A message for the fleet's bus (`super::bus`): `signed` (its header line and body)
-    /// followed by its `auth` line, the HMAC of `cbfleet bus`, a line break and every byte of
-    /// `signed`. Its header says what it is and carries what makes it fresh (a sequence, a
-    /// nonce), so that the MAC covers them.
-    pub fn seal_bus(&self, signed: &[u8]) -> Vec<u8> {
-        with_seal(signed, self.bus_tagger(signed))
+    /// A message for the fleet's bus (`super::bus`) under the subject prefix `prefix`:
+    /// `signed` (its header line and body) followed by its `auth` line, the HMAC of
+    /// `cbfleet bus PREFIX`, a line break and every byte of `signed`. Its header says what it
+    /// is and carries what makes it fresh (a sequence, a nonce), so that the MAC covers them;
+    /// the prefix is covered too, so that a message republished under another fleet's prefix
+    /// does not verify there, even under the same key.
+    pub fn seal_bus(&self, prefix: &str, signed: &[u8]) -> Vec<u8> {
+        with_seal(signed, self.bus_tagger(prefix, signed))
     }
 
-    /// What a bus message signs, once its `auth` line verifies.
-    pub fn open_bus<'a>(&self, sealed: &'a [u8]) -> Result<&'a [u8], AuthError> {
+    /// What a bus message under `prefix` signs, once its `auth` line verifies.
+    pub fn open_bus<'a>(&self, prefix: &str, sealed: &'a [u8]) -> Result<&'a [u8], AuthError> {
         let (signed, got) = split_seal(sealed)?;
-        self.bus_tagger(signed)
+        self.bus_tagger(prefix, signed)
             .verify_slice(&got)
             .map_err(|_| AuthError::Mismatch)?;
         Ok(signed)
@@ -526,22 +528,28 @@ mod tests {
     fn a_bus_message_opens_only_as_sealed() {
         let k = key();
         let signed = b"cbbus 1 opinions a 7\ncbfleet 1 a 0 0\n";
-        let sealed = k.seal_bus(signed);
-        assert_eq!(k.open_bus(&sealed), Ok(&signed[..]));
+        let sealed = k.seal_bus("cb.prod", signed);
+        assert_eq!(k.open_bus("cb.prod", &sealed), Ok(&signed[..]));
+        // Another fleet's prefix, under the same key.
+        assert_eq!(k.open_bus("cb.staging", &sealed), Err(AuthError::Mismatch));
         // Not an answer to any pull, and no answer is a bus message.
         assert_eq!(k.open(&nonce(0), &sealed), Err(AuthError::Mismatch));
         let answer = k.seal(&nonce(0), signed);
-        assert_eq!(k.open_bus(&answer), Err(AuthError::Mismatch));
+        assert_eq!(k.open_bus("cb.prod", &answer), Err(AuthError::Mismatch));
         for i in 0..signed.len() {
             let mut bad = sealed.clone();
             bad[i] ^= 1;
-            assert_eq!(k.open_bus(&bad), Err(AuthError::Mismatch), "byte {i}");
+            assert_eq!(
+                k.open_bus("cb.prod", &bad),
+                Err(AuthError::Mismatch),
+                "byte {i}"
+            );
         }
         assert_eq!(
-            FleetKey::unauthenticated().open_bus(&sealed),
+            FleetKey::unauthenticated().open_bus("cb.prod", &sealed),
             Err(AuthError::Mismatch)
         );
-        assert_eq!(k.open_bus(signed), Err(AuthError::Missing));
+        assert_eq!(k.open_bus("cb.prod", signed), Err(AuthError::Missing));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! cannot believe a member yet, and the answers to others' hellos.
 
 use circuit_breaker_core::fleet::auth::{self, Nonce};
-use circuit_breaker_core::fleet::bus::frame::Kind;
+use circuit_breaker_core::fleet::bus::frame::{Kind, Sealer};
 use circuit_breaker_core::fleet::bus::{frame, BusStats, Frame, FrameError, Take, MAX_MEMBERS};
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
@@ -17,6 +17,14 @@ const STEP_BYTES: usize = 1 << 20;
 use crate::clock::wall_ms;
 
 impl Exchange {
+    /// The fleet's key under its subjects' prefix, as every bus message is sealed.
+    fn sealer(&self) -> Sealer<'_> {
+        Sealer {
+            key: &self.key,
+            prefix: self.spec.bus.as_ref().map_or("", |b| b.prefix.as_str()),
+        }
+    }
+
     /// Takes what the bus brought since the last step; true when a breaker's opinions
     /// changed.
     pub(in crate::fleet) fn bus_take(&mut self, now: u64) -> bool {
@@ -52,7 +60,7 @@ impl Exchange {
             Kind::Hello
         };
         let opened = if frame::looks_like(payload, kind) {
-            frame::open(&self.key, payload)
+            frame::open(&self.sealer(), payload)
         } else {
             Err(FrameError::Header)
         };
@@ -140,7 +148,7 @@ impl Exchange {
             return;
         };
         let seq = self.bus_seq();
-        let payload = frame::hello(&self.key, &self.spec.id, seq, &nonce);
+        let payload = frame::hello(&self.sealer(), &self.spec.id, seq, &nonce);
         if let Some(b) = self.bus.as_mut() {
             b.members.hello_sent(now, nonce);
             b.publish(subject, &payload);
@@ -151,7 +159,7 @@ impl Exchange {
     fn bus_answer(&mut self, now: u64, sender: &str, nonce: &Nonce) {
         let seq = self.bus_seq();
         let body = self.store.render(now);
-        let payload = frame::reply(&self.key, &self.spec.id, seq, nonce, body.as_bytes());
+        let payload = frame::reply(&self.sealer(), &self.spec.id, seq, nonce, body.as_bytes());
         if let Some(b) = self.bus.as_mut() {
             let inbox = b.subjects.inbox_of(sender);
             b.publish(&inbox, &payload);
@@ -165,7 +173,7 @@ impl Exchange {
         }
         let seq = self.bus_seq();
         let body = self.store.render(now);
-        let payload = frame::opinions(&self.key, &self.spec.id, seq, body.as_bytes());
+        let payload = frame::opinions(&self.sealer(), &self.spec.id, seq, body.as_bytes());
         if let Some(b) = self.bus.as_mut() {
             b.last_broadcast = Some(now);
             let subject = b.subjects.opinions.clone();

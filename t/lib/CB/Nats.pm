@@ -428,20 +428,22 @@ sub subjects {
 	return \%s;
 }
 
-# SIGNED (a header line and a body) sealed with SECRET: its auth line appended
+# SIGNED (a header line and a body) sealed with SECRET for the fleet of subject PREFIX
+# (circuit_breaker.fleet by default): its auth line appended
 
 sub seal {
-	my ($secret, $signed) = @_;
-	return $signed . 'auth ' . hmac_sha256_hex("cbfleet bus\n$signed", $secret) . "\n";
+	my ($secret, $signed, $prefix) = @_;
+	$prefix //= 'circuit_breaker.fleet';
+	return $signed . 'auth ' . hmac_sha256_hex("cbfleet bus $prefix\n$signed", $secret) . "\n";
 }
 
-# what a sealed PAYLOAD signs when its auth line verifies under SECRET, else undef
+# what a sealed PAYLOAD signs when its auth line verifies under SECRET (and PREFIX), else undef
 
 sub open_sealed {
-	my ($secret, $payload) = @_;
+	my ($secret, $payload, $prefix) = @_;
 	return undef unless defined $payload && length $payload >= 70;
 	my $signed = substr($payload, 0, -70);
-	return $payload eq seal($secret, $signed) ? $signed : undef;
+	return $payload eq seal($secret, $signed, $prefix) ? $signed : undef;
 }
 
 # a payload's header: { kind, sender, seq, nonce, body } (undef when the first line is not

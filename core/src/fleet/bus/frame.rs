@@ -8,7 +8,8 @@
 //! cbbus 1 reply SENDER SEQ NONCE       the answer to a hello, to the asker's inbox alone
 //! ```
 //!
-//! `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
+//! The seal covers the fleet's subject prefix as well, so that two fleets on one bus stay
+//! apart even under one key. `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
 //! wall clock in microseconds, only growing: [`crate::fleet::auth::next_sequence`]); `NONCE`
 //! 32 hex digits, fresh from the asker. The MAC covers the header, so that no one without the
 //! key can change who speaks, when, or to whom they answer; what keeps a recorded message from
@@ -93,19 +94,26 @@ fn header(kind: &str, sender: &str, rest: &[String]) -> String {
     h
 }
 
-fn seal(key: &FleetKey, head: String, body: &[u8]) -> Vec<u8> {
+/// The fleet's key and its subjects' prefix, under which every bus message is sealed.
+#[derive(Clone, Debug)]
+pub struct Sealer<'a> {
+    pub key: &'a FleetKey,
+    pub prefix: &'a str,
+}
+
+fn seal(k: &Sealer<'_>, head: String, body: &[u8]) -> Vec<u8> {
     let mut signed = head.into_bytes();
     signed.extend_from_slice(body);
-    key.seal_bus(&signed)
+    k.key.seal_bus(k.prefix, &signed)
 }
 
 /// `sender`'s opinions (`body`, a rendered wire message of its own), at sequence `seq`.
-pub fn opinions(key: &FleetKey, sender: &str, seq: u64, body: &[u8]) -> Vec<u8> {
+pub fn opinions(key: &Sealer<'_>, sender: &str, seq: u64, body: &[u8]) -> Vec<u8> {
     seal(key, header("opinions", sender, &[seq.to_string()]), body)
 }
 
 /// `sender`'s hello at sequence `seq` (which dates it) with its fresh `nonce`.
-pub fn hello(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce) -> Vec<u8> {
+pub fn hello(key: &Sealer<'_>, sender: &str, seq: u64, nonce: &Nonce) -> Vec<u8> {
     seal(
         key,
         header("hello", sender, &[seq.to_string(), nonce.hex()]),
@@ -114,7 +122,7 @@ pub fn hello(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce) -> Vec<u8> {
 }
 
 /// `sender`'s answer to the hello `nonce`: its opinions (`body`) at sequence `seq`.
-pub fn reply(key: &FleetKey, sender: &str, seq: u64, nonce: &Nonce, body: &[u8]) -> Vec<u8> {
+pub fn reply(key: &Sealer<'_>, sender: &str, seq: u64, nonce: &Nonce, body: &[u8]) -> Vec<u8> {
     seal(
         key,
         header("reply", sender, &[seq.to_string(), nonce.hex()]),
@@ -155,10 +163,13 @@ pub fn looks_like(payload: &[u8], kind: Kind) -> bool {
         && (kind != Kind::Hello || payload.len() <= MAX_HELLO_BYTES)
 }
 
-/// Verifies a bus message under `key`, then reads it. Nothing of it is read before its MAC
+/// Verifies a bus message under `key` (and its prefix), then reads it. Nothing of it is read before its MAC
 /// verifies.
-pub fn open(key: &FleetKey, payload: &[u8]) -> Result<Frame, FrameError> {
-    let signed = key.open_bus(payload).map_err(FrameError::Auth)?;
+pub fn open(key: &Sealer<'_>, payload: &[u8]) -> Result<Frame, FrameError> {
+    let signed = key
+        .key
+        .open_bus(key.prefix, payload)
+        .map_err(FrameError::Auth)?;
     let end = signed
         .iter()
         .take(MAX_HEADER_BYTES)
@@ -222,8 +233,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn key() -> FleetKey {
-        FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap()
+    fn fleet_key() -> &'static FleetKey {
+        static KEY: std::sync::OnceLock<FleetKey> = std::sync::OnceLock::new();
+        KEY.get_or_init(|| FleetKey::new(b"0123456789abcdef0123456789abcdef").unwrap())
+    }
+
+    fn key() -> Sealer<'static> {
+        Sealer {
+            key: fleet_key(),
+            prefix: "cb.fleet",
+        }
     }
 
     fn body(sender: &str) -> Vec<u8> {
@@ -269,6 +288,18 @@ mod tests {
     }
 
     #[test]
+    fn a_message_of_another_fleet_on_the_bus_does_not_verify() {
+        let k = key();
+        let staging = Sealer {
+            key: fleet_key(),
+            prefix: "cb.staging",
+        };
+        let m = opinions(&staging, "a", 1, &body("a"));
+        assert!(matches!(open(&k, &m), Err(FrameError::Auth(_))));
+        assert!(open(&staging, &m).is_ok());
+    }
+
+    #[test]
     fn a_message_that_names_another_sender_is_refused() {
         let k = key();
         assert_eq!(
@@ -293,7 +324,7 @@ mod tests {
             "cbbus 1 hello a 1 07070707070707070707070707070707\nextra",
             "no line break at all",
         ] {
-            let sealed = k.seal_bus(head.as_bytes());
+            let sealed = k.key.seal_bus(k.prefix, head.as_bytes());
             assert!(
                 matches!(
                     open(&k, &sealed),
