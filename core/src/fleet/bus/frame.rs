@@ -8,12 +8,12 @@
 //! cbbus 1 reply SENDER SEQ NONCE       the answer to a hello, to the asker's inbox alone
 //! ```
 //!
-//! The seal covers the fleet's subject prefix as well, so that two fleets on one bus stay
-//! apart even under one key. `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
+//! `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
 //! wall clock in microseconds, only growing: [`crate::fleet::auth::next_sequence`]); `NONCE`
 //! 32 hex digits, fresh from the asker. The MAC covers the header, so that no one without the
-//! key can change who speaks, when, or to whom they answer; what keeps a recorded message from
-//! being believed twice is [`super::Members`].
+//! key can change who speaks, when, or to whom they answer, and the fleet's subject prefix, so
+//! that two fleets on one bus stay apart even under one key; what keeps a recorded message
+//! from being believed twice is [`super::Members`].
 
 use crate::fleet::auth::{AuthError, FleetKey, Nonce};
 use crate::fleet::wire::{self, decode_name, encode_name, Message, ParseError};
@@ -163,8 +163,8 @@ pub fn looks_like(payload: &[u8], kind: Kind) -> bool {
         && (kind != Kind::Hello || payload.len() <= MAX_HELLO_BYTES)
 }
 
-/// Verifies a bus message under `key` (and its prefix), then reads it. Nothing of it is read before its MAC
-/// verifies.
+/// Verifies a bus message under `key` (and its prefix), then reads it. Nothing of it is read
+/// before its MAC verifies.
 pub fn open(key: &Sealer<'_>, payload: &[u8]) -> Result<Frame, FrameError> {
     let signed = key
         .key
