@@ -294,10 +294,9 @@ pub async fn run(ex: Rc<RefCell<Exchange>>) {
             }
         }
         wake::kick();
-        // After every server failed in a row, wait; between servers, try the next at once.
-        if failed_in_row == 0 || failed_in_row % n == 0 || !steady {
-            ngx::async_::sleep(Duration::from_millis(backoff.next(rnd()))).await;
-        }
+        // A wait before every try, growing while tries fail (from the first again once a
+        // connection held), so that neither a dead bus nor a flapping one is hammered.
+        ngx::async_::sleep(Duration::from_millis(backoff.next(rnd()))).await;
     }
 }
 
