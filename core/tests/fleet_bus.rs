@@ -355,3 +355,35 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_heartbeat_that_only_renews_opinions_changes_nothing_worth_applying() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let mut b = Member::new("edge-b");
+    let p = b.store.join("edge-a", MAX_MEMBERS).unwrap();
+    let said = |a: &mut Member, now: u64| wire::parse(a.store.render(now).as_bytes()).unwrap();
+    let first = said(&mut a, T0);
+    assert_eq!(b.store.take_message(T0, p, &first).unwrap().changed, 1);
+    // The same opinion a second later: merged (it is fresher), nothing new.
+    let again = said(&mut a, T0 + 1000);
+    let got = b.store.take_message(T0 + 1000, p, &again).unwrap();
+    assert_eq!((got.merged, got.changed), (1, 0));
+    assert!(b.suspicious(T0 + 1000));
+    // Its window moved: new.
+    let mut view = open_view();
+    view.requests = 21;
+    view.failures = 21;
+    a.store.update_local(T0 + 2000, 0, view);
+    let moved = said(&mut a, T0 + 2000);
+    assert_eq!(
+        b.store.take_message(T0 + 2000, p, &moved).unwrap().changed,
+        1
+    );
+    // Heard again only after the opinion expired at b: new again, though the same.
+    let late = said(&mut a, T0 + 6000);
+    assert_eq!(
+        b.store.take_message(T0 + 6000, p, &late).unwrap().changed,
+        1
+    );
+}

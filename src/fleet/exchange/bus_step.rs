@@ -124,7 +124,11 @@ impl Exchange {
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
                 };
-                self.store.take_message(now, p, &message).is_ok()
+                // A heartbeat that only renews opinions waits for the round's advice: with
+                // N members, N - 1 of them arrive each interval.
+                self.store
+                    .take_message(now, p, &message)
+                    .is_ok_and(|got| got.changed > 0)
             }
             Take::Refuse { ask: true, .. } => {
                 let to = b.subjects.hello_to(&message.sender);

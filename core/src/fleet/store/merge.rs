@@ -203,9 +203,13 @@ impl FleetStore {
                     continue;
                 }
                 Entry::Occupied(mut old) => {
+                    if new.tells_more_than(old.get(), now, self.cfg.expire_ms) {
+                        got.changed += 1;
+                    }
                     old.insert(new);
                 }
                 Entry::Vacant(entry) => {
+                    got.changed += 1;
                     entry.insert(new);
                 }
             }

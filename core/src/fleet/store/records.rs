@@ -102,6 +102,28 @@ impl Opinion {
         self.state() != State::Closed && !self.flags().forced
     }
 
+    /// Whether `self`, replacing `old`, says more than that the origin still holds it.
+    pub(super) fn tells_more_than(&self, old: &Opinion, now: u64, expire_ms: u64) -> bool {
+        !old.fresh(now, expire_ms)
+            || (
+                self.fingerprint,
+                self.requests,
+                self.failures,
+                self.slow,
+                self.round,
+                self.state,
+                self.flags,
+            ) != (
+                old.fingerprint,
+                old.requests,
+                old.failures,
+                old.slow,
+                old.round,
+                old.state,
+                old.flags,
+            )
+    }
+
     pub(super) fn fresh(&self, now: u64, expire_ms: u64) -> bool {
         self.observed_at_ms.saturating_add(expire_ms) >= now
     }
@@ -206,6 +228,10 @@ pub struct Counters {
 pub struct Received {
     /// Records that replaced or added an opinion.
     pub merged: usize,
+    /// Of those, the ones that told something new: an opinion that was absent or expired,
+    /// or whose window, state, flags, fingerprint or probe round differ. A heartbeat that
+    /// only renews an opinion is merged but changes no advice before the next round.
+    pub changed: usize,
     /// Records that were already known (or older than what is known).
     pub known: usize,
     /// Records this instance's own opinions echoed back.
