@@ -119,7 +119,7 @@ const fn cmd(
     }
 }
 
-static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 14] = [
+static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 15] = [
     cmd(
         ngx_string!("circuit_breaker_zone"),
         NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE12,
@@ -132,6 +132,14 @@ static mut NGX_HTTP_CIRCUIT_BREAKER_COMMANDS: [ngx_command_t; 14] = [
         ngx_string!("circuit_breaker_key"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
         directives::set_keyed,
+        NGX_HTTP_LOC_CONF_OFFSET,
+        0,
+        null_mut(),
+    ),
+    cmd(
+        ngx_string!("circuit_breaker_class"),
+        NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+        directives::set_class,
         NGX_HTTP_LOC_CONF_OFFSET,
         0,
         null_mut(),

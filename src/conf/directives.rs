@@ -20,7 +20,8 @@ use ngx::ngx_conf_log_error;
 
 use super::Module;
 use super::{
-    EjectSetting, KeyedFamily, KeyedSetting, LocConf, MainConf, Route, SrvConf, StatusMode,
+    ClassSetting, EjectSetting, KeyedFamily, KeyedSetting, LocConf, MainConf, Route, SrvConf,
+    StatusMode,
 };
 use crate::ffi::hash_name;
 use crate::zone::{self, DEFAULT_ROUTE};
@@ -32,7 +33,7 @@ use circuit_breaker_shell::conf::{
 pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";
 pub const DEFAULT_ZONE_SIZE: usize = 1024 * 1024;
 
-circuit_breaker_shell::directive_handlers!(set_zone => zone, set_keyed => keyed, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
+circuit_breaker_shell::directive_handlers!(set_zone => zone, set_keyed => keyed, set_class => class, set_breaker => breaker, set_eject => eject, set_failure => failure, set_route => route, set_status => status, set_fleet => fleet, set_probe => probe, set_limit => limit, set_retry_budget => retry_budget);
 
 /// `circuit_breaker_zone name:size`
 unsafe fn zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
@@ -185,6 +186,49 @@ unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         family,
         variable,
     });
+    NGX_CONF_OK
+}
+
+/// `circuit_breaker_class $variable | off` (http, server, location): the variable's value
+/// (`critical`, `default`, `sheddable`) is the request's class under its upstream's adaptive
+/// limit (`circuit_breaker_core::limit::Class`). `off` turns an inherited one off.
+unsafe fn class(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET, at this directive.
+    let (lcf, raw) = match unsafe { once::<LocConf>(cf, conf, |c| c.class.is_some()) } {
+        Ok(v) => v,
+        Err(dup) => return dup,
+    };
+    let word = String::from_utf8_lossy(raw[0].as_bytes()).into_owned();
+    if word == "off" {
+        lcf.class = Some(ClassSetting::Off);
+        return NGX_CONF_OK;
+    }
+    let name = word.strip_prefix('$').filter(|v| {
+        v.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    let Some(name) = name else {
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_class",
+                value: word,
+                reason: Some("the class must be one variable, such as $cb_class, or \"off\""),
+            },
+        );
+    };
+    let mut s = ngx_str_t {
+        len: name.len(),
+        data: name.as_ptr().cast_mut(),
+    };
+    // SAFETY: `cf` is the configuration being parsed; nginx copies the name.
+    let i = unsafe { nginx_sys::ngx_http_get_variable_index(cf, &mut s) };
+    let Ok(variable) = usize::try_from(i) else {
+        return NGX_CONF_ERROR;
+    };
+    lcf.class = Some(ClassSetting::On { variable });
     NGX_CONF_OK
 }
 

@@ -185,6 +185,15 @@ pub enum KeyedSetting {
     },
 }
 
+/// `circuit_breaker_class` in a location (or inherited from its server or http block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassSetting {
+    /// `circuit_breaker_class off`: the location's requests have no class.
+    Off,
+    /// The index of the variable whose value names the class.
+    On { variable: usize },
+}
+
 /// A location that passes to a fixed upstream, as active probes need it: their scheme and TLS
 /// settings are those of the locations passing to the upstream they probe.
 pub struct Proxied {
@@ -402,6 +411,8 @@ pub struct LocConf {
     pub pass: Option<scheme::Pass>,
     /// `circuit_breaker_key`, if given here or above.
     pub keyed: Option<KeyedSetting>,
+    /// `circuit_breaker_class`, if given here or above.
+    pub class: Option<ClassSetting>,
     /// Whether this location's content handler makes an upstream with a cache, as this worker
     /// has seen: an open key's requests may then be answered from it.
     pub keyed_cache: Cell<Learned>,
@@ -439,6 +450,7 @@ impl Default for LocConf {
             hint: Cell::new(Handle::NONE),
             pass: None,
             keyed: None,
+            class: None,
             keyed_cache: Cell::new(Learned::Unknown),
             keyed_background: Cell::new(false),
         }
@@ -483,6 +495,9 @@ impl Merge for LocConf {
         }
         if self.keyed.is_none() {
             self.keyed = prev.keyed;
+        }
+        if self.class.is_none() {
+            self.class = prev.class;
         }
         Ok(())
     }

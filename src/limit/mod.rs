@@ -26,7 +26,7 @@ use core::cell::UnsafeCell;
 
 use circuit_breaker_core::limit::word::Take;
 pub use circuit_breaker_core::limit::Sample;
-use circuit_breaker_core::limit::{LimitConfig, Samples};
+use circuit_breaker_core::limit::{Class, LimitConfig, Samples};
 use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};
@@ -44,13 +44,14 @@ const FLUSH_MS: u64 = 25;
 /// dead worker held can fill the limit, and then nothing completes to update the controller.
 const RECLAIM_MS: u64 = 500;
 
-/// A request's slot: the breaker it was taken from. `Copy`, kept in the request's state.
+/// A request's slot: the breaker it was taken from, and the request's class. `Copy`, kept
+/// in the request's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hold(Handle);
+pub struct Hold(Handle, Option<Class>);
 
 impl Hold {
     /// No slot.
-    pub const NONE: Hold = Hold(Handle::NONE);
+    pub const NONE: Hold = Hold(Handle::NONE, None);
 
     /// Whether a slot is held.
     #[inline]
@@ -244,32 +245,50 @@ impl Local {
 
     /// `Some(true)`: a slot; `Some(false)`: shed; `None`: the block changed tenant.
     #[inline]
-    fn acquire(&mut self, dry_run: bool) -> Option<bool> {
-        match self.ptr.acquire(self.owner.as_mut(), dry_run) {
+    fn acquire(&mut self, dry_run: bool, class: Option<Class>) -> Option<bool> {
+        match self.ptr.acquire(self.owner.as_mut(), dry_run, class) {
             Take::Slot { inflight, over, .. } => {
                 self.samples.note_inflight(inflight);
                 if over {
-                    self.ptr.count_shed();
+                    self.ptr.count_shed(class);
                 }
                 Some(true)
             }
             Take::Full => {
-                self.ptr.count_shed();
+                self.ptr.count_shed(class);
+                self.shed = true;
+                Some(false)
+            }
+            Take::Reserved => {
+                self.ptr.count_shed(class);
+                self.samples.add_reserved();
                 self.shed = true;
                 Some(false)
             }
             Take::Stale => None,
         }
     }
+
+    /// Gives a slot of a request of `class` back; in-flight before, as
+    /// [`LimitPtr::release`] says.
+    #[inline]
+    fn release(&mut self, class: Option<Class>) -> Option<u32> {
+        let before = self.ptr.release(self.owner.as_mut());
+        if let (Some(_), Some(c)) = (before, class) {
+            self.ptr.class_left(c);
+        }
+        before
+    }
 }
 
-/// Admits a request of `handle`'s breaker under its limit `cfg`: a slot, or shed. `dry_run`
-/// admits past the limit and counts the shed. The first request of a breaker in this worker
+/// Admits a request of `handle`'s breaker, of `class` (`None`: classes not in use), under its
+/// limit `cfg`: a slot, or shed. `dry_run` admits past the limit and counts the shed. The first request of a breaker in this worker
 /// takes the lock once, to set up the limit and this worker's owner entry.
 #[inline]
 pub fn acquire(
     zone: &Zone,
     handle: Handle,
+    class: Option<Class>,
     cfg: &LimitConfig,
     dry_run: bool,
     log: *mut ngx_log_t,
@@ -277,8 +296,8 @@ pub fn acquire(
 ) -> Admit {
     let reg = registry();
     if let Some((i, l)) = reg.local(handle) {
-        match l.acquire(dry_run) {
-            Some(true) => return Admit::Slot(Hold(handle)),
+        match l.acquire(dry_run, class) {
+            Some(true) => return Admit::Slot(Hold(handle, class)),
             Some(false) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
@@ -288,7 +307,7 @@ pub fn acquire(
             None => reg.locals[i] = None,
         }
     }
-    acquire_first(zone, handle, cfg, dry_run, log, name)
+    acquire_first(zone, handle, class, cfg, dry_run, log, name)
 }
 
 /// [`acquire`] for a breaker this worker has no view of yet (or one that changed tenant).
@@ -297,6 +316,7 @@ pub fn acquire(
 fn acquire_first(
     zone: &Zone,
     handle: Handle,
+    class: Option<Class>,
     cfg: &LimitConfig,
     dry_run: bool,
     log: *mut ngx_log_t,
@@ -316,8 +336,8 @@ fn acquire_first(
     }
     reg.zone.get_or_insert_with(|| zone.clone());
     match reg.local(handle) {
-        Some((i, l)) => match l.acquire(dry_run) {
-            Some(true) => Admit::Slot(Hold(handle)),
+        Some((i, l)) => match l.acquire(dry_run, class) {
+            Some(true) => Admit::Slot(Hold(handle, class)),
             Some(false) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
@@ -351,7 +371,7 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
         Sample::Overload => l.samples.add_overload(),
     }
     if last {
-        if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+        if let Some(before) = l.release(hold.1) {
             l.samples.note_inflight(before);
         }
     }
@@ -370,7 +390,7 @@ pub fn release(hold: Hold) {
     let Some((i, l)) = reg.local(hold.0) else {
         return;
     };
-    if let Some(before) = l.ptr.release(l.owner.as_mut()) {
+    if let Some(before) = l.release(hold.1) {
         l.samples.note_inflight(before);
         if l.wait(mono_ms()) {
             reg.flush(i);

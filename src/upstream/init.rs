@@ -65,8 +65,11 @@ unsafe fn init_peer_inner(
     if scf.pool.is_none() {
         let log = connection_log(req);
         if let Some(state) = take_passed(req, scf) {
-            if !limit::admit(state, log) {
-                let state_ptr: *mut RequestState = state;
+            let state_ptr: *mut RequestState = state;
+            // SAFETY: the state lives in the request pool, apart from the request; the borrow
+            // of the request that found it has ended.
+            let state = unsafe { &mut *state_ptr };
+            if !limit::admit(req, state, log) {
                 // SAFETY: `r` as nginx gave it; the borrow of its state has ended.
                 return unsafe { shed(&mut *r, state_ptr) };
             }
@@ -156,7 +159,7 @@ unsafe fn init_asked(
         }
         Some(Admission::Probe(_)) => Plan::Normal { probe: !dry_run },
         // Closed: the adaptive limit, if any, has the last word.
-        Some(Admission::Pass { .. }) if !limit::admit(state, log) => {
+        Some(Admission::Pass { .. }) if !limit::admit(req, state, log) => {
             // SAFETY: the request as nginx gave it; the borrow of its state has ended.
             return unsafe { shed(req, state_ptr) };
         }

@@ -346,7 +346,7 @@ impl Limiter {
             sample_ms: self.sample_ms,
             min_latency_ms: self.min_ms,
             samples: 0,
-            reached: s.inflight_max >= from,
+            reached: s.reached(from),
             min_change: MinChange::None,
             overload: true,
         }
@@ -382,7 +382,7 @@ impl Limiter {
         self.phase == PHASE_NORMAL
             && self.min_ms > 0.0
             && p.count >= (self.cfg.samples / 4).max(CLEAN_SAMPLES)
-            && p.inflight_max >= self.limit()
+            && p.reached(self.limit())
             && p.sum_ms as f64 >= f64::from(p.count) * SLOWDOWN * self.min_ms * self.tolerated()
     }
 
@@ -426,7 +426,7 @@ impl Limiter {
     fn update(&mut self, now: u64, elapsed: u64, s: &Samples, rnd: u32) -> Update {
         let from = self.limit();
         let sample = s.mean_ms().unwrap_or(0.0).max(LATENCY_FLOOR_MS);
-        let reached = s.inflight_max >= from;
+        let reached = s.reached(from);
         self.updates = self.updates.saturating_add(1);
         let change = if self.updates == 1 {
             // The first interval after creation only holds the requests that were fast

@@ -32,6 +32,10 @@ pub struct Samples {
     /// breaker failure: no latency sample (the origin turned the work away), and the limit
     /// falls at once ([`super::Limiter::record`]).
     pub overloads: u32,
+    /// Requests of a lower class turned away below the limit, at their class's threshold
+    /// ([`super::Class::threshold`]): the limit bound demand then as surely as when in-flight
+    /// reached it.
+    pub reserved: u32,
 }
 
 impl Default for Samples {
@@ -51,6 +55,7 @@ impl Samples {
         inflight_max: 0,
         clean: 0,
         overloads: 0,
+        reserved: 0,
     };
 
     /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
@@ -86,6 +91,19 @@ impl Samples {
         self.overloads = self.overloads.saturating_add(1);
     }
 
+    /// Counts one request its class's reserve turned away (see [`Samples::reserved`]).
+    #[inline]
+    pub fn add_reserved(&mut self) {
+        self.reserved = self.reserved.saturating_add(1);
+    }
+
+    /// Whether the limit bound demand: in-flight reached `limit`, or a class's threshold
+    /// turned a request away below it.
+    #[inline]
+    pub fn reached(&self, limit: u32) -> bool {
+        self.inflight_max >= limit || self.reserved > 0
+    }
+
     /// Notes the in-flight count seen at an admission (after the increment) or a completion
     /// (before the decrement).
     #[inline]
@@ -104,11 +122,16 @@ impl Samples {
         self.inflight_max = self.inflight_max.max(other.inflight_max);
         self.clean = self.clean.saturating_add(other.clean);
         self.overloads = self.overloads.saturating_add(other.overloads);
+        self.reserved = self.reserved.saturating_add(other.reserved);
     }
 
     /// Whether nothing at all was recorded.
     pub fn is_empty(&self) -> bool {
-        self.count == 0 && self.drops == 0 && self.inflight_max == 0 && self.overloads == 0
+        self.count == 0
+            && self.drops == 0
+            && self.inflight_max == 0
+            && self.overloads == 0
+            && self.reserved == 0
     }
 
     /// Mean latency in milliseconds, `None` without samples.

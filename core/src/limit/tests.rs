@@ -153,6 +153,22 @@ fn a_limit_nobody_reaches_neither_falls_nor_grows() {
 }
 
 #[test]
+fn a_class_turned_away_below_the_limit_binds_it_as_a_full_limit_does() {
+    // The same story as a limit nobody reaches, but sheddable requests were turned away at
+    // their threshold (19 of 20 in flight is 16 sheddable and three others): the queue
+    // they saw is the origin's, and the limit falls.
+    let mut st = Story::new(LimitConfig::default());
+    st.step(10, 3);
+    st.step(10, 3);
+    st.now += 100;
+    let mut s = samples(20, 500, 19);
+    s.add_reserved();
+    let u = st.l.record(st.now, &s, u32::MAX / 2).unwrap();
+    assert!(u.reached);
+    assert!(u.to < u.from, "{u:?}");
+}
+
+#[test]
 fn a_queue_beyond_the_tolerance_holds_a_held_limit_and_one_within_it_grows_it() {
     let mut st = Story::measured(100, 10);
     // 30 ms: a cut, which also ends slow start.
@@ -704,21 +720,21 @@ fn a_slot_is_taken_below_the_limit_only() {
         next,
         inflight,
         over,
-    } = word::take(w, 5, false)
+    } = word::take(w, 5, false, None)
     else {
         panic!("a free slot")
     };
     assert_eq!((inflight, over), (1, false));
-    let word::Take::Slot { next, .. } = word::take(next, 5, false) else {
+    let word::Take::Slot { next, .. } = word::take(next, 5, false, None) else {
         panic!("the second")
     };
-    assert_eq!(word::take(next, 5, false), word::Take::Full);
+    assert_eq!(word::take(next, 5, false, None), word::Take::Full);
     assert_eq!(
-        word::take(next, 6, false),
+        word::take(next, 6, false, None),
         word::Take::Stale,
         "another tenant"
     );
-    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true) else {
+    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true, None) else {
         panic!("dry run passes")
     };
     assert_eq!((inflight, over), (3, true));
@@ -730,7 +746,61 @@ fn a_slot_is_taken_below_the_limit_only() {
     );
     assert_eq!(word::give(w, 5), None, "none held");
     let full = word::pack(5, word::MAX, word::MAX);
-    assert_eq!(word::take(full, 5, true), word::Take::Full, "never wraps");
+    assert_eq!(
+        word::take(full, 5, true, None),
+        word::Take::Full,
+        "never wraps"
+    );
+}
+
+#[test]
+fn a_lower_class_gives_way_before_the_limit() {
+    use super::class::Class::{Critical, Default, Sheddable};
+    let at = |inflight| word::pack(5, 10, inflight);
+    let took = |inflight, c| word::take(at(inflight), 5, false, Some(c));
+    assert!(matches!(
+        took(7, Sheddable),
+        word::Take::Slot { inflight: 8, .. }
+    ));
+    assert_eq!(took(8, Sheddable), word::Take::Reserved);
+    assert!(matches!(
+        took(8, Default),
+        word::Take::Slot { inflight: 9, .. }
+    ));
+    assert_eq!(took(9, Default), word::Take::Reserved);
+    assert!(matches!(
+        took(9, Critical),
+        word::Take::Slot { inflight: 10, .. }
+    ));
+    for c in [Critical, Default, Sheddable] {
+        assert_eq!(took(10, c), word::Take::Full, "{c:?} at the limit");
+    }
+    // In dry run a reserved slot is taken and counted as a shed.
+    assert!(matches!(
+        word::take(at(8), 5, true, Some(Sheddable)),
+        word::Take::Slot { over: true, .. }
+    ));
+}
+
+proptest::proptest! {
+    /// A slot only below the class's threshold; refused as reserved only below the limit.
+    #[test]
+    fn admission_follows_the_class_threshold(
+        limit in 0u32..64,
+        inflight in 0u32..70,
+        c in 0usize..4,
+    ) {
+        let class = super::class::Class::ALL.get(c).copied();
+        let t = super::class::threshold(class, limit);
+        match word::take(word::pack(5, limit, inflight), 5, false, class) {
+            word::Take::Slot { inflight: i, over, .. } => {
+                proptest::prop_assert!(inflight < t && !over && i == inflight + 1);
+            }
+            word::Take::Reserved => proptest::prop_assert!(t <= inflight && inflight < limit),
+            word::Take::Full => proptest::prop_assert!(inflight >= limit),
+            word::Take::Stale => proptest::prop_assert!(false, "same tag"),
+        }
+    }
 }
 
 fn overloaded(n: u32, inflight: u32) -> Samples {

@@ -3,6 +3,8 @@
 //! (24 bits). One word, so that "in flight below the limit, then one more" is a single atomic
 //! step for every worker: in-flight never passes the limit at an admission. The functions
 //! here compute the next word; the shell loops on the compare-and-swap.
+use super::class::{threshold, Class};
+
 const COUNT_BITS: u32 = 24;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const TAG_SHIFT: u32 = 2 * COUNT_BITS;
@@ -35,7 +37,7 @@ pub fn unpack(w: u64) -> (u64, u32, u32) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Take {
     /// Swap in `next`: a slot, in-flight now `inflight`; `over` in dry run when in-flight
-    /// was at the limit already.
+    /// was at the request's threshold already.
     Slot {
         next: u64,
         inflight: u32,
@@ -43,20 +45,31 @@ pub enum Take {
     },
     /// In-flight is at the limit (or at [`MAX`]).
     Full,
+    /// In-flight is below the limit but at the request's class's threshold
+    /// ([`super::class::Class::threshold`]): the rest is kept for the classes above.
+    Reserved,
     /// The word belongs to another tenant.
     Stale,
 }
 
-/// An admission of tenant `tag` to word `w`; `dry_run` takes a slot past the limit.
+/// An admission of tenant `tag`'s request of `class` (`None`: classes not in use) to word
+/// `w`; `dry_run` takes a slot past the threshold.
 #[inline]
-pub fn take(w: u64, tag: u64, dry_run: bool) -> Take {
+pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>) -> Take {
     let (t, limit, inflight) = unpack(w);
     if t != tag {
         return Take::Stale;
     }
-    let over = inflight >= limit;
-    if (over && !dry_run) || inflight == MAX {
+    let over = inflight >= threshold(class, limit);
+    if inflight == MAX {
         return Take::Full;
+    }
+    if over && !dry_run {
+        return if inflight >= limit {
+            Take::Full
+        } else {
+            Take::Reserved
+        };
     }
     Take::Slot {
         next: w + 1,

@@ -22,7 +22,7 @@ mod prometheus;
 pub mod query;
 mod view;
 
-pub use view::{Entry, KeysView, LimitStatus, ServerEntry, ZoneView};
+pub use view::{ClassFigures, Entry, KeysView, LimitStatus, ServerEntry, ZoneView};
 
 /// The route name of an upstream's own breaker (the one without a `circuit_breaker_route`).
 pub const DEFAULT_ROUTE: &str = "default";
@@ -465,6 +465,21 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         out.extend_from_slice(b",\"last_latency_ms\":");
         write_opt(out, latency_ms(l.last_latency_ms));
         int(out, b",\"shed\":", l.shed);
+        if let Some(classes) = &l.classes {
+            out.extend_from_slice(b",\"classes\":{");
+            for (c, f) in crate::limit::Class::ALL.iter().zip(classes) {
+                if c.index() > 0 {
+                    out.push(b',');
+                }
+                out.push(b'"');
+                out.extend_from_slice(c.name().as_bytes());
+                int(out, b"\":{\"admitted\":", f.admitted);
+                int(out, b",\"shed\":", f.shed);
+                int(out, b",\"in_flight\":", u64::from(f.in_flight));
+                out.push(b'}');
+            }
+            out.push(b'}');
+        }
         out.push(b'}');
     }
     out.push(b'}');
@@ -666,6 +681,7 @@ pub(crate) mod tests {
                 min_latency_ms: 5.25,
                 last_latency_ms: 31.0,
                 shed: 4321,
+                classes: None,
             }),
             ..closed_entry()
         }
@@ -1133,6 +1149,33 @@ pub(crate) mod tests {
             v["breakers"][0]["last_transition"],
             "line1\nline2 \"quoted\" \\"
         );
+    }
+
+    #[test]
+    fn json_limit_classes_once_in_use() {
+        let mut e = limited_entry();
+        let l = e.limit.as_mut().unwrap();
+        l.classes = Some([
+            ClassFigures {
+                admitted: 90,
+                shed: 0,
+                in_flight: 3,
+            },
+            ClassFigures::default(),
+            ClassFigures {
+                admitted: 40,
+                shed: 4321,
+                in_flight: 4,
+            },
+        ]);
+        let out = String::from_utf8(render_breaker_json(&e)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let c = &v["limit"]["classes"];
+        assert_eq!(c["critical"]["admitted"], 90);
+        assert_eq!(c["critical"]["in_flight"], 3);
+        assert_eq!(c["default"]["shed"], 0);
+        assert_eq!(c["sheddable"]["shed"], 4321);
+        assert_eq!(c.as_object().unwrap().len(), 3);
     }
 
     #[test]

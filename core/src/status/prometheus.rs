@@ -380,6 +380,24 @@ impl Renderer<'_> {
             "Requests shed by the adaptive limit (in dry run: that would have been).",
             |l| Some(Num::Int(l.shed)),
         );
+        self.class_family(
+            "limit_class_admitted_total",
+            Counter,
+            "Requests of a class the adaptive limit admitted (circuit_breaker_class).",
+            |f| Num::Int(f.admitted),
+        );
+        self.class_family(
+            "limit_class_shed_total",
+            Counter,
+            "Requests of a class the adaptive limit shed (in dry run: that would have been).",
+            |f| Num::Int(f.shed),
+        );
+        self.class_family(
+            "limit_class_in_flight",
+            Gauge,
+            "Requests of a class holding a slot of the adaptive limit (all workers).",
+            |f| Num::Int(u64::from(f.in_flight)),
+        );
 
         self.budget_family(
             "retries_total",
@@ -495,6 +513,33 @@ impl Renderer<'_> {
                 headed = true;
             }
             self.sample(head.as_bytes(), self.spans[i], b"} ", v);
+        }
+    }
+
+    /// A family with one sample per class of each limit whose classes are in use (labels
+    /// `zone`, `upstream`, `route`, `class`).
+    fn class_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        value: impl Fn(&crate::status::ClassFigures) -> Num,
+    ) {
+        let head = [PREFIX, name, "{"].concat();
+        let mut headed = false;
+        let entries = self.entries;
+        for (i, e) in entries.iter().enumerate() {
+            let Some(classes) = e.limit.as_ref().and_then(|l| l.classes.as_ref()) else {
+                continue;
+            };
+            if !headed {
+                self.header(name, kind, help);
+                headed = true;
+            }
+            for (c, f) in crate::limit::Class::ALL.iter().zip(classes) {
+                let tail = [",class=\"", c.name(), "\"} "].concat();
+                self.sample(head.as_bytes(), self.spans[i], tail.as_bytes(), value(f));
+            }
         }
     }
 
@@ -923,6 +968,40 @@ mod tests {
         assert!(text.contains(&format!("{p}in_flight{l} 7\n")));
         // Without limits, no family.
         assert!(!render(&example_zone(), &[example_entry()]).contains("in_flight"));
+    }
+
+    #[test]
+    fn class_families_once_classes_are_in_use() {
+        let mut classed = limited_entry();
+        classed.limit.as_mut().unwrap().classes = Some([
+            crate::status::ClassFigures {
+                admitted: 90,
+                shed: 0,
+                in_flight: 3,
+            },
+            Default::default(),
+            crate::status::ClassFigures {
+                admitted: 40,
+                shed: 17,
+                in_flight: 4,
+            },
+        ]);
+        let text = render(&example_zone(), &[example_entry(), classed]);
+        let (_, types) = validate(&text);
+        let p = "nginx_circuit_breaker_limit_class_";
+        let l = r#"{zone="cb",upstream="backend",route="default",class="#;
+        assert_eq!(types[&format!("{p}shed_total")], "counter");
+        assert_eq!(types[&format!("{p}in_flight")], "gauge");
+        for want in [
+            format!("{p}admitted_total{l}\"critical\"}} 90"),
+            format!("{p}shed_total{l}\"sheddable\"}} 17"),
+            format!("{p}shed_total{l}\"default\"}} 0"),
+            format!("{p}in_flight{l}\"sheddable\"}} 4"),
+        ] {
+            assert!(text.contains(&format!("\n{want}\n")), "{want}\n{text}");
+        }
+        assert_eq!(text.matches(&format!("{p}admitted_total{{")).count(), 3);
+        assert!(!render(&example_zone(), &[limited_entry()]).contains("limit_class"));
     }
 
     #[test]

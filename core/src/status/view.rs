@@ -95,6 +95,20 @@ pub struct LimitStatus {
     /// Requests shed by the limit (in dry run: that would have been) since the controller
     /// started (created, or its parameters changed).
     pub shed: u64,
+    /// Per class (`Class::index`: critical, default, sheddable), once a request of a class
+    /// came (`circuit_breaker_class`); `None` while classes are not in use.
+    pub classes: Option<[ClassFigures; 3]>,
+}
+
+/// One class's figures under an adaptive limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassFigures {
+    /// Requests admitted since the controller started.
+    pub admitted: u64,
+    /// Requests shed (in dry run: that would have been).
+    pub shed: u64,
+    /// Requests holding a slot now.
+    pub in_flight: u32,
 }
 
 /// One server of an upstream, as the status location shows it under the upstream's own

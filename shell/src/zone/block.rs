@@ -4,7 +4,7 @@
 
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::limit::{LimitConfig, Limiter};
 
@@ -24,6 +24,29 @@ pub(super) struct Shared {
     pub(super) enabled: AtomicU32,
     /// Entries of the owners table that follows the block.
     pub(super) owners: u32,
+    /// Per class (`Class::index`), for the status page: never read by an admission.
+    pub(super) classes: [ClassCounts; 3],
+}
+
+/// One class's figures under a limit.
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct ClassCounts {
+    /// Requests admitted since the controller started.
+    pub(super) admitted: AtomicU64,
+    /// Requests shed (in dry run: that would have been).
+    pub(super) shed: AtomicU64,
+    /// Requests holding a slot now. A worker that dies holding slots has them returned to
+    /// the word, not here: this count is the status page's, and a count it cannot lower is
+    /// clamped to the word's in-flight when shown.
+    pub(super) in_flight: AtomicU32,
+}
+
+impl ClassCounts {
+    pub(super) fn reset(&self) {
+        self.admitted.store(0, Ordering::Relaxed);
+        self.shed.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Touched under the mutex only.

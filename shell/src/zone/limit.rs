@@ -22,8 +22,8 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::limit::word::{self, owner, pack, tag_of, unpack, Take};
-use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
-use circuit_breaker_core::status::LimitStatus;
+use circuit_breaker_core::limit::{Class, LimitConfig, Limiter, Update};
+use circuit_breaker_core::status::{ClassFigures, LimitStatus};
 use ngx::allocator::Allocator;
 
 use super::block::{block_layout, owners_capacity, Block, Controller, Shared};
@@ -112,16 +112,17 @@ impl LimitPtr {
         })
     }
 
-    /// Takes a slot if in-flight is below the limit (or past it in dry run), counting it in
-    /// `owner` first (see the module's note on the order): what [`word::take`] made of the
-    /// word that was swapped in, or why none was.
+    /// Takes a slot for a request of `class` (`None`: classes not in use) if in-flight is
+    /// below its threshold (or past it in dry run), counting it in `owner` first (see the
+    /// module's note on the order): what [`word::take`] made of the word that was swapped in,
+    /// or why none was.
     #[inline]
-    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool) -> Take {
+    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool, class: Option<Class>) -> Take {
         let cell = &self.shared().word;
         let mut w = cell.load(Ordering::Acquire);
-        match word::take(w, self.tag, dry_run) {
-            // At the limit: shed without touching the owners table.
-            refused @ (Take::Full | Take::Stale) => return refused,
+        match word::take(w, self.tag, dry_run, class) {
+            // At the threshold: shed without touching the owners table.
+            refused @ (Take::Full | Take::Reserved | Take::Stale) => return refused,
             Take::Slot { .. } => {}
         }
         let mut owner = owner;
@@ -131,7 +132,7 @@ impl LimitPtr {
             }
         }
         loop {
-            let taken = word::take(w, self.tag, dry_run);
+            let taken = word::take(w, self.tag, dry_run, class);
             let Take::Slot { next, .. } = taken else {
                 if let Some(o) = owner.as_deref_mut() {
                     o.move_to(o.held - 1);
@@ -139,7 +140,14 @@ impl LimitPtr {
                 return taken;
             };
             match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return taken,
+                Ok(_) => {
+                    if let Some(c) = class {
+                        let counts = &self.shared().classes[c.index()];
+                        counts.admitted.fetch_add(1, Ordering::Relaxed);
+                        counts.in_flight.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return taken;
+                }
                 Err(now) => w = now,
             }
         }
@@ -173,10 +181,23 @@ impl LimitPtr {
         self.shared().clean_since.load(Ordering::Relaxed)
     }
 
-    /// Counts a request shed (or, in dry run, one that would have been).
+    /// Counts a request of `class` shed (or, in dry run, one that would have been).
     #[inline]
-    pub fn count_shed(&self) {
+    pub fn count_shed(&self, class: Option<Class>) {
         self.shared().shed.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = class {
+            self.shared().classes[c.index()]
+                .shed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request of `class` gave its slot back (after [`LimitPtr::release`]).
+    #[inline]
+    pub fn class_left(&self, class: Class) {
+        let n = &self.shared().classes[class.index()].in_flight;
+        // Never below zero: a new tenant's reset may have come between.
+        let _ = n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
     }
 }
 
@@ -296,7 +317,22 @@ impl LimitMut<'_> {
             min_latency_ms: v.min_latency_ms,
             last_latency_ms: v.sample_latency_ms,
             shed: self.ptr.shared().shed.load(Ordering::Relaxed),
+            classes: self.classes(inflight),
         }
+    }
+
+    /// The per-class figures, once a request of a class came; each in-flight count at most
+    /// the word's (see `ClassCounts::in_flight`).
+    fn classes(&self, inflight: u32) -> Option<[ClassFigures; 3]> {
+        let figures = self.ptr.shared().classes.each_ref().map(|c| ClassFigures {
+            admitted: c.admitted.load(Ordering::Relaxed),
+            shed: c.shed.load(Ordering::Relaxed),
+            in_flight: c.in_flight.load(Ordering::Relaxed).min(inflight),
+        });
+        figures
+            .iter()
+            .any(|f| *f != ClassFigures::default())
+            .then_some(figures)
     }
 }
 
@@ -430,6 +466,10 @@ impl Locked<'_> {
                     e.store(0, Ordering::Relaxed);
                 }
                 shared.shed.store(0, Ordering::Relaxed);
+                for c in &shared.classes {
+                    c.reset();
+                    c.in_flight.store(0, Ordering::Relaxed);
+                }
                 controller.cfg = *cfg;
                 controller.limiter = Limiter::new(*cfg, now_ms);
                 shared.clean_since.store(u64::MAX, Ordering::Relaxed);
@@ -448,6 +488,9 @@ impl Locked<'_> {
                     controller.cfg = *cfg;
                     controller.limiter = Limiter::new(*cfg, now_ms);
                     shared.shed.store(0, Ordering::Relaxed);
+                    for c in &shared.classes {
+                        c.reset();
+                    }
                     shared.clean_since.store(u64::MAX, Ordering::Relaxed);
                     shared.enabled.store(1, Ordering::Relaxed);
                     let limit = controller.limiter.limit();
@@ -473,6 +516,7 @@ impl Locked<'_> {
                     tenant: AtomicU64::new(0),
                     enabled: AtomicU32::new(0),
                     owners,
+                    classes: Default::default(),
                 },
                 controller: UnsafeCell::new(Controller {
                     cfg: LimitConfig::default(),
