@@ -23,6 +23,7 @@ Definitions (the README quotes them):
 
 import bisect
 import json
+import math
 import re
 
 from labconf import seconds
@@ -60,6 +61,7 @@ def load_client(path):
                 "kind": r["kind"],
                 "cstate": r["cstate"],
                 "note": r["note"],
+                "stream": r.get("stream", "-"),
             }
         )
     return rows
@@ -76,6 +78,7 @@ def load_origin(path):
                 "path": r["path"],
                 "status": int(r["status"]),
                 "result": r["result"],
+                "t_end": float(r["t_end"]),
             }
         )
     return rows
@@ -299,6 +302,13 @@ def analyze(meta, rundir):
     if conn:
         issues.append(f"{conn} client connection errors")
     expected = int(round(meta["duration"] * rate))
+    if meta.get("streams"):
+        # Each stream at its rate in each phase (lab/engine.py, streams_of).
+        expected = 0
+        for st in meta["streams"]:
+            for _, a, b, fault in meta["phases"]:
+                r = st.get("sick_rate", st["rate"]) if fault is not None else st["rate"]
+                expected += math.ceil((b - a) * float(r) - 1e-9)
     # A sequential client sends what one request at a time allows, at most `rate` a second.
     sequential = meta.get("client_mode") == "sequential"
     if len(reqs) > expected or (len(reqs) != expected and not sequential):
@@ -383,7 +393,49 @@ def analyze(meta, rundir):
         "client_late_50ms": late,
         "lab_issues": issues,
     }
+    if meta.get("streams"):
+        metrics["streams"] = stream_figures(meta, reqs, origin, s0, s1, end)
     return metrics, series
+
+
+def stream_figures(meta, reqs, origin, s0, s1, end):
+    """Per stream (a class of traffic, see lab/client.py): its requests, successes and
+    latency (p50, p99 of its successes) healthy before the sick window, during it, in the
+    first second after it and in the rest; and the origin's goodput while sick (answers
+    of 200 it finished in the window, per second) against its capacity (pool model)."""
+    out = {}
+    spans = {
+        "healthy": (float("-inf"), s0),
+        "sick": (s0, s1),
+        "after_1s": (s1, s1 + 1.0),
+        "after": (s1 + 1.0, end),
+    }
+    for st in meta["streams"]:
+        mine = [r for r in reqs if r.get("stream") == st["name"]]
+        figs = {}
+        for name, (a, b) in spans.items():
+            part = [r for r in mine if a <= r["t_sched"] < b]
+            ok = [r["latency"] for r in part if r["kind"] in OK_KINDS]
+            figs[name] = {
+                "requests": len(part),
+                "ok": len(ok),
+                "ok_share": len(ok) / len(part) if part else None,
+                "shed": sum(1 for r in part if r["kind"].startswith("shed_")),
+                "p50_ms": _ms(_pct(ok, 50)),
+                "p99_ms": _ms(_pct(ok, 99)),
+            }
+        out[st["name"]] = figs
+    served = sum(1 for o in origin if o["status"] == 200 and s0 <= o["t_end"] < s1)
+    o = meta.get("settings", {}).get("origin", {})
+    cap = None
+    if o.get("model") == "pool" and o.get("service"):
+        cap = float(o.get("pool_workers", 1)) / seconds(o["service"])
+    out["origin"] = {
+        "goodput_rps": served / (s1 - s0) if s1 > s0 else None,
+        "capacity_rps": cap,
+        "goodput_share": served / (s1 - s0) / cap if cap and s1 > s0 else None,
+    }
+    return out
 
 
 def _ms(v):

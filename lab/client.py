@@ -11,6 +11,11 @@ so that nginx's log and the origin's log join to it. A try that fails (anything 
 retried at once while tries are left. Each try is logged (TSV): schedule, send and end
 times, status, kind and the X-Circuit-State / X-Cache-Status / Retry-After it carried.
 
+With `streams` (a list of {name, path, segments: [[start_s, end_s, rate], ...]}), each stream
+is an open loop of its own at the rate of each segment (seconds from T0), on its own path:
+traffic of several classes whose rates change with the phases (a surge of one). Request ids
+are unique across streams; each try's log line names its stream.
+
 With a status URL, the breaker status JSON is polled every `poll` seconds; each answer is
 kept whole (JSON lines), so new status fields are there for the report without a change here.
 """
@@ -53,13 +58,19 @@ class Client:
         self.path = spec.get("path", "/")
         self.keys = int(spec.get("keys", 0))  # >0: cycle over this many URLs (cache scenarios)
         self.t0 = spec["t0"]
+        self.streams = spec.get("streams") or []
         self.log = []
         self.polls = []
         self.stalls = []
 
-    async def attempt(self, i, k, t_sched):
+    async def attempt(self, i, k, t_sched, stream=None):
         t_sent = time.time()
-        path = f"{self.path}?k={i % self.keys}" if self.keys else self.path
+        if stream is not None:
+            path = self.streams[stream]["path"]
+        elif self.keys:
+            path = f"{self.path}?k={i % self.keys}"
+        else:
+            path = self.path
         status, cstate, cache, retry_after, note = 0, "-", "-", "-", "-"
         writer = None
         try:
@@ -94,16 +105,40 @@ class Client:
                 writer.close()
         t_done = time.time()
         kind = "error" if status == -1 else classify(status, cstate, cache)
+        name = "-" if stream is None else self.streams[stream]["name"]
         self.log.append(
-            (i, k, t_sched, t_sent, t_done, status, kind, cstate, cache, retry_after, note)
+            (i, k, t_sched, t_sent, t_done, status, kind, cstate, cache, retry_after, note, name)
         )
         return kind
 
-    async def request(self, i, t_sched):
+    async def request(self, i, t_sched, stream=None):
         for k in range(self.tries):
-            kind = await self.attempt(i, k, t_sched)
+            kind = await self.attempt(i, k, t_sched, stream)
             if kind in ("ok", "stale"):
                 return
+
+    def schedule(self):
+        """Every stream's requests as (time, stream), in time order."""
+        out = []
+        for s, st in enumerate(self.streams):
+            for start, end, rate in st["segments"]:
+                if rate <= 0:
+                    continue
+                j = 0
+                while start + j / rate < end:
+                    out.append((self.t0 + start + j / rate, s))
+                    j += 1
+        out.sort()
+        return out
+
+    async def run_streams(self, tasks):
+        for i, (due, s) in enumerate(self.schedule()):
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(self.request(i, due, s))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     async def poll(self, stop):
         url = self.spec.get("status_path")
@@ -134,7 +169,10 @@ class Client:
         watcher = asyncio.create_task(stalls.watch(stop, self.stalls))
         tasks = set()
         i = 0
-        if self.sequential:
+        if self.streams:
+            await self.run_streams(tasks)
+            i = self.count
+        if self.sequential and not self.streams:
             end = self.t0 + self.count / self.rate
             while i < self.count and time.time() < end:
                 due = max(self.t0 + i / self.rate, time.time())
@@ -166,10 +204,11 @@ class Client:
     def write(self):
         with open(self.spec["log"], "w") as f:
             f.write(
-                "i\tk\tt_sched\tt_sent\tt_done\tstatus\tkind\tcstate\tcache\tretry_after\tnote\n"
+                "i\tk\tt_sched\tt_sent\tt_done\tstatus\tkind\tcstate\tcache\tretry_after\tnote"
+                "\tstream\n"
             )
             for r in self.log:
-                f.write("%d\t%d\t%.6f\t%.6f\t%.6f\t%d\t%s\t%s\t%s\t%s\t%s\n" % r)
+                f.write("%d\t%d\t%.6f\t%.6f\t%.6f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n" % r)
         with open(self.spec["stalls"], "w") as f:
             json.dump(self.stalls, f)
         if self.spec.get("status_path"):

@@ -129,6 +129,19 @@ class Procs:
         self.items = []
 
 
+def streams_of(run):
+    """The client's streams (see lab/client.py): each scenario stream's `rate`, or its
+    `sick_rate` during the phases with a fault, as segments of the run's timeline."""
+    out = []
+    for st in run.get("streams") or []:
+        segments = []
+        for _, start, end, fault in run["phases"]:
+            rate = st.get("sick_rate", st["rate"]) if fault is not None else st["rate"]
+            segments.append([start, end, float(rate)])
+        out.append({"name": st["name"], "path": st["path"], "segments": segments})
+    return out
+
+
 def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
     run = labconf.resolve(doc, scenario, variant)
     rundir = os.path.join(outdir, scenario, f"{variant}-{repeat}")
@@ -219,6 +232,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
             "log": os.path.join(rundir, "client.tsv"),
             "polls": os.path.join(rundir, "polls.jsonl"),
             "stalls": os.path.join(rundir, "client-stalls.json"),
+            "streams": streams_of(run),
         }
         with open(os.path.join(rundir, "client.json"), "w") as f:
             json.dump(client_spec, f, indent=1)
@@ -260,6 +274,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
         "health_path": run.get("health_path", "/health"),
         "block": run.get("block"),
         "client_mode": run.get("client_mode", "open"),
+        "streams": run.get("streams") or [],
         "loadavg_after": _loadavg(),
         "settings": {k: v for k, v in run.items() if k not in ("phases",)},
     }
@@ -492,12 +507,46 @@ def draw_comparisons(outdir, rows):
     return out
 
 
+def stream_table(rows):
+    """Runs with streams (lab/client.py): each stream's successes and p99 healthy, during the
+    surge and after it, and the origin's goodput while sick against its capacity."""
+    out = []
+    for m in rows:
+        st = m.get("streams")
+        if not st:
+            continue
+        o = st.get("origin", {})
+        for name, f in st.items():
+            if name == "origin":
+                continue
+            cell = lambda x: "-" if x is None else f"{100 * x:.1f} %"  # noqa: E731
+            out.append(
+                f"| {m['scenario']} | {m['variant']}-{m['repeat']} | {name} "
+                f"| {cell(f['healthy']['ok_share'])} | {f['healthy']['p99_ms']} "
+                f"| {cell(f['sick']['ok_share'])} ({f['sick']['requests']}) "
+                f"| {f['sick']['p99_ms']} | {cell(f['after_1s']['ok_share'])} "
+                f"| {cell(f['after']['ok_share'])} "
+                f"| {o.get('goodput_rps') or 0:.0f}/s = {cell(o.get('goodput_share'))} |"
+            )
+    if not out:
+        return ""
+    head = (
+        "| scenario | run | stream | ok healthy | p99 healthy ms | ok while sick (requests) "
+        "| p99 sick ms | ok 1st s after | ok after | origin goodput while sick |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(out)
+
+
 def write_summary(outdir, header, rows, no_plot):
     abouts = {}
     for m in rows:
         abouts.setdefault(m["variant"], m.get("variant_about", ""))
     legend = "\n".join(f"- `{k}`: {v}" for k, v in abouts.items())
     text = header + "\n" + legend + "\n\n" + table(rows) + "\n"
+    streams = stream_table(rows)
+    if streams:
+        text += "\n" + streams + "\n"
     pics = [m["png"] for m in rows if "png" in m and not no_plot]
     if pics:
         text += "\nSide by side: " + ", ".join(

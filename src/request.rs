@@ -5,6 +5,7 @@
 //! by which it is found again after an internal redirect cleared the ctx (as the realip
 //! module does).
 
+use circuit_breaker_core::class::Class;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -234,6 +235,9 @@ pub struct Told {
     pub short_circuited: bool,
     /// `X-Circuit-State` is already in the response headers.
     pub header_added: bool,
+    /// The request's class once read (`crate::upstream::class::of`): `Some(None)` when it
+    /// has none.
+    pub class: Option<Option<Class>>,
 }
 
 /// No server of the pool.
@@ -448,6 +452,7 @@ fn fresh(
             passed,
             short_circuited: false,
             header_added: false,
+            class: None,
         },
         limit: Hold::NONE,
         cleanup: ngx_pool_cleanup_t {

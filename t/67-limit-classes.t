@@ -2,7 +2,7 @@
 
 # Classes under the adaptive limit (circuit_breaker_class): with a fixed limit
 # of 10, sheddable requests take at most 8 slots, default ones 9 and critical
-# ones all 10.  Slow requests are held while each class is asked for one more:
+# ones all 10, and past it as long as they hold fewer than their guarantee (2).  Slow requests are held while each class is asked for one more:
 # what the origin received is counted there, and what was turned away is a
 # fast 503 "limited".  A value that names no class is "default", said once at
 # warn.  The status page and Prometheus count admitted, shed and in-flight
@@ -31,7 +31,7 @@ use CB::Workers qw/ send_get read_response /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(24);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(26);
 
 $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
     upstream fixed {
@@ -129,28 +129,31 @@ is(asked('/d/more'), '503 limited', 'default: the 10th is shed');
 is(asked('/s/again'), '503 limited', 'sheddable: still shed');
 hold('/c/1');
 ok(held_at_origin(10), 'critical: the last slot taken by a critical request');
-is(asked('/c/more'), '503 limited', 'critical: shed at the limit');
+hold('/c/2');
+ok(held_at_origin(11), 'critical: one more, past the limit, within its guarantee (2)');
+is(asked('/c/more'), '503 limited', 'critical: shed once its guarantee is held');
+is(asked('/s/last'), '503 limited', 'sheddable: shed');
 
 my $c = classes();
 is($c->{sheddable}{in_flight}, 8, 'status: sheddable in flight');
 is($c->{default}{in_flight}, 1, 'status: default in flight');
-is($c->{critical}{in_flight}, 1, 'status: critical in flight');
-is($c->{sheddable}{shed}, 2, 'status: sheddable shed');
+is($c->{critical}{in_flight}, 2, 'status: critical in flight');
+is($c->{sheddable}{shed}, 3, 'status: sheddable shed');
 is($c->{default}{shed}, 1, 'status: default shed');
 is($c->{critical}{shed}, 1, 'status: critical shed');
 is($c->{default}{admitted}, 2, 'status: default admitted (the bogus one too)');
 
 my $prom = Test::Nginx::http_get('/status?format=prometheus');
-like($prom, qr/^nginx_circuit_breaker_limit_class_shed_total\{[^}]*upstream="fixed"[^}]*class="sheddable"\} 2$/m,
+like($prom, qr/^nginx_circuit_breaker_limit_class_shed_total\{[^}]*upstream="fixed"[^}]*class="sheddable"\} 3$/m,
 	'prometheus: sheddable shed');
-like($prom, qr/^nginx_circuit_breaker_limit_class_in_flight\{[^}]*upstream="fixed"[^}]*class="critical"\} 1$/m,
+like($prom, qr/^nginx_circuit_breaker_limit_class_in_flight\{[^}]*upstream="fixed"[^}]*class="critical"\} 2$/m,
 	'prometheus: critical in flight');
 
 my @done = map { scalar read_response($_, time() + 20) } @held;
-is(scalar(grep { defined && m!^HTTP/1\.1 200 ! } @done), 10,
+is(scalar(grep { defined && m!^HTTP/1\.1 200 ! } @done), 11,
 	'every held request answered 200');
-is(CB::Origin::hits($hits, qr{/[scdx]/}), 11,
-	'the origin received the held ten and the bogus one, nothing shed');
+is(CB::Origin::hits($hits, qr{/[scdx]/}), 12,
+	'the origin received the held eleven and the bogus one, nothing shed');
 
 $c = classes();
 is(join(' ', map { $c->{$_}{in_flight} } qw/ critical default sheddable /),

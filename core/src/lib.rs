@@ -1,6 +1,7 @@
 //! The circuit breaker's logic with no nginx dependency, so that plain `cargo test` proves it.
 #![forbid(unsafe_code)]
 pub mod breaker;
+pub mod class;
 pub mod directive;
 pub mod eject;
 pub mod fleet;

@@ -31,6 +31,7 @@
 //! [`RETRY_BUDGET_SIZE`] = 136 bytes, its configuration and ten buckets included; the shell
 //! mutates it under the zone lock.
 
+use crate::class::{threshold, Class};
 use std::mem::size_of;
 
 /// The window's length in seconds (one bucket per second).
@@ -213,8 +214,21 @@ impl RetryBudget {
     /// counted; `false` if not, in which case only the denial is counted and the caller must
     /// not retry.
     pub fn take_retry(&mut self, now_ms: u64) -> bool {
+        self.take_retry_of(now_ms, None)
+    }
+
+    /// [`RetryBudget::take_retry`] for a request of `class` (`None`: classes not in use):
+    /// lower classes give way first, by the same reserve as under the adaptive limit
+    /// ([`crate::class::Class::threshold`] of the allowance), so that `sheddable` retries stop
+    /// at 80 % of it and `critical` ones have all of it.
+    pub fn take_retry_of(&mut self, now_ms: u64, class: Option<Class>) -> bool {
         let i = self.advance(now_ms);
-        if self.retries.saturating_add(1) > self.cfg.allowance(self.firsts) {
+        let allowance = self.cfg.allowance(self.firsts);
+        let allowance = u64::from(threshold(
+            class,
+            u32::try_from(allowance).unwrap_or(u32::MAX),
+        ));
+        if self.retries.saturating_add(1) > allowance {
             self.denied_total = self.denied_total.saturating_add(1);
             return false;
         }

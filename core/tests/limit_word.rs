@@ -22,12 +22,15 @@ fn xorshift(x: &mut u32) -> u32 {
 /// The shell's admission: the owner entry first, then the word.
 fn acquire(w: &AtomicU64, entry: &AtomicU64, pid: u32, held: &mut u32) -> bool {
     let mut cur = w.load(Ordering::Acquire);
-    if matches!(word::take(cur, TAG, false, None), Take::Full | Take::Stale) {
+    if matches!(
+        word::take(cur, TAG, false, None, 0),
+        Take::Full | Take::Stale
+    ) {
         return false;
     }
     entry.store(word::owner(pid, *held + 1), Ordering::Release);
     loop {
-        match word::take(cur, TAG, false, None) {
+        match word::take(cur, TAG, false, None, 0) {
             Take::Slot { next, .. } => {
                 match w.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {

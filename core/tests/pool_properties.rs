@@ -123,6 +123,7 @@ impl Sim {
             recorded: false,
             budget: false,
             first_counted: false,
+            class: None,
         };
         let r = settle(&mut self.zone, &end, &mut || 0)
             .recorded

@@ -120,4 +120,39 @@ proptest! {
         let granted = (0..floor + 10).filter(|_| b.take_retry(now)).count() as u64;
         prop_assert_eq!(granted, floor, "only the floor is left {} s after the burst", later / 1000);
     }
+
+    #[test]
+    fn lower_classes_stop_retrying_first(
+        cfg in config(),
+        start in 0u64..u64::MAX / 2,
+        firsts in 0u32..5_000,
+    ) {
+        use circuit_breaker_core::class::{threshold, Class};
+        let allowance = cfg.allowance(u64::from(firsts));
+        let granted = |class: Option<Class>| {
+            let mut b = RetryBudget::new(cfg, start);
+            for _ in 0..firsts {
+                b.record_first(start);
+            }
+            (0..allowance + 10).filter(|_| b.take_retry_of(start, class)).count() as u64
+        };
+        let [c, d, s] = Class::ALL.map(|k| granted(Some(k)));
+        prop_assert_eq!(c, allowance, "critical: the whole allowance");
+        prop_assert_eq!(granted(None), allowance, "no class: the whole allowance");
+        prop_assert!(s <= d && d <= c);
+        let t = |k: Class| u64::from(threshold(Some(k), u32::try_from(allowance).unwrap()));
+        prop_assert_eq!((d, s), (t(Class::Default), t(Class::Sheddable)));
+        // Once sheddable retries have spent their share, critical ones still find the rest.
+        let mut b = RetryBudget::new(cfg, start);
+        for _ in 0..firsts {
+            b.record_first(start);
+        }
+        let shed = (0..allowance + 10)
+            .filter(|_| b.take_retry_of(start, Some(Class::Sheddable)))
+            .count() as u64;
+        let crit = (0..allowance + 10)
+            .filter(|_| b.take_retry_of(start, Some(Class::Critical)))
+            .count() as u64;
+        prop_assert_eq!(shed + crit, allowance);
+    }
 }

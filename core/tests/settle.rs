@@ -9,6 +9,7 @@ mod common;
 use circuit_breaker_core::breaker::{
     Admission, Attempt, BreakerConfig, Classified, Ending, Ticket,
 };
+use circuit_breaker_core::class::Class;
 use circuit_breaker_core::eject::Move;
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 use circuit_breaker_core::settle::{settle, Ended, OnServer, Plan, Retry};
@@ -25,6 +26,7 @@ struct End {
     server: Option<u16>,
     retry: bool,
     first_counted: bool,
+    class: Option<Class>,
 }
 
 impl End {
@@ -35,6 +37,7 @@ impl End {
             server: Some(server),
             retry: false,
             first_counted: false,
+            class: None,
         }
     }
 
@@ -64,6 +67,7 @@ fn run(zone: &mut Zone, cfg: &BreakerConfig, now: u64, e: End) -> Plan {
         recorded: false,
         budget: zone.budget.is_some(),
         first_counted: e.first_counted,
+        class: e.class,
     };
     settle(zone, &end, &mut || u32::MAX / 2)
 }
@@ -195,6 +199,46 @@ fn the_budget_counts_every_first_attempt_once_and_refuses_beyond_it() {
     assert_eq!(
         (v.firsts_total, v.retries_total, v.retries_denied_total),
         (10, 1, 1)
+    );
+}
+
+#[test]
+fn sheddable_retries_stop_first_and_critical_ones_find_the_rest() {
+    let cfg = cfg();
+    // 10 % of 50 first attempts: 5 retries; sheddable ones stop at 3 (two kept).
+    let budget = RetryBudgetConfig {
+        budget: 1000,
+        min_per_s: 0,
+    };
+    let mut z = Zone::new(cfg, 0, T0).with_budget(budget, T0);
+    z.firsts = Some((T0 / 1000, 50));
+    // Attempts the breaker does not count as failures: it stays closed, and only the
+    // budget refuses.
+    let retry = |class| End {
+        server: None,
+        first_counted: true,
+        class: Some(class),
+        ..End::on(0, Attempt::http(404, 5)).retried()
+    };
+    let made = |z: &mut Zone, class, n: u64| {
+        (0..n)
+            .filter(|i| run(z, &cfg, T0 + i, retry(class)).retry == Retry::Made)
+            .count()
+    };
+    assert_eq!(
+        made(&mut z, Class::Sheddable, 10),
+        3,
+        "sheddable: 80 % of 5, less 2"
+    );
+    assert_eq!(
+        made(&mut z, Class::Default, 10),
+        1,
+        "default: up to 95 % of 5"
+    );
+    assert_eq!(
+        made(&mut z, Class::Critical, 10),
+        1,
+        "critical: the last one"
     );
 }
 

@@ -191,7 +191,7 @@ unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
 
 /// `circuit_breaker_class $variable | off` (http, server, location): the variable's value
 /// (`critical`, `default`, `sheddable`) is the request's class under its upstream's adaptive
-/// limit (`circuit_breaker_core::limit::Class`). `off` turns an inherited one off.
+/// limit (`circuit_breaker_core::class::Class`). `off` turns an inherited one off.
 unsafe fn class(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes our loc conf for NGX_HTTP_LOC_CONF_OFFSET, at this directive.
     let (lcf, raw) = match unsafe { once::<LocConf>(cf, conf, |c| c.class.is_some()) } {

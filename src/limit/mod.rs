@@ -24,9 +24,10 @@
 
 use core::cell::UnsafeCell;
 
+use circuit_breaker_core::class::Class;
 use circuit_breaker_core::limit::word::Take;
 pub use circuit_breaker_core::limit::Sample;
-use circuit_breaker_core::limit::{Class, LimitConfig, Samples};
+use circuit_breaker_core::limit::{LimitConfig, Samples};
 use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
 use crate::clock::{mono_ms, rnd};

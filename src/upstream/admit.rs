@@ -3,7 +3,8 @@
 
 use core::cell::Cell;
 
-use circuit_breaker_core::breaker::{Admission, BreakerConfig, Decision, Transition};
+use circuit_breaker_core::breaker::{ramp, Admission, BreakerConfig, Decision, Transition};
+use circuit_breaker_core::class::Class;
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::ngx_log_t;
 
@@ -16,13 +17,17 @@ use crate::zone::{Handle, Key, Missing, Zone};
 /// the locked path can tell (a cooldown that ended, half-open, the first request of a
 /// location in this worker). A probe is never claimed here.
 #[inline(always)]
-pub fn ask_unlocked(state: &mut RequestState, hint: Option<&Cell<Handle>>) -> Option<Admission> {
+pub fn ask_unlocked(
+    state: &mut RequestState,
+    hint: Option<&Cell<Handle>>,
+    class: Option<Class>,
+) -> Option<Admission> {
     let (zone, _) = state.judge.zone()?;
     let handle = match (state.judge.handle.is_none(), hint) {
         (true, Some(h)) => h.get(),
         _ => state.judge.handle,
     };
-    let a = zone.admit_unlocked(handle, state.judge.key_hash, mono_ms())?;
+    let a = zone.admit_unlocked_as(handle, state.judge.key_hash, mono_ms(), class)?;
     state.judge.handle = handle;
     note(state, &a, None);
     Some(a)
@@ -42,25 +47,30 @@ pub fn ask(
     hint: Option<&Cell<Handle>>,
     log: *mut ngx_log_t,
     may_probe: bool,
+    class: Option<Class>,
 ) -> Option<Admission> {
-    if let Some(a) = ask_unlocked(state, hint) {
+    if let Some(a) = ask_unlocked(state, hint, class) {
         return Some(a);
     }
-    ask_locked(state, hint, log, may_probe)
+    ask_locked(state, hint, log, may_probe, class)
 }
 
-/// [`ask`] when the gate cannot tell.
+/// [`ask`] when the gate cannot tell. A request of a class leaves the probe to a request of a
+/// lower class that came lately (`super::class::may_probe`), unless the probe has waited a
+/// `probe_interval` for another taker.
 #[inline(never)]
 fn ask_locked(
     state: &mut RequestState,
     hint: Option<&Cell<Handle>>,
     log: *mut ngx_log_t,
     may_probe: bool,
+    class: Option<Class>,
 ) -> Option<Admission> {
     let cfg = *state.judge.srv_conf().breaker.as_ref()?;
     let (zone, mcf) = state.judge.zone()?;
     let now = mono_ms();
     let handle = hint.map_or(state.judge.handle, Cell::get);
+    let may_probe = may_probe && super::class::may_probe(handle, class, now);
     let answer = admit_locked(
         zone,
         handle,
@@ -69,6 +79,7 @@ fn ask_locked(
         mcf.generation,
         now,
         may_probe,
+        class,
     );
     let (decision, breaker_state, found) = match answer {
         Ok(a) => a,
@@ -80,6 +91,7 @@ fn ask_locked(
     };
     state.judge.handle = found;
     state.settlement.judged_ms = now;
+    super::class::note(found, class, now);
     if let Some(h) = hint {
         h.set(found);
     }
@@ -93,6 +105,7 @@ fn ask_locked(
     Some(decision.admission)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn admit_locked(
     zone: &Zone,
     handle: Handle,
@@ -101,14 +114,21 @@ fn admit_locked(
     generation: u64,
     now: u64,
     may_probe: bool,
+    class: Option<Class>,
 ) -> Result<(Decision, State, Handle), Missing> {
     let mut locked = zone.lock();
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
+    // Closed, the draw is the ramp's only: a request of a class draws as its class does.
+    let draw = if b.state() == State::Closed {
+        ramp::draw_for(rnd(), class)
+    } else {
+        rnd()
+    };
     // The fleet names one prober per open episode; a half-open breaker is already this
     // instance's probe, whose good answers in a row it still needs.
     let may_probe =
         (may_probe || b.probe_overdue(now)) && (b.state() == State::HalfOpen || b.may_probe(now));
-    let d = b.admit(now, rnd(), pid(), &process_alive, may_probe);
+    let d = b.admit(now, draw, pid(), &process_alive, may_probe);
     Ok((d, b.state(), b.handle()))
 }
 

@@ -236,6 +236,14 @@ fn settle_locked(
     // SAFETY: the request owning this state is live while its attempts end.
     let log = connection_log(unsafe { &*state.request() });
     let name = state.judge.name();
+    // The budget refuses lower classes' retries first: the class is read for a retry.
+    let class = if retry.is_some() && scf.retry.is_some() {
+        // SAFETY: the request owning this state is live while its attempts end, and no other
+        // borrow of it is held here.
+        super::class::of(unsafe { &mut *state.request().cast_mut() }, state, log)
+    } else {
+        state.told.class.flatten()
+    };
     let end = Ended {
         attempt,
         upstream: cfg,
@@ -248,6 +256,7 @@ fn settle_locked(
         recorded,
         budget: scf.retry.is_some(),
         first_counted: state.attempts.counted_first,
+        class,
     };
     let plan = {
         let mut locked = zone.lock();

@@ -3,16 +3,11 @@
 //! PRECONTENT phase and the request body, so a slow upload never holds one; each attempt is
 //! a latency sample; the slot goes back when the request's last attempt ends.
 
-use core::sync::atomic::{AtomicBool, Ordering};
-
 use circuit_breaker_core::breaker::Attempt;
-use circuit_breaker_core::limit::Class;
 use nginx_sys::{
     ngx_http_request_t, ngx_http_upstream_t, ngx_log_t, ngx_peer_connection_t, ngx_uint_t,
-    NGX_LOG_WARN,
 };
 
-use crate::conf::ClassSetting;
 use crate::limit::{self, Admit, Hold, Sample};
 use crate::request::{self, Label, RequestState};
 
@@ -42,6 +37,7 @@ pub fn admit(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
 /// [`admit`] for an upstream with a limit.
 #[inline(never)]
 fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx_log_t) -> bool {
+    let class = super::class::of(r, state, log);
     let scf = state.judge.srv_conf();
     let Some(cfg) = scf.limit.as_ref() else {
         return true;
@@ -50,7 +46,7 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
     let Some((zone, _)) = state.judge.zone() else {
         return true;
     };
-    let class = class_of(r, log);
+    super::class::note(state.judge.handle, class, crate::clock::mono_ms());
     match limit::acquire(zone, state.judge.handle, class, cfg, dry_run, log, || {
         state.judge.name()
     }) {
@@ -65,52 +61,6 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
             false
         }
     }
-}
-
-/// The request's class under the limit (`circuit_breaker_class`): `None` without the
-/// directive; its variable's value, or `default` when the value is empty or names no class
-/// (said once per worker at `warn`).
-fn class_of(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
-    let Some(ClassSetting::On { variable }) = request::loc_conf(r).and_then(|l| l.class) else {
-        return None;
-    };
-    // SAFETY: a live request and an index this configuration registered.
-    let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(r, variable) };
-    // SAFETY: null, or the variable's value, which lives as long as the request.
-    let value = match unsafe { v.as_ref() } {
-        Some(v) if v.not_found() == 0 && v.len() > 0 && !v.data.is_null() => {
-            // SAFETY: the value's bytes, `len` of them, live as long as the request.
-            unsafe { core::slice::from_raw_parts(v.data, v.len() as usize) }
-        }
-        _ => return Some(Class::Default),
-    };
-    Some(Class::parse(value).unwrap_or_else(|| {
-        unknown_class(log, value);
-        Class::Default
-    }))
-}
-
-/// Says once per worker that a class's value names none (the value as a client may have
-/// sent it: escaped, and cut at 32 bytes).
-#[cold]
-fn unknown_class(log: *mut ngx_log_t, value: &[u8]) {
-    static TOLD: AtomicBool = AtomicBool::new(false);
-    if TOLD.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let shown: String = value
-        .iter()
-        .take(32)
-        .flat_map(|b| core::ascii::escape_default(*b))
-        .map(char::from)
-        .collect();
-    ngx::ngx_log_error!(
-        NGX_LOG_WARN,
-        log,
-        "circuit breaker class \"{}\" is not \"critical\", \"default\" or \"sheddable\": \
-         the request's class is \"default\" (said once per worker)",
-        shown
-    );
 }
 
 /// Gives the request's slot back, if it holds one.

@@ -24,6 +24,7 @@
 
 mod admit;
 pub mod body;
+pub mod class;
 mod free;
 mod init;
 pub mod ledger;

@@ -72,6 +72,10 @@ extern "C" fn rejected(
             // The cooldown is over: this request may be the probe.
             return asked_later(req, lcf);
         };
+        if lcf.class.is_some() {
+            let log = super::connection_log(req);
+            super::class::note_rejected(req, handle, log);
+        }
         if lcf.redirects || respond::grpc_client(req) {
             return kept_short_circuit(req, lcf, retry_after_ms);
         }
@@ -123,8 +127,16 @@ extern "C" fn not_passing(
         if body_first(req, lcf, true) {
             return body::read_first(req);
         }
+        // A ramp lets a request through by its class.
+        let class = match lcf.class {
+            Some(_) => {
+                let log = super::connection_log(req);
+                super::class::peek(req, log)
+            }
+            None => None,
+        };
         let answer = Zone::raw_gate(handle, lcf.key_hash)
-            .and_then(|g| Zone::admit_raw(handle, g, mono_ms()));
+            .and_then(|g| Zone::admit_raw_as(handle, g, mono_ms(), class));
         let (label, retry_after_ms) = match answer {
             Some(Admission::Pass { .. }) => return passed(req, lcf, handle),
             Some(Admission::Reject { retry_after_ms }) => (OPEN, retry_after_ms),

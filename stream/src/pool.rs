@@ -221,6 +221,7 @@ pub fn settle(
                 recorded: false,
                 budget: false,
                 first_counted: false,
+                class: None,
             };
             let plan = settle::settle(&mut ledger, &end, &mut || rnd());
             Some((plan.moves, plan.recorded.and_then(|r| r.transition)))

@@ -4,7 +4,6 @@
 //! in `docs/adaptive-limit.md`; `core/tests/limit_sim.rs` drives the controller against a
 //! queueing origin in virtual time and prints the figures.
 
-pub mod class;
 mod config;
 mod controller;
 mod sample;
@@ -13,7 +12,6 @@ mod samples;
 mod tests;
 pub mod word;
 
-pub use class::Class;
 pub use config::{LimitConfig, LimitConfigError};
 pub use controller::*;
 pub use sample::Sample;

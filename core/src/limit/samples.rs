@@ -33,7 +33,7 @@ pub struct Samples {
     /// falls at once ([`super::Limiter::record`]).
     pub overloads: u32,
     /// Requests of a lower class turned away below the limit, at their class's threshold
-    /// ([`super::Class::threshold`]): the limit bound demand then as surely as when in-flight
+    /// ([`crate::class::Class::threshold`]): the limit bound demand then as surely as when in-flight
     /// reached it.
     pub reserved: u32,
 }

@@ -720,21 +720,21 @@ fn a_slot_is_taken_below_the_limit_only() {
         next,
         inflight,
         over,
-    } = word::take(w, 5, false, None)
+    } = word::take(w, 5, false, None, 0)
     else {
         panic!("a free slot")
     };
     assert_eq!((inflight, over), (1, false));
-    let word::Take::Slot { next, .. } = word::take(next, 5, false, None) else {
+    let word::Take::Slot { next, .. } = word::take(next, 5, false, None, 0) else {
         panic!("the second")
     };
-    assert_eq!(word::take(next, 5, false, None), word::Take::Full);
+    assert_eq!(word::take(next, 5, false, None, 0), word::Take::Full);
     assert_eq!(
-        word::take(next, 6, false, None),
+        word::take(next, 6, false, None, 0),
         word::Take::Stale,
         "another tenant"
     );
-    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true, None) else {
+    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true, None, 0) else {
         panic!("dry run passes")
     };
     assert_eq!((inflight, over), (3, true));
@@ -747,7 +747,7 @@ fn a_slot_is_taken_below_the_limit_only() {
     assert_eq!(word::give(w, 5), None, "none held");
     let full = word::pack(5, word::MAX, word::MAX);
     assert_eq!(
-        word::take(full, 5, true, None),
+        word::take(full, 5, true, None, 0),
         word::Take::Full,
         "never wraps"
     );
@@ -755,9 +755,9 @@ fn a_slot_is_taken_below_the_limit_only() {
 
 #[test]
 fn a_lower_class_gives_way_before_the_limit() {
-    use super::class::Class::{Critical, Default, Sheddable};
+    use crate::class::Class::{Critical, Default, Sheddable};
     let at = |inflight| word::pack(5, 10, inflight);
-    let took = |inflight, c| word::take(at(inflight), 5, false, Some(c));
+    let took = |inflight, c| word::take(at(inflight), 5, false, Some(c), 0);
     assert!(matches!(
         took(7, Sheddable),
         word::Take::Slot { inflight: 8, .. }
@@ -772,32 +772,48 @@ fn a_lower_class_gives_way_before_the_limit() {
         took(9, Critical),
         word::Take::Slot { inflight: 10, .. }
     ));
-    for c in [Critical, Default, Sheddable] {
+    for c in [Default, Sheddable] {
         assert_eq!(took(10, c), word::Take::Full, "{c:?} at the limit");
     }
+    // Critical requests holding their guarantee (two slots of 10) are not let past it.
+    assert_eq!(
+        word::take(at(10), 5, false, Some(Critical), 2),
+        word::Take::Full
+    );
+    // Holding fewer, they are, however many the others hold.
+    assert!(matches!(
+        word::take(at(24), 5, false, Some(Critical), 1),
+        word::Take::Slot { inflight: 25, .. }
+    ));
     // In dry run a reserved slot is taken and counted as a shed.
     assert!(matches!(
-        word::take(at(8), 5, true, Some(Sheddable)),
+        word::take(at(8), 5, true, Some(Sheddable), 0),
         word::Take::Slot { over: true, .. }
     ));
 }
 
 proptest::proptest! {
-    /// A slot only below the class's threshold; refused as reserved only below the limit.
+    /// A slot only when the class admits it (below its threshold, or critical within its
+    /// guarantee); refused as reserved only below the limit.
     #[test]
     fn admission_follows_the_class_threshold(
         limit in 0u32..64,
-        inflight in 0u32..70,
+        inflight in 0u32..80,
+        own in 0u32..20,
         c in 0usize..4,
     ) {
-        let class = super::class::Class::ALL.get(c).copied();
-        let t = super::class::threshold(class, limit);
-        match word::take(word::pack(5, limit, inflight), 5, false, class) {
+        let class = crate::class::Class::ALL.get(c).copied();
+        let t = crate::class::threshold(class, limit);
+        let admits = crate::class::admits(class, limit, inflight, own);
+        match word::take(word::pack(5, limit, inflight), 5, false, class, own) {
             word::Take::Slot { inflight: i, over, .. } => {
-                proptest::prop_assert!(inflight < t && !over && i == inflight + 1);
+                proptest::prop_assert!(admits && !over && i == inflight + 1);
+                proptest::prop_assert!(inflight < t || own < crate::class::guarantee(limit));
             }
-            word::Take::Reserved => proptest::prop_assert!(t <= inflight && inflight < limit),
-            word::Take::Full => proptest::prop_assert!(inflight >= limit),
+            word::Take::Reserved => {
+                proptest::prop_assert!(!admits && t <= inflight && inflight < limit)
+            }
+            word::Take::Full => proptest::prop_assert!(!admits && inflight >= limit),
             word::Take::Stale => proptest::prop_assert!(false, "same tag"),
         }
     }

@@ -1,9 +1,10 @@
 //! The word a shell shares between processes for one limit, changed only by compare-and-swap:
 //! the tenant's tag (16 bits, never 0), the limit (24 bits) and the requests in flight
 //! (24 bits). One word, so that "in flight below the limit, then one more" is a single atomic
-//! step for every worker: in-flight never passes the limit at an admission. The functions
+//! step for every worker: in-flight never passes the limit at an admission (but for a
+//! critical request's guarantee, `crate::class::admits`). The functions
 //! here compute the next word; the shell loops on the compare-and-swap.
-use super::class::{threshold, Class};
+use crate::class::{admits, Class};
 
 const COUNT_BITS: u32 = 24;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -46,21 +47,22 @@ pub enum Take {
     /// In-flight is at the limit (or at [`MAX`]).
     Full,
     /// In-flight is below the limit but at the request's class's threshold
-    /// ([`super::class::Class::threshold`]): the rest is kept for the classes above.
+    /// ([`crate::class::Class::threshold`]): the rest is kept for the classes above.
     Reserved,
     /// The word belongs to another tenant.
     Stale,
 }
 
 /// An admission of tenant `tag`'s request of `class` (`None`: classes not in use) to word
-/// `w`; `dry_run` takes a slot past the threshold.
+/// `w`, `own` requests of its class in flight ([`crate::class::admits`]); `dry_run` takes a
+/// slot past the threshold.
 #[inline]
-pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>) -> Take {
+pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>, own: u32) -> Take {
     let (t, limit, inflight) = unpack(w);
     if t != tag {
         return Take::Stale;
     }
-    let over = inflight >= threshold(class, limit);
+    let over = !admits(class, limit, inflight, own);
     if inflight == MAX {
         return Take::Full;
     }

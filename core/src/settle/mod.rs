@@ -21,6 +21,7 @@
 //! settlement, so it is one step for every other worker.
 
 use crate::breaker::{Breaker, BreakerConfig, Classified, Recorded, Ticket};
+use crate::class::Class;
 use crate::eject::{self, Explained, Move, Standing};
 use crate::retry_budget::RetryBudget;
 use crate::snapshot::State;
@@ -79,6 +80,9 @@ pub struct Ended<'a> {
     pub budget: bool,
     /// The request's first attempt is in the budget already.
     pub first_counted: bool,
+    /// The request's class (`None`: classes not in use): the budget refuses lower classes'
+    /// retries first.
+    pub class: Option<Class>,
 }
 
 /// What becomes of the retry nginx asked for.
@@ -157,7 +161,7 @@ pub fn settle(ledger: &mut impl Ledger, end: &Ended<'_>, rnd: &mut impl FnMut() 
             if first {
                 budget.record_first(now);
             }
-            retry && !budget.take_retry(now)
+            retry && !budget.take_retry_of(now, end.class)
         });
         if let Some(spent) = spent {
             plan.first_counted = true;

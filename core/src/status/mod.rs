@@ -467,7 +467,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         int(out, b",\"shed\":", l.shed);
         if let Some(classes) = &l.classes {
             out.extend_from_slice(b",\"classes\":{");
-            for (c, f) in crate::limit::Class::ALL.iter().zip(classes) {
+            for (c, f) in crate::class::Class::ALL.iter().zip(classes) {
                 if c.index() > 0 {
                     out.push(b',');
                 }

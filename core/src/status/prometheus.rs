@@ -536,7 +536,7 @@ impl Renderer<'_> {
                 self.header(name, kind, help);
                 headed = true;
             }
-            for (c, f) in crate::limit::Class::ALL.iter().zip(classes) {
+            for (c, f) in crate::class::Class::ALL.iter().zip(classes) {
                 let tail = [",class=\"", c.name(), "\"} "].concat();
                 self.sample(head.as_bytes(), self.spans[i], tail.as_bytes(), value(f));
             }

@@ -21,8 +21,9 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use circuit_breaker_core::class::Class;
 use circuit_breaker_core::limit::word::{self, owner, pack, tag_of, unpack, Take};
-use circuit_breaker_core::limit::{Class, LimitConfig, Limiter, Update};
+use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
 use circuit_breaker_core::status::{ClassFigures, LimitStatus};
 use ngx::allocator::Allocator;
 
@@ -119,8 +120,16 @@ impl LimitPtr {
     #[inline]
     pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool, class: Option<Class>) -> Take {
         let cell = &self.shared().word;
+        // What its class holds, for a critical request's guarantee (`class::admits`): read
+        // once, so workers racing may pass it by a few; the word's bound holds regardless.
+        let own = match class {
+            Some(Class::Critical) => self.shared().classes[Class::Critical.index()]
+                .in_flight
+                .load(Ordering::Relaxed),
+            _ => 0,
+        };
         let mut w = cell.load(Ordering::Acquire);
-        match word::take(w, self.tag, dry_run, class) {
+        match word::take(w, self.tag, dry_run, class, own) {
             // At the threshold: shed without touching the owners table.
             refused @ (Take::Full | Take::Reserved | Take::Stale) => return refused,
             Take::Slot { .. } => {}
@@ -132,7 +141,7 @@ impl LimitPtr {
             }
         }
         loop {
-            let taken = word::take(w, self.tag, dry_run, class);
+            let taken = word::take(w, self.tag, dry_run, class, own);
             let Take::Slot { next, .. } = taken else {
                 if let Some(o) = owner.as_deref_mut() {
                     o.move_to(o.held - 1);

@@ -24,6 +24,8 @@ mod reload;
 mod retuned;
 mod table;
 
+use circuit_breaker_core::breaker::ramp;
+use circuit_breaker_core::class::Class;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -363,10 +365,34 @@ impl Zone {
         Self::admit_raw(handle, Self::raw_gate(handle, key_hash)?, now_ms)
     }
 
+    /// [`Zone::admit_unlocked`] for a request of `class` (see [`Zone::admit_raw_as`]).
+    #[inline]
+    pub fn admit_unlocked_as(
+        &self,
+        handle: Handle,
+        key_hash: u64,
+        now_ms: u64,
+        class: Option<Class>,
+    ) -> Option<Admission> {
+        Self::admit_raw_as(handle, Self::raw_gate(handle, key_hash)?, now_ms, class)
+    }
+
     /// [`Zone::admit_unlocked`] with the gate [`Zone::raw_gate`] read.
     #[inline(always)]
     pub fn admit_raw(handle: Handle, raw: RawGate, now_ms: u64) -> Option<Admission> {
-        Self::admit_gate(handle.berth()?, raw.gate(), now_ms)
+        Self::admit_gate(handle.berth()?, raw.gate(), now_ms, None)
+    }
+
+    /// [`Zone::admit_raw`] for a request of `class`: a ramp lets it through at its class's
+    /// power of the share (`circuit_breaker_core::breaker::ramp::draw_for`).
+    #[inline]
+    pub fn admit_raw_as(
+        handle: Handle,
+        raw: RawGate,
+        now_ms: u64,
+        class: Option<Class>,
+    ) -> Option<Admission> {
+        Self::admit_gate(handle.berth()?, raw.gate(), now_ms, class)
     }
 
     /// [`Zone::admit_raw`] for a gate that [`RawGate::rejects`], given the two words it
@@ -382,14 +408,20 @@ impl Zone {
             handle.berth()?,
             berth::reject_gate(until_ms, wait_word),
             now_ms,
+            None,
         )
     }
 
     #[inline(always)]
-    fn admit_gate(berth: &Berth, gate: Gate, now_ms: u64) -> Option<Admission> {
+    fn admit_gate(
+        berth: &Berth,
+        gate: Gate,
+        now_ms: u64,
+        class: Option<Class>,
+    ) -> Option<Admission> {
         // Only a ramp draws a share.
         let rnd = if matches!(gate, Gate::Ramp { .. }) {
-            crate::clock::rnd()
+            ramp::draw_for(crate::clock::rnd(), class)
         } else {
             0
         };

@@ -1,0 +1,125 @@
+//! A request's class (`circuit_breaker_class`), read once per request from its variable and
+//! kept in its state; and which classes each breaker has seen lately in this worker, so that
+//! a half-open breaker's probe is a request of the lowest class present
+//! (`circuit_breaker_core::class::Presence`).
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use circuit_breaker_core::class::{Class, Presence};
+use nginx_sys::{ngx_http_request_t, ngx_log_t, NGX_LOG_WARN};
+
+use crate::conf::ClassSetting;
+use crate::request::{self, RequestState};
+use crate::zone::Handle;
+
+/// The request's class: `None` without `circuit_breaker_class` (or with `off`); else its
+/// variable's value, or `default` when the value is empty or names no class (said once per
+/// worker at `warn`). Read once, then kept in the state.
+pub fn of(
+    r: &mut ngx_http_request_t,
+    state: &mut RequestState,
+    log: *mut ngx_log_t,
+) -> Option<Class> {
+    if let Some(c) = state.told.class {
+        return c;
+    }
+    let c = read(r, log);
+    state.told.class = Some(c);
+    c
+}
+
+/// The request's class, read from its variable without keeping it (a request answered
+/// before it has a state: the ramp's share, an open breaker's rejection).
+pub fn peek(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
+    read(r, log)
+}
+
+fn read(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
+    let Some(ClassSetting::On { variable }) = request::loc_conf(r).and_then(|l| l.class) else {
+        return None;
+    };
+    // SAFETY: a live request and an index this configuration registered.
+    let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(r, variable) };
+    // SAFETY: null, or the variable's value, which lives as long as the request.
+    let value = match unsafe { v.as_ref() } {
+        Some(v) if v.not_found() == 0 && v.len() > 0 && !v.data.is_null() => {
+            // SAFETY: the value's bytes, `len` of them, live as long as the request.
+            unsafe { core::slice::from_raw_parts(v.data, v.len() as usize) }
+        }
+        _ => return Some(Class::Default),
+    };
+    Some(Class::parse(value).unwrap_or_else(|| {
+        unknown(log, value);
+        Class::Default
+    }))
+}
+
+/// Says once per worker that a class's value names none (the value as a client may have
+/// sent it: escaped, and cut at 32 bytes).
+#[cold]
+fn unknown(log: *mut ngx_log_t, value: &[u8]) {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if TOLD.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let shown: String = value
+        .iter()
+        .take(32)
+        .flat_map(|b| core::ascii::escape_default(*b))
+        .map(char::from)
+        .collect();
+    ngx::ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "circuit breaker class \"{}\" is not \"critical\", \"default\" or \"sheddable\": \
+         the request's class is \"default\" (said once per worker)",
+        shown
+    );
+}
+
+/// Each breaker's classes seen lately in this worker, by berth index.
+struct Seen(UnsafeCell<Vec<Option<(Handle, Presence)>>>);
+
+// SAFETY: a worker runs nginx's event loop on one thread, the only one that touches this.
+unsafe impl Sync for Seen {}
+
+static SEEN: Seen = Seen(UnsafeCell::new(Vec::new()));
+
+/// Runs `f` on `handle`'s presence in this worker (made on first use).
+fn with_presence<T>(handle: Handle, f: impl FnOnce(&mut Presence) -> T) -> T {
+    // SAFETY: single-threaded (above), and no call here re-enters: the borrow ends with `f`.
+    let seen = unsafe { &mut *SEEN.0.get() };
+    let i = handle.berth_index();
+    if seen.len() <= i {
+        seen.resize(i + 1, None);
+    }
+    let slot = &mut seen[i];
+    if !slot.is_some_and(|(h, _)| h == handle) {
+        *slot = Some((handle, Presence::default()));
+    }
+    let (_, p) = slot.as_mut().expect("set above");
+    f(p)
+}
+
+/// A request of `class` came to `handle`'s breaker at `now_ms`.
+pub fn note(handle: Handle, class: Option<Class>, now_ms: u64) {
+    if let (Some(c), false) = (class, handle.is_none()) {
+        with_presence(handle, |p| p.note(c, now_ms));
+    }
+}
+
+/// A request of an open breaker, answered without a state of its own: its class is read and
+/// noted, so that the probe, once due, can be left to the lowest class present.
+pub fn note_rejected(r: &mut ngx_http_request_t, handle: Handle, log: *mut ngx_log_t) {
+    note(handle, read(r, log), crate::clock::mono_ms());
+}
+
+/// Whether a request of `class` may take `handle`'s probe: it has no class, or no request
+/// of a lower class came lately (see `Presence::lower_present`).
+pub fn may_probe(handle: Handle, class: Option<Class>, now_ms: u64) -> bool {
+    match class {
+        Some(c) if !handle.is_none() => with_presence(handle, |p| !p.lower_present(c, now_ms)),
+        _ => true,
+    }
+}

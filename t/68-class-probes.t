@@ -1,0 +1,125 @@
+#!/usr/bin/perl
+
+# A half-open breaker risks the cheapest request (circuit_breaker_class): while
+# sheddable requests come, the probes are theirs, and critical requests are
+# answered as while open rather than carry a probe; with no sheddable request
+# lately, a critical one probes.  Traffic is four critical requests, then one
+# sheddable, one at a time (a critical request first after every pause);
+# what reached the origin is counted there.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use Time::HiRes qw/ time sleep /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start /;
+use CB::Origin;
+use CB::Status qw/ breaker_at /;
+use CB::Response qw/ status /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(9);
+
+$t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
+    upstream u {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=4 open=1s jitter=0% probes=2
+                        probe_interval=200ms;
+    }
+
+    map \$uri \$cb_class {
+        ~^/c/     critical;
+        ~^/s/     sheddable;
+        default   "";
+    }
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        circuit_breaker_class \$cb_class;
+
+        location / { proxy_pass http://u; }
+        location = /status { circuit_breaker_status; }
+    }
+EOF
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+sub state { breaker_at('/status?upstream=u')->{state} // '' }
+
+# trips the breaker with failing critical requests; returns how many lines the
+# origin's hits file had then
+
+sub trip {
+	my ($tag) = @_;
+	status(http_get("/c/$tag$_?status=500")) for 1 .. 6;
+	return CB::Origin::hits($hits);
+}
+
+# the origin's hits after line FROM, in order
+
+sub hits_after {
+	my ($from) = @_;
+	open my $fh, '<', $hits or return ();
+	my @lines = <$fh>;
+	chomp @lines;
+	return @lines[$from .. $#lines];
+}
+
+# sends PATTERN (a list of "c" and "s") round and round, one request at a time,
+# until the breaker is closed again or SECONDS pass: true when closed
+
+sub until_closed {
+	my ($seconds, @pattern) = @_;
+	my $end = time() + $seconds;
+	my $n = 0;
+	while (time() < $end) {
+		for my $k (@pattern) {
+			status(http_get("/$k/r" . $n++));
+		}
+		return 1 if state() eq 'closed';
+		sleep 0.01;
+	}
+	return state() eq 'closed';
+}
+
+###############################################################################
+
+my $from = trip('trip');
+is(state(), 'open', 'tripped');
+
+ok(until_closed(20, qw/ c c c c s /), 'closed again by probes');
+is(status(http_get('/c/after')), 200, 'a critical request passes once closed');
+my @after = hits_after($from);
+# the probes are the hits before the breaker closed: the first two after the trip
+my @probes = @after[0, 1];
+is(scalar(grep { m!^/s/! } @probes), 2, 'both probes were sheddable requests')
+	or diag("origin after the trip: @after[0 .. ($#after < 5 ? $#after : 5)]");
+is($after[-1], '/c/after', 'and reaches the origin');
+
+# no sheddable request for over a second: a critical request probes
+
+$from = trip('again');
+is(state(), 'open', 'tripped again');
+ok(until_closed(20, qw/ c /), 'closed by critical probes alone');
+@after = hits_after($from);
+is(scalar(grep { m!^/c/! } @after[0, 1]), 2, 'the probes were critical requests');
+
+$t->stop();
+
+unlike($t->read_file('error.log'), qr/\[(alert|crit|error)\]/, 'no errors');
