@@ -214,6 +214,17 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
                 why = ": " + emerg[-1].split("] ", 1)[-1]
             raise RunFailed("nginx did not start" + why)
 
+        # Busy processes beside the run, as a shared machine has (`hogs`): each spins on a
+        # core until the run ends.
+        for j in range(int(run.get("hogs", 0))):
+            procs.add(
+                f"hog{j}",
+                subprocess.Popen(
+                    [PY, "-c", "while True: pass"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                ),
+            )
         t0 = time.time() + 0.5
         org.stdin.write(f"start {t0:.6f}\n")
         org.stdin.flush()

@@ -415,8 +415,8 @@ pub(crate) fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
     );
 }
 
-/// Registers `$circuit_breaker_state`, `$circuit_breaker_route` and
-/// `$circuit_breaker_upstream`.
+/// Registers `$circuit_breaker_state`, `$circuit_breaker_route`, `$circuit_breaker_upstream`,
+/// `$circuit_breaker_msec` and `$circuit_breaker_class`.
 ///
 /// # Safety
 /// `cf` must be the configuration being parsed (preconfiguration).
@@ -426,7 +426,7 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         *mut ngx_http_variable_value_t,
         usize,
     ) -> ngx_int_t;
-    let vars: [(ngx_str_t, Handler, usize); 4] = [
+    let vars: [(ngx_str_t, Handler, usize); 5] = [
         (ngx_string!("circuit_breaker_state"), variable, 0),
         (ngx_string!("circuit_breaker_route"), variable, 1),
         (
@@ -437,6 +437,11 @@ pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         (
             ngx_string!("circuit_breaker_msec"),
             crate::judged::msec_variable,
+            0,
+        ),
+        (
+            ngx_string!("circuit_breaker_class"),
+            crate::upstream::class::variable,
             0,
         ),
     ];

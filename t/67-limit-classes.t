@@ -6,7 +6,8 @@
 # what the origin received is counted there, and what was turned away is a
 # fast 503 "limited".  A value that names no class is "default", said once at
 # warn.  The status page and Prometheus count admitted, shed and in-flight
-# requests per class; an upstream whose requests have no class shows none.
+# requests per class; an upstream whose requests have no class shows none;
+# $circuit_breaker_class logs each request's class.
 
 ###############################################################################
 
@@ -31,7 +32,7 @@ use CB::Workers qw/ send_get read_response /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(26);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(30);
 
 $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
     upstream fixed {
@@ -54,10 +55,13 @@ $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
         default   "";
     }
 
+    log_format cls '\$uri \$circuit_breaker_class';
+
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
+        access_log %%TESTDIR%%/class.log cls;
         proxy_read_timeout 30s;
 
         circuit_breaker_class \$cb_class;
@@ -164,6 +168,12 @@ ok(!exists breaker_at('/status?upstream=plain')->{limit}{classes},
 	'no class: no classes on the status page');
 
 $t->stop();
+
+my $cls = $t->read_file('class.log');
+like($cls, qr!^/s/more sheddable$!m, '$circuit_breaker_class: sheddable, shed too');
+like($cls, qr!^/c/1 critical$!m, '$circuit_breaker_class: critical');
+like($cls, qr!^/x/bogus default$!m, '$circuit_breaker_class: a bogus value is default');
+like($cls, qr!^/p/1 -$!m, '$circuit_breaker_class: none with circuit_breaker_class off');
 
 my $log = $t->read_file('error.log');
 is(scalar(() = $log =~ /\[warn\].*circuit breaker class "bogus" is not/g), 1,

@@ -34,6 +34,31 @@ pub unsafe fn laid_out_pool(shm: *const ngx_shm_zone_t) -> Option<(SlabPool, usi
     Some((pool, shm.shm.size))
 }
 
+/// A variable's value as its bytes, `None` when not found. nginx-sys's accessors read the
+/// value's bitfield (`len:28, valid, no_cacheable, not_found, escape`) one bit at a time
+/// (`scripts/bench-instructions`, closed_limit_class); on a little-endian target this reads
+/// it as the one 32-bit word it is, the fields from its low bits as C lays them out there.
+#[inline]
+pub fn variable_bytes(v: &nginx_sys::ngx_variable_value_t) -> Option<&[u8]> {
+    #[cfg(target_endian = "little")]
+    let (len, not_found) = {
+        // SAFETY: the bitfield unit is the value's first 4 bytes, plain data.
+        let raw: [u8; 4] = unsafe { core::mem::transmute(v._bitfield_1) };
+        let bits = u32::from_le_bytes(raw);
+        ((bits & 0x0fff_ffff) as usize, bits & (1 << 30) != 0)
+    };
+    #[cfg(not(target_endian = "little"))]
+    let (len, not_found) = (v.len() as usize, v.not_found() != 0);
+    if not_found {
+        return None;
+    }
+    if len == 0 || v.data.is_null() {
+        return Some(&[]);
+    }
+    // SAFETY: a found value's `data` holds `len` bytes for as long as the value lives.
+    Some(unsafe { core::slice::from_raw_parts(v.data, len) })
+}
+
 /// The module's version (the crate's), as the status page and the zone's notice show it.
 pub const MODULE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -98,4 +123,49 @@ pub fn first_time(tag: u64) -> bool {
         true
     })
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_variable_value_reads_as_nginx_sys_lays_it_out() {
+        let bytes = *b"critical";
+        for (len, found, valid, no_cacheable, escape) in [
+            (8u32, true, true, false, false),
+            (8, true, false, true, true),
+            (0x0fff_ffff, true, true, true, true),
+            (0, true, true, false, false),
+            (5, false, true, true, true),
+        ] {
+            let mut v = nginx_sys::ngx_variable_value_t {
+                _bitfield_align_1: [],
+                _bitfield_1: Default::default(),
+                data: bytes.as_ptr().cast_mut(),
+            };
+            v.set_len(len);
+            v.set_valid(valid.into());
+            v.set_no_cacheable(no_cacheable.into());
+            v.set_not_found((!found).into());
+            v.set_escape(escape.into());
+            let got = if len as usize <= bytes.len() {
+                variable_bytes(&v).map(<[u8]>::to_vec)
+            } else {
+                // Too long to read here: its length and state only.
+                variable_bytes(&{
+                    let mut w = v;
+                    w.data = core::ptr::null_mut();
+                    w
+                })
+                .map(|_| vec![])
+            };
+            let want = match (found, len as usize <= bytes.len()) {
+                (false, _) => None,
+                (true, true) => Some(bytes[..len as usize].to_vec()),
+                (true, false) => Some(vec![]),
+            };
+            assert_eq!(got, want, "len {len} found {found}");
+        }
+    }
 }

@@ -7,7 +7,12 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use circuit_breaker_core::class::{Class, Presence};
-use nginx_sys::{ngx_http_request_t, ngx_log_t, NGX_LOG_WARN};
+use nginx_sys::{
+    ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_log_t, NGX_ERROR, NGX_LOG_WARN,
+    NGX_OK,
+};
+
+use circuit_breaker_shell::ffi::variable_bytes;
 
 use crate::conf::ClassSetting;
 use crate::request::{self, RequestState};
@@ -42,11 +47,8 @@ fn read(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
     // SAFETY: a live request and an index this configuration registered.
     let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(r, variable) };
     // SAFETY: null, or the variable's value, which lives as long as the request.
-    let value = match unsafe { v.as_ref() } {
-        Some(v) if v.not_found() == 0 && v.len() > 0 && !v.data.is_null() => {
-            // SAFETY: the value's bytes, `len` of them, live as long as the request.
-            unsafe { core::slice::from_raw_parts(v.data, v.len() as usize) }
-        }
+    let value = match unsafe { v.as_ref() }.and_then(variable_bytes) {
+        Some(value) if !value.is_empty() => value,
         _ => return Some(Class::Default),
     };
     Some(Class::parse(value).unwrap_or_else(|| {
@@ -122,4 +124,41 @@ pub fn may_probe(handle: Handle, class: Option<Class>, now_ms: u64) -> bool {
         Some(c) if !handle.is_none() => with_presence(handle, |p| !p.lower_present(c, now_ms)),
         _ => true,
     }
+}
+
+/// `$circuit_breaker_class`: the request's class (`critical`, `default`, `sheddable`), as the
+/// module took it (or, for a request it did not judge, as its variable says now); not found
+/// (`-` in a log) without `circuit_breaker_class`.
+///
+/// # Safety
+/// nginx calls it with a live request and a value to fill.
+pub unsafe extern "C" fn variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    circuit_breaker_shell::ffi::guard(NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx passes a live request and a value to fill.
+        let (req, v) = unsafe { (&mut *r, &mut *v) };
+        let kept = request::here(req).and_then(|s| s.told.class);
+        let class = match kept {
+            Some(c) => c,
+            None => {
+                let log = super::connection_log(req);
+                read(req, log)
+            }
+        };
+        match class {
+            Some(c) => {
+                let name = c.name();
+                v.set_len(name.len() as u32);
+                v.set_valid(1);
+                v.set_no_cacheable(0);
+                v.set_not_found(0);
+                v.data = name.as_ptr().cast_mut();
+            }
+            None => v.set_not_found(1),
+        }
+        NGX_OK as ngx_int_t
+    })
 }
