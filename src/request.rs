@@ -810,7 +810,7 @@ unsafe extern "C" fn release(data: *mut c_void) {
 fn give_back(state: &RequestState) {
     guard((), || {
         if state.limit.is_held() {
-            limit::release(state.limit);
+            limit::release(state.limit, state.told.class.flatten());
         }
         let (judge, ticket) = (&state.judge, state.settlement.ticket);
         if let Ticket::Probe(_) = ticket {

@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(63);
+	->has(qw/upstream_least_conn/)->plan(65);
 
 ###############################################################################
 
@@ -285,6 +285,18 @@ bad($t, 'one key, two sets of parameters', { HTTP => "${cb}_key \$host min_reque
 	"${cb}_key \$host min_requests=6",
 	qq{"${cb}_key \$host" is given with other parameters elsewhere: every }
 	. qq{"${cb}_key \$host" judges the same breakers, give them the same parameters});
+
+# circuit_breaker_class
+
+bad($t, 'class not a variable', { LOCATION => "${cb}_class critical;" },
+	"${cb}_class",
+	qq{invalid value "critical" in "${cb}_class" directive, the class must be one variable, }
+	. qq{such as \$cb_class, or "off"});
+
+bad($t, 'class from the module itself', { LOCATION => "${cb}_class \$circuit_breaker_state;" },
+	"${cb}_class",
+	qq{invalid value "\$circuit_breaker_state" in "${cb}_class" directive, the class }
+	. qq{cannot be one of the module's own variables});
 
 bad($t, 'zone twice', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_zone cb:1m;\n    ${cb}_zone cb2:1m;" },

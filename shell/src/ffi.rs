@@ -38,8 +38,12 @@ pub unsafe fn laid_out_pool(shm: *const ngx_shm_zone_t) -> Option<(SlabPool, usi
 /// value's bitfield (`len:28, valid, no_cacheable, not_found, escape`) one bit at a time
 /// (`scripts/bench-instructions`, closed_limit_class); on a little-endian target this reads
 /// it as the one 32-bit word it is, the fields from its low bits as C lays them out there.
+///
+/// # Safety
+/// `v` must be a value nginx filled (a found one's `data` holds `len` bytes), and the bytes
+/// must outlive the borrow of `v`: a request's variable, while the request lives.
 #[inline]
-pub fn variable_bytes(v: &nginx_sys::ngx_variable_value_t) -> Option<&[u8]> {
+pub unsafe fn variable_bytes(v: &nginx_sys::ngx_variable_value_t) -> Option<&[u8]> {
     #[cfg(target_endian = "little")]
     let (len, not_found) = {
         // SAFETY: the bitfield unit is the value's first 4 bytes, plain data.
@@ -55,7 +59,8 @@ pub fn variable_bytes(v: &nginx_sys::ngx_variable_value_t) -> Option<&[u8]> {
     if len == 0 || v.data.is_null() {
         return Some(&[]);
     }
-    // SAFETY: a found value's `data` holds `len` bytes for as long as the value lives.
+    // SAFETY: a found value's `data` holds `len` bytes for as long as the value lives (this
+    // fn's contract).
     Some(unsafe { core::slice::from_raw_parts(v.data, len) })
 }
 
@@ -150,15 +155,16 @@ mod tests {
             v.set_not_found((!found).into());
             v.set_escape(escape.into());
             let got = if len as usize <= bytes.len() {
-                variable_bytes(&v).map(<[u8]>::to_vec)
+                // SAFETY: `data` holds `len` bytes here, which outlive `v`.
+                unsafe { variable_bytes(&v) }.map(<[u8]>::to_vec)
             } else {
-                // Too long to read here: its length and state only.
-                variable_bytes(&{
-                    let mut w = v;
-                    w.data = core::ptr::null_mut();
-                    w
-                })
-                .map(|_| vec![])
+                // Too long to read here: its length and state only (no data: nothing read).
+                let w = nginx_sys::ngx_variable_value_t {
+                    data: core::ptr::null_mut(),
+                    ..v
+                };
+                // SAFETY: a null `data` is never read.
+                unsafe { variable_bytes(&w) }.map(|_| vec![])
             };
             let want = match (found, len as usize <= bytes.len()) {
                 (false, _) => None,

@@ -219,6 +219,18 @@ unsafe fn class(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
             },
         );
     };
+    if name.starts_with("circuit_breaker_") {
+        // Those are what the breaker said of the request, and the class is read before it
+        // says anything.
+        return fail(
+            cf,
+            ConfError::InvalidValue {
+                directive: "circuit_breaker_class",
+                value: word,
+                reason: Some("the class cannot be one of the module's own variables"),
+            },
+        );
+    }
     let mut s = ngx_str_t {
         len: name.len(),
         data: name.as_ptr().cast_mut(),

@@ -45,14 +45,14 @@ const FLUSH_MS: u64 = 25;
 /// dead worker held can fill the limit, and then nothing completes to update the controller.
 const RECLAIM_MS: u64 = 500;
 
-/// A request's slot: the breaker it was taken from, and the request's class. `Copy`, kept
-/// in the request's state.
+/// A request's slot: the breaker it was taken from. `Copy`, kept in the request's state
+/// (whose class, if any, is the slot's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hold(Handle, Option<Class>);
+pub struct Hold(Handle);
 
 impl Hold {
     /// No slot.
-    pub const NONE: Hold = Hold(Handle::NONE, None);
+    pub const NONE: Hold = Hold(Handle::NONE);
 
     /// Whether a slot is held.
     #[inline]
@@ -298,7 +298,7 @@ pub fn acquire(
     let reg = registry();
     if let Some((i, l)) = reg.local(handle) {
         match l.acquire(dry_run, class) {
-            Some(true) => return Admit::Slot(Hold(handle, class)),
+            Some(true) => return Admit::Slot(Hold(handle)),
             Some(false) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
@@ -338,7 +338,7 @@ fn acquire_first(
     reg.zone.get_or_insert_with(|| zone.clone());
     match reg.local(handle) {
         Some((i, l)) => match l.acquire(dry_run, class) {
-            Some(true) => Admit::Slot(Hold(handle, class)),
+            Some(true) => Admit::Slot(Hold(handle)),
             Some(false) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
@@ -351,10 +351,10 @@ fn acquire_first(
     }
 }
 
-/// The end of an attempt of a request holding `hold`: its sample, and its slot back when it
-/// was the request's last attempt.
+/// The end of an attempt of a request of `class` holding `hold`: its sample, and its slot
+/// back when it was the request's last attempt.
 #[inline]
-pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
+pub fn attempt_ended(hold: Hold, class: Option<Class>, s: Sample, last: bool) {
     let reg = registry();
     let Some((i, l)) = reg.local(hold.0) else {
         return;
@@ -372,7 +372,7 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
         Sample::Overload => l.samples.add_overload(),
     }
     if last {
-        if let Some(before) = l.release(hold.1) {
+        if let Some(before) = l.release(class) {
             l.samples.note_inflight(before);
         }
     }
@@ -384,14 +384,15 @@ pub fn attempt_ended(hold: Hold, s: Sample, last: bool) {
     }
 }
 
-/// Gives `hold`'s slot back: its request ended without a last attempt (the client went away
-/// before one, or nginx gave up after a failed attempt without freeing the peer again).
-pub fn release(hold: Hold) {
+/// Gives `hold`'s slot back, of a request of `class`: its request ended without a last
+/// attempt (the client went away before one, or nginx gave up after a failed attempt without
+/// freeing the peer again).
+pub fn release(hold: Hold, class: Option<Class>) {
     let reg = registry();
     let Some((i, l)) = reg.local(hold.0) else {
         return;
     };
-    if let Some(before) = l.release(hold.1) {
+    if let Some(before) = l.release(class) {
         l.samples.note_inflight(before);
         if l.wait(mono_ms()) {
             reg.flush(i);

@@ -27,8 +27,13 @@ pub fn ask_unlocked(
         (true, Some(h)) => h.get(),
         _ => state.judge.handle,
     };
-    let a = zone.admit_unlocked_as(handle, state.judge.key_hash, mono_ms(), class)?;
+    let now = mono_ms();
+    let a = zone.admit_unlocked_as(handle, state.judge.key_hash, now, class)?;
     state.judge.handle = handle;
+    if class.is_some() && matches!(a, Admission::Reject { .. }) {
+        // Turned away while open: its class is present when the probe comes due.
+        super::class::note(handle, class, now);
+    }
     note(state, &a, None);
     Some(a)
 }

@@ -21,15 +21,19 @@ use crate::zone::Handle;
 /// The request's class: `None` without `circuit_breaker_class` (or with `off`); else its
 /// variable's value, or `default` when the value is empty or names no class (said once per
 /// worker at `warn`). Read once, then kept in the state.
-pub fn of(
-    r: &mut ngx_http_request_t,
+///
+/// # Safety
+/// `r` must be the live request `state` belongs to.
+pub unsafe fn of(
+    r: *mut ngx_http_request_t,
     state: &mut RequestState,
     log: *mut ngx_log_t,
 ) -> Option<Class> {
     if let Some(c) = state.told.class {
         return c;
     }
-    let c = read(r, log);
+    // SAFETY: `r` is live (this fn's contract).
+    let c = unsafe { read(r, log) };
     state.told.class = Some(c);
     c
 }
@@ -37,17 +41,28 @@ pub fn of(
 /// The request's class, read from its variable without keeping it (a request answered
 /// before it has a state: the ramp's share, an open breaker's rejection).
 pub fn peek(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
-    read(r, log)
+    // SAFETY: a live request, borrowed for the call.
+    unsafe { read(r, log) }
 }
 
-fn read(r: &mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
-    let Some(ClassSetting::On { variable }) = request::loc_conf(r).and_then(|l| l.class) else {
+/// Reads the class through a raw pointer: the variable's evaluation writes only the
+/// request's variables array and its pool, outside the request's own struct, which callers
+/// may hold a shared reference to.
+///
+/// # Safety
+/// `r` must be a live request.
+unsafe fn read(r: *mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class> {
+    // SAFETY: a live request (this fn's contract), borrowed only for the lookup.
+    let setting = request::loc_conf(unsafe { &*r }).and_then(|l| l.class);
+    let Some(ClassSetting::On { variable }) = setting else {
         return None;
     };
     // SAFETY: a live request and an index this configuration registered.
     let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(r, variable) };
     // SAFETY: null, or the variable's value, which lives as long as the request.
-    let value = match unsafe { v.as_ref() }.and_then(variable_bytes) {
+    let v = unsafe { v.as_ref() };
+    // SAFETY: a value nginx filled, whose bytes live as long as the request.
+    let value = match v.and_then(|v| unsafe { variable_bytes(v) }) {
         Some(value) if !value.is_empty() => value,
         _ => return Some(Class::Default),
     };
@@ -114,7 +129,7 @@ pub fn note(handle: Handle, class: Option<Class>, now_ms: u64) {
 /// A request of an open breaker, answered without a state of its own: its class is read and
 /// noted, so that the probe, once due, can be left to the lowest class present.
 pub fn note_rejected(r: &mut ngx_http_request_t, handle: Handle, log: *mut ngx_log_t) {
-    note(handle, read(r, log), crate::clock::mono_ms());
+    note(handle, peek(r, log), crate::clock::mono_ms());
 }
 
 /// Whether a request of `class` may take `handle`'s probe: it has no class, or no request
@@ -145,7 +160,7 @@ pub unsafe extern "C" fn variable(
             Some(c) => c,
             None => {
                 let log = super::connection_log(req);
-                read(req, log)
+                peek(req, log)
             }
         };
         match class {

@@ -238,9 +238,10 @@ fn settle_locked(
     let name = state.judge.name();
     // The budget refuses lower classes' retries first: the class is read for a retry.
     let class = if retry.is_some() && scf.retry.is_some() {
-        // SAFETY: the request owning this state is live while its attempts end, and no other
-        // borrow of it is held here.
-        super::class::of(unsafe { &mut *state.request().cast_mut() }, state, log)
+        let r = state.request().cast_mut();
+        // SAFETY: the request owning this state is live while its attempts end; the class is
+        // read through the raw pointer, past the caller's shared borrow of the request.
+        unsafe { super::class::of(r, state, log) }
     } else {
         state.told.class.flatten()
     };

@@ -139,7 +139,8 @@ unsafe fn init_asked(
             // SAFETY: just found or created; no other borrow of it is live.
             let state = unsafe { &mut *state_ptr };
             state.attempts.body_arriving = body_arriving;
-            let class = super::class::of(req, state, log);
+            // SAFETY: `req` is the live request this state belongs to, in peer.init.
+            let class = unsafe { super::class::of(req, state, log) };
             let answer = admit::ask(state, hint, log, !body_arriving, class);
             (state_ptr, answer)
         }

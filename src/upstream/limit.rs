@@ -37,7 +37,8 @@ pub fn admit(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
 /// [`admit`] for an upstream with a limit.
 #[inline(never)]
 fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx_log_t) -> bool {
-    let class = super::class::of(r, state, log);
+    // SAFETY: `r` is the live request this state belongs to, in peer.init.
+    let class = unsafe { super::class::of(r, state, log) };
     let scf = state.judge.srv_conf();
     let Some(cfg) = scf.limit.as_ref() else {
         return true;
@@ -46,7 +47,9 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
     let Some((zone, _)) = state.judge.zone() else {
         return true;
     };
-    super::class::note(state.judge.handle, class, crate::clock::mono_ms());
+    if class.is_some() {
+        super::class::note(state.judge.handle, class, crate::clock::mono_ms());
+    }
     match limit::acquire(zone, state.judge.handle, class, cfg, dry_run, log, || {
         state.judge.name()
     }) {
@@ -67,7 +70,7 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
 pub fn release(state: &mut RequestState) {
     let hold = core::mem::replace(&mut state.limit, Hold::NONE);
     if hold.is_held() {
-        limit::release(hold);
+        limit::release(hold, state.told.class.flatten());
     }
 }
 
@@ -109,7 +112,13 @@ unsafe fn sample(
     // SAFETY: `r`, `u`, `pc` are the live request, upstream and peer in peer.free (this fn's
     // contract), which is what `retry_follows` asks.
     let last = !unsafe { retry_follows(r, u, pc, ngx_state, a) };
-    limit::attempt_ended(state.limit, Sample::of(a, state.attempts.started > 1), last);
+    let class = state.told.class.flatten();
+    limit::attempt_ended(
+        state.limit,
+        class,
+        Sample::of(a, state.attempts.started > 1),
+        last,
+    );
     if last {
         state.limit = Hold::NONE;
     }
@@ -160,7 +169,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
     let header_ms = st.header_time as u64;
     if since > header_ms {
         // The answer came before the client's body ended: no time of the origin's to learn.
-        limit::attempt_ended(state.limit, Sample::Drop, true);
+        limit::attempt_ended(state.limit, state.told.class.flatten(), Sample::Drop, true);
         state.limit = Hold::NONE;
         return;
     }
@@ -176,6 +185,7 @@ pub unsafe fn header_passed(r: &mut ngx_http_request_t) {
     };
     limit::attempt_ended(
         state.limit,
+        state.told.class.flatten(),
         Sample::of(&a, state.attempts.started > 1),
         true,
     );

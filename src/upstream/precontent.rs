@@ -10,6 +10,7 @@
 //! are decided in `peer.init`, where a request whose body is still arriving is never the
 //! probe.
 
+use crate::conf::ClassSetting;
 use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR};
@@ -72,7 +73,7 @@ extern "C" fn rejected(
             // The cooldown is over: this request may be the probe.
             return asked_later(req, lcf);
         };
-        if lcf.class.is_some() {
+        if let Some(ClassSetting::On { .. }) = lcf.class {
             let log = super::connection_log(req);
             super::class::note_rejected(req, handle, log);
         }
@@ -129,11 +130,11 @@ extern "C" fn not_passing(
         }
         // A ramp lets a request through by its class.
         let class = match lcf.class {
-            Some(_) => {
+            Some(ClassSetting::On { .. }) => {
                 let log = super::connection_log(req);
                 super::class::peek(req, log)
             }
-            None => None,
+            _ => None,
         };
         let answer = Zone::raw_gate(handle, lcf.key_hash)
             .and_then(|g| Zone::admit_raw_as(handle, g, mono_ms(), class));

@@ -780,6 +780,11 @@ fn a_lower_class_gives_way_before_the_limit() {
         word::take(at(10), 5, false, Some(Critical), 2),
         word::Take::Full
     );
+    // A critical count a dead worker left high reads no higher than the word's in-flight.
+    assert!(matches!(
+        word::take(word::pack(5, 1, 1), 5, false, Some(Critical), 7),
+        word::Take::Slot { inflight: 2, .. }
+    ));
     // Holding fewer, they are, however many the others hold.
     assert!(matches!(
         word::take(at(24), 5, false, Some(Critical), 1),

@@ -62,7 +62,9 @@ pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>, own: u32) -> 
     if t != tag {
         return Take::Stale;
     }
-    let over = !admits(class, limit, inflight, own);
+    // A class's count is not corrected when a dead worker's slots are returned: never more
+    // than the word's own.
+    let over = !admits(class, limit, inflight, own.min(inflight));
     if inflight == MAX {
         return Take::Full;
     }

@@ -24,7 +24,8 @@ pub(super) struct Shared {
     pub(super) enabled: AtomicU32,
     /// Entries of the owners table that follows the block.
     pub(super) owners: u32,
-    /// Per class (`Class::index`), for the status page: never read by an admission.
+    /// Per class (`Class::index`): the status page's figures, and critical requests' count
+    /// for their guarantee (`circuit_breaker_core::class::admits`).
     pub(super) classes: [ClassCounts; 3],
 }
 
@@ -37,8 +38,8 @@ pub(super) struct ClassCounts {
     /// Requests shed (in dry run: that would have been).
     pub(super) shed: AtomicU64,
     /// Requests holding a slot now. A worker that dies holding slots has them returned to
-    /// the word, not here: this count is the status page's, and a count it cannot lower is
-    /// clamped to the word's in-flight when shown.
+    /// the word, not here: this count is clamped to the word's in-flight wherever it is read
+    /// (shown, or the critical guarantee's), and starts over whenever the word drains.
     pub(super) in_flight: AtomicU32,
 }
 

@@ -180,6 +180,13 @@ impl LimitPtr {
                 o.move_to(o.held - 1);
             }
         }
+        if before == 1 {
+            // Nothing in flight: a class's count that a dead worker left high starts over. A
+            // request admitted meanwhile goes uncounted there, which only reads one low.
+            for c in &self.shared().classes {
+                c.in_flight.store(0, Ordering::Relaxed);
+            }
+        }
         Some(before)
     }
 
