@@ -2,11 +2,11 @@
 //! origin's capacity is short — the adaptive limit's slots, the retry budget, the share a
 //! recovery ramp lets through — and which is risked as a half-open breaker's probe.
 //!
-//! Under the limit and the retry budget, the construction is trunk reservation, as telephone exchanges admit calls of several
-//! priorities to one group of circuits: a request of a lower class is admitted only while
-//! more than its class's reserve of the limit is free, so the last slots stay for the classes
-//! above it and `critical` alone can fill the whole limit. It needs nothing but the one
-//! in-flight count every admission already reads (`docs/adaptive-limit.md`, "Classes").
+//! Under the limit and the retry budget, the construction is trunk reservation, as telephone
+//! exchanges admit calls of several priorities to one group of circuits: a request of a lower
+//! class is admitted only while more than its class's reserve of the limit is free, so the
+//! last slots stay for the classes above it and `critical` alone can fill the whole limit. It
+//! needs nothing but the one in-flight count every admission already reads (docs/classes.md).
 
 /// A request's class, most important first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -202,7 +202,12 @@ mod tests {
         /// Whatever the class and its holdings: admitted below its threshold; past the limit
         /// only critical, within its guarantee.
         #[test]
-        fn admission_is_bounded(limit in 0u32..1000, inflight in 0u32..1300, own in 0u32..1300, c in 0usize..4) {
+        fn admission_is_bounded(
+            limit in 0u32..1000,
+            inflight in 0u32..1300,
+            own in 0u32..1300,
+            c in 0usize..4,
+        ) {
             let class = Class::ALL.get(c).copied();
             let a = admits(class, limit, inflight, own);
             if inflight < threshold(class, limit) {

@@ -84,7 +84,10 @@ mod tests {
     proptest::proptest! {
         /// The same draw: a lower class through means every higher one is through too.
         #[test]
-        fn a_lower_class_never_passes_where_a_higher_one_does_not(rnd: u32, share in 0u32..=10_000) {
+        fn a_lower_class_never_passes_where_a_higher_one_does_not(
+            rnd: u32,
+            share in 0u32..=10_000,
+        ) {
             let through = Class::ALL.map(|c| lets_through(share, draw_for(rnd, Some(c))));
             proptest::prop_assert!(through[2] <= through[1] && through[1] <= through[0]);
             proptest::prop_assert_eq!(through[0], lets_through(share, rnd));
