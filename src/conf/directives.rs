@@ -163,24 +163,10 @@ unsafe fn keyed(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         None => return NGX_CONF_ERROR,
     };
     // One variable, the usual key, is read by its index.
-    let variable = name
-        .strip_prefix('$')
-        .filter(|v| {
-            // A name, not a regex capture (`$1`), which has no index.
-            v.bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        })
-        .and_then(|v| {
-            let mut s = ngx_str_t {
-                len: v.len(),
-                data: v.as_ptr().cast_mut(),
-            };
-            // SAFETY: `cf` is the configuration being parsed; nginx copies the name.
-            let i = unsafe { nginx_sys::ngx_http_get_variable_index(cf, &mut s) };
-            usize::try_from(i).ok()
-        });
+    let variable = variable_name(&name).and_then(|v| {
+        // SAFETY: `cf` is the configuration being parsed.
+        unsafe { variable_index(cf, v) }
+    });
     lcf.keyed = Some(KeyedSetting::On {
         value,
         family,
@@ -203,13 +189,7 @@ unsafe fn class(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         lcf.class = Some(ClassSetting::Off);
         return NGX_CONF_OK;
     }
-    let name = word.strip_prefix('$').filter(|v| {
-        v.bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    });
-    let Some(name) = name else {
+    let Some(name) = variable_name(&word) else {
         return fail(
             cf,
             ConfError::InvalidValue {
@@ -231,17 +211,38 @@ unsafe fn class(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
             },
         );
     }
-    let mut s = ngx_str_t {
-        len: name.len(),
-        data: name.as_ptr().cast_mut(),
-    };
-    // SAFETY: `cf` is the configuration being parsed; nginx copies the name.
-    let i = unsafe { nginx_sys::ngx_http_get_variable_index(cf, &mut s) };
-    let Ok(variable) = usize::try_from(i) else {
+    // SAFETY: `cf` is the configuration being parsed.
+    let Some(variable) = (unsafe { variable_index(cf, name) }) else {
         return NGX_CONF_ERROR;
     };
     lcf.class = Some(ClassSetting::On { variable });
     NGX_CONF_OK
+}
+
+/// The name of the one variable `text` is (`$host` → `host`): a name, not a regex capture
+/// (`$1`, which has no index), nor text around it.
+fn variable_name(text: &str) -> Option<&str> {
+    text.strip_prefix('$').filter(|v| {
+        v.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
+}
+
+/// The index of variable `name`, registered for this configuration.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed.
+unsafe fn variable_index(cf: *mut ngx_conf_t, name: &str) -> Option<usize> {
+    let mut s = ngx_str_t {
+        len: name.len(),
+        data: name.as_ptr().cast_mut(),
+    };
+    // SAFETY: `cf` is the configuration being parsed (this fn's contract); nginx copies the
+    // name.
+    let i = unsafe { nginx_sys::ngx_http_get_variable_index(cf, &mut s) };
+    usize::try_from(i).ok()
 }
 
 /// Compiles `text` (variables and all) into a complex value in the configuration's pool.

@@ -18,6 +18,7 @@ use core::ptr::null_mut;
 use circuit_breaker_core::breaker::{Admission, Classified, Ticket};
 use circuit_breaker_core::keyed::{self, Take, MAX_KEY};
 use circuit_breaker_core::snapshot::State;
+use circuit_breaker_shell::ffi::variable_bytes;
 use nginx_sys::{
     ngx_http_complex_value, ngx_http_request_t, ngx_int_t, ngx_log_t, ngx_str_t, NGX_DECLINED,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_OK,
@@ -338,13 +339,13 @@ fn key_of(
         // SAFETY: a live request and an index this configuration registered.
         let v = unsafe { nginx_sys::ngx_http_get_indexed_variable(req, i) };
         // SAFETY: null, or the variable's value, which lives as long as the request.
-        if let Some(v) = unsafe { v.as_ref() } {
-            if v.not_found() == 0 {
-                key = ngx_str_t {
-                    len: v.len() as usize,
-                    data: v.data,
-                };
-            }
+        let v = unsafe { v.as_ref() };
+        // SAFETY: a value nginx filled, whose bytes live as long as the request.
+        if let Some(bytes) = v.and_then(|v| unsafe { variable_bytes(v) }) {
+            key = ngx_str_t {
+                len: bytes.len(),
+                data: bytes.as_ptr().cast_mut(),
+            };
         }
         return Some(key);
     }

@@ -7,6 +7,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use circuit_breaker_core::class::{Class, Presence};
+use circuit_breaker_core::keyed::name::shown;
 use nginx_sys::{
     ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_log_t, NGX_ERROR, NGX_LOG_WARN,
     NGX_OK,
@@ -73,25 +74,19 @@ unsafe fn read(r: *mut ngx_http_request_t, log: *mut ngx_log_t) -> Option<Class>
 }
 
 /// Says once per worker that a class's value names none (the value as a client may have
-/// sent it: escaped, and cut at 32 bytes).
+/// sent it: written as keys are, and cut at 32 bytes).
 #[cold]
 fn unknown(log: *mut ngx_log_t, value: &[u8]) {
     static TOLD: AtomicBool = AtomicBool::new(false);
     if TOLD.swap(true, Ordering::Relaxed) {
         return;
     }
-    let shown: String = value
-        .iter()
-        .take(32)
-        .flat_map(|b| core::ascii::escape_default(*b))
-        .map(char::from)
-        .collect();
     ngx::ngx_log_error!(
         NGX_LOG_WARN,
         log,
         "circuit breaker class \"{}\" is not \"critical\", \"default\" or \"sheddable\": \
          the request's class is \"default\" (said once per worker)",
-        shown
+        shown(&value[..value.len().min(32)])
     );
 }
 
