@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(65);
+	->has(qw/upstream_least_conn/)->plan(68);
 
 ###############################################################################
 
@@ -375,6 +375,23 @@ bad($t, 'status at http level', { UPSTREAM => "$cb;",
 	HTTP => "${cb}_status;" },
 	"${cb}_status",
 	qq{"${cb}_status" directive is not allowed here});
+
+bad($t, 'eject relative unknown', { UPSTREAM => "$cb;\n${cb}_eject relative=yes;" },
+	"${cb}_eject relative=",
+	qq{invalid value "relative=yes" in "${cb}_eject" directive, }
+	. 'expected "on", "off", "latency" or "failures"');
+
+bad($t, 'eject latency_factor too small',
+	{ UPSTREAM => "$cb;\n${cb}_eject latency_factor=1.2;" },
+	"${cb}_eject latency_factor=",
+	qq{invalid value "latency_factor=1.2" in "${cb}_eject" directive, }
+	. 'must be a factor from 1.5 to 100, e.g. "3" or "2.5x"');
+
+bad($t, 'eject latency_factor with the rule off',
+	{ UPSTREAM => "$cb;\n${cb}_eject relative=failures latency_factor=4;" },
+	"${cb}_eject relative=",
+	qq{"latency_factor" needs the latency rule, which "relative" turns off, }
+	. qq{in "${cb}_eject" directive});
 
 bad($t, 'header maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_header maybe;" },

@@ -34,7 +34,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream http/)->plan(23);
+my $t = Test::Nginx->new()->has(qw/stream http/)->plan(24);
 
 # One expansion: a second would remap the addresses the first wrote.
 my $stream = stream_conf(2, <<'EOF');
@@ -269,5 +269,18 @@ conf_fails($t, 'circuit_breaker_eject without circuit_breaker_probe',
     server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass nope; }
 EOF
 	'"circuit_breaker_eject" requires "circuit_breaker_probe" in upstream "nope"');
+
+conf_fails($t, 'relative ejection in stream',
+	stream_conf(1, <<'EOF'), 'circuit_breaker_eject relative',
+    upstream rel {
+        server 127.0.0.1:%%PORT_8091%%;
+        server 127.0.0.1:%%PORT_8096%%;
+        circuit_breaker;
+        circuit_breaker_eject relative=on;
+    }
+    server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass rel; }
+EOF
+	'"relative" and "latency_factor" of "circuit_breaker_eject" are not supported in '
+	. 'stream: a session\'s time to the first byte is the client\'s to shape');
 
 ###############################################################################

@@ -94,17 +94,24 @@ pub enum TripCause {
     Consecutive,
     /// A server failed the probe of its upstream's open breaker, and was ejected.
     Probe,
+    /// A server's latency stood out from its pool's, and it was ejected.
+    LatencyOutlier,
+    /// A server's failures stood out from its pool's, and it was ejected.
+    FailureOutlier,
 }
 
 impl TripCause {
     /// `failure_rate`, `slow_rate` or `consecutive`, as the parameter that crossed is
-    /// named; `probe` for a server ejected by a failed probe.
+    /// named; `probe` for a server ejected by a failed probe; `latency_outlier` or
+    /// `failure_outlier` for one its pool judged an outlier.
     pub fn name(self) -> &'static str {
         match self {
             TripCause::FailureRate => "failure_rate",
             TripCause::SlowRate => "slow_rate",
             TripCause::Consecutive => "consecutive",
             TripCause::Probe => "probe",
+            TripCause::LatencyOutlier => "latency_outlier",
+            TripCause::FailureOutlier => "failure_outlier",
         }
     }
 
@@ -133,6 +140,8 @@ pub struct TripView {
 pub struct LatencyView {
     /// Median.
     pub p50: Option<u64>,
+    /// 90th percentile (what a pool's relative rules judge a server by).
+    pub p90: Option<u64>,
     /// 95th percentile.
     pub p95: Option<u64>,
     /// 99th percentile.

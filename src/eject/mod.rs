@@ -22,13 +22,15 @@
 use core::cell::Cell;
 
 use circuit_breaker_core::eject;
+use circuit_breaker_core::eject::outlier::Relative;
 use circuit_breaker_shell::eject as peers;
 pub use circuit_breaker_shell::eject::{
-    add_success, claim_probe, control, count, downed, follow, moved, probe_due, record_probe,
-    release, server_count, server_of, servers, with_server, PeersLock, Pooled,
+    add_success, assess, assess_due, claim_probe, control, count, downed, follow, moved, probe_due,
+    record_probe, release, server_count, server_of, servers, with_server, PeersLock, Pooled,
 };
 use nginx_sys::{
-    ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_uint_t, NGX_ERROR,
+    NGX_HTTP_UPSTREAM_BACKUP, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 
@@ -99,9 +101,19 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
             .into_iter()
             .map(|(name, backup)| Server::new(scf.name_hash, name, backup))
             .collect();
+        // A balancer that takes no `backup` servers picks by a key (`hash`, `ip_hash`) or at
+        // random: with a key a client may choose, a client could make its server the
+        // pool's outlier. The relative rules stay off there unless asked for.
+        let keyed = uscf.flags & NGX_HTTP_UPSTREAM_BACKUP as ngx_uint_t == 0;
+        let relative = if keyed && !spec.relative.explicit {
+            Relative::OFF
+        } else {
+            spec.relative_rules()
+        };
         scf.pool = Some(Pool {
             cfg: eject::server_config(&cfg, &spec),
             max_ejected: eject::max_ejected(servers.len(), spec.max_ejected),
+            relative,
             servers,
             local: PoolLocal::default(),
         });

@@ -179,8 +179,11 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified
         ticket: server_ticket,
         recorded: success
             && server_ticket == Ticket::Normal
-            && eject::add_success(zone, scf, server, now),
+            && eject::add_success(zone, scf, server, now, attempt.attempt.response_ms),
     });
+    if on_server.is_some() && eject::assess_due(scf, now) {
+        assess(state, zone, now);
+    }
     let recorded = !retried
         && success
         && state.settlement.ticket == Ticket::Normal
@@ -204,6 +207,22 @@ pub(super) fn settle(state: &mut RequestState, zone: &Zone, attempt: &Classified
         return;
     }
     settle_locked(state, zone, attempt, how, now, on_server, recorded);
+}
+
+/// Judges the request's pool by its relative rules (once a second per worker).
+#[cold]
+fn assess(state: &RequestState, zone: &Zone, now: u64) {
+    // SAFETY: `srv_conf_ptr` is the upstream's `SrvConf` in the configuration this request runs
+    // under, which outlives the request and its state.
+    let scf = unsafe { &*state.judge.srv_conf_ptr() };
+    // SAFETY: set in peer.init to the request's upstream conf (or null), live in a worker.
+    let Some(uscf) = (unsafe { state.judge.uscf.as_ref() }) else {
+        return;
+    };
+    // SAFETY: the request owning this state is live while its attempts end.
+    let log = connection_log(unsafe { &*state.request() });
+    // SAFETY: `uscf` is the upstream conf whose module conf is `scf`, in a worker.
+    eject::assess(unsafe { Upstream::new(zone, scf, uscf) }, now, log);
 }
 
 /// The locked half of [`settle`]: the core's settlement, then its plan carried out.

@@ -301,7 +301,19 @@ unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
         Ok(v) => v,
         Err(dup) => return dup,
     };
-    match words(raw).and_then(|w| directive::parse_eject_args(w, &NginxUnits)) {
+    // A session's time to the origin's first byte is the client's to shape (it sends first
+    // in most protocols): no pool is judged by it, nor by its failures against the others.
+    let parsed = words(raw)
+        .and_then(|w| directive::parse_eject_args(w, &NginxUnits))
+        .and_then(|spec| match spec {
+            Some(s) if s.relative.explicit => Err(directive::ConfError::Conflict(
+                "\"relative\" and \"latency_factor\" of \"circuit_breaker_eject\" are not \
+                 supported in stream: a session's time to the first byte is the client's to shape"
+                    .to_owned(),
+            )),
+            other => Ok(other),
+        });
+    match parsed {
         Ok(spec) => {
             scf.eject = spec.map_or(EjectSetting::Off, EjectSetting::On);
             NGX_CONF_OK

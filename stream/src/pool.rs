@@ -10,6 +10,7 @@ use core::ptr::NonNull;
 
 use circuit_breaker_core::breaker::{Attempt, Breaker, Classified, Ticket};
 use circuit_breaker_core::directive::{EjectSetting, EjectSpec};
+use circuit_breaker_core::eject::outlier::Relative;
 use circuit_breaker_core::eject::{self as core_eject, max_ejected, server_config, Pool as Count};
 use circuit_breaker_core::retry_budget::RetryBudget;
 use circuit_breaker_core::settle::{self, Ended, Ledger, OnServer};
@@ -79,6 +80,7 @@ pub unsafe fn configure(
     scf.pool = Some(Pool {
         cfg: server_config(&params.cfg, &spec),
         max_ejected: max_ejected(servers.len(), spec.max_ejected),
+        relative: Relative::OFF,
         servers,
         local: Default::default(),
     });

@@ -270,7 +270,7 @@ fn settle_if(
     let success = normal && session::succeeds(attempt, &params.cfg);
     if let (Some(i), Some(up)) = (server, pool::upstream(&zone, scf)) {
         // A success goes on both without the lock when it can.
-        let server_done = success && eject::add_success(&zone, scf, i, now);
+        let server_done = success && eject::add_success(&zone, scf, i, now, attempt.response_ms);
         let upstream_done = !on_upstream
             || (success && zone.add_success(handle, scf.key_hash, now, attempt.response_ms));
         if server_done && upstream_done {

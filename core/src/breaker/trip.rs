@@ -11,6 +11,8 @@ const FAILURE: u8 = 1;
 const SLOW: u8 = 2;
 const CONSECUTIVE: u8 = 3;
 const PROBE: u8 = 4;
+const LATENCY_OUTLIER: u8 = 5;
+const FAILURE_OUTLIER: u8 = 6;
 
 /// What opened a breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +25,10 @@ pub enum TripBy {
     Consecutive,
     /// A server failed the probe of its upstream's open breaker.
     Probe,
+    /// A server's latency stood out from its pool's.
+    LatencyOutlier,
+    /// A server's failures stood out from its pool's.
+    FailureOutlier,
 }
 
 /// The trip's numbers, in the breaker's header (16 bytes: a default breaker must stay within
@@ -33,10 +39,14 @@ pub struct Trip {
     requests: u32,
     failures: u32,
     slow: u32,
-    /// `NONE`, `FAILURE`, `SLOW`, `CONSECUTIVE` or `PROBE`: what opened it.
+    /// `NONE`, `FAILURE`, `SLOW`, `CONSECUTIVE`, `PROBE`, `LATENCY_OUTLIER` or
+    /// `FAILURE_OUTLIER`: what opened it.
     by: u8,
     /// It tripped on `suspect_min` requests, peers' suspicion in force.
     suspected: u8,
+    /// A latency outlier's: the latency its probes must stay within, in milliseconds (at
+    /// most 65 535, in what was padding); 0 for any other trip.
+    limit_ms: u16,
 }
 
 impl Trip {
@@ -47,6 +57,7 @@ impl Trip {
         slow: 0,
         by: NONE,
         suspected: 0,
+        limit_ms: 0,
     };
 
     /// The window `sums` as it was when `by` opened the breaker.
@@ -61,9 +72,38 @@ impl Trip {
                 TripBy::SlowRate => SLOW,
                 TripBy::Consecutive => CONSECUTIVE,
                 TripBy::Probe => PROBE,
+                TripBy::LatencyOutlier => LATENCY_OUTLIER,
+                TripBy::FailureOutlier => FAILURE_OUTLIER,
             },
             suspected: u8::from(suspected),
+            limit_ms: 0,
         }
+    }
+
+    /// The latency a latency outlier's probes must stay within (0: none).
+    pub fn limit_ms(&self) -> u32 {
+        u32::from(self.limit_ms)
+    }
+
+    /// Sets a latency outlier's probe latency limit (nothing for any other trip); at least
+    /// 1 ms, at most 65 535.
+    pub fn set_limit_ms(&mut self, ms: u64) {
+        if self.by == LATENCY_OUTLIER {
+            self.limit_ms = u16::try_from(ms.max(1)).unwrap_or(u16::MAX);
+        }
+    }
+
+    /// What opened it, `None` without a trip.
+    pub fn by(&self) -> Option<TripBy> {
+        Some(match self.by {
+            FAILURE => TripBy::FailureRate,
+            SLOW => TripBy::SlowRate,
+            CONSECUTIVE => TripBy::Consecutive,
+            PROBE => TripBy::Probe,
+            LATENCY_OUTLIER => TripBy::LatencyOutlier,
+            FAILURE_OUTLIER => TripBy::FailureOutlier,
+            _ => return None,
+        })
     }
 
     /// What the status page shows: `None` without a trip.
@@ -73,6 +113,8 @@ impl Trip {
             SLOW => (TripCause::SlowRate, cfg.slow_rate),
             CONSECUTIVE => (TripCause::Consecutive, cfg.consecutive),
             PROBE => (TripCause::Probe, 0),
+            LATENCY_OUTLIER => (TripCause::LatencyOutlier, 0),
+            FAILURE_OUTLIER => (TripCause::FailureOutlier, 0),
             _ => return None,
         };
         Some(TripView {

@@ -240,6 +240,59 @@ pub struct EjectSpec {
     /// Share of an upstream's servers that may be out at once, in hundredths of a percent
     /// (at least one server may always be ejected from a pool of two or more).
     pub max_ejected: u32,
+    /// `relative=`: the rules that judge a server against its pool, on by default
+    /// (`crate::eject::outlier`); `latency_factor=` sets the latency rule's factor.
+    pub relative: RelativeSpec,
+}
+
+/// `circuit_breaker_eject`'s `relative=on|off|latency|failures` and `latency_factor=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelativeSpec {
+    /// The latency rule's factor, in hundredths (300: 3x); 0 with the rule off.
+    pub latency_factor: u32,
+    /// The failure rule is on.
+    pub failures: bool,
+    /// Either was given (a module whose pools have no relative rules refuses them).
+    pub explicit: bool,
+}
+
+impl Default for RelativeSpec {
+    fn default() -> Self {
+        RelativeSpec {
+            latency_factor: DEFAULT_LATENCY_FACTOR,
+            failures: true,
+            explicit: false,
+        }
+    }
+}
+
+/// The latency rule's default factor: 3x the pool's p90.
+pub const DEFAULT_LATENCY_FACTOR: u32 = 300;
+
+impl EjectSpec {
+    /// The relative rules as the pool judges them.
+    pub fn relative_rules(&self) -> crate::eject::outlier::Relative {
+        crate::eject::outlier::Relative {
+            latency_factor: self.relative.latency_factor,
+            failures: self.relative.failures,
+            min_requests: u64::from(self.min_requests),
+        }
+    }
+}
+
+/// A factor of `1.5` to `100`, `x` optional (`3`, `2.5x`), in hundredths.
+fn parse_factor(v: &str) -> Option<u32> {
+    let v = v.strip_suffix('x').unwrap_or(v);
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if int.is_empty()
+        || frac.len() > 2
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let int: u32 = int.parse().ok().filter(|&i| i <= 100)?;
+    let frac = format!("{frac:0<2}").parse::<u32>().ok()?;
+    Some(int * 100 + frac).filter(|f| (150..=10_000).contains(f))
 }
 
 impl Default for EjectSpec {
@@ -251,6 +304,7 @@ impl Default for EjectSpec {
             time_ms: 10_000,
             max_time_ms: 300_000,
             max_ejected: 5000,
+            relative: RelativeSpec::default(),
         }
     }
 }
@@ -269,7 +323,8 @@ pub enum EjectSetting {
 }
 
 /// Parses `circuit_breaker_eject [failure_rate=…] [slow_rate=…] [min_requests=…] [time=…]
-/// [max_time=…] [max_ejected=…] | off`; `None` for `off`.
+/// [max_time=…] [max_ejected=…] [relative=on|off|latency|failures] [latency_factor=…] |
+/// off`; `None` for `off`.
 pub fn parse_eject_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
@@ -287,13 +342,15 @@ pub fn parse_eject_args<'a>(
             }),
         };
     }
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 8] = [
         "failure_rate",
         "slow_rate",
         "min_requests",
         "time",
         "max_time",
         "max_ejected",
+        "relative",
+        "latency_factor",
     ];
     let unknown = |word: &str, hint: String| ConfError::UnknownParameter {
         directive: D,
@@ -307,6 +364,7 @@ pub fn parse_eject_args<'a>(
     };
     let mut e = EjectSpec::default();
     let mut seen = Seen::new();
+    let mut relative_latency = None;
     for word in words {
         let Some((key, v)) = word.split_once('=') else {
             let hint = if NAMES.contains(&word) {
@@ -346,9 +404,46 @@ pub fn parse_eject_args<'a>(
             "time" => e.time_ms = ms(v)?,
             "max_time" => e.max_time_ms = ms(v)?,
             "max_ejected" => e.max_ejected = pct(v)?,
+            "relative" => {
+                let (latency, failures) = match v {
+                    "on" => (true, true),
+                    "off" => (false, false),
+                    "latency" => (true, false),
+                    "failures" => (false, true),
+                    _ => {
+                        return Err(bad(
+                            word,
+                            Some("expected \"on\", \"off\", \"latency\" or \"failures\""),
+                        ))
+                    }
+                };
+                relative_latency = Some(latency);
+                e.relative.failures = failures;
+                e.relative.explicit = true;
+            }
+            "latency_factor" => {
+                e.relative.latency_factor = parse_factor(v).ok_or_else(|| {
+                    bad(
+                        word,
+                        Some("must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+                    )
+                })?;
+                e.relative.explicit = true;
+            }
             _ => return Err(unknown(word, hint::expected_names(key, &NAMES))),
         }
         seen.push(key);
+    }
+    // `latency_factor` in any order with `relative`: the rule is on unless `relative` says
+    // otherwise, at the factor given or the default.
+    let latency_on = relative_latency.unwrap_or(true);
+    if seen.has("latency_factor") && !latency_on {
+        return Err(ConfError::Conflict(format!(
+            "\"latency_factor\" needs the latency rule, which \"relative\" turns off, in \"{D}\" directive"
+        )));
+    }
+    if !latency_on {
+        e.relative.latency_factor = 0;
     }
     if e.max_time_ms < e.time_ms {
         if seen.has("max_time") {
@@ -607,6 +702,64 @@ mod tests {
     }
 
     #[test]
+    fn eject_relative() {
+        let rel = |args: &[&str]| {
+            parse_eject_args(args.iter().copied(), &Fixed).map(|e| e.unwrap().relative)
+        };
+        let on = RelativeSpec::default();
+        assert_eq!(
+            (on.latency_factor, on.failures, on.explicit),
+            (300, true, false)
+        );
+        assert_eq!(rel(&[]).unwrap(), on);
+        let r = rel(&["relative=off"]).unwrap();
+        assert_eq!((r.latency_factor, r.failures), (0, false));
+        assert!(!EjectSpec {
+            relative: r,
+            ..EjectSpec::default()
+        }
+        .relative_rules()
+        .is_on());
+        let r = rel(&["relative=latency"]).unwrap();
+        assert_eq!(
+            (r.latency_factor, r.failures, r.explicit),
+            (300, false, true)
+        );
+        let r = rel(&["relative=failures"]).unwrap();
+        assert_eq!((r.latency_factor, r.failures), (0, true));
+        for (args, want) in [
+            (&["latency_factor=5"][..], 500),
+            (&["latency_factor=2.5x"][..], 250),
+            (&["latency_factor=1.5"][..], 150),
+            (&["latency_factor=100"][..], 10_000),
+            (&["latency_factor=4", "relative=latency"][..], 400),
+            (&["relative=on", "latency_factor=4x"][..], 400),
+        ] {
+            assert_eq!(rel(args).unwrap().latency_factor, want, "{args:?}");
+        }
+        let rules = parse_eject_args(["min_requests=40"], &Fixed)
+            .unwrap()
+            .unwrap()
+            .relative_rules();
+        assert_eq!(
+            (rules.latency_factor, rules.failures, rules.min_requests),
+            (300, true, 40)
+        );
+        for (args, msg) in [
+            (&["relative=yes"][..], "invalid value \"relative=yes\" in \"circuit_breaker_eject\" directive, expected \"on\", \"off\", \"latency\" or \"failures\""),
+            (&["latency_factor=1"][..], "invalid value \"latency_factor=1\" in \"circuit_breaker_eject\" directive, must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+            (&["latency_factor=101"][..], "invalid value \"latency_factor=101\" in \"circuit_breaker_eject\" directive, must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+            (&["latency_factor=2.555"][..], "invalid value \"latency_factor=2.555\" in \"circuit_breaker_eject\" directive, must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+            (&["latency_factor=-3"][..], "invalid value \"latency_factor=-3\" in \"circuit_breaker_eject\" directive, must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+            (&["latency_factor=x"][..], "invalid value \"latency_factor=x\" in \"circuit_breaker_eject\" directive, must be a factor from 1.5 to 100, e.g. \"3\" or \"2.5x\""),
+            (&["relative=failures", "latency_factor=3"][..], "\"latency_factor\" needs the latency rule, which \"relative\" turns off, in \"circuit_breaker_eject\" directive"),
+            (&["latency_factor=3", "relative=off"][..], "\"latency_factor\" needs the latency rule, which \"relative\" turns off, in \"circuit_breaker_eject\" directive"),
+        ] {
+            assert_eq!(rel(args).unwrap_err().to_string(), msg, "{args:?}");
+        }
+    }
+
+    #[test]
     fn eject() {
         assert_eq!(parse_eject_args(["off"], &Fixed).unwrap(), None);
         assert_eq!(
@@ -646,7 +799,7 @@ mod tests {
             (&["time=0s"][..], "invalid value \"time=0s\" in \"circuit_breaker_eject\" directive, must be positive"),
             (&["max_ejected=0%"][..], "invalid value \"max_ejected=0%\" in \"circuit_breaker_eject\" directive, must be more than 0%"),
             (&["time=1m", "max_time=10s"][..], "\"max_time\" must not be less than \"time\" in \"circuit_breaker_eject\" directive, or be left out to follow \"time\""),
-            (&["colour=red"][..], "invalid parameter \"colour=red\" in \"circuit_breaker_eject\" directive, expected one of: failure_rate, slow_rate, min_requests, time, max_time, max_ejected"),
+            (&["colour=red"][..], "invalid parameter \"colour=red\" in \"circuit_breaker_eject\" directive, expected one of: failure_rate, slow_rate, min_requests, time, max_time, max_ejected, relative, latency_factor"),
             (&["max_time=1m", "tme=5s"][..], "invalid parameter \"tme=5s\" in \"circuit_breaker_eject\" directive, did you mean \"time\"?"),
             (&["time"][..], "invalid parameter \"time\" in \"circuit_breaker_eject\" directive, parameters are given as name=value, e.g. \"time=...\""),
             (&["time=soon"][..], "invalid value \"time=soon\" in \"circuit_breaker_eject\" directive, a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)"),

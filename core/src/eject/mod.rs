@@ -25,6 +25,7 @@
 //! servers out beside them.
 
 pub mod explain;
+pub mod outlier;
 
 pub use explain::{explain, may_open, Explained, Standing};
 
@@ -195,6 +196,34 @@ pub fn eject_now(
     m
 }
 
+/// Ejects the server whose breaker is `b` at once as an outlier of its pool (see
+/// [`outlier`]), a latency outlier's probes held to `factor` (hundredths) of the pool's
+/// latency — unless the pool is at its cap, or the server is out already or held in by the
+/// operator. Keeps `pool.out` in step.
+pub fn eject_outlier(
+    b: &mut Breaker<'_>,
+    pool: &mut Pool,
+    now_ms: u64,
+    rnd: u32,
+    o: &outlier::Outlier,
+    factor: u32,
+) -> Option<Move> {
+    if !pool.may_eject() {
+        return None;
+    }
+    let rate = match *o {
+        outlier::Outlier::Failures {
+            failures, requests, ..
+        } => u32::try_from(failures.saturating_mul(10_000) / requests.max(1)).unwrap_or(10_000),
+        outlier::Outlier::Latency { .. } => 0,
+    };
+    let m = b
+        .trip_outlier(now_ms, rnd, o.to_string(), o.probe_limit_ms(factor), rate)
+        .and_then(Move::of);
+    pool.follow(&m);
+    m
+}
+
 /// Records the module's own probe of the ejected server whose breaker is `b` (see
 /// [`server_config`]: with `probe_uri`), sent with `ticket` from [`Breaker::active_probe`]:
 /// judged by `probe_status` alone; a good one (or the run a brownout needs) returns the
@@ -297,6 +326,7 @@ mod tests {
                 time_ms: 2000,
                 max_time_ms: 8000,
                 max_ejected: 10_000,
+                relative: Default::default(),
             },
         );
         assert_eq!(

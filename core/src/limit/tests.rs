@@ -809,6 +809,8 @@ proptest::proptest! {
     ) {
         let class = crate::class::Class::ALL.get(c).copied();
         let t = crate::class::threshold(class, limit);
+        // The class's count is clamped to the word's own, as `take` does.
+        let own = own.min(inflight);
         let admits = crate::class::admits(class, limit, inflight, own);
         match word::take(word::pack(5, limit, inflight), 5, false, class, own) {
             word::Take::Slot { inflight: i, over, .. } => {

@@ -130,7 +130,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 /// explains, in `failures` but not in the window).
 ///
 /// After `last_transition` comes `"tripped"`: while the breaker is open or half-open because
-/// it tripped (not forced), `{"by":"failure_rate"|"slow_rate"|"consecutive"|"probe",
+/// it tripped (not forced), `{"by":"failure_rate"|"slow_rate"|"consecutive"|"probe"|
+/// "latency_outlier"|"failure_outlier",
 /// "threshold","suspected","window":{…}}` — what opened it, its threshold (a rate 0..1;
 /// `consecutive`'s run length; 0 for a server ejected by a failed probe), whether peers' suspicion
 /// let it trip on `suspect_min` requests, and the window as it was on the request that
@@ -145,7 +146,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 ///
 /// An upstream's own breaker adds, after `tripped`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
-/// "returns_at","window":{…},"cooldown_ms","ejections","totals":{"requests","failures",
+/// "returns_at","window":{…},"latency_ms":{"p50","p90","p99"},"cooldown_ms","ejections",
+/// "totals":{"requests","failures",
 /// "probes","returns"},"last_transition","tripped"}`, `returns_at` being when the server may
 /// be probed (`null` while in), `tripped` the window that ejected it — and
 /// `"retries":{"window":{"seconds","first_attempts","retries","allowance"},"total","denied"}`
@@ -194,6 +196,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `server_returns_at_seconds` | gauge | Unix time an ejected server may be probed (absent while in) |
 /// | `server_cooldown_seconds` | gauge | the server's current ejection time |
 /// | `server_window_requests`, `server_window_failures`, `server_failure_rate` | gauge | the server's window |
+/// | `server_latency_seconds{percentile="50"\|"90"\|"99"}` | gauge | the server's response time percentiles over its window (the 90th: what relative ejection judges) |
 /// | `server_requests_total`, `server_failures_total`, `server_ejections_total`, `server_returns_total` | counter | the server's totals |
 /// | `ramp_shed_total` | counter | requests a recovery ramp turned away |
 /// | `explained_total` | counter | failures of a pool's servers that their ejection explains (left out of the window) |
@@ -503,6 +506,13 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     out.extend_from_slice(b",\"returns_at\":");
     write_opt(out, v.retry_at_ms.map(secs));
     write_window(out, w);
+    let l = &v.latency;
+    out.extend_from_slice(b"},\"latency_ms\":{\"p50\":");
+    write_opt(out, l.p50.map(Num::Int));
+    out.extend_from_slice(b",\"p90\":");
+    write_opt(out, l.p90.map(Num::Int));
+    out.extend_from_slice(b",\"p99\":");
+    write_opt(out, l.p99.map(Num::Int));
     int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
     int(out, b",\"ejections\":", t.opened);
     int(out, b",\"totals\":{\"requests\":", t.requests);
@@ -593,6 +603,7 @@ pub(crate) mod tests {
                 },
                 latency: LatencyView {
                     p50: Some(41),
+                    p90: Some(400),
                     p95: Some(612),
                     p99: Some(900),
                 },
@@ -748,7 +759,9 @@ pub(crate) mod tests {
             s[0]["last_transition"],
             "failure rate 60% (6/10) >= 50% in 10s"
         );
-        assert_eq!(s[0].as_object().unwrap().len(), 13);
+        assert_eq!(s[0]["latency_ms"]["p90"], 400);
+        assert_eq!(s[0]["latency_ms"]["p99"], 900);
+        assert_eq!(s[0].as_object().unwrap().len(), 14);
         // An ejected server shows the window that ejected it, an in server none.
         assert_eq!(s[0]["tripped"]["by"], "failure_rate");
         assert_eq!(s[0]["tripped"]["window"]["failures"], 22);

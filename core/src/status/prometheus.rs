@@ -440,6 +440,14 @@ impl Renderer<'_> {
             "Failed attempts of the server in the window.",
             |v| Some(Num::Int(v.window.failures)),
         );
+        self.server_split_family(
+            "server_latency_seconds",
+            Gauge,
+            "A server's response time percentiles over its window in seconds; the 90th is what \
+             its pool's relative rules judge it by.",
+            ("percentile", &["50", "90", "99"]),
+            |v, i| [v.latency.p50, v.latency.p90, v.latency.p99][i].map(secs),
+        );
         self.server_family(
             "server_failure_rate",
             Gauge,
@@ -490,6 +498,31 @@ impl Renderer<'_> {
                 headed = true;
             }
             self.sample(head.as_bytes(), labels, b"} ", v);
+        }
+    }
+
+    /// A family with a sample for each server and each value of `split`'s label.
+    fn server_split_family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        split: Split,
+        value: impl Fn(&BreakerView, usize) -> Option<Num>,
+    ) {
+        let head = [PREFIX, name, "{"].concat();
+        let mut headed = false;
+        for i in 0..self.servers.len() {
+            let (s, labels) = self.servers[i];
+            for (j, v) in split.1.iter().enumerate() {
+                let Some(n) = value(&s.view, j) else { continue };
+                if !headed {
+                    self.header(name, kind, help);
+                    headed = true;
+                }
+                let tail = format!(",{}=\"{v}\"}} ", split.0);
+                self.sample(head.as_bytes(), labels, tail.as_bytes(), n);
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 use core::cell::{Cell, RefCell};
 
 use circuit_breaker_core::breaker::BreakerConfig;
+use circuit_breaker_core::eject::outlier::Relative;
 use nginx_sys::ngx_str_t;
 
 use crate::ffi::{hash_name, server_key_hash};
@@ -18,6 +19,8 @@ pub struct Pool<P> {
     pub cfg: BreakerConfig,
     /// How many servers may be out of the pool at once.
     pub max_ejected: u32,
+    /// The rules that judge a server against the others (`relative=`).
+    pub relative: Relative,
     /// The servers, in configuration order (primary, then backup), one per address.
     pub servers: Vec<Server>,
     /// Per worker: see [`PoolLocal`].
@@ -72,6 +75,8 @@ pub struct PoolLocal<P> {
     pub downed: Cell<u32>,
     /// When an ejected server may be probed next (`u64::MAX`: none is out).
     pub next_due: Cell<u64>,
+    /// When this worker next judges the pool by its relative rules.
+    pub next_assess: Cell<u64>,
     /// The balancer's peers, each with the server it is an address of (built when the
     /// worker first applies the pool's state, and again when an upstream `zone` changes its
     /// peers).
@@ -88,6 +93,7 @@ impl<P> Default for PoolLocal<P> {
             out: Cell::new(0),
             downed: Cell::new(0),
             next_due: Cell::new(u64::MAX),
+            next_assess: Cell::new(0),
             peers: RefCell::new(Vec::new()),
             peers_config: Cell::new(0),
         }

@@ -16,6 +16,7 @@
 use core::cell::Cell;
 
 use circuit_breaker_core::breaker::{Breaker, Control, Gate, ProbeResult, Ticket, Why};
+use circuit_breaker_core::eject::outlier::{self, Sample};
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{ngx_log_t, ngx_pool_t, ngx_str_t, NGX_LOG_WARN};
@@ -169,14 +170,81 @@ pub unsafe fn server_of<P>(pool: &Pool<P>, name: *const ngx_str_t) -> Option<u16
         .map(|i| i as u16)
 }
 
-/// Records a success of an attempt sent to server `server` without the lock, if its breaker
-/// allows it now; false when the caller must record it under the lock. Its latency is left
-/// out: a server's breaker judges rates, and the status page shows no server latencies.
+/// Records a success of an attempt sent to server `server` that took `ms` without the
+/// lock, if its breaker allows it now; false when the caller must record it under the lock.
+/// Its latency joins the server's window: the relative rules judge it ([`assess`]).
 #[inline]
-pub fn add_success<C: Pooled>(zone: &Zone, scf: &C, server: u16, now: u64) -> bool {
+pub fn add_success<C: Pooled>(zone: &Zone, scf: &C, server: u16, now: u64, ms: u64) -> bool {
     scf.pool()
         .and_then(|p| p.servers.get(server as usize))
-        .is_some_and(|s| zone.add_success_count(s.local.handle.get(), s.key_hash, now))
+        .is_some_and(|s| zone.add_success(s.local.handle.get(), s.key_hash, now, ms))
+}
+
+/// How often a worker judges its pools by their relative rules.
+const ASSESS_MS: u64 = 1000;
+
+/// Whether this worker is due to judge the pool by its relative rules ([`assess`]): once a
+/// second, on an attempt's end (one comparison).
+#[inline]
+pub fn assess_due<C: Pooled>(scf: &C, now: u64) -> bool {
+    scf.pool().is_some_and(|p| now >= p.local.next_assess.get())
+}
+
+/// Judges the pool of `up` by its relative rules (`circuit_breaker_core::eject::outlier`),
+/// under the lock: ejects its outliers, worst first, while the cap allows, and renews the
+/// probe latency limit of the servers out as latency outliers from the pool's latency now.
+#[cold]
+pub fn assess<C: Pooled>(up: Upstream<'_, C>, now: u64, log: *mut ngx_log_t) {
+    let Some(pool) = up.scf.pool() else {
+        return;
+    };
+    if !pool.relative.is_on() {
+        pool.local.next_assess.set(u64::MAX);
+        return;
+    }
+    pool.local.next_assess.set(now.saturating_add(ASSESS_MS));
+    let mut locked = up.zone.lock();
+    let Some(mut count) = count(&mut locked, up, now) else {
+        return;
+    };
+    let samples: Vec<Sample> = pool
+        .servers
+        .iter()
+        .map(|s| {
+            let Some(mut b) = locked.get_or_find(s.local.handle.get(), &up.scf.server_key(s))
+            else {
+                return Sample::default();
+            };
+            s.local.handle.set(b.handle());
+            let eligible = !s.backup && b.state() == State::Closed && b.forced().is_none();
+            let (requests, failures, latency) = b.sample(now);
+            Sample::of(eligible, requests, failures, &latency)
+        })
+        .collect();
+    let rules = pool.relative;
+    if let Some(pool_ms) = outlier::pool_latency(&samples, &rules) {
+        let limit = outlier::limit_of(pool_ms, rules.latency_factor);
+        for (i, s) in pool.servers.iter().enumerate() {
+            if s.local.out.get() {
+                with_server(&mut locked, up.scf, i as u16, |b| {
+                    b.set_outlier_limit(limit)
+                });
+            }
+        }
+    }
+    let mut moves = Vec::new();
+    for (i, o) in outlier::assess(&samples, &rules) {
+        if !count.may_eject() {
+            break;
+        }
+        let m = with_server(&mut locked, up.scf, i as u16, |b| {
+            eject::eject_outlier(b, &mut count, now, rnd(), &o, rules.latency_factor)
+        });
+        if let Some(m) = m.flatten() {
+            moves.push((i as u16, m));
+        }
+    }
+    moved(&mut locked, up, &moves, now, log);
 }
 
 /// How many peers this worker's balancer skips because their server is out: a request gets
@@ -201,6 +269,9 @@ pub struct Probe {
 pub fn probe_due<P>(pool: &Pool<P>, now: u64) -> bool {
     now >= pool.local.next_due.get() && !pool.cfg.active
 }
+
+/// How long after claiming an ejected server's probe a worker asks about it again.
+const PROBE_ASK_MS: u64 = 100;
 
 /// How long a worker waits before it asks again for an ejected server's probe that it
 /// claimed but could not send (no peer for the server in its map).
@@ -236,6 +307,10 @@ pub unsafe fn claim_probe<U: RrUpstream>(
         let (ticket, again) = eject::claim_probe(&mut b, now, rnd(), pid(), &process_alive);
         if let Some(t) = ticket {
             claimed = Some((i as u16, t));
+            // A run of good probes may need more than this one (after a brownout, or for a
+            // latency outlier) and no move may follow it: ask again soon; the breaker then
+            // says when the next may start.
+            next_due = next_due.min(now.saturating_add(PROBE_ASK_MS));
         }
         if let Some(wait) = again {
             next_due = next_due.min(now.saturating_add(wait));

@@ -202,6 +202,16 @@ impl BreakerHeader {
         &self.cfg
     }
 
+    /// The latency a probe must stay within (0: none): the configuration's
+    /// (`probe_latency`, or `slow`), or a latency outlier's limit, whichever is lower.
+    fn probe_limit_ms(&self) -> u32 {
+        match (self.cfg.probe_limit_ms(), self.trip.limit_ms()) {
+            (0, o) => o,
+            (c, 0) => c,
+            (c, o) => c.min(o),
+        }
+    }
+
     fn clear_runs(&mut self) {
         self.fail_run = 0;
         self.slow_run = 0;

@@ -90,7 +90,7 @@ impl<'a> Breaker<'a> {
         v: &Verdict,
         a: &Attempt,
     ) -> Option<Transition> {
-        let limit = u64::from(self.hdr.cfg.probe_limit_ms());
+        let limit = u64::from(self.hdr.probe_limit_ms());
         let failed = match v.class {
             Some(class) if v.failure => Some(format!("probe failed: {}", class_name(class))),
             _ => None,
@@ -186,7 +186,7 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if held {
-            let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
+            let failed = probe.failed(self.hdr.probe_limit_ms());
             self.note_probe_latency(now, probe.response_ms);
             self.judge_probe(now, rnd, failed, probe.retry_after_s)
         } else {

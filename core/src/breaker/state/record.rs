@@ -276,6 +276,43 @@ impl<'a> Breaker<'a> {
         Some(self.open_period(now, rnd, reason, trip, probes, true))
     }
 
+    /// Opens a closed breaker at once for a server its pool judged an outlier
+    /// ([`crate::eject::outlier`]), for `reason`: a latency outlier (`limit_ms` set, the
+    /// latency its probes must stay within) needs the run of good probes a brownout at 50 %
+    /// needs, a failure outlier the run its own failure rate `rate` asks (as a soft trip at
+    /// that rate). `None`, and nothing changes, when it is not closed or is forced.
+    pub fn trip_outlier(
+        &mut self,
+        now_ms: u64,
+        rnd: u32,
+        reason: String,
+        limit_ms: Option<u64>,
+        rate: u32,
+    ) -> Option<Transition> {
+        let now = self.clock(now_ms);
+        if self.hdr.state != STATE_CLOSED || self.hdr.forced != FORCED_NONE {
+            return None;
+        }
+        let probes = self.hdr.cfg.probes;
+        let (by, soft) = match limit_ms {
+            Some(_) => (TripBy::LatencyOutlier, judge::soft_run(5000, probes)),
+            None => (TripBy::FailureOutlier, judge::soft_run(rate, probes)),
+        };
+        let trip = Trip::new(&self.hdr.sums, by, false);
+        let t = self.open_period(now, rnd, reason, trip, soft, false);
+        self.set_outlier_limit(limit_ms.unwrap_or(0));
+        Some(t)
+    }
+
+    /// Renews the probe latency limit of a server out as a latency outlier from the pool's
+    /// latency now; nothing for any other breaker.
+    pub fn set_outlier_limit(&mut self, limit_ms: u64) {
+        let h = &mut *self.hdr;
+        if h.state != STATE_CLOSED {
+            h.trip.set_limit_ms(limit_ms);
+        }
+    }
+
     /// Whether the live window at `now_ms` holds failures at `failure_rate` or slow calls at
     /// `slow_rate` (with `slow` set), `min_requests` reached or not: with the breaker's own
     /// rates, a server whose breaker is about to eject it.

@@ -31,6 +31,17 @@ impl<'a> Breaker<'a> {
         }
     }
 
+    /// The window at `now_ms` (advancing it first) as its pool's relative rules judge it:
+    /// attempts, failures, and the histogram of response times (probes' too).
+    pub fn sample(&mut self, now_ms: u64) -> (u64, u64, HistogramSum) {
+        let now = self.clock(now_ms);
+        let h = &mut *self.hdr;
+        h.sums.advance(self.ring, now / 1000);
+        let mut hist = HistogramSum::default();
+        h.sums.live(self.ring, now / 1000, Some(&mut hist));
+        (h.sums.requests, h.sums.failures, hist)
+    }
+
     /// Everything the status page shows, computed from the live buckets at `now_ms`.
     pub fn view(&self, now_ms: u64) -> BreakerView {
         let h = &*self.hdr;
@@ -78,6 +89,7 @@ impl<'a> Breaker<'a> {
             },
             latency: LatencyView {
                 p50: hist.percentile(500),
+                p90: hist.percentile(900),
                 p95: hist.percentile(950),
                 p99: hist.percentile(990),
             },
