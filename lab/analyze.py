@@ -274,6 +274,32 @@ def analyze(meta, rundir):
             pending_close += d_close
             prev = tot
 
+    # Servers of the pool (relative ejection): when a sick server first left the pool, the
+    # servers ejected (first ejections, not a failed probe's), and the latency before and after.
+    eject_at = None
+    for p in polls:
+        b = breaker_of(p)
+        if b is None or p["t"] < s0:
+            continue
+        out = [s for s in b.get("servers", []) if s.get("state") != "in"
+               and int(s.get("address", ":0").rsplit(":", 1)[1]) in sick_ports]
+        if out:
+            eject_at = p["t"] - s0
+            break
+    with open(f"{rundir}/error.log", errors="replace") as f:
+        ejected = re.findall(r'server 127\.0\.0\.1:(\d+) ejected: (?!probe)', f.read())
+    healthy_lat = [r["latency"] for r in reqs if r["t_sched"] < s0]
+    after = s0 + (eject_at if eject_at is not None else (protect or 0.0)) + 1.0
+    lat_after = [r["latency"] for r in sick_reqs if r["t_sched"] >= after]
+    pool = {
+        "eject_at_s": eject_at,
+        "ejections": len(ejected),
+        "false_ejections": sum(1 for port in ejected if int(port) not in sick_ports),
+        "healthy_p50_ms": _ms(_pct(healthy_lat, 50)),
+        "healthy_p99_ms": _ms(_pct(healthy_lat, 99)),
+        "after_p99_ms": _ms(_pct(lat_after, 99)),
+    }
+
     # Lab integrity.
     issues = []
     # Open loop: a try goes out late only when the client was starved of CPU (it then catches
@@ -395,6 +421,8 @@ def analyze(meta, rundir):
     }
     if meta.get("streams"):
         metrics["streams"] = stream_figures(meta, reqs, origin, s0, s1, end)
+    if int(meta.get("servers") or 1) > 1:
+        metrics["pool"] = pool
     return metrics, series
 
 

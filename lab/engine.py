@@ -280,6 +280,7 @@ def one_run(doc, scenario, variant, repeat, args, outdir, module_copy):
         "module": run["module"],
         "sick_ports": sick_ports,
         "origin_ports": origin_ports,
+        "servers": nservers,
         "protect_level": run.get("protect_level", 0.1),
         "recover_level": run.get("recover_level", 0.95),
         "health_path": run.get("health_path", "/health"),
@@ -549,6 +550,33 @@ def stream_table(rows):
     return head + "\n".join(out)
 
 
+def pool_table(rows):
+    """Runs of a pool of three or more servers (relative ejection): the clients' latency while
+    the pool was healthy, while a server was sick and from a second after it left the pool,
+    when it left, and the servers ejected (those not sick: false ejections)."""
+    out = []
+    for m in rows:
+        p = m.get("pool")
+        if not p or "failed" in m:
+            continue
+        out.append(
+            f"| {m['scenario']} | {m['variant']}-{m['repeat']} "
+            f"| {_n(p['healthy_p50_ms'])} / {_n(p['healthy_p99_ms'])} "
+            f"| {_n(m['sick_p50_ms'])} / {_n(m['sick_p99_ms'])} | {_n(p['after_p99_ms'])} "
+            f"| {fmt_s(p['eject_at_s'])} | {fmt_s(m['protect_s'])} | {p['ejections']} "
+            f"| {p['false_ejections']} | {pct(m['sick_ok_share'])} |"
+        )
+    if not out:
+        return ""
+    head = (
+        "| scenario | run | p50 / p99 healthy ms | p50 / p99 while sick ms "
+        "| p99 from 1 s after out ms | sick server out at | time to protect | ejections "
+        "| false ejections | client ok while sick |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(out)
+
+
 def write_summary(outdir, header, rows, no_plot):
     abouts = {}
     for m in rows:
@@ -558,6 +586,9 @@ def write_summary(outdir, header, rows, no_plot):
     streams = stream_table(rows)
     if streams:
         text += "\n" + streams + "\n"
+    pools = pool_table(rows)
+    if pools:
+        text += "\n" + pools + "\n"
     pics = [m["png"] for m in rows if "png" in m and not no_plot]
     if pics:
         text += "\nSide by side: " + ", ".join(

@@ -11,11 +11,14 @@ applying a phase's fault only when the fault names it in `servers` (0-based; all
   mode = "hang"     requests are read and never answered; the origin holds each one until
                     the peer closes the connection
   add_latency       added to the service time
+  latency_factor    simple model: the latency multiplied by this
   error_rate        this share of requests get `error_status` (500)
   service_factor    pool model: the service time of a job that starts in the phase is
                     multiplied by this
 
-Models: "simple" serves every request after `latency`, all at once. "pool" is a server with
+Models: "simple" serves every request after `latency`, all at once (with `distribution =
+"exponential"`, a latency drawn for each request, exponentially distributed around it; with
+`error_rate`, that share of answers fail outside any phase too). "pool" is a server with
 `pool_workers` workers and a FIFO queue (shared by all ports): a job starts when a worker is
 free and takes `service` (times the phase's factor); a job whose client has gone is still
 worked on, as real servers do. Optional `queue_limit` answers `queue_status` (503 unless
@@ -49,6 +52,8 @@ class Origin:
         self.service = o.get("service_s", self.latency)
         self.queue_limit = o.get("queue_limit")
         self.queue_status = int(o.get("queue_status", 503))
+        self.exponential = o.get("distribution", "fixed") == "exponential"
+        self.error_rate = float(o.get("error_rate", 0.0))
         self.free_at = [0.0] * self.pool_workers  # heap: when each worker is next free
         self.waiting = []  # heap of start times of jobs not yet started
         self.rng = random.Random(spec.get("seed", 1))
@@ -190,13 +195,17 @@ class Origin:
             end += fault.get("add_latency_s", 0.0)
         else:
             start = now
-            end = now + self.latency + fault.get("add_latency_s", 0.0)
+            base = self.latency
+            if self.exponential:
+                base = self.rng.expovariate(1.0 / self.latency)
+            base *= float(fault.get("latency_factor", 1.0))
+            end = now + base + fault.get("add_latency_s", 0.0)
         rec[4], rec[5] = start, end
         delay = end - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
         status = 200
-        if self.rng.random() < float(fault.get("error_rate", 0.0)):
+        if self.rng.random() < float(fault.get("error_rate", self.error_rate)):
             status = int(fault.get("error_status", 500))
         return self.respond(rec, writer, reader, status, "served")
 

@@ -34,12 +34,22 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy upstream_hash/)->plan(21);
+my $root = "$FindBin::Bin/..";
+my $replay = $ENV{TEST_CB_REPLAY} // "$root/target/release/cb-replay";
+
+my $t = Test::Nginx->new()->has(qw/http proxy upstream_hash/)->plan(25);
 
 my @four = map { "        server 127.0.0.1:%%PORT_$_%% max_fails=0;\n" } 8081 .. 8084;
 my @five = map { "        server 127.0.0.1:%%PORT_$_%% max_fails=0;\n" } 8085 .. 8089;
 
 $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
+    log_format circuit_breaker_replay
+        '\$msec \$request_time "\$proxy_host" "\$circuit_breaker_route" '
+        '"\$upstream_addr" "\$upstream_status" "\$upstream_response_time" '
+        '"\$upstream_header_time" "\$circuit_breaker_state" "\$circuit_breaker_msec" '
+        '"\$request_uri"';
+    access_log %%TESTDIR%%/replay.log circuit_breaker_replay;
+
     upstream slow {
 @four        circuit_breaker jitter=0%;
         circuit_breaker_eject time=2s;
@@ -89,11 +99,13 @@ sub ejected_lines {
 # requests to /UP/ until error.log has an ejection line of UP or N were sent;
 # returns how many were sent
 
+our $seq = 0;
+
 sub drive {
 	my ($t, $up, $n, %o) = @_;
 	my $sent = 0;
 	while ($sent < $n) {
-		http_get("/$up/x" . ($o{query} ? "?$o{query}" : ''));
+		http_get("/$up/x?n=" . $main::seq++);
 		$sent++;
 		last if !$o{all} && ejected_lines($t, $up);
 	}
@@ -128,6 +140,27 @@ is($b->{state}, 'closed', 'slow: the upstream stays closed');
 
 # out of the pool: none of 40 requests reaches it before its ejection time ends
 
+# cb-replay: the same server, for the same reason, at nearly the same request
+
+my $d = $t->testdir();
+my $conf = `$Test::Nginx::NGINX -p $d/ -c nginx.conf -e error-t.log -T 2>/dev/null`;
+$t->write_file('nginx-T.conf', $conf);
+my $out = `$replay --config $d/nginx-T.conf --transitions $d/transitions.txt $d/replay.log 2>&1`;
+is($?, 0, 'replay: cb-replay ran') or diag($out);
+my @uri = map { /"\/\w+\/x\?n=(\d+)"$/ ? $1 : undef } split /\n/, $t->read_file('replay.log');
+my ($rline, $rwhy) = (eval { $t->read_file('transitions.txt') } // '')
+	=~ /^(\d+) \S+ \+\S+ circuit breaker "slow" server 127\.0\.0\.1:$p4 ejected: (.*)$/m;
+my ($lreq) = ($lines[0] // '') =~ /request: "GET \/slow\/x\?n=(\d+) /;
+like($rwhy // '', qr/^latency p90 \d+ms is \d+\.\dx the pool's \d+ms/,
+	'replay: the slow server, as a latency outlier') or diag($out);
+my $rreq = defined $rline ? $uri[$rline - 1] : undef;
+ok(defined $rreq && defined $lreq && abs($rreq - $lreq) <= 20,
+	'replay: within 20 requests of the live ejection')
+	or diag('live at request ' . ($lreq // '?') . ', replay at ' . ($rreq // '?'));
+is(() = (eval { $t->read_file('transitions.txt') } // '')
+	=~ /circuit breaker "slow" server 127\.0\.0\.1:(?!$p4)\d+ ejected/g, 0,
+	'replay: no other server');
+
 my $before = CB::Origin::hits($hits[3]);
 http_get('/slow/x') for 1 .. 40;
 is(CB::Origin::hits($hits[3]) - $before, 0, 'slow: no request while out');
@@ -149,7 +182,7 @@ CB::Origin::behave($hits[3], '* delay=20');
 $end = time() + 60;
 http_get('/slow/x') while time() < $end
 	&& $t->read_file('error.log') !~ /server 127\.0\.0\.1:$p4 returned: /;
-like($t->read_file('error.log'), qr/server 127\.0\.0\.1:$p4 returned: \d+ good probes/,
+like($t->read_file('error.log'), qr/server 127\.0\.0\.1:$p4 returned: 20 good probes/,
 	'slow: fast probes return it');
 
 # a uniformly slow pool, and one server twice as slow: nobody

@@ -7,9 +7,10 @@ use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{BreakerConfig, FailureSet};
 use circuit_breaker_core::directive::{
-    parse_breaker_args, parse_failure_classes, parse_limit_args, parse_probe_args,
-    parse_retry_budget_args, parse_stream_breaker_args, parse_stream_probe_args, stream_takes,
-    ConfError, StreamParams, BREAKER_PARAMETERS, LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE,
+    parse_breaker_args, parse_eject_args, parse_failure_classes, parse_limit_args,
+    parse_probe_args, parse_retry_budget_args, parse_stream_breaker_args, parse_stream_probe_args,
+    stream_takes, ConfError, EjectSpec, StreamParams, BREAKER_PARAMETERS, LIMIT_DIRECTIVE,
+    PROBE_DIRECTIVE, RETRY_DIRECTIVE,
 };
 use circuit_breaker_core::retry_budget::RetryBudgetConfig;
 
@@ -26,6 +27,27 @@ pub struct Spec {
     pub origin: String,
     /// Whose breaker it is.
     pub kind: Kind,
+}
+
+/// An http upstream's pool as its block configures it: its servers (each `server` line's
+/// address, with its `backup` flag; `down` ones left out, as the module leaves them), how
+/// its servers are ejected, and whether its balancer picks by a key or at random (`hash`,
+/// `ip_hash`, `random`: the relative rules are then off unless asked for).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub servers: Vec<(String, bool)>,
+    pub eject: EjectSpec,
+    pub keyed: bool,
+    /// `FILE:LINE` of the upstream's `circuit_breaker`.
+    pub origin: String,
+}
+
+/// What an upstream block says of its pool, as read.
+#[derive(Default)]
+struct PoolLines {
+    servers: Vec<(String, bool)>,
+    eject: Option<(Vec<String>, String)>,
+    keyed: bool,
 }
 
 /// Which module's breaker a [`Spec`] is.
@@ -132,6 +154,8 @@ fn key(word: &str) -> &str {
 /// upstream's by its name among the stream ones, else `*`.
 #[derive(Clone, Debug, Default)]
 pub struct Specs {
+    /// Each http upstream's pool of servers (`circuit_breaker_eject`), from `nginx -T`.
+    pub pools: HashMap<String, PoolSpec>,
     by_route: HashMap<(String, String), Spec>,
     by_upstream: HashMap<String, Spec>,
     by_stream: HashMap<String, Spec>,
@@ -294,6 +318,7 @@ impl Specs {
         // By the upstream's name and whether it is inside `stream {}`: a stream upstream may
         // share an http one's name, and an http one's name could be any prefixed form.
         let mut local: HashMap<(bool, String), Local> = HashMap::new();
+        let mut pools: HashMap<String, PoolLines> = HashMap::new();
         let mut keyed: HashMap<String, Spec> = HashMap::new();
         for (tok, line, text) in tokens {
             match tok {
@@ -349,6 +374,21 @@ impl Specs {
                             .or_default();
                         e.3 = *stream;
                         let args = || words[1..].iter().map(|s| s.to_string()).collect();
+                        if *stream != Some(true) {
+                            let p = pools.entry(up.clone()).or_default();
+                            match directive {
+                                "server" if !words.contains(&"down") => {
+                                    if let Some(addr) = words.get(1) {
+                                        p.servers
+                                            .push((addr.to_string(), words.contains(&"backup")));
+                                    }
+                                }
+                                "circuit_breaker_eject" if p.eject.is_some() => return Err(dup()),
+                                "circuit_breaker_eject" => p.eject = Some((args(), origin.clone())),
+                                "hash" | "ip_hash" | "random" => p.keyed = true,
+                                _ => {}
+                            }
+                        }
                         match directive {
                             "circuit_breaker" if e.0.is_some() => return Err(dup()),
                             "circuit_breaker" => e.0 = Some((args(), origin)),
@@ -425,6 +465,26 @@ impl Specs {
             let Some((mut words, origin)) = cb else {
                 continue;
             };
+            if let Some(p) = pools.remove(&up) {
+                let eject = match &p.eject {
+                    None => Some(EjectSpec::default()),
+                    Some((args, at)) => {
+                        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                        parse_eject_args(args, &NginxUnits).map_err(|e| format!("{e} in {at}"))?
+                    }
+                };
+                if let (Some(eject), true) = (eject, p.servers.len() >= 2) {
+                    self.pools.insert(
+                        up.clone(),
+                        PoolSpec {
+                            servers: p.servers,
+                            eject,
+                            keyed: p.keyed,
+                            origin: origin.clone(),
+                        },
+                    );
+                }
+            }
             words.extend(companions);
             found += 1;
             self.by_upstream.insert(

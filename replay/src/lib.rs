@@ -4,6 +4,7 @@ pub mod clock;
 pub mod conf;
 pub mod input;
 pub mod line;
+pub mod pool;
 pub mod report;
 pub mod sim;
 pub mod stats;

@@ -48,6 +48,37 @@ pub struct Line<'a> {
     /// each breaker setting to judge (`session::logged`, with its `first_byte`). Its upstream
     /// is a stream one, its route `default`, and `attempt` a placeholder without a verdict.
     pub session: Option<Logged>,
+    /// `$upstream_addr`, `$upstream_status`, `$upstream_response_time` and
+    /// `$upstream_header_time` as logged (empty for a stream line): every attempt, for the
+    /// replay of a pool's servers ([`Line::attempts`]).
+    pub lists: [&'a str; 4],
+}
+
+impl<'a> Line<'a> {
+    /// Each attempt of the request's last upstream with the address it went to, in order;
+    /// an entry that is no address (nginx's upstream name when no server was live) or does
+    /// not read as an attempt is left out.
+    pub fn attempts(&self) -> impl Iterator<Item = (&'a str, Attempt)> + 'a {
+        let [addr, status, time, header] = self.lists;
+        let n = if addr.is_empty() || addr == "-" {
+            0
+        } else {
+            group(addr).split(',').count()
+        };
+        (0..n).filter_map(move |i| {
+            let a = entry(addr, i, false)?;
+            if !is_address(a) {
+                return None;
+            }
+            let got = judge(
+                a,
+                entry(status, i, false)?,
+                entry(time, i, false)?,
+                entry(header, i, false)?,
+            );
+            got.ok().map(|at| (a, at))
+        })
+    }
 }
 
 /// What a retry budget needs of a request's earlier attempts (in its last upstream).
@@ -263,6 +294,7 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         refused,
         judged,
         session: None,
+        lists: [f[4], f[5], f[6], f[7]],
     })
 }
 
@@ -373,6 +405,7 @@ fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>
         refused: false,
         judged: None,
         session: None,
+        lists: [""; 4],
     };
     if upstream.is_empty() || upstream == "-" {
         // No upstream (`return`, or an address without an upstream block): no breaker's.

@@ -163,8 +163,32 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
         let _ = writeln!(out, "\nall breakers");
         table(&mut out, r, total.iter());
     }
+    if !r.pools.is_empty() {
+        let moves = &r.pools.moves;
+        let ejected = moves.iter().filter(|m| m.verb == "ejected").count();
+        let _ = writeln!(
+            out,
+            "\npools (the configuration as given): {} attempts on servers, {ejected} \
+             ejections, {} returns",
+            r.pools.attempts,
+            moves.len() - ejected
+        );
+        for m in moves.iter().take(SHOW_MOVES) {
+            let _ = writeln!(out, "  line {}: {}", m.line, m.message());
+        }
+        if moves.len() > SHOW_MOVES {
+            let _ = writeln!(
+                out,
+                "  ({} more: --transitions lists them all)",
+                moves.len() - SHOW_MOVES
+            );
+        }
+    }
     out
 }
+
+/// How many of the pools' moves the text report lists.
+const SHOW_MOVES: usize = 20;
 
 fn table<'a>(out: &mut String, r: &Replay, rows: impl Iterator<Item = &'a Stats>) {
     let labels: Vec<String> = r.sets().iter().map(|s| setting_label(s)).collect();
@@ -245,6 +269,17 @@ pub fn write_json(out: &mut impl Write, r: &Replay, bad: &[BadLine]) -> io::Resu
     writeln!(out, "{{")?;
     writeln!(out, "  \"bad_lines\": {},", pretty(&Value::from(bad), 1))?;
     writeln!(out, "  \"lines\": {},", pretty(&lines, 1))?;
+    let moves: Vec<Value> = r
+        .pools
+        .moves
+        .iter()
+        .map(|m| {
+            json!({"line": m.line, "upstream": m.upstream, "server": m.server,
+                   "move": m.verb, "why": m.why})
+        })
+        .collect();
+    let pools = json!({"attempts": r.pools.attempts, "moves": moves});
+    writeln!(out, "  \"pools\": {},", pretty(&pools, 1))?;
     writeln!(out, "  \"settings\": [")?;
     let mut order: Vec<usize> = (0..r.names.len()).collect();
     order.sort_by(|&a, &b| r.names[a].cmp(&r.names[b]));

@@ -32,6 +32,7 @@ use circuit_breaker_core::snapshot::State;
 
 use crate::conf::Specs;
 use crate::line::{Line, Retries};
+use crate::pool::Pools;
 use crate::stats::Stats;
 use crate::timeline::Timeline;
 
@@ -328,12 +329,17 @@ pub struct Replay {
     timelines: Option<std::path::PathBuf>,
     /// The first setting's transitions go here as they happen.
     pub transitions: Option<Box<dyn Write>>,
+    /// The pools' servers (`circuit_breaker_eject`), under the configuration as given.
+    pub pools: Pools,
 }
 
 impl Replay {
     /// A replay of `specs` under each of `sets` (one empty set: the specs as given).
     pub fn new(specs: Specs, sets: Vec<Vec<(String, String)>>, seed: u64, horizon_ms: u64) -> Self {
+        // Every spec was checked before the log is read: a pool's cannot fail here.
+        let pools = Pools::new(&specs, seed).unwrap_or_default();
         Replay {
+            pools,
             specs,
             sets,
             seed,
@@ -517,6 +523,29 @@ impl Replay {
             }
         };
         let (start, end) = self.times(l);
+        if !self.pools.is_empty() {
+            // A pool's moves are written as lines come, before the reorder buffer runs
+            // their events: the replay starts at the first line's start.
+            if self.first_wall.is_none() {
+                self.first_wall = Some(self.wall(start));
+            }
+            let (wall, since) = self.stamp(end);
+            let moves = self.pools.feed(l, line, end);
+            if let Some(w) = self.transitions.as_mut() {
+                for m in moves {
+                    // A transitions file that cannot be written is reported when flushed.
+                    let _ = writeln!(
+                        w,
+                        "{} {} +{}.{:03} {}",
+                        m.line,
+                        crate::clock::local_iso(wall),
+                        since / 1000,
+                        since % 1000,
+                        m.message()
+                    );
+                }
+            }
+        }
         let b = match self.breaker(l, start)? {
             Found::Breaker(b) => b,
             Found::NoBreaker => {

@@ -108,8 +108,8 @@ impl Sample {
             eligible,
             requests,
             failures,
-            latency_ms: latency.percentile(PERCENTILE),
-            latency_low_ms: latency.percentile(low_permille(latency.total())),
+            latency_ms: latency.percentile_within(PERCENTILE),
+            latency_low_ms: latency.percentile_within(low_permille(latency.total())),
         }
     }
 }

@@ -278,8 +278,10 @@ impl<'a> Breaker<'a> {
 
     /// Opens a closed breaker at once for a server its pool judged an outlier
     /// ([`crate::eject::outlier`]), for `reason`: a latency outlier (`limit_ms` set, the
-    /// latency its probes must stay within) needs the run of good probes a brownout at 50 %
-    /// needs, a failure outlier the run its own failure rate `rate` asks (as a soft trip at
+    /// latency its probes must stay within) needs the run of good probes a brownout at 25 %
+    /// needs (20: a server five times slower than the pool, exponentially, makes such a run
+    /// within three times the pool's p90 about once in 300 tries, a healed one 98 times in
+    /// 100), a failure outlier the run its own failure rate `rate` asks (as a soft trip at
     /// that rate). `None`, and nothing changes, when it is not closed or is forced.
     pub fn trip_outlier(
         &mut self,
@@ -295,7 +297,7 @@ impl<'a> Breaker<'a> {
         }
         let probes = self.hdr.cfg.probes;
         let (by, soft) = match limit_ms {
-            Some(_) => (TripBy::LatencyOutlier, judge::soft_run(5000, probes)),
+            Some(_) => (TripBy::LatencyOutlier, judge::soft_run(2500, probes)),
             None => (TripBy::FailureOutlier, judge::soft_run(rate, probes)),
         };
         let trip = Trip::new(&self.hdr.sums, by, false);

@@ -1,0 +1,274 @@
+//! The replay of a pool's servers (`circuit_breaker_eject`): each server of an upstream the
+//! configuration (`nginx -T`) gives a pool has a breaker of its own, fed every attempt the
+//! log's `$upstream_addr` lists sent to it, with the module's own rules — the absolute rates
+//! on each attempt, the relative ones ([`outlier`]) once a second, the cap, the doubling —
+//! and the transitions are written in the module's words:
+//!
+//! ```text
+//! circuit breaker "api" server 10.0.0.3:8080 ejected: latency p90 412ms is 5.2x the pool's 79ms, back in 10s
+//! ```
+//!
+//! What the log cannot say is taken as the live instance did it: an attempt to a server the
+//! replay has out is the probe live sent it once its time was over (a user request; with
+//! `circuit_breaker_probe` the module's own probes are not in the log, so a server seen
+//! serving again is taken as returned). Each attempt is recorded at its request's end, the
+//! only instant the log has. The configuration as given, no sweep.
+
+use std::collections::HashMap;
+
+use circuit_breaker_core::breaker::{
+    Admission, Attempt, BreakerConfig, Control, OwnedBreaker, Ticket, Why,
+};
+use circuit_breaker_core::eject::outlier::{self, Relative, Sample};
+use circuit_breaker_core::eject::{self, Move, Pool};
+use circuit_breaker_core::snapshot::State;
+
+use crate::conf::{PoolSpec, Specs};
+use crate::line::Line;
+
+/// Servers a pool learns from the log beyond its configuration (names nginx resolved): at
+/// most this many, so that a log cannot grow it.
+const MAX_LEARNED: usize = 64;
+
+/// How often the relative rules judge a pool, as each worker does.
+const ASSESS_MS: u64 = 1000;
+
+/// One server of a replayed pool.
+struct Server {
+    address: String,
+    backup: bool,
+    ob: OwnedBreaker,
+}
+
+/// One upstream's pool.
+struct PoolRun {
+    name: String,
+    cfg: BreakerConfig,
+    rules: Relative,
+    configured: usize,
+    servers: Vec<Server>,
+    count: Pool,
+    next_assess: u64,
+    rng: u64,
+}
+
+/// A server's move, as the module logs it, with the line of the request that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ejection {
+    /// 1-based line number in its file.
+    pub line: u64,
+    /// When, on the replay's clock.
+    pub at_ms: u64,
+    pub upstream: String,
+    pub server: String,
+    /// `ejected` or `returned`.
+    pub verb: &'static str,
+    /// Why, with when it may return (`back in 10s`).
+    pub why: String,
+}
+
+impl Ejection {
+    /// `circuit breaker "api" server 10.0.0.3:8080 ejected: …`, the module's own words.
+    pub fn message(&self) -> String {
+        format!(
+            "circuit breaker \"{}\" server {} {}: {}",
+            self.upstream, self.server, self.verb, self.why
+        )
+    }
+
+    fn of(line: u64, at_ms: u64, upstream: &str, server: &str, m: &Move) -> Ejection {
+        let (verb, t) = match m {
+            Move::Ejected(t) | Move::Kept(t) => ("ejected", t),
+            Move::Returned(t) => ("returned", t),
+        };
+        let back = t.detail.as_deref().map(|d| {
+            d.strip_prefix("retry in ")
+                .map_or(d.to_owned(), |s| format!("back in {s}"))
+        });
+        Ejection {
+            line,
+            at_ms,
+            upstream: upstream.to_owned(),
+            server: server.to_owned(),
+            verb,
+            why: Why(&t.reason, back.as_deref()).to_string(),
+        }
+    }
+}
+
+/// Every pool of the configuration.
+#[derive(Default)]
+pub struct Pools {
+    pools: HashMap<String, PoolRun>,
+    /// Every move, in order.
+    pub moves: Vec<Ejection>,
+    /// Attempts recorded on a server's breaker.
+    pub attempts: u64,
+}
+
+impl Pools {
+    /// The pools `specs` has (from `--config`), each with its upstream's breaker parameters.
+    pub fn new(specs: &Specs, seed: u64) -> Result<Pools, String> {
+        let mut pools = HashMap::new();
+        for (name, p) in &specs.pools {
+            let Some(spec) = specs.find(name, "default") else {
+                continue;
+            };
+            let cfg = spec.config(&[])?;
+            pools.insert(name.clone(), PoolRun::new(name, &cfg, p, seed));
+        }
+        Ok(Pools {
+            pools,
+            ..Pools::default()
+        })
+    }
+
+    /// Whether any upstream has a pool.
+    pub fn is_empty(&self) -> bool {
+        self.pools.is_empty()
+    }
+
+    /// Feeds the attempts of line `line` (ended at `end_ms` on the replay's clock); returns
+    /// the moves it made.
+    pub fn feed(&mut self, l: &Line<'_>, line: u64, end_ms: u64) -> &[Ejection] {
+        let before = self.moves.len();
+        if l.session.is_none() {
+            if let Some(p) = self.pools.get_mut(l.upstream) {
+                for (addr, a) in l.attempts() {
+                    self.attempts += 1;
+                    p.attempt(addr, &a, end_ms, line, &mut self.moves);
+                }
+                p.assess(end_ms, line, &mut self.moves);
+            }
+        }
+        &self.moves[before..]
+    }
+}
+
+impl PoolRun {
+    fn new(name: &str, upstream: &BreakerConfig, p: &PoolSpec, seed: u64) -> PoolRun {
+        let cfg = eject::server_config(upstream, &p.eject);
+        let rules = if p.keyed && !p.eject.relative.explicit {
+            Relative::OFF
+        } else {
+            p.eject.relative_rules()
+        };
+        let mut run = PoolRun {
+            name: name.to_owned(),
+            cfg,
+            rules,
+            configured: p.servers.len(),
+            servers: Vec::new(),
+            count: Pool {
+                out: 0,
+                max: eject::max_ejected(p.servers.len(), p.eject.max_ejected),
+            },
+            next_assess: 0,
+            rng: seed | 1,
+        };
+        for (address, backup) in &p.servers {
+            run.add(address, *backup, 0);
+        }
+        run
+    }
+
+    fn add(&mut self, address: &str, backup: bool, now: u64) -> usize {
+        self.servers.push(Server {
+            address: address.to_owned(),
+            backup,
+            ob: OwnedBreaker::new(self.cfg, now),
+        });
+        self.servers.len() - 1
+    }
+
+    /// splitmix64, as the breaker replay draws.
+    fn rnd(&mut self) -> u32 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 32) as u32
+    }
+
+    fn server(&mut self, addr: &str, now: u64) -> Option<usize> {
+        if let Some(i) = self.servers.iter().position(|s| s.address == addr) {
+            return Some(i);
+        }
+        if self.servers.len() >= self.configured + MAX_LEARNED {
+            return None;
+        }
+        // A name the configuration gave, resolved by nginx: the address joins the pool;
+        // the cap stays the configuration's.
+        Some(self.add(addr, false, now))
+    }
+
+    fn attempt(&mut self, addr: &str, a: &Attempt, now: u64, line: u64, out: &mut Vec<Ejection>) {
+        let Some(i) = self.server(addr, now) else {
+            return;
+        };
+        let rnd = self.rnd();
+        let (cfg, mut count) = (self.cfg, self.count);
+        let s = &mut self.servers[i];
+        let mut b = s.ob.breaker();
+        let m = if !eject::is_out(b.state()) {
+            eject::record(&mut b, &mut count, now, rnd, Ticket::Normal, a).1
+        } else if cfg.active {
+            // Its probes are not in the log: live, one returned it.
+            b.control(now, rnd, Control::Reset)
+                .map(|mut t| {
+                    t.reason = "seen serving in the log".to_owned();
+                    count.out = count.out.saturating_sub(1);
+                    t
+                })
+                .map(Move::Returned)
+        } else {
+            let ticket = match b.admit(now, rnd, 1, &|_| true, true).admission {
+                Admission::Probe(t) => t,
+                _ => Ticket::Normal,
+            };
+            eject::record(&mut b, &mut count, now, rnd, ticket, a).1
+        };
+        self.count = count;
+        if let Some(m) = m {
+            out.push(Ejection::of(line, now, &self.name, &s.address, &m));
+        }
+    }
+
+    fn assess(&mut self, now: u64, line: u64, out: &mut Vec<Ejection>) {
+        if !self.rules.is_on() || now < self.next_assess {
+            return;
+        }
+        self.next_assess = now.saturating_add(ASSESS_MS);
+        let samples: Vec<Sample> = self
+            .servers
+            .iter_mut()
+            .map(|s| {
+                let mut b = s.ob.breaker();
+                let eligible = !s.backup && b.state() == State::Closed && b.forced().is_none();
+                let (requests, failures, latency) = b.sample(now);
+                Sample::of(eligible, requests, failures, &latency)
+            })
+            .collect();
+        let factor = self.rules.latency_factor;
+        if let Some(pool_ms) = outlier::pool_latency(&samples, &self.rules) {
+            let limit = outlier::limit_of(pool_ms, factor);
+            for s in &mut self.servers {
+                if eject::is_out(s.ob.hdr.state()) {
+                    s.ob.breaker().set_outlier_limit(limit);
+                }
+            }
+        }
+        for (i, o) in outlier::assess(&samples, &self.rules) {
+            if !self.count.may_eject() {
+                break;
+            }
+            let rnd = self.rnd();
+            let s = &mut self.servers[i];
+            let m =
+                eject::eject_outlier(&mut s.ob.breaker(), &mut self.count, now, rnd, &o, factor);
+            if let Some(m) = m {
+                out.push(Ejection::of(line, now, &self.name, &s.address, &m));
+            }
+        }
+    }
+}
