@@ -140,7 +140,8 @@ pub struct TripView {
 pub struct LatencyView {
     /// Median.
     pub p50: Option<u64>,
-    /// 90th percentile (what a pool's relative rules judge a server by).
+    /// 90th percentile (what a pool's relative rules judge a server by), placed within its
+    /// histogram bin by rank as they place it.
     pub p90: Option<u64>,
     /// 95th percentile.
     pub p95: Option<u64>,

@@ -35,7 +35,11 @@ pub struct Spec {
 /// `ip_hash`, `random`: the relative rules are then off unless asked for).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolSpec {
+    /// The addresses as nginx names its peers (`10.0.0.1:80` for `server 10.0.0.1;`).
     pub servers: Vec<(String, bool)>,
+    /// `server` lines that name a host: nginx resolved them, so the log's addresses join the
+    /// pool as they are seen (their `backup` flag unknown: taken as primaries).
+    pub named: usize,
     pub eject: EjectSpec,
     pub keyed: bool,
     /// `FILE:LINE` of the upstream's `circuit_breaker`.
@@ -46,6 +50,7 @@ pub struct PoolSpec {
 #[derive(Default)]
 struct PoolLines {
     servers: Vec<(String, bool)>,
+    named: usize,
     eject: Option<(Vec<String>, String)>,
     keyed: bool,
 }
@@ -378,9 +383,11 @@ impl Specs {
                             let p = pools.entry(up.clone()).or_default();
                             match directive {
                                 "server" if !words.contains(&"down") => {
-                                    if let Some(addr) = words.get(1) {
-                                        p.servers
-                                            .push((addr.to_string(), words.contains(&"backup")));
+                                    match words.get(1).and_then(|a| peer_name(a)) {
+                                        Some(addr) => {
+                                            p.servers.push((addr, words.contains(&"backup")))
+                                        }
+                                        None => p.named += 1,
                                     }
                                 }
                                 "circuit_breaker_eject" if p.eject.is_some() => return Err(dup()),
@@ -473,11 +480,12 @@ impl Specs {
                         parse_eject_args(args, &NginxUnits).map_err(|e| format!("{e} in {at}"))?
                     }
                 };
-                if let (Some(eject), true) = (eject, p.servers.len() >= 2) {
+                if let (Some(eject), true) = (eject, p.servers.len() + p.named >= 2) {
                     self.pools.insert(
                         up.clone(),
                         PoolSpec {
                             servers: p.servers,
+                            named: p.named,
                             eject,
                             keyed: p.keyed,
                             origin: origin.clone(),
@@ -499,6 +507,30 @@ impl Specs {
         }
         Ok(found)
     }
+}
+
+/// A `server` line's address as nginx names the peer (`$upstream_addr`): an IP address with
+/// its port, 80 when none is given, or a `unix:` path; `None` for a host name, which nginx
+/// resolves.
+fn peer_name(addr: &str) -> Option<String> {
+    if addr.starts_with("unix:") {
+        return Some(addr.to_owned());
+    }
+    if let Some(rest) = addr.strip_prefix('[') {
+        let (ip, tail) = rest.split_once(']')?;
+        ip.parse::<std::net::Ipv6Addr>().ok()?;
+        return Some(match tail {
+            "" => format!("[{ip}]:80"),
+            t if t.starts_with(':') => addr.to_owned(),
+            _ => return None,
+        });
+    }
+    let (host, port) = match addr.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => (h, Some(p)),
+        _ => (addr, None),
+    };
+    host.parse::<std::net::Ipv4Addr>().ok()?;
+    Some(format!("{host}:{}", port.unwrap_or("80")))
 }
 
 /// Whether `file` (as nginx -T names it, a full path) is one that `include pattern` takes: a
@@ -674,6 +706,44 @@ http {
     server { location / { proxy_pass http://api; } }
 }
 ";
+
+    #[test]
+    fn peers_are_named_as_nginx_names_them() {
+        assert_eq!(peer_name("10.0.0.1").as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(peer_name("10.0.0.1:8080").as_deref(), Some("10.0.0.1:8080"));
+        assert_eq!(peer_name("[::1]").as_deref(), Some("[::1]:80"));
+        assert_eq!(peer_name("[::1]:81").as_deref(), Some("[::1]:81"));
+        assert_eq!(
+            peer_name("unix:/run/a.sock").as_deref(),
+            Some("unix:/run/a.sock")
+        );
+        assert_eq!(
+            peer_name("api.internal:8080"),
+            None,
+            "a name nginx resolves"
+        );
+        assert_eq!(peer_name("localhost"), None);
+        let mut s = Specs::default();
+        s.add_nginx_t(
+            "# configuration file /etc/nginx/nginx.conf:\nhttp {\n    upstream api {\n        \
+             server 10.0.0.1;\n        server 10.0.0.2:81 backup;\n        server a.internal;\n        \
+             server 10.0.0.3 down;\n        circuit_breaker;\n    }\n    upstream off {\n        \
+             server 10.0.0.1;\n        server 10.0.0.2;\n        circuit_breaker;\n        \
+             circuit_breaker_eject off;\n    }\n    upstream one {\n        server 10.0.0.1;\n        \
+             circuit_breaker;\n    }\n}\n",
+        )
+        .unwrap();
+        let p = &s.pools["api"];
+        assert_eq!(
+            p.servers,
+            [
+                ("10.0.0.1:80".to_owned(), false),
+                ("10.0.0.2:81".to_owned(), true)
+            ]
+        );
+        assert_eq!((p.named, p.keyed), (1, false));
+        assert!(!s.pools.contains_key("off") && !s.pools.contains_key("one"));
+    }
 
     #[test]
     fn reads_upstream_blocks() {

@@ -16,9 +16,7 @@
 
 use std::collections::HashMap;
 
-use circuit_breaker_core::breaker::{
-    Admission, Attempt, BreakerConfig, Control, OwnedBreaker, Ticket, Why,
-};
+use circuit_breaker_core::breaker::{Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Why};
 use circuit_breaker_core::eject::outlier::{self, Relative, Sample};
 use circuit_breaker_core::eject::{self, Move, Pool};
 use circuit_breaker_core::snapshot::State;
@@ -46,6 +44,9 @@ struct PoolRun {
     cfg: BreakerConfig,
     rules: Relative,
     configured: usize,
+    /// The cap's share (`max_ejected`), and whether resolved names add servers to count.
+    share: u32,
+    named: bool,
     servers: Vec<Server>,
     count: Pool,
     next_assess: u64,
@@ -128,15 +129,15 @@ impl Pools {
         self.pools.is_empty()
     }
 
-    /// Feeds the attempts of line `line` (ended at `end_ms` on the replay's clock); returns
-    /// the moves it made.
-    pub fn feed(&mut self, l: &Line<'_>, line: u64, end_ms: u64) -> &[Ejection] {
+    /// Feeds the attempts of line `line` (begun at `start_ms` and ended at `end_ms` on the
+    /// replay's clock); returns the moves it made.
+    pub fn feed(&mut self, l: &Line<'_>, line: u64, (start_ms, end_ms): (u64, u64)) -> &[Ejection] {
         let before = self.moves.len();
         if l.session.is_none() {
             if let Some(p) = self.pools.get_mut(l.upstream) {
                 for (addr, a) in l.attempts() {
                     self.attempts += 1;
-                    p.attempt(addr, &a, end_ms, line, &mut self.moves);
+                    p.attempt(addr, &a, (start_ms, end_ms), line, &mut self.moves);
                 }
                 p.assess(end_ms, line, &mut self.moves);
             }
@@ -158,6 +159,8 @@ impl PoolRun {
             cfg,
             rules,
             configured: p.servers.len(),
+            share: p.eject.max_ejected,
+            named: p.named > 0,
             servers: Vec::new(),
             count: Pool {
                 out: 0,
@@ -197,12 +200,24 @@ impl PoolRun {
         if self.servers.len() >= self.configured + MAX_LEARNED {
             return None;
         }
-        // A name the configuration gave, resolved by nginx: the address joins the pool;
-        // the cap stays the configuration's.
-        Some(self.add(addr, false, now))
+        // A name the configuration gave, resolved by nginx: the address joins the pool,
+        // and counts towards the cap as the module's resolved peers do.
+        let i = self.add(addr, false, now);
+        if self.named {
+            self.count.max = eject::max_ejected(self.servers.len(), self.share);
+        }
+        Some(i)
     }
 
-    fn attempt(&mut self, addr: &str, a: &Attempt, now: u64, line: u64, out: &mut Vec<Ejection>) {
+    /// An attempt of a request that began at `started` and ended at `now`.
+    fn attempt(
+        &mut self,
+        addr: &str,
+        a: &Attempt,
+        (started, now): (u64, u64),
+        line: u64,
+        out: &mut Vec<Ejection>,
+    ) {
         let Some(i) = self.server(addr, now) else {
             return;
         };
@@ -213,14 +228,22 @@ impl PoolRun {
         let m = if !eject::is_out(b.state()) {
             eject::record(&mut b, &mut count, now, rnd, Ticket::Normal, a).1
         } else if cfg.active {
-            // Its probes are not in the log: live, one returned it.
-            b.control(now, rnd, Control::Reset)
-                .map(|mut t| {
-                    t.reason = "seen serving in the log".to_owned();
+            // Its probes are not in the log. A request that began after the first probe was
+            // due was sent to it once live had returned it; one begun earlier was in flight
+            // when it went.
+            let first_probe = b
+                .since_ms()
+                .saturating_add(u64::from(cfg.probe_interval_ms));
+            if started < first_probe {
+                None
+            } else {
+                let t = b.close_as_probed(now, "seen serving in the log".to_owned());
+                let m = t.map(Move::Returned);
+                if m.is_some() {
                     count.out = count.out.saturating_sub(1);
-                    t
-                })
-                .map(Move::Returned)
+                }
+                m
+            }
         } else {
             let ticket = match b.admit(now, rnd, 1, &|_| true, true).admission {
                 Admission::Probe(t) => t,

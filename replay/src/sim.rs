@@ -530,7 +530,7 @@ impl Replay {
                 self.first_wall = Some(self.wall(start));
             }
             let (wall, since) = self.stamp(end);
-            let moves = self.pools.feed(l, line, end);
+            let moves = self.pools.feed(l, line, (start, end));
             if let Some(w) = self.transitions.as_mut() {
                 for m in moves {
                     // A transitions file that cannot be written is reported when flushed.

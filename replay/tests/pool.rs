@@ -151,3 +151,24 @@ fn the_report_lists_the_moves() {
     assert_eq!(v["pools"]["moves"][0]["server"], "10.0.0.3:80");
     assert_eq!(v["pools"]["moves"][0]["move"], "ejected");
 }
+
+#[test]
+fn with_active_probes_a_server_returns_once_seen_serving_after_its_first_probe() {
+    // Server 2 answers 500 to its first 40 requests, then is healthy; each request takes
+    // 30 ms, so those in flight when it is ejected end after the ejection.
+    let lines = log(3000, |i, s| (if s == 1 && i < 160 { 500 } else { 200 }, 30));
+    let config = conf("", "circuit_breaker_probe uri=/health;");
+    let r = replay(&config, &lines);
+    let moves: Vec<String> = r.pools.moves.iter().map(|m| m.message()).collect();
+    assert!(moves[0].contains("10.0.0.2:80 ejected: failure rate"), "{moves:?}");
+    let back = &r.pools.moves[1];
+    assert_eq!(
+        (back.verb, back.why.as_str()),
+        ("returned", "seen serving in the log"),
+        "{moves:?}"
+    );
+    assert!(
+        back.line > r.pools.moves[0].line + 4,
+        "not the requests in flight at the ejection: {moves:?}"
+    );
+}

@@ -306,11 +306,13 @@ unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
     let parsed = words(raw)
         .and_then(|w| directive::parse_eject_args(w, &NginxUnits))
         .and_then(|spec| match spec {
-            Some(s) if s.relative.explicit => Err(directive::ConfError::Conflict(
-                "\"relative\" and \"latency_factor\" of \"circuit_breaker_eject\" are not \
+            Some(s) if s.relative.explicit && s.relative_rules().is_on() => {
+                Err(directive::ConfError::Conflict(
+                    "\"relative\" and \"latency_factor\" of \"circuit_breaker_eject\" are not \
                  supported in stream: a session's time to the first byte is the client's to shape"
-                    .to_owned(),
-            )),
+                        .to_owned(),
+                ))
+            }
             other => Ok(other),
         });
     match parsed {

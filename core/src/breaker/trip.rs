@@ -14,6 +14,9 @@ const PROBE: u8 = 4;
 const LATENCY_OUTLIER: u8 = 5;
 const FAILURE_OUTLIER: u8 = 6;
 
+// 16 bytes: a default breaker stays within the slab's 2 KiB class.
+const _: () = assert!(core::mem::size_of::<Trip>() == 16);
+
 /// What opened a breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TripBy {
@@ -80,16 +83,21 @@ impl Trip {
         }
     }
 
-    /// The latency a latency outlier's probes must stay within (0: none).
+    /// The latency a latency outlier's probes must stay within (0: none, and for any other
+    /// trip).
     pub fn limit_ms(&self) -> u32 {
-        u32::from(self.limit_ms)
+        if self.by == LATENCY_OUTLIER {
+            u32::from(self.limit_ms)
+        } else {
+            0
+        }
     }
 
-    /// Sets a latency outlier's probe latency limit (nothing for any other trip); at least
-    /// 1 ms, at most 65 535.
+    /// Sets a latency outlier's probe latency limit (nothing for any other trip), at most
+    /// 65 535 ms; 0 clears it.
     pub fn set_limit_ms(&mut self, ms: u64) {
         if self.by == LATENCY_OUTLIER {
-            self.limit_ms = u16::try_from(ms.max(1)).unwrap_or(u16::MAX);
+            self.limit_ms = u16::try_from(ms).unwrap_or(u16::MAX);
         }
     }
 

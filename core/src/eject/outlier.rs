@@ -23,8 +23,9 @@
 //!   `π` of the attempts; it is an outlier when its share `s` is above `π` and
 //!   `F · KL(s ‖ π) ≥ ln 10⁶` (by the Chernoff bound, at most a one-in-a-million chance; the
 //!   test conditions on `F`, so the reference's own few failures are no false certainty),
-//!   and its rate is at least twice the reference's (smoothed by one failure and one success,
-//!   Laplace's rule). So five servers all failing 5 % eject nobody, and one failing 5 % among
+//!   its rate is at least twice the reference's (smoothed by one failure and one success,
+//!   Laplace's rule) and a percentage point above it, and it has at least [`MIN_FAILURES`]
+//!   (fewer may be one burst). So five servers all failing 5 % eject nobody, and one failing 5 % among
 //!   servers failing 0.1 % goes once it has about two hundred attempts.
 //!
 //! [`assess`] names the outliers, worst first; the shell ejects them while the pool's cap
@@ -49,6 +50,12 @@ pub const MIN_GAP_MS: u64 = 5;
 pub const EVIDENCE: f64 = 13.815_510_557_964_274;
 /// A failure outlier fails at least this many times as often as its reference.
 pub const FAILURE_FACTOR: f64 = 2.0;
+/// A failure outlier has at least this many failures in its window: fewer may be one burst
+/// (a reset of a few kept-alive connections), which the binomial law does not describe.
+pub const MIN_FAILURES: u64 = 10;
+/// ... and fails at least this much more often than its reference (a rate): a server
+/// failing 0.5 % beside servers that never fail is not worth a pool's capacity.
+pub const MIN_RATE_GAP: f64 = 0.01;
 /// Standard errors of confidence in a latency outlier's p90: one whose window's p90 is
 /// high by chance (a few unlucky calls of few) is not one.
 pub const CONFIDENCE_Z: f64 = 3.0;
@@ -256,7 +263,8 @@ pub fn pool_latency(samples: &[Sample], rel: &Relative) -> Option<u64> {
 /// `f + pf` failures than chance gives a server with its share of the attempts.
 fn fails_more(f: u64, n: u64, pf: u64, pn: u64) -> bool {
     let all = f.saturating_add(pf);
-    if f == 0 || rate(f, n) < FAILURE_FACTOR * smoothed(pf, pn) {
+    let (q, p) = (rate(f, n), smoothed(pf, pn));
+    if f < MIN_FAILURES || q < FAILURE_FACTOR * p || q - rate(pf, pn) < MIN_RATE_GAP {
         return false;
     }
     let (share, expected) = (rate(f, all), rate(n, n.saturating_add(pn)));

@@ -307,16 +307,19 @@ pub unsafe fn claim_probe<U: RrUpstream>(
         let (ticket, again) = eject::claim_probe(&mut b, now, rnd(), pid(), &process_alive);
         if let Some(t) = ticket {
             claimed = Some((i as u16, t));
-            // A run of good probes may need more than this one (after a brownout, or for a
-            // latency outlier) and no move may follow it: ask again soon; the breaker then
-            // says when the next may start.
-            next_due = next_due.min(now.saturating_add(PROBE_ASK_MS));
         }
         if let Some(wait) = again {
             next_due = next_due.min(now.saturating_add(wait));
         }
     }
-    pool.local.next_due.set(next_due);
+    // A run of good probes may need more than the one claimed (after a brownout, or for a
+    // latency outlier) and no move may follow it: ask again soon; the breaker then says
+    // when the next may start.
+    let asked = match claimed {
+        Some(_) => next_due.min(now.saturating_add(PROBE_ASK_MS)),
+        None => next_due,
+    };
+    pool.local.next_due.set(asked);
     let (server, ticket) = claimed?;
     // The peers' read locks are taken without the zone's: a worker spinning on them must
     // not hold up every breaker of the instance.

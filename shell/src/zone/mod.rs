@@ -74,8 +74,8 @@ const MAGIC: u64 = layout_hash(&[
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
 /// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets;
-/// 8: keys' marks; 9: a berth's last answer).
-const LAYOUT_REVISION: u64 = 9;
+/// 8: keys' marks; 9: a berth's last answer; 10: a latency outlier's probe limit in a trip).
+const LAYOUT_REVISION: u64 = 10;
 
 const fn layout_hash(words: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

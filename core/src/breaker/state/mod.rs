@@ -202,8 +202,9 @@ impl BreakerHeader {
         &self.cfg
     }
 
-    /// The latency a probe must stay within (0: none): the configuration's
-    /// (`probe_latency`, or `slow`), or a latency outlier's limit, whichever is lower.
+    /// The latency a passive probe (a user request) must stay within (0: none): the
+    /// configuration's (`probe_latency`, or `slow`), or a latency outlier's limit, whichever
+    /// is lower.
     fn probe_limit_ms(&self) -> u32 {
         match (self.cfg.probe_limit_ms(), self.trip.limit_ms()) {
             (0, o) => o,

@@ -186,7 +186,9 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if held {
-            let failed = probe.failed(self.hdr.probe_limit_ms());
+            // A health check's latency is not the traffic's: a latency outlier's limit
+            // judges its user requests (passive probes) only.
+            let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
             self.note_probe_latency(now, probe.response_ms);
             self.judge_probe(now, rnd, failed, probe.retry_after_s)
         } else {

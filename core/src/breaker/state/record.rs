@@ -306,6 +306,18 @@ impl<'a> Breaker<'a> {
         Some(t)
     }
 
+    /// Closes an open or half-open breaker as its probes would have, for `reason`: the replay
+    /// of a log that holds none of the module's own probes (a server seen serving again was
+    /// returned by them), so that a later trip doubles as after any return. `None` when it
+    /// is closed or forced.
+    pub fn close_as_probed(&mut self, now_ms: u64, reason: String) -> Option<Transition> {
+        let now = self.clock(now_ms);
+        if self.hdr.state == STATE_CLOSED || self.hdr.forced != FORCED_NONE {
+            return None;
+        }
+        Some(self.close_now(now, reason, true))
+    }
+
     /// Renews the probe latency limit of a server out as a latency outlier from the pool's
     /// latency now; nothing for any other breaker.
     pub fn set_outlier_limit(&mut self, limit_ms: u64) {

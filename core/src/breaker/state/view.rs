@@ -89,7 +89,7 @@ impl<'a> Breaker<'a> {
             },
             latency: LatencyView {
                 p50: hist.percentile(500),
-                p90: hist.percentile(900),
+                p90: hist.percentile_within(900),
                 p95: hist.percentile(950),
                 p99: hist.percentile(990),
             },
