@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use circuit_breaker_core::breaker::{Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket, Why};
+use circuit_breaker_core::breaker::{Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket};
 use circuit_breaker_core::eject::outlier::{self, Relative, Sample};
 use circuit_breaker_core::eject::{self, Move, Pool};
 use circuit_breaker_core::snapshot::State;
@@ -78,21 +78,14 @@ impl Ejection {
     }
 
     fn of(line: u64, at_ms: u64, upstream: &str, server: &str, m: &Move) -> Ejection {
-        let (verb, t) = match m {
-            Move::Ejected(t) | Move::Kept(t) => ("ejected", t),
-            Move::Returned(t) => ("returned", t),
-        };
-        let back = t.detail.as_deref().map(|d| {
-            d.strip_prefix("retry in ")
-                .map_or(d.to_owned(), |s| format!("back in {s}"))
-        });
+        let (verb, why) = m.words();
         Ejection {
             line,
             at_ms,
             upstream: upstream.to_owned(),
             server: server.to_owned(),
             verb,
-            why: Why(&t.reason, back.as_deref()).to_string(),
+            why,
         }
     }
 }
@@ -184,13 +177,8 @@ impl PoolRun {
         self.servers.len() - 1
     }
 
-    /// splitmix64, as the breaker replay draws.
     fn rnd(&mut self) -> u32 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 32) as u32
+        crate::sim::splitmix(&mut self.rng)
     }
 
     fn server(&mut self, addr: &str, now: u64) -> Option<usize> {

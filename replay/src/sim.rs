@@ -76,13 +76,9 @@ impl Run {
         }
     }
 
-    /// splitmix64: the jitter and the ramp's draws, fixed by the seed.
+    /// The jitter and the ramp's draws, fixed by the seed.
     fn rnd(&mut self) -> u32 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 32) as u32
+        splitmix(&mut self.rng)
     }
 
     /// The breaker, drawing as the live one did when the seed is known.
@@ -102,6 +98,15 @@ impl Run {
     pub fn state(&self) -> State {
         self.ob.hdr.state()
     }
+}
+
+/// splitmix64's next draw from `state`, its high half: the replay's draws, fixed by the seed.
+pub(crate) fn splitmix(state: &mut u64) -> u32 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
 }
 
 /// A transition as the module logs it, with the log line of the request that made it.
@@ -533,16 +538,7 @@ impl Replay {
             let moves = self.pools.feed(l, line, (start, end));
             if let Some(w) = self.transitions.as_mut() {
                 for m in moves {
-                    // A transitions file that cannot be written is reported when flushed.
-                    let _ = writeln!(
-                        w,
-                        "{} {} +{}.{:03} {}",
-                        m.line,
-                        crate::clock::local_iso(wall),
-                        since / 1000,
-                        since % 1000,
-                        m.message()
-                    );
+                    write_transition(w.as_mut(), m.line, (wall, since), &m.message());
                 }
             }
         }
@@ -1003,18 +999,23 @@ fn note(
                 breaker: name.to_owned(),
                 transition: t,
             };
-            // A transitions file that cannot be written is reported when it is flushed.
-            let _ = writeln!(
-                w,
-                "{} {} +{}.{:03} {}",
-                l.line,
-                crate::clock::local_iso(wall),
-                since / 1000,
-                since % 1000,
-                l.message()
-            );
+            write_transition(w, l.line, (wall, since), &l.message());
         }
     }
+}
+
+/// One line of `--transitions`: `LINE TIME +SECONDS MESSAGE`.
+fn write_transition(w: &mut dyn Write, line: u64, (wall, since): (u64, u64), message: &str) {
+    // A transitions file that cannot be written is reported when it is flushed.
+    let _ = writeln!(
+        w,
+        "{} {} +{}.{:03} {}",
+        line,
+        crate::clock::local_iso(wall),
+        since / 1000,
+        since % 1000,
+        message
+    );
 }
 
 /// A breaker's timeline file: its name with what a file name should not hold replaced, cut

@@ -160,7 +160,10 @@ fn with_active_probes_a_server_returns_once_seen_serving_after_its_first_probe()
     let config = conf("", "circuit_breaker_probe uri=/health;");
     let r = replay(&config, &lines);
     let moves: Vec<String> = r.pools.moves.iter().map(|m| m.message()).collect();
-    assert!(moves[0].contains("10.0.0.2:80 ejected: failure rate"), "{moves:?}");
+    assert!(
+        moves[0].contains("10.0.0.2:80 ejected: failure rate"),
+        "{moves:?}"
+    );
     let back = &r.pools.moves[1];
     assert_eq!(
         (back.verb, back.why.as_str()),

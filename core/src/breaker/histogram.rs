@@ -127,12 +127,7 @@ impl HistogramSum {
     /// The `permille`-th per-mille percentile (500 = median) in milliseconds, `None` when empty.
     /// See the module documentation for the error bound.
     pub fn percentile(&self, permille: u64) -> Option<u64> {
-        if self.total == 0 {
-            return None;
-        }
-        let rank = (self.total.saturating_mul(permille.min(1000)))
-            .div_ceil(1000)
-            .max(1);
+        let rank = self.rank(permille)?;
         let mut seen = 0u64;
         for (bin, &c) in self.counts.iter().enumerate() {
             seen = seen.saturating_add(c);
@@ -145,6 +140,15 @@ impl HistogramSum {
 }
 
 impl HistogramSum {
+    /// The rank (from 1) of the `permille`-th percentile's sample; `None` when empty.
+    fn rank(&self, permille: u64) -> Option<u64> {
+        (self.total > 0).then(|| {
+            (self.total.saturating_mul(permille.min(1000)))
+                .div_ceil(1000)
+                .max(1)
+        })
+    }
+
     /// The `permille`-th percentile in milliseconds, placed within its bin by rank: the
     /// wanted sample's position among the bin's samples, taken geometrically across the
     /// bin's range (bins are √2 apart, and latencies within one are roughly log-uniform).
@@ -152,12 +156,7 @@ impl HistogramSum {
     /// bin's midpoint can sit 17 % from the truth in opposite directions for the two);
     /// `None` when empty. The open-ended bin reports its lower bound.
     pub fn percentile_within(&self, permille: u64) -> Option<u64> {
-        if self.total == 0 {
-            return None;
-        }
-        let rank = (self.total.saturating_mul(permille.min(1000)))
-            .div_ceil(1000)
-            .max(1);
+        let rank = self.rank(permille)?;
         let mut seen = 0u64;
         for (bin, &c) in self.counts.iter().enumerate() {
             if c == 0 || seen.saturating_add(c) < rank {

@@ -122,6 +122,23 @@ impl Move {
     pub fn changes_pool(&self) -> bool {
         !matches!(self, Move::Kept(_))
     }
+
+    /// `ejected` or `returned`, and why, with when it may return (`back in 10s`): a log
+    /// line's words after the server's address.
+    pub fn words(&self) -> (&'static str, String) {
+        let (verb, t) = match self {
+            Move::Ejected(t) | Move::Kept(t) => ("ejected", t),
+            Move::Returned(t) => ("returned", t),
+        };
+        let back = t.detail.as_deref().map(|d| {
+            d.strip_prefix("retry in ")
+                .map_or(d.to_owned(), |s| format!("back in {s}"))
+        });
+        (
+            verb,
+            crate::breaker::Why(&t.reason, back.as_deref()).to_string(),
+        )
+    }
 }
 
 /// The servers of one pool that are out, kept beside their breakers (under the same lock).

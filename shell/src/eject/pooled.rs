@@ -15,7 +15,7 @@
 
 use core::cell::Cell;
 
-use circuit_breaker_core::breaker::{Breaker, Control, Gate, ProbeResult, Ticket, Why};
+use circuit_breaker_core::breaker::{Breaker, Control, Gate, ProbeResult, Ticket};
 use circuit_breaker_core::eject::outlier::{self, Sample};
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
@@ -476,14 +476,7 @@ pub fn release<C: Pooled>(zone: &Zone, scf: &C, server: u16, ticket: Ticket, now
 
 /// One `warn` line per ejection and return, with its numbers.
 fn log_move<C: Pooled>(log: *mut ngx_log_t, scf: &C, s: &Server, m: &Move) {
-    let (verb, t) = match m {
-        Move::Ejected(t) | Move::Kept(t) => ("ejected", t),
-        Move::Returned(t) => ("returned", t),
-    };
-    let back = t.detail.as_deref().map(|d| {
-        d.strip_prefix("retry in ")
-            .map_or(d.to_owned(), |s| format!("back in {s}"))
-    });
+    let (verb, why) = m.words();
     ngx::ngx_log_error!(
         NGX_LOG_WARN,
         log,
@@ -491,7 +484,7 @@ fn log_move<C: Pooled>(log: *mut ngx_log_t, scf: &C, s: &Server, m: &Move) {
         scf.name(),
         s.name,
         verb,
-        Why(&t.reason, back.as_deref())
+        why
     );
 }
 
