@@ -203,6 +203,10 @@ pub fn assess<C: Pooled>(up: Upstream<'_, C>, now: u64, log: *mut ngx_log_t) {
         return;
     }
     pool.local.next_assess.set(now.saturating_add(ASSESS_MS));
+    // One worker judges the pool each second: the others go on without the lock.
+    if !up.zone.claim_second(up.scf.home().get(), now) {
+        return;
+    }
     let mut locked = up.zone.lock();
     let Some(mut count) = count(&mut locked, up, now) else {
         return;

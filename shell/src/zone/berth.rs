@@ -69,6 +69,9 @@ pub struct Berth {
     /// When the tenant's origin last answered (a stream session's first byte), in any worker,
     /// on the monotonic clock: a silence since is the origin's, not a client's doing.
     answered_ms: AtomicU64,
+    /// The last second a once-a-second task of the tenant (its pool's judgement) was claimed
+    /// by a worker ([`Berth::claim_second`]).
+    claimed_s: AtomicU64,
 }
 
 /// A berth's gate as published, not yet decoded into a [`Gate`].
@@ -154,6 +157,7 @@ impl Berth {
             limit: AtomicPtr::new(core::ptr::null_mut()),
             history: AtomicPtr::new(core::ptr::null_mut()),
             answered_ms: AtomicU64::new(0),
+            claimed_s: AtomicU64::new(0),
         }
     }
 
@@ -249,6 +253,18 @@ impl Berth {
     #[inline]
     pub fn note_answer(&self, now_ms: u64) {
         self.answered_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// Claims second `now_s` for the tenant's once-a-second task, across workers: true for the
+    /// first caller of that second (without the lock).
+    #[inline]
+    pub fn claim_second(&self, now_s: u64) -> bool {
+        let cur = self.claimed_s.load(Ordering::Relaxed);
+        cur < now_s
+            && self
+                .claimed_s
+                .compare_exchange(cur, now_s, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// When the tenant's origin last answered (0: not since it moved in).

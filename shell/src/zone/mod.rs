@@ -74,7 +74,8 @@ const MAGIC: u64 = layout_hash(&[
 /// gate packs the announced end beside its wait, which an older build would read as a wait,
 /// and a breaker's `cooldown_ms` is the one told; 4: a breaker keeps its episode's start;
 /// 5: the zone's jitter seed; 6: keyed breakers; 7: a key lives in one of two buckets;
-/// 8: keys' marks; 9: a berth's last answer; 10: a latency outlier's probe limit in a trip).
+/// 8: keys' marks; 9: a berth's last answer; 10: a latency outlier's probe limit in a trip,
+/// and a berth's claimed second).
 const LAYOUT_REVISION: u64 = 10;
 
 const fn layout_hash(words: &[u64]) -> u64 {
@@ -513,6 +514,17 @@ impl Zone {
         self.berth_of(handle)
             .filter(|b| b.stamp(handle.ident).is_some())
             .map_or(0, Berth::answered_ms)
+    }
+
+    /// Claims second `now_ms / 1000` for a once-a-second task of the breaker `handle` names (a
+    /// pool's judgement), so that one worker does it each second: true for the first caller
+    /// of that second, and whenever the handle names the breaker no longer (the caller then
+    /// takes the lock and finds it).
+    pub fn claim_second(&self, handle: Handle, now_ms: u64) -> bool {
+        match self.berth_of(handle) {
+            Some(b) if b.stamp(handle.ident).is_some() => b.claim_second(now_ms / 1000),
+            _ => true,
+        }
     }
 
     /// Takes the zone's mutex until the guard drops.
