@@ -34,12 +34,13 @@ def render(run, prefix, ports, listen_port, module_path):
     )
     add(f"    access_log {prefix}/access.log lab;")
     if module:
-        # cb-replay's format, with the request's id last (scripts/lab-replay).
+        # cb-replay's format, with the connection and the request's id last
+        # (scripts/lab-replay).
         add(
             "    log_format circuit_breaker_replay '$msec $request_time \"$proxy_host\" "
             '"$circuit_breaker_route" "$upstream_addr" "$upstream_status" '
             '"$upstream_response_time" "$upstream_header_time" "$circuit_breaker_state" '
-            "\"$circuit_breaker_msec\" \"$http_x_request_id\"';"
+            "\"$circuit_breaker_msec\" \"$connection $http_x_request_id\"';"
         )
         add(f"    access_log {prefix}/replay.log circuit_breaker_replay;")
     add(f"    client_body_temp_path {prefix}/tmp_body;")

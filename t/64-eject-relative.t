@@ -154,9 +154,14 @@ my ($lreq) = ($lines[0] // '') =~ /request: "GET \/slow\/x\?n=(\d+) /;
 like($rwhy // '', qr/^latency p90 \d+ms is \d+\.\dx the pool's \d+ms/,
 	'replay: the slow server, as a latency outlier') or diag($out);
 my $rreq = defined $rline ? $uri[$rline - 1] : undef;
+# The same request as a rule: the replay judges in each second of the module's clock at
+# the first attempt to end in it, as live does; but it reads nginx's upstream response
+# time, not the module's origin time, and a p90 on a bin's edge may cross a second later.
 ok(defined $rreq && defined $lreq && abs($rreq - $lreq) <= 20,
-	'replay: within 20 requests of the live ejection')
+	'replay: within a second\'s requests of the live ejection')
 	or diag('live at request ' . ($lreq // '?') . ', replay at ' . ($rreq // '?'));
+diag('live ejection at request ' . ($lreq // '?') . ', replay at ' . ($rreq // '?'))
+	if $ENV{TEST_NGINX_VERBOSE};
 is(() = (eval { $t->read_file('transitions.txt') } // '')
 	=~ /circuit breaker "slow" server 127\.0\.0\.1:(?!$p4)\d+ ejected/g, 0,
 	'replay: no other server');

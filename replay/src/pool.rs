@@ -28,7 +28,8 @@ use crate::line::Line;
 /// most this many, so that a log cannot grow it.
 const MAX_LEARNED: usize = 64;
 
-/// How often the relative rules judge a pool, as each worker does.
+/// How often the relative rules judge a pool, as the module does: in each second of its
+/// clock, on the first attempt to end in it.
 const ASSESS_MS: u64 = 1000;
 
 /// One server of a replayed pool.
@@ -128,11 +129,16 @@ impl Pools {
         let before = self.moves.len();
         if l.session.is_none() {
             if let Some(p) = self.pools.get_mut(l.upstream) {
+                let mut any = false;
                 for (addr, a) in l.attempts() {
                     self.attempts += 1;
+                    any = true;
                     p.attempt(addr, &a, (start_ms, end_ms), line, &mut self.moves);
                 }
-                p.assess(end_ms, line, &mut self.moves);
+                // As the module: an attempt's end on a server judges the pool, when due.
+                if any {
+                    p.assess(end_ms, line, &mut self.moves);
+                }
             }
         }
         &self.moves[before..]
@@ -249,7 +255,10 @@ impl PoolRun {
         if !self.rules.is_on() || now < self.next_assess {
             return;
         }
-        self.next_assess = now.saturating_add(ASSESS_MS);
+        // As the module: on the first attempt to end in each second of its clock.
+        self.next_assess = (now / ASSESS_MS)
+            .saturating_add(1)
+            .saturating_mul(ASSESS_MS);
         let samples: Vec<Sample> = self
             .servers
             .iter_mut()

@@ -180,11 +180,11 @@ pub fn add_success<C: Pooled>(zone: &Zone, scf: &C, server: u16, now: u64, ms: u
         .is_some_and(|s| zone.add_success(s.local.handle.get(), s.key_hash, now, ms))
 }
 
-/// How often a worker judges its pools by their relative rules.
+/// How often a pool is judged by its relative rules.
 const ASSESS_MS: u64 = 1000;
 
-/// Whether this worker is due to judge the pool by its relative rules ([`assess`]): once a
-/// second, on an attempt's end (one comparison).
+/// Whether this worker is due to judge the pool by its relative rules ([`assess`]): on the
+/// first attempt it sees end in each second of the monotonic clock (one comparison).
 #[inline]
 pub fn assess_due<C: Pooled>(scf: &C, now: u64) -> bool {
     scf.pool().is_some_and(|p| now >= p.local.next_assess.get())
@@ -202,7 +202,13 @@ pub fn assess<C: Pooled>(up: Upstream<'_, C>, now: u64, log: *mut ngx_log_t) {
         pool.local.next_assess.set(u64::MAX);
         return;
     }
-    pool.local.next_assess.set(now.saturating_add(ASSESS_MS));
+    // The next second's start: whichever worker's attempt ends first in a second judges the
+    // pool in that second, which a replay of the log (on the module's clock) can follow.
+    pool.local.next_assess.set(
+        (now / ASSESS_MS)
+            .saturating_add(1)
+            .saturating_mul(ASSESS_MS),
+    );
     // One worker judges the pool each second: the others go on without the lock.
     if !up.zone.claim_second(up.scf.home().get(), now) {
         return;
