@@ -387,13 +387,8 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     out.extend_from_slice(b",\"retry_at\":");
     write_opt(out, v.retry_at_ms.map(secs));
     write_window(out, w);
-    out.extend_from_slice(b"},\"latency_ms\":{\"p50\":");
-    write_opt(out, l.p50.map(Num::Int));
-    out.extend_from_slice(b",\"p95\":");
-    write_opt(out, l.p95.map(Num::Int));
-    out.extend_from_slice(b",\"p99\":");
-    write_opt(out, l.p99.map(Num::Int));
-    int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
+    write_latency(out, &[(b"p50", l.p50), (b"p95", l.p95), (b"p99", l.p99)]);
+    int(out, b",\"cooldown_ms\":", v.cooldown_ms);
     int(
         out,
         b",\"consecutive_probe_successes\":",
@@ -488,6 +483,22 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
     out.push(b'}');
 }
 
+/// Closes the window's object and writes `,"latency_ms":{…}` with these percentiles (`null`
+/// without samples).
+fn write_latency(out: &mut Vec<u8>, percentiles: &[(&[u8], Option<u64>)]) {
+    out.extend_from_slice(b"},\"latency_ms\":{");
+    for (i, (key, v)) in percentiles.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(key);
+        out.extend_from_slice(b"\":");
+        write_opt(out, v.map(Num::Int));
+    }
+    out.push(b'}');
+}
+
 /// Writes one server object (see [`render_breaker_json`]).
 fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     let v = &s.view;
@@ -507,13 +518,8 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     write_opt(out, v.retry_at_ms.map(secs));
     write_window(out, w);
     let l = &v.latency;
-    out.extend_from_slice(b"},\"latency_ms\":{\"p50\":");
-    write_opt(out, l.p50.map(Num::Int));
-    out.extend_from_slice(b",\"p90\":");
-    write_opt(out, l.p90.map(Num::Int));
-    out.extend_from_slice(b",\"p99\":");
-    write_opt(out, l.p99.map(Num::Int));
-    int(out, b"},\"cooldown_ms\":", v.cooldown_ms);
+    write_latency(out, &[(b"p50", l.p50), (b"p90", l.p90), (b"p99", l.p99)]);
+    int(out, b",\"cooldown_ms\":", v.cooldown_ms);
     int(out, b",\"ejections\":", t.opened);
     int(out, b",\"totals\":{\"requests\":", t.requests);
     int(out, b",\"failures\":", t.failures);

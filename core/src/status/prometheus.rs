@@ -510,20 +510,8 @@ impl Renderer<'_> {
         split: Split,
         value: impl Fn(&BreakerView, usize) -> Option<Num>,
     ) {
-        let head = [PREFIX, name, "{"].concat();
-        let mut headed = false;
-        for i in 0..self.servers.len() {
-            let (s, labels) = self.servers[i];
-            for (j, v) in split.1.iter().enumerate() {
-                let Some(n) = value(&s.view, j) else { continue };
-                if !headed {
-                    self.header(name, kind, help);
-                    headed = true;
-                }
-                let tail = format!(",{}=\"{v}\"}} ", split.0);
-                self.sample(head.as_bytes(), labels, tail.as_bytes(), n);
-            }
-        }
+        let rows: Vec<_> = self.servers.iter().map(|(s, l)| (&s.view, *l)).collect();
+        self.split_rows(name, kind, help, split, &rows, value);
     }
 
     /// A family with a sample for each breaker that has an adaptive limit.
@@ -697,6 +685,25 @@ impl Renderer<'_> {
         split: Split,
         value: impl Fn(&BreakerView, usize) -> Option<Num>,
     ) {
+        let entries = self.entries;
+        let rows: Vec<_> = entries
+            .iter()
+            .zip(self.spans.iter())
+            .map(|(e, l)| (&e.view, *l))
+            .collect();
+        self.split_rows(name, kind, help, split, &rows, value);
+    }
+
+    /// The samples of `rows` (a view and its label set), one per value of `split`'s label.
+    fn split_rows(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        split: Split,
+        rows: &[(&BreakerView, (usize, usize))],
+        value: impl Fn(&BreakerView, usize) -> Option<Num>,
+    ) {
         let head = [PREFIX, name, "{"].concat();
         let tails: Vec<String> = split
             .1
@@ -707,11 +714,9 @@ impl Renderer<'_> {
             })
             .collect();
         let mut headed = false;
-        let entries = self.entries;
-        for (i, e) in entries.iter().enumerate() {
-            let labels = self.spans[i];
+        for &(view, labels) in rows {
             for (j, tail) in tails.iter().enumerate() {
-                let Some(v) = value(&e.view, j) else { continue };
+                let Some(v) = value(view, j) else { continue };
                 if !headed {
                     self.header(name, kind, help);
                     headed = true;
