@@ -169,8 +169,13 @@ pub struct Attempts {
     /// attempt's ticket on that server's breaker.
     pub server: u16,
     pub server_ticket: Ticket,
-    /// The current attempt probes an ejected server: routed by this module, not the balancer.
-    pub probing: bool,
+    /// The current attempt was routed by this module, not the balancer: it probes an ejected
+    /// server, or goes to a returning one whose pick the ramp passed over when the balancer
+    /// found no other server (`crate::upstream::ramp`).
+    pub routed: bool,
+    /// The server whose pick the ramp passed over for the first attempt ([`NO_SERVER`]:
+    /// none): a retry the balancer finds no server for goes there.
+    pub passed_over: u16,
     /// Attempts started.
     pub started: u16,
     /// The request's first attempt is in the retry budget.
@@ -434,7 +439,8 @@ fn fresh(
         attempts: Attempts {
             server: NO_SERVER,
             server_ticket: Ticket::Normal,
-            probing: false,
+            routed: false,
+            passed_over: NO_SERVER,
             started: 0,
             counted_first: false,
             settles_late: false,

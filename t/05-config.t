@@ -28,7 +28,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->has(qw/upstream_least_conn/)->plan(68);
+	->has(qw/upstream_least_conn upstream_hash/)->plan(70);
 
 ###############################################################################
 
@@ -392,6 +392,19 @@ bad($t, 'eject latency_factor with the rule off',
 	"${cb}_eject relative=",
 	qq{"latency_factor" needs the latency rule, which "relative" turns off, }
 	. qq{in "${cb}_eject" directive});
+
+bad($t, 'eject ramp of no time', { UPSTREAM => "$cb;\n${cb}_eject ramp=0s;" },
+	"${cb}_eject ramp=",
+	qq{invalid value "ramp=0s" in "${cb}_eject" directive, }
+	. 'must be positive, or "off"');
+
+# a key's server passed over would move the key
+
+bad($t, 'eject ramp with hash', { UPSTREAM => "server 127.0.0.1:%%PORT_8082%%;\n"
+		. "hash \$uri;\n$cb;\n${cb}_eject ramp=5s;" },
+	'upstream u {',
+	qq{"ramp" of "${cb}_eject" needs round robin or least_conn, not a balancer }
+	. 'that picks by a key or at random, in upstream "u"');
 
 bad($t, 'header maybe', { UPSTREAM => "$cb;",
 	LOCATION => "${cb}_header maybe;" },

@@ -34,7 +34,7 @@ use CB::Config qw/ conf_fails /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream http/)->plan(24);
+my $t = Test::Nginx->new()->has(qw/stream http/)->plan(25);
 
 # One expansion: a second would remap the addresses the first wrote.
 my $stream = stream_conf(2, <<'EOF');
@@ -282,5 +282,18 @@ conf_fails($t, 'relative ejection in stream',
 EOF
 	'"relative" and "latency_factor" of "circuit_breaker_eject" are not supported in '
 	. 'stream: a session\'s time to the first byte is the client\'s to shape');
+
+conf_fails($t, 'a returning server\'s ramp in stream',
+	stream_conf(1, <<'EOF'), 'circuit_breaker_eject ramp',
+    upstream ramped {
+        server 127.0.0.1:%%PORT_8091%%;
+        server 127.0.0.1:%%PORT_8096%%;
+        circuit_breaker;
+        circuit_breaker_eject ramp=10s;
+    }
+    server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass ramped; }
+EOF
+	'"ramp" of "circuit_breaker_eject" is not supported in stream: a returning server '
+	. 'takes its share of sessions at once');
 
 ###############################################################################

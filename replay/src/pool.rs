@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 
 use circuit_breaker_core::breaker::{Admission, Attempt, BreakerConfig, OwnedBreaker, Ticket};
+use circuit_breaker_core::directive::EjectSpec;
 use circuit_breaker_core::eject::outlier::{self, Relative, Sample};
 use circuit_breaker_core::eject::{self, Move, Pool};
 use circuit_breaker_core::snapshot::State;
@@ -147,7 +148,12 @@ impl Pools {
 
 impl PoolRun {
     fn new(name: &str, upstream: &BreakerConfig, p: &PoolSpec, seed: u64) -> PoolRun {
-        let cfg = eject::server_config(upstream, &p.eject);
+        // A returning server's ramp decides where requests go, which the log already says.
+        let spec = EjectSpec {
+            ramp_ms: Some(0),
+            ..p.eject
+        };
+        let cfg = eject::server_config(upstream, &spec);
         let rules = if p.keyed && !p.eject.relative.explicit {
             Relative::OFF
         } else {

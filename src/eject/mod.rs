@@ -25,8 +25,9 @@ use circuit_breaker_core::eject;
 use circuit_breaker_core::eject::outlier::Relative;
 use circuit_breaker_shell::eject as peers;
 pub use circuit_breaker_shell::eject::{
-    add_success, assess, assess_due, claim_probe, control, count, downed, follow, moved, probe_due,
-    record_probe, release, server_count, server_of, servers, with_server, PeersLock, Pooled,
+    add_success, address_of, assess, assess_due, claim_probe, control, count, downed, follow,
+    moved, passes_over, probe_due, ramping, record_probe, release, server_count, server_of,
+    servers, with_server, PeersLock, Pooled,
 };
 use nginx_sys::{
     ngx_conf_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_uint_t, NGX_ERROR,
@@ -103,13 +104,32 @@ pub unsafe fn configure(cf: *mut ngx_conf_t) -> ngx_int_t {
             .collect();
         // A balancer that takes no `backup` servers picks by a key (`hash`, `ip_hash`) or at
         // random: with a key a client may choose, a client could make its server the
-        // pool's outlier. The relative rules stay off there unless asked for.
+        // pool's outlier. The relative rules stay off there unless asked for. Nor does a
+        // returning server ramp: a key's server passed over would move the key.
         let keyed = uscf.flags & NGX_HTTP_UPSTREAM_BACKUP as ngx_uint_t == 0;
         let relative = if keyed && !spec.relative.explicit {
             Relative::OFF
         } else {
             spec.relative_rules()
         };
+        let mut spec = spec;
+        if keyed {
+            if spec.ramp_ms.is_some_and(|ms| ms > 0) {
+                // SAFETY: an upstream block's file name is a NUL-terminated string.
+                let file = unsafe { core::ffi::CStr::from_ptr(uscf.file_name.cast()) };
+                ngx::ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    cfr.log,
+                    "\"ramp\" of \"circuit_breaker_eject\" needs round robin or least_conn, \
+                     not a balancer that picks by a key or at random, in upstream \"{}\" in {}:{}",
+                    scf.name,
+                    file.to_string_lossy(),
+                    uscf.line
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            spec.ramp_ms = Some(0);
+        }
         scf.pool = Some(Pool {
             cfg: eject::server_config(&cfg, &spec),
             max_ejected: eject::max_ejected(servers.len(), spec.max_ejected),

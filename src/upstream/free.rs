@@ -37,7 +37,7 @@ pub(super) unsafe extern "C" fn free_peer(
         // The closed path first: the free from the request's finalization (no retry follows,
         // no TLS failure) of an attempt the balancer chose. The rest apart, for the closed
         // path's cost (`scripts/bench-instructions`, closed).
-        if ngx_state == 0 && !state.attempts.probing {
+        if ngx_state == 0 && !state.attempts.routed {
             // SAFETY: as for this function.
             unsafe { free_final(state, pcr) };
         } else {
@@ -102,9 +102,9 @@ unsafe fn free_any(
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
     let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open) };
-    if core::mem::take(&mut state.attempts.probing) {
-        // This module chose the peer (a server probe): the balancer has nothing to
-        // free, and the try is counted here as its free would.
+    if core::mem::take(&mut state.attempts.routed) {
+        // This module chose the peer (a server probe, or a ramp's last resort): the
+        // balancer has nothing to free, and the try is counted here as its free would.
         pcr.tries = pcr.tries.saturating_sub(1);
     } else if let Some(free) = state.balancer.free {
         // SAFETY: the balancer's own free with its own data.

@@ -31,6 +31,7 @@ pub mod ledger;
 pub mod limit;
 pub mod outcome;
 pub mod precontent;
+mod ramp;
 
 use core::ffi::c_void;
 
@@ -134,7 +135,8 @@ fn settle_no_server(state: &mut RequestState, rc: ngx_int_t) {
 }
 
 /// The wrapped `peer.get` of a pool: the first attempt goes to an ejected server when its
-/// probe is due; otherwise the balancer chooses, and the server it chose is noted.
+/// probe is due; otherwise the balancer chooses, and the server it chose is noted — or, for a
+/// returning server on its ramp, perhaps passed over (`ramp.rs`).
 pub(super) unsafe extern "C" fn get_peer(
     pc: *mut ngx_peer_connection_t,
     data: *mut c_void,
@@ -166,7 +168,7 @@ pub(super) unsafe extern "C" fn get_peer(
                     // and the try it takes is one more than the balancer counted.
                     state.attempts.server = p.server;
                     state.attempts.server_ticket = p.ticket;
-                    state.attempts.probing = true;
+                    state.attempts.routed = true;
                     pc.sockaddr = p.sockaddr;
                     pc.socklen = p.socklen;
                     pc.name = p.name;
@@ -181,16 +183,27 @@ pub(super) unsafe extern "C" fn get_peer(
             }
         }
         // SAFETY: the balancer's own get with its own data.
-        let rc = unsafe { get(pc, state.balancer.data) };
-        if state.settlement.pending.is_some() {
-            settle_no_server(state, rc);
-        } else if rc == NGX_BUSY as ngx_int_t && state.attempts.started == 1 {
-            settle_no_live(state);
-        }
+        let mut rc = unsafe { get(pc, state.balancer.data) };
         let chosen = rc == NGX_OK as ngx_int_t || rc == NGX_DONE as ngx_int_t;
         if let (true, Some(pool)) = (chosen, scf.pool.as_ref()) {
             // SAFETY: the balancer just chose the peer `pc->name` names.
             state.attempts.server = unsafe { eject::server_of(pool, pc.name) }.unwrap_or(NO_SERVER);
+            let now = mono_ms();
+            if state.attempts.started == 1 && eject::ramping(pool, now) {
+                // SAFETY: the request's state and peer, just given by the balancer's `get`.
+                rc = unsafe { ramp::pick(state, pc, get, rc, pool, now) };
+            }
+        } else if let (true, Some(pool)) = (
+            rc == NGX_BUSY as ngx_int_t && state.attempts.passed_over != NO_SERVER,
+            scf.pool.as_ref(),
+        ) {
+            // SAFETY: the request's state and peer, just refused by the balancer's `get`.
+            rc = unsafe { ramp::retry(state, pc, rc, pool) };
+        }
+        if state.settlement.pending.is_some() {
+            settle_no_server(state, rc);
+        } else if rc == NGX_BUSY as ngx_int_t && state.attempts.started == 1 {
+            settle_no_live(state);
         }
         rc
     })
@@ -201,7 +214,7 @@ pub(super) unsafe extern "C" fn get_peer(
 fn balancer_of(data: *mut c_void) -> Option<request::Balancer> {
     // SAFETY: `data` is the state our peer.init set; only copied out of.
     let state = unsafe { request::from_peer_data(data) };
-    (!state.attempts.probing).then_some(state.balancer)
+    (!state.attempts.routed).then_some(state.balancer)
 }
 
 pub(super) unsafe extern "C" fn notify_peer(

@@ -313,6 +313,11 @@ unsafe fn eject(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void
                         .to_owned(),
                 ))
             }
+            Some(s) if s.ramp_ms.is_some_and(|ms| ms > 0) => Err(directive::ConfError::Conflict(
+                "\"ramp\" of \"circuit_breaker_eject\" is not supported in stream: a returning \
+                 server takes its share of sessions at once"
+                    .to_owned(),
+            )),
             other => Ok(other),
         });
     match parsed {

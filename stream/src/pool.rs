@@ -77,6 +77,12 @@ pub unsafe fn configure(
         .map(|s| Server::new(upstream, s.name, s.backup))
         .collect();
     scf.pool_peers = peers;
+    // No session is passed over for a returning server's ramp: the stream module leaves the
+    // balancer's picks alone (and the directive refuses `ramp=`).
+    let spec = EjectSpec {
+        ramp_ms: Some(0),
+        ..spec
+    };
     scf.pool = Some(Pool {
         cfg: server_config(&params.cfg, &spec),
         max_ejected: max_ejected(servers.len(), spec.max_ejected),

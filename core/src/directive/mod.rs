@@ -243,7 +243,13 @@ pub struct EjectSpec {
     /// `relative=`: the rules that judge a server against its pool, on by default
     /// (`crate::eject::outlier`); `latency_factor=` sets the latency rule's factor.
     pub relative: RelativeSpec,
+    /// `ramp=`: a returning server's ramp (`crate::eject::ramp`); `None`: not given, the
+    /// default where the balancer allows it.
+    pub ramp_ms: Option<u32>,
 }
+
+/// A returning server's default ramp: from the upstream's `ramp_start` to all in 10 s.
+pub const DEFAULT_SERVER_RAMP_MS: u32 = 10_000;
 
 /// `circuit_breaker_eject`'s `relative=on|off|latency|failures` and `latency_factor=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,6 +284,11 @@ impl EjectSpec {
             min_requests: u64::from(self.min_requests),
         }
     }
+
+    /// A returning server's ramp, as given or the default.
+    pub fn server_ramp_ms(&self) -> u32 {
+        self.ramp_ms.unwrap_or(DEFAULT_SERVER_RAMP_MS)
+    }
 }
 
 /// A factor of `1.5` to `100`, `x` optional (`3`, `2.5x`), in hundredths.
@@ -305,6 +316,7 @@ impl Default for EjectSpec {
             max_time_ms: 300_000,
             max_ejected: 5000,
             relative: RelativeSpec::default(),
+            ramp_ms: None,
         }
     }
 }
@@ -323,8 +335,8 @@ pub enum EjectSetting {
 }
 
 /// Parses `circuit_breaker_eject [failure_rate=…] [slow_rate=…] [min_requests=…] [time=…]
-/// [max_time=…] [max_ejected=…] [relative=on|off|latency|failures] [latency_factor=…] |
-/// off`; `None` for `off`.
+/// [max_time=…] [max_ejected=…] [relative=on|off|latency|failures] [latency_factor=…]
+/// [ramp=…|off] | off`; `None` for `off`.
 pub fn parse_eject_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
@@ -342,7 +354,7 @@ pub fn parse_eject_args<'a>(
             }),
         };
     }
-    const NAMES: [&str; 8] = [
+    const NAMES: [&str; 9] = [
         "failure_rate",
         "slow_rate",
         "min_requests",
@@ -351,6 +363,7 @@ pub fn parse_eject_args<'a>(
         "max_ejected",
         "relative",
         "latency_factor",
+        "ramp",
     ];
     let unknown = |word: &str, hint: String| ConfError::UnknownParameter {
         directive: D,
@@ -404,6 +417,14 @@ pub fn parse_eject_args<'a>(
             "time" => e.time_ms = ms(v)?,
             "max_time" => e.max_time_ms = ms(v)?,
             "max_ejected" => e.max_ejected = pct(v)?,
+            "ramp" if v == "off" => e.ramp_ms = Some(0),
+            "ramp" => {
+                e.ramp_ms = Some(match units.msec(v) {
+                    Some(0) => return Err(bad(word, Some("must be positive, or \"off\""))),
+                    Some(ms) => u32::try_from(ms).map_err(|_| bad(word, Some(TOO_LONG)))?,
+                    None => return Err(bad(word, Some(TIME_OR_OFF))),
+                })
+            }
             "relative" => {
                 let (latency, failures) = match v {
                     "on" => (true, true),
@@ -760,6 +781,21 @@ mod tests {
     }
 
     #[test]
+    fn eject_ramp() {
+        let ramp = |args: &[&str]| {
+            parse_eject_args(args.iter().copied(), &Fixed)
+                .unwrap()
+                .unwrap()
+        };
+        let e = ramp(&[]);
+        assert_eq!((e.ramp_ms, e.server_ramp_ms()), (None, 10_000));
+        let e = ramp(&["ramp=30s"]);
+        assert_eq!((e.ramp_ms, e.server_ramp_ms()), (Some(30_000), 30_000));
+        let e = ramp(&["ramp=off"]);
+        assert_eq!((e.ramp_ms, e.server_ramp_ms()), (Some(0), 0));
+    }
+
+    #[test]
     fn eject() {
         assert_eq!(parse_eject_args(["off"], &Fixed).unwrap(), None);
         assert_eq!(
@@ -799,7 +835,10 @@ mod tests {
             (&["time=0s"][..], "invalid value \"time=0s\" in \"circuit_breaker_eject\" directive, must be positive"),
             (&["max_ejected=0%"][..], "invalid value \"max_ejected=0%\" in \"circuit_breaker_eject\" directive, must be more than 0%"),
             (&["time=1m", "max_time=10s"][..], "\"max_time\" must not be less than \"time\" in \"circuit_breaker_eject\" directive, or be left out to follow \"time\""),
-            (&["colour=red"][..], "invalid parameter \"colour=red\" in \"circuit_breaker_eject\" directive, expected one of: failure_rate, slow_rate, min_requests, time, max_time, max_ejected, relative, latency_factor"),
+            (&["colour=red"][..], "invalid parameter \"colour=red\" in \"circuit_breaker_eject\" directive, expected one of: failure_rate, slow_rate, min_requests, time, max_time, max_ejected, relative, latency_factor, ramp"),
+            (&["ramp=0s"][..], "invalid value \"ramp=0s\" in \"circuit_breaker_eject\" directive, must be positive, or \"off\""),
+            (&["ramp=soon"][..], "invalid value \"ramp=soon\" in \"circuit_breaker_eject\" directive, a time (e.g. 800ms, 30s; units: ms, s, m, h, d, w) or \"off\" is expected"),
+            (&["ramp=50d"][..], "invalid value \"ramp=50d\" in \"circuit_breaker_eject\" directive, must be less than 49d"),
             (&["max_time=1m", "tme=5s"][..], "invalid parameter \"tme=5s\" in \"circuit_breaker_eject\" directive, did you mean \"time\"?"),
             (&["time"][..], "invalid parameter \"time\" in \"circuit_breaker_eject\" directive, parameters are given as name=value, e.g. \"time=...\""),
             (&["time=soon"][..], "invalid value \"time=soon\" in \"circuit_breaker_eject\" directive, a time is expected (e.g. 30s, 500ms, 2m; units: ms, s, m, h, d, w)"),

@@ -26,6 +26,7 @@
 
 pub mod explain;
 pub mod outlier;
+pub mod ramp;
 
 pub use explain::{explain, may_open, Explained, Standing};
 
@@ -41,8 +42,10 @@ use crate::snapshot::State;
 /// server's own rates (the upstream's when `spec` leaves them out), `min_requests`, and
 /// ejection time (`time` the first cooldown, `max_time` its cap), `probes=1` (a server that
 /// answers again is let back in by one good probe after a hard failure), `repeat_backoff`
-/// (a flapping server stays out longer each time), no recovery ramp (a server is in or out),
-/// and no fleet suspicion (peers judge origins, not one instance's view of a server).
+/// (a flapping server stays out longer each time), the spec's recovery ramp from the
+/// upstream's `ramp_start` (a returning server's share of its picks, [`ramp`]; the caller
+/// sets `ramp=off` where the balancer picks by a key), and no fleet suspicion (peers judge
+/// origins, not one instance's view of a server).
 ///
 /// Active probes follow the upstream's: with `probe_uri` an ejected server is probed by the
 /// module's prober, never by a user request, as any active-probe breaker is — the first
@@ -61,7 +64,7 @@ pub fn server_config(upstream: &BreakerConfig, spec: &EjectSpec) -> BreakerConfi
         open_ms: spec.time_ms,
         max_open_ms: spec.max_time_ms.max(spec.time_ms),
         probes: 1,
-        ramp_ms: 0,
+        ramp_ms: spec.server_ramp_ms(),
         suspect_min: spec.min_requests.max(1),
         repeat_backoff: true,
         ..*upstream
@@ -323,7 +326,17 @@ mod tests {
             (5000, 4000, 800, 10)
         );
         assert_eq!((c.open_ms, c.max_open_ms, c.probes), (10_000, 300_000, 1));
-        assert!(c.repeat_backoff && c.ramp_ms == 0);
+        assert!(c.repeat_backoff);
+        assert_eq!(
+            (c.ramp_ms, c.ramp_start),
+            (10_000, up.ramp_start),
+            "returns ramping"
+        );
+        let off = EjectSpec {
+            ramp_ms: Some(0),
+            ..EjectSpec::default()
+        };
+        assert_eq!(server_config(&up, &off).ramp_ms, 0);
         assert!(c.active, "probe_uri: the prober probes an ejected server");
         let passive = server_config(
             &BreakerConfig {
@@ -344,13 +357,17 @@ mod tests {
                 max_time_ms: 8000,
                 max_ejected: 10_000,
                 relative: Default::default(),
+                ramp_ms: Some(30_000),
             },
         );
         assert_eq!(
             (own.failure_rate, own.slow_rate, own.min_requests),
             (3000, 2000, 4)
         );
-        assert_eq!((own.open_ms, own.max_open_ms), (2000, 8000));
+        assert_eq!(
+            (own.open_ms, own.max_open_ms, own.ramp_ms),
+            (2000, 8000, 30_000)
+        );
     }
 
     #[test]

@@ -146,10 +146,11 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
 ///
 /// An upstream's own breaker adds, after `tripped`, `"servers":[…]` when ejection
 /// is on — each `{"address","backup","state":"in"|"probing"|"ejected","forced","since",
-/// "returns_at","window":{…},"latency_ms":{"p50","p90","p99"},"cooldown_ms","ejections",
-/// "totals":{"requests","failures",
-/// "probes","returns"},"last_transition","tripped"}`, `returns_at` being when the server may
-/// be probed (`null` while in), `tripped` the window that ejected it — and
+/// "returns_at","ramp_share","window":{…},"latency_ms":{"p50","p90","p99"},"cooldown_ms",
+/// "ejections","totals":{"requests","failures","probes","returns"},"last_transition",
+/// "tripped"}`, `returns_at` being when the server may be probed (`null` while in),
+/// `ramp_share` the share of its picks a returning server takes (below 1 on its ramp),
+/// `tripped` the window that ejected it — and
 /// `"retries":{"window":{"seconds","first_attempts","retries","allowance"},"total","denied"}`
 /// with a retry budget.
 ///
@@ -516,6 +517,8 @@ fn write_server_json(out: &mut Vec<u8>, s: &ServerEntry) {
     write_num(out, secs(v.since_ms));
     out.extend_from_slice(b",\"returns_at\":");
     write_opt(out, v.retry_at_ms.map(secs));
+    out.extend_from_slice(b",\"ramp_share\":");
+    write_num(out, share(v.ramp_share));
     write_window(out, w);
     let l = &v.latency;
     write_latency(out, &[(b"p50", l.p50), (b"p90", l.p90), (b"p99", l.p99)]);
@@ -767,7 +770,8 @@ pub(crate) mod tests {
         );
         assert_eq!(s[0]["latency_ms"]["p90"], 400);
         assert_eq!(s[0]["latency_ms"]["p99"], 900);
-        assert_eq!(s[0].as_object().unwrap().len(), 14);
+        assert_eq!(s[0].as_object().unwrap().len(), 15);
+        assert_eq!(s[0]["ramp_share"].as_f64(), Some(1.0));
         // An ejected server shows the window that ejected it, an in server none.
         assert_eq!(s[0]["tripped"]["by"], "failure_rate");
         assert_eq!(s[0]["tripped"]["window"]["failures"], 22);

@@ -423,6 +423,12 @@ impl Renderer<'_> {
             |v| v.retry_at_ms.map(secs),
         );
         self.server_family(
+            "server_ramp_share",
+            Gauge,
+            "Share of its picks a returning server takes, 0..1 (below 1 on its ramp).",
+            |v| Some(share(v.ramp_share)),
+        );
+        self.server_family(
             "server_cooldown_seconds",
             Gauge,
             "A server's current ejection time in seconds (doubles on repeated ejections).",
@@ -1080,6 +1086,7 @@ mod tests {
         assert_eq!(find("server_ejections_total", one)[0].1, 2.0);
         assert_eq!(find("server_returns_total", one)[0].1, 1.0);
         assert_eq!(find("server_cooldown_seconds", one)[0].1, 10.0);
+        assert_eq!(find("server_ramp_share", one)[0].1, 1.0);
         // Without servers or budgets, the families are left out.
         let text = render(&example_zone(), &[example_entry()]);
         assert!(!text.contains("server_") && !text.contains("retries_"));

@@ -11,7 +11,7 @@ mod pooled;
 pub use peers::{configured, PeersLock, RrPeer, RrPeers, RrUpstream};
 pub use pool::{PeerRef, Pool, PoolLocal, Server, ServerLocal};
 pub use pooled::{
-    add_success, assess, assess_due, claim_probe, control, control_key, count, downed, follow,
-    moved, probe_due, record_probe, release, server_count, server_of, servers, with_server, PoolOf,
-    Pooled, Probe, Upstream,
+    add_success, address_of, assess, assess_due, claim_probe, control, control_key, count, downed,
+    follow, moved, passes_over, probe_due, ramping, record_probe, release, server_count, server_of,
+    servers, with_server, PoolOf, Pooled, Probe, Upstream,
 };

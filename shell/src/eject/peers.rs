@@ -9,7 +9,7 @@ use nginx_sys::{
     ngx_http_upstream_rr_peer_t, ngx_http_upstream_rr_peers_t, ngx_http_upstream_srv_conf_t,
     ngx_palloc, ngx_pool_t, ngx_str_t, ngx_stream_upstream_rr_peer_t,
     ngx_stream_upstream_rr_peers_t, ngx_stream_upstream_srv_conf_t, ngx_uint_t, sockaddr,
-    socklen_t,
+    socklen_t, time_t,
 };
 
 use super::pool::{PeerRef, Pool, PoolLocal};
@@ -82,6 +82,11 @@ pub unsafe trait RrPeer {
     fn down(&self) -> ngx_uint_t;
     fn set_down(&mut self, down: ngx_uint_t);
     fn next(&self) -> *mut Self;
+    /// Failures nginx's own `max_fails` counts (0: none since it last passed).
+    fn fails(&self) -> ngx_uint_t;
+    /// Whether round robin could pick it at `now` (Unix seconds): not `down`, not failed
+    /// `max_fails` times within `fail_timeout`, not at `max_conns`.
+    fn live(&self, now: time_t) -> bool;
 }
 
 /// The three traits for one module's types; `$zone` is the cfg under which its peers have an
@@ -184,6 +189,16 @@ macro_rules! rr_layout {
             }
             fn next(&self) -> *mut Self {
                 self.next
+            }
+            fn fails(&self) -> ngx_uint_t {
+                self.fails
+            }
+            fn live(&self, now: time_t) -> bool {
+                let failed = self.max_fails != 0
+                    && self.fails >= self.max_fails
+                    && now - self.checked <= self.fail_timeout;
+                let full = self.max_conns != 0 && self.conns >= self.max_conns;
+                self.down == 0 && !failed && !full
             }
         }
     };
@@ -367,6 +382,53 @@ pub unsafe fn copy_peer<U: RrUpstream>(
         });
         Some((to.cast(), p.socklen(), copy))
     }
+}
+
+/// Whether a pick of server `server` may be passed over for its ramp: no peer of it is under
+/// nginx's own `max_fails` watch (round robin's free of a pick it passes over would clear
+/// that), and another primary peer could take the request at `now` (Unix seconds), so that
+/// asking the balancer again finds one. Read under the primary list's read lock; false when
+/// the map is not built.
+///
+/// # Safety
+/// As for [`lists`], in a worker.
+pub unsafe fn may_pass_over<U: RrUpstream>(
+    uscf: &U,
+    local: &PoolLocal<PeerOf<U>>,
+    server: u16,
+    now: time_t,
+) -> bool {
+    let Ok(map) = local.peers.try_borrow() else {
+        return false;
+    };
+    // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract).
+    let [primary, _] = unsafe { lists(uscf) };
+    if primary.is_null() || map.is_empty() {
+        return false;
+    }
+    // SAFETY: a live peers list, not referenced while locked.
+    let _r = unsafe { PeersLock::read(primary) };
+    // SAFETY: the map's peers are live while the peers did not change since it was built,
+    // checked under the lock that keeps them so.
+    if unsafe { moved(uscf, local) } {
+        return false;
+    }
+    let (mut watched, mut other) = (false, false);
+    // SAFETY: the list is locked; its head pointer is only read.
+    let mut p = unsafe { U::Peers::first(primary) };
+    // SAFETY: the list's peers, which its lock (held) keeps in place; only read.
+    while let Some(peer) = unsafe { p.as_ref() } {
+        let mine = map
+            .iter()
+            .any(|m| m.server == server && core::ptr::eq(m.peer, peer));
+        if mine {
+            watched |= peer.fails() != 0;
+        } else {
+            other |= peer.live(now);
+        }
+        p = peer.next();
+    }
+    !watched && other
 }
 
 /// Marks each peer of a server that is out `down` ([`EJECTED`]) and clears the mark of each

@@ -6,6 +6,7 @@ use core::cell::{Cell, RefCell};
 
 use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::eject::outlier::Relative;
+use circuit_breaker_core::eject::ramp::ServerRamp;
 use nginx_sys::ngx_str_t;
 
 use crate::ffi::{hash_name, server_key_hash};
@@ -48,10 +49,11 @@ impl Server {
 }
 
 /// What a worker keeps for one server of a pool: where its breaker was last found, and
-/// whether it is out of the pool as of the stamp this worker applied.
+/// whether it is out of the pool, or returning on a ramp, as of the stamp this worker applied.
 pub struct ServerLocal {
     pub handle: Cell<Handle>,
     pub out: Cell<bool>,
+    pub ramp: Cell<ServerRamp>,
 }
 
 impl Default for ServerLocal {
@@ -59,6 +61,7 @@ impl Default for ServerLocal {
         ServerLocal {
             handle: Cell::new(Handle::NONE),
             out: Cell::new(false),
+            ramp: Cell::new(ServerRamp::NONE),
         }
     }
 }
@@ -77,6 +80,8 @@ pub struct PoolLocal<P> {
     pub next_due: Cell<u64>,
     /// When this worker next judges the pool by its relative rules.
     pub next_assess: Cell<u64>,
+    /// When the last of the servers' ramps ends (0: none runs).
+    pub ramp_until: Cell<u64>,
     /// The balancer's peers, each with the server it is an address of (built when the
     /// worker first applies the pool's state, and again when an upstream `zone` changes its
     /// peers).
@@ -94,6 +99,7 @@ impl<P> Default for PoolLocal<P> {
             downed: Cell::new(0),
             next_due: Cell::new(u64::MAX),
             next_assess: Cell::new(0),
+            ramp_until: Cell::new(0),
             peers: RefCell::new(Vec::new()),
             peers_config: Cell::new(0),
         }

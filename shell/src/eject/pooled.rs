@@ -17,6 +17,7 @@ use core::cell::Cell;
 
 use circuit_breaker_core::breaker::{Breaker, Control, Gate, ProbeResult, Ticket};
 use circuit_breaker_core::eject::outlier::{self, Sample};
+use circuit_breaker_core::eject::ramp::ServerRamp;
 use circuit_breaker_core::eject::{self, Move};
 use circuit_breaker_core::snapshot::{BreakerView, State};
 use nginx_sys::{ngx_log_t, ngx_pool_t, ngx_str_t, NGX_LOG_WARN};
@@ -123,15 +124,20 @@ fn sync<C: Pooled>(locked: &mut Locked<'_>, up: Upstream<'_, C>, pool: &PoolOf<C
     local.stamp.set(zone.stamp_ref(home));
     let mut out = 0;
     let mut next_due = u64::MAX;
+    let mut ramp_until = 0;
     for s in &pool.servers {
         let Some(b) = locked.get_or_find(s.local.handle.get(), &scf.server_key(s)) else {
             // No breaker (the zone is full): the server stays in.
             s.local.out.set(false);
+            s.local.ramp.set(ServerRamp::NONE);
             continue;
         };
         s.local.handle.set(b.handle());
         let state = b.state();
         s.local.out.set(eject::is_out(state));
+        let ramp = ServerRamp::of(b.gate());
+        s.local.ramp.set(ramp);
+        ramp_until = ramp_until.max(ramp.until_ms);
         out += u32::from(eject::is_out(state));
         let due = match (state, b.gate()) {
             _ if b.config().active || b.forced().is_some() => u64::MAX,
@@ -145,6 +151,7 @@ fn sync<C: Pooled>(locked: &mut Locked<'_>, up: Upstream<'_, C>, pool: &PoolOf<C
     }
     local.out.set(out);
     local.next_due.set(next_due);
+    local.ramp_until.set(ramp_until);
     local.applied.set(stamp);
     // SAFETY: `up.uscf` is live and keeps round-robin peers, as `scf.pool` exists
     // (`Upstream::new`'s contract), in a worker: what `apply` asks.
@@ -168,6 +175,65 @@ pub unsafe fn server_of<P>(pool: &Pool<P>, name: *const ngx_str_t) -> Option<u16
         .iter()
         .position(|s| s.name.as_bytes() == name)
         .map(|i| i as u16)
+}
+
+/// The address and name of a peer of server `server`, copied into `r_pool` (see
+/// [`peers::copy_peer`]), for an attempt this module sends past the balancer: a probe, or a
+/// pick [`passes_over`] turned down for which the balancer found no other server.
+///
+/// # Safety
+/// `uscf` must be the live upstream conf of `pool`, in a worker; `r_pool` the request's pool.
+pub unsafe fn address_of<U: RrUpstream>(
+    uscf: &U,
+    pool: &PoolOf<U>,
+    server: u16,
+    r_pool: *mut ngx_pool_t,
+) -> Option<(
+    *mut nginx_sys::sockaddr,
+    nginx_sys::socklen_t,
+    *mut ngx_str_t,
+)> {
+    let peer = pool
+        .local
+        .peers
+        .try_borrow()
+        .ok()
+        .and_then(|m| m.iter().find(|p| p.server == server).copied())?;
+    // SAFETY: `uscf` keeps round-robin peers and `r_pool` is the request's (this fn's
+    // contract); the peer comes from this upstream's map.
+    unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) }
+}
+
+/// Whether any server of the pool is returning on a ramp in this worker's view at `now` (one
+/// comparison: the common case).
+#[inline]
+pub fn ramping<P>(pool: &Pool<P>, now: u64) -> bool {
+    now < pool.local.ramp_until.get()
+}
+
+/// Whether the balancer's pick of server `server` at `now` is passed over for the server's
+/// ramp (`circuit_breaker_core::eject::ramp`): the draw turns it down and another primary
+/// server could take the request (`peers::may_pass_over`). A backup is never held back.
+///
+/// # Safety
+/// `uscf` must be the live upstream conf of `pool`, in a worker.
+#[cold]
+pub unsafe fn passes_over<U: RrUpstream>(
+    uscf: &U,
+    pool: &PoolOf<U>,
+    server: u16,
+    now: u64,
+) -> bool {
+    let Some(s) = pool.servers.get(server as usize) else {
+        return false;
+    };
+    let ramp = s.local.ramp.get();
+    if s.backup || ramp.keeps(now, rnd(), true) {
+        return false;
+    }
+    let now_s = (crate::clock::wall_ms() / 1000) as nginx_sys::time_t;
+    // SAFETY: `uscf` is `pool`'s live upstream conf, in a worker (this fn's contract).
+    unsafe { peers::may_pass_over(uscf, &pool.local, server, now_s) }
 }
 
 /// Records a success of an attempt sent to server `server` that took `ms` without the
@@ -334,15 +400,9 @@ pub unsafe fn claim_probe<U: RrUpstream>(
     // The peers' read locks are taken without the zone's: a worker spinning on them must
     // not hold up every breaker of the instance.
     drop(locked);
-    let copy = pool
-        .local
-        .peers
-        .try_borrow()
-        .ok()
-        .and_then(|m| m.iter().find(|p| p.server == server).copied())
-        // SAFETY: `uscf` keeps round-robin peers (a pool exists) and `r_pool` is the
-        // request's (this fn's contract); the peer comes from this upstream's map.
-        .and_then(|peer| unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) });
+    // SAFETY: `uscf` keeps round-robin peers (a pool exists) and `r_pool` is the request's
+    // (this fn's contract).
+    let copy = unsafe { address_of(uscf, pool, server, r_pool) };
     let Some((sockaddr, socklen, name)) = copy else {
         // No peer to send it to (the map is not built yet, or the peers just changed):
         // free the probe, and ask again a second later (the next request's `follow`
