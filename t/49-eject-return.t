@@ -18,7 +18,8 @@
 # at the origin: a quarter without the ramp, ramp=off), every request still
 # answered, its share shown on the status page, and a quarter again once the
 # ramp is over; a returning server with no other server nginx could pick
-# takes every request (none is lost to the ramp), a retry included.
+# takes every request (none is lost to the ramp), a retry included, and a
+# backup beside them gets none.
 
 ###############################################################################
 
@@ -43,7 +44,7 @@ use CB::Response qw/ status header /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(27 + 18);
+my $t = Test::Nginx->new()->has(qw/http proxy upstream_zone/)->plan(27 + 20);
 
 # min_requests=1000: the upstream's own breaker never opens here (half the
 # answers fail until the ejection); time=30s: with probe_uri the ejection
@@ -108,6 +109,13 @@ $t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
         $ramp;
     }
 
+    upstream bk {
+        server 127.0.0.1:%%PORT_8082%% max_fails=0;
+        server 127.0.0.1:%%PORT_8085%% max_fails=1 fail_timeout=60s;
+        server 127.0.0.1:%%PORT_8083%% backup;
+        $ramp;
+    }
+
     server {
         listen       127.0.0.1:8080 reuseport;
         server_name  localhost;
@@ -118,6 +126,7 @@ $t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
         location /rr/ { proxy_pass http://rr; }
         location /off/ { proxy_pass http://off; }
         location /alone/ { proxy_pass http://alone; }
+        location /bk/ { proxy_pass http://bk; }
         location /lckz/ {
             proxy_pass http://lckz;
             proxy_http_version 1.1;
@@ -128,7 +137,8 @@ $t->write_file_expand('nginx.conf', conf(4, <<"EOF"));
     }
 EOF
 
-my ($good, $bad) = start($t, 8081, 8082, 8083, 8084);
+my @hits = start($t, 8081, 8082, 8083, 8084);
+my ($good, $bad) = @hits;
 my $p82 = port(8082);
 
 # 8082 fails everything, its health checks slowly (so that two probes in
@@ -264,13 +274,13 @@ is(log_count($t, qr/"act(z)?\/default" (opened|probe)/), 0,
 my @ramped = qw/ rr lckz off /;
 CB::Origin::behave($bad, '* status=500');
 
-for my $name (@ramped, 'alone') {
+for my $name (@ramped, 'alone', 'bk') {
 	my $n = 0;
 	http_get("/$name/x") while $n++ < 40 && !log_count($t,
 		qr/circuit breaker "$name" server 127\.0\.0\.1:$p82 ejected: /);
 }
-is(join(' ', map { server_of($_, $p82)->{state} } @ramped, 'alone'),
-	'ejected ejected ejected ejected', 'ramp: 8082 ejected everywhere');
+is(join(' ', map { server_of($_, $p82)->{state} } @ramped, 'alone', 'bk'),
+	'ejected ejected ejected ejected ejected', 'ramp: 8082 ejected everywhere');
 
 # 8082 heals, and a request of each upstream returns it
 
@@ -279,7 +289,7 @@ sleep 1.2;
 
 my %base = map { $_ => CB::Origin::hits($bad, qr!^/$_/!) } @ramped;
 my $back = time();
-for my $name (@ramped, 'alone') {
+for my $name (@ramped, 'alone', 'bk') {
 	http_get("/$name/probe");
 }
 
@@ -299,8 +309,8 @@ is(returned_by($t, 'off'), '1 good probe', 'off: returns at once');
 # follows the ramp, a quarter without it
 
 my (%sent, %codes, @seq);
-my $end = time() + 2;
-while (time() < $end) {
+my $ramping = time() + 2;
+while (time() < $ramping) {
 	for my $name (@ramped) {
 		my $at = time() - $back;
 		my $r = http_get("/$name/x");
@@ -367,6 +377,18 @@ my @alone = map { status(http_get("/alone/x")) } 1 .. 20;
 is(scalar(grep { $_ == 200 } @alone), 20, 'alone: every request answered')
 	or diag("@alone");
 is(CB::Origin::hits($bad, qr!^/alone/x!) - $alone, 20, 'alone: by the returning server');
+
+# bk: the same with a backup, which a retry the ramp sent elsewhere would
+# reach (the returning server is marked tried): it goes back to the returning
+# server, as nginx goes to a backup only when every primary is down
+
+my ($bk, $bkb) = (CB::Origin::hits($bad, qr!^/bk/x!),
+	CB::Origin::hits($hits[2], qr!^/bk/x!));
+my @bk = map { status(http_get("/bk/x")) } 1 .. 20;
+is(scalar(grep { $_ == 200 } @bk), 20, 'bk: every request answered') or diag("@bk");
+is(join(' ', CB::Origin::hits($bad, qr!^/bk/x!) - $bk,
+	CB::Origin::hits($hits[2], qr!^/bk/x!) - $bkb), '20 0',
+	'bk: by the returning server, none by the backup');
 
 # once the ramp is over: a quarter again
 

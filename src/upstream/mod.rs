@@ -193,11 +193,12 @@ pub(super) unsafe extern "C" fn get_peer(
                 // SAFETY: the request's state and peer, just given by the balancer's `get`.
                 rc = unsafe { ramp::pick(state, pc, get, rc, pool, now) };
             }
-        } else if let (true, Some(pool)) = (
-            rc == NGX_BUSY as ngx_int_t && state.attempts.passed_over != NO_SERVER,
+        }
+        if let (true, Some(pool)) = (
+            state.attempts.started > 1 && state.attempts.passed_over != NO_SERVER,
             scf.pool.as_ref(),
         ) {
-            // SAFETY: the request's state and peer, just refused by the balancer's `get`.
+            // SAFETY: the request's state and peer, just answered by the balancer's `get`.
             rc = unsafe { ramp::retry(state, pc, rc, pool) };
         }
         if state.settlement.pending.is_some() {

@@ -190,15 +190,27 @@ macro_rules! rr_layout {
             fn next(&self) -> *mut Self {
                 self.next
             }
+            // Other workers write `fails`, `checked` and `conns` of a peer in an upstream
+            // `zone` under its own lock, which a reader of the list does not take: read as
+            // nginx reads them there, a word at a time, never cached.
             fn fails(&self) -> ngx_uint_t {
-                self.fails
+                // SAFETY: a field of a live peer, aligned; see above.
+                unsafe { core::ptr::read_volatile(&self.fails) }
             }
             fn live(&self, now: time_t) -> bool {
+                // SAFETY: fields of a live peer, aligned; see above.
+                let (fails, checked, conns) = unsafe {
+                    (
+                        core::ptr::read_volatile(&self.fails),
+                        core::ptr::read_volatile(&self.checked),
+                        core::ptr::read_volatile(&self.conns),
+                    )
+                };
                 let failed = self.max_fails != 0
-                    && self.fails >= self.max_fails
-                    && now - self.checked <= self.fail_timeout;
-                let full = self.max_conns != 0 && self.conns >= self.max_conns;
-                self.down == 0 && !failed && !full
+                    && fails >= self.max_fails
+                    && now - checked <= self.fail_timeout;
+                let full = self.max_conns != 0 && conns >= self.max_conns;
+                self.down() == 0 && !failed && !full
             }
         }
     };
@@ -332,7 +344,8 @@ impl<L: RrPeers> Drop for PeersLock<L> {
 /// read locks: an upstream `zone` that resolves names at run time (nginx 1.27.3 and later)
 /// may free a peer whenever its name changes, so a request that bypasses the balancer
 /// connects to its own copy. `None` when the peers changed since the map was built (the
-/// next [`super::follow`] rebuilds it) or when the pool is out of memory.
+/// next [`super::follow`] rebuilds it), when the pool is out of memory, or, with `live_at`
+/// (Unix seconds), when round robin could not pick the peer then ([`RrPeer::live`]).
 ///
 /// # Safety
 /// As for [`lists`], in a worker; `peer` from this upstream's map, `pool` the request's.
@@ -341,6 +354,7 @@ pub unsafe fn copy_peer<U: RrUpstream>(
     local: &PoolLocal<PeerOf<U>>,
     peer: &PeerRef<PeerOf<U>>,
     pool: *mut ngx_pool_t,
+    live_at: Option<time_t>,
 ) -> Option<(*mut sockaddr, socklen_t, *mut ngx_str_t)> {
     // SAFETY: `uscf` is live and keeps round-robin peers (this fn's contract), so both lists
     // are null or live.
@@ -357,7 +371,7 @@ pub unsafe fn copy_peer<U: RrUpstream>(
     // are held, so `peer.peer` is still a live peer; only read.
     let p = unsafe { &*peer.peer };
     let (addr, len, name) = (p.sockaddr(), p.socklen() as usize, p.name());
-    if addr.is_null() {
+    if addr.is_null() || live_at.is_some_and(|now| !p.live(now)) {
         return None;
     }
     // One block: the name's `ngx_str_t` first (ngx_palloc aligns it), then the address (at

@@ -178,8 +178,9 @@ pub unsafe fn server_of<P>(pool: &Pool<P>, name: *const ngx_str_t) -> Option<u16
 }
 
 /// The address and name of a peer of server `server`, copied into `r_pool` (see
-/// [`peers::copy_peer`]), for an attempt this module sends past the balancer: a probe, or a
-/// pick [`passes_over`] turned down for which the balancer found no other server.
+/// [`peers::copy_peer`]), for an attempt this module sends past the balancer: a probe (to a
+/// server out of the pool, `live` false), or, `live` true, a pick [`passes_over`] turned
+/// down for which the balancer found no other server — a peer round robin could pick now.
 ///
 /// # Safety
 /// `uscf` must be the live upstream conf of `pool`, in a worker; `r_pool` the request's pool.
@@ -188,20 +189,19 @@ pub unsafe fn address_of<U: RrUpstream>(
     pool: &PoolOf<U>,
     server: u16,
     r_pool: *mut ngx_pool_t,
+    live: bool,
 ) -> Option<(
     *mut nginx_sys::sockaddr,
     nginx_sys::socklen_t,
     *mut ngx_str_t,
 )> {
-    let peer = pool
-        .local
-        .peers
-        .try_borrow()
-        .ok()
-        .and_then(|m| m.iter().find(|p| p.server == server).copied())?;
-    // SAFETY: `uscf` keeps round-robin peers and `r_pool` is the request's (this fn's
-    // contract); the peer comes from this upstream's map.
-    unsafe { peers::copy_peer(uscf, &pool.local, &peer, r_pool) }
+    let live_at = live.then(|| (crate::clock::wall_ms() / 1000) as nginx_sys::time_t);
+    let map = pool.local.peers.try_borrow().ok()?;
+    map.iter().filter(|p| p.server == server).find_map(|peer| {
+        // SAFETY: `uscf` keeps round-robin peers and `r_pool` is the request's (this fn's
+        // contract); the peer comes from this upstream's map.
+        unsafe { peers::copy_peer(uscf, &pool.local, peer, r_pool, live_at) }
+    })
 }
 
 /// Whether any server of the pool is returning on a ramp in this worker's view at `now` (one
@@ -402,7 +402,7 @@ pub unsafe fn claim_probe<U: RrUpstream>(
     drop(locked);
     // SAFETY: `uscf` keeps round-robin peers (a pool exists) and `r_pool` is the request's
     // (this fn's contract).
-    let copy = unsafe { address_of(uscf, pool, server, r_pool) };
+    let copy = unsafe { address_of(uscf, pool, server, r_pool, false) };
     let Some((sockaddr, socklen, name)) = copy else {
         // No peer to send it to (the map is not built yet, or the peers just changed):
         // free the probe, and ask again a second later (the next request's `follow`
