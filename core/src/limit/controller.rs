@@ -146,7 +146,8 @@ pub struct Limiter {
     pub(super) clamped: u32,
 
     pub(super) phase: u8,
-    /// Until the first cut, the limit doubles while latency allows.
+    /// Until the first cut, or the first interval in which nobody came near the limit, the
+    /// limit doubles while latency allows.
     pub(super) slow_start: u8,
     /// During a pinned measurement: the pin was halved at least once.
     pub(super) halved: u8,
@@ -617,6 +618,14 @@ impl Limiter {
             // Application-limited (Gradient2): a limit that nobody reached did not make
             // latency rise, and one that nobody approached is not known to be too small.
             target = l;
+        }
+        if used < l && !reached {
+            // Nobody came near the limit: it was not searching for the origin's level. A
+            // surge that then meets it shows no queue in its first interval (the queue takes
+            // a round trip to form), and doubling on that interval doubles the queue the
+            // surge builds (TCP likewise leaves slow start once the application, not the
+            // window, limits it: RFC 7661); the gradient's growth follows demand from here.
+            self.slow_start = 0;
         }
         if target < l {
             self.slow_start = 0;

@@ -140,6 +140,29 @@ fn a_queue_halves_the_limit_and_a_healthy_latency_doubles_it_in_slow_start() {
 }
 
 #[test]
+fn a_surge_after_a_quiet_spell_grows_the_limit_by_the_gradient_not_slow_start() {
+    // Started at the limit, slow start doubles it.
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    assert_eq!(st.saturated(10).to, 40, "slow start");
+    // Then demand stays far below it (3 in flight of 40): nobody came near the limit.
+    for _ in 0..5 {
+        let u = st.step(10, 3);
+        assert_eq!((u.from, u.to), (40, 40));
+    }
+    // A surge meets it before the origin's queue shows in latency: growth by the gradient
+    // (1.25 and a square root), not a doubling into the queue the surge builds.
+    let u = st.saturated(10);
+    assert_eq!((u.from, u.to), (40, 57), "40·1.25 + √50");
+    // The same surge meeting a limit still searching doubles it.
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    st.saturated(10);
+    let u = st.saturated(10);
+    assert_eq!((u.from, u.to), (40, 80), "slow start goes on");
+}
+
+#[test]
 fn a_limit_nobody_reaches_neither_falls_nor_grows() {
     let mut st = Story::new(LimitConfig::default());
     st.step(10, 3);
