@@ -11,7 +11,7 @@
 #  - a pool with a server ejected: a row per server under the upstream, its
 #    state, the window that ejected it, when it comes back, its ejections;
 #  - an adaptive limit while it sheds: limit, in flight, shed per second,
-#    the measured floor;
+#    the measured floor, and in flight and shed by request class;
 #  - the fleet with a peer down: each peer's reachability and last
 #    exchange, a breaker a peer made suspicious, the designated prober;
 #  - all of it worst first: open, half-open, then closed ones with
@@ -50,7 +50,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/);
-CB::Browser::plan($t, 43);
+CB::Browser::plan($t, 45);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -105,7 +105,10 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /up/ { proxy_pass http://up; }
         location /hp/ { proxy_pass http://hp; }
         location /pool/ { proxy_pass http://pool; }
-        location /lim/ { proxy_pass http://lim; }
+        location /lim/ {
+            proxy_pass http://lim;
+            circuit_breaker_class $arg_class;
+        }
 
         location = /circuit_breaker {
             circuit_breaker_status control=on;
@@ -293,11 +296,11 @@ wait_for(sub {
 	http_get('/lim/fast');
 	defined breaker('lim')->{limit}{min_latency_ms};
 }, 10);
-my @slow = map { http_get("/lim/slow?delay=8000&n=$_", start => 1) } 1 .. 2;
+my @slow = map { http_get("/lim/slow?delay=8000&n=$_&class=critical", start => 1) } 1 .. 2;
 wait_for(sub { breaker('lim')->{limit}{in_flight} == 2 }, 5);
 my $shed = 0;
 for (1 .. 12) {
-	my $x = http_get("/lim/over?n=$_");
+	my $x = http_get("/lim/over?n=$_&class=sheddable");
 	$shed++ if status($x) == 503
 		&& (header($x, 'X-Circuit-State') // '') eq 'limited';
 	sleep(0.25);
@@ -316,6 +319,18 @@ is($l1, '2 · 2 in flight', 'lim: the limit and in flight');
 ok(defined $srate && $srate >= 0.5 && $srate <= 12,
 	'lim: shed per second near the pace sent') or diag($r->{cells}{limit});
 is($floor, ms($l->{min_latency_ms}), 'lim: the measured floor');
+
+# by class: the two slow requests are critical, the twelve shed sheddable,
+# the fast ones that measured the floor of no class (default)
+
+my $c = $l->{classes} || {};
+ok(($c->{critical}{in_flight} // -1) == 2 && ($c->{sheddable}{shed} // -1) == 12
+	&& ($c->{default}{admitted} // 0) > 0,
+	'lim: by class (JSON)') or diag(explain($c));
+my $by = sub { my ($k) = @_; join ' · ', map { "$_ $c->{$_}{$k}" }
+	grep { $c->{$_}{admitted} || $c->{$_}{shed} } qw/ critical default sheddable / };
+is($r->{cells}{classes}, $by->('in_flight') . ' in flight shed ' . $by->('shed'),
+	'lim: in flight and shed by class');
 $b->keep('limit');
 
 # the fleet: the peer that answers says calm's origin is down
