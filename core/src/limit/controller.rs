@@ -42,6 +42,15 @@ pub(super) const GRADIENT_MIN: f64 = 0.5;
 
 pub(super) const GRADIENT_MAX: f64 = 2.0;
 
+/// Slow start is over (a cut ended it).
+pub(super) const SLOW_START_OFF: u8 = 0;
+
+/// Slow start doubles the limit on an interval at it.
+pub(super) const SLOW_START_ON: u8 = 1;
+
+/// Slow start doubles from the second interval at the limit on.
+pub(super) const SLOW_START_PAUSED: u8 = 2;
+
 pub(super) const PHASE_NORMAL: u8 = 0;
 
 pub(super) const PHASE_PROBING: u8 = 1;
@@ -146,8 +155,9 @@ pub struct Limiter {
     pub(super) clamped: u32,
 
     pub(super) phase: u8,
-    /// Until the first cut, or the first interval in which nobody came near the limit, the
-    /// limit doubles while latency allows.
+    /// Until the first cut the limit doubles while latency allows ([`SLOW_START_ON`]); after
+    /// an interval in which nobody came near it, only from the second interval at it
+    /// ([`SLOW_START_PAUSED`]); never after the cut ([`SLOW_START_OFF`]).
     pub(super) slow_start: u8,
     /// During a pinned measurement: the pin was halved at least once.
     pub(super) halved: u8,
@@ -200,7 +210,7 @@ impl Limiter {
             remeasure_busy: 0,
             clamped: 0,
             phase: PHASE_NORMAL,
-            slow_start: 1,
+            slow_start: SLOW_START_ON,
             halved: 0,
             unmeasured: u8::from(cfg.limit_min < cfg.limit_max),
             unheld_min: u8::from(cfg.limit_min < cfg.limit_max),
@@ -338,7 +348,7 @@ impl Limiter {
             at = at.min(f64::from(s.inflight_max));
         }
         self.limit = self.bounded(at * GRADIENT_MIN);
-        self.slow_start = 0;
+        self.slow_start = SLOW_START_OFF;
         self.overload_gate_ms =
             now.saturating_add(u64::from(self.cfg.interval_ms).max(self.sample_ms as u64));
         Update {
@@ -589,13 +599,17 @@ impl Limiter {
         let l = self.limit;
         let mut target = l * gradient + (l * gradient).sqrt();
         let none_slow = f64::from(s.max_ms) < SLOWDOWN * self.min_ms * self.tolerated();
-        if gradient >= 1.0 && reached && self.slow_start != 0 && none_slow {
+        if gradient >= 1.0 && reached && self.slow_start != SLOW_START_OFF && none_slow {
             // Slow start (TCP's, RFC 5681): until the first cut, double while demand meets
             // the limit — unless an answer already took a slowdown's latency: in the
             // interval in which an origin slows down, the answers are still mostly fast
             // ones, in-flight climbs to the limit as the queue builds, and doubling it then
-            // only doubles the queue to drain.
-            target = target.max(2.0 * l);
+            // only doubles the queue to drain. Paused, it waits one interval at the limit.
+            if self.slow_start == SLOW_START_PAUSED {
+                self.slow_start = SLOW_START_ON;
+            } else {
+                target = target.max(2.0 * l);
+            }
         }
         // Requests in flight on average over the interval (Little's law: answers per
         // millisecond times their mean latency).
@@ -619,16 +633,16 @@ impl Limiter {
             // latency rise, and one that nobody approached is not known to be too small.
             target = l;
         }
-        if used < l && !reached {
-            // Nobody came near the limit: it was not searching for the origin's level. A
-            // surge that then meets it shows no queue in its first interval (the queue takes
-            // a round trip to form), and doubling on that interval doubles the queue the
-            // surge builds (TCP likewise leaves slow start once the application, not the
-            // window, limits it: RFC 7661); the gradient's growth follows demand from here.
-            self.slow_start = 0;
+        if used < l && !reached && self.slow_start != SLOW_START_OFF {
+            // Nobody came near the limit. Demand that then meets it may be a surge whose
+            // queue has not shown in latency yet (it takes a round trip to form): doubling on
+            // that first interval doubles the queue the surge builds, and a cut below what
+            // is in flight follows. So the doubling waits one interval at the limit: a
+            // surge's queue shows by then, a busy healthy origin's growth goes on.
+            self.slow_start = SLOW_START_PAUSED;
         }
         if target < l {
-            self.slow_start = 0;
+            self.slow_start = SLOW_START_OFF;
         }
         self.limit = self.bounded(target);
 

@@ -140,7 +140,7 @@ fn a_queue_halves_the_limit_and_a_healthy_latency_doubles_it_in_slow_start() {
 }
 
 #[test]
-fn a_surge_after_a_quiet_spell_grows_the_limit_by_the_gradient_not_slow_start() {
+fn a_surge_after_a_quiet_spell_waits_an_interval_before_slow_start_doubles() {
     // Started at the limit, slow start doubles it.
     let mut st = Story::new(LimitConfig::default());
     st.saturated(10);
@@ -154,12 +154,30 @@ fn a_surge_after_a_quiet_spell_grows_the_limit_by_the_gradient_not_slow_start() 
     // (1.25 and a square root), not a doubling into the queue the surge builds.
     let u = st.saturated(10);
     assert_eq!((u.from, u.to), (40, 57), "40·1.25 + √50");
-    // The same surge meeting a limit still searching doubles it.
+    // Still healthy at the limit an interval later: demand that is no surge, and slow
+    // start doubles again.
+    let u = st.saturated(10);
+    assert_eq!((u.from, u.to), (57, 114), "doubled");
+    // A surge whose queue shows in its second interval is cut, which ends slow start.
     let mut st = Story::new(LimitConfig::default());
     st.saturated(10);
     st.saturated(10);
+    st.step(10, 3);
+    st.saturated(10);
+    let u = st.saturated(30);
+    assert!(u.to < u.from, "{u:?}");
     let u = st.saturated(10);
-    assert_eq!((u.from, u.to), (40, 80), "slow start goes on");
+    assert!(u.to < 2 * u.from, "no doubling after the cut: {u:?}");
+    // Half the limit in flight is near it: slow start goes on doubling.
+    let mut st = Story::new(LimitConfig::default());
+    st.saturated(10);
+    st.saturated(10);
+    assert_eq!(
+        st.step(10, 20).to,
+        57,
+        "20 of 40 in flight: not quiet, grows"
+    );
+    assert_eq!(st.saturated(10).to, 114, "slow start goes on, not paused");
 }
 
 #[test]
