@@ -50,7 +50,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/);
-CB::Browser::plan($t, 45);
+CB::Browser::plan($t, 46);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -321,16 +321,19 @@ ok(defined $srate && $srate >= 0.5 && $srate <= 12,
 is($floor, ms($l->{min_latency_ms}), 'lim: the measured floor');
 
 # by class: the two slow requests are critical, the twelve shed sheddable,
-# the fast ones that measured the floor of no class (default)
+# the fast ones that measured the floor of no class (default); the cell names
+# the classes in flight and those shed, the tooltip every figure
 
 my $c = $l->{classes} || {};
 ok(($c->{critical}{in_flight} // -1) == 2 && ($c->{sheddable}{shed} // -1) == 12
-	&& ($c->{default}{admitted} // 0) > 0,
+	&& ($c->{default}{admitted} // 0) > 0 && !$c->{default}{in_flight}
+	&& !$c->{critical}{shed} && !$c->{default}{shed},
 	'lim: by class (JSON)') or diag(explain($c));
-my $by = sub { my ($k) = @_; join ' · ', map { "$_ $c->{$_}{$k}" }
-	grep { $c->{$_}{admitted} || $c->{$_}{shed} } qw/ critical default sheddable / };
-is($r->{cells}{classes}, $by->('in_flight') . ' in flight shed ' . $by->('shed'),
+is($r->{cells}{classes}, 'in flight critical 2 shed sheddable 12',
 	'lim: in flight and shed by class');
+like($r->{titles}{classes} // '',
+	qr/^critical: 2 in flight, \d+ admitted, 0 shed\ndefault: 0 in flight, $c->{default}{admitted} admitted, 0 shed\nsheddable: 0 in flight, \d+ admitted, 12 shed$/,
+	'lim: every class\'s figures in the tooltip');
 $b->keep('limit');
 
 # the fleet: the peer that answers says calm's origin is down

@@ -18,7 +18,8 @@
 //                                   wait for the breaker's (or the upstream's server's) row,
 //                                   in that state, and describe it: its text, state label and
 //                                   colour, buttons, history paths, and each cell's text by
-//                                   column (cells.limit, cells.failures, ...)
+//                                   column (cells.limit, cells.failures, ...) and tooltip
+//                                   (titles.limit, ...)
 //   rows {}                         every row drawn, in order: "upstream/route state" for a
 //                                   breaker, "upstream server address state" for a server;
 //                                   the counts bar, the status line, how many rows the list
@@ -116,6 +117,11 @@ async function describe(sel) {
       active: el.classList.contains('active'),
       cells: Object.fromEntries([...el.children].filter(c => c.dataset.col)
         .map(c => [c.dataset.col, c.innerText.replace(/\s+/g, ' ').trim()])),
+      // Each cell's tooltip, which the page makes when the pointer comes over it.
+      titles: Object.fromEntries([...el.children].filter(c => c.dataset.col).map(c => {
+        c.dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+        return [c.dataset.col, c.title];
+      })),
       label: st.textContent,
       color: getComputedStyle(st).backgroundColor,
       text: el.innerText.replace(/\s+/g, ' ').trim(),
