@@ -134,8 +134,8 @@ my @refused_lines = grep { / "-" "-" "-" "-" "(?:open|half_open)" "\d+" / } spli
 is(scalar @refused_lines, $refused, 'every refused request logged as refused');
 unlike(join("\n", @refused_lines), qr/^\S+ \S+ "-"/m,
 	'$circuit_breaker_upstream names the breaker of a refused request');
-like($log, qr/^\S+ \S+ "api" "a" "-" "-" "-" "-" "open" "\d+" "\/a\/\?status=500&n=\d+"$/m,
-	'a refused line: upstream, route, state, time');
+like($log, qr/^\S+ \S+ "api" "a" "-" "-" "-" "-" "open" "\d+" "-" "\/a\/\?status=500&n=\d+"$/m,
+	'a refused line: upstream, route, state, time, no class');
 like($log, qr/^\S+ \S+ "api" "a" "127\.0\.0\.1:\d+" "200" \S+ \S+ "closed" "\d+\+\d+" /m,
 	'a passed line: judged and recorded at the module\'s times');
 unlike($log, qr/^\S+ \S+ "[^"]+" "[^"]+" "127\.0\.0\.1:\d+" "\d+" \S+ \S+ "\w+" "\d+" /m,

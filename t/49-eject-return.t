@@ -349,12 +349,15 @@ for my $name (@ramped) {
 	is(join(' ', map { "$_:$codes{$name}{$_}" } sort keys %{$codes{$name}}),
 		"200:$n", "$name: every request answered while it ramps");
 	if ($name eq 'off') {
+		note("off: $got of $n requests at once");
 		ok($got >= $n * 0.2 && $got <= $n * 0.3,
 			'off: a quarter of the requests at once')
 			or diag("$got of $n");
 		next;
 	}
 	my ($lo, $hi) = bounds(@{$sent{$name}});
+	note(sprintf "%s: %d of %d requests in the ramp's first 2 s (%.1f to %.1f expected)",
+		$name, $got, $n, $lo, $hi);
 	ok($got >= $lo && $got <= $hi && $got < $n * 0.2,
 		"$name: its share of the requests follows the ramp")
 		or diag(sprintf "%d of %d, expected %.1f to %.1f", $got, $n, $lo, $hi);

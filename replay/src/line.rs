@@ -5,7 +5,7 @@
 //! ```text
 //! $msec $request_time "$circuit_breaker_upstream" "$circuit_breaker_route" "$upstream_addr"
 //! "$upstream_status" "$upstream_response_time" "$upstream_header_time"
-//! ["$circuit_breaker_state" "$circuit_breaker_msec"] [anything]
+//! ["$circuit_breaker_state" "$circuit_breaker_msec" ["$circuit_breaker_class"]] [anything]
 //! ```
 //!
 //! nginx escapes `"` inside a variable's value (`\x22`), so a quoted field ends at the next
@@ -19,6 +19,7 @@
 //! has seen, and `$proxy_host` is the client's `Host` when nginx proxies to `http://$host`.
 
 use circuit_breaker_core::breaker::{Attempt, Ending};
+use circuit_breaker_core::class::Class;
 use circuit_breaker_core::session::Logged;
 
 /// A parsed line, borrowing the names from the input.
@@ -52,6 +53,10 @@ pub struct Line<'a> {
     /// `$upstream_header_time` as logged (empty for a stream line): every attempt, for the
     /// replay of a pool's servers ([`Line::attempts`]).
     pub lists: [&'a str; 4],
+    /// `$circuit_breaker_class`, after the module's two fields, when it names a class.
+    pub class: Option<Class>,
+    /// The live adaptive limit shed it (`$circuit_breaker_state` is `limited`).
+    pub limited: bool,
 }
 
 impl<'a> Line<'a> {
@@ -279,7 +284,11 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         }
         Some(last)
     };
-    let (state, judged) = module_fields(rest).unwrap_or((None, None));
+    let mut after = rest;
+    let (state, judged, class) = match module_fields(&mut after) {
+        Some((state, judged)) => (state, judged, class_field(after)),
+        None => (None, None, None),
+    };
     // A request a breaker let through, or none judged, made an attempt or ended otherwise
     // (a cache hit, a `return`); one without an attempt whose breaker was not closed was
     // turned away by it (open, half-open but not the probe, a ramp's share, the limit).
@@ -295,7 +304,15 @@ pub fn parse(line: &str) -> Result<Line<'_>, LineError> {
         judged,
         session: None,
         lists: [f[4], f[5], f[6], f[7]],
+        class,
+        limited: attempt.is_none() && state == Some("limited"),
     })
+}
+
+/// `$circuit_breaker_class` from what follows the module's two fields, when the next field
+/// names a class; `None` when it does not (no class, or another format's field).
+fn class_field(mut rest: &str) -> Option<Class> {
+    Class::parse(field(&mut rest, "$circuit_breaker_class").ok()?.as_bytes())
 }
 
 const STREAM_FIELDS: [&str; 9] = [
@@ -406,6 +423,8 @@ fn parse_stream(end_ms: u64, session_ms: u64, mut rest: &str) -> Result<Line<'_>
         judged: None,
         session: None,
         lists: [""; 4],
+        class: None,
+        limited: false,
     };
     if upstream.is_empty() || upstream == "-" {
         // No upstream (`return`, or an address without an upstream block): no breaker's.
@@ -441,9 +460,9 @@ const STATES: [&str; 5] = ["closed", "open", "half_open", "recovering", "limited
 /// when the next two read as such (the state may be empty, the time `-`: no breaker judged
 /// the request); `None` when they do not (an older format going on with other fields).
 #[allow(clippy::type_complexity)]
-fn module_fields(mut rest: &str) -> Option<(Option<&str>, Option<(u64, u64)>)> {
-    let state = field(&mut rest, "$circuit_breaker_state").ok()?;
-    let msec = field(&mut rest, "$circuit_breaker_msec").ok()?;
+fn module_fields<'a>(rest: &mut &'a str) -> Option<(Option<&'a str>, Option<(u64, u64)>)> {
+    let state = field(rest, "$circuit_breaker_state").ok()?;
+    let msec = field(rest, "$circuit_breaker_msec").ok()?;
     let state = match state {
         "" | "-" => None,
         s if STATES.contains(&s) => Some(s),
@@ -484,6 +503,33 @@ mod tests {
         assert_eq!(l.judged, Some((81_234_567, 81_234_582)));
         assert!(!l.refused);
         assert!(l.attempt.is_some());
+    }
+
+    #[test]
+    fn the_class_follows_the_module_fields() {
+        for (tail, class) in [
+            (r#" "critical""#, Some(Class::Critical)),
+            (r#" "sheddable" more"#, Some(Class::Sheddable)),
+            (" default", Some(Class::Default)),
+            (r#" """#, None),
+            (r#" "-""#, None),
+            // Another format's field (the lab's `$connection`), or none at all.
+            (" 12345 abc", None),
+            ("", None),
+            (r#" "CRITICAL""#, None),
+        ] {
+            let text = format!("{NEW}{tail}");
+            let l = parse(&text).unwrap();
+            assert_eq!(l.class, class, "{tail:?}");
+            assert!(!l.limited);
+        }
+        // Without the module's two fields, nothing after them is read as a class.
+        let old = r#"1700000000.123 0.015 "api" "checkout" "10.0.0.1:80" "200" "0.014" "0.010" "critical""#;
+        assert_eq!(parse(old).unwrap().class, None);
+        let shed = r#"1700000000.123 0.000 "api" "default" "-" "-" "-" "-" "limited" "81234567" "sheddable""#;
+        let l = parse(shed).unwrap();
+        assert!(l.limited && l.refused);
+        assert_eq!(l.class, Some(Class::Sheddable));
     }
 
     #[test]

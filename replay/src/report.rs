@@ -5,6 +5,8 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
+use circuit_breaker_core::class::Class;
+
 use crate::sim::{Counts, Replay};
 use crate::stats::{human_ms, Stats};
 
@@ -35,6 +37,66 @@ fn counts_line(c: &Counts) -> String {
         );
     }
     s
+}
+
+/// The log's classes (`$circuit_breaker_class`), when any line names one: each class's
+/// requests and what live breakers and the live limit turned away. The adaptive limit is not
+/// replayed: its decisions rest on requests in flight and on the latency of answers, and the
+/// log has neither for the requests it shed.
+fn classes_line(c: &Counts) -> Option<String> {
+    if c.classes.iter().all(|k| k.requests == 0) {
+        return None;
+    }
+    let parts: Vec<String> = Class::ALL
+        .iter()
+        .zip(&c.classes)
+        .filter(|(_, k)| k.requests > 0)
+        .map(|(class, k)| {
+            format!(
+                "{} {} ({} refused live, {} of them by the limit)",
+                class.name(),
+                k.requests,
+                k.refused_live,
+                k.limited_live
+            )
+        })
+        .collect();
+    Some(format!(
+        "classes: {}; the retry budget, a ramp and half-open probes replayed by class, the \
+         adaptive limit not replayed",
+        parts.join(", ")
+    ))
+}
+
+/// One breaker's figures by class, when any of its requests has one.
+fn classes_text(s: &Stats) -> String {
+    let parts: Vec<String> = Class::ALL
+        .iter()
+        .zip(&s.classes)
+        .filter(|(_, k)| k.requests > 0 || k.retries_denied > 0)
+        .map(|(class, k)| {
+            format!(
+                "{} {} refused of {}, {} retries denied",
+                class.name(),
+                k.refused,
+                k.requests,
+                k.retries_denied
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("  by class: {}\n", parts.join("; "))
+}
+
+fn classes_json<T>(all: &[T; 3], f: impl Fn(&T) -> Option<Value>) -> Value {
+    let map: serde_json::Map<String, Value> = Class::ALL
+        .iter()
+        .zip(all)
+        .filter_map(|(class, k)| f(k).map(|v| (class.name().to_owned(), v)))
+        .collect();
+    Value::Object(map)
 }
 
 /// What the replay's times and draws are: the module's clock or the log's, the live jitter
@@ -114,7 +176,7 @@ fn stats_text(s: &Stats, what: &str) -> String {
         )
     } else {
         String::new()
-    }
+    } + &classes_text(s)
 }
 
 /// The text report.
@@ -137,6 +199,9 @@ pub fn text(r: &Replay, bad: &[BadLine]) -> String {
         let _ = writeln!(out, "  line {n}: {why}");
     }
     let _ = writeln!(out, "{}", clock_line(r));
+    if let Some(classes) = classes_line(c) {
+        let _ = writeln!(out, "{classes}");
+    }
     let sweep = r.sets().len() > 1;
     let mut total = vec![Stats::default(); r.sets().len()];
     let mut order: Vec<usize> = (0..r.names.len()).collect();
@@ -216,7 +281,7 @@ fn table<'a>(out: &mut String, r: &Replay, rows: impl Iterator<Item = &'a Stats>
 }
 
 fn stats_json(s: &Stats) -> Value {
-    json!({
+    let mut v = json!({
         "requests": s.requests,
         "bad": s.bad,
         "opens": s.opens,
@@ -235,7 +300,18 @@ fn stats_json(s: &Stats) -> Value {
         "retries": s.retries,
         "retries_denied": s.retries_denied,
         "rescues_lost": s.rescues_lost,
-    })
+    });
+    // Only when the log names classes: a report without them stays as it was.
+    let classes = classes_json(&s.classes, |k| {
+        (k.requests > 0 || k.retries_denied > 0).then(|| {
+            json!({"requests": k.requests, "refused": k.refused,
+                   "retries_denied": k.retries_denied})
+        })
+    });
+    if classes.as_object().is_some_and(|m| !m.is_empty()) {
+        v["classes"] = classes;
+    }
+    v
 }
 
 /// Writes the JSON report: `{"bad_lines": […], "lines": {…}, "settings": [{"breakers":
@@ -249,7 +325,7 @@ pub fn write_json(out: &mut impl Write, r: &Replay, bad: &[BadLine]) -> io::Resu
         text.replace('\n', &format!("\n{}", "  ".repeat(depth)))
     };
     let c = &r.counts;
-    let lines = json!({
+    let mut lines = json!({
         "read": c.lines,
         "replayed": c.replayed,
         "refused_live": c.refused_live,
@@ -262,6 +338,15 @@ pub fn write_json(out: &mut impl Write, r: &Replay, bad: &[BadLine]) -> io::Resu
         "too_long": c.too_long,
         "over_max_breakers": c.over_max_breakers,
     });
+    let classes = classes_json(&c.classes, |k| {
+        (k.requests > 0).then(|| {
+            json!({"requests": k.requests, "refused_live": k.refused_live,
+                   "limited_live": k.limited_live})
+        })
+    });
+    if classes.as_object().is_some_and(|m| !m.is_empty()) {
+        lines["classes"] = classes;
+    }
     let bad: Vec<Value> = bad
         .iter()
         .map(|(n, why)| json!({"line": n, "error": why}))

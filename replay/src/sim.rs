@@ -23,9 +23,11 @@ use std::io::Write;
 use std::rc::Rc;
 
 use circuit_breaker_core::breaker::jitter::JitterSource;
+use circuit_breaker_core::breaker::ramp;
 use circuit_breaker_core::breaker::{
     classify, Admission, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
 };
+use circuit_breaker_core::class::{Class, Presence};
 use circuit_breaker_core::retry_budget::RetryBudget;
 use circuit_breaker_core::session::{self, Judged, Logged as Session};
 use circuit_breaker_core::snapshot::State;
@@ -168,6 +170,8 @@ struct Buffered {
     line: u64,
     /// A live breaker turned it away: no outcome to record.
     refused_live: bool,
+    /// Its class (`$circuit_breaker_class`), when the log says one.
+    class: Option<Class>,
     /// A stream session: what nginx logged of it, judged by each setting at its own instant.
     session: Option<Session>,
     /// When it started and ended (a session's instants count from its last try's start).
@@ -192,6 +196,17 @@ const UNTOLD: Told = Told {
     refused: false,
 };
 
+/// What the log says of one class's requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveClass {
+    /// Requests replayed.
+    pub requests: u64,
+    /// Of which a live breaker turned away (open, half-open, a ramp, the limit).
+    pub refused_live: u64,
+    /// Of which the live adaptive limit shed (`limited`).
+    pub limited_live: u64,
+}
+
 /// Line counts of the whole replay.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -213,6 +228,8 @@ pub struct Counts {
     pub late: u64,
     /// Lines longer than `--max-line`, not replayed (counted by the reader).
     pub too_long: u64,
+    /// Per class (`Class::index`), of the requests replayed whose line names one.
+    pub classes: [LiveClass; 3],
     /// Lines of a breaker past the first `max_breakers`, not replayed.
     pub over_max_breakers: u64,
     /// Events run before the log had moved the horizon past them: the buffer was full.
@@ -296,6 +313,9 @@ pub struct Replay {
     pub stream: Vec<bool>,
     /// Per breaker, per setting.
     pub runs: Vec<Vec<Run>>,
+    /// Per breaker: the classes of its requests seen lately (a half-open probe is left to a
+    /// request of a lower class).
+    presence: Vec<Presence>,
     /// At most this many breakers, and as many names without one remembered.
     pub max_breakers: usize,
     /// At most this many requests in the reorder buffer.
@@ -358,6 +378,7 @@ impl Replay {
             stream_index: HashMap::default(),
             names: Vec::new(),
             shown: Vec::new(),
+            presence: Vec::new(),
             stream: Vec::new(),
             runs: Vec::new(),
             max_breakers: DEFAULT_MAX_BREAKERS,
@@ -513,6 +534,7 @@ impl Replay {
         }));
         self.stream.push(stream);
         self.runs.push(runs);
+        self.presence.push(Presence::default());
         Ok(Found::Breaker(i))
     }
 
@@ -555,6 +577,12 @@ impl Replay {
         };
         self.counts.replayed += 1;
         self.counts.refused_live += u64::from(l.refused);
+        if let Some(c) = l.class {
+            let k = &mut self.counts.classes[c.index()];
+            k.requests += 1;
+            k.refused_live += u64::from(l.refused);
+            k.limited_live += u64::from(l.limited);
+        }
         self.counts.module_clock += u64::from(l.judged.is_some());
         let n = self.sets.len();
         while self.free.is_empty() && self.buffered.len() >= self.max_waiting && self.queued > 0 {
@@ -573,6 +601,7 @@ impl Replay {
                     tries: 0,
                     line: 0,
                     refused_live: false,
+                    class: None,
                     session: None,
                     start: 0,
                     end: 0,
@@ -606,6 +635,7 @@ impl Replay {
             tries: l.retries.tries,
             line,
             refused_live: l.refused,
+            class: l.class,
             session: l.session,
             start,
             end,
@@ -748,9 +778,26 @@ impl Replay {
         let p = self.buffered[entry];
         let n = self.sets.len();
         let runs = &mut self.runs[p.breaker as usize];
+        let presence = &mut self.presence[p.breaker as usize];
+        // As the module: a request of a class leaves the probe to one of a lower class seen
+        // lately (one instance here, where live each worker sees its own), unless the probe
+        // is overdue; closed, the ramp draws as the class does.
+        let leaves_probe = p.class.is_some_and(|c| presence.lower_present(c, now));
+        if let Some(c) = p.class {
+            presence.note(c, now);
+        }
         for (v, run) in runs.iter_mut().enumerate() {
             let rnd = run.rnd();
-            let d = run.breaker().admit(now, rnd, 1, &|_| true, true);
+            let d = {
+                let mut b = run.breaker();
+                let may_probe = !leaves_probe || b.probe_overdue(now);
+                let draw = if b.state() == State::Closed {
+                    ramp::draw_for(rnd, p.class)
+                } else {
+                    rnd
+                };
+                b.admit(now, draw, 1, &|_| true, may_probe)
+            };
             let told = match d.admission {
                 Admission::Pass { would_reject } => Told {
                     ticket: Ticket::Normal,
@@ -850,13 +897,18 @@ impl Replay {
                 }
             };
             let attempt = if sent {
-                outcome(last, &retried, told, run, budgets[v].as_mut(), now)
+                outcome(last, &retried, told, run, budgets[v].as_mut(), p.class, now)
             } else {
                 last
             };
             let verdict = classify(&attempt, &run.cfg);
             let s = &mut run.stats;
             s.requests += 1;
+            if let Some(c) = p.class {
+                let k = &mut s.classes[c.index()];
+                k.requests += 1;
+                k.refused += u64::from(told.refused);
+            }
             s.bad += u64::from(verdict.is_bad());
             if let Some(t) = run.timeline.as_mut() {
                 t.count(now, verdict.is_bad(), verdict.slow, told.refused);
@@ -901,6 +953,7 @@ fn outcome(
     told: Told,
     run: &mut Run,
     budget: Option<&mut RetryBudget>,
+    class: Option<Class>,
     now: u64,
 ) -> Attempt {
     let (first, before_last) = match (r.first, r.before_last) {
@@ -934,8 +987,11 @@ fn outcome(
     };
     b.record_first(now);
     for k in 1..r.tries {
-        if !b.take_retry(now) {
-            return cut(s, if k == 1 { first } else { before_last });
+        if !b.take_retry_of(now, class) {
+            if let Some(c) = class {
+                run.stats.classes[c.index()].retries_denied += 1;
+            }
+            return cut(&mut run.stats, if k == 1 { first } else { before_last });
         }
     }
     last

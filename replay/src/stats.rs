@@ -48,10 +48,23 @@ pub struct Stats {
     pub retries_denied: u64,
     /// Requests a retry rescued in the log that would have failed without it.
     pub rescues_lost: u64,
+    /// Per class (`Class::index`), of the requests whose line names one.
+    pub classes: [ClassStats; 3],
     /// When the current episode began.
     pub open_since: Option<u64>,
     /// When the breaker last closed.
     pub last_close: Option<u64>,
+}
+
+/// What a setting made of one class's requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Requests that made an upstream attempt.
+    pub requests: u64,
+    /// Of which the breaker would have refused.
+    pub refused: u64,
+    /// Requests whose retry the retry budget would have denied.
+    pub retries_denied: u64,
 }
 
 impl Stats {
@@ -107,6 +120,11 @@ impl Stats {
         self.retries += o.retries;
         self.retries_denied += o.retries_denied;
         self.rescues_lost += o.rescues_lost;
+        for (k, ok) in self.classes.iter_mut().zip(&o.classes) {
+            k.requests += ok.requests;
+            k.refused += ok.refused;
+            k.retries_denied += ok.retries_denied;
+        }
     }
 }
 

@@ -245,6 +245,68 @@ fn the_retry_budget_decides_what_the_client_gets() {
     );
 }
 
+/// The same pool, every request a retry's candidate, with the log's classes: in dry run
+/// every request is sent and asks the budget, and sheddable requests' retries are denied
+/// first (they may take 80 % of the allowance, critical ones all of it), as in the module.
+/// The classes are counted as the log gives them, the adaptive limit's sheds among them.
+#[test]
+fn the_retry_budget_denies_sheddable_retries_first() {
+    let lines: Vec<String> = (0..1000u64)
+        .map(|i| {
+            let end = 1_700_000_000_000 + i * 10;
+            let class = if i % 2 == 0 { "critical" } else { "sheddable" };
+            format!(
+                "{}.{:03} 0.012 \"api\" \"-\" \"10.0.0.1:80, 10.0.0.2:80\" \"502, 200\" \
+                 \"0.002, 0.010\" \"-, 0.005\" \"closed\" \"{}\" \"{class}\"",
+                end / 1000,
+                end % 1000,
+                81_000_000 + i * 10
+            )
+        })
+        .chain(std::iter::once(
+            "1700000010.005 0.000 \"api\" \"-\" \"-\" \"-\" \"-\" \"-\" \"limited\" \"81010005\" \
+             \"sheddable\""
+                .to_owned(),
+        ))
+        .collect();
+    let (r, log) = replay(&lines, "api=consecutive=off failure_rate=20% dry_run");
+    let s = &r.runs[0][0].stats;
+    let [critical, _, sheddable] = s.classes;
+    assert_eq!((critical.requests, sheddable.requests), (500, 500), "{log}");
+    assert!(
+        sheddable.retries_denied > critical.retries_denied + 50,
+        "{critical:?} {sheddable:?}"
+    );
+    assert_eq!(
+        critical.retries_denied + sheddable.retries_denied,
+        s.retries_denied
+    );
+    let live = r.counts.classes;
+    assert_eq!((live[0].requests, live[2].requests), (500, 501));
+    assert_eq!((live[2].refused_live, live[2].limited_live), (1, 1));
+    let text = cb_replay::report::text(&r, &[]);
+    assert!(
+        text.contains(
+            "classes: critical 500 (0 refused live, 0 of them by the limit), \
+                       sheddable 501 (1 refused live, 1 of them by the limit)"
+        ),
+        "{text}"
+    );
+    let by_class = format!(
+        "  by class: critical {} refused of 500, {} retries denied; sheddable {} refused of 500, \
+         {} retries denied\n",
+        critical.refused, critical.retries_denied, sheddable.refused, sheddable.retries_denied
+    );
+    assert!(text.contains(&by_class), "{text}");
+    let mut json = Vec::new();
+    cb_replay::report::write_json(&mut json, &r, &[]).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["lines"]["classes"]["sheddable"]["limited_live"], 1);
+    let b = &v["settings"][0]["breakers"]["api/default"]["classes"];
+    assert_eq!(b["sheddable"]["retries_denied"], sheddable.retries_denied);
+    assert!(b.get("default").is_none(), "{b}");
+}
+
 /// A log that crowds more requests into the reorder horizon than the buffer holds (here all
 /// at one time): the oldest run early, the buffer stays within its bound, and none is lost.
 #[test]
