@@ -76,10 +76,10 @@ fn classes_text(s: &Stats) -> String {
         .filter(|(_, k)| k.requests > 0 || k.retries_denied > 0)
         .map(|(class, k)| {
             format!(
-                "{} {} refused of {}, {} retries denied",
+                "{} {} requests, refused {}, {} would not have retried",
                 class.name(),
-                k.refused,
                 k.requests,
+                k.refused,
                 k.retries_denied
             )
         })

@@ -635,7 +635,8 @@ impl Replay {
             tries: l.retries.tries,
             line,
             refused_live: l.refused,
-            class: l.class,
+            // A key's breaker (`circuit_breaker_key`) takes no class, live.
+            class: l.class.filter(|_| !l.upstream.contains('$')),
             session: l.session,
             start,
             end,
@@ -868,6 +869,9 @@ impl Replay {
                 // probe it would have sent is given back without a verdict.
                 let s = &mut run.stats;
                 s.refused_live += 1;
+                if let (true, Some(c)) = (told.refused, p.class) {
+                    s.classes[c.index()].refused += 1;
+                }
                 if told.refused {
                     s.refused += 1;
                     s.refused_unjudged += 1;
@@ -970,6 +974,9 @@ fn outcome(
     let rescued = !classify(&last, &run.cfg).is_bad();
     let cut = |s: &mut Stats, to: Attempt| {
         s.retries_denied += 1;
+        if let Some(c) = class {
+            s.classes[c.index()].retries_denied += 1;
+        }
         if rescued && classify(&to, &run.cfg).is_bad() {
             s.rescues_lost += 1;
         }
@@ -988,9 +995,6 @@ fn outcome(
     b.record_first(now);
     for k in 1..r.tries {
         if !b.take_retry_of(now, class) {
-            if let Some(c) = class {
-                run.stats.classes[c.index()].retries_denied += 1;
-            }
             return cut(&mut run.stats, if k == 1 { first } else { before_last });
         }
     }

@@ -56,14 +56,15 @@ pub struct Stats {
     pub last_close: Option<u64>,
 }
 
-/// What a setting made of one class's requests.
+/// What a setting made of one class's requests: the same as the breaker's [`Stats`] of the
+/// same names, for the requests of that class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassStats {
-    /// Requests that made an upstream attempt.
+    /// Requests that made an upstream attempt (`Stats::requests`).
     pub requests: u64,
-    /// Of which the breaker would have refused.
+    /// Requests the breaker would have refused, those refused live too (`Stats::refused`).
     pub refused: u64,
-    /// Requests whose retry the retry budget would have denied.
+    /// Requests that would not have retried (`Stats::retries_denied`).
     pub retries_denied: u64,
 }
 

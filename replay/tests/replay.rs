@@ -293,8 +293,8 @@ fn the_retry_budget_denies_sheddable_retries_first() {
         "{text}"
     );
     let by_class = format!(
-        "  by class: critical {} refused of 500, {} retries denied; sheddable {} refused of 500, \
-         {} retries denied\n",
+        "  by class: critical 500 requests, refused {}, {} would not have retried; sheddable \
+         500 requests, refused {}, {} would not have retried\n",
         critical.refused, critical.retries_denied, sheddable.refused, sheddable.retries_denied
     );
     assert!(text.contains(&by_class), "{text}");
@@ -305,6 +305,84 @@ fn the_retry_budget_denies_sheddable_retries_first() {
     let b = &v["settings"][0]["breakers"]["api/default"]["classes"];
     assert_eq!(b["sheddable"]["retries_denied"], sheddable.retries_denied);
     assert!(b.get("default").is_none(), "{b}");
+}
+
+/// One line of `api` ending at `ms` (after 1 700 000 000 000) with `status`, and, when given,
+/// the module's fields and the class.
+fn classed(ms: u64, status: u16, class: Option<&str>) -> String {
+    let end = 1_700_000_000_000 + ms;
+    let tail = class.map_or(String::new(), |c| {
+        format!(" \"closed\" \"{}\" \"{c}\"", 81_000_000 + ms)
+    });
+    format!(
+        "{}.{:03} 0.000 \"api\" \"-\" \"10.0.0.1:80\" \"{status}\" \"0.001\" \"0.001\"{tail}",
+        end / 1000,
+        end % 1000
+    )
+}
+
+/// An open breaker whose cooldown ends: the first request after it is critical and fails,
+/// the next is sheddable and succeeds. A sheddable request came in the second before (they
+/// came all along), so the critical one leaves the probe to the sheddable one, which closes
+/// the breaker; without the classes the critical request probes, fails, and it reopens.
+#[test]
+fn a_half_open_probe_is_left_to_a_sheddable_request() {
+    let run = |with: bool| {
+        let class = |i: u64| with.then_some(if i % 2 == 0 { "critical" } else { "sheddable" });
+        // Open on the 20th failure, at 190 ms: the cooldown (1 s) ends at 1 190 ms.
+        let mut lines: Vec<String> = (0..20u64).map(|i| classed(i * 10, 502, class(i))).collect();
+        lines.extend((0..91u64).map(|i| classed(200 + i * 10, 502, class(i + 1))));
+        lines.push(classed(1250, 502, with.then_some("critical")));
+        lines.push(classed(1260, 200, with.then_some("sheddable")));
+        lines.extend((0..10u64).map(|i| classed(1300 + i * 10, 200, class(i))));
+        let (r, log) = replay(&lines, "api=open=1s jitter=0% probes=1 consecutive=off");
+        (r.runs[0][0].stats.clone(), log)
+    };
+    let (with, log) = run(true);
+    assert_eq!((with.opens, with.reopens, with.closes), (1, 0, 1), "{log}");
+    let (without, log) = run(false);
+    assert_eq!((without.opens, without.reopens), (1, 1), "{log}");
+}
+
+/// After a close by probes, a ramp of 10 s lets critical requests through at its share and
+/// sheddable ones at its square: of requests alternating between the two, the replay refuses
+/// more sheddable ones. A key's breaker (`$`) takes no class, as live.
+#[test]
+fn a_ramp_lets_critical_requests_through_first() {
+    let lines = |upstream: &str| -> Vec<String> {
+        let mut l: Vec<String> = (0..20u64)
+            .map(|i| classed(i * 10, 502, Some("default")))
+            .collect();
+        l.push(classed(1250, 200, Some("default")));
+        l.extend((0..2000u64).map(|i| {
+            let class = if i % 2 == 0 { "critical" } else { "sheddable" };
+            classed(1600 + i * 4, 200, Some(class))
+        }));
+        l.into_iter()
+            .map(|s| s.replace("\"api\"", &format!("\"{upstream}\"")))
+            .collect()
+    };
+    let (r, log) = replay(
+        &lines("api"),
+        "api=open=1s jitter=0% probes=1 ramp=10s consecutive=off",
+    );
+    let [critical, _, sheddable] = r.runs[0][0].stats.classes;
+    assert_eq!(r.runs[0][0].stats.closes, 1, "{log}");
+    assert!(critical.refused > 100, "{critical:?}");
+    assert!(
+        sheddable.refused > critical.refused + 100,
+        "{critical:?} {sheddable:?}"
+    );
+    let (r, log) = replay(
+        &lines("$origin"),
+        "$origin=open=1s jitter=0% probes=1 ramp=10s consecutive=off",
+    );
+    assert_eq!(r.runs[0][0].stats.closes, 1, "{log}");
+    assert!(r.runs[0][0]
+        .stats
+        .classes
+        .iter()
+        .all(|k| k.requests == 0 && k.refused == 0));
 }
 
 /// A log that crowds more requests into the reorder horizon than the buffer holds (here all
