@@ -23,6 +23,13 @@ pub fn wall_ms() -> u64 {
     (tp.sec as u64).saturating_mul(1000) + tp.msec as u64
 }
 
+/// Unix seconds, as of this worker's last clock update: nginx's `ngx_time()`, which round
+/// robin's `fail_timeout` is counted in.
+#[inline]
+pub fn unix_s() -> nginx_sys::time_t {
+    ngx_timeofday().sec
+}
+
 /// The generator's state, per process (each worker has its own copy after fork). An atomic
 /// rather than a thread-local, which costs a `__tls_get_addr` call in a loaded module.
 static RNG: AtomicU64 = AtomicU64::new(0);

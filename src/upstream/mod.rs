@@ -164,16 +164,9 @@ pub(super) unsafe extern "C" fn get_peer(
                     eject::claim_probe(pool, zone, &*state.judge.uscf, (*state.request()).pool, now)
                 });
                 if let Some(p) = claimed {
-                    // The balancer never sees this attempt: its free is not called for it,
-                    // and the try it takes is one more than the balancer counted.
-                    state.attempts.server = p.server;
+                    // The try it takes is one more than the balancer counted.
+                    ramp::route(state, pc, p.server, (p.sockaddr, p.socklen, p.name));
                     state.attempts.server_ticket = p.ticket;
-                    state.attempts.routed = true;
-                    pc.sockaddr = p.sockaddr;
-                    pc.socklen = p.socklen;
-                    pc.name = p.name;
-                    pc.set_cached(0);
-                    pc.connection = core::ptr::null_mut();
                     if state.settlement.ticket == Ticket::Normal {
                         // The probe of the request's breaker is one attempt, wherever it goes.
                         pc.tries = pc.tries.saturating_add(1);

@@ -23,7 +23,7 @@ use crate::eject::{self, Upstream};
 use crate::request::{RequestState, NO_SERVER};
 
 /// A peer's address and name, copied for an attempt past the balancer.
-type Address = (
+pub(super) type Address = (
     *mut nginx_sys::sockaddr,
     nginx_sys::socklen_t,
     *mut nginx_sys::ngx_str_t,
@@ -177,8 +177,9 @@ unsafe fn address(
     unsafe { eject::address_of(uscf, pool, server, (*state.request()).pool, true) }
 }
 
-/// Points the attempt at `address`, a peer of server `server`, past the balancer.
-fn route(
+/// Points the attempt at `address`, a peer of server `server`, past the balancer (a server's
+/// probe, a ramp's last resort): the balancer never sees it, so its free is not called for it.
+pub(super) fn route(
     state: &mut RequestState,
     pc: &mut ngx_peer_connection_t,
     server: u16,

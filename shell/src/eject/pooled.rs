@@ -135,11 +135,12 @@ fn sync<C: Pooled>(locked: &mut Locked<'_>, up: Upstream<'_, C>, pool: &PoolOf<C
         s.local.handle.set(b.handle());
         let state = b.state();
         s.local.out.set(eject::is_out(state));
-        let ramp = ServerRamp::of(b.gate());
+        let gate = b.gate();
+        let ramp = ServerRamp::of(gate);
         s.local.ramp.set(ramp);
         ramp_until = ramp_until.max(ramp.until_ms);
         out += u32::from(eject::is_out(state));
-        let due = match (state, b.gate()) {
+        let due = match (state, gate) {
             _ if b.config().active || b.forced().is_some() => u64::MAX,
             (State::Open, Gate::Reject { until_ms, .. }) => until_ms,
             // A dry run's gate never rejects: its view says when the probe may start.
@@ -195,7 +196,7 @@ pub unsafe fn address_of<U: RrUpstream>(
     nginx_sys::socklen_t,
     *mut ngx_str_t,
 )> {
-    let live_at = live.then(|| (crate::clock::wall_ms() / 1000) as nginx_sys::time_t);
+    let live_at = live.then(crate::clock::unix_s);
     let map = pool.local.peers.try_borrow().ok()?;
     map.iter().filter(|p| p.server == server).find_map(|peer| {
         // SAFETY: `uscf` keeps round-robin peers and `r_pool` is the request's (this fn's
@@ -231,9 +232,8 @@ pub unsafe fn passes_over<U: RrUpstream>(
     if s.backup || ramp.keeps(now, rnd(), true) {
         return false;
     }
-    let now_s = (crate::clock::wall_ms() / 1000) as nginx_sys::time_t;
     // SAFETY: `uscf` is `pool`'s live upstream conf, in a worker (this fn's contract).
-    unsafe { peers::may_pass_over(uscf, &pool.local, server, now_s) }
+    unsafe { peers::may_pass_over(uscf, &pool.local, server, crate::clock::unix_s()) }
 }
 
 /// Records a success of an attempt sent to server `server` that took `ms` without the
