@@ -23,7 +23,6 @@ use std::io::Write;
 use std::rc::Rc;
 
 use circuit_breaker_core::breaker::jitter::JitterSource;
-use circuit_breaker_core::breaker::ramp;
 use circuit_breaker_core::breaker::{
     classify, Admission, Attempt, Breaker, BreakerConfig, Ending, OwnedBreaker, Ticket, Transition,
 };
@@ -792,11 +791,7 @@ impl Replay {
             let d = {
                 let mut b = run.breaker();
                 let may_probe = !leaves_probe || b.probe_overdue(now);
-                let draw = if b.state() == State::Closed {
-                    ramp::draw_for(rnd, p.class)
-                } else {
-                    rnd
-                };
+                let draw = b.draw_for(rnd, p.class);
                 b.admit(now, draw, 1, &|_| true, may_probe)
             };
             let told = match d.admission {

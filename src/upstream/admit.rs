@@ -3,7 +3,7 @@
 
 use core::cell::Cell;
 
-use circuit_breaker_core::breaker::{ramp, Admission, BreakerConfig, Decision, Transition};
+use circuit_breaker_core::breaker::{Admission, BreakerConfig, Decision, Transition};
 use circuit_breaker_core::class::Class;
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::ngx_log_t;
@@ -123,12 +123,7 @@ fn admit_locked(
 ) -> Result<(Decision, State, Handle), Missing> {
     let mut locked = zone.lock();
     let mut b = locked.get_or_create(handle, key, cfg, generation, now)?;
-    // Closed, the draw is the ramp's only: a request of a class draws as its class does.
-    let draw = if b.state() == State::Closed {
-        ramp::draw_for(rnd(), class)
-    } else {
-        rnd()
-    };
+    let draw = b.draw_for(rnd(), class);
     // The fleet names one prober per open episode; a half-open breaker is already this
     // instance's probe, whose good answers in a row it still needs.
     let may_probe =

@@ -274,6 +274,16 @@ impl<'a> Breaker<'a> {
         h.wait_ms(now_ms.max(h.last_ms), false)
     }
 
+    /// The draw a request of `class` makes when it asks, from the uniform `rnd`: closed, the
+    /// draw is the ramp's only, as its class draws ([`ramp::draw_for`]); otherwise `rnd`.
+    pub fn draw_for(&self, rnd: u32, class: Option<crate::class::Class>) -> u32 {
+        if self.state() == State::Closed {
+            ramp::draw_for(rnd, class)
+        } else {
+            rnd
+        }
+    }
+
     /// Whether a user-request probe that may start has waited at least one `probe_interval`
     /// at `now_ms` with no request to take it. The shell lets a request whose body is still
     /// arriving (which would hold the probe for as long as its client takes) be the probe
