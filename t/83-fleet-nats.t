@@ -11,19 +11,21 @@
 #   a. opinions cross: i0's breaker opens on min_requests=20 failures at the
 #      origin; i1 hears it (suspicious on its status page) and opens on
 #      suspect_min=3 failures of its own, "while suspected";
-#   b. i2, started later, says hello on connecting and i0 answers in i2's
-#      inbox with its nonce: i2 is suspicious within an interval or so;
+#   b. i2, started later, says hello on connecting and i0 answers on i2's
+#      reply subject with its nonce: i2 is suspicious within an interval or so;
 #   c. with every instance started afresh (breakers closed), what the test
 #      publishes is refused and counted on the status page (fleet.bus.refused)
 #      and moves no breaker: i0's recorded open opinions replayed (replayed),
-#      its recorded reply to i2's hello replayed into i2's and i1's inboxes
+#      its recorded reply to i2's hello replayed to i2 and to i1
 #      (unknown_nonce), i1's own recording played back to it (own_id), the
 #      same opinions with a fresh sequence written over the recorded one or a
 #      byte flipped, and every kind forged under another key on every subject
 #      (auth), garbage, nothing and text on every subject, and a sealed
-#      message on another kind's subject or out of form (malformed) -- the
-#      recording being one that said i0's breaker open, with i1's own
-#      fingerprint, and had made i1 suspicious when it was news;
+#      message on another kind's subject or out of form (malformed), and
+#      i0's messages, recorded or freshly sealed with the fleet's key, on
+#      another member's subjects (subject) -- the recording being one that
+#      said i0's breaker open, with i1's own fingerprint, and had made i1
+#      suspicious when it was news;
 #   d. members are listed (fleet.peers, fleet.bus.members) as they speak, and
 #      one that stops is gone three intervals after it was last heard.
 # On a cluster of three servers with routes between them:
@@ -190,7 +192,8 @@ ok($sus && $took <= 1 + 3, sprintf('i2 suspicious %.2fs after it started '
 
 # on the bus: i2's hello, and i0's reply in i2's inbox with that hello's nonce, sealed,
 # saying its breaker is open
-my $inbox2 = CB::Nats::subjects(undef, 'i2')->{inbox};
+my %O = map { $_ => CB::Nats::subjects(undef, $_) } qw/ i0 i1 i2 /;
+my $inbox2 = $O{i0}{reply}->('i2');
 my $reply = $rec->find(5, sub {
 	my $h = CB::Nats::header($_[0]{payload});
 	$_[0]{subject} eq $inbox2 && $h && $h->{kind} eq 'reply' && $h->{sender} eq 'i0'
@@ -198,7 +201,7 @@ my $reply = $rec->find(5, sub {
 my $rh = CB::Nats::header($reply ? $reply->{payload} : undef) // {};
 my $hello = $rec->find(0, sub {
 	my $h = CB::Nats::header($_[0]{payload});
-	index($_[0]{subject}, $S->{hello}) == 0 && $h && $h->{kind} eq 'hello'
+	$_[0]{subject} eq $O{i2}{hello} && $h && $h->{kind} eq 'hello'
 		&& $h->{sender} eq 'i2' && $h->{nonce} eq ($rh->{nonce} // '')
 });
 ok($hello && $reply && (CB::Nats::state_of($reply->{payload}, 'origin') // '') eq 'open'
@@ -217,12 +220,12 @@ mark('c. attacks');
 $rec->drain();
 my ($open0) = $rec->msgs(sub {
 	my $h = CB::Nats::header($_[0]{payload});
-	$_[0]{subject} eq $S->{opinions} && $h && $h->{sender} eq 'i0'
+	$_[0]{subject} eq $O{i0}{opinions} && $h && $h->{sender} eq 'i0'
 		&& (CB::Nats::state_of($_[0]{payload}, 'origin') // '') eq 'open'
 });
 my ($own1) = $rec->msgs(sub {
 	my $h = CB::Nats::header($_[0]{payload});
-	$_[0]{subject} eq $S->{opinions} && $h && $h->{sender} eq 'i1'
+	$_[0]{subject} eq $O{i1}{opinions} && $h && $h->{sender} eq 'i1'
 });
 die "no recording of i0's open opinions or of i1's\n" unless $open0 && $own1 && $reply;
 my $rec_open = $open0->{payload};
@@ -241,8 +244,6 @@ ok($fresh->{fingerprint} eq $fp && !$fresh->{suspicious} && $fresh->{state} eq '
 	'the recording says i0 open with i1\'s own fingerprint; i1 closed, unsuspicious');
 
 my %before = map { $_ => $f->bus($_)->{refused} // {} } 0 .. 2;
-my $in1 = CB::Nats::subjects(undef, 'i1');
-my $in2 = CB::Nats::subjects(undef, 'i2');
 my $body = CB::Nats::header($rec_open)->{body};
 
 my $fresh_seq = CB::Nats::now_seq();
@@ -253,41 +254,50 @@ substr($flipped, $k, 1) = chr(ord(substr($flipped, $k, 1)) ^ 1);
 my $garbage = join '', map { chr int rand 256 } 1 .. 200;
 my $other = 'not-the-fleet-key-0123456789abcdef';
 
+my ($op0, $hello0) = @{$O{i0}}{qw/ opinions hello /};
 my @attack = (
 	# replayed: to i1 (and i2) i0 said more since
-	[ $S->{opinions}, $rec_open ],
-	[ $S->{opinions}, $rec_open ],
+	[ $op0, $rec_open ],
+	[ $op0, $rec_open ],
 	# own_id: i1's words played back to it
-	[ $S->{opinions}, $own1->{payload} ],
+	[ $O{i1}{opinions}, $own1->{payload} ],
 	# unknown_nonce: a reply to a hello no one awaits, in its inbox and another
-	[ $in2->{inbox}, $rec_reply ],
-	[ $in1->{inbox}, $rec_reply ],
+	[ $O{i0}{reply}->('i2'), $rec_reply ],
+	[ $O{i0}{reply}->('i1'), $rec_reply ],
 	# auth: a fresh sequence over the recorded one, a byte flipped; each kind forged
 	# under another key, on every subject i1 hears
-	[ $S->{opinions}, $reseq ],
-	[ $S->{opinions}, $flipped ],
-	[ $S->{opinions}, CB::Nats::seal($other,
+	[ $op0, $reseq ],
+	[ $op0, $flipped ],
+	[ $op0, CB::Nats::seal($other,
 		"cbbus 1 opinions i0 " . CB::Nats::now_seq() . "\n$body") ],
-	[ $S->{hello}, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::now_seq() . ' '
+	[ $hello0, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::now_seq() . ' '
 		. CB::Nats::nonce() . "\n") ],
-	[ $in1->{hello_me}, CB::Nats::seal($other, "cbbus 1 hello i0 " . CB::Nats::now_seq() . ' '
-		. CB::Nats::nonce() . "\n") ],
-	[ $in1->{inbox}, CB::Nats::seal($other, "cbbus 1 reply i0 " . CB::Nats::now_seq()
-		. ' ' . CB::Nats::nonce() . "\n$body") ],
+	[ $O{i0}{ask}->('i1'), CB::Nats::seal($other, "cbbus 1 hello i0 "
+		. CB::Nats::now_seq() . ' ' . CB::Nats::nonce() . "\n") ],
+	[ $O{i0}{reply}->('i1'), CB::Nats::seal($other, "cbbus 1 reply i0 "
+		. CB::Nats::now_seq() . ' ' . CB::Nats::nonce() . "\n$body") ],
 	# malformed, at a glance: garbage, nothing, text, a bare auth line, on every subject
-	[ $S->{opinions}, $garbage ],
-	[ $S->{opinions}, '' ],
-	[ $S->{hello}, "hello\n" ],
-	[ $in1->{hello_me}, substr($garbage, 0, 100) ],
-	[ $in1->{inbox}, 'auth ' . ('0' x 64) . "\n" ],
+	[ $op0, $garbage ],
+	[ $op0, '' ],
+	[ $hello0, "hello\n" ],
+	[ $O{i0}{ask}->('i1'), substr($garbage, 0, 100) ],
+	[ $O{i0}{reply}->('i1'), 'auth ' . ('0' x 64) . "\n" ],
 	# malformed: sealed, but on another kind's subject, or out of form
-	[ $S->{hello}, $rec_open ],
-	[ $S->{opinions}, CB::Nats::seal($f->{secret}, "cbbus 1 opinions i0 0123\n") ],
+	[ $hello0, $rec_open ],
+	[ $op0, CB::Nats::seal($f->{secret}, "cbbus 1 opinions i0 0123\n") ],
+	# subject: sealed, but on another member's subject than its sender's (i0's recording
+	# on i2's, the same news freshly sealed with the key on a stranger's, i0's reply on
+	# i2's way to i1)
+	[ $O{i2}{opinions}, $rec_open ],
+	[ CB::Nats::subjects(undef, 'mallory')->{opinions}, CB::Nats::seal($f->{secret},
+		"cbbus 1 opinions i0 " . CB::Nats::now_seq() . "\n$body") ],
+	[ $O{i2}{reply}->('i1'), $rec_reply ],
 );
 $rec->publish(@$_) for @attack;
 $rec->flush(5) or die "nats client: no PONG\n";
 
-my %want1 = (replayed => 2, own_id => 1, unknown_nonce => 1, auth => 6, malformed => 7);
+my %want1 = (replayed => 2, own_id => 1, unknown_nonce => 1, auth => 6, malformed => 7,
+	subject => 3);
 my $delta = sub {
 	my ($i, $r) = @_;
 	my $now = $f->bus($i)->{refused} // {};

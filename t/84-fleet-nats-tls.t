@@ -18,7 +18,16 @@
 #      server's "Authorization Violation", and the password is nowhere in
 #      its log or status page;
 #   e. Prometheus says what the JSON says of the bus, with the families
-#      docs/fleet.md lists.
+#      docs/fleet.md lists;
+#   f. on a server whose users are each pinned to their member's subjects
+#      (the permissions docs/fleet.md gives), i7 and i8 exchange with nothing
+#      denied; i9, whose user is pinned to another id, stays connected but is
+#      denied (bus.denied, one warn) and never becomes a member; "mallory",
+#      who holds the fleet's key and a pinned user of its own, cannot make i8
+#      believe a forged "i7 says open": on i7's subject the server refuses it,
+#      on its own subject i8 does (refused.subject) -- while the same forgery,
+#      published by a user with every permission on i7's subject, makes i8
+#      suspicious.
 
 ###############################################################################
 
@@ -44,7 +53,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy access http_ssl/)
-	->has_daemon('openssl')->plan(22);
+	->has_daemon('openssl')->plan(30);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -95,11 +104,25 @@ my $tls = CB::Nats->start(dir => $d, name => 'tls', port => port(8200),
 my $pw = CB::Nats->start(dir => $d, name => 'auth', port => port(8202),
 	user => 'edge', password => $password);
 
+# each member's user pinned to its subjects; i9's user pinned to another id's; mallory's to
+# its own; and one user with every permission
+my %pass = map { $_ => 'pw-' . join '', map { sprintf '%02x', int rand 256 } 1 .. 12 }
+	qw/ i7 i8 i9 mallory admin /;
+$t->write_file("$_.cred", "user $_\npassword $pass{$_}\n") for qw/ i7 i8 i9 /;
+my $pin = CB::Nats->start(dir => $d, name => 'pinned', port => port(8203),
+	users => [
+		(map { { user => $_, password => $pass{$_},
+			permissions => CB::Nats::pinned_permissions($_) } } qw/ i7 i8 mallory /),
+		{ user => 'i9', password => $pass{i9},
+			permissions => CB::Nats::pinned_permissions('i6') },
+		{ user => 'admin', password => $pass{admin} },
+	]);
+
 my $f = CB::Fleet->new(
 	dir => "$d/fleet",
 	nginx => $Test::Nginx::NGINX,
 	module => $module,
-	ports => [ map { port(8090 + $_) } 0 .. 6 ],
+	ports => [ map { port(8090 + $_) } 0 .. 9 ],
 	origin => port(8081),
 	bus => [ $tls->url ],
 	bus_params => "ssl_trusted_certificate=$d/ca.crt",
@@ -238,8 +261,71 @@ is(join(' ', grep { !defined $p{"nginx_circuit_breaker_fleet_bus_${_}{$z}"} }
 		qw/ dropped_out_total dropped_in_total /),
 	'', 'the dropped families docs/fleet.md lists');
 
+###############################################################################
+# f. members pinned to their subjects
+
+my $log9 = length $f->error_log(9);
+$f->start($_, fleet => 1, bus => [ $pin->url ], bus_params => "nats_credentials=$d/i$_.cred")
+	for 7 .. 9;
+my $pinned = CB::Fleet::within(10, sub { $f->members(7) eq 'i8' && $f->members(8) eq 'i7' });
+ok($pinned && !grep({ ($f->bus($_)->{denied} // 1) != 0 } 7, 8),
+	'pinned: i7 and i8 members of each other, nothing denied')
+	or diag(explain([ map { $f->bus($_) } 7, 8 ]));
+
+my $b9 = CB::Fleet::within(10, sub { my $b = $f->bus(9); ($b->{denied} // 0) >= 2 && $b }) // {};
+ok(($b9->{state} // '') eq 'connected' && ($b9->{connects} // 0) == 1
+	&& ($b9->{failures} // 1) == 0,
+	"i9, pinned to another id: denied $b9->{denied} times, still connected")
+	or diag(explain($b9));
+my @warned = substr($f->error_log(9), $log9) =~ /\[warn\] [^\n]*said: Permissions Violation [^\n]*/g;
+is(scalar @warned, 1, 'i9: one warn') or diag(explain(\@warned));
+ok($f->members(7) eq 'i8' && $f->members(8) eq 'i7', 'i9 is no one\'s member');
+
+# mallory, with the fleet's key, forges "i7 says open" for i8's breaker
+my $fp = ($f->breaker(8) // {})->{fingerprint} // '';
+my $forged = sub {
+	return CB::Nats::seal($f->{secret}, 'cbbus 1 opinions i7 ' . CB::Nats::now_seq() . "\n"
+		. "cbfleet 1 i7 1 0\ni7 origin default $fp open 0 1000 20 20 0 0 - p\n");
+};
+my $i7 = CB::Nats::subjects(undef, 'i7')->{opinions};
+my $mine = CB::Nats::subjects(undef, 'mallory')->{opinions};
+my $before = $f->bus(8)->{refused} // {};
+my $m = CB::Nats::Client->new(port => $pin->port, user => 'mallory',
+	password => $pass{mallory}) or die "nats client: $@\n";
+$m->publish($i7, $forged->());
+$m->flush(5);
+like(join(' ', @{$m->{errors}}), qr/Permissions Violation for Publish to "\Q$i7\E"/,
+	'mallory on i7\'s subject: the server refuses');
+$m->publish($mine, $forged->());
+$m->flush(5);
+# watched all along: believed, the forgery would make i8 suspicious until i7's next word
+my $seen = 0;
+my $suspicious = sub { $seen++ if ($f->breaker(8) // {})->{suspicious} };
+my $words = sub {
+	my ($p) = grep { $_->{id} eq 'i7' } @{$f->fleet_status(8)->{peers} // []};
+	return $p ? $p->{exchanges} : 0;
+};
+my $sub = CB::Fleet::within(10, sub {
+	$suspicious->();
+	(($f->bus(8)->{refused} // {})->{subject} // 0) - ($before->{subject} // 0) == 1
+});
+ok($sub, 'mallory on its own subject, as i7: i8 refuses it (refused.subject)');
+my $ex = $words->();
+CB::Fleet::within(10, sub { $suspicious->(); $words->() >= $ex + 2 });
+ok($fp && !$seen, 'i8 never suspicious until two words of i7 later');
+$m->close();
+
+# the same forgery, by a user the bus lets publish anywhere, on i7's subject: believed
+my $a = CB::Nats::Client->new(port => $pin->port, user => 'admin',
+	password => $pass{admin}) or die "nats client: $@\n";
+$a->publish($i7, $forged->());
+$a->flush(5);
+ok(CB::Fleet::within(10, sub { ($f->breaker(8) // {})->{suspicious} }),
+	'unpinned, the same forgery makes i8 suspicious');
+$a->close();
+
 $f->stop_all();
 is(join('', $f->alerts()), '', 'no alerts in the fleet');
-$_->kill() for $tls, $pw;
+$_->kill() for $tls, $pw, $pin;
 
 ###############################################################################

@@ -50,12 +50,6 @@ const MAX_PINGS_OUT: u32 = 2;
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 5000;
 
-/// Subscription ids.
-const SID_OPINIONS: u64 = 1;
-const SID_HELLO: u64 = 2;
-const SID_HELLO_ME: u64 = 3;
-const SID_INBOX: u64 = 4;
-
 /// One configured server.
 pub struct Server {
     pub peer: Peer,
@@ -96,6 +90,9 @@ pub struct Bus {
     /// When a refusal of a message, by its seal or its form, was last logged.
     pub told_auth: Option<u64>,
     pub told_malformed: Option<u64>,
+    pub told_subject: Option<u64>,
+    /// When a refusal by the server's permissions was last logged.
+    told_denied: Option<u64>,
 }
 
 impl Bus {
@@ -131,6 +128,8 @@ impl Bus {
             steady: false,
             told_auth: None,
             told_malformed: None,
+            told_subject: None,
+            told_denied: None,
         }
     }
 
@@ -368,13 +367,8 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
         Some(b) => b.subjects.clone(),
         None => return Ended::Exiting,
     };
-    for (subject, sid) in [
-        (&subjects.opinions, SID_OPINIONS),
-        (&subjects.hello, SID_HELLO),
-        (&subjects.hello_me, SID_HELLO_ME),
-        (&subjects.inbox, SID_INBOX),
-    ] {
-        match nats::subscribe(subject, None, sid) {
+    for (sid, subject) in (1..).zip(subjects.subscriptions()) {
+        match nats::subscribe(&subject, None, sid) {
             Ok(s) => hello.extend_from_slice(&s),
             Err(e) => return failed(e.to_string()),
         }
@@ -388,6 +382,9 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
     loop {
         match net::within(left(), next_op(&stream, &mut parser, &mut buf)).await {
             Ok(ServerOp::Pong) => break,
+            Ok(ServerOp::Err(text)) if nats::err_keeps_connection(&text) => {
+                ex.borrow_mut().bus_denied(&text)
+            }
             Ok(ServerOp::Err(text)) => {
                 return failed(format!("server said: {}", shown_text(&text)))
             }
@@ -515,6 +512,9 @@ async fn carry(
                                 if info.ldm {
                                     return failed("the server is shutting down (lame duck mode)");
                                 }
+                            }
+                            ServerOp::Err(text) if nats::err_keeps_connection(&text) => {
+                                ex.borrow_mut().bus_denied(&text)
                             }
                             ServerOp::Err(text) => {
                                 return failed(format!("server said: {}", shown_text(&text)))
@@ -671,6 +671,28 @@ fn connect_of(b: &Bus, id: &str) -> Connect {
 }
 
 impl Exchange {
+    /// The server refused a publication or a subscription of this member's (its permissions
+    /// do not grant the subject): counted, and said at `warn` once a minute at most; the
+    /// connection stays.
+    fn bus_denied(&mut self, text: &str) {
+        let Some(b) = self.bus.as_mut() else { return };
+        b.stats.denied += 1;
+        let now = mono_ms();
+        if b.told_denied
+            .map_or(true, |t| now.saturating_sub(t) >= 60_000)
+        {
+            b.told_denied = Some(now);
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                ngx_cycle_log().as_ptr(),
+                "circuit breaker fleet: bus server {} said: {}; the bus user's permissions \
+                 must grant this member's subjects",
+                b.stats.server.as_deref().unwrap_or(""),
+                shown_text(text)
+            );
+        }
+    }
+
     /// A message off the bus, for the next step (dropped, and counted, past the bound).
     pub(super) fn bus_message(&mut self, m: Msg) {
         let Some(b) = self.bus.as_mut() else { return };

@@ -24,7 +24,8 @@
 //! 3. Send [`connect`] (with `protocol` 1, so that the server may send `INFO` again), the
 //!    subscriptions ([`subscribe`]), and a [`ping`]: its `PONG` confirms the server took
 //!    them. A `-ERR` before it is a refusal (`Authorization Violation`), and the server
-//!    closes the connection after it.
+//!    closes the connection after it — except a subject its permissions refuse
+//!    ([`err_keeps_connection`]): then only that publication or subscription is lost.
 //! 4. Answer every [`ServerOp::Ping`] with [`pong`]: nats-server closes a connection that
 //!    leaves its pings unanswered ("Stale Connection"). Send [`ping`] when nothing was read
 //!    for a while, and give up on the connection when its `PONG` does not come.
@@ -44,4 +45,4 @@ pub use encode::{
     MAX_SUBJECT_LEN,
 };
 pub use error::ProtoError;
-pub use parse::{Info, Limits, Msg, Parser, ServerOp};
+pub use parse::{err_keeps_connection, Info, Limits, Msg, Parser, ServerOp};

@@ -466,6 +466,14 @@ fn msg_head(args: &[u8], hmsg: bool, max_payload: usize) -> Result<Head, ProtoEr
 }
 
 /// `-ERR 'text'`: the text between the quotes (as is when unquoted).
+/// Whether a `-ERR`'s text is one after which nats-server keeps the connection open: a
+/// publication or subscription its permissions refuse, or a subject it finds invalid. Every
+/// other `-ERR` is followed by the server closing the connection.
+pub fn err_keeps_connection(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    t.starts_with("permissions violation") || t.starts_with("invalid subject")
+}
+
 fn err_text(rest: &[u8]) -> String {
     let text = match rest {
         [b'\'', inner @ .., b'\''] => inner,
@@ -727,6 +735,26 @@ mod tests {
         );
         assert_eq!(one(b"-ERR\r\n").unwrap(), ServerOp::Err(String::new()));
         assert_eq!(one(b"-ERR '\r\n").unwrap(), ServerOp::Err("'".into()));
+    }
+
+    #[test]
+    fn only_a_refused_subject_keeps_the_connection() {
+        for keeps in [
+            "Permissions Violation for Publish to \"a.b\"",
+            "Permissions Violation for Subscription to \"a.*\"",
+            "Invalid Subject",
+        ] {
+            assert!(err_keeps_connection(keeps), "{keeps}");
+        }
+        for closes in [
+            "Authorization Violation",
+            "Stale Connection",
+            "Maximum Payload Violation",
+            "Unknown Protocol Operation",
+            "",
+        ] {
+            assert!(!err_keeps_connection(closes), "{closes}");
+        }
     }
 
     #[test]

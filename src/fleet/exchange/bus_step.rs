@@ -4,8 +4,10 @@
 //! cannot believe a member yet, and the answers to others' hellos.
 
 use circuit_breaker_core::fleet::auth::{self, Nonce};
-use circuit_breaker_core::fleet::bus::frame::{Kind, Sealer};
-use circuit_breaker_core::fleet::bus::{frame, BusStats, Frame, FrameError, Take, MAX_MEMBERS};
+use circuit_breaker_core::fleet::bus::frame::Sealer;
+use circuit_breaker_core::fleet::bus::{
+    frame, token, BusStats, Frame, FrameError, Take, MAX_MEMBERS,
+};
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
 
@@ -50,19 +52,12 @@ impl Exchange {
         let Some(b) = self.bus.as_mut() else {
             return false;
         };
-        // The kind each subject carries, told at a glance before any MAC is computed.
-        let s = &b.subjects;
-        let kind = if subject == s.opinions {
-            Kind::Opinions
-        } else if subject == s.inbox {
-            Kind::Reply
-        } else {
-            Kind::Hello
-        };
-        let opened = if frame::looks_like(payload, kind) {
-            frame::open(&self.sealer(), payload)
-        } else {
-            Err(FrameError::Header)
+        // The kind each subject carries, and who published on it, told at a glance before
+        // any MAC is computed.
+        let heard = b.subjects.read(subject);
+        let opened = match heard {
+            Some(h) if frame::looks_like(payload, h.kind) => frame::open(&self.sealer(), payload),
+            _ => Err(FrameError::Header),
         };
         let f = match opened {
             Ok(f) => f,
@@ -75,47 +70,42 @@ impl Exchange {
                     _ => (&mut b.stats.refused_malformed, &mut b.told_malformed),
                 };
                 *count += 1;
-                // Once a minute at most per kind of refusal: the counters say how many.
-                if told.map_or(true, |t| now.saturating_sub(t) >= 60_000) {
-                    *told = Some(now);
-                    ngx::ngx_log_error!(
-                        NGX_LOG_INFO,
-                        ngx_cycle_log().as_ptr(),
-                        "circuit breaker fleet: a message on \"{}\" refused: {}",
-                        subject,
-                        e
-                    );
-                }
+                refused_once(now, told, subject, &e);
                 return false;
             }
         };
         let Some(b) = self.bus.as_mut() else {
             return false;
         };
-        let s = &b.subjects;
+        // Sealed by a holder of the key, but on another member's subject than the one it
+        // names: where the bus pins each member's credentials to its own subjects, only the
+        // member itself can publish there.
+        if heard.is_some_and(|h| token(f.sender()) != h.from) {
+            b.stats.refused_subject += 1;
+            refused_once(
+                now,
+                &mut b.told_subject,
+                subject,
+                &"another member's subject",
+            );
+            return false;
+        }
         let (take, message) = match f {
             Frame::Opinions {
                 sender,
                 seq,
                 message,
-            } if subject == s.opinions => (b.members.opinions(now, now_us, &sender, seq), message),
+            } => (b.members.opinions(now, now_us, &sender, seq), message),
             Frame::Reply {
                 sender,
                 seq,
                 nonce,
                 message,
-            } if subject == s.inbox => {
-                (b.members.reply(now, now_us, &sender, seq, &nonce), message)
-            }
-            Frame::Hello { sender, seq, nonce } if subject == s.hello || subject == s.hello_me => {
+            } => (b.members.reply(now, now_us, &sender, seq, &nonce), message),
+            Frame::Hello { sender, seq, nonce } => {
                 if b.members.hello_from(now, now_us, &sender, seq, &nonce) {
                     self.bus_answer(now, &sender, &nonce);
                 }
-                return false;
-            }
-            // Sealed, but on another subject than its kind's: not where it was sent.
-            _ => {
-                b.stats.refused_malformed += 1;
                 return false;
             }
         };
@@ -131,7 +121,7 @@ impl Exchange {
                     .is_ok_and(|got| got.changed > 0)
             }
             Take::Refuse { ask: true, .. } => {
-                let to = b.subjects.hello_to(&message.sender);
+                let to = b.subjects.ask(&message.sender);
                 self.bus_hello(now, &to);
                 false
             }
@@ -165,8 +155,8 @@ impl Exchange {
         let body = self.store.render(now);
         let payload = frame::reply(&self.sealer(), &self.spec.id, seq, nonce, body.as_bytes());
         if let Some(b) = self.bus.as_mut() {
-            let inbox = b.subjects.inbox_of(sender);
-            b.publish(&inbox, &payload);
+            let to = b.subjects.reply(sender);
+            b.publish(&to, &payload);
         }
     }
 
@@ -180,7 +170,7 @@ impl Exchange {
         let payload = frame::opinions(&self.sealer(), &self.spec.id, seq, body.as_bytes());
         if let Some(b) = self.bus.as_mut() {
             b.last_broadcast = Some(now);
-            let subject = b.subjects.opinions.clone();
+            let subject = b.subjects.opinions();
             b.publish(&subject, &payload);
         }
     }
@@ -195,7 +185,7 @@ impl Exchange {
             _ => false,
         };
         if due {
-            let everyone = self.bus.as_ref().map(|b| b.subjects.hello.clone());
+            let everyone = self.bus.as_ref().map(|b| b.subjects.hello());
             if let Some(to) = everyone {
                 self.bus_hello(now, &to);
             }
@@ -229,5 +219,20 @@ impl Exchange {
         s.members = b.members.heard(now);
         s.refused = b.members.refused().to_vec();
         Some(s)
+    }
+}
+
+/// Logs a message's refusal at `info`, once a minute at most per kind of refusal (`told`): the
+/// counters say how many.
+fn refused_once(now: u64, told: &mut Option<u64>, subject: &str, why: &dyn core::fmt::Display) {
+    if told.map_or(true, |t| now.saturating_sub(t) >= 60_000) {
+        *told = Some(now);
+        ngx::ngx_log_error!(
+            NGX_LOG_INFO,
+            ngx_cycle_log().as_ptr(),
+            "circuit breaker fleet: a message on \"{}\" refused: {}",
+            subject,
+            why
+        );
     }
 }

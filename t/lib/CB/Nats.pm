@@ -17,6 +17,9 @@ package CB::Nats;
 #		tls => { cert => "$d/nats.crt", key => "$d/nats.key" });
 #	my $a = CB::Nats->start(dir => $d, name => 'auth', port => port(8211),
 #		user => 'edge', password => 'sesame');
+#	my $p = CB::Nats->start(dir => $d, name => 'pinned', port => port(8212),
+#		users => [ { user => 'i0', password => 'sesame',
+#			permissions => CB::Nats::pinned_permissions('i0') } ]);
 #	$n->url;		# nats://127.0.0.1:PORT (tls:// for a TLS server)
 #	$n->kill; $n->restart;
 #
@@ -76,6 +79,8 @@ sub version {
 #	cluster_port	its route port, and routes => [ other servers' route ports ]
 #	tls		{ cert => FILE, key => FILE }: TLS required of every client
 #	user, password	the credentials required of every client
+#	users		[ { user, password, permissions } ]: several users instead, each with
+#			its permissions (nats-server's syntax, e.g. pinned_permissions())
 #	debug		the server's debug log
 
 sub start {
@@ -200,6 +205,15 @@ sub _write_conf {
 			. "  user: \"$self->{user}\"\n"
 			. "  password: \"$self->{password}\"\n"
 			. "}\n";
+	}
+	if (my $users = $self->{users}) {
+		$conf .= "authorization {\n  users: [\n"
+			. join('', map {
+				"    { user: \"$_->{user}\", password: \"$_->{password}\""
+				. (defined $_->{permissions} ? ", permissions: $_->{permissions}" : '')
+				. " }\n"
+			} @$users)
+			. "  ]\n}\n";
 	}
 	open my $fh, '>', $self->{conf} or die "$self->{conf}: $!\n";
 	print $fh $conf;
@@ -406,26 +420,43 @@ END {
 ###############################################################################
 # the fleet's bus messages (core/src/fleet/bus/frame.rs), as a test reads and makes them
 
-# a member's id as a subject token: the first 16 hex digits of SHA-256(id)
+# a member's id as a subject token: the id itself when it is made of letters, digits, _ and
+# -, else x and the first 16 hex digits of its SHA-256
 
 sub token {
 	my ($id) = @_;
-	return substr(sha256_hex($id), 0, 16);
+	return $id if $id =~ /\A[A-Za-z0-9_-]+\z/;
+	return 'x' . substr(sha256_hex($id), 0, 16);
 }
 
-# the subjects of a fleet under PREFIX (default circuit_breaker.fleet): opinions, hello, and
-# for member ID its own hello subject and its inbox
+# the subjects of a fleet under PREFIX (default circuit_breaker.fleet): all of them, and
+# those member ID publishes on: its opinions, its hello to everyone, and (code references,
+# given the member addressed) its hello to one member and its reply to one
 
 sub subjects {
 	my ($prefix, $id) = @_;
 	$prefix //= 'circuit_breaker.fleet';
-	my %s = (prefix => $prefix, all => "$prefix.>", opinions => "$prefix.opinions",
-		hello => "$prefix.hello");
+	my %s = (prefix => $prefix, all => "$prefix.>");
 	if (defined $id) {
-		$s{hello_me} = "$prefix.hello." . token($id);
-		$s{inbox} = "$prefix.inbox." . token($id);
+		my $me = token($id);
+		$s{opinions} = "$prefix.opinions.$me";
+		$s{hello} = "$prefix.hello.$me";
+		$s{ask} = sub { "$prefix.ask." . token($_[0]) . ".$me" };
+		$s{reply} = sub { "$prefix.reply." . token($_[0]) . ".$me" };
 	}
 	return \%s;
+}
+
+# the permissions docs/fleet.md grants member ID on a bus that pins each member to its own
+# subjects, in nats-server's configuration syntax
+
+sub pinned_permissions {
+	my ($id, $prefix) = @_;
+	$prefix //= 'circuit_breaker.fleet';
+	my $me = token($id);
+	return "{ publish: [\"$prefix.*.$me\", \"$prefix.*.*.$me\"], "
+		. "subscribe: [\"$prefix.opinions.*\", \"$prefix.hello.*\", "
+		. "\"$prefix.ask.$me.*\", \"$prefix.reply.$me.*\"] }";
 }
 
 # SIGNED (a header line and a body) sealed with SECRET for the fleet of subject PREFIX

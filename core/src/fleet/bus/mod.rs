@@ -9,14 +9,17 @@
 //! are the store's, as for a peer list: a member's word only lowers the bar, one prober per
 //! fleet, every opinion expires.
 //!
-//! Subjects, under the configured prefix `P` (`circuit_breaker.fleet` by default):
+//! Subjects, under the configured prefix `P` (`circuit_breaker.fleet` by default), each
+//! ending in the token of the member that publishes on it, so that the bus's own permissions
+//! can pin a member's credentials to its id (`P.*.ME` and `P.*.*.ME`):
 //!
-//! - `P.opinions`: every member's opinions;
-//! - `P.hello`: a member that (re)connects asks everyone;
-//! - `P.hello.TOKEN`: a member asks one member (whose word it could not believe yet);
-//! - `P.inbox.TOKEN`: where a member's hellos are answered.
+//! - `P.opinions.FROM`: a member's opinions, to everyone;
+//! - `P.hello.FROM`: a member that (re)connects asks everyone;
+//! - `P.ask.TO.FROM`: a member asks one member (whose word it could not believe yet);
+//! - `P.reply.TO.FROM`: a member answers another's hello.
 //!
-//! `TOKEN` is [`token`] of the member's id: subject-safe whatever the id holds.
+//! A member subscribes to `P.opinions.*`, `P.hello.*`, `P.ask.ME.*` and `P.reply.ME.*`. The
+//! token is [`token`] of the id: the id itself where it is one, else a digest of it.
 
 pub mod creds;
 pub mod frame;
@@ -24,7 +27,7 @@ pub mod members;
 pub mod status;
 
 pub use creds::Credentials;
-pub use frame::{Frame, FrameError};
+pub use frame::{Frame, FrameError, Kind};
 pub use members::{Members, Take, Why};
 pub use status::{BusState, BusStats};
 
@@ -35,43 +38,90 @@ pub const DEFAULT_PREFIX: &str = "circuit_breaker.fleet";
 /// The most members an instance keeps track of.
 pub const MAX_MEMBERS: usize = 1024;
 
-/// A member's id as a subject token: the first 16 hex digits of its SHA-256.
+/// A member's id as a subject token: the id itself when it is made of letters, digits, `_`
+/// and `-` (so that an operator writes permissions with it), otherwise `x` and the first 16
+/// hex digits of its SHA-256 (an id with a dot, a colon or brackets).
 pub fn token(id: &str) -> String {
+    if !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+    {
+        return id.to_owned();
+    }
     let d = Sha256::digest(id.as_bytes());
-    crate::fleet::auth::hex(&d[..8])
+    format!("x{}", crate::fleet::auth::hex(&d[..8]))
 }
 
 /// The subjects of a fleet under `prefix`, seen from member `id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Subjects {
-    pub opinions: String,
-    pub hello: String,
-    /// This member's own hello subject (others ask it here).
-    pub hello_me: String,
-    /// This member's inbox.
-    pub inbox: String,
+    prefix: String,
+    me: String,
+}
+
+/// What a subject a message came on says: the kind of message it carries, and the token of
+/// the member that published it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard<'a> {
+    pub kind: Kind,
+    pub from: &'a str,
 }
 
 impl Subjects {
     pub fn new(prefix: &str, id: &str) -> Subjects {
-        let t = token(id);
         Subjects {
-            opinions: format!("{prefix}.opinions"),
-            hello: format!("{prefix}.hello"),
-            hello_me: format!("{prefix}.hello.{t}"),
-            inbox: format!("{prefix}.inbox.{t}"),
+            prefix: prefix.to_owned(),
+            me: token(id),
         }
     }
 
-    /// Where to ask member `id` alone.
-    pub fn hello_to(&self, id: &str) -> String {
-        format!("{}.{}", self.hello, token(id))
+    /// Where this member publishes its opinions.
+    pub fn opinions(&self) -> String {
+        format!("{}.opinions.{}", self.prefix, self.me)
     }
 
-    /// Where member `id` hears answers to its hellos.
-    pub fn inbox_of(&self, prefix_inbox_of: &str) -> String {
-        let base = self.inbox.rsplit_once('.').map_or("", |(b, _)| b);
-        format!("{base}.{}", token(prefix_inbox_of))
+    /// Where this member asks everyone.
+    pub fn hello(&self) -> String {
+        format!("{}.hello.{}", self.prefix, self.me)
+    }
+
+    /// Where this member asks member `id` alone.
+    pub fn ask(&self, id: &str) -> String {
+        format!("{}.ask.{}.{}", self.prefix, token(id), self.me)
+    }
+
+    /// Where this member answers member `id`'s hello.
+    pub fn reply(&self, id: &str) -> String {
+        format!("{}.reply.{}.{}", self.prefix, token(id), self.me)
+    }
+
+    /// What this member subscribes to.
+    pub fn subscriptions(&self) -> [String; 4] {
+        let (p, me) = (&self.prefix, &self.me);
+        [
+            format!("{p}.opinions.*"),
+            format!("{p}.hello.*"),
+            format!("{p}.ask.{me}.*"),
+            format!("{p}.reply.{me}.*"),
+        ]
+    }
+
+    /// What `subject` says, if it is one of this member's subscriptions' with one publisher.
+    pub fn read<'a>(&self, subject: &'a str) -> Option<Heard<'a>> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('.')?;
+        let mut t = rest.split('.');
+        let (first, second, third, none) = (t.next()?, t.next()?, t.next(), t.next());
+        let (kind, from) = match (first, third, none) {
+            ("opinions", None, _) => (Kind::Opinions, second),
+            ("hello", None, _) => (Kind::Hello, second),
+            ("ask", Some(from), None) if second == self.me => (Kind::Hello, from),
+            ("reply", Some(from), None) if second == self.me => (Kind::Reply, from),
+            _ => return None,
+        };
+        (!from.is_empty()).then_some(Heard { kind, from })
     }
 }
 
@@ -84,26 +134,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn subjects_are_per_member_and_subject_safe() {
-        let s = Subjects::new("cb.fleet", "edge fra.1");
-        assert_eq!(s.opinions, "cb.fleet.opinions");
-        assert_eq!(s.hello, "cb.fleet.hello");
+    fn subjects_end_in_their_publisher() {
+        let a = Subjects::new("cb.fleet", "fra-1");
+        let b = Subjects::new("cb.fleet", "edge fra.1");
+        let tb = token("edge fra.1");
+        assert_eq!(a.opinions(), "cb.fleet.opinions.fra-1");
+        assert_eq!(a.hello(), "cb.fleet.hello.fra-1");
+        assert_eq!(a.ask("edge fra.1"), format!("cb.fleet.ask.{tb}.fra-1"));
+        assert_eq!(a.reply("edge fra.1"), format!("cb.fleet.reply.{tb}.fra-1"));
         assert_eq!(
-            s.hello_me,
-            format!("cb.fleet.hello.{}", token("edge fra.1"))
+            b.subscriptions(),
+            [
+                "cb.fleet.opinions.*".to_owned(),
+                "cb.fleet.hello.*".into(),
+                format!("cb.fleet.ask.{tb}.*"),
+                format!("cb.fleet.reply.{tb}.*"),
+            ]
         );
-        assert_eq!(s.inbox, format!("cb.fleet.inbox.{}", token("edge fra.1")));
-        assert_eq!(
-            s.hello_to("other"),
-            format!("cb.fleet.hello.{}", token("other"))
-        );
-        assert_eq!(
-            s.inbox_of("other"),
-            format!("cb.fleet.inbox.{}", token("other"))
-        );
-        let t = token("edge fra.1");
-        assert_eq!(t.len(), 16);
-        assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(token("a"), token("b"));
+        // What one publishes, the other reads as from it.
+        let heard = |s: &str| b.read(s).map(|h| (h.kind, h.from.to_owned()));
+        for (subject, kind) in [
+            (a.opinions(), Kind::Opinions),
+            (a.hello(), Kind::Hello),
+            (a.ask("edge fra.1"), Kind::Hello),
+            (a.reply("edge fra.1"), Kind::Reply),
+        ] {
+            assert_eq!(heard(&subject), Some((kind, "fra-1".into())), "{subject}");
+        }
+        // Meant for another, or not of the fleet's form.
+        for s in [
+            a.ask("other"),
+            a.reply("other"),
+            "cb.fleet.opinions".into(),
+            "cb.fleet.opinions.".into(),
+            "cb.fleet.opinions.a.b".into(),
+            "cb.fleet.ask.a".into(),
+            "cb.fleet.inbox.a".into(),
+            "cb.fleetx.opinions.a".into(),
+            "cb.opinions.a".into(),
+            format!("cb.fleet.reply.{tb}.a.b"),
+        ] {
+            assert_eq!(b.read(&s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_token_is_the_id_where_the_id_is_one() {
+        assert_eq!(token("fra-edge_1"), "fra-edge_1");
+        for id in ["10.0.0.5:8080", "edge fra.1", "[::1]:80", "a@b", "*", ">"] {
+            let t = token(id);
+            assert_eq!(t.len(), 17, "{id}");
+            assert!(t.starts_with('x') && t[1..].bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+        assert_ne!(token("a.b"), token("a:b"));
     }
 }

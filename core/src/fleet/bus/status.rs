@@ -51,6 +51,8 @@ pub struct BusStats {
     /// Messages whose seal did not verify, or whose form is wrong once verified.
     pub refused_auth: u64,
     pub refused_malformed: u64,
+    /// Sealed messages on another member's subject than their sender's.
+    pub refused_subject: u64,
     /// Sealed messages refused by the table of members, by reason.
     pub refused: Vec<(Why, u64)>,
     /// Messages not sent: the outgoing queue was full (the bus is slower than the fleet's
@@ -58,6 +60,8 @@ pub struct BusStats {
     pub dropped_out: u64,
     /// Messages not taken: more arrived between two steps of the exchange than it keeps.
     pub dropped_in: u64,
+    /// What the server refused to let this member publish or subscribe to (its permissions).
+    pub denied: u64,
     /// The last error, in words.
     pub last_error: Option<String>,
 }
@@ -74,9 +78,9 @@ fn json_opt(out: &mut String, s: Option<&str>) {
 }
 
 /// `{"state","server","server_name","since","messages_in","messages_out","bytes_in",
-/// "bytes_out","connects","failures","members","refused":{"auth","malformed","replayed",
+/// "bytes_out","connects","failures","members","refused":{"auth","malformed","subject","replayed",
 /// "ahead","unverified","unknown_nonce","members_full","own_id","stale"},"dropped_out",
-/// "dropped_in","last_error"}`.
+/// "dropped_in","denied","last_error"}`.
 pub fn render_json(b: &BusStats, c: Clocks) -> String {
     let mut out = String::with_capacity(512);
     let _ = write!(out, "{{\"state\":\"{}\",\"server\":", b.state.name());
@@ -95,7 +99,7 @@ pub fn render_json(b: &BusStats, c: Clocks) -> String {
         out,
         ",\"messages_in\":{},\"messages_out\":{},\"bytes_in\":{},\"bytes_out\":{},\
          \"connects\":{},\"failures\":{},\"members\":{},\"refused\":{{\"auth\":{},\
-         \"malformed\":{}",
+         \"malformed\":{},\"subject\":{}",
         b.messages_in,
         b.messages_out,
         b.bytes_in,
@@ -104,7 +108,8 @@ pub fn render_json(b: &BusStats, c: Clocks) -> String {
         b.failures,
         b.members,
         b.refused_auth,
-        b.refused_malformed
+        b.refused_malformed,
+        b.refused_subject
     );
     for w in Why::ALL {
         let n = b
@@ -116,8 +121,8 @@ pub fn render_json(b: &BusStats, c: Clocks) -> String {
     }
     let _ = write!(
         out,
-        "}},\"dropped_out\":{},\"dropped_in\":{},\"last_error\":",
-        b.dropped_out, b.dropped_in
+        "}},\"dropped_out\":{},\"dropped_in\":{},\"denied\":{},\"last_error\":",
+        b.dropped_out, b.dropped_in, b.denied
     );
     json_opt(&mut out, b.last_error.as_deref());
     out.push('}');
@@ -133,7 +138,7 @@ fn label(v: &str) -> String {
 /// Prometheus families, prefix `nginx_circuit_breaker_fleet_bus_`, label `zone`:
 /// `connected{server}` (1 while connected to that server), `messages_total{direction}`,
 /// `bytes_total{direction}`, `connects_total`, `failures_total`, `dropped_out_total`,
-/// `dropped_in_total`, `members`, `refused_total{reason}`.
+/// `dropped_in_total`, `denied_total`, `members`, `refused_total{reason}`.
 pub fn render_prometheus(b: &BusStats, zone: &str) -> String {
     let zone = label(zone);
     let mut out = String::with_capacity(2048);
@@ -194,6 +199,11 @@ pub fn render_prometheus(b: &BusStats, zone: &str) -> String {
             "Messages not taken: more arrived between two steps than the exchange keeps.",
             b.dropped_in,
         ),
+        (
+            "denied_total",
+            "Publications and subscriptions the server's permissions refused this member.",
+            b.denied,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(
@@ -218,17 +228,21 @@ pub fn render_prometheus(b: &BusStats, zone: &str) -> String {
         "counter",
         "Messages on the bus refused: not sealed with the fleet's key, malformed, or not news.",
     );
-    let refused = [("auth", b.refused_auth), ("malformed", b.refused_malformed)]
-        .into_iter()
-        .chain(Why::ALL.iter().map(|&w| {
-            (
-                w.name(),
-                b.refused
-                    .iter()
-                    .find(|(x, _)| *x == w)
-                    .map_or(0, |(_, n)| *n),
-            )
-        }));
+    let refused = [
+        ("auth", b.refused_auth),
+        ("malformed", b.refused_malformed),
+        ("subject", b.refused_subject),
+    ]
+    .into_iter()
+    .chain(Why::ALL.iter().map(|&w| {
+        (
+            w.name(),
+            b.refused
+                .iter()
+                .find(|(x, _)| *x == w)
+                .map_or(0, |(_, n)| *n),
+        )
+    }));
     for (reason, n) in refused {
         let _ = writeln!(
             out,
@@ -256,6 +270,8 @@ mod tests {
             messages_in: 3,
             messages_out: 4,
             refused_auth: 2,
+            refused_subject: 6,
+            denied: 8,
             refused: vec![(Why::Replayed, 5)],
             members: 7,
             ..BusStats::default()
@@ -271,6 +287,8 @@ mod tests {
         assert_eq!(v["since"].as_f64().unwrap(), 1_800_000_009.0);
         assert_eq!(v["members"], 7);
         assert_eq!(v["refused"]["auth"], 2);
+        assert_eq!(v["refused"]["subject"], 6);
+        assert_eq!(v["denied"], 8);
         assert_eq!(v["refused"]["replayed"], 5);
         assert_eq!(v["refused"]["own_id"], 0);
         assert_eq!(v["last_error"], serde_json::Value::Null);
@@ -288,9 +306,11 @@ mod tests {
         ));
         assert!(p.contains("bus_refused_total{zone=\"cb\",reason=\"replayed\"} 5"));
         assert!(p.contains("bus_refused_total{zone=\"cb\",reason=\"auth\"} 2"));
+        assert!(p.contains("bus_refused_total{zone=\"cb\",reason=\"subject\"} 6"));
         assert!(p.contains("bus_members{zone=\"cb\"} 7"));
         assert!(p.contains("bus_dropped_out_total{zone=\"cb\"} 0"));
         assert!(p.contains("bus_dropped_in_total{zone=\"cb\"} 0"));
-        assert_eq!(p.matches("reason=").count(), 2 + Why::ALL.len());
+        assert!(p.contains("bus_denied_total{zone=\"cb\"} 8"));
+        assert_eq!(p.matches("reason=").count(), 3 + Why::ALL.len());
     }
 }
