@@ -27,7 +27,11 @@
 #      said i0's breaker open, with i1's own fingerprint, and had made i1
 #      suspicious when it was news;
 #   d. members are listed (fleet.peers, fleet.bus.members) as they speak, and
-#      one that stops is gone three intervals after it was last heard.
+#      one that stops is gone three intervals after it was last heard;
+#   g. i0, quiet among 19 members the test plays (holding the key, each
+#      speaking every interval and answering i0's asks), speaks every two
+#      intervals and says so in its messages (every=2000); after a failure at
+#      the origin it speaks at the next interval and every interval after.
 # On a cluster of three servers with routes between them:
 #   e. i0 and i1 on different servers exchange (i1 suspicious of i0's open
 #      breaker); the server i0 uses (bus.server) killed, i0 connects to
@@ -63,7 +67,7 @@ use CB::Nats;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(44);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(47);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -290,7 +294,7 @@ my @attack = (
 	# i2's way to i1)
 	[ $O{i2}{opinions}, $rec_open ],
 	[ CB::Nats::subjects(undef, 'mallory')->{opinions}, CB::Nats::seal($f->{secret},
-		"cbbus 1 opinions i0 " . CB::Nats::now_seq() . "\n$body") ],
+		"cbbus 1 opinions i0 " . CB::Nats::now_seq() . " 1000\n$body") ],
 	[ $O{i2}{reply}->('i1'), $rec_reply ],
 );
 $rec->publish(@$_) for @attack;
@@ -349,6 +353,81 @@ ok($gone && $gone - $last >= 3 - 0.05,
 		($gone // 0) - $last));
 is(join(' ', $f->members(0), '/', $f->members(1), '/',
 	map { $f->bus($_)->{members} } 0, 1), 'i1 / i0 / 1 1', 'i0 and i1: each other alone');
+
+###############################################################################
+# g. a quiet member of a larger fleet speaks less often
+
+mark('g. quiet');
+
+$f->stop(1);
+
+# 19 members of the test's own, which hold the fleet's key: each speaks every interval, and
+# answers i0's asks (on P.ask.fK.i0) with a reply sealed with that hello's nonce
+my @fake = map { "f$_" } 1 .. 19;
+my %F = map { $_ => CB::Nats::subjects(undef, $_) } @fake;
+my %answered;
+my $said = sub {
+	my ($kind, $id, $rest) = @_;
+	return CB::Nats::seal($f->{secret}, "cbbus 1 $kind $id " . CB::Nats::now_seq()
+		. "$rest\ncbfleet 1 $id 0 0\n");
+};
+my $speak = sub {
+	$rec->publish($F{$_}{opinions}, $said->('opinions', $_, ' 1000')) for @fake;
+	$rec->flush(5);
+	$rec->drain();
+	for my $m ($rec->msgs(sub { $_[0]{subject} =~ /\.ask\.f\d+\.i0$/ })) {
+		my ($id) = $m->{subject} =~ /\.ask\.(f\d+)\.i0$/;
+		my $h = CB::Nats::header($m->{payload}) or next;
+		next if $answered{$h->{nonce}}++;
+		$rec->publish($F{$id}{reply}->('i0'), $said->('reply', $id, " $h->{nonce} 1000"));
+	}
+	$rec->flush(5);
+};
+# speaks each second until CHECK holds (at most SECONDS); what CHECK said last
+my $speaking = sub {
+	my ($seconds, $check) = @_;
+	my $end = time() + $seconds;
+	my $r;
+	while (time() < $end) {
+		my $next = time() + 1;
+		$speak->();
+		last if $r = $check->();
+		sleep(0.05) while time() < $next;
+	}
+	return $r;
+};
+
+my $joined = $speaking->(15, sub { $f->bus(0)->{members} == 19 && $f->members(0) !~ /i1/ });
+ok($joined, 'i0 counts the 19 members of the test, and i1 is gone');
+
+# i0's messages on its opinions subject since FROM: [sent at (its sequence, the sender's
+# clock in microseconds), every]
+my $sent = sub {
+	my ($from) = @_;
+	return map { [ $_->{seq} / 1e6, $_->{every} ] } grep { $_->{seq} / 1e6 >= $from }
+		map { CB::Nats::header($_->{payload}) }
+		$rec->msgs(sub { $_[0]{subject} eq $O{i0}{opinions} });
+};
+
+# quiet (closed, nothing failed), among 19: i0 speaks every 2 intervals, and says so
+my $from = time();
+$speaking->(9, sub { 0 });
+my @said = $sent->($from + 1);
+my @gaps = map { sprintf '%.2f', $said[$_][0] - $said[$_ - 1][0] } 1 .. $#said;
+ok(@said >= 3 && @said <= 5 && !grep({ $_->[1] != 2000 } @said)
+	&& !grep({ $_ < 1.9 || $_ > 3 } @gaps),
+	sprintf('quiet among 20: %d heartbeats in 8 s, every=%s, gaps %s', scalar @said,
+		join(',', map { $_->[1] } @said), join(' ', @gaps)));
+
+# a failure: no longer quiet, i0 speaks at the next interval and each interval after
+my ($failed) = $f->get(0, '/u?status=500&q=1', 3);
+my $at = time();
+$speaking->(4.5, sub { 0 });
+my @loud = map { [ $_->[0] - $at, $_->[1] ] } $sent->($at);
+@gaps = map { $loud[$_][0] - $loud[$_ - 1][0] } 1 .. $#loud;
+ok($failed == 500 && @loud >= 4 && $loud[0][0] < 1.3 && !grep({ $_->[1] != 1000 } @loud)
+	&& !grep({ $_ > 1.3 } @gaps),
+	sprintf('after a failure: %s', join(' ', map { sprintf '%.2fs:%s', @$_ } @loud)));
 
 $f->stop_all();
 is(join('', $f->alerts()), '', 'no alerts on one server');

@@ -27,7 +27,17 @@
 #      believe a forged "i7 says open": on i7's subject the server refuses it,
 #      on its own subject i8 does (refused.subject) -- while the same forgery,
 #      published by a user with every permission on i7's subject, makes i8
-#      suspicious.
+#      suspicious;
+#   g. the TLS server listed by name (tls://localhost:PORT, resolved when the
+#      configuration is read): i10, without ssl_name, checks the certificate
+#      against "localhost", which it does not carry, and never connects; i11,
+#      with ssl_name=nats.test, connects to 127.0.0.1 and hears i0;
+#   h. NKeys (made by tools/nats-keys with NATS's own library): on a server
+#      that lists i12's public key, i12's seed file signs the server's nonce
+#      and connects, i13's (another key) is refused; on a server in operator
+#      mode (JWTs, its account preloaded), i14's .creds file connects and i15's,
+#      a user of an account the server does not know, is refused; no seed is
+#      in a log or on a status page.
 
 ###############################################################################
 
@@ -53,7 +63,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy access http_ssl/)
-	->has_daemon('openssl')->plan(30);
+	->has_daemon('openssl')->plan(37);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -122,13 +132,24 @@ my $f = CB::Fleet->new(
 	dir => "$d/fleet",
 	nginx => $Test::Nginx::NGINX,
 	module => $module,
-	ports => [ map { port(8090 + $_) } 0 .. 9 ],
+	ports => [ map { port(8090 + $_) } 0 .. 15 ],
 	origin => port(8081),
 	bus => [ $tls->url ],
 	bus_params => "ssl_trusted_certificate=$d/ca.crt",
 	breaker => "window=60s min_requests=$MIN failure_rate=50% open=1h "
 		. "max_open=1h suspect_min=$SUSPECT",
 );
+
+# tools/nats-keys (TEST_CB_NATS_KEYS, else built here): the NKeys and JWTs of section h
+
+sub nats_keys {
+	my $bin = $ENV{TEST_CB_NATS_KEYS};
+	return $bin if $bin && -x $bin;
+	my $root = "$FindBin::Bin/..";
+	system("cd $root && cargo build --release --quiet --locked -p nats-keys") == 0
+		or die "cannot build tools/nats-keys\n";
+	return ($ENV{CARGO_TARGET_DIR} // "$root/target") . '/release/nats-keys';
+}
 
 # an instance that cannot connect: after at least FAILURES failures, its bus; undef if it
 # connected or failed fewer times within 20 s
@@ -151,6 +172,8 @@ $f->start(6, fleet => 1, bus_params => "ssl_trusted_certificate=$d/ca.crt "
 $f->start(3, fleet => 1, bus => [ 'nats://' . $tls->addr ], bus_params => '');
 $f->start(4, fleet => 1, bus => [ $pw->url ], bus_params => "nats_credentials=$d/right.cred");
 $f->start(5, fleet => 1, bus => [ $pw->url ], bus_params => "nats_credentials=$d/wrong.cred");
+my $by_name = 'tls://localhost:' . port(8200);
+$f->start(10, fleet => 1, bus => [ $by_name ], bus_params => "ssl_trusted_certificate=$d/ca.crt");
 
 $f->start(0, fleet => 1);
 $f->start(1, fleet => 1, bus_params => "ssl_trusted_certificate=$d/ca.crt ssl_name=nats.test");
@@ -284,7 +307,7 @@ ok($f->members(7) eq 'i8' && $f->members(8) eq 'i7', 'i9 is no one\'s member');
 # mallory, with the fleet's key, forges "i7 says open" for i8's breaker
 my $fp = ($f->breaker(8) // {})->{fingerprint} // '';
 my $forged = sub {
-	return CB::Nats::seal($f->{secret}, 'cbbus 1 opinions i7 ' . CB::Nats::now_seq() . "\n"
+	return CB::Nats::seal($f->{secret}, 'cbbus 1 opinions i7 ' . CB::Nats::now_seq() . " 1000\n"
 		. "cbfleet 1 i7 1 0\ni7 origin default $fp open 0 1000 20 20 0 0 - p\n");
 };
 my $i7 = CB::Nats::subjects(undef, 'i7')->{opinions};
@@ -324,8 +347,72 @@ ok(CB::Fleet::within(10, sub { ($f->breaker(8) // {})->{suspicious} }),
 	'unpinned, the same forgery makes i8 suspicious');
 $a->close();
 
+###############################################################################
+# g. a server listed by name
+
+my $b10 = refused($f, 10, 2) // $f->bus(10);
+ok(($b10->{failures} // 0) >= 2 && !$b10->{connects}
+	&& $f->error_log(10) =~ /SSL certificate does not match/,
+	"$by_name, checked against \"localhost\": never connected, $b10->{failures} failures");
+
+$f->start(11, fleet => 1, bus => [ $by_name ],
+	bus_params => "ssl_trusted_certificate=$d/ca.crt ssl_name=nats.test");
+my $b11 = CB::Fleet::within(10, sub {
+	my $b = $f->bus(11);
+	$b->{state} eq 'connected' && $f->members(11) =~ /\bi0\b/ && $b
+}) // $f->bus(11);
+ok(($b11->{state} // '') eq 'connected' && ($b11->{server} // '') eq $tls->addr,
+	"$by_name with ssl_name=nats.test: connected to " . ($b11->{server} // '-')
+	. ', hears i0') or diag(explain($b11));
+
+###############################################################################
+# h. NKeys and .creds files
+
+my $keys = nats_keys();
+chomp(my $pub12 = `$keys nkey $d i12`);
+`$keys nkey $d i13`;
+system($keys, 'operator', $d) == 0 or die "nats-keys operator failed\n";
+my $read = sub { open my $fh, '<', "$d/$_[0]" or die "$_[0]: $!\n"; local $/; <$fh> };
+my $nk = CB::Nats->start(dir => $d, name => 'nkey', port => port(8204),
+	users => [ { nkey => $pub12 } ]);
+my $op = CB::Nats->start(dir => $d, name => 'operator', port => port(8205),
+	operator => { jwt => "$d/operator.jwt",
+		accounts => { $read->('account.pub') => $read->('account.jwt') } });
+$f->start(12, fleet => 1, bus => [ $nk->url ], bus_params => "nats_credentials=$d/i12.nk");
+$f->start(13, fleet => 1, bus => [ $nk->url ], bus_params => "nats_credentials=$d/i13.nk");
+$f->start(14, fleet => 1, bus => [ $op->url ], bus_params => "nats_credentials=$d/user.creds");
+$f->start(15, fleet => 1, bus => [ $op->url ],
+	bus_params => "nats_credentials=$d/stranger.creds");
+
+my $connected = sub {
+	my ($i) = @_;
+	return CB::Fleet::within(10, sub { my $b = $f->bus($i); $b->{state} eq 'connected' && $b })
+		// $f->bus($i);
+};
+my $b12 = $connected->(12);
+ok(($b12->{state} // '') eq 'connected' && ($b12->{failures} // 1) == 0,
+	'an NKey user\'s seed: the nonce signed, connected') or diag(explain($b12));
+my $b13 = refused($f, 13, 2) // $f->bus(13);
+ok(!$b13->{connects} && ($b13->{last_error} // '') =~ /Authorization Violation/,
+	"another NKey: refused ($b13->{last_error})");
+my $b14 = $connected->(14);
+ok(($b14->{state} // '') eq 'connected' && ($b14->{failures} // 1) == 0,
+	'a .creds file, its account known to the server: connected') or diag(explain($b14));
+my $b15 = refused($f, 15, 2) // $f->bus(15);
+ok(!$b15->{connects} && ($b15->{last_error} // '') =~ /Authorization Violation/,
+	"a .creds file of an unknown account: refused ($b15->{last_error})");
+
+my @seeds = map { $read->($_) =~ /^(SU[A-Z2-7]+)$/m ? $1 : die "no seed in $_\n" }
+	qw/ i12.nk i13.nk user.creds stranger.creds /;
+my $shown = join '', map {
+	my (undef, $page) = $f->get($_, '/circuit_breaker', 2);
+	my (undef, $prom) = $f->get($_, '/circuit_breaker?format=prometheus', 2);
+	$f->error_log($_) . ($page // '') . ($prom // '')
+} 12 .. 15;
+ok(!grep({ index($shown, $_) >= 0 } @seeds), 'no seed in the logs or on the status pages');
+
 $f->stop_all();
 is(join('', $f->alerts()), '', 'no alerts in the fleet');
-$_->kill() for $tls, $pw, $pin;
+$_->kill() for $tls, $pw, $pin, $nk, $op;
 
 ###############################################################################

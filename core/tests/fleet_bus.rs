@@ -5,7 +5,9 @@
 use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::fleet::auth::{FleetKey, Nonce};
 use circuit_breaker_core::fleet::bus::frame::Sealer;
-use circuit_breaker_core::fleet::bus::{frame, Frame, FrameError, Members, Take, Why, MAX_MEMBERS};
+use circuit_breaker_core::fleet::bus::{
+    frame, heartbeat_ms, lasts_ms, Frame, FrameError, Members, Take, Why, MAX_MEMBERS,
+};
 use circuit_breaker_core::fleet::wire;
 use circuit_breaker_core::fleet::{Fingerprint, FleetConfig, FleetStore, LocalView, Policy};
 use circuit_breaker_core::snapshot::State;
@@ -70,11 +72,22 @@ impl Member {
         self.store.self_id().to_owned()
     }
 
-    /// What it publishes on `P.opinions` at `now`.
+    /// How often it says it speaks at `now`, as the module does.
+    fn every(&self, now: u64) -> u64 {
+        heartbeat_ms(1000, self.members.heard(now), self.store.quiet(now))
+    }
+
+    /// What it publishes on its opinions subject at `now`.
     fn publish(&mut self, now: u64) -> Vec<u8> {
+        let every = self.every(now);
+        self.publish_every(now, every)
+    }
+
+    /// The same, saying it speaks every `every` ms (as in a fleet of another size, or a lie).
+    fn publish_every(&mut self, now: u64, every: u64) -> Vec<u8> {
         self.seq += 1;
         let body = self.store.render(now);
-        frame::opinions(&key(), &self.id(), self.seq, body.as_bytes())
+        frame::opinions(&key(), &self.id(), self.seq, every, body.as_bytes())
     }
 
     /// A hello of its own, remembered.
@@ -95,11 +108,13 @@ impl Member {
         }
         self.seq += 1;
         let body = self.store.render(now);
+        let every = self.every(now);
         Some(frame::reply(
             &key(),
             &self.id(),
             self.seq,
             &nonce,
+            every,
             body.as_bytes(),
         ))
     }
@@ -115,11 +130,19 @@ impl Member {
             Frame::Hello { .. } => return Ok(Take::Accept),
         };
         if take == Take::Accept {
-            let (Frame::Opinions { message, .. } | Frame::Reply { message, .. }) = &f else {
+            let (Frame::Opinions {
+                message, every_ms, ..
+            }
+            | Frame::Reply {
+                message, every_ms, ..
+            }) = &f
+            else {
                 unreachable!()
             };
+            let lasts = lasts_ms(*every_ms, 1000);
+            self.members.lasts(f.sender(), lasts);
             let p = self.store.join(f.sender(), MAX_MEMBERS).unwrap();
-            self.store.take_message(now, p, message).unwrap();
+            self.store.take_message(now, p, message, lasts).unwrap();
         }
         Ok(take)
     }
@@ -219,7 +242,7 @@ fn forged_altered_and_replayed_messages_are_refused_and_counted() {
         Err(FrameError::Auth(_))
     ));
     let text = String::from_utf8(m.clone()).unwrap();
-    let bumped = text.replacen(&format!(" {}\n", a.seq), &format!(" {}\n", a.seq + 1), 1);
+    let bumped = text.replacen(&format!(" {} ", a.seq), &format!(" {} ", a.seq + 1), 1);
     assert_ne!(bumped, text);
     assert!(matches!(
         b.hear(T0 + 200, bumped.as_bytes()),
@@ -232,7 +255,7 @@ fn forged_altered_and_replayed_messages_are_refused_and_counted() {
         prefix: "circuit_breaker.fleet",
     };
     let body = a.store.render(T0);
-    let forged = frame::opinions(&other, "edge-a", a.seq + 10, body.as_bytes());
+    let forged = frame::opinions(&other, "edge-a", a.seq + 10, 1000, body.as_bytes());
     assert!(matches!(
         b.hear(T0 + 200, &forged),
         Err(FrameError::Auth(_))
@@ -274,7 +297,7 @@ fn a_member_speaks_for_itself_alone() {
     });
     b.store.join("edge-c", MAX_MEMBERS);
     let p = b.store.join("edge-a", MAX_MEMBERS).unwrap();
-    let got = b.store.take_message(T0, p, &m).unwrap();
+    let got = b.store.take_message(T0, p, &m, 0).unwrap();
     assert_eq!(got.merged, 0);
     assert_eq!(got.dropped, 1);
     assert!(!b.suspicious(T0));
@@ -364,10 +387,10 @@ fn a_heartbeat_that_only_renews_opinions_changes_nothing_worth_applying() {
     let p = b.store.join("edge-a", MAX_MEMBERS).unwrap();
     let said = |a: &mut Member, now: u64| wire::parse(a.store.render(now).as_bytes()).unwrap();
     let first = said(&mut a, T0);
-    assert_eq!(b.store.take_message(T0, p, &first).unwrap().changed, 1);
+    assert_eq!(b.store.take_message(T0, p, &first, 0).unwrap().changed, 1);
     // The same opinion a second later: merged (it is fresher), nothing new.
     let again = said(&mut a, T0 + 1000);
-    let got = b.store.take_message(T0 + 1000, p, &again).unwrap();
+    let got = b.store.take_message(T0 + 1000, p, &again, 0).unwrap();
     assert_eq!((got.merged, got.changed), (1, 0));
     assert!(b.suspicious(T0 + 1000));
     // Its window moved: new.
@@ -377,13 +400,71 @@ fn a_heartbeat_that_only_renews_opinions_changes_nothing_worth_applying() {
     a.store.update_local(T0 + 2000, 0, view);
     let moved = said(&mut a, T0 + 2000);
     assert_eq!(
-        b.store.take_message(T0 + 2000, p, &moved).unwrap().changed,
+        b.store
+            .take_message(T0 + 2000, p, &moved, 0)
+            .unwrap()
+            .changed,
         1
     );
     // Heard again only after the opinion expired at b: new again, though the same.
     let late = said(&mut a, T0 + 6000);
     assert_eq!(
-        b.store.take_message(T0 + 6000, p, &late).unwrap().changed,
+        b.store
+            .take_message(T0 + 6000, p, &late, 0)
+            .unwrap()
+            .changed,
         1
     );
+}
+
+fn healthy_view() -> LocalView {
+    LocalView {
+        state: State::Closed,
+        requests: 100,
+        failures: 0,
+        ..open_view()
+    }
+}
+
+#[test]
+fn a_quiet_member_speaks_less_often_and_is_kept_until_its_word_lapses() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, healthy_view());
+    assert!(a.store.quiet(T0));
+    let mut b = Member::new("edge-b");
+    // In a fleet of 200, a quiet member speaks every 13 intervals: its word lasts 39 s.
+    let every = heartbeat_ms(1000, 200, true);
+    assert_eq!(every, 13_000);
+    let reply = a.answer(T0, &b.hello(T0, 1)).unwrap();
+    b.hear(T0, &reply).unwrap();
+    let m = a.publish_every(T0 + 1, every);
+    assert_eq!(b.hear(T0 + 1, &m), Ok(Take::Accept));
+    let p = b.store.peer_index("edge-a").unwrap();
+    // Past the fleet's expiry (3 s) it is still a member, its healthy window still counted.
+    let later = T0 + 30_000;
+    assert!(b.members.forget(later).is_empty());
+    assert_eq!(b.members.heard(later), 1);
+    assert_eq!(b.store.opinion(later, 0, p).map(|o| o.requests), Some(100));
+    assert!(b.store.peer_stats(later)[0].reachable);
+    // Silent for longer than three of its periods: gone.
+    assert_eq!(b.members.forget(T0 + 39_002), ["edge-a"]);
+
+    // Trouble lasts the fleet's expiry, whatever period a sender states.
+    let mut c = Member::new("edge-c");
+    c.store.update_local(T0, 0, open_view());
+    assert!(!c.store.quiet(T0));
+    assert_eq!(c.every(T0), 1000, "speaks each interval while not quiet");
+    let reply = c.answer(T0, &b.hello(T0, 2)).unwrap();
+    b.hear(T0, &reply).unwrap();
+    let m = c.publish_every(T0 + 1, 13_000);
+    assert_eq!(b.hear(T0 + 1, &m), Ok(Take::Accept));
+    assert!(b.suspicious(T0 + 2000));
+    assert!(!b.suspicious(T0 + 3002), "its open opinion expired at 3 s");
+
+    // A quiet member's first failure: no longer quiet, so it speaks at the next interval.
+    let mut view = healthy_view();
+    view.failures = 1;
+    a.store.update_local(T0 + 500, 0, view);
+    assert!(!a.store.quiet(T0 + 500));
+    assert_eq!(a.every(T0 + 500), 1000);
 }

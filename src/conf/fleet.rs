@@ -56,7 +56,34 @@ pub unsafe fn finish(
         // SAFETY: as for this function.
         mcf.fleet_credentials = Some(unsafe { read_credentials(cf, name) }?);
     }
+    if let Some(bus) = spec.bus.as_mut() {
+        // Names are resolved now, as nginx resolves an upstream's servers: a worker never
+        // waits on the resolver.
+        if let Err((server, why)) = bus.resolve(lookup) {
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "host not found in \"{}\" of the \"circuit_breaker_fleet\" directive: {}",
+                server,
+                why
+            );
+            return Err(());
+        }
+    }
     Ok(())
+}
+
+/// The addresses of host `name`, by the system's resolver (`getaddrinfo`, as nginx's
+/// `ngx_inet_resolve_host`), each once, in its order.
+fn lookup(name: &str, port: u16) -> Result<Vec<std::net::IpAddr>, String> {
+    use std::net::ToSocketAddrs as _;
+    let mut ips: Vec<std::net::IpAddr> = Vec::new();
+    for a in (name, port).to_socket_addrs().map_err(|e| e.to_string())? {
+        if !ips.contains(&a.ip()) {
+            ips.push(a.ip());
+        }
+    }
+    Ok(ips)
 }
 
 /// The key in `name` (relative to the configuration prefix): its first line. Errors name the

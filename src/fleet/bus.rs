@@ -73,8 +73,9 @@ pub struct Bus {
     pub seq: u64,
     /// A (re)connection was made: the exchange says hello and publishes at once.
     pub hello_due: bool,
-    /// When this member last published its opinions.
+    /// When this member last published its opinions, and the period it stated then.
     pub last_broadcast: Option<u64>,
+    pub every_ms: u64,
     /// The server's `max_payload` on the current connection.
     pub max_payload: usize,
     inbox: VecDeque<Msg>,
@@ -118,6 +119,7 @@ impl Bus {
             seq: 0,
             hello_due: false,
             last_broadcast: None,
+            every_ms: 0,
             max_payload: MAX_PAYLOAD,
             inbox: VecDeque::new(),
             in_bytes: 0,
@@ -317,7 +319,7 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
             return Ended::Exiting;
         };
         let s = &b.servers[i];
-        (s.peer.clone(), s.tls, connect_of(b, e.id()))
+        (s.peer.clone(), s.tls, connect_of(e.id()))
     };
     #[cfg(ngx_ssl)]
     let ssl = ex
@@ -358,8 +360,26 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
         #[cfg(not(ngx_ssl))]
         return failed("this nginx has no TLS");
     }
+    // An NKey signs the nonce this server's INFO gave.
+    let auth = ex
+        .borrow()
+        .bus
+        .as_ref()
+        .and_then(|b| b.credentials.as_ref())
+        .map(|c| c.connect_auth(info.nonce.as_deref()))
+        .transpose();
+    let auth = match auth {
+        Ok(a) => a.unwrap_or_default(),
+        Err(e) => return failed(e),
+    };
     let connect = Connect {
         tls_required: tls,
+        user: auth.user,
+        pass: auth.pass,
+        auth_token: auth.auth_token,
+        nkey: auth.nkey,
+        sig: auth.sig,
+        jwt: auth.jwt,
         ..connect
     };
     let mut hello = nats::connect(&connect);
@@ -640,16 +660,9 @@ fn ping_interval(ex: &Rc<RefCell<Exchange>>) -> Duration {
     Duration::from_millis(ex.borrow().interval_ms().clamp(1000, 30_000))
 }
 
-/// The `CONNECT` of member `id`: quiet (no `+OK`), no echo of its own messages, its
-/// credentials.
-fn connect_of(b: &Bus, id: &str) -> Connect {
-    let (user, pass, auth_token) = match &b.credentials {
-        Some(Credentials::UserPassword { user, password }) => {
-            (Some(user.clone()), Some(password.clone()), None)
-        }
-        Some(Credentials::Token(t)) => (None, None, Some(t.clone())),
-        None => (None, None, None),
-    };
+/// The `CONNECT` of member `id`: quiet (no `+OK`), no echo of its own messages; its
+/// credentials are added once the server's `INFO` is read.
+fn connect_of(id: &str) -> Connect {
     Connect {
         verbose: false,
         pedantic: false,
@@ -661,9 +674,9 @@ fn connect_of(b: &Bus, id: &str) -> Connect {
         echo: false,
         headers: false,
         no_responders: false,
-        user,
-        pass,
-        auth_token,
+        user: None,
+        pass: None,
+        auth_token: None,
         nkey: None,
         sig: None,
         jwt: None,

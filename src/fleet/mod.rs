@@ -441,11 +441,20 @@ fn servers(
 ) -> Result<Vec<bus::Server>, String> {
     #[cfg(not(ngx_ssl))]
     let _ = (mcf, spec);
-    let mut out = Vec::with_capacity(b.servers.len());
-    for s in &b.servers {
+    let mut out = Vec::with_capacity(b.addrs.len());
+    for a in &b.addrs {
+        let Some(s) = b.servers.get(a.server) else {
+            continue;
+        };
         #[cfg(ngx_ssl)]
         let ssl = if s.tls {
-            let tls = match spec.tls.as_ref().and_then(|t| t.name.as_deref()) {
+            // `ssl_name=`, else the name the server was listed by, else its address.
+            let name = spec
+                .tls
+                .as_ref()
+                .and_then(|t| t.name.as_deref())
+                .or(s.name());
+            let tls = match name {
                 // SAFETY: the fleet's context, built at configuration time, lives as long as it.
                 Some(name) => unsafe {
                     crate::net::Tls::new(
@@ -456,15 +465,15 @@ fn servers(
                     )
                 },
                 // SAFETY: as above.
-                None => unsafe { crate::net::Tls::for_ip(mcf.fleet_ssl, &s.addr.ip().to_string()) },
+                None => unsafe { crate::net::Tls::for_ip(mcf.fleet_ssl, &a.addr.ip().to_string()) },
             };
             Some(Rc::new(tls.ok_or("no TLS context")?))
         } else {
             None
         };
         out.push(bus::Server {
-            peer: Peer::from(s.addr),
-            shown: s.addr.to_string(),
+            peer: Peer::from(a.addr),
+            shown: a.addr.to_string(),
             tls: s.tls,
             #[cfg(ngx_ssl)]
             ssl,

@@ -15,10 +15,10 @@
 //! on the wire: `id=` must name this instance as the others list it.
 //!
 //! Or, instead of peers, the NATS servers of a bus the members share (`nats://` or, over
-//! TLS, `tls://`, port 4222 by default), several for failover:
+//! TLS, `tls://`, an address or a host name, port 4222 by default), several for failover:
 //!
 //! ```text
-//! circuit_breaker_fleet nats://address ... id=name (secret=text | secret_file=file | auth=off)
+//! circuit_breaker_fleet nats://server ... id=name (secret=text | secret_file=file | auth=off)
 //!                       [interval=1s] [subject=circuit_breaker.fleet]
 //!                       [nats_credentials=file] [ssl_* as above, for tls:// servers];
 //! ```
@@ -106,24 +106,105 @@ pub struct PeerAddr {
     pub tls: bool,
 }
 
-/// One NATS server of a bus.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One NATS server of a bus, as listed: an address, or a host name that the shell resolves
+/// when it reads the configuration ([`BusSpec::resolve`]), as nginx resolves an upstream's.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BusServer {
-    pub addr: SocketAddr,
+    pub host: BusHost,
+    pub port: u16,
     /// Listed as `tls://`.
     pub tls: bool,
 }
 
+/// A bus server's host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BusHost {
+    Ip(IpAddr),
+    /// A host name (lower case): its certificate is checked against it unless `ssl_name=`
+    /// names another.
+    Name(String),
+}
+
+impl BusServer {
+    /// As listed, without its scheme: `10.0.0.5:4222`, `[::1]:4222`, `nats.example.net:4222`.
+    pub fn shown(&self) -> String {
+        match &self.host {
+            BusHost::Ip(ip) => SocketAddr::new(*ip, self.port).to_string(),
+            BusHost::Name(n) => format!("{n}:{}", self.port),
+        }
+    }
+
+    /// The name its certificate must carry when `ssl_name=` says none: its host name.
+    pub fn name(&self) -> Option<&str> {
+        match &self.host {
+            BusHost::Ip(_) => None,
+            BusHost::Name(n) => Some(n),
+        }
+    }
+}
+
+/// One address to connect to: of the server `server` of [`BusSpec::servers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusAddr {
+    pub addr: SocketAddr,
+    pub server: usize,
+}
+
+/// The most addresses a bus's servers may come to, their names resolved.
+pub const MAX_BUS_ADDRS: usize = 64;
+
 /// A fleet on a bus: where to reach it, and under which subjects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BusSpec {
-    /// The servers, in the order given: tried in turn.
+    /// The servers, in the order given.
     pub servers: Vec<BusServer>,
+    /// Their addresses, tried in turn: filled by [`BusSpec::resolve`] when the configuration
+    /// is read (a name's every address, in the resolver's order).
+    pub addrs: Vec<BusAddr>,
     /// The prefix of the fleet's subjects (`subject=`).
     pub prefix: String,
     /// `nats_credentials=`: the file of the bus's own credentials (a user and password, or
     /// a token), read by the shell.
     pub credentials: Option<String>,
+}
+
+impl BusSpec {
+    /// Fills [`BusSpec::addrs`]: each server's address, or every address `lookup` gives for
+    /// its name (the shell's resolver, when the configuration is read), each once and at most
+    /// [`MAX_BUS_ADDRS`] in all. `Err` names the server as listed and why.
+    pub fn resolve(
+        &mut self,
+        mut lookup: impl FnMut(&str, u16) -> Result<Vec<IpAddr>, String>,
+    ) -> Result<(), (String, String)> {
+        let mut addrs: Vec<BusAddr> = Vec::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let ips = match &s.host {
+                BusHost::Ip(ip) => vec![*ip],
+                BusHost::Name(n) => {
+                    let ips = lookup(n, s.port).map_err(|e| (s.shown(), e))?;
+                    if ips.is_empty() {
+                        return Err((s.shown(), "host not found".to_owned()));
+                    }
+                    ips
+                }
+            };
+            for ip in ips {
+                let addr = SocketAddr::new(ip, s.port);
+                if addrs.iter().any(|a| a.addr == addr) {
+                    continue;
+                }
+                if addrs.len() == MAX_BUS_ADDRS {
+                    return Err((
+                        s.shown(),
+                        format!("more than {MAX_BUS_ADDRS} addresses in all"),
+                    ));
+                }
+                addrs.push(BusAddr { addr, server: i });
+            }
+        }
+        self.addrs = addrs;
+        Ok(())
+    }
 }
 
 /// The longest subject prefix: the fleet's subjects add some 30 bytes to it.
@@ -235,8 +316,40 @@ pub fn parse_bus_server(s: &str) -> Option<BusServer> {
     } else {
         (s.strip_prefix("nats://")?, false)
     };
-    parse_with_port(rest.strip_suffix('/').unwrap_or(rest), 4222)
-        .map(|addr| BusServer { addr, tls })
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if let Some(a) = parse_with_port(rest, 4222) {
+        return Some(BusServer {
+            host: BusHost::Ip(a.ip()),
+            port: a.port(),
+            tls,
+        });
+    }
+    let (name, port) = match rest.rsplit_once(':') {
+        Some((n, p)) => (n, p.parse::<u16>().ok().filter(|&p| p != 0)?),
+        None => (rest, 4222),
+    };
+    valid_host_name(name).then(|| BusServer {
+        host: BusHost::Name(name.to_ascii_lowercase()),
+        port,
+        tls,
+    })
+}
+
+/// A DNS name as nginx takes one in a URL: labels of letters, digits, `-` and `_` joined by
+/// dots, none empty or longer than 63 bytes, at most 253 bytes in all; not all digits and
+/// dots (an address that did not parse).
+fn valid_host_name(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 253
+        && !v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && v.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        })
 }
 
 /// Whether `v` may prefix the fleet's subjects: tokens of letters, digits, `_` and `-`,
@@ -283,10 +396,15 @@ pub fn parse_fleet_args<'a>(
             let srv = parse_bus_server(word).ok_or_else(|| {
                 invalid(
                     word,
-                    Some("must be a server address such as nats://10.0.0.5:4222"),
+                    Some(
+                        "must be a server such as nats://10.0.0.5:4222 or nats://nats.example.net",
+                    ),
                 )
             })?;
-            if servers.iter().any(|s| s.addr == srv.addr) {
+            if servers
+                .iter()
+                .any(|s| s.host == srv.host && s.port == srv.port)
+            {
                 return Err(invalid(word, Some("is listed twice")));
             }
             if servers.len() == MAX_PEERS {
@@ -583,6 +701,7 @@ fn bus(
         tls,
         bus: Some(BusSpec {
             servers,
+            addrs: Vec::new(),
             prefix: prefix.unwrap_or_else(|| super::bus::DEFAULT_PREFIX.to_owned()),
             credentials,
         }),
@@ -887,7 +1006,7 @@ mod tests {
         assert_eq!(
             bus.servers
                 .iter()
-                .map(|b| (b.addr.to_string(), b.tls))
+                .map(|b| (b.shown(), b.tls))
                 .collect::<Vec<_>>(),
             [
                 ("127.0.0.1:4222".to_owned(), false),
@@ -906,6 +1025,101 @@ mod tests {
             .unwrap()
             .bus
             .is_none());
+    }
+
+    #[test]
+    fn a_bus_server_may_be_named_and_is_resolved_when_the_configuration_is_read() {
+        let s = parse(
+            "nats://NATS-1.example.net tls://nats-2.example.net:7422/ nats://10.0.0.9 \
+             nats://nats-1.example.net:4223 id=a auth=off ssl_trusted_certificate=ca.pem",
+        )
+        .unwrap();
+        let mut bus = s.bus.unwrap();
+        assert_eq!(
+            bus.servers
+                .iter()
+                .map(|b| (b.shown(), b.name().map(str::to_owned), b.tls))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    "nats-1.example.net:4222".to_owned(),
+                    Some("nats-1.example.net".to_owned()),
+                    false
+                ),
+                (
+                    "nats-2.example.net:7422".into(),
+                    Some("nats-2.example.net".into()),
+                    true
+                ),
+                ("10.0.0.9:4222".into(), None, false),
+                (
+                    "nats-1.example.net:4223".into(),
+                    Some("nats-1.example.net".into()),
+                    false
+                ),
+            ]
+        );
+        // Every address of a name, in the resolver's order, each once.
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut asked = Vec::new();
+        bus.resolve(|name, port| {
+            asked.push(format!("{name}:{port}"));
+            Ok(match name {
+                "nats-1.example.net" => vec![ip("10.0.0.1"), ip("10.0.0.9")],
+                _ => vec![ip("2001:db8::2")],
+            })
+        })
+        .unwrap();
+        assert_eq!(
+            asked,
+            [
+                "nats-1.example.net:4222",
+                "nats-2.example.net:7422",
+                "nats-1.example.net:4223"
+            ]
+        );
+        assert_eq!(
+            bus.addrs
+                .iter()
+                .map(|a| (a.addr.to_string(), a.server))
+                .collect::<Vec<_>>(),
+            [
+                ("10.0.0.1:4222".to_owned(), 0),
+                ("10.0.0.9:4222".into(), 0),
+                ("[2001:db8::2]:7422".into(), 1),
+                ("10.0.0.1:4223".into(), 3),
+                ("10.0.0.9:4223".into(), 3),
+            ]
+        );
+        // A name that does not resolve, or to nothing, names the server.
+        assert_eq!(
+            bus.resolve(|_, _| Err("Name or service not known".into())),
+            Err((
+                "nats-1.example.net:4222".to_owned(),
+                "Name or service not known".to_owned()
+            ))
+        );
+        assert_eq!(
+            bus.resolve(|_, _| Ok(Vec::new())).unwrap_err().1,
+            "host not found"
+        );
+        // Too many addresses in all.
+        let many = |_: &str, _: u16| Ok((0..=64u8).map(|i| ip(&format!("10.1.0.{i}"))).collect());
+        assert!(bus.resolve(many).unwrap_err().1.starts_with("more than 64"));
+        // Not names.
+        for bad in [
+            "nats://-a.example",
+            "nats://a..b",
+            "nats://a.example:0",
+            "nats://a.example:x",
+            "nats://a b",
+            "nats://1.2.3",
+            "nats://a/b",
+            "nats://a:1:2",
+        ] {
+            assert!(parse_bus_server(bad).is_none(), "{bad}");
+        }
+        assert!(parse("nats://a.example nats://A.example:4222 id=a auth=off").is_err());
     }
 
     #[test]
@@ -964,10 +1178,10 @@ mod tests {
                 format!("invalid value \"nats://127.0.0.1:4222\" {d}, is listed twice"),
             ),
             (
-                "nats://name.example:4222 id=a auth=off",
+                "nats://name..example:4222 id=a auth=off",
                 format!(
-                    "invalid value \"nats://name.example:4222\" {d}, must be a server address \
-                     such as nats://10.0.0.5:4222"
+                    "invalid value \"nats://name..example:4222\" {d}, must be a server such \
+                     as nats://10.0.0.5:4222 or nats://nats.example.net"
                 ),
             ),
             (

@@ -6,7 +6,7 @@
 use circuit_breaker_core::fleet::auth::{self, Nonce};
 use circuit_breaker_core::fleet::bus::frame::Sealer;
 use circuit_breaker_core::fleet::bus::{
-    frame, token, BusStats, Frame, FrameError, Take, MAX_MEMBERS,
+    self, frame, token, BusStats, Frame, FrameError, Take, MAX_MEMBERS,
 };
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
@@ -90,18 +90,27 @@ impl Exchange {
             );
             return false;
         }
-        let (take, message) = match f {
+        let (take, every_ms, message) = match f {
             Frame::Opinions {
                 sender,
                 seq,
+                every_ms,
                 message,
-            } => (b.members.opinions(now, now_us, &sender, seq), message),
+            } => (
+                b.members.opinions(now, now_us, &sender, seq),
+                every_ms,
+                message,
+            ),
             Frame::Reply {
                 sender,
                 seq,
                 nonce,
+                every_ms,
                 message,
-            } => (b.members.reply(now, now_us, &sender, seq, &nonce), message),
+            } => {
+                let take = b.members.reply(now, now_us, &sender, seq, &nonce);
+                (take, every_ms, message)
+            }
             Frame::Hello { sender, seq, nonce } => {
                 if b.members.hello_from(now, now_us, &sender, seq, &nonce) {
                     self.bus_answer(now, &sender, &nonce);
@@ -111,13 +120,16 @@ impl Exchange {
         };
         match take {
             Take::Accept => {
+                // A quiet member speaks less often: its word lasts as long as it says.
+                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms);
+                b.members.lasts(&message.sender, lasts);
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
                 };
                 // A heartbeat that only renews opinions waits for the round's advice: with
-                // N members, N - 1 of them arrive each interval.
+                // N members, up to N - 1 of them arrive each interval.
                 self.store
-                    .take_message(now, p, &message)
+                    .take_message(now, p, &message, lasts)
                     .is_ok_and(|got| got.changed > 0)
             }
             Take::Refuse { ask: true, .. } => {
@@ -149,11 +161,26 @@ impl Exchange {
         }
     }
 
-    /// Answers `sender`'s hello `nonce` in its inbox: this member's opinions now.
+    /// How often this member speaks while nothing moves: each interval, or less often while
+    /// it is quiet, the more so the larger the fleet.
+    fn bus_every(&self, now: u64) -> u64 {
+        let members = self.bus.as_ref().map_or(0, |b| b.members.heard(now));
+        bus::heartbeat_ms(self.spec.interval_ms, members, self.store.quiet(now))
+    }
+
+    /// Answers `sender`'s hello `nonce` on its reply subject: this member's opinions now.
     fn bus_answer(&mut self, now: u64, sender: &str, nonce: &Nonce) {
         let seq = self.bus_seq();
         let body = self.store.render(now);
-        let payload = frame::reply(&self.sealer(), &self.spec.id, seq, nonce, body.as_bytes());
+        let every = self.bus_every(now);
+        let payload = frame::reply(
+            &self.sealer(),
+            &self.spec.id,
+            seq,
+            nonce,
+            every,
+            body.as_bytes(),
+        );
         if let Some(b) = self.bus.as_mut() {
             let to = b.subjects.reply(sender);
             b.publish(&to, &payload);
@@ -167,9 +194,11 @@ impl Exchange {
         }
         let seq = self.bus_seq();
         let body = self.store.render(now);
-        let payload = frame::opinions(&self.sealer(), &self.spec.id, seq, body.as_bytes());
+        let every = self.bus_every(now);
+        let payload = frame::opinions(&self.sealer(), &self.spec.id, seq, every, body.as_bytes());
         if let Some(b) = self.bus.as_mut() {
             b.last_broadcast = Some(now);
+            b.every_ms = every;
             let subject = b.subjects.opinions();
             b.publish(&subject, &payload);
         }
@@ -193,12 +222,16 @@ impl Exchange {
         }
     }
 
-    /// Each round: this member's opinions once per interval; members silent past the expiry
+    /// Each round: this member's opinions once per interval, or per its longer period while
+    /// it stays quiet (once it is not, at once); members silent past what their word lasts
     /// part, their opinions with them.
     pub(in crate::fleet) fn bus_round(&mut self, now: u64) {
+        let every = self.bus_every(now);
         let due = self.bus.as_ref().is_some_and(|b| {
-            b.last_broadcast
-                .map_or(true, |t| now.saturating_sub(t) >= self.spec.interval_ms)
+            b.last_broadcast.map_or(true, |t| {
+                let since = now.saturating_sub(t);
+                since >= every || (since >= self.spec.interval_ms && every < b.every_ms)
+            })
         });
         if due {
             self.bus_publish(now);

@@ -80,7 +80,10 @@ sub version {
 #	tls		{ cert => FILE, key => FILE }: TLS required of every client
 #	user, password	the credentials required of every client
 #	users		[ { user, password, permissions } ]: several users instead, each with
-#			its permissions (nats-server's syntax, e.g. pinned_permissions())
+#			its permissions (nats-server's syntax, e.g. pinned_permissions()); or
+#			{ nkey => PUBLIC KEY } for an NKey user
+#	operator	{ jwt => FILE, accounts => { PUBLIC KEY => JWT } }: decentralized
+#			authentication (JWTs), the accounts preloaded in a memory resolver
 #	debug		the server's debug log
 
 sub start {
@@ -209,11 +212,19 @@ sub _write_conf {
 	if (my $users = $self->{users}) {
 		$conf .= "authorization {\n  users: [\n"
 			. join('', map {
-				"    { user: \"$_->{user}\", password: \"$_->{password}\""
+				'    { ' . (defined $_->{nkey} ? "nkey: \"$_->{nkey}\""
+					: "user: \"$_->{user}\", password: \"$_->{password}\"")
 				. (defined $_->{permissions} ? ", permissions: $_->{permissions}" : '')
 				. " }\n"
 			} @$users)
 			. "  ]\n}\n";
+	}
+	if (my $op = $self->{operator}) {
+		$conf .= "operator: \"$op->{jwt}\"\n"
+			. "resolver: MEMORY\n"
+			. "resolver_preload: {\n"
+			. join('', map { "  $_: \"$op->{accounts}{$_}\"\n" } sort keys %{$op->{accounts}})
+			. "}\n";
 	}
 	open my $fh, '>', $self->{conf} or die "$self->{conf}: $!\n";
 	print $fh $conf;
@@ -488,9 +499,9 @@ sub header {
 	my $body = substr($payload, length $&);
 	$body = substr($body, 0, -70) if length $body >= 70;
 	my %h = (kind => $kind, sender => $sender, body => $body);
-	@h{qw/ seq /} = @rest if $kind eq 'opinions';
+	@h{qw/ seq every /} = @rest if $kind eq 'opinions';
 	@h{qw/ seq nonce /} = @rest if $kind eq 'hello';
-	@h{qw/ seq nonce /} = @rest if $kind eq 'reply';
+	@h{qw/ seq nonce every /} = @rest if $kind eq 'reply';
 	return \%h;
 }
 

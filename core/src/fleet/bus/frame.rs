@@ -3,14 +3,16 @@
 //! fleet's wire format ([`crate::fleet::wire`]), and the `auth` line.
 //!
 //! ```text
-//! cbbus 1 opinions SENDER SEQ          the sender's own opinions, to every member
-//! cbbus 1 hello SENDER SEQ NONCE       "tell me what you think", to every member or one
-//! cbbus 1 reply SENDER SEQ NONCE       the answer to a hello, to the asker's inbox alone
+//! cbbus 1 opinions SENDER SEQ EVERY          the sender's own opinions, to every member
+//! cbbus 1 hello SENDER SEQ NONCE              "tell me what you think", to every member or one
+//! cbbus 1 reply SENDER SEQ NONCE EVERY        the answer to a hello, to the asker alone
 //! ```
 //!
 //! `SENDER` is the member's id as the wire writes names; `SEQ` the sender's sequence (its
 //! wall clock in microseconds, only growing: [`crate::fleet::auth::next_sequence`]); `NONCE`
-//! 32 hex digits, fresh from the asker. The MAC covers the header, so that no one without the
+//! 32 hex digits, fresh from the asker; `EVERY` how often, in milliseconds, the sender will
+//! speak again while nothing moves ([`super::heartbeat_ms`]), so that the receiver knows how
+//! long its word lasts ([`super::lasts_ms`]). The MAC covers the header, so that no one without the
 //! key can change who speaks, when, or to whom they answer, and the fleet's subject prefix, so
 //! that two fleets on one bus stay apart even under one key; what keeps a recorded message
 //! from being believed twice is [`super::Members`].
@@ -31,6 +33,7 @@ pub enum Frame {
     Opinions {
         sender: String,
         seq: u64,
+        every_ms: u64,
         message: Message,
     },
     /// A member asks for every member's opinions (or one's), to be answered in its inbox.
@@ -44,6 +47,7 @@ pub enum Frame {
         sender: String,
         seq: u64,
         nonce: Nonce,
+        every_ms: u64,
         message: Message,
     },
 }
@@ -107,9 +111,11 @@ fn seal(k: &Sealer<'_>, head: String, body: &[u8]) -> Vec<u8> {
     k.key.seal_bus(k.prefix, &signed)
 }
 
-/// `sender`'s opinions (`body`, a rendered wire message of its own), at sequence `seq`.
-pub fn opinions(key: &Sealer<'_>, sender: &str, seq: u64, body: &[u8]) -> Vec<u8> {
-    seal(key, header("opinions", sender, &[seq.to_string()]), body)
+/// `sender`'s opinions (`body`, a rendered wire message of its own), at sequence `seq`; it
+/// speaks again within `every_ms` while nothing moves.
+pub fn opinions(key: &Sealer<'_>, sender: &str, seq: u64, every_ms: u64, body: &[u8]) -> Vec<u8> {
+    let head = header("opinions", sender, &[seq.to_string(), every_ms.to_string()]);
+    seal(key, head, body)
 }
 
 /// `sender`'s hello at sequence `seq` (which dates it) with its fresh `nonce`.
@@ -121,13 +127,18 @@ pub fn hello(key: &Sealer<'_>, sender: &str, seq: u64, nonce: &Nonce) -> Vec<u8>
     )
 }
 
-/// `sender`'s answer to the hello `nonce`: its opinions (`body`) at sequence `seq`.
-pub fn reply(key: &Sealer<'_>, sender: &str, seq: u64, nonce: &Nonce, body: &[u8]) -> Vec<u8> {
-    seal(
-        key,
-        header("reply", sender, &[seq.to_string(), nonce.hex()]),
-        body,
-    )
+/// `sender`'s answer to the hello `nonce`: its opinions (`body`) at sequence `seq`, as in
+/// [`opinions`].
+pub fn reply(
+    key: &Sealer<'_>,
+    sender: &str,
+    seq: u64,
+    nonce: &Nonce,
+    every_ms: u64,
+    body: &[u8],
+) -> Vec<u8> {
+    let words = [seq.to_string(), nonce.hex(), every_ms.to_string()];
+    seal(key, header("reply", sender, &words), body)
 }
 
 /// What a bus message says it is.
@@ -193,8 +204,9 @@ pub fn open(key: &Sealer<'_>, payload: &[u8]) -> Result<Frame, FrameError> {
         Ok(m)
     };
     match (kind, &words[4..]) {
-        (b"opinions", [seq]) => Ok(Frame::Opinions {
+        (b"opinions", [seq, every]) => Ok(Frame::Opinions {
             seq: number(seq)?,
+            every_ms: number(every)?,
             message: message(body)?,
             sender,
         }),
@@ -203,9 +215,10 @@ pub fn open(key: &Sealer<'_>, payload: &[u8]) -> Result<Frame, FrameError> {
             nonce: Nonce::parse(nonce).ok_or(FrameError::Header)?,
             sender,
         }),
-        (b"reply", [seq, nonce]) => Ok(Frame::Reply {
+        (b"reply", [seq, nonce, every]) => Ok(Frame::Reply {
             seq: number(seq)?,
             nonce: Nonce::parse(nonce).ok_or(FrameError::Header)?,
+            every_ms: number(every)?,
             message: message(body)?,
             sender,
         }),
@@ -255,8 +268,10 @@ mod tests {
     fn each_kind_reads_back() {
         let k = key();
         let n = Nonce([7; 16]);
-        let o = open(&k, &opinions(&k, "edge 1", 42, &body("edge 1"))).unwrap();
-        assert!(matches!(&o, Frame::Opinions { sender, seq: 42, .. } if sender == "edge 1"));
+        let o = open(&k, &opinions(&k, "edge 1", 42, 1000, &body("edge 1"))).unwrap();
+        assert!(
+            matches!(&o, Frame::Opinions { sender, seq: 42, every_ms: 1000, .. } if sender == "edge 1")
+        );
         assert_eq!(
             open(&k, &hello(&k, "b", 5, &n)).unwrap(),
             Frame::Hello {
@@ -265,8 +280,8 @@ mod tests {
                 nonce: n
             }
         );
-        let r = open(&k, &reply(&k, "c", 9, &n, &body("c"))).unwrap();
-        assert!(matches!(r, Frame::Reply { seq: 9, nonce, .. } if nonce == n));
+        let r = open(&k, &reply(&k, "c", 9, &n, 1000, &body("c"))).unwrap();
+        assert!(matches!(r, Frame::Reply { seq: 9, nonce, every_ms: 1000, .. } if nonce == n));
         assert_eq!(r.sender(), "c");
     }
 
@@ -274,9 +289,9 @@ mod tests {
     fn a_glance_tells_each_kind_from_the_others() {
         let k = key();
         let n = Nonce([1; 16]);
-        let o = opinions(&k, "a", 1, &body("a"));
+        let o = opinions(&k, "a", 1, 1000, &body("a"));
         let h = hello(&k, "a", 1, &n);
-        let r = reply(&k, "a", 1, &n, &body("a"));
+        let r = reply(&k, "a", 1, &n, 1000, &body("a"));
         assert!(looks_like(&o, Kind::Opinions) && !looks_like(&o, Kind::Hello));
         assert!(looks_like(&h, Kind::Hello) && !looks_like(&h, Kind::Reply));
         assert!(looks_like(&r, Kind::Reply) && !looks_like(&r, Kind::Opinions));
@@ -294,7 +309,7 @@ mod tests {
             key: fleet_key(),
             prefix: "cb.staging",
         };
-        let m = opinions(&staging, "a", 1, &body("a"));
+        let m = opinions(&staging, "a", 1, 1000, &body("a"));
         assert!(matches!(open(&k, &m), Err(FrameError::Auth(_))));
         assert!(open(&staging, &m).is_ok());
     }
@@ -303,7 +318,7 @@ mod tests {
     fn a_message_that_names_another_sender_is_refused() {
         let k = key();
         assert_eq!(
-            open(&k, &opinions(&k, "a", 1, &body("b"))),
+            open(&k, &opinions(&k, "a", 1, 1000, &body("b"))),
             Err(FrameError::Sender)
         );
     }
@@ -339,7 +354,7 @@ mod tests {
         #[test]
         fn any_change_of_a_byte_is_refused(i in 0usize..200, bit in 0u8..8, seq: u64) {
             let k = key();
-            let sealed = opinions(&k, "edge-1", seq, &body("edge-1"));
+            let sealed = opinions(&k, "edge-1", seq, 1000, &body("edge-1"));
             let i = i % sealed.len();
             let mut bad = sealed.clone();
             bad[i] ^= 1 << bit;

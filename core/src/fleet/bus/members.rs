@@ -104,6 +104,9 @@ struct Member {
     /// When it was first seen (any sealed message): one never heard is forgotten after the
     /// expiry too.
     seen_ms: u64,
+    /// How long its last word lasts, when longer than the expiry: a quiet member speaks less
+    /// often ([`Members::lasts`]).
+    lasts_ms: u64,
 }
 
 /// A hello of this instance, and the members that answered it.
@@ -147,7 +150,7 @@ impl Members {
             .values()
             .filter(|m| {
                 m.heard_ms
-                    .is_some_and(|t| now_ms.saturating_sub(t) <= self.expire_ms)
+                    .is_some_and(|t| now_ms.saturating_sub(t) <= self.expire_ms.max(m.lasts_ms))
             })
             .count()
     }
@@ -257,6 +260,14 @@ impl Members {
         }
     }
 
+    /// How long the word just taken from `sender` lasts ([`super::lasts_ms`] of the period
+    /// its message states): a quiet member is forgotten only after that much silence.
+    pub fn lasts(&mut self, sender: &str, lasts_ms: u64) {
+        if let Some(m) = self.members.get_mut(sender) {
+            m.lasts_ms = lasts_ms;
+        }
+    }
+
     /// This instance sent a hello with `nonce` at `now_ms`.
     pub fn hello_sent(&mut self, now_ms: u64, nonce: Nonce) {
         if self.hellos.len() >= MAX_HELLOS {
@@ -361,7 +372,7 @@ impl Members {
         let mut gone = Vec::new();
         self.members.retain(|id, m| {
             let last = m.heard_ms.unwrap_or(m.seen_ms).max(m.asked_ms.unwrap_or(0));
-            let keep = now_ms.saturating_sub(last) <= exp;
+            let keep = now_ms.saturating_sub(last) <= exp.max(m.lasts_ms);
             if !keep && m.heard_ms.is_some() {
                 gone.push(id.clone());
             }

@@ -125,9 +125,38 @@ impl Subjects {
     }
 }
 
-/// How many intervals a member's opinions stay fresh on a bus: every member hears every
-/// other directly each interval, so two missed in a row are forgiven and a third is not.
+/// How many of its periods a member's opinions stay fresh on a bus: every member hears every
+/// other directly, so two missed in a row are forgiven and a third is not.
 pub const EXPIRE_INTERVALS: u64 = 3;
+
+/// About how many quiet members' heartbeats a member hears per interval: a quiet member (see
+/// [`crate::fleet::FleetStore::quiet`]) speaks every `ceil(members / 16)` intervals, so that
+/// the bus carries about 16 heartbeats per member and interval however large the fleet, where
+/// every member speaking each interval costs it N² deliveries.
+pub const QUIET_HEARD_PER_INTERVAL: u64 = 16;
+/// The most intervals between two heartbeats of a quiet member, and the longest period a
+/// member's word is believed to cover.
+pub const MAX_QUIET_INTERVALS: u64 = 30;
+
+/// How long after its last heartbeat a member speaks again when nothing moves: each interval
+/// while it has something to say, and while quiet once every `ceil(members / 16)` intervals
+/// (at most [`MAX_QUIET_INTERVALS`]). A breaker that moves is pushed at once either way, and a
+/// quiet member that stops being quiet speaks at the next interval.
+pub fn heartbeat_ms(interval_ms: u64, members: usize, quiet: bool) -> u64 {
+    if !quiet {
+        return interval_ms;
+    }
+    let n = (members as u64).div_ceil(QUIET_HEARD_PER_INTERVAL);
+    interval_ms.saturating_mul(n.clamp(1, MAX_QUIET_INTERVALS))
+}
+
+/// How long the word of a member that says it speaks every `every_ms` stays fresh here:
+/// [`EXPIRE_INTERVALS`] of its periods, never less than this instance's expiry and never more
+/// than [`MAX_QUIET_INTERVALS`] of its intervals allow, whatever a holder of the key states.
+pub fn lasts_ms(every_ms: u64, interval_ms: u64) -> u64 {
+    let most = interval_ms.saturating_mul(MAX_QUIET_INTERVALS);
+    EXPIRE_INTERVALS.saturating_mul(every_ms.clamp(interval_ms, most.max(interval_ms)))
+}
 
 #[cfg(test)]
 mod tests {
@@ -176,6 +205,26 @@ mod tests {
         ] {
             assert_eq!(b.read(&s), None, "{s}");
         }
+    }
+
+    #[test]
+    fn a_quiet_member_speaks_less_often_as_the_fleet_grows() {
+        let i = 1000;
+        for (members, every) in [(0, 1), (1, 1), (8, 1), (16, 1), (17, 2), (50, 4), (200, 13)] {
+            assert_eq!(heartbeat_ms(i, members, true), every * i, "{members}");
+            assert_eq!(heartbeat_ms(i, members, false), i, "{members}");
+        }
+        assert_eq!(heartbeat_ms(i, 1024, true), 30 * i);
+        // What each member hears per interval stays near 16 however large the fleet.
+        for n in [17usize, 50, 200, 480] {
+            let heard = (n as f64 - 1.0) * i as f64 / heartbeat_ms(i, n, true) as f64;
+            assert!((8.0..=16.0).contains(&heard), "{n}: {heard}");
+        }
+        // Believed for three periods, within bounds whatever is stated.
+        assert_eq!(lasts_ms(13 * i, i), 39 * i);
+        assert_eq!(lasts_ms(0, i), 3 * i);
+        assert_eq!(lasts_ms(u64::MAX, i), 90 * i);
+        assert_eq!(lasts_ms(i, i), 3 * i);
     }
 
     #[test]

@@ -52,11 +52,17 @@ impl FleetStore {
 
     /// A message of bus member `peer` whose seal and freshness were checked
     /// ([`crate::fleet::bus`]): merged as [`FleetStore::receive`] merges an answer.
+    ///
+    /// `lasts_ms` is how long the sender's quiet opinions stay fresh when it says it speaks
+    /// less often than each interval (a quiet member on a bus, [`crate::fleet::bus::lasts_ms`]);
+    /// 0 for the fleet's expiry. An opinion that is not quiet expires with the fleet's expiry
+    /// whatever the sender says.
     pub fn take_message(
         &mut self,
         now_ms: u64,
         peer: usize,
         m: &Message,
+        lasts_ms: u64,
     ) -> Result<Received, ParseError> {
         let now = self.clock(now_ms);
         match self.peers.get(peer) {
@@ -68,8 +74,9 @@ impl FleetStore {
                 })
             }
         }
-        let got = self.merge(now, m);
+        let got = self.merge_lasting(now, m, lasts_ms);
         let p = &mut self.peers[peer];
+        p.lasts_ms = lasts_ms;
         p.counters.exchanges += 1;
         p.counters.last_exchange_ms = Some(now);
         Ok(got)
@@ -141,6 +148,10 @@ impl FleetStore {
     /// A parsed message repeats no (origin, breaker) ([`ErrorKind::Duplicate`]); in one built
     /// by hand that does, the records are merged in turn, the newest winning as always.
     pub fn merge(&mut self, now_ms: u64, m: &Message) -> Received {
+        self.merge_lasting(now_ms, m, 0)
+    }
+
+    fn merge_lasting(&mut self, now_ms: u64, m: &Message, lasts_ms: u64) -> Received {
         let now = self.clock(now_ms);
         let mut got = Received::default();
         let mut touched = Vec::new();
@@ -181,7 +192,7 @@ impl FleetStore {
                 got.dropped += 1;
                 continue;
             };
-            let new = Opinion {
+            let mut new = Opinion {
                 observed_at_ms: ago(o.age_ms),
                 fingerprint: o.fingerprint,
                 since_ms: ago(o.since_ms),
@@ -195,7 +206,11 @@ impl FleetStore {
                 round: if o.probe_ms.is_some() { o.round } else { 0 },
                 state: o.state.code(),
                 flags: o.flags.bits(),
+                lasts_ms: 0,
             };
+            if new.quiet() {
+                new.lasts_ms = lasts_ms;
+            }
             let l = &mut self.breakers[b];
             match l.opinions.entry(origin as u32) {
                 Entry::Occupied(old) if *old.get() >= new => {

@@ -113,6 +113,7 @@ impl FleetStore {
                 counters: PeerCounters::default(),
                 auth_told: false,
                 tls_told: false,
+                lasts_ms: 0,
             });
         }
         Ok(store)
@@ -150,6 +151,7 @@ impl FleetStore {
             counters: PeerCounters::default(),
             auth_told: false,
             tls_told: false,
+            lasts_ms: 0,
         };
         let i = match self.peers.iter().position(|p| !p.live) {
             Some(i) => {

@@ -50,7 +50,8 @@ impl FleetStore {
             .map(|p| {
                 let c = p.counters;
                 let reachable = c.last_exchange_ms.is_some_and(|t| {
-                    t.saturating_add(exp) >= now && c.last_error_ms.map_or(true, |e| e <= t)
+                    t.saturating_add(exp.max(p.lasts_ms)) >= now
+                        && c.last_error_ms.map_or(true, |e| e <= t)
                 });
                 PeerStats {
                     id: p.id.clone(),
@@ -206,6 +207,21 @@ impl FleetStore {
             delay_ms: 0,
             opinions: own,
         }
+    }
+
+    /// Whether this instance has nothing to tell but that its breakers are closed and well:
+    /// none open, forced, recovered, or with a failure or slow call in its window. A quiet
+    /// member of a bus speaks less often ([`crate::fleet::bus::heartbeat_ms`]).
+    pub fn quiet(&self, now_ms: u64) -> bool {
+        let now = now_ms.max(self.last_now);
+        self.breakers.iter().all(|l| {
+            self.own_opinion(now, l).map_or(true, |o| {
+                o.state == State::Closed
+                    && o.failures == 0
+                    && o.slow == 0
+                    && o.flags == Flags::default()
+            })
+        })
     }
 
     /// [`FleetStore::message`] rendered for the wire.

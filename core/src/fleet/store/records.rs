@@ -80,6 +80,9 @@ pub struct Opinion {
     pub state: u8,
     /// [`Flags::bits`].
     pub flags: u8,
+    /// How long it stays fresh when that is longer than the fleet's expiry: the word of a
+    /// quiet member on a bus, which speaks less often ([`crate::fleet::bus::lasts_ms`]).
+    pub lasts_ms: u64,
 }
 
 impl Opinion {
@@ -125,7 +128,15 @@ impl Opinion {
     }
 
     pub(super) fn fresh(&self, now: u64, expire_ms: u64) -> bool {
-        self.observed_at_ms.saturating_add(expire_ms) >= now
+        self.observed_at_ms
+            .saturating_add(expire_ms.max(self.lasts_ms))
+            >= now
+    }
+
+    /// Says nothing but that the origin's breaker is closed and well: no failure, no slow
+    /// call, no recovery, not forced. Only such an opinion may last past the expiry.
+    pub(super) fn quiet(&self) -> bool {
+        self.state() == State::Closed && self.failures == 0 && self.slow == 0 && self.flags == 0
     }
 
     /// Worth passing on: evidence of trouble or of recovery. Healthy windows are served
@@ -315,6 +326,8 @@ pub(super) struct Peer {
     /// A refusal of this kind was reported since the last good exchange.
     pub(super) auth_told: bool,
     pub(super) tls_told: bool,
+    /// How long its last word stays fresh, when longer than the expiry (a quiet bus member).
+    pub(super) lasts_ms: u64,
 }
 
 /// What peers act on in a breaker's opinion, as last pushed: a push is due when it grows.
