@@ -139,7 +139,7 @@ impl Member {
             else {
                 unreachable!()
             };
-            let lasts = lasts_ms(*every_ms, 1000);
+            let lasts = lasts_ms(*every_ms, 1000, self.members.heard(now));
             self.members.lasts(f.sender(), lasts);
             let p = self.store.join(f.sender(), MAX_MEMBERS).unwrap();
             self.store.take_message(now, p, message, lasts).unwrap();
@@ -432,39 +432,95 @@ fn a_quiet_member_speaks_less_often_and_is_kept_until_its_word_lapses() {
     a.store.update_local(T0, 0, healthy_view());
     assert!(a.store.quiet(T0));
     let mut b = Member::new("edge-b");
-    // In a fleet of 200, a quiet member speaks every 13 intervals: its word lasts 39 s.
-    let every = heartbeat_ms(1000, 200, true);
-    assert_eq!(every, 13_000);
+    // In a fleet of 200, a quiet member speaks every 13 intervals.
+    assert_eq!(heartbeat_ms(1000, 200, true), 13_000);
     let reply = a.answer(T0, &b.hello(T0, 1)).unwrap();
     b.hear(T0, &reply).unwrap();
-    let m = a.publish_every(T0 + 1, every);
+    // b hears one member: a stated 13 s is believed as twice what a fleet of 16 needs, 2
+    // intervals, so a's word lasts 6 s (a fleet of 200 believes it: 39 s).
+    let m = a.publish_every(T0 + 1, 13_000);
     assert_eq!(b.hear(T0 + 1, &m), Ok(Take::Accept));
+    assert_eq!(lasts_ms(13_000, 1000, 1), 6000);
+    assert_eq!(lasts_ms(13_000, 1000, 200), 39_000);
     let p = b.store.peer_index("edge-a").unwrap();
     // Past the fleet's expiry (3 s) it is still a member, its healthy window still counted.
-    let later = T0 + 30_000;
+    let later = T0 + 5000;
     assert!(b.members.forget(later).is_empty());
     assert_eq!(b.members.heard(later), 1);
     assert_eq!(b.store.opinion(later, 0, p).map(|o| o.requests), Some(100));
     assert!(b.store.peer_stats(later)[0].reachable);
-    // Silent for longer than three of its periods: gone.
-    assert_eq!(b.members.forget(T0 + 39_002), ["edge-a"]);
+    // Silent for longer than its word lasts: gone.
+    assert_eq!(b.members.forget(T0 + 6002), ["edge-a"]);
 
     // Trouble lasts the fleet's expiry, whatever period a sender states.
     let mut c = Member::new("edge-c");
     c.store.update_local(T0, 0, open_view());
     assert!(!c.store.quiet(T0));
-    assert_eq!(c.every(T0), 1000, "speaks each interval while not quiet");
     let reply = c.answer(T0, &b.hello(T0, 2)).unwrap();
     b.hear(T0, &reply).unwrap();
     let m = c.publish_every(T0 + 1, 13_000);
     assert_eq!(b.hear(T0 + 1, &m), Ok(Take::Accept));
     assert!(b.suspicious(T0 + 2000));
     assert!(!b.suspicious(T0 + 3002), "its open opinion expired at 3 s");
+}
 
-    // A quiet member's first failure: no longer quiet, so it speaks at the next interval.
-    let mut view = healthy_view();
-    view.failures = 1;
-    a.store.update_local(T0 + 500, 0, view);
-    assert!(!a.store.quiet(T0 + 500));
-    assert_eq!(a.every(T0 + 500), 1000);
+#[test]
+fn a_quiet_word_not_renewed_lapses_with_the_sender_s_next() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, healthy_view());
+    let mut b = Member::new("edge-b");
+    let hello = b.hello(T0, 1);
+    b.hear(T0, &a.answer(T0, &hello).unwrap()).unwrap();
+    b.hear(T0 + 1, &a.publish_every(T0 + 1, 2000)).unwrap();
+    let p = b.store.peer_index("edge-a").unwrap();
+    assert!(
+        b.store.opinion(T0 + 5000, 0, p).is_some(),
+        "quiet: lasts 6 s"
+    );
+    // The breaker loses its traffic: a's next message says nothing of it, and its quiet word
+    // lasts no longer than that message's (3 s), not the 6 s said before.
+    a.store.update_local(
+        T0 + 1000,
+        0,
+        LocalView {
+            requests: 0,
+            ..healthy_view()
+        },
+    );
+    assert!(!a.store.render(T0 + 1000).contains("edge-a api"));
+    b.hear(T0 + 1000, &a.publish_every(T0 + 1000, 1000))
+        .unwrap();
+    assert!(b.store.opinion(T0 + 2500, 0, p).is_some());
+    assert!(b.store.opinion(T0 + 3002, 0, p).is_none());
+}
+
+#[test]
+fn a_recovery_is_news_for_the_expiry_then_quiet() {
+    let mut a = Member::new("edge-a");
+    a.store.update_local(T0, 0, open_view());
+    let closed = LocalView {
+        state: State::Closed,
+        since_ms: T0 + 5000,
+        requests: 0,
+        failures: 0,
+        probe_starts: 1,
+        ..open_view()
+    };
+    a.store.update_local(T0 + 5000, 0, closed);
+    assert!(a.store.render(T0 + 5000).contains(" r\n"), "recovered");
+    assert!(!a.store.quiet(T0 + 5000));
+    assert!(!a.store.quiet(T0 + 8000));
+    assert!(
+        a.store.quiet(T0 + 8001),
+        "quiet once the recovery is older than the expiry"
+    );
+    // A receiver holds it as quiet then too: it lasts what its sender says.
+    let mut b = Member::new("edge-b");
+    let hello = b.hello(T0 + 8001, 1);
+    let reply = a.answer(T0 + 8001, &hello).unwrap();
+    b.hear(T0 + 8001, &reply).unwrap();
+    let m = a.publish_every(T0 + 8002, 2000);
+    b.hear(T0 + 8002, &m).unwrap();
+    let p = b.store.peer_index("edge-a").unwrap();
+    assert!(b.store.opinion(T0 + 8002 + 5000, 0, p).is_some());
 }

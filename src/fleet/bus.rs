@@ -429,7 +429,8 @@ async fn session(ex: &Rc<RefCell<Exchange>>, i: usize) -> Ended {
         b.stats.server_name = Some(shown_text(&info.server_name)).filter(|n| !n.is_empty());
         b.max_payload = info.max_payload.min(MAX_PAYLOAD);
         // A hello asks every member for a reply: made when no member is known (the first
-        // connection, or after an outage longer than the expiry), not at every reconnection.
+        // connection, or after an outage longer than every member's word lasts), not at every
+        // reconnection: the members still known are heard again as they speak.
         b.hello_due = b.members.heard(mono_ms()) == 0;
         let first = b.stats.connects == 1;
         let shown = b.stats.server.clone().unwrap_or_default();

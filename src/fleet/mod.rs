@@ -432,8 +432,9 @@ fn start(
     Ok(summary)
 }
 
-/// How to reach each server of the bus: its address, and for a `tls://` one the TLS to speak
-/// (`ssl_name=` as SNI and the name its certificate must carry, else its IP address).
+/// How to reach each address of the bus's servers (a name's resolved when the configuration
+/// was read): for a `tls://` one the TLS to speak (`ssl_name=` as SNI and the name its
+/// certificate must carry, else the host name it was listed by, else its IP address).
 fn servers(
     mcf: &MainConf,
     spec: &FleetDirective,
@@ -448,7 +449,7 @@ fn servers(
         };
         #[cfg(ngx_ssl)]
         let ssl = if s.tls {
-            // `ssl_name=`, else the name the server was listed by, else its address.
+            // `ssl_name=`, else the host name the server was listed by, else its address.
             let name = spec
                 .tls
                 .as_ref()

@@ -190,7 +190,13 @@ impl BusSpec {
             };
             for ip in ips {
                 let addr = SocketAddr::new(ip, s.port);
-                if addrs.iter().any(|a| a.addr == addr) {
+                // The same address by the same way (scheme and name) once: listed otherwise,
+                // it is another server to try.
+                let same = |a: &BusAddr| {
+                    let t = &self.servers[a.server];
+                    a.addr == addr && t.tls == s.tls && t.name() == s.name()
+                };
+                if addrs.iter().any(same) {
                     continue;
                 }
                 if addrs.len() == MAX_BUS_ADDRS {
@@ -207,7 +213,8 @@ impl BusSpec {
     }
 }
 
-/// The longest subject prefix: the fleet's subjects add some 30 bytes to it.
+/// The longest subject prefix: the fleet's subjects add at most 72 bytes to it (two members'
+/// tokens, [`super::bus::MAX_PLAIN_TOKEN`] each).
 pub const MAX_PREFIX_BYTES: usize = 128;
 /// The longest id of a bus member.
 pub const MAX_BUS_ID_BYTES: usize = 64;
@@ -1059,7 +1066,7 @@ mod tests {
                 ),
             ]
         );
-        // Every address of a name, in the resolver's order, each once.
+        // Every address of a name, in the resolver's order, each once per way to reach it.
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut asked = Vec::new();
         bus.resolve(|name, port| {
@@ -1087,6 +1094,8 @@ mod tests {
                 ("10.0.0.1:4222".to_owned(), 0),
                 ("10.0.0.9:4222".into(), 0),
                 ("[2001:db8::2]:7422".into(), 1),
+                // The same address listed by another name (or none) is another server.
+                ("10.0.0.9:4222".into(), 2),
                 ("10.0.0.1:4223".into(), 3),
                 ("10.0.0.9:4223".into(), 3),
             ]

@@ -465,7 +465,6 @@ fn msg_head(args: &[u8], hmsg: bool, max_payload: usize) -> Result<Head, ProtoEr
     })
 }
 
-/// `-ERR 'text'`: the text between the quotes (as is when unquoted).
 /// Whether a `-ERR`'s text is one after which nats-server keeps the connection open: a
 /// publication or subscription its permissions refuse, or a subject it finds invalid. Every
 /// other `-ERR` is followed by the server closing the connection.
@@ -474,6 +473,7 @@ pub fn err_keeps_connection(text: &str) -> bool {
     t.starts_with("permissions violation") || t.starts_with("invalid subject")
 }
 
+/// `-ERR 'text'`: the text between the quotes (as is when unquoted).
 fn err_text(rest: &[u8]) -> String {
     let text = match rest {
         [b'\'', inner @ .., b'\''] => inner,

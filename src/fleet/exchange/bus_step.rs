@@ -120,8 +120,9 @@ impl Exchange {
         };
         match take {
             Take::Accept => {
-                // A quiet member speaks less often: its word lasts as long as it says.
-                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms);
+                // A quiet member speaks less often: its word lasts as long as it says, within
+                // what a fleet of this size could need.
+                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, b.members.heard(now));
                 b.members.lasts(&message.sender, lasts);
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
@@ -223,14 +224,13 @@ impl Exchange {
     }
 
     /// Each round: this member's opinions once per interval, or per its longer period while
-    /// it stays quiet (once it is not, at once); members silent past what their word lasts
+    /// it stays quiet, never later than it said; members silent past what their word lasts
     /// part, their opinions with them.
     pub(in crate::fleet) fn bus_round(&mut self, now: u64) {
         let every = self.bus_every(now);
         let due = self.bus.as_ref().is_some_and(|b| {
             b.last_broadcast.map_or(true, |t| {
-                let since = now.saturating_sub(t);
-                since >= every || (since >= self.spec.interval_ms && every < b.every_ms)
+                bus::heartbeat_due(now.saturating_sub(t), every, b.every_ms)
             })
         });
         if due {

@@ -432,11 +432,12 @@ END {
 # the fleet's bus messages (core/src/fleet/bus/frame.rs), as a test reads and makes them
 
 # a member's id as a subject token: the id itself when it is made of letters, digits, _ and
-# -, else x and the first 16 hex digits of its SHA-256
+# -, at most 32 bytes, and not spelled as a digest; else x and the first 16 hex digits of its
+# SHA-256
 
 sub token {
 	my ($id) = @_;
-	return $id if $id =~ /\A[A-Za-z0-9_-]+\z/;
+	return $id if $id =~ /\A[A-Za-z0-9_-]{1,32}\z/ && $id !~ /\Ax[0-9a-f]{16}\z/;
 	return 'x' . substr(sha256_hex($id), 0, 16);
 }
 

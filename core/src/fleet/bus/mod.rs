@@ -38,11 +38,23 @@ pub const DEFAULT_PREFIX: &str = "circuit_breaker.fleet";
 /// The most members an instance keeps track of.
 pub const MAX_MEMBERS: usize = 1024;
 
+/// The longest id used as its own subject token: with the longest prefix, a subject that
+/// names two members stays within a subject's bound ([`crate::nats::MAX_SUBJECT_LEN`]).
+pub const MAX_PLAIN_TOKEN: usize = 32;
+
 /// A member's id as a subject token: the id itself when it is made of letters, digits, `_`
-/// and `-` (so that an operator writes permissions with it), otherwise `x` and the first 16
-/// hex digits of its SHA-256 (an id with a dot, a colon or brackets).
+/// and `-`, at most [`MAX_PLAIN_TOKEN`] bytes (so that an operator writes permissions with
+/// it), otherwise `x` and the first 16 hex digits of its SHA-256 (an id with a dot, a colon or
+/// brackets, a long one, or one spelled as such a digest is, which could pass for another's).
 pub fn token(id: &str) -> String {
+    let digest_like = id.len() == 17
+        && id.starts_with('x')
+        && id[1..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !id.is_empty()
+        && id.len() <= MAX_PLAIN_TOKEN
+        && !digest_like
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
@@ -141,7 +153,7 @@ pub const MAX_QUIET_INTERVALS: u64 = 30;
 /// How long after its last heartbeat a member speaks again when nothing moves: each interval
 /// while it has something to say, and while quiet once every `ceil(members / 16)` intervals
 /// (at most [`MAX_QUIET_INTERVALS`]). A breaker that moves is pushed at once either way, and a
-/// quiet member that stops being quiet speaks at the next interval.
+/// quiet member that stops being quiet speaks at the next interval ([`heartbeat_due`]).
 pub fn heartbeat_ms(interval_ms: u64, members: usize, quiet: bool) -> u64 {
     if !quiet {
         return interval_ms;
@@ -150,11 +162,21 @@ pub fn heartbeat_ms(interval_ms: u64, members: usize, quiet: bool) -> u64 {
     interval_ms.saturating_mul(n.clamp(1, MAX_QUIET_INTERVALS))
 }
 
-/// How long the word of a member that says it speaks every `every_ms` stays fresh here:
-/// [`EXPIRE_INTERVALS`] of its periods, never less than this instance's expiry and never more
-/// than [`MAX_QUIET_INTERVALS`] of its intervals allow, whatever a holder of the key states.
-pub fn lasts_ms(every_ms: u64, interval_ms: u64) -> u64 {
-    let most = interval_ms.saturating_mul(MAX_QUIET_INTERVALS);
+/// Whether a member that last spoke `since_ms` ago, saying it would speak again within
+/// `said_ms`, speaks now, its period being `every_ms` now: once a period has passed, and never
+/// later than it said (its word lapses three of those periods after it was said: a member that
+/// stops being quiet, or whose fleet shrank, speaks at once; one that becomes quiet, or whose
+/// fleet grew, first says its longer period on time).
+pub fn heartbeat_due(since_ms: u64, every_ms: u64, said_ms: u64) -> bool {
+    since_ms >= every_ms.min(said_ms)
+}
+
+/// How long the word of a member that says it speaks every `every_ms` stays fresh here, where
+/// `members` are heard: [`EXPIRE_INTERVALS`] of its periods, never less than the expiry, and
+/// never more than twice the period this instance would keep in a fleet of its size (at
+/// least 16), whatever a holder of the key states.
+pub fn lasts_ms(every_ms: u64, interval_ms: u64, members: usize) -> u64 {
+    let most = heartbeat_ms(interval_ms, 2 * members.max(16), true);
     EXPIRE_INTERVALS.saturating_mul(every_ms.clamp(interval_ms, most.max(interval_ms)))
 }
 
@@ -220,17 +242,64 @@ mod tests {
             let heard = (n as f64 - 1.0) * i as f64 / heartbeat_ms(i, n, true) as f64;
             assert!((8.0..=16.0).contains(&heard), "{n}: {heard}");
         }
-        // Believed for three periods, within bounds whatever is stated.
-        assert_eq!(lasts_ms(13 * i, i), 39 * i);
-        assert_eq!(lasts_ms(0, i), 3 * i);
-        assert_eq!(lasts_ms(u64::MAX, i), 90 * i);
-        assert_eq!(lasts_ms(i, i), 3 * i);
+        // Believed for three periods, within twice what this fleet's size gives.
+        assert_eq!(lasts_ms(13 * i, i, 200), 39 * i);
+        assert_eq!(lasts_ms(0, i, 200), 3 * i);
+        assert_eq!(lasts_ms(u64::MAX, i, 200), 75 * i);
+        assert_eq!(lasts_ms(u64::MAX, i, 1024), 90 * i);
+        assert_eq!(lasts_ms(i, i, 200), 3 * i);
+        // In a fleet of 3 no one is believed to speak less than every 2 intervals.
+        assert_eq!(lasts_ms(30 * i, i, 2), 6 * i);
+    }
+
+    #[test]
+    fn a_member_never_speaks_later_than_it_said() {
+        let i = 1000;
+        // Quiet, as it said: every 13 intervals.
+        assert!(!heartbeat_due(12 * i, 13 * i, 13 * i));
+        assert!(heartbeat_due(13 * i, 13 * i, 13 * i));
+        // No longer quiet: at the next interval.
+        assert!(heartbeat_due(i, i, 13 * i));
+        assert!(!heartbeat_due(i - 1, i, 13 * i));
+        // Quiet now after an interval of trouble, which it said: its longer period is said
+        // at the next interval, not 13 intervals later (its word would have lapsed at 3).
+        assert!(heartbeat_due(i, 13 * i, i));
+        // The fleet grew or shrank while it was quiet.
+        assert!(heartbeat_due(4 * i, 13 * i, 4 * i));
+        assert!(heartbeat_due(4 * i, 4 * i, 13 * i));
+    }
+
+    #[test]
+    fn every_subject_fits_with_the_longest_prefix_and_ids() {
+        let prefix = "p".repeat(crate::fleet::conf::MAX_PREFIX_BYTES);
+        let long = "a".repeat(crate::fleet::conf::MAX_BUS_ID_BYTES);
+        let s = Subjects::new(&prefix, &long);
+        for subject in [s.opinions(), s.hello(), s.ask(&long), s.reply(&long)]
+            .into_iter()
+            .chain(s.subscriptions())
+        {
+            assert!(crate::nats::valid_subject(&subject, true), "{subject}");
+        }
     }
 
     #[test]
     fn a_token_is_the_id_where_the_id_is_one() {
         assert_eq!(token("fra-edge_1"), "fra-edge_1");
-        for id in ["10.0.0.5:8080", "edge fra.1", "[::1]:80", "a@b", "*", ">"] {
+        assert_eq!(token(&"a".repeat(32)), "a".repeat(32));
+        // An id spelled as a digest is hashed itself: it cannot pass for the id hashed.
+        let hashed = token("10.0.0.9:80");
+        assert_ne!(token(&hashed), hashed);
+        assert_eq!(token("x0123456789abcdeg"), "x0123456789abcdeg");
+        for id in [
+            "10.0.0.5:8080",
+            "edge fra.1",
+            "[::1]:80",
+            "a@b",
+            "*",
+            ">",
+            &"a".repeat(33),
+            "xffffffffffffffff",
+        ] {
             let t = token(id);
             assert_eq!(t.len(), 17, "{id}");
             assert!(t.starts_with('x') && t[1..].bytes().all(|b| b.is_ascii_hexdigit()));

@@ -155,6 +155,8 @@ impl FleetStore {
         let now = self.clock(now_ms);
         let mut got = Received::default();
         let mut touched = Vec::new();
+        // The breakers the sender's own records named (on a bus).
+        let mut said: Vec<bool> = Vec::new();
         for o in &m.opinions {
             self.step();
             if o.origin == self.self_id {
@@ -208,9 +210,13 @@ impl FleetStore {
                 flags: o.flags.bits(),
                 lasts_ms: 0,
             };
-            if new.quiet() {
+            if new.quiet(now, self.cfg.expire_ms) {
                 new.lasts_ms = lasts_ms;
             }
+            if said.len() <= b {
+                said.resize(b + 1, false);
+            }
+            said[b] = true;
             let l = &mut self.breakers[b];
             match l.opinions.entry(origin as u32) {
                 Entry::Occupied(old) if *old.get() >= new => {
@@ -236,6 +242,21 @@ impl FleetStore {
         for b in touched {
             self.breakers[b].touched = false;
             self.settle_round(now, b);
+        }
+        // On a bus a message is its sender's whole word: an opinion of it that this one did
+        // not renew (a breaker that lost its traffic, or a record the message had no room
+        // for) lasts no longer than the message's own word, so that a quiet period said
+        // before does not keep it. One step per breaker.
+        if let Some(&p) = self.peer_index.get(&m.sender).filter(|_| self.bus) {
+            for (b, l) in self.breakers.iter_mut().enumerate() {
+                self.work.set(self.work.get().wrapping_add(1));
+                if said.get(b).copied().unwrap_or(false) {
+                    continue;
+                }
+                if let Some(o) = l.opinions.get_mut(&(p as u32)) {
+                    o.lasts_ms = o.lasts_ms.min(lasts_ms);
+                }
+            }
         }
         got
     }

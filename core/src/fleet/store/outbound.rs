@@ -210,8 +210,9 @@ impl FleetStore {
     }
 
     /// Whether this instance has nothing to tell but that its breakers are closed and well:
-    /// none open, forced, recovered, or with a failure or slow call in its window. A quiet
-    /// member of a bus speaks less often ([`crate::fleet::bus::heartbeat_ms`]).
+    /// none open or forced, none recovered within the expiry, none with a failure or slow
+    /// call in its window. A quiet member of a bus speaks less often
+    /// ([`crate::fleet::bus::heartbeat_ms`]).
     pub fn quiet(&self, now_ms: u64) -> bool {
         let now = now_ms.max(self.last_now);
         self.breakers.iter().all(|l| {
@@ -219,7 +220,9 @@ impl FleetStore {
                 o.state == State::Closed
                     && o.failures == 0
                     && o.slow == 0
-                    && o.flags == Flags::default()
+                    && !o.flags.forced
+                    && !o.flags.can_probe
+                    && (!o.flags.recovered || o.since_ms > self.cfg.expire_ms)
             })
         })
     }

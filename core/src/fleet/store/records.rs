@@ -133,10 +133,17 @@ impl Opinion {
             >= now
     }
 
-    /// Says nothing but that the origin's breaker is closed and well: no failure, no slow
-    /// call, no recovery, not forced. Only such an opinion may last past the expiry.
-    pub(super) fn quiet(&self) -> bool {
-        self.state() == State::Closed && self.failures == 0 && self.slow == 0 && self.flags == 0
+    /// Says nothing but that the origin's breaker is closed and well at `now`: no failure, no
+    /// slow call, not forced, and a recovery, if any, older than the expiry. Only such an
+    /// opinion may last past the expiry.
+    pub(super) fn quiet(&self, now: u64, expire_ms: u64) -> bool {
+        let f = self.flags();
+        self.state() == State::Closed
+            && self.failures == 0
+            && self.slow == 0
+            && !f.forced
+            && !f.can_probe
+            && (!f.recovered || now.saturating_sub(self.since_ms) > expire_ms)
     }
 
     /// Worth passing on: evidence of trouble or of recovery. Healthy windows are served
