@@ -10,6 +10,8 @@
 #    needed;
 #  - a pool with a server ejected: a row per server under the upstream, its
 #    state, the window that ejected it, when it comes back, its ejections;
+#    and in another pool the same server back by its probes, ramping: the
+#    share of its picks it takes now;
 #  - an adaptive limit while it sheds: limit, in flight, shed per second,
 #    the measured floor, and in flight and shed by request class;
 #  - the fleet with a peer down: each peer's reachability and last
@@ -50,7 +52,7 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 my $t = Test::Nginx->new()->has(qw/http proxy/);
-CB::Browser::plan($t, 46);
+CB::Browser::plan($t, 49);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m;
@@ -83,6 +85,15 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         circuit_breaker_eject min_requests=4 time=60s;
     }
 
+    # the same server fails there too, is ejected for a second, and comes
+    # back through a ramp of two minutes
+    upstream rpool {
+        server 127.0.0.1:%%PORT_8081%%;
+        server 127.0.0.1:%%PORT_8082%%;
+        circuit_breaker jitter=0%;
+        circuit_breaker_eject min_requests=4 time=1s ramp=120s;
+    }
+
     # two requests in flight at most
     upstream lim {
         server 127.0.0.1:%%PORT_8081%%;
@@ -105,6 +116,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /up/ { proxy_pass http://up; }
         location /hp/ { proxy_pass http://hp; }
         location /pool/ { proxy_pass http://pool; }
+        location /rpool/ { proxy_pass http://rpool; }
         location /lim/ {
             proxy_pass http://lim;
             circuit_breaker_class $arg_class;
@@ -209,6 +221,19 @@ wait_for(sub {
 }, 10);
 is(server_of(breaker('pool'), 8082)->{state}, 'ejected', 'pool: 8082 ejected');
 
+# in rpool too; then it heals, and a request returns it there (in pool it stays out a minute)
+wait_for(sub {
+	http_get("/rpool/x?n=" . rand());
+	server_of(breaker('rpool'), 8082)->{state} eq 'ejected';
+}, 10);
+CB::Origin::behave($bad);
+my $ramping = wait_for(sub {
+	http_get("/rpool/x?n=" . rand());
+	my $s = server_of(breaker('rpool'), 8082);
+	($s->{state} // '') eq 'in' && ($s->{ramp_share} // 1) < 1;
+}, 15);
+ok($ramping, 'rpool: 8082 back, ramping');
+
 my $b = CB::Browser->new($t);
 my $r = $b->drive('open', url => $b->url('/circuit_breaker'));
 ok($r->{ok} && $r->{status} == 200, 'the dashboard');
@@ -288,6 +313,16 @@ $r = $b->row(upstream => 'pool', server => '127.0.0.1:' . port(8081),
 ok($r->{found} && $r->{label} eq 'in' && $r->{color} eq $green,
 	'pool: the good server, in, green');
 $b->keep('pool');
+
+# rpool's returning server: in, and the share of its picks it takes now, as the JSON says
+$r = $b->row(upstream => 'rpool', server => '127.0.0.1:' . port(8082), state => 'in');
+my $share = server_of(breaker('rpool'), 8082)->{ramp_share} // 1;
+my ($ramp) = ($r->{cells}{when} // '') =~ / · ramp (\d+)%/;
+ok($r->{found} && $r->{label} eq 'in' && $r->{color} eq $green && defined $ramp
+	&& abs($ramp - 100 * $share) <= 3 && $share >= 0.1 && $share < 0.5,
+	sprintf('rpool: the returning server ramps: %s (JSON %.3f)', $r->{cells}{when} // '-',
+		$share)) or diag(explain($r));
+$b->keep('ramp');
 
 # the limit while it sheds: floor measured first, then two slow requests
 # hold both slots and twelve more are shed at a known pace
@@ -392,14 +427,20 @@ is(join(', ', @{ $r->{rows} || [] }),
 	'up/default open, hp/default half_open, calm/default closed, '
 	. 'lim/default closed, pool/default closed, '
 	. 'pool server 127.0.0.1:' . port(8082) . ' ejected, '
-	. 'pool server 127.0.0.1:' . port(8081) . ' in',
+	. 'pool server 127.0.0.1:' . port(8081) . ' in, '
+	. 'rpool/default closed, '
+	. 'rpool server 127.0.0.1:' . port(8081) . ' in, '
+	. 'rpool server 127.0.0.1:' . port(8082) . ' in',
 	'worst first, servers under their upstream');
-like($r->{counts}, qr/^1 open, 1 half-open, 3 closed, 1 servers ejected, 1 limits shedding, 1 suspicious$/,
+like($r->{counts}, qr/^1 open, 1 half-open, 4 closed, 1 servers ejected, 1 limits shedding, 1 suspicious$/,
 	'the counts') or diag($r->{counts});
 
 $b->drive('fill', selector => '#filter', value => 'ejected');
 is(join(', ', @{ $b->drive('rows')->{rows} || [] }),
 	'pool server 127.0.0.1:' . port(8082) . ' ejected', 'filter "ejected"');
+$b->drive('fill', selector => '#filter', value => 'ramping');
+is(join(', ', @{ $b->drive('rows')->{rows} || [] }),
+	'rpool server 127.0.0.1:' . port(8082) . ' in', 'filter "ramping"');
 $b->drive('fill', selector => '#filter', value => 'shedding');
 is(join(', ', @{ $b->drive('rows')->{rows} || [] }), 'lim/default closed',
 	'filter "shedding"');
