@@ -39,7 +39,7 @@ use JSON::PP qw//;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(75);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(77);
 
 my $template = CB::Nginx::conf(1, <<'EOF');
 HTTP
@@ -165,6 +165,13 @@ bad($t, 'unknown parameter', { HTTP => "$f $peers id=127.0.0.1:8090 gossip=on $S
 	. 'nats_credentials');
 unlike(nginx_t_out($t, 'typo.conf', "$f $peers id=127.0.0.1:8090 secrte=0123456789abcdef-typo;"),
 	qr/abcdef-typo/, 'a mistyped secret= is not repeated');
+
+# a bus server by name: resolved when the configuration is read, and refused when it does not
+bad($t, 'a bus server whose name does not resolve', { HTTP =>
+	"$f nats://cb-no-such-host.invalid id=a $S;" },
+	$f, q{host not found in "cb-no-such-host.invalid:4222" of the "circuit_breaker_fleet" }
+	. 'directive');
+good($t, 'a bus server by name', { HTTP => "$f nats://localhost:4222 id=a $S;" });
 
 bad($t, 'parameter twice', { HTTP => "$f $peers id=127.0.0.1:8090 interval=1s interval=2s $S;" },
 	$f, qq{duplicate parameter "interval" $in});

@@ -63,9 +63,9 @@ pub unsafe fn finish(
             ngx_conf_log_error!(
                 NGX_LOG_EMERG,
                 cf,
-                "host not found in \"{}\" of the \"circuit_breaker_fleet\" directive: {}",
-                server,
-                why
+                "{} in \"{}\" of the \"circuit_breaker_fleet\" directive",
+                why,
+                server
             );
             return Err(());
         }
@@ -75,10 +75,10 @@ pub unsafe fn finish(
 
 /// The addresses of host `name`, by the system's resolver (`getaddrinfo`, as nginx's
 /// `ngx_inet_resolve_host`), each once, in its order.
-fn lookup(name: &str, port: u16) -> Result<Vec<std::net::IpAddr>, String> {
+fn lookup(name: &str, port: u16) -> Result<Vec<std::net::IpAddr>, ()> {
     use std::net::ToSocketAddrs as _;
     let mut ips: Vec<std::net::IpAddr> = Vec::new();
-    for a in (name, port).to_socket_addrs().map_err(|e| e.to_string())? {
+    for a in (name, port).to_socket_addrs().map_err(|_| ())? {
         if !ips.contains(&a.ip()) {
             ips.push(a.ip());
         }
