@@ -684,6 +684,16 @@ fn connect_of(id: &str) -> Connect {
     }
 }
 
+/// Whether what was last told at `told` may be told again at `now` (noting it): once a minute
+/// at most for each kind of line, the counters saying how many.
+pub(super) fn once_a_minute(told: &mut Option<u64>, now: u64) -> bool {
+    let due = told.map_or(true, |t| now.saturating_sub(t) >= 60_000);
+    if due {
+        *told = Some(now);
+    }
+    due
+}
+
 impl Exchange {
     /// The server refused a publication or a subscription of this member's (its permissions
     /// do not grant the subject): counted, and said at `warn` once a minute at most; the
@@ -691,11 +701,7 @@ impl Exchange {
     fn bus_denied(&mut self, text: &str) {
         let Some(b) = self.bus.as_mut() else { return };
         b.stats.denied += 1;
-        let now = mono_ms();
-        if b.told_denied
-            .map_or(true, |t| now.saturating_sub(t) >= 60_000)
-        {
-            b.told_denied = Some(now);
+        if once_a_minute(&mut b.told_denied, mono_ms()) {
             ngx::ngx_log_error!(
                 NGX_LOG_WARN,
                 ngx_cycle_log().as_ptr(),

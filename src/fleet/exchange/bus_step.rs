@@ -258,8 +258,7 @@ impl Exchange {
 /// Logs a message's refusal at `info`, once a minute at most per kind of refusal (`told`): the
 /// counters say how many.
 fn refused_once(now: u64, told: &mut Option<u64>, subject: &str, why: &dyn core::fmt::Display) {
-    if told.map_or(true, |t| now.saturating_sub(t) >= 60_000) {
-        *told = Some(now);
+    if crate::fleet::bus::once_a_minute(told, now) {
         ngx::ngx_log_error!(
             NGX_LOG_INFO,
             ngx_cycle_log().as_ptr(),

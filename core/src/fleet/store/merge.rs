@@ -248,8 +248,9 @@ impl FleetStore {
         // for) lasts no longer than the message's own word, so that a quiet period said
         // before does not keep it. One step per breaker.
         if let Some(&p) = self.peer_index.get(&m.sender).filter(|_| self.bus) {
+            let looked = self.breakers.len() as u64;
+            self.work.set(self.work.get().wrapping_add(looked));
             for (b, l) in self.breakers.iter_mut().enumerate() {
-                self.work.set(self.work.get().wrapping_add(1));
                 if said.get(b).copied().unwrap_or(false) {
                     continue;
                 }

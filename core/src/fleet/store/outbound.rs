@@ -209,20 +209,20 @@ impl FleetStore {
         }
     }
 
-    /// Whether this instance has nothing to tell but that its breakers are closed and well:
-    /// none open or forced, none recovered within the expiry, none with a failure or slow
-    /// call in its window. A quiet member of a bus speaks less often
-    /// ([`crate::fleet::bus::heartbeat_ms`]).
+    /// Whether this instance has nothing to tell but that its breakers are closed and well
+    /// ([`records::says_quiet`] of each one's own view). A quiet member of a bus speaks less
+    /// often ([`crate::fleet::bus::heartbeat_ms`]).
     pub fn quiet(&self, now_ms: u64) -> bool {
         let now = now_ms.max(self.last_now);
         self.breakers.iter().all(|l| {
-            self.own_opinion(now, l).map_or(true, |o| {
-                o.state == State::Closed
-                    && o.failures == 0
-                    && o.slow == 0
-                    && !o.flags.forced
-                    && !o.flags.can_probe
-                    && (!o.flags.recovered || o.since_ms > self.cfg.expire_ms)
+            l.view.map_or(true, |v| {
+                let flags = Flags {
+                    can_probe: false,
+                    recovered: l.recovered,
+                    forced: v.forced,
+                };
+                let age = now.saturating_sub(v.since_ms);
+                records::says_quiet(v.state, v.failures, v.slow, flags, age, self.cfg.expire_ms)
             })
         })
     }

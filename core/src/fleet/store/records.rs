@@ -85,6 +85,26 @@ pub struct Opinion {
     pub lasts_ms: u64,
 }
 
+/// Whether a record says nothing but that its breaker is closed and well: no failure, no slow
+/// call, not forced, and a recovery, if any, older than the expiry (its state `state_age_ms`
+/// old). A quiet member of a bus speaks less often, and its quiet word lasts longer
+/// ([`crate::fleet::bus`]).
+pub(super) fn says_quiet(
+    state: State,
+    failures: u64,
+    slow: u64,
+    flags: Flags,
+    state_age_ms: u64,
+    expire_ms: u64,
+) -> bool {
+    state == State::Closed
+        && failures == 0
+        && slow == 0
+        && !flags.forced
+        && !flags.can_probe
+        && (!flags.recovered || state_age_ms > expire_ms)
+}
+
 impl Opinion {
     /// The origin's state.
     pub fn state(&self) -> State {
@@ -133,17 +153,17 @@ impl Opinion {
             >= now
     }
 
-    /// Says nothing but that the origin's breaker is closed and well at `now`: no failure, no
-    /// slow call, not forced, and a recovery, if any, older than the expiry. Only such an
-    /// opinion may last past the expiry.
+    /// [`says_quiet`] at `now`: only such an opinion may last past the expiry.
     pub(super) fn quiet(&self, now: u64, expire_ms: u64) -> bool {
-        let f = self.flags();
-        self.state() == State::Closed
-            && self.failures == 0
-            && self.slow == 0
-            && !f.forced
-            && !f.can_probe
-            && (!f.recovered || now.saturating_sub(self.since_ms) > expire_ms)
+        let age = now.saturating_sub(self.since_ms);
+        says_quiet(
+            self.state(),
+            self.failures,
+            self.slow,
+            self.flags(),
+            age,
+            expire_ms,
+        )
     }
 
     /// Worth passing on: evidence of trouble or of recovery. Healthy windows are served
