@@ -403,14 +403,19 @@ impl Exchange {
 
     /// The message for peers, the JSON object and the Prometheus families.
     fn publish(&self, now: u64) {
-        let wire = self.store.render(now);
+        // Only listed peers may pull (`super::answer`): a member of a bus has none.
+        let wire = match self.bus {
+            Some(_) => String::new(),
+            None => self.store.render(now),
+        };
         let clocks = Clocks {
             mono_ms: now,
             wall_ms: self.zone.wall_clock(now, wall_ms()),
         };
         let bus = self.bus_stats(now);
-        let json = fleet_status::render_json(&self.store, clocks, bus.as_ref());
-        let mut prom = fleet_status::render_prometheus(&self.store, &self.zone_name, clocks);
+        let figures = fleet_status::Figures::gather(&self.store, now);
+        let json = fleet_status::render_json(&figures, clocks, bus.as_ref());
+        let mut prom = fleet_status::render_prometheus(&figures, &self.zone_name);
         if let Some(b) = &bus {
             prom.push_str(
                 &circuit_breaker_core::fleet::bus::status::render_prometheus(b, &self.zone_name),

@@ -35,9 +35,12 @@ impl Exchange {
         };
         let inbox = b.take_inbox(STEP_BYTES);
         let more = b.has_inbox();
+        // The fleet's size as the step began: counting it is a pass over every member, once
+        // per step rather than once per message.
+        let members = b.members.heard(now);
         let mut changed = false;
         for m in inbox {
-            changed |= self.bus_one(now, &m.subject, &m.payload);
+            changed |= self.bus_one(now, members, &m.subject, &m.payload);
         }
         if more {
             // The rest at the next step, after the requests waiting meanwhile.
@@ -46,8 +49,8 @@ impl Exchange {
         changed
     }
 
-    /// One message off the bus.
-    fn bus_one(&mut self, now: u64, subject: &str, payload: &[u8]) -> bool {
+    /// One message off the bus, in a fleet of `members` (heard as the step began).
+    fn bus_one(&mut self, now: u64, members: usize, subject: &str, payload: &[u8]) -> bool {
         let now_us = wall_ms().saturating_mul(1000);
         let Some(b) = self.bus.as_mut() else {
             return false;
@@ -122,7 +125,7 @@ impl Exchange {
             Take::Accept => {
                 // A quiet member speaks less often: its word lasts as long as it says, within
                 // what a fleet of this size could need.
-                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, b.members.heard(now));
+                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, members);
                 b.members.lasts(&message.sender, lasts);
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;
