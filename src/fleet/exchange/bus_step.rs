@@ -35,12 +35,12 @@ impl Exchange {
         };
         let inbox = b.take_inbox(STEP_BYTES);
         let more = b.has_inbox();
-        // The fleet's size as the step began: counting it is a pass over every member, once
-        // per step rather than once per message.
-        let members = b.members.heard(now);
+        // The fleet's size: counted (a pass over every member) once per step, then kept up
+        // to date as the step's messages are taken.
+        let mut members = b.members.heard(now);
         let mut changed = false;
         for m in inbox {
-            changed |= self.bus_one(now, members, &m.subject, &m.payload);
+            changed |= self.bus_one(now, &mut members, &m.subject, &m.payload);
         }
         if more {
             // The rest at the next step, after the requests waiting meanwhile.
@@ -49,8 +49,9 @@ impl Exchange {
         changed
     }
 
-    /// One message off the bus, in a fleet of `members` (heard as the step began).
-    fn bus_one(&mut self, now: u64, members: usize, subject: &str, payload: &[u8]) -> bool {
+    /// One message off the bus, in a fleet of `members` (heard now: one more when this
+    /// message's sender is heard again).
+    fn bus_one(&mut self, now: u64, members: &mut usize, subject: &str, payload: &[u8]) -> bool {
         let now_us = wall_ms().saturating_mul(1000);
         let Some(b) = self.bus.as_mut() else {
             return false;
@@ -99,11 +100,12 @@ impl Exchange {
                 seq,
                 every_ms,
                 message,
-            } => (
-                b.members.opinions(now, now_us, &sender, seq),
-                every_ms,
-                message,
-            ),
+            } => {
+                let was = b.members.is_heard(&sender, now);
+                let take = b.members.opinions(now, now_us, &sender, seq);
+                *members += usize::from(!was && b.members.is_heard(&sender, now));
+                (take, every_ms, message)
+            }
             Frame::Reply {
                 sender,
                 seq,
@@ -111,7 +113,9 @@ impl Exchange {
                 every_ms,
                 message,
             } => {
+                let was = b.members.is_heard(&sender, now);
                 let take = b.members.reply(now, now_us, &sender, seq, &nonce);
+                *members += usize::from(!was && b.members.is_heard(&sender, now));
                 (take, every_ms, message)
             }
             Frame::Hello { sender, seq, nonce } => {
@@ -125,7 +129,7 @@ impl Exchange {
             Take::Accept => {
                 // A quiet member speaks less often: its word lasts as long as it says, within
                 // what a fleet of this size could need.
-                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, members);
+                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, *members);
                 b.members.lasts(&message.sender, lasts);
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;

@@ -148,11 +148,18 @@ impl Members {
     pub fn heard(&self, now_ms: u64) -> usize {
         self.members
             .values()
-            .filter(|m| {
-                m.heard_ms
-                    .is_some_and(|t| now_ms.saturating_sub(t) <= self.expire_ms.max(m.lasts_ms))
-            })
+            .filter(|m| self.within(m, now_ms))
             .count()
+    }
+
+    /// Whether `id` is one of the members [`Members::heard`] counts at `now_ms`.
+    pub fn is_heard(&self, id: &str, now_ms: u64) -> bool {
+        self.members.get(id).is_some_and(|m| self.within(m, now_ms))
+    }
+
+    fn within(&self, m: &Member, now_ms: u64) -> bool {
+        m.heard_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) <= self.expire_ms.max(m.lasts_ms))
     }
 
     /// Messages refused, by reason ([`Why::ALL`]'s order).
@@ -401,6 +408,39 @@ mod tests {
         let n = Nonce([nonce; 16]);
         t.hello_sent(now, n);
         assert_eq!(t.reply(now, US, id, seq, &n), Take::Accept);
+    }
+
+    /// What the exchange keeps up to date within a step: one member more each time a message
+    /// makes a member heard that was not, as [`Members::heard`] would count afresh.
+    #[test]
+    fn a_member_heard_again_is_one_more_as_heard_counts() {
+        /// One reply taken as the exchange takes it, `count` kept up to date.
+        fn take(t: &mut Members, count: &mut usize, now: u64, id: &str, seq: u64, n: u8) -> bool {
+            let was = t.is_heard(id, now);
+            let nonce = Nonce([n; 16]);
+            t.hello_sent(now, nonce);
+            let took = t.reply(now, US, id, seq, &nonce) == Take::Accept;
+            *count += usize::from(!was && t.is_heard(id, now));
+            assert_eq!(*count, t.heard(now), "{id} at {now}");
+            took
+        }
+        let mut t = table();
+        let mut count = t.heard(0);
+        assert_eq!(count, 0);
+        assert!(take(&mut t, &mut count, 0, "a", US, 1));
+        assert!(take(&mut t, &mut count, 0, "b", US, 2));
+        // Heard again while heard: no more.
+        assert!(take(&mut t, &mut count, 10, "a", US + 1, 3));
+        // A refused word (a reply to no hello) makes no one heard.
+        assert_ne!(t.reply(20, US, "c", US, &Nonce([7; 16])), Take::Accept);
+        assert!(!t.is_heard("c", 20));
+        assert_eq!(count, t.heard(20));
+        // After the expiry, a's next word makes it heard again: counted afresh first.
+        count = t.heard(5_000);
+        assert_eq!(count, 0);
+        assert!(take(&mut t, &mut count, 5_000, "a", US + 2, 5));
+        assert_eq!(count, 1);
+        assert!(t.is_heard("a", 5_000) && !t.is_heard("b", 5_000) && !t.is_heard("z", 5_000));
     }
 
     #[test]
