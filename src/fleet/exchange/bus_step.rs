@@ -6,7 +6,7 @@
 use circuit_breaker_core::fleet::auth::{self, Nonce};
 use circuit_breaker_core::fleet::bus::frame::Sealer;
 use circuit_breaker_core::fleet::bus::{
-    self, frame, token, BusStats, Frame, FrameError, Take, MAX_MEMBERS,
+    self, frame, token, BusStats, Frame, FrameError, Headcount, Take, MAX_MEMBERS,
 };
 use nginx_sys::NGX_LOG_INFO;
 use ngx::log::ngx_cycle_log;
@@ -35,9 +35,8 @@ impl Exchange {
         };
         let inbox = b.take_inbox(STEP_BYTES);
         let more = b.has_inbox();
-        // The fleet's size: counted (a pass over every member) once per step, then kept up
-        // to date as the step's messages are taken.
-        let mut members = b.members.heard(now);
+        // The fleet's size: counted once per step, then kept up to date message by message.
+        let mut members = b.members.headcount(now);
         let mut changed = false;
         for m in inbox {
             changed |= self.bus_one(now, &mut members, &m.subject, &m.payload);
@@ -49,9 +48,14 @@ impl Exchange {
         changed
     }
 
-    /// One message off the bus, in a fleet of `members` (heard now: one more when this
-    /// message's sender is heard again).
-    fn bus_one(&mut self, now: u64, members: &mut usize, subject: &str, payload: &[u8]) -> bool {
+    /// One message off the bus, in a fleet of `members` (kept up to date).
+    fn bus_one(
+        &mut self,
+        now: u64,
+        members: &mut Headcount,
+        subject: &str,
+        payload: &[u8],
+    ) -> bool {
         let now_us = wall_ms().saturating_mul(1000);
         let Some(b) = self.bus.as_mut() else {
             return false;
@@ -101,9 +105,9 @@ impl Exchange {
                 every_ms,
                 message,
             } => {
-                let was = b.members.is_heard(&sender, now);
-                let take = b.members.opinions(now, now_us, &sender, seq);
-                *members += usize::from(!was && b.members.is_heard(&sender, now));
+                let take = b.members.take_counted(members, now, &sender, |m| {
+                    m.opinions(now, now_us, &sender, seq)
+                });
                 (take, every_ms, message)
             }
             Frame::Reply {
@@ -113,9 +117,9 @@ impl Exchange {
                 every_ms,
                 message,
             } => {
-                let was = b.members.is_heard(&sender, now);
-                let take = b.members.reply(now, now_us, &sender, seq, &nonce);
-                *members += usize::from(!was && b.members.is_heard(&sender, now));
+                let take = b.members.take_counted(members, now, &sender, |m| {
+                    m.reply(now, now_us, &sender, seq, &nonce)
+                });
                 (take, every_ms, message)
             }
             Frame::Hello { sender, seq, nonce } => {
@@ -129,7 +133,7 @@ impl Exchange {
             Take::Accept => {
                 // A quiet member speaks less often: its word lasts as long as it says, within
                 // what a fleet of this size could need.
-                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, *members);
+                let lasts = bus::lasts_ms(every_ms, self.spec.interval_ms, members.get());
                 b.members.lasts(&message.sender, lasts);
                 let Some(p) = self.store.join(&message.sender, MAX_MEMBERS) else {
                     return false;

@@ -117,6 +117,19 @@ struct Hello {
     answered: Vec<String>,
 }
 
+/// Members heard, counted in one pass as a step begins and kept up to date as the step takes
+/// its messages: a pass per message would cost the fleet's size each time, and a count kept
+/// from the step's start would believe a joining member's many replies for a fleet of none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Headcount(usize);
+
+impl Headcount {
+    /// The members heard.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
 /// See the module's documentation.
 #[derive(Clone, Debug)]
 pub struct Members {
@@ -155,6 +168,27 @@ impl Members {
     /// Whether `id` is one of the members [`Members::heard`] counts at `now_ms`.
     pub fn is_heard(&self, id: &str, now_ms: u64) -> bool {
         self.members.get(id).is_some_and(|m| self.within(m, now_ms))
+    }
+
+    /// [`Members::heard`] at `now_ms`, to be kept up to date with [`Members::take_counted`]
+    /// through one step's messages.
+    pub fn headcount(&self, now_ms: u64) -> Headcount {
+        Headcount(self.heard(now_ms))
+    }
+
+    /// A message from `sender`, taken with `take` ([`Members::opinions`] or
+    /// [`Members::reply`]): `count` is one more when it makes `sender` heard.
+    pub fn take_counted(
+        &mut self,
+        count: &mut Headcount,
+        now_ms: u64,
+        sender: &str,
+        take: impl FnOnce(&mut Members) -> Take,
+    ) -> Take {
+        let was = self.is_heard(sender, now_ms);
+        let took = take(self);
+        count.0 += usize::from(!was && self.is_heard(sender, now_ms));
+        took
     }
 
     fn within(&self, m: &Member, now_ms: u64) -> bool {
@@ -410,37 +444,44 @@ mod tests {
         assert_eq!(t.reply(now, US, id, seq, &n), Take::Accept);
     }
 
-    /// What the exchange keeps up to date within a step: one member more each time a message
-    /// makes a member heard that was not, as [`Members::heard`] would count afresh.
+    /// A member that joins a quiet fleet hears every member's reply in one step: each is
+    /// believed for the fleet heard so far, as a count made afresh would say.
     #[test]
-    fn a_member_heard_again_is_one_more_as_heard_counts() {
-        /// One reply taken as the exchange takes it, `count` kept up to date.
-        fn take(t: &mut Members, count: &mut usize, now: u64, id: &str, seq: u64, n: u8) -> bool {
-            let was = t.is_heard(id, now);
-            let nonce = Nonce([n; 16]);
-            t.hello_sent(now, nonce);
-            let took = t.reply(now, US, id, seq, &nonce) == Take::Accept;
-            *count += usize::from(!was && t.is_heard(id, now));
-            assert_eq!(*count, t.heard(now), "{id} at {now}");
-            took
+    fn a_step_s_replies_are_counted_as_they_make_members_heard() {
+        let mut t = Members::new("me", 300, 3000, 250);
+        let n = Nonce([1; 16]);
+        t.hello_sent(0, n);
+        let mut count = t.headcount(1);
+        assert_eq!(count.get(), 0);
+        for i in 0..199 {
+            let id = format!("m{i}");
+            let took = t.take_counted(&mut count, 1, &id, |m| m.reply(1, US, &id, US, &n));
+            assert_eq!(took, Take::Accept);
+            assert_eq!(count.get(), i + 1);
+            assert_eq!(count.get(), t.heard(1));
         }
-        let mut t = table();
-        let mut count = t.heard(0);
-        assert_eq!(count, 0);
-        assert!(take(&mut t, &mut count, 0, "a", US, 1));
-        assert!(take(&mut t, &mut count, 0, "b", US, 2));
-        // Heard again while heard: no more.
-        assert!(take(&mut t, &mut count, 10, "a", US + 1, 3));
-        // A refused word (a reply to no hello) makes no one heard.
-        assert_ne!(t.reply(20, US, "c", US, &Nonce([7; 16])), Take::Accept);
-        assert!(!t.is_heard("c", 20));
-        assert_eq!(count, t.heard(20));
-        // After the expiry, a's next word makes it heard again: counted afresh first.
-        count = t.heard(5_000);
-        assert_eq!(count, 0);
-        assert!(take(&mut t, &mut count, 5_000, "a", US + 2, 5));
-        assert_eq!(count, 1);
-        assert!(t.is_heard("a", 5_000) && !t.is_heard("b", 5_000) && !t.is_heard("z", 5_000));
+        // A quiet member of 199 says it speaks every 13 intervals: its word lasts 3 of them
+        // here, not the 6 intervals a fleet of none would allow.
+        assert_eq!(super::super::lasts_ms(13_000, 1_000, count.get()), 39_000);
+        // Heard again while heard: no more; a refused word (a reply to no hello): none.
+        let took = t.take_counted(&mut count, 2, "m0", |m| m.opinions(2, US, "m0", US + 1));
+        assert_eq!(took, Take::Accept);
+        let other = Nonce([7; 16]);
+        let took = t.take_counted(&mut count, 2, "x", |m| m.reply(2, US, "x", US, &other));
+        assert_ne!(took, Take::Accept);
+        assert_eq!(count.get(), 199);
+        assert_eq!(count.get(), t.heard(2));
+        // After the expiry, a member's next word makes it heard again: counted afresh first.
+        let mut count = t.headcount(5_000);
+        assert_eq!(count.get(), 0);
+        let again = Nonce([5; 16]);
+        t.hello_sent(5_000, again);
+        let took = t.take_counted(&mut count, 5_000, "m0", |m| {
+            m.reply(5_000, US, "m0", US + 2, &again)
+        });
+        assert_eq!(took, Take::Accept);
+        assert_eq!((count.get(), t.heard(5_000)), (1, 1));
+        assert!(t.is_heard("m0", 5_000) && !t.is_heard("m1", 5_000) && !t.is_heard("z", 5_000));
     }
 
     #[test]

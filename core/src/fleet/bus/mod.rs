@@ -28,7 +28,7 @@ pub mod status;
 
 pub use creds::Credentials;
 pub use frame::{Frame, FrameError, Kind};
-pub use members::{Members, Take, Why};
+pub use members::{Headcount, Members, Take, Why};
 pub use status::{BusState, BusStats};
 
 use sha2::{Digest, Sha256};
