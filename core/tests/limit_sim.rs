@@ -385,19 +385,20 @@ fn steady_overload_keeps_the_origin_busy_with_a_short_queue() {
 }
 
 #[test]
-fn a_healthy_origin_at_full_rate_sheds_nothing() {
-    // (workers, service ms, load, largest share shed after the first second). An M/M/1
-    // origin at 70 % queues on its own (means of 2 to 30 ms in 100 ms): the limit trims
-    // those queues a little.
-    for (c, s, load, most) in [
-        (4, 5.0, 0.5, 0.0),
-        (4, 5.0, 0.8, 0.0),
-        (16, 10.0, 0.7, 0.0),
-        (64, 20.0, 0.8, 0.0),
-        (1, 2.0, 0.5, 0.0),
-        (1, 2.0, 0.7, 0.02),
+fn a_healthy_origin_sheds_nothing_but_its_own_queues() {
+    // (workers, service ms, load, largest share shed after the first second in any run, and
+    // on average). Exponential origins near their capacity queue on their own (M/M/1 at 70 %:
+    // means of 2 to 30 ms in 100 ms); in some runs the limit trims those queues a little.
+    for (c, s, load, most, mean) in [
+        (4, 5.0, 0.5, 0.0, 0.0),
+        (4, 5.0, 0.8, 0.05, 0.005),
+        (16, 10.0, 0.7, 0.0, 0.0),
+        (64, 20.0, 0.8, 0.0, 0.0),
+        (1, 2.0, 0.5, 0.01, 0.001),
+        (1, 2.0, 0.7, 0.05, 0.005),
     ] {
-        for seed in 1..=5 {
+        let mut sum = 0.0;
+        for seed in 1..=SEEDS {
             let (_, run) = run_steady(c, s, load, 100 + seed);
             let start = summary(&run, 0, 1);
             let rest = summary(&run, 1, 20);
@@ -409,9 +410,20 @@ fn a_healthy_origin_at_full_rate_sheds_nothing() {
                 rest.shed_share <= most,
                 "c={c} s={s} load={load} seed={seed}"
             );
+            sum += rest.shed_share;
         }
+        let avg = sum / SEEDS as f64;
+        println!(
+            "healthy: c={c} s={s}ms load {load}: {:.3} % shed on average",
+            100.0 * avg
+        );
+        assert!(avg <= mean, "c={c} s={s} load={load}: {:.3} %", 100.0 * avg);
     }
 }
+
+/// Runs per healthy scenario: a queue that the origin's own randomness builds comes in some
+/// runs only.
+const SEEDS: u64 = 40;
 
 fn sick(rate: f64, retry_once: bool, seed: u64, fixed: bool) -> (Scenario, Run) {
     let sc = Scenario {

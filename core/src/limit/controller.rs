@@ -499,15 +499,21 @@ impl Limiter {
         }
         self.remeasure_busy = 0;
         let lower = self.lower_pin();
+        // A pin that demand never reached turned nobody away: halving it sheds requests on
+        // the strength of one mean's noise (a healthy origin's interval a quarter slower
+        // than the last one), so the smaller signals below count only at a held pin.
+        let held = s.reached(self.pin);
         // Latency that fell with the pin by more than the tolerance was still a queue.
-        let falling = sample * self.tolerated() < self.remeasure_ref_ms;
+        let falling = held && sample * self.tolerated() < self.remeasure_ref_ms;
         // A floor above the last one beyond the tolerance is checked at half the pin once: a
         // pin above the origin's own concurrency keeps a queue at the origin, out of sight
         // of in-flight (a periodic measurement's half limit, at the moment the origin slowed
         // down: the lab took 85 ms for a 30 ms origin, and the limit rose to 40). A latency
-        // that then falls was that queue, and the halving goes on.
-        let rose =
-            self.halved == 0 && (sample > self.min_ms * self.tolerated() || self.unheld_min != 0);
+        // that then falls was that queue, and the halving goes on. A floor that more than
+        // doubled (the gradient's floor) is no noise, held or not.
+        let far = sample * GRADIENT_MIN > self.min_ms * self.tolerated();
+        let rose = self.halved == 0
+            && (far || held && (sample > self.min_ms * self.tolerated() || self.unheld_min != 0));
         if lower < self.pin && (falling || rose) {
             // Latency fell with the concurrency, or has yet to show it does not: halve again.
             self.halved = 1;

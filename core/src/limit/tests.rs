@@ -615,6 +615,38 @@ fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
     );
 }
 
+/// A periodic measurement of a 5 ms floor under way at its pin of 10.
+fn pinned_at_ten() -> Story {
+    let mut st = Story::measured(20, 5);
+    while st.l.limit() < 20 {
+        st.saturated(5);
+    }
+    while !st.l.view().probing {
+        st.now += 1_000;
+        st.saturated(5);
+    }
+    assert_eq!(st.l.limit(), 10);
+    st
+}
+
+#[test]
+fn a_pin_nobody_reached_is_not_halved_on_a_floor_a_little_higher() {
+    // 7 ms is beyond the tolerance of 5 ms, but nothing waited on the pin: shedding at half
+    // of it would only turn away requests on a mean's noise.
+    let mut st = pinned_at_ten();
+    let u = st.step(7, 6);
+    assert_eq!(
+        (u.min_change, u.min_latency_ms),
+        (MinChange::PinMeasured, 7.0)
+    );
+    // The same answers with the pin reached are checked at half of it.
+    let mut st = pinned_at_ten();
+    assert_eq!(st.step(7, 10).min_change, MinChange::PinHalved);
+    // A floor that more than doubled is checked lower, reached or not.
+    let mut st = pinned_at_ten();
+    assert_eq!(st.step(13, 6).min_change, MinChange::PinHalved);
+}
+
 #[test]
 fn a_pinned_measurement_gives_up_if_the_origin_never_drains() {
     let mut st = Story::new(LimitConfig::default());
@@ -1018,11 +1050,16 @@ fn a_floor_measured_in_an_unlimited_starts_queue_is_checked_pinned() {
     let u = pinned.expect("a pinned measurement, limit unreached");
     assert!(!u.reached);
     assert_eq!(u.to, u.from / 2, "half the limit");
-    // Drained at the pin, at the old floor: checked at half again all the same.
+    // Drained at the pin, at the old floor: checked at half again all the same, since
+    // demand still reached the pin; below it, demand never needed more.
     let pin = u.to;
+    let unheld = l;
     now += 200;
     let u = l.record(now, &samples(20, 40, pin), 0).unwrap();
     assert_eq!((u.min_change, u.to), (MinChange::PinHalved, pin / 2));
+    let mut l = unheld;
+    let u = l.record(now, &samples(20, 40, pin - 1), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinMeasured);
 }
 
 #[test]
