@@ -5,7 +5,9 @@
 # first_byte while the upstream answers other sessions; a PROXY protocol header nginx sends
 # for clients that say nothing, to a server that waits for them; a client's own pause before
 # it speaks, with slow= set; a slow upload; idle clients that fill max_conns, so that nginx
-# finds no server free (502 without a connect).  Each would have opened its breaker.
+# finds no server free (502 without a connect); unfinished commands on new sessions while
+# the server answers only an application's pooled connections, opened and answered before
+# (their later replies are answers too).  Each would have opened its breaker.
 
 ###############################################################################
 
@@ -32,7 +34,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream/)->plan(12);
+my $t = Test::Nginx->new()->has(qw/stream/)->plan(14);
 
 # Every breaker would open on its 4th bad session of 4 (consecutive=20: the rate decides).
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
@@ -66,6 +68,12 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server { listen 127.0.0.1:%%PORT_8093%%; proxy_pass pause; }
     server { listen 127.0.0.1:%%PORT_8094%%; proxy_pass upload; }
     server { listen 127.0.0.1:%%PORT_8095%%; proxy_pass full; }
+
+    upstream pooled {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass pooled; proxy_timeout 1m; }
 EOF
 
 my $redis = CB::Redis->start($t, port(8091));
@@ -148,6 +156,23 @@ undef $idle;
 sleep 0.3;
 is(ping(port(8095)), "+PONG\r\n", 'max_conns free again: answered');
 is(ping(port(8090)), "+PONG\r\n", 'the first upstream still answers');
+
+# an application's pool of four connections, each answered once; then eight unfinished
+# commands on new sessions held past first_byte while only the pool's PINGs are answered
+
+my @pool = map { stream('127.0.0.1:' . port(8097)) } 1 .. 4;
+my $pooled = grep { $_->io("PING\r\n", read => 1, read_timeout => 3) eq "+PONG\r\n" } @pool;
+@held = map { my $s = stream('127.0.0.1:' . port(8097)); $s->write("*2\r\n"); $s } 1 .. 8;
+my $end = time() + 0.8;
+while (time() < $end) {
+	$pooled += grep { $_->io("PING\r\n", read => 1, read_timeout => 3) eq "+PONG\r\n" }
+		@pool;
+	sleep 0.05;
+}
+undef @held;
+undef @pool;
+cmp_ok($pooled, '>=', 20, "pooled connections: answered meanwhile ($pooled)");
+is(opened($t, 'pooled'), 0, 'unfinished commands while only pooled connections answer');
 
 ###############################################################################
 

@@ -5,7 +5,9 @@
 # not come within proxy_timeout — and while open no datagram reaches the origin (it counts
 # what it receives), the sessions' status is 503; answering again, the probes close it.  A
 # send-only UDP upstream (syslog, statsd: nginx's default proxy_responses expects no answer)
-# is never judged by silence.
+# is never judged by silence.  Datagrams a healthy server drops by its protocol cannot open
+# it while the server answers others, nor fail its probe: a UDP session's silence is judged
+# as a TCP one's past first_byte.
 
 ###############################################################################
 
@@ -30,7 +32,7 @@ use CB::Nginx qw/ stream_conf start log_count /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(9);
+my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(13);
 
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     log_format s '$status $upstream_addr';
@@ -44,6 +46,18 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server {
         listen 127.0.0.1:%%PORT_8980_UDP%% udp;
         proxy_pass dns;
+        proxy_responses 1;
+        proxy_timeout 300ms;
+    }
+
+    upstream picky {
+        server 127.0.0.1:%%PORT_8985_UDP%%;
+        circuit_breaker min_requests=4 consecutive=20 open=1s;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8984_UDP%% udp;
+        proxy_pass picky;
         proxy_responses 1;
         proxy_timeout 300ms;
     }
@@ -64,9 +78,11 @@ my $dir = $t->testdir();
 $t->run_daemon(\&echo, port(8981), "$dir/mute", "$dir/received");
 $t->write_file('sink-mute', '');
 $t->run_daemon(\&echo, port(8983), "$dir/sink-mute", "$dir/sink-received");
+$t->run_daemon(\&echo, port(8985), "$dir/picky-mute", "$dir/picky-received", 'junk');
 start($t);
 $t->waitforfile("$dir/received") or die "no echo server\n";
 $t->waitforfile("$dir/sink-received") or die "no sink\n";
+$t->waitforfile("$dir/picky-received") or die "no picky server\n";
 
 ###############################################################################
 
@@ -117,13 +133,45 @@ is(log_count($t, qr/"dns" closed/), 1, 'answering again: closed by probes');
 is(ask(), 'ping', 'answering again: echoed');
 is(log_count($t, qr/"dns" opened/), 1, 'one opened line for the whole episode');
 
+# datagrams the server drops (two to each answered one, each from a port of its own): their
+# sessions time out after others were answered
+my $picky = port(8984);
+my $good = 0;
+for (1 .. 5) {
+	dgram("127.0.0.1:$picky")->write('junk') for 1 .. 2;
+	$good++ if (dgram("127.0.0.1:$picky")->io('ping', read_timeout => 0.6) // '') eq 'ping';
+	sleep 0.4;
+}
+is($good, 5, 'dropped datagrams beside answered ones: answered');
+is(log_count($t, qr/"picky" opened/), 0, 'dropped datagrams beside answered ones: never opened');
+
+# alone, they open it (nobody else to answer: a quiet spell looks like a dead server); the
+# probe taken by a dropped datagram is no verdict, and the next answered one closes it
+for (1 .. 6) {
+	dgram("127.0.0.1:$picky")->write('junk');
+	sleep 0.05;
+}
+$end = time() + 3;
+sleep 0.1 while time() < $end && log_count($t, qr/"picky" opened/) == 0;
+is(log_count($t, qr/"picky" opened/), 1, 'dropped datagrams alone: opened');
+sleep 1.2;
+dgram("127.0.0.1:$picky")->write('junk');
+sleep 0.5;
+$end = time() + 10;
+while (time() < $end && log_count($t, qr/"picky" closed/) == 0) {
+	dgram("127.0.0.1:$picky")->io('ping', read_timeout => 0.6);
+	sleep 0.1;
+}
+ok(log_count($t, qr/"picky" closed/) == 1 && log_count($t, qr/"picky" (re)?opened/) == 1,
+	'a dropped datagram as the probe: no verdict, closed by the next');
+
 ###############################################################################
 
-# one datagram back per datagram, unless MUTE exists; a byte appended to RECEIVED per
-# datagram received
+# one datagram back per datagram, unless MUTE exists or it is DROP; a byte appended to
+# RECEIVED per datagram received
 
 sub echo {
-	my ($port, $mute, $received) = @_;
+	my ($port, $mute, $received, $drop) = @_;
 	my $s = IO::Socket::INET->new(Proto => 'udp', LocalAddr => "127.0.0.1:$port")
 		or die "echo: $!\n";
 	open my $fh, '>', $received or die "echo: $!\n";
@@ -131,6 +179,7 @@ sub echo {
 	while (1) {
 		my $from = $s->recv(my $buf, 512) // next;
 		print $fh '.';
+		next if defined $drop && $buf eq $drop;
 		$s->send($buf, 0, $from) unless -e $mute;
 	}
 }

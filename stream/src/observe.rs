@@ -57,6 +57,11 @@ unsafe extern "C" fn filter(
     if Word::held(w) {
         // SAFETY: as above.
         unsafe { bytes(s, input, w, from_upstream != 0) };
+    } else if from_upstream != 0 {
+        if let Some(lane) = Word::answered_lane(w) {
+            // SAFETY: as above.
+            unsafe { replied(s, input, lane) };
+        }
     }
     // SAFETY: the next filter, set when ours was put in front of it.
     match unsafe { NEXT_FILTER } {
@@ -100,6 +105,26 @@ unsafe fn bytes(s: *mut ngx_stream_session_t, input: *mut ngx_chain_t, w: u64, u
             }
             // SAFETY: as above.
             (word, up) => unsafe { seen(s, mcf, word, up, now) },
+        }
+    });
+}
+
+/// Bytes from the server of a session judged already, in lane `lane`: an answer, noted for
+/// the silence rule ([`held::silent`]). An application's pooled connections are answered on
+/// sessions judged long ago; without this, a server busy answering them looked hung to a
+/// client's unfinished commands on new sessions. Out of line, as [`bytes`].
+///
+/// # Safety
+/// `s` must be a live session, `input` the chain nginx passes with it.
+#[inline(never)]
+unsafe fn replied(s: *mut ngx_stream_session_t, input: *mut ngx_chain_t, lane: u16) {
+    if !carries_data(input) {
+        return;
+    }
+    guard((), || {
+        // SAFETY: as above.
+        if let Some(mcf) = unsafe { conf::of_session(s) } {
+            held::replied(mcf, lane, mono_ms());
         }
     });
 }
@@ -211,7 +236,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, mcf: &MainConf, word: Word, up: boo
                 }
                 None => return,
             },
-            Word::Free | Word::Refused(_) | Word::Said(_) => return,
+            Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) => return,
         };
         // SAFETY: `s` is live.
         let server = ejects
@@ -251,7 +276,7 @@ unsafe fn seen(s: *mut ngx_stream_session_t, mcf: &MainConf, word: Word, up: boo
                 Some(None) => {}
             }
         }
-        Word::Free | Word::Refused(_) | Word::Said(_) => {}
+        Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) => {}
     }
 }
 
@@ -279,7 +304,7 @@ pub unsafe extern "C" fn log_phase(s: *mut ngx_stream_session_t) -> ngx_int_t {
 unsafe fn ended(s: *mut ngx_stream_session_t, w: u64) -> ngx_int_t {
     guard(NGX_OK as ngx_int_t, || {
         let word = Word::from_bits(w);
-        if let Word::Free | Word::Refused(_) | Word::Said(_) = word {
+        if let Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) = word {
             return NGX_OK as ngx_int_t;
         }
         // SAFETY: as above.
@@ -326,7 +351,9 @@ unsafe fn ended(s: *mut ngx_stream_session_t, w: u64) -> ngx_int_t {
                 Some(h) => h,
                 None => return NGX_OK as ngx_int_t,
             },
-            Word::Free | Word::Refused(_) | Word::Said(_) => return NGX_OK as ngx_int_t,
+            Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) => {
+                return NGX_OK as ngx_int_t
+            }
         };
         let end = session::Ended {
             status: u16::try_from(status).unwrap_or(0),
@@ -340,13 +367,16 @@ unsafe fn ended(s: *mut ngx_stream_session_t, w: u64) -> ngx_int_t {
             .then(|| unsafe { server_now(s, mcf, h.upstream) })
             .flatten();
         match session::ended(&end) {
-            // The last try's server, connected or not (a refused connect is its failure);
-            // but a UDP server's unanswered datagrams are no verdict on it: a client can send
-            // what a server drops without a word.
-            Some(a) => {
-                let server = server.filter(|_| tried && !(mute && a.ending == Ending::Timeout));
-                held::settle(mcf, &h, server, &a, log)
+            // Nothing came back after the client's bytes (a UDP server's missing responses,
+            // a connection that failed after them): silence, which a client can cause (a
+            // datagram the server drops, a command it holds), judged as the bound's is — a
+            // failure only while the upstream answered nobody, a probe's no verdict; and a
+            // UDP server's unanswered datagrams are never its own failure.
+            Some(a) if a.ending == Ending::Timeout => {
+                held::silence(mcf, &h, server.filter(|_| tried), !mute, &a, log)
             }
+            // The last try's server, connected or not (a refused connect is its failure).
+            Some(a) => held::settle(mcf, &h, server.filter(|_| tried), &a, log),
             None => held::unjudged(mcf, &h, log),
         }
         NGX_OK as ngx_int_t

@@ -201,21 +201,54 @@ pub fn settle(
 /// its server of a pool, unless that server did. A probe's silence is no verdict: its probe is
 /// given back (a client could otherwise fail the probe at will and keep the breaker open).
 pub fn silent(mcf: &MainConf, held: &Held, log: *mut ngx_log_t) {
+    let attempt = session::silent(mono_ms().saturating_sub(held.start_ms));
+    silence(mcf, held, None, true, &attempt, log);
+}
+
+/// A session that nothing came back to after its client's bytes, as `attempt` (a timeout):
+/// as [`silent`], on its server of a pool (`server`, or the lane it waited in) only when
+/// `on_server`.
+pub fn silence(
+    mcf: &MainConf,
+    held: &Held,
+    server: Option<u16>,
+    on_server: bool,
+    attempt: &Attempt,
+    log: *mut ngx_log_t,
+) {
     if !matches!(held.ticket, Ticket::Normal) {
         unjudged(mcf, held, log);
         return;
     }
-    let attempt = session::silent(mono_ms().saturating_sub(held.start_ms));
-    settle_if(mcf, held, None, &attempt, log, |zone, scf, server| {
+    settle_if(mcf, held, server, attempt, log, |zone, scf, server| {
         let upstream = zone.answered_ms(scf.handle.get());
-        let on_server = server
+        let answered = server
+            .filter(|_| on_server)
             .and_then(|i| server_handle(scf, i))
             .map(|h| zone.answered_ms(h));
         (
             session::silence_counts(upstream, held.sent_ms),
-            on_server.is_some_and(|at| session::silence_counts(at, held.sent_ms)),
+            answered.is_some_and(|at| session::silence_counts(at, held.sent_ms)),
         )
     });
+}
+
+/// A server replied at `now` on a session of lane `lane` judged already: noted as an answer,
+/// of its upstream and of its server of a pool, for [`silent`].
+pub fn replied(mcf: &MainConf, lane: u16, now: u64) {
+    let (upstream, server) = mcf.lanes.owner(lane);
+    let Some(&scf) = mcf.upstreams.get(usize::from(upstream)) else {
+        return;
+    };
+    // SAFETY: upstream confs live as long as the configuration.
+    let scf = unsafe { &*scf };
+    let Some(zone) = mcf.zone() else {
+        return;
+    };
+    zone.note_answer(scf.handle.get(), now);
+    if let Some(h) = server.and_then(|i| server_handle(scf, i)) {
+        zone.note_answer(h, now);
+    }
 }
 
 /// Sessions of one lane that kept silent past their bound, counted by the wheel: as

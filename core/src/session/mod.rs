@@ -74,9 +74,11 @@ pub fn succeeds(a: &Attempt, cfg: &BreakerConfig) -> bool {
 /// Whether a session's silence since the client's last bytes (`sent_ms`) is the server's:
 /// only if the upstream answered no session since (`answered_ms`, its last answer in any
 /// worker). A server that answers anyone is not hung: the client made its own session wait.
+/// An answer in the same millisecond is taken as since: nginx's clock moves once per turn
+/// of its event loop, and a client's datagram and another's answer often share one.
 #[inline]
 pub fn silence_counts(answered_ms: u64, sent_ms: u64) -> bool {
-    answered_ms <= sent_ms
+    answered_ms < sent_ms
 }
 
 /// The first-byte bound ran out, `ms` after nginx began connecting, with the client's bytes
@@ -176,7 +178,18 @@ pub fn logged(l: &Logged, first_byte_ms: u32) -> Judged {
         // The try that failed, as the other times; 0 when its length was not logged.
         ms: l.try_ms.unwrap_or(0),
     };
-    ended(&e).map_or(Judged::Nothing, Judged::Ended)
+    match ended(&e) {
+        // Nothing came back after the client's bytes (a UDP server's missing responses, a
+        // connection that failed after them): silence, as live, from the connect to the
+        // try's end (the whole session's, when the try's length was not logged).
+        Some(attempt) if attempt.ending == Ending::Timeout => Judged::Silent {
+            attempt,
+            sent_ms: l.connect_ms.unwrap_or(0),
+            at_ms: l.try_ms.unwrap_or(u64::MAX),
+        },
+        Some(attempt) => Judged::Ended(attempt),
+        None => Judged::Nothing,
+    }
 }
 
 #[cfg(test)]
@@ -243,8 +256,8 @@ mod tests {
             "answered before the client's last bytes"
         );
         assert!(
-            silence_counts(1_000, 1_000),
-            "in the same millisecond, before them"
+            !silence_counts(1_000, 1_000),
+            "in the same millisecond: not known to be before them"
         );
         assert!(
             !silence_counts(1_001, 1_000),
@@ -415,12 +428,18 @@ mod tests {
             logged(&log(502, None, None, false, 1), 3_000),
             Judged::Ended(Attempt::ended(Ending::Error, 1))
         );
-        // Connected, the client's bytes up, then the server failed before the bound.
+        // Connected, the client's bytes up, then the server failed before the bound: silence
+        // from the connect, counted only if nobody was answered meanwhile, as live.
         assert_eq!(
             logged(&log(502, Some(1), None, true, 100), 3_000),
-            Judged::Ended(Attempt::ended(Ending::Timeout, 100))
+            Judged::Silent {
+                attempt: Attempt::ended(Ending::Timeout, 100),
+                sent_ms: 1,
+                at_ms: 100,
+            }
         );
-        // UDP: never a silent candidate, however long; its failure is the 502.
+        // UDP: never a candidate of first_byte's, however long; its 502 is silence, from the
+        // connect to the session's end.
         let udp = |status, fb| Logged {
             udp: true,
             ..log(status, Some(0), fb, true, 60_000)
@@ -428,7 +447,11 @@ mod tests {
         assert_eq!(logged(&udp(200, None), 3_000), Judged::Nothing);
         assert_eq!(
             logged(&udp(502, None), 3_000),
-            Judged::Ended(Attempt::ended(Ending::Timeout, 60_000))
+            Judged::Silent {
+                attempt: Attempt::ended(Ending::Timeout, 60_000),
+                sent_ms: 0,
+                at_ms: 60_000,
+            }
         );
         assert!(matches!(
             logged(&udp(200, Some(10_000)), 3_000),

@@ -4,10 +4,12 @@
 //! names its place in the worker's [`super::Table`], which holds its ticket.
 //!
 //! Once judged (or refused, or handed to a backup), the word keeps what the breaker said, for
-//! `$circuit_breaker_state` in the access log.
+//! `$circuit_breaker_state` in the access log; an ordinary session judged keeps its lane too
+//! ([`Word::Answered`]), so that its server's later replies still tell that it answers.
 //!
 //! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
-//! recovery ramp; with 6: refused while half-open; with 2 to 5: [`Said`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
+//! recovery ramp; with 6: refused while half-open; with 2 to 5: [`Said`]; with 7 and a lane
+//! in 40–55: [`Word::Answered`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
 //! silence says nothing, 59: a dry run's breaker would have refused it, 58: it is in its
 //! server's lane, 40–55: its lane ([`super::Lanes`]: its upstream's, or its server's),
 //! 0–39: an instant, modulo 2⁴⁰ ms — 34 years); a word with neither is a [`SessionId`]
@@ -24,6 +26,9 @@ const SAID_HALF_OPEN: u64 = REFUSED | 3;
 const SAID_BACKUP: u64 = REFUSED | 4;
 const SAID_DRY_OPEN: u64 = REFUSED | 5;
 const REFUSED_HALF_OPEN: u64 = REFUSED | 6;
+const ANSWERED: u64 = REFUSED | 7;
+/// The bits that tell an [`Word::Answered`] word: all but its lane.
+const ANSWERED_TAG: u64 = !(UPSTREAM_MASK << UPSTREAM_SHIFT);
 const PLAIN: u64 = 1 << 62;
 const SENT: u64 = 1 << 61;
 const MUTE: u64 = 1 << 60;
@@ -49,6 +54,10 @@ pub enum Word {
     Probe(SessionId),
     /// An ordinary session, not judged yet.
     Plain(Plain),
+    /// An ordinary session judged (the breaker closed), in its lane: its server's replies
+    /// from then on are noted as answers, since an application's pooled connections are
+    /// answered on sessions judged long ago, and a server that answers them is not hung.
+    Answered(u16),
     /// Judged, or handed to a backup: what the breaker said.
     Said(Said),
 }
@@ -105,6 +114,7 @@ impl Word {
             Word::Said(Said::DryOpen) => SAID_DRY_OPEN,
             Word::Probe(id) => id.to_word(),
             Word::Plain(p) => p.0,
+            Word::Answered(lane) => ANSWERED | (u64::from(lane) << UPSTREAM_SHIFT),
         }
     }
 
@@ -122,6 +132,7 @@ impl Word {
             SAID_HALF_OPEN => Word::Said(Said::HalfOpen),
             SAID_BACKUP => Word::Said(Said::Backup),
             SAID_DRY_OPEN => Word::Said(Said::DryOpen),
+            _ if w & ANSWERED_TAG == ANSWERED => Word::Answered(lane_of(w)),
             _ if w & REFUSED != 0 => Word::Free,
             _ => SessionId::from_word(w).map_or(Word::Free, Word::Probe),
         }
@@ -132,6 +143,13 @@ impl Word {
     #[inline]
     pub fn held(w: u64) -> bool {
         (w as i64) > 0
+    }
+
+    /// The lane of a context cell's word that is [`Word::Answered`]: one mask and compare,
+    /// for the stream filter's calls with bytes from a server.
+    #[inline]
+    pub fn answered_lane(w: u64) -> Option<u16> {
+        (w & ANSWERED_TAG == ANSWERED).then(|| lane_of(w))
     }
 
     /// What `$circuit_breaker_state` says of the session: `closed`, `half_open` (the probe),
@@ -146,7 +164,7 @@ impl Word {
                 Some("half_open")
             }
             Word::Plain(p) if p.dry_open() => Some("open"),
-            Word::Plain(_) | Word::Said(Said::Closed) => Some("closed"),
+            Word::Plain(_) | Word::Said(Said::Closed) | Word::Answered(_) => Some("closed"),
             Word::Said(Said::Backup) => Some("backup"),
         }
     }
@@ -156,10 +174,16 @@ impl Word {
         match self {
             Word::Probe(_) => Word::Said(Said::HalfOpen),
             Word::Plain(p) if p.dry_open() => Word::Said(Said::DryOpen),
-            Word::Plain(_) => Word::Said(Said::Closed),
+            Word::Plain(p) => Word::Answered(p.lane()),
             w => w,
         }
     }
+}
+
+/// The lane in bits 40–55 of a word.
+#[inline]
+fn lane_of(w: u64) -> u16 {
+    ((w >> UPSTREAM_SHIFT) & UPSTREAM_MASK) as u16
 }
 
 /// An ordinary session's word: see the module's documentation.
@@ -195,7 +219,7 @@ impl Plain {
     /// Its lane: its upstream's index, or once placed its server's lane.
     #[inline]
     pub fn lane(self) -> u16 {
-        ((self.0 >> UPSTREAM_SHIFT) & UPSTREAM_MASK) as u16
+        lane_of(self.0)
     }
 
     /// Whether it was placed in its server's lane.
@@ -266,6 +290,31 @@ mod tests {
             prop_assert_eq!(s.lane(), p.lane());
             prop_assert_eq!(s.mute(), mute);
             prop_assert_eq!(s.since(start + pause + later), start + pause);
+        }
+
+        #[test]
+        fn a_judged_session_keeps_its_lane_and_nothing_else_reads_as_one(
+            upstream in 0usize..MAX_UPSTREAMS,
+            start in 0u64..(1 << 50),
+            mute: bool,
+            other: u64,
+        ) {
+            let p = Plain::new(upstream, start, mute).unwrap();
+            let w = Word::Plain(p).judged().to_bits();
+            prop_assert!(!Word::held(w));
+            prop_assert_eq!(Word::answered_lane(w), Some(p.lane()));
+            prop_assert_eq!(Word::from_bits(w), Word::Answered(p.lane()));
+            prop_assert_eq!(Word::from_bits(w).state(), Some("closed"));
+            // Any other word's bits (a plain one, a probe's id, what the breaker said) are
+            // no answered session's: the filter notes no reply for them.
+            let read = Word::from_bits(other);
+            prop_assert_eq!(
+                Word::answered_lane(other).is_some(),
+                matches!(read, Word::Answered(_))
+            );
+            if let Word::Answered(lane) = read {
+                prop_assert_eq!(Word::Answered(lane).to_bits(), other);
+            }
         }
 
         #[test]
@@ -352,7 +401,8 @@ mod tests {
         );
         let p = Word::Plain(Plain::new(3, 9, false).unwrap());
         assert!(Word::held(p.to_bits()) && !Word::held(0));
-        assert_eq!(p.judged(), Word::Said(Said::Closed));
+        assert_eq!(p.judged(), Word::Answered(3));
+        assert_eq!(p.judged().state(), Some("closed"));
         // A dry run's breaker that would have refused it: open, before and after.
         let dry = Plain::new(3, 9, false).unwrap().would_refuse();
         assert_eq!(Word::Plain(dry).state(), Some("open"));
