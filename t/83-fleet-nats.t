@@ -26,6 +26,10 @@
 #      another member's subjects (subject) -- the recording being one that
 #      said i0's breaker open, with i1's own fingerprint, and had made i1
 #      suspicious when it was news;
+#   c2. i2's hellos, recorded, replayed in turn on its hello subject every few
+#      milliseconds while i2 restarts: i2 still hears both members at once (a
+#      hello is answered only when newer than every one taken from its sender;
+#      the recordings used up every turn of i0's and i1's before);
 #   d. members are listed (fleet.peers, fleet.bus.members) as they speak, and
 #      one that stops is gone three intervals after it was last heard;
 #   g. i0, quiet among 19 members the test plays (holding the key, each
@@ -51,6 +55,8 @@ use strict;
 
 use Test::More;
 
+use POSIX ();
+
 use FindBin;
 use Time::HiRes qw/ sleep time /;
 
@@ -67,7 +73,7 @@ use CB::Nats;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(47);
+my $t = Test::Nginx->new()->has(qw/http proxy access/)->plan(48);
 
 my ($module) = ($ENV{TEST_NGINX_GLOBALS} // '') =~ /load_module\s+([^;\s]+)/;
 plan(skip_all => 'no module in TEST_NGINX_GLOBALS') unless $module;
@@ -323,6 +329,39 @@ is(join(' ', breakers($f, 0 .. 2)), join(' ', ('closed/0/0/-') x 3),
 	'no breaker moved, none suspicious');
 is(join(' ', map { fleet_breaker($f, $_)->{peers_open} // '?' } 0 .. 2),
 	'0 0 0', 'no member open in anyone\'s view');
+
+###############################################################################
+# c2. recorded hellos replayed in turn
+
+mark('c2. hellos replayed');
+
+my @hellos2 = map { $_->{payload} } $rec->msgs(sub {
+	my $h = CB::Nats::header($_[0]{payload});
+	$_[0]{subject} eq $O{i2}{hello} && $h && $h->{kind} eq 'hello' && $h->{sender} eq 'i2'
+});
+die "fewer than two recorded hellos of i2\n" unless @hellos2 >= 2;
+$f->stop(2);
+# the recordings are older than a round of their hellos: i2 awaits no answer to them
+sleep 1.2;
+my $replayer = fork() // die "fork: $!\n";
+if ($replayer == 0) {
+	my $c = CB::Nats::Client->new(port => $n->port) or POSIX::_exit(1);
+	my $end = time() + 8;
+	my $i = 0;
+	while (time() < $end) {
+		$c->publish($O{i2}{hello}, $hellos2[$i++ % 2]);
+		$c->flush(5) if $i % 50 == 0;
+		sleep 0.002;
+	}
+	POSIX::_exit(0);
+}
+my $restarted = time();
+$f->start(2, fleet => 1);
+my $knows = CB::Fleet::within(6, sub { $f->members(2) eq 'i0 i1' && time() });
+kill 'TERM', $replayer;
+waitpid($replayer, 0);
+ok($knows, sprintf('recorded hellos replayed in turn: i2 restarted knows both within %.1fs',
+	($knows // time()) - $restarted)) or diag(explain($f->fleet_status(2)));
 
 ###############################################################################
 # d. members come and go as they speak

@@ -103,7 +103,7 @@ impl Member {
         let Ok(Frame::Hello { sender, seq, nonce }) = frame::open(&key(), payload) else {
             return None;
         };
-        if !self.members.hello_from(now, US, &sender, seq, &nonce) {
+        if !self.members.hello_from(now, US, &sender, seq) {
             return None;
         }
         self.seq += 1;

@@ -464,6 +464,9 @@ async fn carry(
     let mut reads = 0u64;
     let up_at = mono_ms();
     let mut steady = false;
+    // A PONG came to a PING of this connection's: a server that completes the handshake and
+    // then says nothing is not up.
+    let mut ponged = false;
     loop {
         if net::exiting() {
             return Ended::Exiting;
@@ -478,7 +481,7 @@ async fn carry(
             }
         }
         let now = mono_ms();
-        if !steady && now >= up_at + ping_every.as_millis() as u64 && pings_out == 0 {
+        if !steady && ponged && now >= up_at + ping_every.as_millis() as u64 && pings_out == 0 {
             // Up a whole ping interval, answering: the outage, if any, is over.
             steady = true;
             let told = ex.borrow_mut().bus.as_mut().and_then(|b| {
@@ -523,7 +526,10 @@ async fn carry(
                             ServerOp::Msg(m) => ex.borrow_mut().bus_message(m),
                             // One PONG answers every PING of a read.
                             ServerOp::Ping => pong = true,
-                            ServerOp::Pong => pings_out = 0,
+                            ServerOp::Pong => {
+                                pings_out = 0;
+                                ponged = true;
+                            }
                             ServerOp::Ok => {}
                             ServerOp::Info(info) => {
                                 parser.set_max_payload(info.max_payload);

@@ -123,7 +123,7 @@ impl Exchange {
                 (take, every_ms, message)
             }
             Frame::Hello { sender, seq, nonce } => {
-                if b.members.hello_from(now, now_us, &sender, seq, &nonce) {
+                if b.members.hello_from(now, now_us, &sender, seq) {
                     self.bus_answer(now, &sender, &nonce);
                 }
                 return false;

@@ -18,7 +18,10 @@
 //! Bounded: at most `max` members, of which at most [`MAX_UNVERIFIED`] not yet believed (a
 //! believed one takes the place of the oldest of those when full); every hello of this
 //! instance kept for a round and at most [`MAX_HELLOS`] at once; one answer per member per
-//! pace, and none to a hello answered already.
+//! pace, and none to a hello no newer than the last one taken from it (so that recorded
+//! hellos replayed use up no turn). A recording refused asks its member for nothing while
+//! that member's word is current, and such asks are at most one per pace in all (so that
+//! replayed opinions cannot make the fleet ask and answer each other).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -98,9 +101,11 @@ struct Member {
     heard_ms: Option<u64>,
     /// When this instance last asked it (a targeted hello).
     asked_ms: Option<u64>,
-    /// When this instance last answered its hello, and which.
+    /// When this instance last answered its hello.
     answered_ms: Option<u64>,
-    answered_nonce: Option<Nonce>,
+    /// The sequence of its newest hello taken (answered, or not due yet): an older one is a
+    /// recording.
+    hello_seq: Option<u64>,
     /// When it was first seen (any sealed message): one never heard is forgotten after the
     /// expiry too.
     seen_ms: u64,
@@ -140,6 +145,8 @@ pub struct Members {
     members: HashMap<String, Member>,
     hellos: VecDeque<Hello>,
     refused: [u64; Why::ALL.len()],
+    /// When a refused recording last made this instance ask its member.
+    replay_asked_ms: Option<u64>,
 }
 
 impl Members {
@@ -154,6 +161,7 @@ impl Members {
             members: HashMap::new(),
             hellos: VecDeque::new(),
             refused: [0; Why::ALL.len()],
+            replay_asked_ms: None,
         }
     }
 
@@ -281,6 +289,9 @@ impl Members {
             return self.refuse(why, false);
         }
         let pace = self.pace_ms;
+        let spare = self
+            .replay_asked_ms
+            .map_or(true, |t| now_ms.saturating_sub(t) >= pace);
         let Some(m) = self.member(now_ms, sender, false) else {
             return self.refuse(Why::Full, false);
         };
@@ -291,7 +302,17 @@ impl Members {
                 Take::Accept
             }
             Some(_) => {
-                let ask = Self::ask(pace, now_ms, m);
+                // A recording, or a member whose clock went back, which only an ask (its
+                // reply) lets be heard again. While its word is current (taken within a
+                // round), its clock did not go back; and replayed recordings of every member
+                // would otherwise have each instance ask, and each member answer, every pace.
+                let current = m
+                    .heard_ms
+                    .is_some_and(|t| now_ms.saturating_sub(t) < pace.saturating_mul(4));
+                let ask = spare && !current && Self::ask(pace, now_ms, m);
+                if ask {
+                    self.replay_asked_ms = Some(now_ms);
+                }
                 self.refuse(Why::Replayed, ask)
             }
             None => {
@@ -369,17 +390,11 @@ impl Members {
         Take::Accept
     }
 
-    /// A sealed hello of `sender` at sequence `seq` with `nonce`: whether to answer it now.
-    /// Once per pace per member, and never twice to one nonce (so that a recorded hello
-    /// replayed cannot use up the member's turns).
-    pub fn hello_from(
-        &mut self,
-        now_ms: u64,
-        now_us: u64,
-        sender: &str,
-        seq: u64,
-        nonce: &Nonce,
-    ) -> bool {
+    /// A sealed hello of `sender` at sequence `seq`: whether to answer it now. Once per pace
+    /// per member, and only a hello newer than any taken from it before: recorded hellos
+    /// replayed in turn (each of another nonce) would otherwise use up every turn of the
+    /// member's, and starve its own hellos of answers.
+    pub fn hello_from(&mut self, now_ms: u64, now_us: u64, sender: &str, seq: u64) -> bool {
         if sender == self.own {
             self.refuse(Why::OwnId, false);
             return false;
@@ -393,15 +408,15 @@ impl Members {
             self.refuse(Why::Full, false);
             return false;
         };
-        if m.answered_nonce == Some(*nonce) {
+        if m.hello_seq.is_some_and(|last| seq <= last) {
             return false;
         }
+        m.hello_seq = Some(seq);
         let due = m
             .answered_ms
             .map_or(true, |t| now_ms.saturating_sub(t) >= pace);
         if due {
             m.answered_ms = Some(now_ms);
-            m.answered_nonce = Some(*nonce);
         }
         due
     }
@@ -585,15 +600,24 @@ mod tests {
     fn a_member_whose_clock_went_back_is_heard_again_through_a_reply() {
         let mut t = table();
         verified(&mut t, 0, "a", US, 1);
+        // Its word still current: a recording as far as anyone can tell.
         assert_eq!(
             t.opinions(300, US, "a", US - 1_000_000),
+            Take::Refuse {
+                why: Why::Replayed,
+                ask: false
+            }
+        );
+        // Nothing taken from it for a round: asked.
+        assert_eq!(
+            t.opinions(1_000, US, "a", US - 999_500),
             Take::Refuse {
                 why: Why::Replayed,
                 ask: true
             }
         );
-        verified(&mut t, 310, "a", US - 999_000, 2);
-        assert_eq!(t.opinions(600, US, "a", US - 998_000), Take::Accept);
+        verified(&mut t, 1_010, "a", US - 999_000, 2);
+        assert_eq!(t.opinions(1_300, US, "a", US - 998_000), Take::Accept);
     }
 
     #[test]
@@ -607,7 +631,7 @@ mod tests {
                 ask: false
             }
         ));
-        assert!(!t.hello_from(0, US, "a", old, &Nonce([1; 16])));
+        assert!(!t.hello_from(0, US, "a", old));
         t.hello_sent(0, Nonce([3; 16]));
         assert!(matches!(
             t.reply(0, US, "a", old, &Nonce([3; 16])),
@@ -629,7 +653,7 @@ mod tests {
             t.opinions(0, US, "e", US),
             Take::Refuse { why: Why::Full, .. }
         ));
-        assert!(!t.hello_from(0, US, "e", US, &Nonce([7; 16])));
+        assert!(!t.hello_from(0, US, "e", US));
         assert!(matches!(
             t.opinions(0, US, "me", US),
             Take::Refuse {
@@ -679,16 +703,73 @@ mod tests {
     }
 
     #[test]
-    fn hellos_are_answered_once_per_pace_and_never_twice_to_one_nonce() {
+    fn hellos_are_answered_once_per_pace_and_only_when_newer() {
         let mut t = table();
-        let (n1, n2) = (Nonce([1; 16]), Nonce([2; 16]));
-        assert!(t.hello_from(0, US, "a", US, &n1));
-        assert!(!t.hello_from(100, US, "a", US, &n2));
-        // A replay of the answered hello uses no turn: the next fresh one is answered.
-        assert!(!t.hello_from(250, US, "a", US, &n1));
-        assert!(t.hello_from(250, US, "a", US, &n2));
-        assert!(t.hello_from(250, US, "b", US, &n1));
-        assert!(!t.hello_from(0, US, "me", US, &n1));
+        assert!(t.hello_from(0, US, "a", US));
+        // Newer, but within the pace: not answered, and no older one is after it.
+        assert!(!t.hello_from(100, US, "a", US + 1));
+        // Replays of hellos taken (answered or not) use no turn: the next fresh one is
+        // answered.
+        assert!(!t.hello_from(250, US, "a", US));
+        assert!(!t.hello_from(250, US, "a", US + 1));
+        assert!(t.hello_from(250, US, "a", US + 2));
+        assert!(t.hello_from(250, US, "b", US));
+        assert!(!t.hello_from(0, US, "me", US));
+    }
+
+    #[test]
+    fn recorded_hellos_replayed_in_turn_never_starve_a_members_own() {
+        // Two recordings of a's hellos, replayed in turn as fast as the bus carries them,
+        // each of its own nonce; a's own hellos come once a pace, each newer.
+        let mut t = table();
+        assert!(t.hello_from(0, US, "a", US));
+        assert!(t.hello_from(250, US, "a", US + 250_000));
+        let mut answered = 0;
+        for step in 2..40u64 {
+            let now = step * 250;
+            for i in 0..50 {
+                let old = if i % 2 == 0 { US } else { US + 250_000 };
+                assert!(!t.hello_from(now, US, "a", old));
+            }
+            answered += usize::from(t.hello_from(now + 1, US, "a", US + step * 250_000));
+        }
+        assert_eq!(answered, 38);
+    }
+
+    #[test]
+    fn recordings_of_current_members_make_no_asks_and_others_one_per_pace_in_all() {
+        let mut t = table();
+        for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
+            verified(&mut t, 0, id, US, i as u8 + 1);
+        }
+        // Replays of current members' words: refused, no ask.
+        for now in [10, 300, 600] {
+            for id in ["a", "b", "c"] {
+                assert_eq!(
+                    t.opinions(now, US, id, US),
+                    Take::Refuse {
+                        why: Why::Replayed,
+                        ask: false
+                    }
+                );
+            }
+        }
+        // A round later, nobody current: one ask per pace, across all of them.
+        let asks = |t: &mut Members, now| {
+            ["a", "b", "c"]
+                .into_iter()
+                .filter(|id| {
+                    t.opinions(now, US, id, US)
+                        == Take::Refuse {
+                            why: Why::Replayed,
+                            ask: true,
+                        }
+                })
+                .count()
+        };
+        assert_eq!(asks(&mut t, 1_000), 1);
+        assert_eq!(asks(&mut t, 1_100), 0);
+        assert_eq!(asks(&mut t, 1_250), 1);
     }
 
     proptest! {
