@@ -5,7 +5,9 @@
 # that stall until the origin gives up reading them, an HTTP/2 client whose windows are 0
 # behind proxy_buffering off, slow readers where the spool is bounded, probes answered with
 # a header too big for nginx's buffer, a slow reader of a probe whose origin says
-# X-Accel-Buffering: no.  None opens or holds a breaker.  Each check states the claim: a
+# X-Accel-Buffering: no; WebSocket tunnels (101) held idle until proxy_read_timeout ends them
+# behind proxy_buffering off, held longer than slow=, or taking the half-open probe.  None
+# opens or holds a breaker: a tunnel's answer is its 101, and how it ends is the client's.  Each check states the claim: a
 # failure is a client lever that works.  About 45 s, most of it CB::Origin's 30-s body read
 # timeout.
 # prove: alone
@@ -37,7 +39,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(5);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(9);
 
 my $half = 'window=30s min_requests=3 failure_rate=50% open=1s probes=1';
 
@@ -57,6 +59,12 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
         circuit_breaker limit=adaptive limit_min=2 limit_max=4 limit_initial=4;
     }
     upstream l2  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive; }
+    upstream ws  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream wss {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=5 slow=300ms slow_rate=50%;
+    }
+    upstream wsh { server 127.0.0.1:%%PORT_8081%%; circuit_breaker $half slow=300ms; }
 
     server {
         listen       127.0.0.1:8080;
@@ -76,6 +84,23 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
         location /h3/  { proxy_max_temp_file_size 0; proxy_pass http://h3; }
         location /lim/ { proxy_max_temp_file_size 32k; proxy_pass http://lim; }
         location /l2/  { proxy_pass http://l2; }
+        location /ws/  {
+            proxy_buffering off;
+            proxy_read_timeout 1s;
+            proxy_set_header Upgrade \$http_upgrade;
+            proxy_set_header Connection "upgrade";
+            proxy_pass http://ws;
+        }
+        location /wss/ {
+            proxy_set_header Upgrade \$http_upgrade;
+            proxy_set_header Connection "upgrade";
+            proxy_pass http://wss;
+        }
+        location /wsh/ {
+            proxy_set_header Upgrade \$http_upgrade;
+            proxy_set_header Connection "upgrade";
+            proxy_pass http://wsh;
+        }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -175,6 +200,52 @@ for my $c ([ 'h2', 'hdr=X-Accel-Buffering:no&' ]) {
 	cmp_ok(scalar(grep { $_ == 200 } @st), '>=', @st - 1, "$u: a slow reader does not hold the probe")
 		or diag("@st");
 }
+
+# 8. WebSocket tunnels: the origin answers 101 and says nothing more
+
+# a tunnel to PATH (the origin's upgrade=1): its socket, and the status nginx answered
+sub tunnel {
+	my ($path) = @_;
+	my $s = conn();
+	print $s "GET $path?upgrade=1 HTTP/1.1\r\nHost: localhost\r\n"
+		. "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+	my $head = '';
+	my $end = time() + 3;
+	while (time() < $end && $head !~ /\r\n\r\n/) {
+		my $rin = '';
+		vec($rin, fileno($s), 1) = 1;
+		select($rin, undef, undef, 0.1) or next;
+		sysread($s, $head, 1024, length $head) or last;
+	}
+	return ($s, status($head) // 0);
+}
+
+# twelve idle tunnels behind proxy_buffering off, ended by proxy_read_timeout (1 s): nginx
+# says "upstream timed out", and ten in a row would open the default breaker
+my @ws = map { [ tunnel("/ws/t$_") ] } 1 .. 12;
+sleep 1.6;
+my $up = grep { $_->[1] == 101 } @ws;
+close $_->[0] for @ws;
+is("$up " . state_of('ws'), '12 closed', 'ws: idle tunnels timed out do not open the breaker')
+	or diag(why('ws'));
+
+# ten tunnels held 0.6 s, twice slow=300ms, then closed by their clients
+@ws = map { [ tunnel("/wss/t$_") ] } 1 .. 10;
+sleep 0.6;
+close $_->[0] for @ws;
+sleep 0.3;
+is(state_of('wss'), 'closed', 'wss: tunnels held past slow= are no slow calls')
+	or diag(why('wss'));
+
+# the half-open probe taken by a tunnel held 0.6 s: its 101 closes the breaker
+trip('wsh');
+my ($probe, $st) = tunnel('/wsh/probe');
+sleep 0.6;
+close $probe;
+sleep 0.3;
+is("$st " . state_of('wsh'), '101 closed', 'wsh: a tunnel as the probe is judged at its 101')
+	or diag(why('wsh'));
+is(status(http_get('/wsh/after')), 200, 'wsh: answering after');
 
 # 1, the end: the uploads
 

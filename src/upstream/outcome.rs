@@ -168,8 +168,9 @@ unsafe fn origin_marked(
     })
 }
 
-/// Whether the answer went to the client at the client's pace: passed on as it arrived, or
-/// buffered with no spool, or with a spool that filled up.
+/// Whether the answer went to the client at the client's pace: a tunnel (its 101 is the
+/// origin's answer, the rest its client's), passed on as it arrived, or buffered with no
+/// spool, or with a spool that filled up.
 ///
 /// # Safety
 /// `u` must be a live upstream in `peer.free`.
@@ -177,7 +178,7 @@ unsafe fn origin_marked(
 unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
     // SAFETY: the location's upstream conf, live for the configuration.
     let conf = unsafe { u.conf.as_ref() };
-    if u.buffering() == 0 || !conf.is_some_and(|c| c.max_temp_file_size != 0) {
+    if u.upgrade() != 0 || u.buffering() == 0 || !conf.is_some_and(|c| c.max_temp_file_size != 0) {
         return true;
     }
     // SAFETY: as for this function.
@@ -276,6 +277,12 @@ unsafe fn body_ending(
     u: &ngx_http_upstream_t,
     c: Option<&ngx_connection_t>,
 ) -> Ending {
+    if u.upgrade() != 0 {
+        // A tunnel (WebSocket): its answer was its 101. How it ends — idle past
+        // proxy_read_timeout, closed by either side — is the client's and the application's,
+        // and ten idle tunnels had opened a healthy origin's breaker.
+        return Ending::Response;
+    }
     // SAFETY: a live connection's read event.
     let rd = c.map(|c| unsafe { &*c.read });
     let timed_out = rd.is_some_and(|e| e.timedout() != 0);

@@ -28,6 +28,9 @@ package CB::Origin;
 #	hdr=Name:Value	extra response header (repeatable)
 #	close=1		close the connection without any response
 #	reset=1		reset the connection (RST) without any response
+#	upgrade=1	answer "101 Switching Protocols" (Upgrade: websocket),
+#			then say nothing more: a tunnel its client holds open
+#			until it closes, or for 60 seconds
 #	hang=1		never respond; the process exits when the client
 #			closes the connection, or after 60 seconds
 #	garbage=1	valid status line followed by an invalid header line
@@ -539,7 +542,13 @@ sub _connection {
 			return;
 		}
 
-		if ($q{hang}) {
+		if ($q{upgrade}) {
+			_write($sock, "HTTP/1.1 101 Switching Protocols\r\n"
+				. "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+				. "X-Origin: $port\r\n\r\n") or return;
+		}
+
+		if ($q{hang} || $q{upgrade}) {
 			# wait for the client to go away, discarding input
 			my $end = time() + $IDLE_TIMEOUT;
 			while (time() < $end) {
