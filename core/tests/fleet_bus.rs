@@ -93,7 +93,7 @@ impl Member {
     /// A hello of its own, remembered.
     fn hello(&mut self, now: u64, n: u8) -> Vec<u8> {
         let nonce = Nonce([n; 16]);
-        self.members.hello_sent(now, nonce);
+        self.members.hello_sent(now, nonce, true);
         self.seq += 1;
         frame::hello(&key(), &self.id(), self.seq, &nonce)
     }

@@ -146,7 +146,7 @@ impl Exchange {
             }
             Take::Refuse { ask: true, .. } => {
                 let to = b.subjects.ask(&message.sender);
-                self.bus_hello(now, &to);
+                self.bus_hello(now, &to, false);
                 false
             }
             Take::Refuse { .. } => false,
@@ -160,15 +160,15 @@ impl Exchange {
         b.seq
     }
 
-    /// Says hello on `subject` (everyone's, or one member's), with a fresh nonce.
-    fn bus_hello(&mut self, now: u64, subject: &str) {
+    /// Says hello on `subject` (`everyone`'s, or one member's), with a fresh nonce.
+    fn bus_hello(&mut self, now: u64, subject: &str, everyone: bool) {
         let Some(nonce) = fresh_nonce(self) else {
             return;
         };
         let seq = self.bus_seq();
         let payload = frame::hello(&self.sealer(), &self.spec.id, seq, &nonce);
         if let Some(b) = self.bus.as_mut() {
-            b.members.hello_sent(now, nonce);
+            b.members.hello_sent(now, nonce, everyone);
             b.publish(subject, &payload);
         }
     }
@@ -228,7 +228,7 @@ impl Exchange {
         if due {
             let everyone = self.bus.as_ref().map(|b| b.subjects.hello());
             if let Some(to) = everyone {
-                self.bus_hello(now, &to);
+                self.bus_hello(now, &to, true);
             }
             self.bus_publish(now);
         }

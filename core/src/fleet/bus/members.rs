@@ -119,6 +119,8 @@ struct Member {
 struct Hello {
     nonce: Nonce,
     sent_ms: u64,
+    /// Said to everyone (on connecting), not asked of one member.
+    everyone: bool,
     answered: Vec<String>,
 }
 
@@ -330,14 +332,21 @@ impl Members {
         }
     }
 
-    /// This instance sent a hello with `nonce` at `now_ms`.
-    pub fn hello_sent(&mut self, now_ms: u64, nonce: Nonce) {
+    /// This instance sent a hello with `nonce` at `now_ms`: to `everyone`, or asked of one
+    /// member.
+    pub fn hello_sent(&mut self, now_ms: u64, nonce: Nonce, everyone: bool) {
         if self.hellos.len() >= MAX_HELLOS {
-            self.hellos.pop_front();
+            // The oldest ask gives way first: asks come one per member heard first by its
+            // broadcast — or per recording of a departed member replayed, up to
+            // [`MAX_UNVERIFIED`] a pace — and must not push out the hello whose replies tell
+            // this instance the whole fleet.
+            let oldest = self.hellos.iter().position(|h| !h.everyone).unwrap_or(0);
+            self.hellos.remove(oldest);
         }
         self.hellos.push_back(Hello {
             nonce,
             sent_ms: now_ms,
+            everyone,
             answered: Vec::new(),
         });
     }
@@ -455,7 +464,7 @@ mod tests {
 
     fn verified(t: &mut Members, now: u64, id: &str, seq: u64, nonce: u8) {
         let n = Nonce([nonce; 16]);
-        t.hello_sent(now, n);
+        t.hello_sent(now, n, false);
         assert_eq!(t.reply(now, US, id, seq, &n), Take::Accept);
     }
 
@@ -465,7 +474,7 @@ mod tests {
     fn a_step_s_replies_are_counted_as_they_make_members_heard() {
         let mut t = Members::new("me", 300, 3000, 250);
         let n = Nonce([1; 16]);
-        t.hello_sent(0, n);
+        t.hello_sent(0, n, false);
         let mut count = t.headcount(1);
         assert_eq!(count.get(), 0);
         for i in 0..199 {
@@ -490,7 +499,7 @@ mod tests {
         let mut count = t.headcount(5_000);
         assert_eq!(count.get(), 0);
         let again = Nonce([5; 16]);
-        t.hello_sent(5_000, again);
+        t.hello_sent(5_000, again, false);
         let took = t.take_counted(&mut count, 5_000, "m0", |m| {
             m.reply(5_000, US, "m0", US + 2, &again)
         });
@@ -555,7 +564,7 @@ mod tests {
                 ask: false
             }
         );
-        t.hello_sent(0, n);
+        t.hello_sent(0, n, false);
         assert_eq!(t.reply(1, US, "a", US, &n), Take::Accept);
         assert!(matches!(
             t.reply(2, US, "a", US + 1, &n),
@@ -582,7 +591,7 @@ mod tests {
         verified(&mut t, 0, "a", US, 1);
         // A hello to a; its reply (at US + 10) is recorded and held back by someone.
         let n = Nonce([2; 16]);
-        t.hello_sent(100, n);
+        t.hello_sent(100, n, false);
         // a says newer things, believed.
         assert_eq!(t.opinions(200, US, "a", US + 20), Take::Accept);
         // The held-back reply is not news any more.
@@ -632,7 +641,7 @@ mod tests {
             }
         ));
         assert!(!t.hello_from(0, US, "a", old));
-        t.hello_sent(0, Nonce([3; 16]));
+        t.hello_sent(0, Nonce([3; 16]), false);
         assert!(matches!(
             t.reply(0, US, "a", old, &Nonce([3; 16])),
             Take::Refuse {
@@ -669,7 +678,7 @@ mod tests {
             }
         ));
         for i in 0..100u8 {
-            t.hello_sent(0, Nonce([100 + i; 16]));
+            t.hello_sent(0, Nonce([100 + i; 16]), false);
         }
         assert_eq!(t.hellos.len(), MAX_HELLOS);
         // Forgotten after the expiry, with room again.
@@ -715,6 +724,19 @@ mod tests {
         assert!(t.hello_from(250, US, "a", US + 2));
         assert!(t.hello_from(250, US, "b", US));
         assert!(!t.hello_from(0, US, "me", US));
+    }
+
+    #[test]
+    fn asks_never_push_out_the_hello_to_everyone() {
+        let mut t = Members::new("me", 200, 3000, 250);
+        let hello = Nonce([1; 16]);
+        t.hello_sent(0, hello, true);
+        // Recordings of a hundred departed members, each asked.
+        for i in 0..100u8 {
+            t.hello_sent(1, Nonce([100 + i; 16]), false);
+        }
+        assert_eq!(t.hellos.len(), MAX_HELLOS);
+        assert_eq!(t.reply(5, US, "a", US, &hello), Take::Accept);
     }
 
     #[test]
