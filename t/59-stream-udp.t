@@ -50,16 +50,14 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         proxy_timeout 300ms;
     }
 
+    # a server that drops what its protocol ignores ("junk"), beside one that answers
     upstream picky {
         server 127.0.0.1:%%PORT_8985_UDP%%;
         circuit_breaker min_requests=4 consecutive=20 open=1s;
     }
-
     server {
         listen 127.0.0.1:%%PORT_8984_UDP%% udp;
-        proxy_pass picky;
-        proxy_responses 1;
-        proxy_timeout 300ms;
+        proxy_pass picky; proxy_responses 1; proxy_timeout 300ms;
     }
 
     upstream sink {

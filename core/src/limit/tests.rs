@@ -586,20 +586,26 @@ fn a_pinned_measurement_halves_while_latency_falls() {
     assert_eq!(st.l.min_latency_ms(), 10.0);
 }
 
-#[test]
-fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
+/// A periodic measurement of a 5 ms floor under way at its pin of 10.
+fn pinned_at_ten() -> Story {
     let mut st = Story::measured(20, 5);
     while st.l.limit() < 20 {
         st.saturated(5);
     }
-    // The periodic measurement comes due just as the origin (4 workers) slows to 30 ms:
-    // at its pin of 10, 6 requests wait at the origin, out of the limit's sight.
     while !st.l.view().probing {
         st.now += 1_000;
         st.saturated(5);
     }
+    assert_eq!(st.l.limit(), 10);
+    st
+}
+
+#[test]
+fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
+    // The periodic measurement comes due just as the origin (4 workers) slows to 30 ms:
+    // at its pin of 10, 6 requests wait at the origin, out of the limit's sight.
+    let mut st = pinned_at_ten();
     let pin = st.l.limit();
-    assert_eq!(pin, 10);
     let at = |n: u32| 30 * u64::from(n.max(4)) / 4;
     let u = st.step(at(pin), pin);
     assert_eq!(u.min_change, MinChange::PinHalved, "75 ms is no 5 ms floor");
@@ -613,20 +619,6 @@ fn a_floor_that_rose_under_a_periodic_pin_is_confirmed_lower() {
         last.min_latency_ms, 30.0,
         "the origin's own latency, not its queue's"
     );
-}
-
-/// A periodic measurement of a 5 ms floor under way at its pin of 10.
-fn pinned_at_ten() -> Story {
-    let mut st = Story::measured(20, 5);
-    while st.l.limit() < 20 {
-        st.saturated(5);
-    }
-    while !st.l.view().probing {
-        st.now += 1_000;
-        st.saturated(5);
-    }
-    assert_eq!(st.l.limit(), 10);
-    st
 }
 
 #[test]
