@@ -236,12 +236,9 @@ pub fn silence(
 /// A server replied at `now` on a session of lane `lane` judged already: noted as an answer,
 /// of its upstream and of its server of a pool, for [`silent`].
 pub fn replied(mcf: &MainConf, lane: u16, now: u64) {
-    let (upstream, server) = mcf.lanes.owner(lane);
-    let Some(&scf) = mcf.upstreams.get(usize::from(upstream)) else {
+    let Some((scf, server)) = lane_owner(mcf, lane) else {
         return;
     };
-    // SAFETY: upstream confs live as long as the configuration.
-    let scf = unsafe { &*scf };
     let Some(zone) = mcf.zone() else {
         return;
     };
@@ -257,6 +254,14 @@ fn silent_many(mcf: &MainConf, x: &Silence, log: *mut ngx_log_t) {
     for _ in 0..x.sessions {
         silent_since(mcf, x.upstream, x.sent_ms, log);
     }
+}
+
+/// The upstream whose lane `lane` is (its own, or one of its servers'), and the server.
+fn lane_owner(mcf: &MainConf, lane: u16) -> Option<(&SrvConf, Option<u16>)> {
+    let (upstream, server) = mcf.lanes.owner(lane);
+    let &scf = mcf.upstreams.get(usize::from(upstream))?;
+    // SAFETY: upstream confs live as long as the configuration.
+    Some((unsafe { &*scf }, server))
 }
 
 /// Where this worker last found the breaker of server `i` of `scf`'s pool.
@@ -275,12 +280,9 @@ fn settle_if(
     log: *mut ngx_log_t,
     counts: impl FnOnce(&Zone, &SrvConf, Option<u16>) -> (bool, bool),
 ) {
-    let (upstream, waited_on) = mcf.lanes.owner(held.upstream);
-    let Some(&scf) = mcf.upstreams.get(usize::from(upstream)) else {
+    let Some((scf, waited_on)) = lane_owner(mcf, held.upstream) else {
         return;
     };
-    // SAFETY: upstream confs live as long as the configuration.
-    let scf = unsafe { &*scf };
     let Some(params) = &scf.params else { return };
     let Some(zone) = mcf.zone() else {
         return;

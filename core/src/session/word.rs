@@ -8,7 +8,7 @@
 //! ([`Word::Answered`]), so that its server's later replies still tell that it answers.
 //!
 //! Bits: 63 marks what the breaker said (alone: refused while open; with 1: refused by a
-//! recovery ramp; with 6: refused while half-open; with 2 to 5: [`Said`]; with 7 and a lane
+//! recovery ramp; with 6: refused while half-open; with 3 to 5: [`Said`]; with 2 and a lane
 //! in 40–55: [`Word::Answered`]); 62 marks a [`Plain`] (61: the client spoke, 60: its
 //! silence says nothing, 59: a dry run's breaker would have refused it, 58: it is in its
 //! server's lane, 40–55: its lane ([`super::Lanes`]: its upstream's, or its server's),
@@ -21,12 +21,11 @@ use crate::snapshot::State;
 
 const REFUSED: u64 = 1 << 63;
 const REFUSED_RAMP: u64 = REFUSED | 1;
-const SAID_CLOSED: u64 = REFUSED | 2;
+const ANSWERED: u64 = REFUSED | 2;
 const SAID_HALF_OPEN: u64 = REFUSED | 3;
 const SAID_BACKUP: u64 = REFUSED | 4;
 const SAID_DRY_OPEN: u64 = REFUSED | 5;
 const REFUSED_HALF_OPEN: u64 = REFUSED | 6;
-const ANSWERED: u64 = REFUSED | 7;
 /// The bits that tell an [`Word::Answered`] word: all but its lane.
 const ANSWERED_TAG: u64 = !(UPSTREAM_MASK << UPSTREAM_SHIFT);
 const PLAIN: u64 = 1 << 62;
@@ -58,7 +57,8 @@ pub enum Word {
     /// from then on are noted as answers, since an application's pooled connections are
     /// answered on sessions judged long ago, and a server that answers them is not hung.
     Answered(u16),
-    /// Judged, or handed to a backup: what the breaker said.
+    /// The probe, or a session a dry run would have refused, judged; or one handed to a
+    /// backup: what the breaker said.
     Said(Said),
 }
 
@@ -89,8 +89,6 @@ impl Refusal {
 /// What the breaker said to a session that went to a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Said {
-    /// It passed, the breaker closed.
-    Closed,
     /// It was the probe.
     HalfOpen,
     /// The breaker was open and the upstream's backup servers took it.
@@ -108,7 +106,6 @@ impl Word {
             Word::Refused(Refusal::Open) => REFUSED,
             Word::Refused(Refusal::HalfOpen) => REFUSED_HALF_OPEN,
             Word::Refused(Refusal::Ramp) => REFUSED_RAMP,
-            Word::Said(Said::Closed) => SAID_CLOSED,
             Word::Said(Said::HalfOpen) => SAID_HALF_OPEN,
             Word::Said(Said::Backup) => SAID_BACKUP,
             Word::Said(Said::DryOpen) => SAID_DRY_OPEN,
@@ -128,7 +125,6 @@ impl Word {
             REFUSED => Word::Refused(Refusal::Open),
             REFUSED_HALF_OPEN => Word::Refused(Refusal::HalfOpen),
             REFUSED_RAMP => Word::Refused(Refusal::Ramp),
-            SAID_CLOSED => Word::Said(Said::Closed),
             SAID_HALF_OPEN => Word::Said(Said::HalfOpen),
             SAID_BACKUP => Word::Said(Said::Backup),
             SAID_DRY_OPEN => Word::Said(Said::DryOpen),
@@ -164,7 +160,7 @@ impl Word {
                 Some("half_open")
             }
             Word::Plain(p) if p.dry_open() => Some("open"),
-            Word::Plain(_) | Word::Said(Said::Closed) | Word::Answered(_) => Some("closed"),
+            Word::Plain(_) | Word::Answered(_) => Some("closed"),
             Word::Said(Said::Backup) => Some("backup"),
         }
     }
@@ -370,7 +366,7 @@ mod tests {
             Word::Refused(Refusal::Open),
             Word::Refused(Refusal::HalfOpen),
             Word::Refused(Refusal::Ramp),
-            Word::Said(Said::Closed),
+            Word::Answered(7),
             Word::Said(Said::HalfOpen),
             Word::Said(Said::Backup),
         ] {
