@@ -7,9 +7,9 @@ use nginx_sys::{
     NGX_OK,
 };
 
-use crate::ffi::guard;
 use crate::request::{self, AtHeader};
 use crate::respond;
+use circuit_breaker_shell::ffi::guard;
 
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
 

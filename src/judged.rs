@@ -12,9 +12,9 @@ use nginx_sys::{
     ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, NGX_ERROR, NGX_OK,
 };
 
-use crate::clock::{mono_ms, wall_ms};
-use crate::ffi::guard;
 use crate::request::{self, Answer};
+use circuit_breaker_shell::clock::{mono_ms, wall_ms};
+use circuit_breaker_shell::ffi::guard;
 
 /// The variable's handler.
 pub unsafe extern "C" fn msec_variable(

@@ -18,9 +18,10 @@ mod retry;
 mod status;
 mod stream_zones;
 mod upstream;
+mod variables;
 mod wake;
 
-use circuit_breaker_shell::{clock, ffi, kin, zone};
+use circuit_breaker_shell::{clock, zone};
 
 use core::ffi::c_void;
 use core::ptr::{addr_of, addr_of_mut, null_mut};
@@ -36,12 +37,12 @@ use ngx::http::{HttpModule, HttpModuleMainConf};
 use ngx::ngx_string;
 
 use crate::conf::{directives, scheme, setup, LocConf, Module};
-use crate::ffi::guard;
+use circuit_breaker_shell::ffi::guard;
 
 unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: nginx passes the configuration being parsed, inside the http block.
     guard(NGX_ERROR as ngx_int_t, || unsafe {
-        let rc = respond::add_variables(cf);
+        let rc = variables::add_variables(cf);
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }

@@ -19,9 +19,9 @@ use nginx_sys::{
 
 use crate::conf::Module;
 use crate::conf::{default_route, LocConf, MainConf, Route, SrvConf};
-use crate::ffi::{guard, key_hash};
 use crate::limit::{self, Hold};
-use crate::zone::{Handle, Key, Zone};
+use circuit_breaker_shell::ffi::{guard, key_hash};
+use circuit_breaker_shell::zone::{Handle, Key, Zone};
 
 /// What `$circuit_breaker_state` and `X-Circuit-State` say of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,7 +450,7 @@ fn fresh(
         settlement: Settlement {
             ticket: Ticket::Normal,
             pending: None,
-            judged_ms: crate::clock::mono_ms(),
+            judged_ms: circuit_breaker_shell::clock::mono_ms(),
             recorded_ms: 0,
         },
         told: Told {
@@ -824,7 +824,7 @@ fn give_back(state: &RequestState) {
                 let mut locked = zone.lock();
                 let found = locked.get_probe(judge.handle, &judge.key(), ticket);
                 if let Some(mut b) = found {
-                    b.release(crate::clock::mono_ms(), ticket);
+                    b.release(circuit_breaker_shell::clock::mono_ms(), ticket);
                 }
             }
         }

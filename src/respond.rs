@@ -8,17 +8,15 @@ use core::ptr::null_mut;
 use circuit_breaker_core::grpc::{self, TurnedAway};
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_block_reading, ngx_http_discard_request_body,
-    ngx_http_finalize_request, ngx_http_request_empty_handler, ngx_http_request_t,
-    ngx_http_send_header, ngx_http_upstream_t, ngx_http_variable_value_t, ngx_int_t, ngx_list_push,
-    ngx_list_t, ngx_pnalloc, ngx_str_t, ngx_table_elt_t, ngx_uint_t, NGX_DONE, NGX_ERROR,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK, NGX_HTTP_SERVICE_UNAVAILABLE,
-    NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VERSION_20, NGX_OK,
+    ngx_http_block_reading, ngx_http_discard_request_body, ngx_http_finalize_request,
+    ngx_http_request_empty_handler, ngx_http_request_t, ngx_http_send_header, ngx_http_upstream_t,
+    ngx_http_variable_value_t, ngx_int_t, ngx_list_push, ngx_list_t, ngx_pnalloc, ngx_str_t,
+    ngx_table_elt_t, ngx_uint_t, NGX_DONE, NGX_ERROR, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK,
+    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_HTTP_VERSION_20, NGX_OK,
 };
-use ngx::ngx_string;
 
-use crate::ffi::guard;
 use crate::request::{self, Answer, Label};
+use circuit_breaker_shell::ffi::guard;
 
 /// Appends a header whose name is static and whose value lives in the request pool.
 ///
@@ -415,56 +413,12 @@ pub(crate) fn add_state_header(req: &mut ngx_http_request_t, look: bool) {
     );
 }
 
-/// Registers `$circuit_breaker_state`, `$circuit_breaker_route`, `$circuit_breaker_upstream`,
-/// `$circuit_breaker_msec` and `$circuit_breaker_class`.
-///
-/// # Safety
-/// `cf` must be the configuration being parsed (preconfiguration).
-pub unsafe fn add_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
-    type Handler = unsafe extern "C" fn(
-        *mut ngx_http_request_t,
-        *mut ngx_http_variable_value_t,
-        usize,
-    ) -> ngx_int_t;
-    let vars: [(ngx_str_t, Handler, usize); 5] = [
-        (ngx_string!("circuit_breaker_state"), variable, 0),
-        (ngx_string!("circuit_breaker_route"), variable, 1),
-        (
-            ngx_string!("circuit_breaker_upstream"),
-            upstream_variable,
-            0,
-        ),
-        (
-            ngx_string!("circuit_breaker_msec"),
-            crate::judged::msec_variable,
-            0,
-        ),
-        (
-            ngx_string!("circuit_breaker_class"),
-            crate::upstream::class::variable,
-            0,
-        ),
-    ];
-    for (mut name, handler, data) in vars {
-        let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
-        // SAFETY: `cf` is live during preconfiguration.
-        let v = unsafe { ngx_http_add_variable(cf, &mut name, flags) };
-        // SAFETY: null or the variable record just added.
-        let Some(v) = (unsafe { v.as_mut() }) else {
-            return NGX_ERROR as ngx_int_t;
-        };
-        v.get_handler = Some(handler);
-        v.data = data;
-    }
-    NGX_OK as ngx_int_t
-}
-
 /// `$circuit_breaker_upstream`: the name of the upstream the request went to, as breakers
 /// are named, whether or not one applies (so that a log for `cb-replay` can be captured
 /// before any breaker is on), or of the breaker that turned it away (a refused request
 /// never gets an upstream of its own, and a replay must know whose it was); not found (`-`
 /// in a log) when the request has neither.
-unsafe extern "C" fn upstream_variable(
+pub(crate) unsafe extern "C" fn upstream_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
     _data: usize,
@@ -521,7 +475,7 @@ fn judged_by(req: &mut ngx_http_request_t) -> Option<&'static str> {
     Some(unsafe { &*(scf.name.as_str() as *const str) })
 }
 
-unsafe extern "C" fn variable(
+pub(crate) unsafe extern "C" fn variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
     data: usize,

@@ -5,8 +5,8 @@
 
 use nginx_sys::ngx_shm_zone_t;
 
-use crate::kin;
-use crate::zone::Zone;
+use circuit_breaker_shell::kin;
+use circuit_breaker_shell::zone::Zone;
 
 /// The stream module's zones in this process, by name.
 pub fn all() -> Vec<(String, Zone)> {

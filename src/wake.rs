@@ -94,7 +94,7 @@ pub fn take_nudged() -> bool {
 }
 
 unsafe extern "C" fn on_posted(_ev: *mut ngx_event_t) {
-    crate::ffi::guard((), || {
+    circuit_breaker_shell::ffi::guard((), || {
         if let Some(w) = WAITER.with(Cell::take) {
             w.wake();
         }

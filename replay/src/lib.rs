@@ -2,6 +2,7 @@
 //! how often would it have opened, for how long, and what would it have refused?
 pub mod clock;
 pub mod conf;
+mod draws;
 pub mod input;
 pub mod line;
 pub mod pool;

@@ -190,7 +190,7 @@ impl PoolRun {
     }
 
     fn rnd(&mut self) -> u32 {
-        crate::sim::splitmix(&mut self.rng)
+        crate::draws::splitmix(&mut self.rng)
     }
 
     fn server(&mut self, addr: &str, now: u64) -> Option<usize> {

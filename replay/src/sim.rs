@@ -79,7 +79,7 @@ impl Run {
 
     /// The jitter and the ramp's draws, fixed by the seed.
     fn rnd(&mut self) -> u32 {
-        splitmix(&mut self.rng)
+        crate::draws::splitmix(&mut self.rng)
     }
 
     /// The breaker, drawing as the live one did when the seed is known.
@@ -99,15 +99,6 @@ impl Run {
     pub fn state(&self) -> State {
         self.ob.hdr.state()
     }
-}
-
-/// splitmix64's next draw from `state`, its high half: the replay's draws, fixed by the seed.
-pub(crate) fn splitmix(state: &mut u64) -> u32 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 32) as u32
 }
 
 /// A transition as the module logs it, with the log line of the request that made it.

@@ -23,11 +23,11 @@ use super::{
     ClassSetting, EjectSetting, KeyedFamily, KeyedSetting, LocConf, MainConf, Route, SrvConf,
     StatusMode,
 };
-use crate::ffi::hash_name;
-use crate::zone::{self, DEFAULT_ROUTE};
 use circuit_breaker_shell::conf::{
     add_zone as add_zone_for, fail, once, set_once, words, NginxUnits, MIN_ZONE_SIZE,
 };
+use circuit_breaker_shell::ffi::hash_name;
+use circuit_breaker_shell::zone::{self, DEFAULT_ROUTE};
 
 /// The default zone, created when breakers exist but no `circuit_breaker_zone` was given.
 pub const DEFAULT_ZONE_NAME: &str = "circuit_breaker";

@@ -12,7 +12,7 @@ use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ngx_conf_log_error;
 
 use super::MainConf;
-use crate::ffi::guard;
+use circuit_breaker_shell::ffi::guard;
 
 /// The directive's handler.
 pub unsafe extern "C" fn set_jitter_key(

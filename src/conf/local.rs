@@ -5,7 +5,7 @@
 
 use core::cell::Cell;
 
-use crate::zone::Handle;
+use circuit_breaker_shell::zone::Handle;
 
 /// What a worker keeps for one breaker-enabled upstream.
 #[derive(Default)]

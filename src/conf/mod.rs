@@ -33,8 +33,8 @@ pub use local::UpstreamLocal;
 
 use circuit_breaker_shell::eject;
 
-use crate::ffi::{hash_name, key_hash};
-use crate::zone::{Handle, Key, Kind, Zone, ZoneName, DEFAULT_ROUTE};
+use circuit_breaker_shell::ffi::{hash_name, key_hash};
+use circuit_breaker_shell::zone::{Handle, Key, Kind, Zone, ZoneName, DEFAULT_ROUTE};
 
 extern "C" {
     /// The module nginx loads, defined where the module is registered.
@@ -160,8 +160,8 @@ pub struct KeyedFamily {
 
 impl KeyedFamily {
     /// As the zone takes it.
-    pub fn as_zone(&self) -> crate::zone::Family<'_> {
-        crate::zone::Family {
+    pub fn as_zone(&self) -> circuit_breaker_shell::zone::Family<'_> {
+        circuit_breaker_shell::zone::Family {
             name: self.name.as_bytes(),
             id: self.id,
             cfg: &self.cfg,

@@ -182,7 +182,7 @@ unsafe fn pass(
     if rv != NGX_CONF_OK {
         return rv;
     }
-    crate::ffi::guard(rv, || {
+    circuit_breaker_shell::ffi::guard(rv, || {
         // SAFETY: `cf` is the configuration being parsed, inside the http block.
         let cfr = unsafe { &*cf };
         // SAFETY: its args array holds the directive's words, the URL second.

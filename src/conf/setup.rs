@@ -20,8 +20,8 @@ use super::directives::{add_zone, DEFAULT_ZONE_NAME, DEFAULT_ZONE_SIZE};
 use super::scheme::Pass;
 use super::Module;
 use super::{EjectSetting, LocConf, MainConf, Proxied, StatusMode};
-use crate::ffi::{hash_name, key_hash};
-use crate::zone::{Key, Kind, Wanted};
+use circuit_breaker_shell::ffi::{hash_name, key_hash};
+use circuit_breaker_shell::zone::{Key, Kind, Wanted};
 
 /// The content modules whose location conf starts with an `ngx_http_upstream_conf_t`: from
 /// it a location's fixed upstream can be read. Found by name among the cycle's modules, so an
@@ -77,7 +77,7 @@ pub unsafe extern "C" fn merge_loc_conf(
     conf: *mut c_void,
 ) -> *mut c_char {
     // SAFETY: nginx merges with the configuration being parsed and two of our loc confs.
-    crate::ffi::guard(NGX_CONF_ERROR, || unsafe { merge(cf, prev, conf) })
+    circuit_breaker_shell::ffi::guard(NGX_CONF_ERROR, || unsafe { merge(cf, prev, conf) })
 }
 
 unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
@@ -182,7 +182,7 @@ unsafe fn merge(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *m
             // block has been parsed by the time locations are merged.
             if let Some(scf) = Module::server_conf(unsafe { &*ucf.upstream }) {
                 let route = lcf.route.as_ref().unwrap_or_else(|| super::default_route());
-                lcf.key_hash = crate::ffi::key_hash(scf.name_hash, route.hash);
+                lcf.key_hash = circuit_breaker_shell::ffi::key_hash(scf.name_hash, route.hash);
                 if scf.breaker.is_some() && !lcf.cached {
                     lcf.precontent = scf;
                 }

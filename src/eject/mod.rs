@@ -36,7 +36,7 @@ use nginx_sys::{
 use ngx::http::{HttpModuleMainConf, HttpModuleServerConf, NgxHttpUpstreamModule};
 
 use crate::conf::{default_route, EjectSetting, Module, Pool, PoolLocal, Server, SrvConf};
-use crate::zone::{Handle, Key};
+use circuit_breaker_shell::zone::{Handle, Key};
 
 /// A breaker-enabled http upstream as a worker sees it.
 pub type Upstream<'a> = circuit_breaker_shell::eject::Upstream<'a, SrvConf>;

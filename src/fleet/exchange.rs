@@ -38,10 +38,10 @@ mod bus_step;
 
 use super::nonce;
 use super::shared::FleetZone;
-use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::net::{self, Error, Options, Peer, Request};
 use crate::wake;
-use crate::zone::{Key, Kind as ZoneKind, Zone};
+use circuit_breaker_shell::clock::{mono_ms, rnd, wall_ms};
+use circuit_breaker_shell::zone::{Key, Kind as ZoneKind, Zone};
 
 /// Breakers read or written per lock hold, as the status walk does.
 const BATCH: usize = 256;

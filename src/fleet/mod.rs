@@ -21,6 +21,7 @@
 //!   makes the exchange worker pull its sender at once.
 
 pub mod bus;
+mod bus_link;
 pub mod exchange;
 mod nonce;
 mod shared;
@@ -45,11 +46,11 @@ use ngx::log::ngx_cycle_log;
 use self::exchange::{Exchange, Link, Setup, Tracked};
 use self::shared::{FleetZone, Part, ZONE_NAME};
 use crate::conf::{setup, MainConf, Module, SrvConf};
-use crate::ffi::guard;
-use crate::kin;
 use crate::stream_zones;
 use crate::wake;
-use crate::zone::{Key, Kind, Wanted, Zone, DEFAULT_ROUTE};
+use circuit_breaker_shell::ffi::guard;
+use circuit_breaker_shell::kin;
+use circuit_breaker_shell::zone::{Key, Kind, Wanted, Zone, DEFAULT_ROUTE};
 
 /// `postconfiguration`, after the upstreams are collected: registers the fleet zone, sized
 /// for this configuration's breakers and peers.
@@ -426,7 +427,7 @@ fn start(
     let ex = Rc::new(RefCell::new(ex));
     wake::exchange_here();
     if has_bus {
-        crate::net::spawn(bus::run(Rc::clone(&ex))).detach();
+        crate::net::spawn(bus_link::run(Rc::clone(&ex))).detach();
     }
     crate::net::spawn(exchange::run(ex)).detach();
     Ok(summary)
@@ -606,7 +607,7 @@ pub fn answer(mcf: &MainConf, auth: Option<&[u8]>, now_ms: u64) -> Result<Answer
         AuthKind::Poke => {
             // A poke replayed (its sequence not above the last taken), or dated too far ahead
             // of this clock, is answered the same and moves nothing.
-            let now_us = crate::clock::wall_ms().saturating_mul(1000);
+            let now_us = circuit_breaker_shell::clock::wall_ms().saturating_mul(1000);
             if shared.poke_if_new(peer, req.nonce.sequence(), now_us) {
                 wake::kick();
             }

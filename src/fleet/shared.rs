@@ -20,7 +20,7 @@ use ngx::core::SlabPool;
 
 use circuit_breaker_core::fleet::conf::MAX_PEERS;
 
-use crate::ffi::guard;
+use circuit_breaker_shell::ffi::guard;
 
 /// The zone's name.
 pub const ZONE_NAME: &str = "circuit_breaker_fleet";
@@ -84,7 +84,7 @@ impl FleetZone {
     /// is mapped (a worker, or the master between init and the next reload).
     pub unsafe fn from_shm(shm: *const ngx_shm_zone_t) -> Option<FleetZone> {
         // SAFETY: this fn's contract is laid_out_pool's.
-        let (pool, _) = unsafe { crate::ffi::laid_out_pool(shm)? };
+        let (pool, _) = unsafe { circuit_breaker_shell::ffi::laid_out_pool(shm)? };
         Some(FleetZone { pool })
     }
 

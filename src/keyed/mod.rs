@@ -24,17 +24,17 @@ use nginx_sys::{
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_OK,
 };
 
-use crate::clock::{mono_ms, rnd};
 use crate::conf::{KeyedFamily, KeyedSetting, MainConf};
-use crate::ffi::{guard, pid, process_alive};
 use crate::request::{self, Label};
 use crate::respond;
 use crate::upstream::{body, log_transition_of, outcome};
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::{guard, pid, process_alive};
 
 mod memo;
 mod stale;
 
-use crate::zone::{Missing, Zone};
+use circuit_breaker_shell::zone::{Missing, Zone};
 use ngx::http::HttpModuleMainConf;
 use stale::make_upstream as make_stale_upstream;
 
@@ -248,10 +248,10 @@ fn decide(req: &mut ngx_http_request_t) -> ngx_int_t {
         }
     };
     if let Some(t) = &transition {
-        let who = crate::zone::who(
+        let who = circuit_breaker_shell::zone::who(
             fam.name.as_bytes(),
             key.as_bytes(),
-            crate::zone::Kind::Keyed,
+            circuit_breaker_shell::zone::Kind::Keyed,
         );
         log_transition_of(log, &who, t);
     }
@@ -368,7 +368,7 @@ enum Decided {
 
 /// Asks the breaker of the promoted key at `tally` (a compact key's passes).
 fn admit(
-    locked: &mut crate::zone::Locked<'_>,
+    locked: &mut circuit_breaker_shell::zone::Locked<'_>,
     tally: usize,
     hash: u64,
     now: u64,
@@ -396,7 +396,7 @@ fn admit(
 
 /// Records `c` on the breaker of the promoted key at `tally`, if it still has one.
 fn record_promoted(
-    locked: &mut crate::zone::Locked<'_>,
+    locked: &mut circuit_breaker_shell::zone::Locked<'_>,
     tally: usize,
     hash: u64,
     now: u64,
@@ -656,7 +656,11 @@ fn settle(h: &mut Hold, outcome: Option<(Classified, *mut ngx_log_t)>) {
     match recorded {
         Ok(rec) => {
             if let Some(t) = &rec.transition {
-                let who = crate::zone::who(fam.name.as_bytes(), key, crate::zone::Kind::Keyed);
+                let who = circuit_breaker_shell::zone::who(
+                    fam.name.as_bytes(),
+                    key,
+                    circuit_breaker_shell::zone::Kind::Keyed,
+                );
                 log_transition_of(log, &who, t);
             } else if !c.is_success() {
                 // A failure the fleet may need to hear of at once.
@@ -710,9 +714,9 @@ unsafe extern "C" fn cleanup(data: *mut c_void) {
 /// Logs a family's trouble once per worker: a flood of keys must not flood the log.
 fn log_once(log: *mut ngx_log_t, family: &str, what: &'static str) {
     // Apart from the breakers' keys `first_time` also holds (their hashes mix differently).
-    let tag = crate::ffi::hash_name(family.as_bytes())
-        ^ crate::ffi::hash_name(what.as_bytes()).rotate_left(17);
-    if crate::ffi::first_time(tag) {
+    let tag = circuit_breaker_shell::ffi::hash_name(family.as_bytes())
+        ^ circuit_breaker_shell::ffi::hash_name(what.as_bytes()).rotate_left(17);
+    if circuit_breaker_shell::ffi::first_time(tag) {
         ngx::ngx_log_error!(
             NGX_LOG_ERR,
             log,

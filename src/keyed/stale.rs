@@ -28,9 +28,9 @@ use nginx_sys::{
 
 use super::{hold_of, Hold};
 use crate::conf::{Learned, LocConf};
-use crate::ffi::guard;
 use crate::request::Label;
 use crate::respond;
+use circuit_breaker_shell::ffi::guard;
 
 /// An open key's answer, kept in the request's hold until the cache (or the `503`) gives it.
 #[derive(Clone, Copy)]

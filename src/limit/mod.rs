@@ -30,10 +30,10 @@ pub use circuit_breaker_core::limit::Sample;
 use circuit_breaker_core::limit::{LimitConfig, Samples};
 use nginx_sys::{ngx_cycle_t, ngx_log_t, NGX_LOG_ERR};
 
-use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
-use crate::ffi::{pid, process_alive};
-use crate::zone::{Handle, LimitPtr, Owner, Zone};
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::{pid, process_alive};
+use circuit_breaker_shell::zone::{Handle, LimitPtr, Owner, Zone};
 
 /// A worker flushes its samples once it has this many...
 const FLUSH_SAMPLES: u32 = 32;

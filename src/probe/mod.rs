@@ -37,14 +37,14 @@ use circuit_breaker_core::settle::{self, Ledger};
 use nginx_sys::{ngx_cycle_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::log::ngx_cycle_log;
 
-use crate::clock::{mono_ms, rnd};
 use crate::conf::Module;
 use crate::eject;
-use crate::ffi::{pid, process_alive};
 use crate::net;
 use crate::upstream::ledger::ZoneLedger;
 use crate::upstream::log_transition;
-use crate::zone::{Handle, HeldProbe, Locked, Zone};
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::{pid, process_alive};
+use circuit_breaker_shell::zone::{Handle, HeldProbe, Locked, Zone};
 
 use self::target::{Target, Watched};
 

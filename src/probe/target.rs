@@ -11,12 +11,12 @@ use nginx_sys::{ngx_http_upstream_srv_conf_t, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
 use super::servers;
-use crate::clock::rnd;
 use crate::conf::{default_route, MainConf, Route, SrvConf};
 use crate::eject;
-use crate::ffi::key_hash;
 use crate::net::Peer;
-use crate::zone::{Handle, Key, Kind, Probed, Zone};
+use circuit_breaker_shell::clock::rnd;
+use circuit_breaker_shell::ffi::key_hash;
+use circuit_breaker_shell::zone::{Handle, Key, Kind, Probed, Zone};
 
 /// An upstream with `probe_uri`: how its probes are sent and judged.
 pub struct Upstream {

@@ -8,19 +8,18 @@ use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::assemble::Upstreams;
 use circuit_breaker_core::status::guard::{self, ControlRequest};
 use circuit_breaker_core::status::query::{quote, Action, Format, Proxy, Query};
-use circuit_breaker_core::status::{
-    self, Entry, LimitStatus, ServerEntry, JSON_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE,
-};
+use circuit_breaker_core::status::{Entry, LimitStatus, ServerEntry};
 use nginx_sys::{
     ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_FORBIDDEN,
-    NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_NOT_FOUND, NGX_HTTP_OK, NGX_LOG_WARN,
+    NGX_HTTP_INSUFFICIENT_STORAGE, NGX_HTTP_NOT_FOUND, NGX_LOG_WARN,
 };
 
-use super::send::{send, send_text};
-use crate::clock::{mono_ms, rnd, wall_ms};
+use super::act::{control_of, done, log_control, send_entry, server_of};
+use super::send::send_text;
 use crate::conf::{MainConf, Route};
 use crate::eject;
-use crate::zone::{Missing, Zone, DEFAULT_ROUTE};
+use circuit_breaker_shell::clock::{mono_ms, rnd, wall_ms};
+use circuit_breaker_shell::zone::{Missing, Zone, DEFAULT_ROUTE};
 
 /// A control request, answered in `format`: refused (`403`, and a `warn` line) unless its
 /// headers say it was sent on purpose, else done.
@@ -322,68 +321,6 @@ fn control_server(
         limit,
     };
     send_entry(r, &mcf.zone_name.0, &entry, format, q)
-}
-
-/// The server an `eject` or `restore` names, or why the query is refused (`400`); for the
-/// http and the stream pools alike.
-pub(super) fn server_of(q: &Query, action: Action) -> Result<&str, &'static str> {
-    if !action.on_server() {
-        return Err("\"server\" goes with \"action=eject\" or \"action=restore\"");
-    }
-    let server = q.server.as_deref().ok_or("missing parameter \"server\"")?;
-    if q.route.as_deref().is_some_and(|rt| rt != DEFAULT_ROUTE) {
-        return Err("servers belong to the upstream's own breaker: \"route\" must be \"default\"");
-    }
-    Ok(server)
-}
-
-/// What a breaker's action does to it; `None` for a server's (`eject`, `restore`).
-pub(super) fn control_of(action: Action) -> Option<Control> {
-    match action {
-        Action::ForceOpen => Some(Control::ForceOpen),
-        Action::ForceClose => Some(Control::ForceClose),
-        Action::Reset => Some(Control::Reset),
-        Action::Eject | Action::Restore => None,
-    }
-}
-
-/// A breaker's action as its log line says it was done.
-pub(super) fn done(action: Action) -> &'static str {
-    match action {
-        Action::ForceOpen => "forced open",
-        Action::ForceClose => "forced closed",
-        _ => "reset",
-    }
-}
-
-/// One `warn` line per operator action: what was done, by which client address.
-pub(super) fn log_control(r: &ngx_http_request_t, what: core::fmt::Arguments<'_>) {
-    // SAFETY: `r.connection` is the live request's client connection, set for the request's life.
-    let c = unsafe { &*r.connection };
-    ngx::ngx_log_error!(
-        NGX_LOG_WARN,
-        c.log,
-        "circuit breaker {} by {}",
-        what,
-        String::from_utf8_lossy(c.addr_text.as_bytes())
-    );
-}
-
-/// Answers a control request with one entry, in the format asked for.
-pub(super) fn send_entry(
-    r: &mut ngx_http_request_t,
-    zone_name: &str,
-    entry: &Entry,
-    format: Format,
-    q: &Query,
-) -> ngx_int_t {
-    if format == Format::Prometheus {
-        let body = status::render_breaker_prometheus(zone_name, entry);
-        send(r, NGX_HTTP_OK, PROMETHEUS_CONTENT_TYPE, &body, q)
-    } else {
-        let body = status::render_breaker_json(entry);
-        send(r, NGX_HTTP_OK, JSON_CONTENT_TYPE, &body, q)
-    }
 }
 
 /// The upstream's own breaker's view, its retry budget's and its limit's.

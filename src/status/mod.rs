@@ -5,6 +5,7 @@
 //! copied out under the zone lock ([`snapshot`]), put together by the core ([`assemble`]) and
 //! rendered after the lock is released, so a large page never holds the lock while formatting.
 
+mod act;
 mod control;
 mod send;
 mod snapshot;
@@ -25,12 +26,12 @@ use nginx_sys::{
     NGX_HTTP_SERVICE_UNAVAILABLE, NGX_OK,
 };
 
-use crate::clock::{mono_ms, wall_ms};
 use crate::conf::{MainConf, StatusMode};
-use crate::ffi::{guard, nginx_version, MODULE_VERSION};
 use crate::fleet::{self, NoMessage};
 use crate::request;
-use crate::zone::Zone;
+use circuit_breaker_shell::clock::{mono_ms, wall_ms};
+use circuit_breaker_shell::ffi::{guard, nginx_version, MODULE_VERSION};
+use circuit_breaker_shell::zone::Zone;
 use send::{not_allowed, send, send_text};
 use snapshot::snapshot;
 

@@ -6,7 +6,7 @@ use circuit_breaker_core::snapshot::BreakerView;
 use circuit_breaker_core::status::assemble::{Record, Snapshot};
 use circuit_breaker_core::status::KeysView;
 
-use crate::zone::{Kind, Zone};
+use circuit_breaker_shell::zone::{Kind, Zone};
 
 /// Every breaker of `zone` that `keep` keeps (given its upstream, route, kind and figures; a
 /// key's first by `keep_key`, by its figures alone), at `mono`
@@ -21,7 +21,7 @@ pub fn snapshot(
     // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
     // doubling showed in a poll's instructions.
     let mut records = Vec::with_capacity(zone.breakers());
-    let mut copy = |e: crate::zone::Entry<'_>| {
+    let mut copy = |e: circuit_breaker_shell::zone::Entry<'_>| {
         // Most keys are closed, and not listed: left before their names are made.
         if e.kind == Kind::Keyed && !keep_key(&e.view) {
             return;

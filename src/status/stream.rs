@@ -12,16 +12,16 @@ use circuit_breaker_core::status::query::{quote, Action, Format};
 use circuit_breaker_core::status::{render_json, Entry, ServerEntry, ZoneView};
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_NOT_FOUND};
 
-use super::control::{control_of, done, log_control, send_entry, server_of};
+use super::act::{control_of, done, log_control, send_entry, server_of};
 use super::send::send_text;
 use super::snapshot::snapshot;
-use crate::clock::{mono_ms, rnd, wall_ms};
 use crate::conf::MainConf;
-use crate::ffi::{nginx_version, MODULE_VERSION};
-use crate::kin;
 use crate::stream_zones;
-use crate::zone::{Key, DEFAULT_ROUTE};
+use circuit_breaker_shell::clock::{mono_ms, rnd, wall_ms};
 use circuit_breaker_shell::eject;
+use circuit_breaker_shell::ffi::{nginx_version, MODULE_VERSION};
+use circuit_breaker_shell::kin;
+use circuit_breaker_shell::zone::{Key, DEFAULT_ROUTE};
 
 /// A stream upstream's configuration is not the http block's: its pool's servers are those
 /// the stream module lists (or, without its word, those the zone holds breakers for), and the

@@ -8,10 +8,10 @@ use circuit_breaker_core::class::Class;
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::ngx_log_t;
 
-use crate::clock::{mono_ms, rnd};
-use crate::ffi::{pid, process_alive};
 use crate::request::{Label, RequestState};
-use crate::zone::{Handle, Key, Missing, Zone};
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::{pid, process_alive};
+use circuit_breaker_shell::zone::{Handle, Key, Missing, Zone};
 
 /// What the breaker can say without the lock: a pass or a rejection, or `None` when only
 /// the locked path can tell (a cooldown that ended, half-open, the first request of a
@@ -150,7 +150,7 @@ pub fn log_transition(log: *mut ngx_log_t, name: &str, t: &Transition) {
     log_transition_of(log, &format!("\"{name}\""), t);
 }
 
-/// [`log_transition`] of a breaker named as `crate::zone::who` names it (quotes and all).
+/// [`log_transition`] of a breaker named as `circuit_breaker_shell::zone::who` names it (quotes and all).
 pub fn log_transition_of(log: *mut ngx_log_t, who: &str, t: &Transition) {
     crate::wake::nudge();
     circuit_breaker_shell::log::transition(log, who, t);

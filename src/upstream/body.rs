@@ -14,8 +14,8 @@ use nginx_sys::{
     ngx_int_t, NGX_DONE, NGX_ERROR, NGX_HTTP_SPECIAL_RESPONSE,
 };
 
-use crate::ffi::guard;
 use crate::request;
+use circuit_breaker_shell::ffi::guard;
 
 /// Whether `r` has a request body nobody has read yet: a main request that announced one
 /// (a length, chunked, or an HTTP/2 stream not yet closed, which nginx reads as chunked).

@@ -17,7 +17,7 @@ use circuit_breaker_shell::ffi::variable_bytes;
 
 use crate::conf::ClassSetting;
 use crate::request::{self, RequestState};
-use crate::zone::Handle;
+use circuit_breaker_shell::zone::Handle;
 
 /// The request's class: `None` without `circuit_breaker_class` (or with `off`); else its
 /// variable's value, or `default` when the value is empty or names no class (said once per
@@ -124,7 +124,11 @@ pub fn note(handle: Handle, class: Option<Class>, now_ms: u64) {
 /// A request of an open breaker, answered without a state of its own: its class is read and
 /// noted, so that the probe, once due, can be left to the lowest class present.
 pub fn note_rejected(r: &mut ngx_http_request_t, handle: Handle, log: *mut ngx_log_t) {
-    note(handle, peek(r, log), crate::clock::mono_ms());
+    note(
+        handle,
+        peek(r, log),
+        circuit_breaker_shell::clock::mono_ms(),
+    );
 }
 
 /// Whether a request of `class` may take `handle`'s probe: it has no class, or no request

@@ -12,12 +12,12 @@ use nginx_sys::{
     NGX_PEER_FAILED, NGX_PEER_NEXT,
 };
 
-use crate::clock::{mono_ms, rnd};
 use crate::eject::{self, Upstream};
-use crate::ffi::guard;
 use crate::request::{self, Label, RequestState, NO_SERVER};
 use crate::retry;
-use crate::zone::Zone;
+use circuit_breaker_shell::clock::{mono_ms, rnd};
+use circuit_breaker_shell::ffi::guard;
+use circuit_breaker_shell::zone::Zone;
 
 use super::ledger::ZoneLedger;
 use super::{connection_log, limit, log_transition, outcome};

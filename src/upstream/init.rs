@@ -8,12 +8,12 @@ use nginx_sys::{
 };
 use ngx::http::HttpModuleServerConf;
 
-use crate::clock::mono_ms;
 use crate::conf::{Module, SrvConf};
 use crate::eject::{self, Upstream};
-use crate::ffi::guard;
 use crate::request::{self, Label, RequestState};
 use crate::respond;
+use circuit_breaker_shell::clock::mono_ms;
+use circuit_breaker_shell::ffi::guard;
 
 use super::free::free_peer;
 use super::{admit, connection_log, get_peer, get_peer_unpooled, get_stale, limit, notify_peer};

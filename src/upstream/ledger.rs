@@ -9,7 +9,7 @@ use circuit_breaker_core::settle::Ledger;
 
 use crate::conf::{default_route, SrvConf};
 use crate::eject::{self, Upstream};
-use crate::zone::{Handle, Key, Locked};
+use circuit_breaker_shell::zone::{Handle, Key, Locked};
 
 /// One breaker's reach into the locked zone.
 pub struct ZoneLedger<'l, 'z, 's> {

@@ -48,7 +48,11 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
         return true;
     };
     if class.is_some() {
-        super::class::note(state.judge.handle, class, crate::clock::mono_ms());
+        super::class::note(
+            state.judge.handle,
+            class,
+            circuit_breaker_shell::clock::mono_ms(),
+        );
     }
     match limit::acquire(zone, state.judge.handle, class, cfg, dry_run, log, || {
         state.judge.name()

@@ -41,10 +41,10 @@ use nginx_sys::{
     NGX_DONE, NGX_ERROR, NGX_OK,
 };
 
-use crate::clock::mono_ms;
 use crate::eject::{self};
-use crate::ffi::guard;
 use crate::request::{self, RequestState, NO_SERVER};
+use circuit_breaker_shell::clock::mono_ms;
+use circuit_breaker_shell::ffi::guard;
 
 pub use admit::{log_transition, log_transition_of};
 pub use init::init_peer;

@@ -15,12 +15,12 @@ use circuit_breaker_core::breaker::Admission;
 use circuit_breaker_core::snapshot::State;
 use nginx_sys::{ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR};
 
-use crate::clock::mono_ms;
 use crate::conf::LocConf;
-use crate::ffi::guard;
 use crate::request::{self, Label};
 use crate::respond;
-use crate::zone::{Handle, Zone};
+use circuit_breaker_shell::clock::mono_ms;
+use circuit_breaker_shell::ffi::guard;
+use circuit_breaker_shell::zone::{Handle, Zone};
 
 use super::body;
 

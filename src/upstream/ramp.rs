@@ -17,10 +17,10 @@ use nginx_sys::{
     ngx_int_t, ngx_peer_connection_t, NGX_BUSY, NGX_DONE, NGX_OK,
 };
 
-use crate::clock::mono_ms;
 use crate::conf::Pool;
 use crate::eject::{self, Upstream};
 use crate::request::{RequestState, NO_SERVER};
+use circuit_breaker_shell::clock::mono_ms;
 
 /// A peer's address and name, copied for an attempt past the balancer.
 pub(super) type Address = (

@@ -38,7 +38,7 @@ pub struct MainConf {
     /// The zone generation this configuration took over; older workers create no breakers.
     pub generation: u64,
     /// This worker's sessions not judged yet (made on first use, after the fork).
-    pub sessions: UnsafeCell<Option<crate::session::Waiting>>,
+    pub sessions: UnsafeCell<Option<crate::waiting::Waiting>>,
     /// This worker's one timer for their first-byte bounds (`session::arm`).
     pub sweeper: UnsafeCell<ngx_event_t>,
     /// Where sessions wait for a first byte: each upstream's lane, and each pool server's.

@@ -12,6 +12,7 @@ mod pool;
 mod probe;
 mod session;
 mod vars;
+mod waiting;
 
 use core::ffi::c_void;
 use core::mem::offset_of;

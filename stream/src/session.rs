@@ -25,16 +25,10 @@ use nginx_sys::{ngx_event_t, ngx_log_t, ngx_msec_t, ngx_stream_session_t};
 
 use crate::conf::{MainConf, SrvConf};
 use crate::pool;
+use crate::waiting::Waiting;
 
 // A context cell holds a session's word.
 const _: () = assert!(core::mem::size_of::<usize>() == 8);
-
-/// A worker's sessions that wait to be judged: the probes in a table, the others counted by
-/// when their bounds run out.
-pub struct Waiting {
-    pub probes: Table,
-    pub plain: Wheel,
-}
 
 /// The session's word, as the context cell keeps it (0: nothing).
 ///

@@ -27,6 +27,7 @@
 pub mod explain;
 pub mod outlier;
 pub mod ramp;
+pub mod spec;
 
 pub use explain::{explain, may_open, Explained, Standing};
 
@@ -34,8 +35,8 @@ use crate::breaker::{
     Admission, Attempt, Breaker, BreakerConfig, Classified, Decision, ProbeResult, Recorded,
     Ticket, Transition,
 };
-use crate::directive::EjectSpec;
 use crate::snapshot::State;
+use spec::EjectSpec;
 
 /// The breaker of one server of an upstream whose breaker is `upstream`, ejecting by `spec`:
 /// the upstream's failure classes, window, slow threshold, jitter and probe rules, with the

@@ -16,7 +16,7 @@ use super::{fresh_nonce, Exchange};
 /// Payload bytes a step verifies at most (each costs an HMAC): the rest waits for the next
 /// step, so that a flood on the bus delays the exchange, never the worker's requests.
 const STEP_BYTES: usize = 1 << 20;
-use crate::clock::wall_ms;
+use circuit_breaker_shell::clock::wall_ms;
 
 impl Exchange {
     /// The fleet's key under its subjects' prefix, as every bus message is sealed.
