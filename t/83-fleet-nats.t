@@ -609,7 +609,7 @@ is(join(' ', map { outage_warns(substr($g->error_log($_), $logs[$_])) } 0 .. 2),
 # one server back, the one every instance lists
 my ($u) = grep { $_->addr ne $x && $_->addr ne $w } @c;
 $u->restart();
-my $restarted = time();
+my $server_back = time();
 my $up = CB::Fleet::within(20, sub {
 	!grep {
 		my $b = $g->bus($_);
@@ -617,7 +617,7 @@ my $up = CB::Fleet::within(20, sub {
 	} 0 .. 2
 });
 ok($up, sprintf('all three connected to %s again, %.1fs after it started', $u->addr,
-	time() - $restarted));
+	time() - $server_back));
 is(join(' ', map { $g->bus($_)->{connects} - $connects[$_] } 0 .. 2), '1 1 1',
 	'one connection each');
 $sus = CB::Fleet::within(10, sub { ($g->breaker(1) // {})->{suspicious} });
