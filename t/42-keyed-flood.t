@@ -3,7 +3,11 @@
 # Keys come from clients. A flood of distinct keys — healthy ones and failing ones, which
 # are promoted to breakers of their own — into a small table never pushes out a key whose
 # breaker is open (its origin sees nothing more), keeps the table and the zone within their
-# bounds, and does not grow a worker; a key longer than 256 bytes is not judged at all.
+# bounds, and does not grow a worker; a key longer than 256 bytes is not judged at all. The
+# flood's promoted keys, which never opened, hold the zone's room for promotions only while
+# their failures are in their window: a new failing key once the window has passed gets a
+# breaker that opens (a review saw 167 such keys leave a new failing one unchecked for as
+# long as their `max_open`, here an hour).
 
 ###############################################################################
 
@@ -25,7 +29,7 @@ use CB::Origin;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(14);
+my $t = Test::Nginx->new()->has(qw/http proxy/)->plan(19);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     circuit_breaker_zone cb:1m keys=256;
@@ -116,6 +120,23 @@ ok($zused <= $zsize * 3 / 4 + 65536, "a quarter of the zone left to other breake
 
 my $grew = rss_kb($worker) - $rss;
 ok($grew < 2048, "the worker did not grow over 2 560 more keys ($grew KiB)");
+
+# The flood used up the room for promotions: a new failing key finds none while the flood's
+# failures are in their window (10 s), and one once they are out of it.
+
+my ($failures0) = http_get('/status') =~ /"alloc_failures":(\d+)/;
+tenant('early', 'status=500&who=early') for 1 .. 4;
+my ($failures1) = http_get('/status') =~ /"alloc_failures":(\d+)/;
+cmp_ok($failures1 // 0, '>', $failures0 // 0,
+	"the flood's promotions hold the room while they fail ($failures0 -> $failures1)");
+is(CB::Origin::hits($hits, qr/who=early/), 4, 'a new failing key meanwhile passes unchecked');
+
+sleep 11;
+tenant('late', 'status=500&who=late') for 1 .. 3;
+like(tenant('late', 'who=late'), qr!^HTTP/1.1 503!,
+	'a window later, a new failing key opens on its third failure');
+is(CB::Origin::hits($hits, qr/who=late/), 3, 'its fourth request did not reach the origin');
+like(tenant('victim', 'who=victim'), qr!^HTTP/1.1 503!, 'the victim is still open');
 
 # A key longer than 256 bytes is not judged: its failures pass, said once in the log.
 

@@ -361,3 +361,32 @@ proptest! {
         prop_assert_eq!(t.promote(i, now_s, 10), reference.handover(now_s, 10));
     }
 }
+
+proptest! {
+    /// Whatever a promoted key's breaker judged and however long it has been closed: one that
+    /// is open, half-open or forced never goes (a flood cannot close it by taking its room);
+    /// one that never opened goes only with no failure nor slow call in its window; one that
+    /// opened only once its episode is over (its window, ramp and `max_open`).
+    #[test]
+    fn a_breaker_goes_only_when_nothing_it_judged_is_still_to_count(
+        state in prop_oneof![Just(State::Closed), Just(State::Open), Just(State::HalfOpen)],
+        forced in any::<bool>(),
+        closed_for_ms in 0u64..1 << 24,
+        opened in any::<bool>(),
+        failing in any::<bool>(),
+        window_s in 1u32..600,
+        ramp_ms in 0u32..600_000,
+        max_open_ms in 1u32..3_600_000,
+    ) {
+        let cfg = BreakerConfig { window_s, ramp_ms, max_open_ms, ..BreakerConfig::default() };
+        let judged = keyed::Judged { opened, failing };
+        let goes = keyed::may_go(state, forced, closed_for_ms, &cfg, judged);
+        let episode_over = closed_for_ms >= u64::from(window_s) * 1000
+            && closed_for_ms >= u64::from(ramp_ms)
+            && closed_for_ms >= u64::from(max_open_ms);
+        let expected = state == State::Closed
+            && !forced
+            && if opened { episode_over } else { !failing };
+        prop_assert_eq!(goes, expected);
+    }
+}

@@ -74,46 +74,107 @@ pub fn take(c: &Classified) -> Take {
     }
 }
 
+/// What a promoted key's breaker has judged, for [`may_go`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Judged {
+    /// It opened since it was made: it has an episode.
+    pub opened: bool,
+    /// Its window holds a failure or a slow call.
+    pub failing: bool,
+}
+
 /// Whether the breaker a key was promoted to may go (the key compact again, or its place given
-/// to another key): closed, not forced, and closed for long enough that nothing of its last
-/// episode is still to come — a window that judged it, a recovery ramp, or the longer
-/// cooldown a breaker that opens again soon after closing gets (`max_open`).
-pub fn may_go(state: State, forced: bool, closed_for_ms: u64, cfg: &BreakerConfig) -> bool {
+/// to another key): closed, not forced, and nothing it judged is still to count. A breaker that
+/// never opened has no episode: it may go once its window holds no failure nor slow call (a
+/// key promoted by one failure keeps its room only while that failure counts, so a flood of
+/// keys failing once each holds the room for promotions a window, not a `max_open`). One that
+/// opened waits until nothing of its last episode is still to come — a window that judged it,
+/// a recovery ramp, or the longer cooldown a breaker that opens again soon after closing gets
+/// (`max_open`).
+pub fn may_go(
+    state: State,
+    forced: bool,
+    closed_for_ms: u64,
+    cfg: &BreakerConfig,
+    judged: Judged,
+) -> bool {
+    if state != State::Closed || forced {
+        return false;
+    }
+    if !judged.opened {
+        return !judged.failing;
+    }
     let settled = (u64::from(cfg.window_s) * 1000)
         .max(u64::from(cfg.ramp_ms))
         .max(u64::from(cfg.max_open_ms));
-    state == State::Closed && !forced && closed_for_ms >= settled
+    closed_for_ms >= settled
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const EPISODE: Judged = Judged {
+        opened: true,
+        failing: false,
+    };
+
     #[test]
-    fn only_a_breaker_closed_long_enough_may_go() {
+    fn a_breaker_that_opened_may_go_once_closed_long_enough() {
         let cfg = BreakerConfig {
             window_s: 10,
             ramp_ms: 60_000,
             max_open_ms: 300_000,
             ..BreakerConfig::default()
         };
-        assert!(may_go(State::Closed, false, 300_000, &cfg));
+        assert!(may_go(State::Closed, false, 300_000, &cfg, EPISODE));
         assert!(
-            !may_go(State::Closed, false, 299_999, &cfg),
+            !may_go(State::Closed, false, 299_999, &cfg, EPISODE),
             "a re-close may still come"
         );
-        assert!(!may_go(State::Closed, true, 1 << 40, &cfg), "forced");
-        assert!(!may_go(State::Open, false, 1 << 40, &cfg));
-        assert!(!may_go(State::HalfOpen, false, 1 << 40, &cfg));
+        assert!(
+            !may_go(State::Closed, true, 1 << 40, &cfg, EPISODE),
+            "forced"
+        );
+        assert!(!may_go(State::Open, false, 1 << 40, &cfg, EPISODE));
+        assert!(!may_go(State::HalfOpen, false, 1 << 40, &cfg, EPISODE));
         let short = BreakerConfig {
             max_open_ms: 1_000,
             ramp_ms: 0,
             ..cfg
         };
-        assert!(may_go(State::Closed, false, 10_000, &short));
+        assert!(may_go(State::Closed, false, 10_000, &short, EPISODE));
         assert!(
-            !may_go(State::Closed, false, 9_999, &short),
+            !may_go(State::Closed, false, 9_999, &short, EPISODE),
             "its window still judges"
         );
+    }
+
+    #[test]
+    fn a_breaker_that_never_opened_may_go_once_its_window_holds_no_failure() {
+        let cfg = BreakerConfig {
+            window_s: 10,
+            max_open_ms: 300_000,
+            ..BreakerConfig::default()
+        };
+        let quiet = Judged {
+            opened: false,
+            failing: false,
+        };
+        let failing = Judged {
+            failing: true,
+            ..quiet
+        };
+        assert!(
+            may_go(State::Closed, false, 0, &cfg, quiet),
+            "no episode, nothing in its window: nothing is lost"
+        );
+        assert!(
+            !may_go(State::Closed, false, 1 << 40, &cfg, failing),
+            "its failures still count towards opening it"
+        );
+        assert!(!may_go(State::Closed, true, 1 << 40, &cfg, quiet), "forced");
+        assert!(!may_go(State::Open, false, 1 << 40, &cfg, quiet));
+        assert!(!may_go(State::HalfOpen, false, 1 << 40, &cfg, quiet));
     }
 }

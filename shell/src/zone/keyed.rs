@@ -19,6 +19,7 @@ use ngx::allocator::Allocator;
 use super::node::{breaker_of, Node};
 use super::table::BreakerMut;
 use super::{Key, Kind, Locked, Missing, Zone};
+use circuit_breaker_core::breaker::Breaker;
 
 /// Promoted keys a sweep looks at, at most, before giving up.
 const SWEEP: usize = 32;
@@ -249,9 +250,8 @@ impl<'z> Locked<'z> {
                 };
                 // SAFETY: a published node, the mutex held; this borrow of its breaker ends
                 // with the closure, and nothing else borrows it meanwhile.
-                let b = unsafe { breaker_of(n) };
-                let closed_for = now_ms.saturating_sub(b.since_ms());
-                if keyed::may_go(b.state(), b.forced().is_some(), closed_for, b.config()) {
+                let mut b = unsafe { breaker_of(n) };
+                if may_go(&mut b, now_ms) {
                     Protection::Evictable
                 } else {
                     Protection::Kept
@@ -323,9 +323,7 @@ impl<'z> Locked<'z> {
         let idle = {
             // SAFETY: a published node, the mutex held; the borrow ends with this block.
             let mut b = unsafe { breaker_of(n) };
-            let closed_for = now_ms.saturating_sub(b.since_ms());
-            keyed::may_go(b.state(), b.forced().is_some(), closed_for, b.config())
-                && b.window(now_ms).requests == 0
+            may_go(&mut b, now_ms) && b.window(now_ms).requests == 0
         };
         if idle {
             // SAFETY: a published node, not borrowed.
@@ -366,11 +364,10 @@ impl<'z> Locked<'z> {
             n = unsafe { node.as_ref() }.next.load(Ordering::Relaxed);
             let goes = {
                 // SAFETY: a published node, the mutex held; the borrow ends with this block.
-                let b = unsafe { breaker_of(node) };
-                let cfg = b.config();
-                let idle = now_ms.saturating_sub(b.last_ms()) >= 2 * u64::from(cfg.max_open_ms);
-                let closed_for = now_ms.saturating_sub(b.since_ms());
-                b.forced().is_none() && (idle || keyed::may_go(b.state(), false, closed_for, cfg))
+                let mut b = unsafe { breaker_of(node) };
+                let max_open_ms = u64::from(b.config().max_open_ms);
+                let idle = now_ms.saturating_sub(b.last_ms()) >= 2 * max_open_ms;
+                b.forced().is_none() && (idle || may_go(&mut b, now_ms))
             };
             if goes {
                 h.keyed_hand.store(n, Ordering::Relaxed);
@@ -554,4 +551,22 @@ impl Zone {
         }
         laid
     }
+}
+
+/// Whether a promoted key's breaker may go at `now_ms` (`keyed::may_go`, on what it judged:
+/// its window advanced to now).
+fn may_go(b: &mut Breaker<'_>, now_ms: u64) -> bool {
+    let w = b.window(now_ms);
+    let judged = keyed::Judged {
+        opened: b.totals().opened > 0,
+        failing: w.failures > 0 || w.slow > 0,
+    };
+    let closed_for = now_ms.saturating_sub(b.since_ms());
+    keyed::may_go(
+        b.state(),
+        b.forced().is_some(),
+        closed_for,
+        b.config(),
+        judged,
+    )
 }
