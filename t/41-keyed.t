@@ -150,8 +150,8 @@ like($t->read_file('error.log'), qr/circuit breaker "\$origin" key "$ka" opened/
 
 $r = http_get('/status');
 like($r, qr/"upstream":"\$origin","route":"$ka","state":"open"/, 'status: the key is open');
-like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1,"listed":1,"unlisted":0\}/,
-	'status: two keys, one promoted and listed');
+like($r, qr/"keys":\{"used":2,"capacity":\d+,"promoted":1,"listed":1,"unlisted":0,"open":1\}/,
+	'status: two keys, one promoted, listed and open');
 unlike($r, qr/"route":"$kb"/, 'status: a healthy key has no breaker to show');
 
 # Half-open: one probe at a time goes to a, which has healed, a probe interval (1 s) apart;
@@ -237,7 +237,7 @@ like(http_get('/mv/ok?status=200'), qr!^HTTP/1.1 200!, 'error page of another ke
 $r = http_get('/status');
 like($r, qr/"route":"acme","state":"open"/, 'status: the open key is listed');
 unlike($r, qr/"route":"$ka"/, 'status: the closed key is not');
-like($r, qr/"promoted":3,"listed":2,"unlisted":1\}/, 'status: the closed key is counted');
+like($r, qr/"promoted":3,"listed":2,"unlisted":1,"open":2\}/, 'status: the closed key is counted');
 $r = http_get('/status?keys=all');
 ok($r =~ /"route":"acme","state":"open"/ && $r =~ /"route":"$ka","state":"closed"/,
 	'status: keys=all lists the closed key too');
@@ -245,13 +245,15 @@ $r = http_get('/status?keys=all&key_prefix=ac');
 ok($r =~ /"route":"acme"/ && $r !~ /"route":"$ka"/, 'status: key_prefix');
 $r = http_get('/status?keys=all&key_limit=1');
 ok($r =~ /"route":"ef"/ && $r !~ /"route":"(acme|$ka)"/
-	&& $r =~ /"listed":1,"unlisted":2\}/, 'status: key_limit keeps the newest open key first');
+	&& $r =~ /"listed":1,"unlisted":2,"open":2\}/,
+	'status: key_limit keeps the newest open key first, and counts both open');
 like(http_get('/status?key_limit=0'), qr!^HTTP/1.1 400.*from 1 to 100000!s,
 	'status: a bad key_limit is refused');
 $r = http_get('/status?format=prometheus');
 ok($r =~ /route="acme"/ && $r !~ /route="\Q$ka\E"/
-	&& $r =~ /^nginx_circuit_breaker_zone_keys_unlisted\{[^}]*\} 1$/m,
-	'prometheus: series for the open key only, the rest counted');
+	&& $r =~ /^nginx_circuit_breaker_zone_keys_unlisted\{[^}]*\} 1$/m
+	&& $r =~ /^nginx_circuit_breaker_zone_keys_open\{[^}]*\} 2$/m,
+	'prometheus: series for the open keys only, the rest counted, the open ones too');
 
 # A key of bytes that are not UTF-8 is written \xNN on the status page, and control takes it
 # as written.

@@ -2,7 +2,7 @@
 //! batches, see `Zone::visit`), and nothing more, so that ordering, grouping and formatting
 //! happen after the lock is let go.
 
-use circuit_breaker_core::snapshot::BreakerView;
+use circuit_breaker_core::snapshot::{BreakerView, State};
 use circuit_breaker_core::status::assemble::{Record, Snapshot};
 use circuit_breaker_core::status::KeysView;
 
@@ -21,7 +21,11 @@ pub fn snapshot(
     // Room for them all at once: a record is some 500 bytes, and moving ten thousand at each
     // doubling showed in a poll's instructions.
     let mut records = Vec::with_capacity(zone.breakers());
+    let mut open_keys = 0;
     let mut copy = |e: circuit_breaker_shell::zone::Entry<'_>| {
+        if e.kind == Kind::Keyed && e.view.state != State::Closed {
+            open_keys += 1;
+        }
         // Most keys are closed, and not listed: left before their names are made.
         if e.kind == Kind::Keyed && !keep_key(&e.view) {
             return;
@@ -56,6 +60,10 @@ pub fn snapshot(
             promoted: k.promoted,
             ..KeysView::default()
         });
+    let keys = keys.map(|k| KeysView {
+        open: open_keys,
+        ..k
+    });
     Snapshot {
         used,
         size,

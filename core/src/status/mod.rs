@@ -75,6 +75,8 @@ pub fn render_json(zone: &ZoneView, entries: &[Entry]) -> Vec<u8> {
         write_num(&mut out, Num::Int(k.listed));
         out.extend_from_slice(b",\"unlisted\":");
         write_num(&mut out, Num::Int(k.unlisted));
+        out.extend_from_slice(b",\"open\":");
+        write_num(&mut out, Num::Int(k.open));
         out.push(b'}');
     }
     out.extend_from_slice(b",\"module_version\":");
@@ -870,6 +872,34 @@ pub(crate) mod tests {
             "every addition made"
         );
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
+    }
+
+    #[test]
+    fn keys_say_how_many_are_open_listed_or_not() {
+        let zone = ZoneView {
+            keys: Some(KeysView {
+                used: 9,
+                capacity: 1024,
+                promoted: 5,
+                listed: 1,
+                unlisted: 4,
+                open: 3,
+            }),
+            ..example_zone()
+        };
+        let v = parse(&render_json(&zone, &[]));
+        let k = &v["keys"];
+        assert_eq!(k.as_object().unwrap().len(), 6);
+        assert_eq!(
+            (&k["listed"], &k["unlisted"], &k["open"]),
+            (&1.into(), &4.into(), &3.into())
+        );
+        let text = String::from_utf8(render_prometheus(&zone, &[])).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == r#"nginx_circuit_breaker_zone_keys_open{zone="cb"} 3"#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -172,6 +172,13 @@ impl Renderer<'_> {
             zones,
             |_, z| z.keys.map(|k| Num::Int(k.unlisted)),
         );
+        self.zone_family(
+            "zone_keys_open",
+            Gauge,
+            "Keys whose breaker is open or half-open, listed or not.",
+            zones,
+            |_, z| z.keys.map(|k| Num::Int(k.open)),
+        );
         let counts: Vec<u64> = self.zones.iter().map(|z| z.1).collect();
         self.zone_family(
             "breakers",

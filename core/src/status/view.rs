@@ -53,6 +53,9 @@ pub struct KeysView {
     /// The promoted keys not listed: closed ones unless `keys=all`, those outside `key_prefix`
     /// or `upstream`/`route`, and those past `key_limit`.
     pub unlisted: u64,
+    /// Keys whose breaker is open or half-open, listed or not: what an alert reads (clients
+    /// that open keys of their own can push another's past `key_limit`).
+    pub open: u64,
 }
 
 /// One breaker as the status location shows it.
