@@ -16,7 +16,7 @@ use circuit_breaker_core::breaker::BreakerConfig;
 use circuit_breaker_core::keyed::{self, KeyHasher, Placed, Protection, Table, Tally};
 use ngx::allocator::Allocator;
 
-use super::node::{breaker_of, Node};
+use super::node::{breaker_of, node_layout, slab_class, Node};
 use super::table::BreakerMut;
 use super::{Key, Kind, Locked, Missing, Zone};
 use circuit_breaker_core::breaker::Breaker;
@@ -335,30 +335,37 @@ impl<'z> Locked<'z> {
         unsafe { self.borrow(n) }
     }
 
-    /// Whether a breaker may be promoted and still leave a quarter of the zone to the others,
-    /// once the sweep has freed one that may go if need be.
-    fn keyed_room(&mut self, now_ms: u64) -> bool {
+    /// Whether a breaker of a `window_s` window may be promoted and still leave a quarter of
+    /// the zone to the others, once the sweep has freed one that may go if need be: the zone's
+    /// free pages say so, or the breaker freed was of the same slab class (the new one takes
+    /// its place: a freed chunk frees its page only with its neighbours, so free pages alone
+    /// made a key wait for the sweep to happen on both halves of a page).
+    fn keyed_room(&mut self, now_ms: u64, window_s: u32) -> bool {
         let enough = |l: &Self| {
             let (used, size, _) = l.usage();
             size.saturating_sub(used) >= size / 4
         };
-        enough(self) || (self.keyed_sweep(now_ms) && enough(self))
+        if enough(self) {
+            return true;
+        }
+        match self.keyed_sweep(now_ms) {
+            Some(freed) => Some(freed) == node_class(window_s) || enough(self),
+            None => false,
+        }
     }
 
     /// Frees one promoted key's breaker that may go, or that no request has asked for since
     /// twice its `max_open` (its clients are gone, whatever its state): the next of the keyed
     /// list from where the last sweep stopped, looking at [`SWEEP`] at most. Forced breakers
-    /// stay (the operator's). Whether it freed one.
-    fn keyed_sweep(&mut self, now_ms: u64) -> bool {
+    /// stay (the operator's). The slab class of the breaker it freed, if it freed one.
+    fn keyed_sweep(&mut self, now_ms: u64) -> Option<usize> {
         let h = self.header();
         let mut n = h.keyed_hand.load(Ordering::Relaxed);
         for _ in 0..SWEEP {
             if n.is_null() {
                 n = h.keyed_head.load(Ordering::Relaxed);
             }
-            let Some(node) = NonNull::new(n) else {
-                return false;
-            };
+            let node = NonNull::new(n)?;
             // SAFETY: the hand and the list hold published nodes (`remove` moves the hand off
             // a node it frees), live while the mutex is held.
             n = unsafe { node.as_ref() }.next.load(Ordering::Relaxed);
@@ -371,13 +378,15 @@ impl<'z> Locked<'z> {
             };
             if goes {
                 h.keyed_hand.store(n, Ordering::Relaxed);
+                // SAFETY: a published node, the mutex held.
+                let class = node_class(unsafe { node.as_ref() }.window_s);
                 // SAFETY: published, not borrowed.
                 unsafe { self.remove(node) };
-                return true;
+                return Some(class.unwrap_or(0));
             }
         }
         h.keyed_hand.store(n, Ordering::Relaxed);
-        false
+        None
     }
 
     /// The key hashed to `hash` at `tally` is compact again (its breaker gone).
@@ -425,7 +434,7 @@ impl<'z> Locked<'z> {
                 // Keys that fail by the thousand (a client's own failing tenants) leave a
                 // quarter of the zone to every other breaker: a promoted key that may go
                 // makes room, else the key is not promoted.
-                if !self.keyed_room(now_ms) {
+                if !self.keyed_room(now_ms, fam.cfg.window_s) {
                     self.note_failure(hash);
                     return Err(Missing::Full);
                 }
@@ -569,4 +578,9 @@ fn may_go(b: &mut Breaker<'_>, now_ms: u64) -> bool {
         b.config(),
         judged,
     )
+}
+
+/// The slab class of a breaker's node of a `window_s` window.
+fn node_class(window_s: u32) -> Option<usize> {
+    node_layout(window_s).map(|l| slab_class(l.size()))
 }
