@@ -12,14 +12,14 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use circuit_breaker_core::breaker::histogram::Histogram;
-use circuit_breaker_core::breaker::BreakerConfig;
+use circuit_breaker_core::breaker::{Breaker, BreakerConfig};
 use circuit_breaker_core::keyed::{self, KeyHasher, Placed, Protection, Table, Tally};
+use circuit_breaker_core::snapshot::WindowView;
 use ngx::allocator::Allocator;
 
 use super::node::{breaker_of, node_layout, slab_class, Node};
 use super::table::BreakerMut;
 use super::{Key, Kind, Locked, Missing, Zone};
-use circuit_breaker_core::breaker::Breaker;
 
 /// Promoted keys a sweep looks at, at most, before giving up.
 const SWEEP: usize = 32;
@@ -251,7 +251,7 @@ impl<'z> Locked<'z> {
                 // SAFETY: a published node, the mutex held; this borrow of its breaker ends
                 // with the closure, and nothing else borrows it meanwhile.
                 let mut b = unsafe { breaker_of(n) };
-                if may_go(&mut b, now_ms) {
+                if may_go(&mut b, now_ms).is_some() {
                     Protection::Evictable
                 } else {
                     Protection::Kept
@@ -323,7 +323,7 @@ impl<'z> Locked<'z> {
         let idle = {
             // SAFETY: a published node, the mutex held; the borrow ends with this block.
             let mut b = unsafe { breaker_of(n) };
-            may_go(&mut b, now_ms) && b.window(now_ms).requests == 0
+            may_go(&mut b, now_ms).is_some_and(|w| w.requests == 0)
         };
         if idle {
             // SAFETY: a published node, not borrowed.
@@ -349,7 +349,10 @@ impl<'z> Locked<'z> {
             return true;
         }
         match self.keyed_sweep(now_ms) {
-            Some(freed) => Some(freed) == node_class(window_s) || enough(self),
+            Some(freed) => {
+                let class = node_class(freed);
+                (class.is_some() && class == node_class(window_s)) || enough(self)
+            }
             None => false,
         }
     }
@@ -357,8 +360,8 @@ impl<'z> Locked<'z> {
     /// Frees one promoted key's breaker that may go, or that no request has asked for since
     /// twice its `max_open` (its clients are gone, whatever its state): the next of the keyed
     /// list from where the last sweep stopped, looking at [`SWEEP`] at most. Forced breakers
-    /// stay (the operator's). The slab class of the breaker it freed, if it freed one.
-    fn keyed_sweep(&mut self, now_ms: u64) -> Option<usize> {
+    /// stay (the operator's). The window (seconds) of the breaker it freed, if it freed one.
+    fn keyed_sweep(&mut self, now_ms: u64) -> Option<u32> {
         let h = self.header();
         let mut n = h.keyed_hand.load(Ordering::Relaxed);
         for _ in 0..SWEEP {
@@ -374,15 +377,15 @@ impl<'z> Locked<'z> {
                 let mut b = unsafe { breaker_of(node) };
                 let max_open_ms = u64::from(b.config().max_open_ms);
                 let idle = now_ms.saturating_sub(b.last_ms()) >= 2 * max_open_ms;
-                b.forced().is_none() && (idle || may_go(&mut b, now_ms))
+                b.forced().is_none() && (idle || may_go(&mut b, now_ms).is_some())
             };
             if goes {
                 h.keyed_hand.store(n, Ordering::Relaxed);
                 // SAFETY: a published node, the mutex held.
-                let class = node_class(unsafe { node.as_ref() }.window_s);
+                let window_s = unsafe { node.as_ref() }.window_s;
                 // SAFETY: published, not borrowed.
                 unsafe { self.remove(node) };
-                return Some(class.unwrap_or(0));
+                return Some(window_s);
             }
         }
         h.keyed_hand.store(n, Ordering::Relaxed);
@@ -563,21 +566,16 @@ impl Zone {
 }
 
 /// Whether a promoted key's breaker may go at `now_ms` (`keyed::may_go`, on what it judged:
-/// its window advanced to now).
-fn may_go(b: &mut Breaker<'_>, now_ms: u64) -> bool {
+/// its window advanced to now): its window then, else `None`.
+fn may_go(b: &mut Breaker<'_>, now_ms: u64) -> Option<WindowView> {
     let w = b.window(now_ms);
     let judged = keyed::Judged {
         opened: b.totals().opened > 0,
         failing: w.failures > 0 || w.slow > 0,
     };
     let closed_for = now_ms.saturating_sub(b.since_ms());
-    keyed::may_go(
-        b.state(),
-        b.forced().is_some(),
-        closed_for,
-        b.config(),
-        judged,
-    )
+    let forced = b.forced().is_some();
+    keyed::may_go(b.state(), forced, closed_for, b.config(), judged).then_some(w)
 }
 
 /// The slab class of a breaker's node of a `window_s` window.
