@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread;
 
+use circuit_breaker_core::limit::share::Standing;
 use circuit_breaker_core::limit::word::{self, Take};
 
 const WORKERS: u32 = 4;
@@ -23,14 +24,14 @@ fn xorshift(x: &mut u32) -> u32 {
 fn acquire(w: &AtomicU64, entry: &AtomicU64, pid: u32, held: &mut u32) -> bool {
     let mut cur = w.load(Ordering::Acquire);
     if matches!(
-        word::take(cur, TAG, false, None, 0),
+        word::take(cur, TAG, false, None, 0, Standing::Light),
         Take::Full | Take::Stale
     ) {
         return false;
     }
     entry.store(word::owner(pid, *held + 1), Ordering::Release);
     loop {
-        match word::take(cur, TAG, false, None, 0) {
+        match word::take(cur, TAG, false, None, 0, Standing::Light) {
             Take::Slot { next, .. } => {
                 match w.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {

@@ -64,6 +64,28 @@ pub unsafe fn variable_bytes(v: &nginx_sys::ngx_variable_value_t) -> Option<&[u8
     Some(unsafe { core::slice::from_raw_parts(v.data, len) })
 }
 
+/// The IP address of socket address `sa`, `None` for another family (a UNIX-domain socket).
+///
+/// # Safety
+/// `sa` must be null or point to a socket address as long as its family says.
+pub unsafe fn ip_of(sa: *const nginx_sys::sockaddr) -> Option<std::net::IpAddr> {
+    // SAFETY: null or a socket address (the contract); its family is its first field.
+    let family = u32::from(unsafe { sa.as_ref() }?.sa_family);
+    if family == nginx_sys::AF_INET {
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*sa.cast::<nginx_sys::sockaddr_in>() };
+        Some(std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()).into())
+    } else if family == nginx_sys::AF_INET6 {
+        // SAFETY: an AF_INET6 address is a sockaddr_in6; every view of its union is bytes.
+        let sin6 = unsafe { &*sa.cast::<nginx_sys::sockaddr_in6>() };
+        // SAFETY: as above.
+        let octets = unsafe { sin6.sin6_addr.__in6_u.__u6_addr8 };
+        Some(std::net::Ipv6Addr::from(octets).into())
+    } else {
+        None
+    }
+}
+
 /// The module's version (the crate's), as the status page and the zone's notice show it.
 pub const MODULE_VERSION: &str = env!("CARGO_PKG_VERSION");
 

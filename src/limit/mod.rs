@@ -22,9 +22,12 @@
 //! Imports: request → limit → conf (in `init_process` only), zone. This room keeps its own
 //! per-worker state; it knows nothing of requests.
 
+pub mod client;
+
 use core::cell::UnsafeCell;
 
 use circuit_breaker_core::class::Class;
+use circuit_breaker_core::limit::share::{Client, Standing};
 use circuit_breaker_core::limit::word::Take;
 pub use circuit_breaker_core::limit::Sample;
 use circuit_breaker_core::limit::{LimitConfig, Samples};
@@ -45,19 +48,28 @@ const FLUSH_MS: u64 = 25;
 /// dead worker held can fill the limit, and then nothing completes to update the controller.
 const RECLAIM_MS: u64 = 500;
 
-/// A request's slot: the breaker it was taken from. `Copy`, kept in the request's state
-/// (whose class, if any, is the slot's).
+/// A request's slot: the breaker it was taken from, and the client that took it. `Copy`,
+/// kept in the request's state (whose class, if any, is the slot's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hold(Handle);
+pub struct Hold {
+    handle: Handle,
+    client: Option<Client>,
+    /// How the client stood when it took the slot (`share`).
+    standing: Standing,
+}
 
 impl Hold {
     /// No slot.
-    pub const NONE: Hold = Hold(Handle::NONE);
+    pub const NONE: Hold = Hold {
+        handle: Handle::NONE,
+        client: None,
+        standing: Standing::Light,
+    };
 
     /// Whether a slot is held.
     #[inline]
     pub fn is_held(&self) -> bool {
-        !self.0.is_none()
+        !self.handle.is_none()
     }
 }
 
@@ -184,11 +196,12 @@ impl Registry {
         if let Some(u) = &u {
             ngx::ngx_log_debug!(
                 ngx::log::ngx_cycle_log().as_ptr(),
-                "circuit breaker limit {} -> {}: mean {:.1}ms of {}, minimum {:.1}ms, reached {}, {:?}",
+                "circuit breaker limit {} -> {}: mean {:.1}ms of {} ({} apart), minimum {:.1}ms, reached {}, {:?}",
                 u.from,
                 u.to,
                 u.sample_ms,
                 u.samples,
+                u.apart,
                 u.min_latency_ms,
                 u.reached,
                 u.min_change
@@ -244,62 +257,109 @@ impl Local {
         self.wait(now) || now.saturating_sub(self.reclaimed_ms) >= RECLAIM_MS
     }
 
-    /// `Some(true)`: a slot; `Some(false)`: shed; `None`: the block changed tenant.
+    /// `Some(Some(standing))`: a slot, and how its client stood; `Some(None)`: shed;
+    /// `None`: the block changed tenant.
     #[inline]
-    fn acquire(&mut self, dry_run: bool, class: Option<Class>) -> Option<bool> {
-        match self.ptr.acquire(self.owner.as_mut(), dry_run, class) {
-            Take::Slot { inflight, over, .. } => {
+    fn acquire(
+        &mut self,
+        dry_run: bool,
+        class: Option<Class>,
+        client: Option<&Client>,
+    ) -> Option<Option<Standing>> {
+        let (taken, standing) =
+            self.ptr
+                .acquire(self.owner.as_mut(), dry_run, class, client, mono_ms());
+        match taken {
+            Take::Slot {
+                inflight,
+                over,
+                capped,
+                ..
+            } => {
                 self.samples.note_inflight(inflight);
                 if over {
                     self.ptr.count_shed(class);
                 }
-                Some(true)
+                if capped {
+                    self.ptr.count_capped();
+                }
+                Some(Some(standing))
             }
             Take::Full => {
                 self.ptr.count_shed(class);
                 self.shed = true;
-                Some(false)
+                Some(None)
             }
             Take::Reserved => {
                 self.ptr.count_shed(class);
                 self.samples.add_reserved();
                 self.shed = true;
-                Some(false)
+                Some(None)
+            }
+            Take::OverShare => {
+                self.ptr.count_shed(class);
+                self.ptr.count_capped();
+                self.samples.add_over_share();
+                self.shed = true;
+                Some(None)
             }
             Take::Stale => None,
         }
     }
 
-    /// Gives a slot of a request of `class` back; in-flight before, as
-    /// [`LimitPtr::release`] says.
+    /// Gives `hold`'s slot back, of a request of `class` that began or ended `heavy` or not;
+    /// in-flight before, as [`LimitPtr::release`] says.
     #[inline]
-    fn release(&mut self, class: Option<Class>) -> Option<u32> {
+    fn release(&mut self, hold: &Hold, class: Option<Class>, heavy: bool) -> Option<u32> {
         let before = self.ptr.release(self.owner.as_mut());
-        if let (Some(_), Some(c)) = (before, class) {
-            self.ptr.class_left(c);
+        if before.is_some() {
+            if let Some(c) = class {
+                self.ptr.class_left(c);
+            }
+            if let Some(c) = &hold.client {
+                self.ptr.client_left(c, heavy, mono_ms());
+            }
         }
         before
     }
 }
 
-/// Admits a request of `handle`'s breaker, of `class` (`None`: classes not in use), under its
-/// limit `cfg`: a slot, or shed. `dry_run` admits past the limit and counts the shed. The first request of a breaker in this worker
-/// takes the lock once, to set up the limit and this worker's owner entry.
+/// A request's ask of a limit: its breaker, its class (`None`: classes not in use) and its
+/// client (`None`: not told apart).
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub handle: Handle,
+    pub class: Option<Class>,
+    pub client: Option<Client>,
+}
+
+impl Ask {
+    fn hold(&self, standing: Standing) -> Hold {
+        Hold {
+            handle: self.handle,
+            client: self.client,
+            standing,
+        }
+    }
+}
+
+/// Admits `ask` under its breaker's limit `cfg`: a slot, or shed. `dry_run` admits past the
+/// limit and counts the shed. The first request of a breaker in this worker takes the lock
+/// once, to set up the limit and this worker's owner entry.
 #[inline]
 pub fn acquire(
     zone: &Zone,
-    handle: Handle,
-    class: Option<Class>,
+    ask: Ask,
     cfg: &LimitConfig,
     dry_run: bool,
     log: *mut ngx_log_t,
     name: impl FnOnce() -> String,
 ) -> Admit {
     let reg = registry();
-    if let Some((i, l)) = reg.local(handle) {
-        match l.acquire(dry_run, class) {
-            Some(true) => return Admit::Slot(Hold(handle)),
-            Some(false) => {
+    if let Some((i, l)) = reg.local(ask.handle) {
+        match l.acquire(dry_run, ask.class, ask.client.as_ref()) {
+            Some(Some(standing)) => return Admit::Slot(ask.hold(standing)),
+            Some(None) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
                 }
@@ -308,7 +368,7 @@ pub fn acquire(
             None => reg.locals[i] = None,
         }
     }
-    acquire_first(zone, handle, class, cfg, dry_run, log, name)
+    acquire_first(zone, ask, cfg, dry_run, log, name)
 }
 
 /// [`acquire`] for a breaker this worker has no view of yet (or one that changed tenant).
@@ -316,15 +376,14 @@ pub fn acquire(
 #[inline(never)]
 fn acquire_first(
     zone: &Zone,
-    handle: Handle,
-    class: Option<Class>,
+    ask: Ask,
     cfg: &LimitConfig,
     dry_run: bool,
     log: *mut ngx_log_t,
     name: impl FnOnce() -> String,
 ) -> Admit {
     let reg = registry();
-    if !reg.set_up(zone, handle, cfg) {
+    if !reg.set_up(zone, ask.handle, cfg) {
         if !core::mem::replace(&mut reg.logged_full, true) {
             ngx::ngx_log_error!(
                 NGX_LOG_ERR,
@@ -336,10 +395,10 @@ fn acquire_first(
         return Admit::Unlimited;
     }
     reg.zone.get_or_insert_with(|| zone.clone());
-    match reg.local(handle) {
-        Some((i, l)) => match l.acquire(dry_run, class) {
-            Some(true) => Admit::Slot(Hold(handle)),
-            Some(false) => {
+    match reg.local(ask.handle) {
+        Some((i, l)) => match l.acquire(dry_run, ask.class, ask.client.as_ref()) {
+            Some(Some(standing)) => Admit::Slot(ask.hold(standing)),
+            Some(None) => {
                 if l.wait_shed(mono_ms()) {
                     reg.flush(i);
                 }
@@ -356,11 +415,21 @@ fn acquire_first(
 #[inline]
 pub fn attempt_ended(hold: Hold, class: Option<Class>, s: Sample, last: bool) {
     let reg = registry();
-    let Some((i, l)) = reg.local(hold.0) else {
+    let Some((i, l)) = reg.local(hold.handle) else {
         return;
     };
     let now = mono_ms();
+    // Set apart if its client was heavy when it began or is now: the first requests of a
+    // round of slow ones began light, and end among the round's heavy ones.
+    let latency = matches!(s, Sample::Latency(_) | Sample::Retried(_));
+    let ending = match hold.client {
+        Some(c) if latency && !hold.standing.apart() => l.ptr.standing_now(&c, now),
+        _ => Standing::Light,
+    };
+    let apart = hold.standing.apart() || ending.apart();
+    let heavy = hold.standing == Standing::Heavy || ending == Standing::Heavy;
     match s {
+        Sample::Latency(ms) | Sample::Retried(ms) if apart => l.samples.add_heavy(ms),
         // Started after a pinned measurement's pin was set: clean. `ms` is the attempt's
         // time since `u->start_time`, which a first attempt takes in the same loop iteration
         // as its admission.
@@ -372,7 +441,7 @@ pub fn attempt_ended(hold: Hold, class: Option<Class>, s: Sample, last: bool) {
         Sample::Overload => l.samples.add_overload(),
     }
     if last {
-        if let Some(before) = l.release(class) {
+        if let Some(before) = l.release(&hold, class, heavy) {
             l.samples.note_inflight(before);
         }
     }
@@ -389,10 +458,10 @@ pub fn attempt_ended(hold: Hold, class: Option<Class>, s: Sample, last: bool) {
 /// freeing the peer again).
 pub fn release(hold: Hold, class: Option<Class>) {
     let reg = registry();
-    let Some((i, l)) = reg.local(hold.0) else {
+    let Some((i, l)) = reg.local(hold.handle) else {
         return;
     };
-    if let Some(before) = l.release(class) {
+    if let Some(before) = l.release(&hold, class, hold.standing == Standing::Heavy) {
         l.samples.note_inflight(before);
         if l.wait(mono_ms()) {
             reg.flush(i);

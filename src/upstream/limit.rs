@@ -8,7 +8,7 @@ use nginx_sys::{
     ngx_http_request_t, ngx_http_upstream_t, ngx_log_t, ngx_peer_connection_t, ngx_uint_t,
 };
 
-use crate::limit::{self, Admit, Hold, Sample};
+use crate::limit::{self, Admit, Ask, Hold, Sample};
 use crate::request::{self, Label, RequestState};
 
 use super::outcome::{passes_trailers, retry_after};
@@ -54,9 +54,13 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
             circuit_breaker_shell::clock::mono_ms(),
         );
     }
-    match limit::acquire(zone, state.judge.handle, class, cfg, dry_run, log, || {
-        state.judge.name()
-    }) {
+    let ask = Ask {
+        handle: state.judge.handle,
+        class,
+        // SAFETY: `r` is the live request this state belongs to, in peer.init.
+        client: unsafe { limit::client::of(r, zone) },
+    };
+    match limit::acquire(zone, ask, cfg, dry_run, log, || state.judge.name()) {
         Admit::Slot(hold) => {
             state.limit = hold;
             true

@@ -87,6 +87,9 @@ pub struct Update {
     pub min_latency_ms: f64,
     /// Latency samples the update was made on.
     pub samples: u32,
+    /// Latency samples of heavy clients the interval set apart (`Samples::heavy`), counted in
+    /// `samples` when there were too few others to judge by.
+    pub apart: u32,
     /// Whether in-flight reached the limit during the interval.
     pub reached: bool,
     /// What happened to the minimum.
@@ -308,7 +311,7 @@ impl Limiter {
         let elapsed = now - self.interval_start_ms;
         let mut length = u64::from(self.cfg.interval_ms);
         if self.phase == PHASE_PROBING {
-            self.pin_answers = self.pin_answers.saturating_add(u64::from(samples.count));
+            self.pin_answers = self.pin_answers.saturating_add(u64::from(samples.all()));
             // Only a flush made wholly at the pin: one begun under an older limit holds
             // answers called clean against that limit (a worker whose clock runs a
             // millisecond ahead may also call one clean that was admitted just before).
@@ -326,7 +329,7 @@ impl Limiter {
             // needs to wait for the effect of the last update.
             length = length.max(self.sample_ms as u64);
         }
-        if (elapsed < length || self.interval.count < self.cfg.samples) && !self.slowed_down() {
+        if (elapsed < length || self.interval.all() < self.cfg.samples) && !self.slowed_down() {
             return None;
         }
         let interval = std::mem::replace(&mut self.interval, Samples::EMPTY);
@@ -357,6 +360,7 @@ impl Limiter {
             sample_ms: self.sample_ms,
             min_latency_ms: self.min_ms,
             samples: 0,
+            apart: s.heavy,
             reached: s.reached(from),
             min_change: MinChange::None,
             overload: true,
@@ -389,6 +393,8 @@ impl Limiter {
     /// ninetieth percentile of 100 seeds of `tests/limit_sim.rs`), with less of a queue to
     /// drain.
     fn slowed_down(&self) -> bool {
+        // The others' answers alone: an interval cut short on a heavy client's would judge
+        // by nothing else (its answers come in bursts, a round of slow requests ending).
         let p = &self.interval;
         self.phase == PHASE_NORMAL
             && self.min_ms > 0.0
@@ -417,6 +423,12 @@ impl Limiter {
         agree || (far && self.halved == 0 && self.lower_pin() < self.pin)
     }
 
+    /// Fewest samples of clients that are not heavy by which an interval is judged without
+    /// the heavy clients' ([`Samples::judged`]).
+    fn enough(&self) -> u32 {
+        CLEAN_SAMPLES.min(self.cfg.samples)
+    }
+
     /// The pin a measurement halves to.
     fn lower_pin(&self) -> u32 {
         (self.pin / 2).max(self.cfg.limit_min)
@@ -435,6 +447,8 @@ impl Limiter {
     }
 
     fn update(&mut self, now: u64, elapsed: u64, s: &Samples, rnd: u32) -> Update {
+        let apart = s.heavy;
+        let s = &s.judged(self.enough());
         let from = self.limit();
         let sample = s.mean_ms().unwrap_or(0.0).max(LATENCY_FLOOR_MS);
         let reached = s.reached(from);
@@ -462,6 +476,7 @@ impl Limiter {
             sample_ms: sample,
             min_latency_ms: self.min_ms,
             samples: s.count,
+            apart,
             reached,
             min_change: change,
             overload: false,
@@ -488,7 +503,7 @@ impl Limiter {
                 self.remeasure_ref_ms = self.remeasure_ref_ms.max(sample);
             }
             if elapsed > 0 {
-                self.remeasure_rate = self.remeasure_rate.max(f64::from(s.count) / elapsed as f64);
+                self.remeasure_rate = self.remeasure_rate.max(f64::from(s.all()) / elapsed as f64);
             }
             self.remeasure_busy += 1;
             if self.remeasure_busy < REMEASURE_MAX_INTERVALS {
@@ -569,6 +584,10 @@ impl Limiter {
         rnd: u32,
     ) -> MinChange {
         let mut change = MinChange::None;
+        // A heavy client's cap alone (`share`) lets the limit move, but starts no periodic
+        // pinned measurement: pinning half the limit would shed the others while the heavy
+        // client's requests drain, and the others' latency is the floor already.
+        let reached_by_all = s.reached_by_all(self.limit());
         if self.min_ms <= 0.0 {
             // The first interval: a start under overload may hold a queue, hence the early
             // re-measurement scheduled at creation.
@@ -591,7 +610,7 @@ impl Limiter {
         // reached or not: the unlimited start left a queue in it, and the queue grows.
         let pin_due =
             due && self.unheld_min != 0 && sample * GRADIENT_MIN > self.min_ms * self.tolerated();
-        if due && !reached && !pin_due {
+        if due && !reached_by_all && !pin_due {
             self.unheld_min = 0;
             // Nobody waited on our limit: the interval's mean is the origin's own latency.
             self.min_ms = sample;
@@ -619,7 +638,7 @@ impl Limiter {
         }
         // Requests in flight on average over the interval (Little's law: answers per
         // millisecond times their mean latency).
-        let held = elapsed > 0 && f64::from(s.count) * sample / elapsed as f64 >= l / 2.0;
+        let held = elapsed > 0 && f64::from(s.all()) * sample / elapsed as f64 >= l / 2.0;
         if raw < 1.0 && held {
             // The origin is held at the limit and its latency shows a queue beyond the
             // tolerance: the limit may fall, never rise (it rises only while latency stays
@@ -658,7 +677,10 @@ impl Limiter {
             0
         };
         let slowdown = raw * SLOWDOWN <= 1.0;
-        if pin_due || (reached && (due || slowdown || self.clamped >= CLAMPED_RUN)) {
+        if pin_due
+            || (reached_by_all && due)
+            || (reached && (slowdown || self.clamped >= CLAMPED_RUN))
+        {
             self.saved_limit = self.limit;
             self.remeasure_ref_ms = sample;
             self.remeasure_rate = 0.0;
@@ -672,7 +694,7 @@ impl Limiter {
             if !due {
                 pin = pin.min(l * raw);
                 if elapsed > 0 {
-                    let rate = f64::from(s.count) / elapsed as f64;
+                    let rate = f64::from(s.all()) / elapsed as f64;
                     pin = pin.min(rate * self.min_ms * self.tolerated());
                 }
             }

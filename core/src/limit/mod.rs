@@ -8,6 +8,7 @@ mod config;
 mod controller;
 mod sample;
 mod samples;
+pub mod share;
 #[cfg(test)]
 mod tests;
 pub mod word;

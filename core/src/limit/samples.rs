@@ -36,6 +36,17 @@ pub struct Samples {
     /// ([`crate::class::Class::threshold`]): the limit bound demand then as surely as when in-flight
     /// reached it.
     pub reserved: u32,
+    /// Requests of a heavy client turned away below the limit, at its cap
+    /// ([`super::share::cap`]): demand the limit bound, but not one the others met.
+    pub over_share: u32,
+    /// Latency samples of heavy clients ([`super::share::Standing::Heavy`]), set apart from
+    /// `count` and its figures ([`Samples::judged`]).
+    pub heavy: u32,
+    /// Their sum, milliseconds.
+    pub heavy_sum_ms: u64,
+    /// Their smallest (`u32::MAX` while `heavy` is 0) and largest, milliseconds.
+    pub heavy_min_ms: u32,
+    pub heavy_max_ms: u32,
 }
 
 impl Default for Samples {
@@ -56,6 +67,11 @@ impl Samples {
         clean: 0,
         overloads: 0,
         reserved: 0,
+        over_share: 0,
+        heavy: 0,
+        heavy_sum_ms: 0,
+        heavy_min_ms: u32::MAX,
+        heavy_max_ms: 0,
     };
 
     /// Adds one latency sample. The sum and count wrap rather than saturate: a worker flushes
@@ -78,6 +94,16 @@ impl Samples {
         self.clean = self.clean.wrapping_add(1);
     }
 
+    /// Adds one latency sample of a heavy client's attempt (wrapping, as [`Samples::add`]).
+    #[inline]
+    pub fn add_heavy(&mut self, latency_ms: u64) {
+        let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
+        self.heavy_sum_ms = self.heavy_sum_ms.wrapping_add(latency_ms);
+        self.heavy = self.heavy.wrapping_add(1);
+        self.heavy_min_ms = self.heavy_min_ms.min(ms);
+        self.heavy_max_ms = self.heavy_max_ms.max(ms);
+    }
+
     /// Counts one attempt without a latency sample.
     #[inline]
     pub fn add_drop(&mut self) {
@@ -97,11 +123,43 @@ impl Samples {
         self.reserved = self.reserved.saturating_add(1);
     }
 
-    /// Whether the limit bound demand: in-flight reached `limit`, or a class's threshold
-    /// turned a request away below it.
+    /// Counts one request a heavy client's cap turned away (see [`Samples::over_share`]).
+    #[inline]
+    pub fn add_over_share(&mut self) {
+        self.over_share = self.over_share.saturating_add(1);
+    }
+
+    /// Whether the limit bound demand: in-flight reached `limit`, a class's threshold
+    /// turned a request away below it, or a heavy client's cap did.
     #[inline]
     pub fn reached(&self, limit: u32) -> bool {
+        self.reached_by_all(limit) || self.over_share > 0
+    }
+
+    /// Whether the limit bound demand other than a heavy client's: in-flight reached `limit`,
+    /// or a class's threshold turned a request away below it.
+    #[inline]
+    pub fn reached_by_all(&self, limit: u32) -> bool {
         self.inflight_max >= limit || self.reserved > 0
+    }
+
+    /// Every latency sample, the heavy clients' with the others'.
+    pub fn all(&self) -> u32 {
+        self.count.saturating_add(self.heavy)
+    }
+
+    /// The samples the limit is judged by: the others' alone when they are at least
+    /// `enough`, so that a client's own slow requests do not read as a queue; all of them
+    /// otherwise (a heavy client and a trickle of others: too few to judge by).
+    pub fn judged(&self, enough: u32) -> Samples {
+        let mut s = *self;
+        if s.count < enough && s.heavy > 0 {
+            s.sum_ms = s.sum_ms.saturating_add(s.heavy_sum_ms);
+            s.count = s.count.saturating_add(s.heavy);
+            s.min_ms = s.min_ms.min(s.heavy_min_ms);
+            s.max_ms = s.max_ms.max(s.heavy_max_ms);
+        }
+        s
     }
 
     /// Notes the in-flight count seen at an admission (after the increment) or a completion
@@ -123,6 +181,11 @@ impl Samples {
         self.clean = self.clean.saturating_add(other.clean);
         self.overloads = self.overloads.saturating_add(other.overloads);
         self.reserved = self.reserved.saturating_add(other.reserved);
+        self.over_share = self.over_share.saturating_add(other.over_share);
+        self.heavy = self.heavy.saturating_add(other.heavy);
+        self.heavy_sum_ms = self.heavy_sum_ms.saturating_add(other.heavy_sum_ms);
+        self.heavy_min_ms = self.heavy_min_ms.min(other.heavy_min_ms);
+        self.heavy_max_ms = self.heavy_max_ms.max(other.heavy_max_ms);
     }
 
     /// Whether nothing at all was recorded.
@@ -132,6 +195,8 @@ impl Samples {
             && self.inflight_max == 0
             && self.overloads == 0
             && self.reserved == 0
+            && self.over_share == 0
+            && self.heavy == 0
     }
 
     /// Mean latency in milliseconds, `None` without samples.

@@ -1,3 +1,4 @@
+use super::share::Standing;
 use super::*;
 
 const T0: u64 = 1_000_000;
@@ -84,8 +85,8 @@ impl Story {
 
 #[test]
 fn the_structs_are_small_plain_data() {
-    assert_eq!(size_of::<Samples>(), 40);
-    assert_eq!(LIMITER_SIZE, 240);
+    assert_eq!(size_of::<Samples>(), 64);
+    assert_eq!(LIMITER_SIZE, 288);
     assert_eq!(std::mem::align_of::<Limiter>(), 8);
 }
 
@@ -785,21 +786,27 @@ fn a_slot_is_taken_below_the_limit_only() {
         next,
         inflight,
         over,
-    } = word::take(w, 5, false, None, 0)
+        ..
+    } = word::take(w, 5, false, None, 0, Standing::Light)
     else {
         panic!("a free slot")
     };
     assert_eq!((inflight, over), (1, false));
-    let word::Take::Slot { next, .. } = word::take(next, 5, false, None, 0) else {
+    let word::Take::Slot { next, .. } = word::take(next, 5, false, None, 0, Standing::Light) else {
         panic!("the second")
     };
-    assert_eq!(word::take(next, 5, false, None, 0), word::Take::Full);
     assert_eq!(
-        word::take(next, 6, false, None, 0),
+        word::take(next, 5, false, None, 0, Standing::Light),
+        word::Take::Full
+    );
+    assert_eq!(
+        word::take(next, 6, false, None, 0, Standing::Light),
         word::Take::Stale,
         "another tenant"
     );
-    let word::Take::Slot { inflight, over, .. } = word::take(next, 5, true, None, 0) else {
+    let word::Take::Slot { inflight, over, .. } =
+        word::take(next, 5, true, None, 0, Standing::Light)
+    else {
         panic!("dry run passes")
     };
     assert_eq!((inflight, over), (3, true));
@@ -812,7 +819,7 @@ fn a_slot_is_taken_below_the_limit_only() {
     assert_eq!(word::give(w, 5), None, "none held");
     let full = word::pack(5, word::MAX, word::MAX);
     assert_eq!(
-        word::take(full, 5, true, None, 0),
+        word::take(full, 5, true, None, 0, Standing::Light),
         word::Take::Full,
         "never wraps"
     );
@@ -822,7 +829,7 @@ fn a_slot_is_taken_below_the_limit_only() {
 fn a_lower_class_gives_way_before_the_limit() {
     use crate::class::Class::{Critical, Default, Sheddable};
     let at = |inflight| word::pack(5, 10, inflight);
-    let took = |inflight, c| word::take(at(inflight), 5, false, Some(c), 0);
+    let took = |inflight, c| word::take(at(inflight), 5, false, Some(c), 0, Standing::Light);
     assert!(matches!(
         took(7, Sheddable),
         word::Take::Slot { inflight: 8, .. }
@@ -842,23 +849,54 @@ fn a_lower_class_gives_way_before_the_limit() {
     }
     // Critical requests holding their guarantee (two slots of 10) are not let past it.
     assert_eq!(
-        word::take(at(10), 5, false, Some(Critical), 2),
+        word::take(at(10), 5, false, Some(Critical), 2, Standing::Light),
         word::Take::Full
     );
     // A critical count a dead worker left high reads no higher than the word's in-flight.
     assert!(matches!(
-        word::take(word::pack(5, 1, 1), 5, false, Some(Critical), 7),
+        word::take(
+            word::pack(5, 1, 1),
+            5,
+            false,
+            Some(Critical),
+            7,
+            Standing::Light
+        ),
         word::Take::Slot { inflight: 2, .. }
     ));
     // Holding fewer, they are, however many the others hold.
     assert!(matches!(
-        word::take(at(24), 5, false, Some(Critical), 1),
+        word::take(at(24), 5, false, Some(Critical), 1, Standing::Light),
         word::Take::Slot { inflight: 25, .. }
     ));
     // In dry run a reserved slot is taken and counted as a shed.
     assert!(matches!(
-        word::take(at(8), 5, true, Some(Sheddable), 0),
+        word::take(at(8), 5, true, Some(Sheddable), 0, Standing::Light),
         word::Take::Slot { over: true, .. }
+    ));
+}
+
+#[test]
+fn a_heavy_client_leaves_the_last_quarter_to_the_others() {
+    let at = |inflight| word::pack(5, 20, inflight);
+    let took = |inflight, s| word::take(at(inflight), 5, false, None, 0, s);
+    assert!(matches!(
+        took(14, Standing::Heavy),
+        word::Take::Slot { inflight: 15, .. }
+    ));
+    assert_eq!(took(15, Standing::Heavy), word::Take::OverShare);
+    assert_eq!(took(20, Standing::Heavy), word::Take::Full);
+    for s in [Standing::Light, Standing::Alone] {
+        assert!(matches!(took(19, s), word::Take::Slot { inflight: 20, .. }));
+    }
+    // In dry run the slot is taken and counted as a shed.
+    assert!(matches!(
+        word::take(at(15), 5, true, None, 0, Standing::Heavy),
+        word::Take::Slot {
+            over: true,
+            capped: true,
+            ..
+        }
     ));
 }
 
@@ -871,20 +909,24 @@ proptest::proptest! {
         inflight in 0u32..80,
         own in 0u32..20,
         c in 0usize..4,
+        s in 0usize..3,
     ) {
         let class = crate::class::Class::ALL.get(c).copied();
+        let standing = [Standing::Light, Standing::Alone, Standing::Heavy][s];
         let t = crate::class::threshold(class, limit);
         // The class's count is clamped to the word's own, as `take` does.
         let own = own.min(inflight);
         let admits = crate::class::admits(class, limit, inflight, own);
-        match word::take(word::pack(5, limit, inflight), 5, false, class, own) {
+        let capped = standing == Standing::Heavy && inflight >= super::share::cap(limit);
+        match word::take(word::pack(5, limit, inflight), 5, false, class, own, standing) {
             word::Take::Slot { inflight: i, over, .. } => {
-                proptest::prop_assert!(admits && !over && i == inflight + 1);
+                proptest::prop_assert!(admits && !capped && !over && i == inflight + 1);
                 proptest::prop_assert!(inflight < t || own < crate::class::guarantee(limit));
             }
             word::Take::Reserved => {
                 proptest::prop_assert!(!admits && t <= inflight && inflight < limit)
             }
+            word::Take::OverShare => proptest::prop_assert!(admits && capped),
             word::Take::Full => proptest::prop_assert!(!admits && inflight >= limit),
             word::Take::Stale => proptest::prop_assert!(false, "same tag"),
         }
@@ -1062,4 +1104,79 @@ fn an_overload_signal_before_the_first_interval_sets_the_limit() {
     let mut l = Limiter::new(LimitConfig::default(), T0);
     let u = l.record(T0 + 5, &overloaded(1, 0), 0).unwrap();
     assert_eq!(u.to, 500);
+}
+
+/// An interval's flush: `light` answers at `light_ms` and `heavy` of a heavy client at
+/// `heavy_ms`, its cap having turned some away, `inflight` at most in flight.
+fn with_heavy(light: u32, light_ms: u64, heavy: u32, heavy_ms: u64, inflight: u32) -> Samples {
+    let mut s = samples(light, light_ms, inflight);
+    for _ in 0..heavy {
+        s.add_heavy(heavy_ms);
+    }
+    s.add_over_share();
+    s
+}
+
+#[test]
+fn a_heavy_clients_slow_answers_are_no_queue_while_the_others_are_enough() {
+    let mut st = Story::settled(1000, 5);
+    st.l.limit = 40.0;
+    let before = st.l.limit();
+    for _ in 0..20 {
+        st.now += 100;
+        let s = with_heavy(10, 5, 30, 2000, before);
+        let u =
+            st.l.record(st.now, &s, u32::MAX / 2)
+                .expect("an interval ended");
+        assert!(u.to >= u.from, "{u:?}");
+        assert_eq!((u.samples, u.apart), (10, 30));
+    }
+    assert!(
+        st.l.limit() > before,
+        "its cap is demand the limit bound: it grows ({before} -> {})",
+        st.l.limit()
+    );
+}
+
+#[test]
+fn a_heavy_clients_answers_judge_when_the_others_are_too_few() {
+    let mut st = Story::settled(1000, 5);
+    let before = st.l.limit();
+    st.now += 100;
+    let s = with_heavy(4, 5, 30, 2000, before);
+    let u =
+        st.l.record(st.now, &s, u32::MAX / 2)
+            .expect("an interval ended");
+    assert_eq!(u.samples, 34, "judged by all");
+    assert!(u.to < before, "{u:?}");
+}
+
+#[test]
+fn a_burst_of_heavy_answers_alone_ends_no_interval_early() {
+    let mut st = Story::settled(1000, 5);
+    let limit = st.l.limit();
+    // A round of slow requests ending at once: 40 answers, 10 ms into the interval.
+    st.now += 10;
+    let s = with_heavy(1, 5, 40, 2000, limit);
+    assert_eq!(st.l.record(st.now, &s, u32::MAX / 2), None);
+}
+
+#[test]
+fn a_cap_alone_starts_no_periodic_pinned_measurement() {
+    let mut st = Story::settled(1000, 5);
+    let remeasures = st.l.view().remeasures;
+    // Well past the next re-measurement, demand bound only by a heavy client's cap.
+    for _ in 0..150 {
+        st.now += 100;
+        let limit = st.l.limit();
+        let s = with_heavy(20, 5, 10, 2000, limit / 2);
+        let u =
+            st.l.record(st.now, &s, u32::MAX / 2)
+                .expect("an interval ended");
+        assert_ne!(u.min_change, MinChange::PinStarted, "{u:?}");
+    }
+    assert!(
+        st.l.view().remeasures > remeasures,
+        "the floor measured without a pin"
+    );
 }

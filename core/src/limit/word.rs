@@ -4,6 +4,7 @@
 //! step for every worker: in-flight never passes the limit at an admission (but for a
 //! critical request's guarantee, `crate::class::admits`). The functions
 //! here compute the next word; the shell loops on the compare-and-swap.
+use super::share::{self, Standing};
 use crate::class::{admits, Class};
 
 const COUNT_BITS: u32 = 24;
@@ -38,26 +39,37 @@ pub fn unpack(w: u64) -> (u64, u32, u32) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Take {
     /// Swap in `next`: a slot, in-flight now `inflight`; `over` in dry run when in-flight
-    /// was at the request's threshold already.
+    /// was at the request's threshold already, `capped` when that was a heavy client's cap.
     Slot {
         next: u64,
         inflight: u32,
         over: bool,
+        capped: bool,
     },
     /// In-flight is at the limit (or at [`MAX`]).
     Full,
     /// In-flight is below the limit but at the request's class's threshold
     /// ([`crate::class::Class::threshold`]): the rest is kept for the classes above.
     Reserved,
+    /// In-flight is below the limit but at a heavy client's cap ([`share::cap`]): the rest
+    /// is kept for the other clients.
+    OverShare,
     /// The word belongs to another tenant.
     Stale,
 }
 
 /// An admission of tenant `tag`'s request of `class` (`None`: classes not in use) to word
-/// `w`, `own` requests of its class in flight ([`crate::class::admits`]); `dry_run` takes a
-/// slot past the threshold.
+/// `w`, `own` requests of its class in flight ([`crate::class::admits`]), from a client of
+/// `standing` ([`share::standing`]); `dry_run` takes a slot past the threshold.
 #[inline]
-pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>, own: u32) -> Take {
+pub fn take(
+    w: u64,
+    tag: u64,
+    dry_run: bool,
+    class: Option<Class>,
+    own: u32,
+    standing: Standing,
+) -> Take {
     let (t, limit, inflight) = unpack(w);
     if t != tag {
         return Take::Stale;
@@ -65,20 +77,24 @@ pub fn take(w: u64, tag: u64, dry_run: bool, class: Option<Class>, own: u32) -> 
     // A class's count is not corrected when a dead worker's slots are returned: never more
     // than the word's own.
     let over = !admits(class, limit, inflight, own.min(inflight));
+    let heavy = standing == Standing::Heavy && inflight >= share::cap(limit);
     if inflight == MAX {
         return Take::Full;
     }
-    if over && !dry_run {
-        return if inflight >= limit {
+    if (over || heavy) && !dry_run {
+        return if inflight >= limit && over {
             Take::Full
-        } else {
+        } else if over {
             Take::Reserved
+        } else {
+            Take::OverShare
         };
     }
     Take::Slot {
         next: w + 1,
         inflight: inflight + 1,
-        over,
+        over: over || heavy,
+        capped: heavy && !over,
     }
 }
 

@@ -206,6 +206,7 @@ pub fn render_breaker_json(entry: &Entry) -> Vec<u8> {
 /// | `limit`, `in_flight` | gauge | the adaptive limit and the requests holding a slot (breakers with `limit=adaptive` only) |
 /// | `limit_min_latency_seconds`, `limit_latency_seconds` | gauge | the minimum latency the limit works from, and the last interval's mean (absent before the first update) |
 /// | `limited_total` | counter | requests shed by the limit (in dry run: that would have been) |
+/// | `limit_capped_total` | counter | of those, requests of a client holding most of the limit, at its cap |
 ///
 /// Breaker families with no sample at all (no breakers, or no breaker with a value) are left
 /// out entirely.
@@ -466,6 +467,7 @@ fn write_breaker_json(out: &mut Vec<u8>, entry: &Entry) {
         out.extend_from_slice(b",\"last_latency_ms\":");
         write_opt(out, latency_ms(l.last_latency_ms));
         int(out, b",\"shed\":", l.shed);
+        int(out, b",\"capped\":", l.capped);
         if let Some(classes) = &l.classes {
             out.extend_from_slice(b",\"classes\":{");
             for (c, f) in crate::class::Class::ALL.iter().zip(classes) {
@@ -703,6 +705,7 @@ pub(crate) mod tests {
                 min_latency_ms: 5.25,
                 last_latency_ms: 31.0,
                 shed: 4321,
+                capped: 21,
                 classes: None,
             }),
             ..closed_entry()
@@ -1235,7 +1238,7 @@ pub(crate) mod tests {
     fn json_limit_object_follows_the_breaker() {
         let out = String::from_utf8(render_breaker_json(&limited_entry())).unwrap();
         assert!(
-            out.ends_with(r#","last_transition":"","tripped":null,"open_since":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321}}"#),
+            out.ends_with(r#","last_transition":"","tripped":null,"open_since":null,"limit":{"limit":12,"in_flight":7,"min_latency_ms":5.25,"last_latency_ms":31.0,"shed":4321,"capped":21}}"#),
             "{out}"
         );
         let v = parse(out.as_bytes());

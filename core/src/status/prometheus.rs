@@ -387,6 +387,12 @@ impl Renderer<'_> {
             "Requests shed by the adaptive limit (in dry run: that would have been).",
             |l| Some(Num::Int(l.shed)),
         );
+        self.limit_family(
+            "limit_capped_total",
+            Counter,
+            "Of those, requests of a client holding most of the limit, turned away at its cap.",
+            |l| Some(Num::Int(l.capped)),
+        );
         self.class_family(
             "limit_class_admitted_total",
             Counter,
@@ -997,6 +1003,7 @@ mod tests {
             ("limit_min_latency_seconds", "gauge", "0.00525"),
             ("limit_latency_seconds", "gauge", "0.031"),
             ("limited_total", "counter", "4321"),
+            ("limit_capped_total", "counter", "21"),
         ] {
             assert_eq!(types[&format!("{p}{name}")], kind);
             assert!(

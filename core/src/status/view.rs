@@ -98,6 +98,9 @@ pub struct LimitStatus {
     /// Requests shed by the limit (in dry run: that would have been) since the controller
     /// started (created, or its parameters changed).
     pub shed: u64,
+    /// Of `shed`, requests of a client that held most of the limit turned away at its cap
+    /// (`crate::limit::share`).
+    pub capped: u64,
     /// Per class (`Class::index`: critical, default, sheddable), once a request of a class
     /// came (`circuit_breaker_class`); `None` while classes are not in use.
     pub classes: Option<[ClassFigures; 3]>,

@@ -6,6 +6,7 @@ use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use circuit_breaker_core::limit::share::{MARKS, ROWS, WIDTH};
 use circuit_breaker_core::limit::{LimitConfig, Limiter};
 
 /// What a lock-free reader may touch: atomics, and the table's length, which never changes.
@@ -15,6 +16,8 @@ pub(super) struct Shared {
     pub(super) word: AtomicU64,
     /// Requests shed (in dry run: that would have been) since the controller started.
     pub(super) shed: AtomicU64,
+    /// Of those, requests of a heavy client turned away at its cap (`share::cap`).
+    pub(super) capped: AtomicU64,
     /// The controller's `clean_since` (written under the mutex): an answer to an attempt
     /// that started later is clean.
     pub(super) clean_since: AtomicU64,
@@ -27,6 +30,15 @@ pub(super) struct Shared {
     /// Per class (`Class::index`): the status page's figures, and critical requests' count
     /// for their guarantee (`circuit_breaker_core::class::admits`).
     pub(super) classes: [ClassCounts; 3],
+    /// Requests in flight per client, a count-min sketch (`circuit_breaker_core::limit::share`):
+    /// rows of `WIDTH` counters, one after the other. Not corrected when a dead worker's slots
+    /// are returned; cleared then instead, which can only make a heavy client read light.
+    pub(super) clients: [AtomicU32; ROWS * WIDTH],
+    /// Per cell of `clients`: when a heavy request of a client there last began or ended
+    /// (`share::stamp`).
+    pub(super) stamps: [AtomicU32; ROWS * WIDTH],
+    /// The marks (`share::mark`) of the last clients that asked without being heavy.
+    pub(super) light: [AtomicU64; MARKS],
 }
 
 /// One class's figures under a limit.
@@ -41,6 +53,18 @@ pub(super) struct ClassCounts {
     /// the word, not here: this count is clamped to the word's in-flight wherever it is read
     /// (shown, or the critical guarantee's), and starts over whenever the word drains.
     pub(super) in_flight: AtomicU32,
+}
+
+impl Shared {
+    /// Forgets every client's count and the last light client.
+    pub(super) fn clear_clients(&self) {
+        for c in self.clients.iter().chain(&self.stamps) {
+            c.store(0, Ordering::Relaxed);
+        }
+        for m in &self.light {
+            m.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl ClassCounts {

@@ -22,6 +22,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use circuit_breaker_core::class::Class;
+use circuit_breaker_core::limit::share::{self, Client, Held, Standing, ROWS};
 use circuit_breaker_core::limit::word::{self, owner, pack, tag_of, unpack, Take};
 use circuit_breaker_core::limit::{LimitConfig, Limiter, Update};
 use circuit_breaker_core::status::{ClassFigures, LimitStatus};
@@ -113,12 +114,102 @@ impl LimitPtr {
         })
     }
 
-    /// Takes a slot for a request of `class` (`None`: classes not in use) if in-flight is
-    /// below its threshold (or past it in dry run), counting it in `owner` first (see the
-    /// module's note on the order): what [`word::take`] made of the word that was swapped in,
-    /// or why none was.
+    /// How `client` stands at `now_ms` under word `w` ([`share::standing`]). A client that is
+    /// not heavy leaves its mark whether it is then admitted or not: one that finds the limit
+    /// full of another's requests is present all the same.
     #[inline]
-    pub fn acquire(&self, owner: Option<&mut Owner>, dry_run: bool, class: Option<Class>) -> Take {
+    fn standing(&self, client: &Client, w: u64, now_ms: u64) -> Standing {
+        let (standing, marks) = self.stands(client, w, now_ms);
+        if standing != Standing::Heavy {
+            if let Some(i) = share::mark_at(marks, client.tag, now_ms) {
+                self.shared().light[i].store(share::mark(client.tag, now_ms), Ordering::Relaxed);
+            }
+        }
+        standing
+    }
+
+    /// How `client` stands at `now_ms`, as an answer of its ends.
+    #[inline]
+    pub fn standing_now(&self, client: &Client, now_ms: u64) -> Standing {
+        let w = self.shared().word.load(Ordering::Relaxed);
+        self.stands(client, w, now_ms).0
+    }
+
+    fn stands(&self, client: &Client, w: u64, now_ms: u64) -> (Standing, [u64; share::MARKS]) {
+        let shared = self.shared();
+        let marks = shared.light.each_ref().map(|m| m.load(Ordering::Relaxed));
+        if !share::others_present(marks, client.tag, now_ms) {
+            // Neither heavy nor suspect without another client: its counts need no reading.
+            return (Standing::Light, marks);
+        }
+        let (_, limit, inflight) = unpack(w);
+        let own = (0..ROWS)
+            .map(|r| shared.clients[client.index(r)].load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
+        let was_heavy = (0..ROWS).all(|r| {
+            share::recent(
+                shared.stamps[client.index(r)].load(Ordering::Relaxed),
+                now_ms,
+            )
+        });
+        let held = Held {
+            limit,
+            inflight,
+            own,
+            was_heavy,
+        };
+        (share::standing(held, client.tag, marks, now_ms), marks)
+    }
+
+    /// Counts a slot `client` took, standing so, at `now_ms`.
+    #[inline]
+    fn client_took(&self, client: &Client, standing: Standing, now_ms: u64) {
+        for r in 0..ROWS {
+            self.shared().clients[client.index(r)].fetch_add(1, Ordering::Relaxed);
+        }
+        if standing == Standing::Heavy {
+            self.stamp(client, now_ms);
+        }
+    }
+
+    fn stamp(&self, client: &Client, now_ms: u64) {
+        for r in 0..ROWS {
+            self.shared().stamps[client.index(r)].store(share::stamp(now_ms), Ordering::Relaxed);
+        }
+    }
+
+    /// Uncounts a slot `client` gave back at `now_ms` (never below zero: a dead worker's
+    /// return may have cleared the sketch since); a request that began or ended `heavy`
+    /// keeps the client suspect for a while.
+    #[inline]
+    pub fn client_left(&self, client: &Client, heavy: bool, now_ms: u64) {
+        for r in 0..ROWS {
+            let c = &self.shared().clients[client.index(r)];
+            if c.fetch_sub(1, Ordering::Relaxed) == 0 {
+                // Cleared since (a dead worker): undone; a reader in between reads it huge.
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if heavy {
+            self.stamp(client, now_ms);
+        }
+    }
+
+    /// Takes a slot for a request of `class` (`None`: classes not in use) from `client`
+    /// (`None`: clients are not told apart) if in-flight is below its threshold (or past it
+    /// in dry run), counting it in `owner` first (see the module's note on the order): what
+    /// [`word::take`] made of the word that was swapped in, or why none was, and how the
+    /// client stood.
+    #[inline]
+    pub fn acquire(
+        &self,
+        owner: Option<&mut Owner>,
+        dry_run: bool,
+        class: Option<Class>,
+        client: Option<&Client>,
+        now_ms: u64,
+    ) -> (Take, Standing) {
         let cell = &self.shared().word;
         // What its class holds, for a critical request's guarantee (`class::admits`): read
         // once, so workers racing may pass it by a few; the word's bound holds regardless.
@@ -129,24 +220,32 @@ impl LimitPtr {
             _ => 0,
         };
         let mut w = cell.load(Ordering::Acquire);
-        match word::take(w, self.tag, dry_run, class, own) {
+        // Judged once, on the limit first read: a limit that moves meanwhile moves the
+        // thresholds by a slot at most.
+        let standing = match client {
+            Some(c) => self.standing(c, w, now_ms),
+            None => Standing::Light,
+        };
+        match word::take(w, self.tag, dry_run, class, own, standing) {
             // At the threshold: shed without touching the owners table.
-            refused @ (Take::Full | Take::Reserved | Take::Stale) => return refused,
+            refused @ (Take::Full | Take::Reserved | Take::OverShare | Take::Stale) => {
+                return (refused, standing)
+            }
             Take::Slot { .. } => {}
         }
         let mut owner = owner;
         if let Some(o) = owner.as_deref_mut() {
             if !o.move_to(o.held + 1) {
-                return Take::Stale;
+                return (Take::Stale, standing);
             }
         }
         loop {
-            let taken = word::take(w, self.tag, dry_run, class, own);
+            let taken = word::take(w, self.tag, dry_run, class, own, standing);
             let Take::Slot { next, .. } = taken else {
                 if let Some(o) = owner.as_deref_mut() {
                     o.move_to(o.held - 1);
                 }
-                return taken;
+                return (taken, standing);
             };
             match cell.compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
@@ -155,7 +254,10 @@ impl LimitPtr {
                         counts.admitted.fetch_add(1, Ordering::Relaxed);
                         counts.in_flight.fetch_add(1, Ordering::Relaxed);
                     }
-                    return taken;
+                    if let Some(c) = client {
+                        self.client_took(c, standing, now_ms);
+                    }
+                    return (taken, standing);
                 }
                 Err(now) => w = now,
             }
@@ -206,6 +308,13 @@ impl LimitPtr {
                 .shed
                 .fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a heavy client's request turned away at its cap (or, in dry run, one that would
+    /// have been), beside [`LimitPtr::count_shed`].
+    #[inline]
+    pub fn count_capped(&self) {
+        self.shared().capped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request of `class` gave its slot back (after [`LimitPtr::release`]).
@@ -291,6 +400,10 @@ impl LimitMut<'_> {
             self.give_back(count);
             back += u64::from(count);
         }
+        if back > 0 {
+            // The dead worker's clients are not known: every count starts over.
+            ptr.shared().clear_clients();
+        }
         back
     }
 
@@ -333,6 +446,7 @@ impl LimitMut<'_> {
             min_latency_ms: v.min_latency_ms,
             last_latency_ms: v.sample_latency_ms,
             shed: self.ptr.shared().shed.load(Ordering::Relaxed),
+            capped: self.ptr.shared().capped.load(Ordering::Relaxed),
             classes: self.classes(inflight),
         }
     }
@@ -482,10 +596,12 @@ impl Locked<'_> {
                     e.store(0, Ordering::Relaxed);
                 }
                 shared.shed.store(0, Ordering::Relaxed);
+                shared.capped.store(0, Ordering::Relaxed);
                 for c in &shared.classes {
                     c.reset();
                     c.in_flight.store(0, Ordering::Relaxed);
                 }
+                shared.clear_clients();
                 controller.cfg = *cfg;
                 controller.limiter = Limiter::new(*cfg, now_ms);
                 shared.clean_since.store(u64::MAX, Ordering::Relaxed);
@@ -504,6 +620,7 @@ impl Locked<'_> {
                     controller.cfg = *cfg;
                     controller.limiter = Limiter::new(*cfg, now_ms);
                     shared.shed.store(0, Ordering::Relaxed);
+                    shared.capped.store(0, Ordering::Relaxed);
                     for c in &shared.classes {
                         c.reset();
                     }
@@ -528,11 +645,15 @@ impl Locked<'_> {
                 shared: Shared {
                     word: AtomicU64::new(0),
                     shed: AtomicU64::new(0),
+                    capped: AtomicU64::new(0),
                     clean_since: AtomicU64::new(u64::MAX),
                     tenant: AtomicU64::new(0),
                     enabled: AtomicU32::new(0),
                     owners,
                     classes: Default::default(),
+                    clients: [const { AtomicU32::new(0) }; ROWS * share::WIDTH],
+                    stamps: [const { AtomicU32::new(0) }; ROWS * share::WIDTH],
+                    light: [const { AtomicU64::new(0) }; share::MARKS],
                 },
                 controller: UnsafeCell::new(Controller {
                     cfg: LimitConfig::default(),
