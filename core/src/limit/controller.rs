@@ -22,6 +22,10 @@ pub const CLAMPED_RUN: u32 = 3;
 /// halving towards it lets the queue grow.
 pub const SLOWDOWN: f64 = 4.0;
 
+/// An interval holding a heavy client's answers and too few of the others' to judge by without
+/// them ([`Samples::judged`]) waits for the others up to this many intervals.
+pub const OTHERS_WAIT: u64 = 5;
+
 /// Fewest clean answers (see [`Samples::clean`]) that end a pinned measurement early when
 /// they agree within the tolerance.
 pub const CLEAN_SAMPLES: u32 = 5;
@@ -330,6 +334,13 @@ impl Limiter {
             length = length.max(self.sample_ms as u64);
         }
         if (elapsed < length || self.interval.all() < self.cfg.samples) && !self.slowed_down() {
+            return None;
+        }
+        // A heavy client's answers with too few of the others' to judge by: the interval
+        // waits for theirs, up to OTHERS_WAIT intervals, before it is judged by all — a round
+        // of slow requests ending at once would otherwise decide it.
+        let i = &self.interval;
+        if i.heavy > 0 && i.count < self.enough() && elapsed < length.saturating_mul(OTHERS_WAIT) {
             return None;
         }
         let interval = std::mem::replace(&mut self.interval, Samples::EMPTY);

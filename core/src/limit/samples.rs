@@ -158,6 +158,10 @@ impl Samples {
             s.count = s.count.saturating_add(s.heavy);
             s.min_ms = s.min_ms.min(s.heavy_min_ms);
             s.max_ms = s.max_ms.max(s.heavy_max_ms);
+            s.heavy = 0;
+            s.heavy_sum_ms = 0;
+            s.heavy_min_ms = u32::MAX;
+            s.heavy_max_ms = 0;
         }
         s
     }

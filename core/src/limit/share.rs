@@ -216,47 +216,31 @@ mod tests {
     #[test]
     fn a_client_alone_is_never_heavy() {
         let last = [mark(7, 1000), 0];
-        let held = |inflight, own, was_heavy| Held {
-            limit: 100,
-            inflight,
-            own,
-            was_heavy,
-        };
-        assert_eq!(
-            standing(held(99, 99, false), 7, last, 1500),
-            Standing::Alone
-        );
-        assert_eq!(
-            standing(held(99, 99, true), 7, [0, 0], 1500),
-            Standing::Alone
-        );
-        assert_eq!(
-            standing(held(30, 24, false), 8, last, 1500),
-            Standing::Light
-        );
-        assert_eq!(
-            standing(held(30, 25, false), 8, last, 1500),
-            Standing::Heavy
-        );
-        assert_eq!(standing(held(0, 0, true), 8, last, 1500), Standing::Suspect);
-        // Half of what is in flight is not more than the others hold.
-        assert_eq!(
-            standing(held(60, 30, false), 8, last, 1500),
-            Standing::Light
-        );
-        assert_eq!(
-            standing(held(59, 30, false), 8, last, 1500),
-            Standing::Heavy
-        );
-        // The other client left more than PRESENT_MS ago.
-        assert_eq!(
-            standing(held(30, 25, false), 8, last, 2000),
-            Standing::Alone
-        );
-        assert_eq!(
-            standing(held(30, 25, false), 8, [mark(8, 1400), last[0]], 1500),
-            Standing::Heavy
-        );
+        let with_8 = [mark(8, 1400), last[0]];
+        use Standing::*;
+        // (in flight, its own, was heavy, its tag, marks, now): how it stands
+        let cases = [
+            ((99, 99, false), 7, last, 1500, Alone),
+            ((99, 99, true), 7, [0, 0], 1500, Alone),
+            ((30, 24, false), 8, last, 1500, Light),
+            ((30, 25, false), 8, last, 1500, Heavy),
+            ((0, 0, true), 8, last, 1500, Suspect),
+            // half of what is in flight is not more than the others hold
+            ((60, 30, false), 8, last, 1500, Light),
+            ((59, 30, false), 8, last, 1500, Heavy),
+            // the other client left more than PRESENT_MS ago
+            ((30, 25, false), 8, last, 2000, Alone),
+            ((30, 25, false), 8, with_8, 1500, Heavy),
+        ];
+        for ((inflight, own, was_heavy), tag, marks, now, want) in cases {
+            let held = Held {
+                limit: 100,
+                inflight,
+                own,
+                was_heavy,
+            };
+            assert_eq!(standing(held, tag, marks, now), want, "{held:?} {tag}");
+        }
         assert!(Standing::Heavy.apart() && Standing::Suspect.apart());
         assert!(!Standing::Light.apart() && !Standing::Alone.apart());
     }

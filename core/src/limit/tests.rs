@@ -1139,16 +1139,29 @@ fn a_heavy_clients_slow_answers_are_no_queue_while_the_others_are_enough() {
 }
 
 #[test]
-fn a_heavy_clients_answers_judge_when_the_others_are_too_few() {
+fn a_heavy_clients_answers_judge_only_when_the_others_stay_too_few() {
     let mut st = Story::settled(1000, 5);
     let before = st.l.limit();
     st.now += 100;
     let s = with_heavy(4, 5, 30, 2000, before);
+    assert_eq!(
+        st.l.record(st.now, &s, u32::MAX / 2),
+        None,
+        "waits for the others"
+    );
+    st.now += 100 * (OTHERS_WAIT - 1);
     let u =
-        st.l.record(st.now, &s, u32::MAX / 2)
-            .expect("an interval ended");
-    assert_eq!(u.samples, 34, "judged by all");
+        st.l.record(st.now, &Samples::EMPTY, u32::MAX / 2)
+            .expect("waited long enough");
+    assert_eq!((u.samples, u.apart), (34, 30), "judged by all");
     assert!(u.to < before, "{u:?}");
+}
+
+#[test]
+fn judged_by_all_counts_each_answer_once() {
+    let s = with_heavy(4, 5, 30, 2000, 10);
+    assert_eq!(s.judged(5).all(), s.all());
+    assert_eq!(s.judged(4), s, "enough of the others: unchanged");
 }
 
 #[test]

@@ -186,10 +186,7 @@ impl LimitPtr {
     pub fn client_left(&self, client: &Client, heavy: bool, now_ms: u64) {
         for r in 0..ROWS {
             let c = &self.shared().clients[client.index(r)];
-            if c.fetch_sub(1, Ordering::Relaxed) == 0 {
-                // Cleared since (a dead worker): undone; a reader in between reads it huge.
-                c.fetch_add(1, Ordering::Relaxed);
-            }
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
         }
         if heavy {
             self.stamp(client, now_ms);
@@ -419,6 +416,10 @@ impl LimitMut<'_> {
         {
             let (_, count) = word::owner_of(owners[i].swap(owner(pid, 0), Ordering::AcqRel));
             self.give_back(count);
+            if count > 0 {
+                // As in reclaim: the dead predecessor's clients are not known.
+                ptr.shared().clear_clients();
+            }
             return Some(i as u32);
         }
         for round in 0..2 {
