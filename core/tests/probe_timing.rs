@@ -193,9 +193,9 @@ fn the_probe_spacing_is_not_told_either() {
         s.now = moment(&mut s);
         let start = s.now;
         let p = s.probe();
-        // In flight: one probe_interval.
+        // In flight: a whole spacing's range from now (one probe_interval was a moment to time).
         s.wait(5);
-        assert_eq!(s.rejected(), 1000);
+        assert_eq!(s.rejected(), 1200);
         s.record(p, &ok());
         let next = first_probe_from(&s, 1200);
         paces.push(next - start);
@@ -384,4 +384,35 @@ fn a_client_told_the_moment_would_keep_the_breaker_open() {
         "attacker {attacker}, legitimate {legit}"
     );
     assert!(closed <= 8, "closed in {closed} of 40 runs");
+}
+
+#[test]
+fn a_relapses_run_is_told_whole() {
+    // A hard trip that relapses needs 9 good probes in a row, 333 ms ± 20 % apart: a client
+    // told only the spacing's end (1.2 s) came back in the middle of the run, where a probe
+    // was as often due as not, and a failure it made there doubled the run again. It is told
+    // twice the rest of the run at its pace, from the last probe's start.
+    let mut s = Story::new(BreakerConfig::default());
+    s.trip();
+    for good in [false, true, false] {
+        s.now = first_probe_from(&s, 400_000);
+        let p = s.probe();
+        let outcome = if good { ok() } else { http(500) };
+        s.record(p, &outcome);
+    }
+    assert_eq!(s.view().probes_needed, 9, "relapsed");
+    s.now = first_probe_from(&s, 400_000);
+    let start = s.now;
+    let p = s.probe();
+    s.record(p, &ok());
+    assert_eq!(s.view().consecutive_probe_successes, 1);
+    // 8 to go at 333 ms (at most 399 with the jitter), twice: 6.4 s from the last start.
+    assert_eq!(s.rejected(), start + 2 * 8 * 399 - s.now);
+    // In flight, from its start: the probe in flight is not counted good yet.
+    let next = first_probe_from(&s, 1200);
+    s.now = next;
+    let _p = s.probe();
+    s.wait(5);
+    assert!(next < start + 1200, "the run's pace");
+    assert_eq!(s.rejected(), next + 2 * 8 * 399 - s.now);
 }

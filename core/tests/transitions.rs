@@ -670,6 +670,7 @@ fn retry_at_says_when_the_next_probe_may_start_while_one_is_in_flight() {
         "retry_at {at} is not in the past while a probe is in flight"
     );
     assert_eq!(at, s.now + 1_000, "one probe_interval from now");
+    // Told the end of the spacing's range from now: without jitter, the same.
     assert_eq!(s.rejected(), 1_000, "and Retry-After agrees");
 }
 

@@ -248,14 +248,31 @@ impl BreakerHeader {
     /// (`since_ms + cooldown_ms`); half-open, the probe spacing's, from the last probe's
     /// start (a good probe's run may bring the next one sooner, never later). The first
     /// request after `due_ms` is the probe: a client told `due_ms` itself could be that
-    /// request every time.
+    /// request every time. Half-open in a run of good probes longer than `probes` (a relapse's,
+    /// a brownout's), whose probes come closer together than the spacing, the wait also covers
+    /// twice the run's rest at its pace: a client told only the spacing's end came back in
+    /// the middle of the run, where a probe was as often due as not, and a failure it made
+    /// there doubled the run again (`t/21-probe-timing.t`: rounds of 88 to 144 s).
     fn told(&self, due_ms: u64) -> u64 {
         let end = match self.state {
             _ if self.cfg.active => due_ms,
             STATE_OPEN => self.since_ms.saturating_add(u64::from(self.cooldown_ms)),
-            STATE_HALF_OPEN => self.probe_granted_ms.saturating_add(
-                jitter_range(u64::from(self.cfg.probe_interval_ms), self.cfg.jitter).1,
-            ),
+            STATE_HALF_OPEN => {
+                let interval = u64::from(self.cfg.probe_interval_ms);
+                let spacing = jitter_range(interval, self.cfg.jitter).1;
+                let run = if self.needed > self.cfg.probes {
+                    let pace = judge::run_spacing(
+                        self.cfg.probe_interval_ms,
+                        self.cfg.probes,
+                        self.needed,
+                    );
+                    let rest = u64::from(self.needed.saturating_sub(self.consecutive));
+                    rest.saturating_mul(2 * jitter_range(pace, self.cfg.jitter).1)
+                } else {
+                    0
+                };
+                self.probe_granted_ms.saturating_add(spacing.max(run))
+            }
             _ => due_ms,
         };
         end.max(due_ms)
@@ -263,12 +280,23 @@ impl BreakerHeader {
 
     /// A rejected request's wait at `now` (open or half-open, not forced): to the end of the
     /// cooldown, or of the probe spacing, `told` (as `BreakerHeader::told`) or not;
-    /// `probe_interval` while a probe is in flight. 0 when none is due (closed).
+    /// while a probe is in flight, `probe_interval`, or told, at least the end of the spacing's
+    /// range from now. 0 when none is due (closed).
     fn wait_ms(&self, now: u64, told: bool) -> u64 {
         let due = match self.state {
             STATE_OPEN => self.retry_at_ms,
             STATE_HALF_OPEN if self.probe_busy != 0 => {
-                return u64::from(self.cfg.probe_interval_ms).max(1)
+                let interval = u64::from(self.cfg.probe_interval_ms);
+                if !told {
+                    return interval.max(1);
+                }
+                // A whole spacing's range from now at least: the probe may take long.
+                let spacing = jitter_range(interval, self.cfg.jitter).1;
+                return self
+                    .told(self.next_probe_at_ms)
+                    .saturating_sub(now)
+                    .max(spacing)
+                    .max(1);
             }
             STATE_HALF_OPEN => self.next_probe_at_ms,
             _ => return 0,
