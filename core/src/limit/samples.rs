@@ -79,11 +79,13 @@ impl Samples {
     /// (`scripts/bench-instructions`, closed_limit).
     #[inline]
     pub fn add(&mut self, latency_ms: u64) {
-        let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
-        self.sum_ms = self.sum_ms.wrapping_add(latency_ms);
-        self.count = self.count.wrapping_add(1);
-        self.min_ms = self.min_ms.min(ms);
-        self.max_ms = self.max_ms.max(ms);
+        let (sum, count, min, max) = (
+            &mut self.sum_ms,
+            &mut self.count,
+            &mut self.min_ms,
+            &mut self.max_ms,
+        );
+        fold(latency_ms, sum, count, min, max);
     }
 
     /// Adds one latency sample of an attempt that started after [`super::Limiter::clean_since`]
@@ -97,11 +99,13 @@ impl Samples {
     /// Adds one latency sample of a heavy client's attempt (wrapping, as [`Samples::add`]).
     #[inline]
     pub fn add_heavy(&mut self, latency_ms: u64) {
-        let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
-        self.heavy_sum_ms = self.heavy_sum_ms.wrapping_add(latency_ms);
-        self.heavy = self.heavy.wrapping_add(1);
-        self.heavy_min_ms = self.heavy_min_ms.min(ms);
-        self.heavy_max_ms = self.heavy_max_ms.max(ms);
+        let (sum, count, min, max) = (
+            &mut self.heavy_sum_ms,
+            &mut self.heavy,
+            &mut self.heavy_min_ms,
+            &mut self.heavy_max_ms,
+        );
+        fold(latency_ms, sum, count, min, max);
     }
 
     /// Counts one attempt without a latency sample.
@@ -207,4 +211,14 @@ impl Samples {
     pub fn mean_ms(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum_ms as f64 / f64::from(self.count))
     }
+}
+
+/// Adds one latency to a sum, count, least and most (wrapping, as [`Samples::add`] says).
+#[inline]
+fn fold(latency_ms: u64, sum: &mut u64, count: &mut u32, min: &mut u32, max: &mut u32) {
+    let ms = u32::try_from(latency_ms).unwrap_or(u32::MAX);
+    *sum = sum.wrapping_add(latency_ms);
+    *count = count.wrapping_add(1);
+    *min = (*min).min(ms);
+    *max = (*max).max(ms);
 }

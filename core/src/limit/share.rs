@@ -92,11 +92,9 @@ pub fn address_key(ip: IpAddr) -> ([u8; 9], usize) {
 /// How a client stands at an admission.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Standing {
-    /// Not heavy, nor lately: the whole limit.
+    /// Not heavy nor lately so, or no other client is present: the whole limit.
     #[default]
     Light,
-    /// Heavy or lately so, but no other client is present: the whole limit.
-    Alone,
     /// Holds [`heavy_at`] or more, and more than all the others together, while another
     /// client is present: admitted below [`cap`], and its answers set apart.
     Heavy,
@@ -175,11 +173,8 @@ pub fn standing(held: Held, tag: u16, marks: [u64; MARKS], now_ms: u64) -> Stand
         was_heavy,
     } = held;
     let heavy = own >= heavy_at(limit) && own > inflight.saturating_sub(own);
-    if !heavy && !was_heavy {
-        return Standing::Light;
-    }
-    if !others_present(marks, tag, now_ms) {
-        Standing::Alone
+    if !(heavy || was_heavy) || !others_present(marks, tag, now_ms) {
+        Standing::Light
     } else if heavy {
         Standing::Heavy
     } else {
@@ -220,8 +215,8 @@ mod tests {
         use Standing::*;
         // (in flight, its own, was heavy, its tag, marks, now): how it stands
         let cases = [
-            ((99, 99, false), 7, last, 1500, Alone),
-            ((99, 99, true), 7, [0, 0], 1500, Alone),
+            ((99, 99, false), 7, last, 1500, Light),
+            ((99, 99, true), 7, [0, 0], 1500, Light),
             ((30, 24, false), 8, last, 1500, Light),
             ((30, 25, false), 8, last, 1500, Heavy),
             ((0, 0, true), 8, last, 1500, Suspect),
@@ -229,7 +224,7 @@ mod tests {
             ((60, 30, false), 8, last, 1500, Light),
             ((59, 30, false), 8, last, 1500, Heavy),
             // the other client left more than PRESENT_MS ago
-            ((30, 25, false), 8, last, 2000, Alone),
+            ((30, 25, false), 8, last, 2000, Light),
             ((30, 25, false), 8, with_8, 1500, Heavy),
         ];
         for ((inflight, own, was_heavy), tag, marks, now, want) in cases {
@@ -242,7 +237,7 @@ mod tests {
             assert_eq!(standing(held, tag, marks, now), want, "{held:?} {tag}");
         }
         assert!(Standing::Heavy.apart() && Standing::Suspect.apart());
-        assert!(!Standing::Light.apart() && !Standing::Alone.apart());
+        assert!(!Standing::Light.apart());
     }
 
     /// A heavy client's own light requests (the first of a burst) take one mark, never the
@@ -276,7 +271,7 @@ mod tests {
         assert_eq!(ask(9, 5, 1200), Standing::Heavy);
         assert_eq!(ask(7, 0, 1201), Standing::Light);
         assert_eq!(ask(9, 5, 2100), Standing::Heavy, "the victim asked at 1201");
-        assert_eq!(ask(9, 5, 2300), Standing::Alone, "nobody else for a second");
+        assert_eq!(ask(9, 5, 2300), Standing::Light, "nobody else for a second");
     }
 
     #[test]
@@ -342,7 +337,7 @@ mod tests {
             let present = other != tag && after < PRESENT_MS;
             prop_assert_eq!(s == Standing::Heavy, heavy && present);
             prop_assert_eq!(s == Standing::Suspect, !heavy && was_heavy && present);
-            prop_assert_eq!(s == Standing::Light, !heavy && !was_heavy);
+            prop_assert_eq!(s == Standing::Light, !(heavy || was_heavy) || !present);
             prop_assert!(cap(limit) >= 1 && cap(limit) <= limit);
         }
     }

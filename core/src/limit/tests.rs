@@ -886,7 +886,7 @@ fn a_heavy_client_leaves_the_last_quarter_to_the_others() {
     ));
     assert_eq!(took(15, Standing::Heavy), word::Take::OverShare);
     assert_eq!(took(20, Standing::Heavy), word::Take::Full);
-    for s in [Standing::Light, Standing::Alone] {
+    for s in [Standing::Light, Standing::Suspect] {
         assert!(matches!(took(19, s), word::Take::Slot { inflight: 20, .. }));
     }
     // In dry run the slot is taken and counted as a shed.
@@ -912,7 +912,7 @@ proptest::proptest! {
         s in 0usize..3,
     ) {
         let class = crate::class::Class::ALL.get(c).copied();
-        let standing = [Standing::Light, Standing::Alone, Standing::Heavy][s];
+        let standing = [Standing::Light, Standing::Suspect, Standing::Heavy][s];
         let t = crate::class::threshold(class, limit);
         // The class's count is clamped to the word's own, as `take` does.
         let own = own.min(inflight);
