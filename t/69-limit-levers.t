@@ -15,6 +15,11 @@
 #    for the others): its 7th and 8th are shed (counted "capped"), and the
 #    other client's requests all pass meanwhile.  The same client alone gets
 #    the whole limit.
+# 3. Its quota at the origin.  The origin answers one client 429 (a client
+#    over its own quota), ten times, while another client asks: the limit of
+#    32 is not cut, where each 429 halved it for everyone.  A 429 to each of
+#    two clients in the same interval is the origin's word on its load, and
+#    cuts it.
 
 ###############################################################################
 
@@ -31,13 +36,14 @@ BEGIN { push @INC, "$FindBin::Bin/lib"; }
 use Test::Nginx;
 use CB::Nginx qw/ conf start /;
 use CB::Origin;
+use CB::Response;
 
 ###############################################################################
 
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy realip/)->plan(21);
+my $t = Test::Nginx->new()->has(qw/http proxy realip/)->plan(26);
 
 $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
     upstream u {
@@ -74,6 +80,22 @@ $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
         real_ip_header X-Client;
 
         location / { proxy_pass http://shared; }
+    }
+
+    upstream quota {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=10000;
+        circuit_breaker_limit adaptive min=1 max=32 initial=32;
+    }
+
+    server {
+        listen       127.0.0.1:8084;
+        server_name  localhost;
+
+        set_real_ip_from 127.0.0.1;
+        real_ip_header X-Client;
+
+        location / { proxy_pass http://quota; }
     }
 
     server {
@@ -175,6 +197,45 @@ my @alone = map { my $s = ask("/alone/$_?delay=2000", '10.9.9.9'); sleep 0.05; $
 is(statuses(@alone), '200:8 503:1', 'alone, the whole limit');
 is(CB::Origin::hits($hits, qr!^/alone/!), 8, 'alone: 8 reached the origin');
 is(capped(), 2, 'alone: nothing capped');
+
+###############################################################################
+
+# 3. A client over its own quota at the origin.
+
+sub quota_get {
+	my ($uri, $addr) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8084))
+		or return 0;
+	binmode $s;
+	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\nX-Client: $addr\r\n\r\n";
+	return status_of($s);
+}
+
+sub quota_limit {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8083))
+		or return -1;
+	print $s "GET /status?upstream=quota HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	local $/;
+	my $j = CB::Response::json(<$s> // '') // {};
+	my ($b) = grep { $_->{upstream} eq 'quota' } @{$j->{breakers} // []};
+	return $b->{limit}{limit} // -1;
+}
+
+# each 429 150 ms after the last, past the one cut an interval allows; the
+# other client asks between them, present within the second
+my ($over, $served) = (0, 0);
+for my $i (1 .. 10) {
+	$served++ if quota_get("/q/v$i", '10.0.0.7') == 200;
+	$over++ if quota_get("/q/over$i?status=429", '10.9.9.9') == 429;
+	sleep 0.15;
+}
+is("$over $served", '10 10', 'quota: 429s passed on, the other client served');
+is(quota_limit(), 32, 'quota: one client\'s 429s cut nothing');
+
+# the origin says the same to both clients: its load, cut at once
+is(quota_get('/q/busy1?status=429', '10.9.9.9'), 429, 'load: a 429 to one client');
+is(quota_get('/q/busy2?status=429', '10.0.0.7'), 429, 'load: and to the other');
+ok(quota_limit() < 32, 'load: two clients\' 429s cut the limit') or diag(quota_limit());
 
 ###############################################################################
 

@@ -40,8 +40,10 @@ fn samples() -> impl Strategy<Value = Samples> {
         0u32..3000,
         any::<bool>(),
         prop_oneof![9 => Just(0u32), 1 => 1u32..3],
+        // Whom they went to: a client alone, or one of three beside others.
+        proptest::option::of(1u16..4),
     )
-        .prop_map(|(latencies, drops, inflight, clean, overloads)| {
+        .prop_map(|(latencies, drops, inflight, clean, overloads, to)| {
             let mut s = Samples::EMPTY;
             for l in latencies {
                 if clean {
@@ -54,7 +56,7 @@ fn samples() -> impl Strategy<Value = Samples> {
                 s.add_drop();
             }
             for _ in 0..overloads {
-                s.add_overload();
+                s.add_overload(to);
             }
             s.note_inflight(inflight);
             s
@@ -242,7 +244,20 @@ proptest! {
         prop_assert_eq!(l.min_latency_ms(), a as f64, "learnt the first floor");
         let t = now + settle(b);
         run(&mut l, b, t, &mut now);
-        prop_assert_eq!(l.min_latency_ms(), b as f64, "learnt the shifted floor {} → {}", a, b);
+        if saturated {
+            // Demand reaches the limit in every interval without holding the origin there
+            // (a few answers in flight on average): no periodic pin, which would shed on
+            // no evidence. A floor that moved beyond the tolerance is learnt, one within it
+            // may stay (it is not a queue either way).
+            let tol = 1.0 + f64::from(tolerance) / 10_000.0;
+            let m = l.min_latency_ms();
+            prop_assert!(
+                m * tol >= b as f64 && m <= b as f64 * tol,
+                "learnt the shifted floor {} → {} within the tolerance: {}", a, b, m
+            );
+        } else {
+            prop_assert_eq!(l.min_latency_ms(), b as f64, "learnt the shifted floor {} → {}", a, b);
+        }
         prop_assert!(!l.view().probing || saturated);
     }
 }

@@ -438,7 +438,9 @@ pub fn attempt_ended(hold: Hold, class: Option<Class>, s: Sample, last: bool) {
         }
         Sample::Latency(ms) | Sample::Retried(ms) => l.samples.add(ms),
         Sample::Drop => l.samples.add_drop(),
-        Sample::Overload => l.samples.add_overload(),
+        Sample::Overload => l
+            .samples
+            .add_overload(hold.client.and_then(|c| l.ptr.beside_others(&c, now))),
     }
     if last {
         if let Some(before) = l.release(&hold, class, heavy) {

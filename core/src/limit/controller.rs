@@ -296,20 +296,25 @@ impl Limiter {
     /// [`CLEAN_SAMPLES`]) and a pinned measurement's clean answers (`clean_decides`, on at
     /// least [`CLEAN_SAMPLES`], or `samples` if fewer).
     ///
-    /// An overload signal ([`Samples::overloads`]) cuts the limit at once, outside a pinned
-    /// measurement, at most once per interval (`interval_ms`, or the last mean latency if
-    /// longer: the cut's effect takes a round trip to show): to half the lower of the limit
-    /// and the most in flight of the flush that carried it — the concurrency at which the
-    /// origin said "too much" — as the gradient's largest cut (TCP halves on a loss), and
-    /// slow start ends. The interval under way goes on; the gradient may lift the limit
-    /// again by its headroom while latency stays near the minimum, and the next signal
-    /// halves it again, so that an origin that refuses what it cannot take settles the
-    /// limit just under its capacity.
+    /// An overload signal ([`Samples::overloads`]) given to more than one client in the
+    /// interval, or to one alone ([`Samples::overload_general`]), cuts the limit at once,
+    /// outside a pinned measurement, at most once per interval (`interval_ms`, or the last
+    /// mean latency if longer: the cut's effect takes a round trip to show): to half the
+    /// lower of the limit and the most in flight of the flush that carried it — the
+    /// concurrency at which the origin said "too much" — as the gradient's largest cut (TCP
+    /// halves on a loss), and slow start ends. The interval under way goes on; the gradient
+    /// may lift the limit again by its headroom while latency stays near the minimum, and
+    /// the next signal halves it again, so that an origin that refuses what it cannot take
+    /// settles the limit just under its capacity.
     pub fn record(&mut self, now_ms: u64, samples: &Samples, rnd: u32) -> Option<Update> {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
         self.interval.merge(samples);
-        if samples.overloads > 0 && self.phase == PHASE_NORMAL && now >= self.overload_gate_ms {
+        if samples.overloads > 0
+            && self.interval.overload_general()
+            && self.phase == PHASE_NORMAL
+            && now >= self.overload_gate_ms
+        {
             return Some(self.overload_cut(now, samples));
         }
         let elapsed = now - self.interval_start_ms;
@@ -363,6 +368,8 @@ impl Limiter {
         }
         self.limit = self.bounded(at * GRADIENT_MIN);
         self.slow_start = SLOW_START_OFF;
+        // The cut spent the signals: the next needs its own, one client's alone being none.
+        self.interval.overload_to = 0;
         self.overload_gate_ms =
             now.saturating_add(u64::from(self.cfg.interval_ms).max(self.sample_ms as u64));
         Update {
@@ -688,10 +695,13 @@ impl Limiter {
             0
         };
         let slowdown = raw * SLOWDOWN <= 1.0;
-        if pin_due
-            || (reached_by_all && due)
-            || (reached && (slowdown || self.clamped >= CLAMPED_RUN))
-        {
+        // A periodic measurement pins half the limit, and sheds what comes above the pin: it
+        // needs the limit to hold the origin (on average, not in a burst) or latency beyond
+        // the tolerance. Otherwise it stays due for an interval nobody reached, which
+        // measures the floor as it is: bursts that reached a healthy origin's limit now and
+        // then were shed at half of it.
+        let periodic = reached_by_all && due && (held || raw < 1.0);
+        if pin_due || periodic || (reached && (slowdown || self.clamped >= CLAMPED_RUN)) {
             self.saved_limit = self.limit;
             self.remeasure_ref_ms = sample;
             self.remeasure_rate = 0.0;

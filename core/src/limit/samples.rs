@@ -32,6 +32,11 @@ pub struct Samples {
     /// breaker failure: no latency sample (the origin turned the work away), and the limit
     /// falls at once ([`super::Limiter::record`]).
     pub overloads: u32,
+    /// Whom the overload signals were given: 0 nobody; a client's tag
+    /// ([`super::share::Client::tag`]) while all went to that one client, others asking beside
+    /// it; [`Samples::SEVERAL`] once they went to two clients, or to one that asked alone (or
+    /// to clients not told apart).
+    pub overload_to: u32,
     /// Requests of a lower class turned away below the limit, at their class's threshold
     /// ([`crate::class::Class::threshold`]): the limit bound demand then as surely as when in-flight
     /// reached it.
@@ -66,6 +71,7 @@ impl Samples {
         inflight_max: 0,
         clean: 0,
         overloads: 0,
+        overload_to: 0,
         reserved: 0,
         over_share: 0,
         heavy: 0,
@@ -114,11 +120,26 @@ impl Samples {
         self.drops = self.drops.saturating_add(1);
     }
 
+    /// [`Samples::overload_to`] once the overload signals went to more than one client.
+    pub const SEVERAL: u32 = u32::MAX;
+
     /// Counts one answer in which the origin said it is saturated (see
-    /// [`Samples::overloads`]).
+    /// [`Samples::overloads`]), given to the client of `tag` while others asked beside it
+    /// (`None`: it asked alone, or clients are not told apart).
     #[inline]
-    pub fn add_overload(&mut self) {
+    pub fn add_overload(&mut self, tag: Option<u16>) {
         self.overloads = self.overloads.saturating_add(1);
+        let to = tag.map_or(Samples::SEVERAL, |t| u32::from(t.max(1)));
+        self.overload_to = overload_join(self.overload_to, to);
+    }
+
+    /// Whether the overload signals are the origin's word on its load rather than on one
+    /// client's own quota: they went to two clients or more, or to one that asked alone. An
+    /// origin that rate-limits a client answers that client alone `429`, and a cut then
+    /// would shed every other client for one client's excess.
+    #[inline]
+    pub fn overload_general(&self) -> bool {
+        self.overload_to == Samples::SEVERAL
     }
 
     /// Counts one request its class's reserve turned away (see [`Samples::reserved`]).
@@ -188,6 +209,7 @@ impl Samples {
         self.inflight_max = self.inflight_max.max(other.inflight_max);
         self.clean = self.clean.saturating_add(other.clean);
         self.overloads = self.overloads.saturating_add(other.overloads);
+        self.overload_to = overload_join(self.overload_to, other.overload_to);
         self.reserved = self.reserved.saturating_add(other.reserved);
         self.over_share = self.over_share.saturating_add(other.over_share);
         self.heavy = self.heavy.saturating_add(other.heavy);
@@ -210,6 +232,17 @@ impl Samples {
     /// Mean latency in milliseconds, `None` without samples.
     pub fn mean_ms(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum_ms as f64 / f64::from(self.count))
+    }
+}
+
+/// Whom two sets of overload signals went to together ([`Samples::overload_to`]): nobody is
+/// the identity, one client stays one, two are several.
+#[inline]
+fn overload_join(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (x, y) if x == y => x,
+        _ => Samples::SEVERAL,
     }
 }
 

@@ -135,6 +135,18 @@ impl LimitPtr {
         self.stands(client, w, now_ms).0
     }
 
+    /// `client`'s tag when another client asked within [`share::PRESENT_MS`] of `now_ms`;
+    /// `None` when it asks alone.
+    #[inline]
+    pub fn beside_others(&self, client: &Client, now_ms: u64) -> Option<u16> {
+        let marks = self
+            .shared()
+            .light
+            .each_ref()
+            .map(|m| m.load(Ordering::Relaxed));
+        share::others_present(marks, client.tag, now_ms).then_some(client.tag)
+    }
+
     fn stands(&self, client: &Client, w: u64, now_ms: u64) -> (Standing, [u64; share::MARKS]) {
         let shared = self.shared();
         let marks = shared.light.each_ref().map(|m| m.load(Ordering::Relaxed));
