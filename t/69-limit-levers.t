@@ -17,9 +17,11 @@
 #    the whole limit.
 # 3. Its quota at the origin.  The origin answers one client 429 (a client
 #    over its own quota), ten times, while another client asks: the limit of
-#    32 is not cut, where each 429 halved it for everyone.  A 429 to each of
-#    two clients in the same interval is the origin's word on its load, and
-#    cuts it.
+#    32 is not cut, where each 429 halved it for everyone; nor while the other
+#    client holds a dozen slow requests and has not asked for over a second
+#    (a heavy client leaves no mark, but its requests in flight are there).
+#    A 429 to each of two clients within a second is the origin's word on its
+#    load, and cuts it.
 
 ###############################################################################
 
@@ -43,7 +45,7 @@ use CB::Response;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy realip/)->plan(26);
+my $t = Test::Nginx->new()->has(qw/http proxy realip/)->plan(28);
 
 $t->write_file_expand('nginx.conf', conf(2, <<"EOF"));
     upstream u {
@@ -211,6 +213,15 @@ sub quota_get {
 	return status_of($s);
 }
 
+sub quota_ask {
+	my ($uri, $addr) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8084))
+		or die "connect: $!";
+	binmode $s;
+	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\nX-Client: $addr\r\n\r\n";
+	return $s;
+}
+
 sub quota_limit {
 	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8083))
 		or return -1;
@@ -231,6 +242,19 @@ for my $i (1 .. 10) {
 }
 is("$over $served", '10 10', 'quota: 429s passed on, the other client served');
 is(quota_limit(), 32, 'quota: one client\'s 429s cut nothing');
+
+# the other client holds 12 slow requests, heavy (a quarter of 32 and more
+# than the others), and asks nothing for over a second
+is(quota_get('/q/hello', '10.9.9.9'), 200, 'heavy: the first client asks');
+my @slow = map { my $s = quota_ask("/q/slow$_?delay=4000", '10.0.0.7'); sleep 0.05; $s } 1 .. 12;
+sleep 1.2;
+$over = 0;
+for my $i (1 .. 3) {
+	$over++ if quota_get("/q/again$i?status=429", '10.9.9.9') == 429;
+	sleep 0.15;
+}
+is("$over " . quota_limit(), '3 32', 'heavy: one client\'s 429s beside it cut nothing');
+status_of($_) for @slow;
 
 # the origin says the same to both clients: its load, cut at once
 is(quota_get('/q/busy1?status=429', '10.9.9.9'), 429, 'load: a 429 to one client');

@@ -3,6 +3,7 @@
 
 use std::mem::size_of;
 
+use super::share::PRESENT_MS;
 use super::{LimitConfig, Samples};
 use crate::breaker::jittered;
 
@@ -152,6 +153,10 @@ pub struct Limiter {
     pub(super) next_remeasure_ms: u64,
     /// No cut on an overload signal before this (one per interval).
     pub(super) overload_gate_ms: u64,
+    /// Whom the overload signals since `signals_ms` went to ([`Samples::overload_to`]), and
+    /// when the first of them came: signals further apart than [`PRESENT_MS`] are judged apart.
+    pub(super) signals_to: u32,
+    pub(super) signals_ms: u64,
     pub(super) updates: u64,
     pub(super) remeasures: u32,
     /// The pinned limit during a measurement.
@@ -211,6 +216,8 @@ impl Limiter {
             last_ms: now_ms,
             next_remeasure_ms: now_ms.saturating_add(SOON_INTERVALS * u64::from(cfg.interval_ms)),
             overload_gate_ms: 0,
+            signals_to: 0,
+            signals_ms: 0,
             updates: 0,
             remeasures: 0,
             pin: cfg.limit_min,
@@ -296,8 +303,9 @@ impl Limiter {
     /// [`CLEAN_SAMPLES`]) and a pinned measurement's clean answers (`clean_decides`, on at
     /// least [`CLEAN_SAMPLES`], or `samples` if fewer).
     ///
-    /// An overload signal ([`Samples::overloads`]) given to more than one client in the
-    /// interval, or to one alone ([`Samples::overload_general`]), cuts the limit at once,
+    /// An overload signal ([`Samples::overloads`]) that went, with those of the second before
+    /// it, to more than one client, or to one alone ([`Samples::overload_to`]), cuts the limit
+    /// at once,
     /// outside a pinned measurement, at most once per interval (`interval_ms`, or the last
     /// mean latency if longer: the cut's effect takes a round trip to show): to half the
     /// lower of the limit and the most in flight of the flush that carried it — the
@@ -310,11 +318,7 @@ impl Limiter {
         let now = now_ms.max(self.last_ms);
         self.last_ms = now;
         self.interval.merge(samples);
-        if samples.overloads > 0
-            && self.interval.overload_general()
-            && self.phase == PHASE_NORMAL
-            && now >= self.overload_gate_ms
-        {
+        if samples.overloads > 0 && self.signalled(now, samples) {
             return Some(self.overload_cut(now, samples));
         }
         let elapsed = now - self.interval_start_ms;
@@ -353,6 +357,20 @@ impl Limiter {
         Some(self.update(now, elapsed, &interval, rnd))
     }
 
+    /// Whether the overload signals `samples` carries, with those of the [`PRESENT_MS`] before
+    /// them, cut the limit now. Their interval would not do: it waits for `samples` latency
+    /// samples, which overload answers are not, and at a low rate lasts many seconds.
+    fn signalled(&mut self, now: u64, samples: &Samples) -> bool {
+        if self.signals_to == 0 || now.saturating_sub(self.signals_ms) >= PRESENT_MS {
+            self.signals_to = 0;
+            self.signals_ms = now;
+        }
+        self.signals_to = Samples::overload_join(self.signals_to, samples.overload_to);
+        self.signals_to == Samples::SEVERAL
+            && self.phase == PHASE_NORMAL
+            && now >= self.overload_gate_ms
+    }
+
     /// [`Limiter::record`]'s cut on an overload signal.
     fn overload_cut(&mut self, now: u64, s: &Samples) -> Update {
         let from = self.limit();
@@ -368,8 +386,9 @@ impl Limiter {
         }
         self.limit = self.bounded(at * GRADIENT_MIN);
         self.slow_start = SLOW_START_OFF;
-        // The cut spent the signals: the next needs its own, one client's alone being none.
-        self.interval.overload_to = 0;
+        // The cut spent the signals: the next needs its own, one client's beside others being
+        // none.
+        self.signals_to = 0;
         self.overload_gate_ms =
             now.saturating_add(u64::from(self.cfg.interval_ms).max(self.sample_ms as u64));
         Update {
@@ -701,7 +720,8 @@ impl Limiter {
         // measures the floor as it is: bursts that reached a healthy origin's limit now and
         // then were shed at half of it.
         let periodic = reached_by_all && due && (held || raw < 1.0);
-        if pin_due || periodic || (reached && (slowdown || self.clamped >= CLAMPED_RUN)) {
+        let slowed = reached && (slowdown || self.clamped >= CLAMPED_RUN);
+        if pin_due || periodic || slowed {
             self.saved_limit = self.limit;
             self.remeasure_ref_ms = sample;
             self.remeasure_rate = 0.0;
@@ -712,7 +732,9 @@ impl Limiter {
             // minimum would allow at this latency (`l · raw`, often `limit_min`): halving
             // step by step would take several round trips of the slow origin to get there.
             let mut pin = self.limit / 2.0;
-            if !due {
+            // Sized so whether or not a periodic measurement is due: one that waits for an
+            // interval nobody reaches may be due for long.
+            if slowed {
                 pin = pin.min(l * raw);
                 if elapsed > 0 {
                     let rate = f64::from(s.all()) / elapsed as f64;

@@ -130,16 +130,21 @@ impl Samples {
     pub fn add_overload(&mut self, tag: Option<u16>) {
         self.overloads = self.overloads.saturating_add(1);
         let to = tag.map_or(Samples::SEVERAL, |t| u32::from(t.max(1)));
-        self.overload_to = overload_join(self.overload_to, to);
+        self.overload_to = Samples::overload_join(self.overload_to, to);
     }
 
-    /// Whether the overload signals are the origin's word on its load rather than on one
-    /// client's own quota: they went to two clients or more, or to one that asked alone. An
-    /// origin that rate-limits a client answers that client alone `429`, and a cut then
-    /// would shed every other client for one client's excess.
+    /// Whom two sets of overload signals went to together ([`Samples::overload_to`]): nobody
+    /// is the identity, one client stays one, two are several. A signal is the origin's word
+    /// on its load rather than on one client's own quota when it went to several: an origin
+    /// that rate-limits a client answers that client alone `429`, and a cut then would shed
+    /// every other client for one client's excess.
     #[inline]
-    pub fn overload_general(&self) -> bool {
-        self.overload_to == Samples::SEVERAL
+    pub fn overload_join(a: u32, b: u32) -> u32 {
+        match (a, b) {
+            (0, x) | (x, 0) => x,
+            (x, y) if x == y => x,
+            _ => Samples::SEVERAL,
+        }
     }
 
     /// Counts one request its class's reserve turned away (see [`Samples::reserved`]).
@@ -209,7 +214,7 @@ impl Samples {
         self.inflight_max = self.inflight_max.max(other.inflight_max);
         self.clean = self.clean.saturating_add(other.clean);
         self.overloads = self.overloads.saturating_add(other.overloads);
-        self.overload_to = overload_join(self.overload_to, other.overload_to);
+        self.overload_to = Samples::overload_join(self.overload_to, other.overload_to);
         self.reserved = self.reserved.saturating_add(other.reserved);
         self.over_share = self.over_share.saturating_add(other.over_share);
         self.heavy = self.heavy.saturating_add(other.heavy);
@@ -232,17 +237,6 @@ impl Samples {
     /// Mean latency in milliseconds, `None` without samples.
     pub fn mean_ms(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum_ms as f64 / f64::from(self.count))
-    }
-}
-
-/// Whom two sets of overload signals went to together ([`Samples::overload_to`]): nobody is
-/// the identity, one client stays one, two are several.
-#[inline]
-fn overload_join(a: u32, b: u32) -> u32 {
-    match (a, b) {
-        (0, x) | (x, 0) => x,
-        (x, y) if x == y => x,
-        _ => Samples::SEVERAL,
     }
 }
 

@@ -94,7 +94,7 @@ impl Story {
 #[test]
 fn the_structs_are_small_plain_data() {
     assert_eq!(size_of::<Samples>(), 72);
-    assert_eq!(LIMITER_SIZE, 304);
+    assert_eq!(LIMITER_SIZE, 320);
     assert_eq!(std::mem::align_of::<Limiter>(), 8);
 }
 
@@ -593,6 +593,20 @@ fn bursts_that_reach_a_healthy_limit_start_no_periodic_pinned_measurement() {
 }
 
 #[test]
+fn a_slowdown_while_a_measurement_waits_is_pinned_where_the_old_floor_allows() {
+    let mut st = Story::settled(200, 10);
+    // Bursts keep a periodic measurement due without starting it.
+    for _ in 0..150 {
+        assert_ne!(st.step(10, st.l.limit()).min_change, MinChange::PinStarted);
+    }
+    let before = st.l.limit();
+    // Then the origin slows six-fold: pinned where 10 ms would allow 60, not at half.
+    let u = st.held(60);
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    assert_eq!(st.l.limit(), (f64::from(before) * 12.5 / 60.0) as u32);
+}
+
+#[test]
 fn a_pinned_measurement_halves_while_latency_falls() {
     let mut st = Story::new(LimitConfig::default());
     st.saturated(10);
@@ -1020,6 +1034,27 @@ fn one_clients_overload_signals_beside_others_cut_nothing() {
         assert!(u.is_none_or(|u| !u.overload), "{u:?}");
     }
     assert!(st.l.limit() >= 20);
+}
+
+#[test]
+fn overload_signals_more_than_a_second_apart_are_judged_apart() {
+    // At a low rate an interval lasts many seconds (overload answers are no latency samples):
+    // one client's signal, and another's a second later, are not one overload.
+    let mut st = Story::settled(1000, 10);
+    let before = st.l.limit();
+    st.now += 10;
+    assert!(st
+        .l
+        .record(st.now, &overloaded_to(Some(7), 1, 40), 0)
+        .is_none());
+    st.now += 1_000;
+    let u = st.l.record(st.now, &overloaded_to(Some(9), 1, 40), 0);
+    assert!(u.is_none_or(|u| !u.overload), "{u:?}");
+    assert!(st.l.limit() >= before);
+    // Within the second that began with client 9's, client 7's is.
+    st.now += 900;
+    let u = st.l.record(st.now, &overloaded_to(Some(7), 1, 40), 0);
+    assert!(u.expect("cut").overload);
 }
 
 #[test]

@@ -135,16 +135,21 @@ impl LimitPtr {
         self.stands(client, w, now_ms).0
     }
 
-    /// `client`'s tag when another client asked within [`share::PRESENT_MS`] of `now_ms`;
-    /// `None` when it asks alone.
+    /// `client`'s tag when another client asked within [`share::PRESENT_MS`] of `now_ms`, or
+    /// holds requests in flight now (a heavy client leaves no mark); `None` when it asks alone.
     #[inline]
     pub fn beside_others(&self, client: &Client, now_ms: u64) -> Option<u16> {
-        let marks = self
-            .shared()
-            .light
-            .each_ref()
-            .map(|m| m.load(Ordering::Relaxed));
-        share::others_present(marks, client.tag, now_ms).then_some(client.tag)
+        let shared = self.shared();
+        let marks = shared.light.each_ref().map(|m| m.load(Ordering::Relaxed));
+        if share::others_present(marks, client.tag, now_ms) {
+            return Some(client.tag);
+        }
+        let (_, _, inflight) = unpack(shared.word.load(Ordering::Relaxed));
+        let own = (0..ROWS)
+            .map(|r| shared.clients[client.index(r)].load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
+        (inflight > own).then_some(client.tag)
     }
 
     fn stands(&self, client: &Client, w: u64, now_ms: u64) -> (Standing, [u64; share::MARKS]) {
