@@ -5,11 +5,13 @@
 # that stall until the origin gives up reading them, an HTTP/2 client whose windows are 0
 # behind proxy_buffering off, slow readers where the spool is bounded, probes answered with
 # a header too big for nginx's buffer, a slow reader of a probe whose origin says
-# X-Accel-Buffering: no; WebSocket tunnels (101) held idle until proxy_read_timeout ends them
-# behind proxy_buffering off, held longer than slow=, or taking the half-open probe.  None
-# opens or holds a breaker: a tunnel's answer is its 101, and how it ends is the client's.  Each check states the claim: a
-# failure is a client lever that works.  About 45 s, most of it CB::Origin's 30-s body read
-# timeout.
+# X-Accel-Buffering: no; WebSocket tunnels (101) held idle until proxy_read_timeout ends
+# them behind proxy_buffering off, held longer than slow=, or taking the half-open probe.
+# None opens or holds a breaker: a tunnel's answer is its 101, and how it ends is the
+# client's. Uploads of 4 MB to an origin that refuses them with 413 and closes without
+# reading them: nginx's send fails (a 502 but for the few 413s it reads first), and nothing
+# is counted. Each check states the claim: a failure is a client lever that works. About
+# 45 s, most of it CB::Origin's 30-s body read timeout.
 # prove: alone
 
 ###############################################################################
@@ -39,7 +41,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(9);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(12);
 
 my $half = 'window=30s min_requests=3 failure_rate=50% open=1s probes=1';
 
@@ -60,6 +62,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
     }
     upstream l2  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive; }
     upstream ws  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream big { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream wss {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=5 slow=300ms slow_rate=50%;
@@ -101,6 +104,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
             proxy_set_header Connection "upgrade";
             proxy_pass http://wsh;
         }
+        location /big/ { client_max_body_size 8m; proxy_pass http://big; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -246,6 +250,25 @@ sleep 0.3;
 is("$st " . state_of('wsh'), '101 closed', 'wsh: a tunnel as the probe is judged at its 101')
 	or diag(why('wsh'));
 is(status(http_get('/wsh/after')), 200, 'wsh: answering after');
+
+# 9. uploads the origin refuses unread: 30 POSTs of 4 MB (the default breaker opens on 20
+# requests at 50 %)
+
+my $body = 'x' x (4 << 20);
+my %big;
+for my $i (1 .. 30) {
+	my $s = conn();
+	print $s "POST /big/u$i?refuse_body=1 HTTP/1.0\r\nHost: localhost\r\n"
+		. "Content-Length: " . length($body) . "\r\n\r\n" . $body;
+	local $/;
+	$big{status(<$s> // '') // 'none'}++;
+	close $s;
+}
+my $said = join ' ', map { "$_:$big{$_}" } sort keys %big;
+is(CB::Origin::hits($hits, qr!^/big/u\d+!), 30, "big: each reached the origin ($said)");
+is(state_of('big') . ' ' . (b('big')->{totals}{failures} // -1), 'closed 0',
+	"big: refused uploads count nothing ($said)") or diag(why('big'));
+is(status(http_get('/big/ok')), 200, 'big: answering after');
 
 # 1, the end: the uploads
 

@@ -340,6 +340,7 @@ fn what_the_client_caused_counts_nowhere() {
     for e in [
         Ending::NoVerdict,
         Ending::TooBigHeader,
+        Ending::BodyRefused,
         Ending::ClientDeadline,
     ] {
         let plan = run(&mut z, &cfg, T0, End::on(0, Attempt::ended(e, 5)));

@@ -30,9 +30,11 @@ fn ft_type(a: &Attempt) -> u32 {
             429 => NGX_HTTP_UPSTREAM_FT_HTTP_429,
             _ => NGX_HTTP_UPSTREAM_FT_ERROR,
         },
-        Ending::Error | Ending::Tls | Ending::NoVerdict | Ending::ClientDeadline => {
-            NGX_HTTP_UPSTREAM_FT_ERROR
-        }
+        Ending::Error
+        | Ending::Tls
+        | Ending::NoVerdict
+        | Ending::ClientDeadline
+        | Ending::BodyRefused => NGX_HTTP_UPSTREAM_FT_ERROR,
         Ending::NoLive => NGX_HTTP_UPSTREAM_FT_NOLIVE,
     }
 }

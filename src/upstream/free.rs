@@ -138,6 +138,13 @@ unsafe fn free_any(
                 "circuit breaker \"{}\": upstream sent too big header, not counted as an origin failure",
                 state.judge.name()
             );
+        } else if attempt.ending == Ending::BodyRefused {
+            ngx::ngx_log_error!(
+                NGX_LOG_WARN,
+                connection_log(req),
+                "circuit breaker \"{}\": upstream stopped reading the request body, not counted as an origin failure",
+                state.judge.name()
+            );
         }
         let classified = state.judge.classify(attempt);
         settle(state, zone, &classified, how);

@@ -61,7 +61,7 @@ pub unsafe fn read(
     let ending = if failed {
         // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
         // peer.free (this fn's contract).
-        let e = unsafe { failed_ending(u, c, status) };
+        let e = unsafe { failed_ending(r, u, c, status) };
         free_retry = e == Ending::Error && pc.cached() != 0 && status == 0;
         e
     } else if status == 0 {
@@ -204,6 +204,7 @@ unsafe fn spool_full(u: &ngx_http_upstream_t) -> bool {
 /// # Safety
 /// As for [`read`].
 unsafe fn failed_ending(
+    r: &ngx_http_request_t,
     u: &ngx_http_upstream_t,
     c: Option<&ngx_connection_t>,
     status: u16,
@@ -217,6 +218,12 @@ unsafe fn failed_ending(
     }
     if let Some(tls) = tls_handshake_failure(u, c) {
         return tls;
+    }
+    let broken = wr.error() != 0 || rd.eof() != 0 || rd.error() != 0;
+    if broken && body_unsent(r, u) {
+        // The connection broke with the client's body not all sent: the origin stopped
+        // reading it (a `413` and a close, which nginx's send or read meets as a reset).
+        return Ending::BodyRefused;
     }
     if rd.eof() != 0 || rd.error() != 0 {
         // Reset, or closed before a whole header ("upstream prematurely closed connection"),
@@ -238,6 +245,13 @@ unsafe fn failed_ending(
         };
     }
     Ending::Error
+}
+
+/// Whether `r` has a body and its attempt `u` began to send the request but did not send it
+/// whole.
+fn body_unsent(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+    let has_body = r.headers_in.content_length_n > 0 || r.headers_in.chunked() != 0;
+    has_body && u.request_sent() != 0 && u.request_body_sent() == 0
 }
 
 /// A TLS connection whose request was never sent: the handshake or the certificate check
@@ -292,6 +306,9 @@ unsafe fn body_ending(
             // SAFETY: as for this function.
             return if unsafe { waited_on_client(r, u) } {
                 Ending::NoVerdict
+            } else if body_unsent(r, u) {
+                // An early answer (a `413`), then the reset over the body left unread.
+                Ending::BodyRefused
             } else if timed_out {
                 Ending::Timeout
             } else {
@@ -307,6 +324,9 @@ unsafe fn body_ending(
     // SAFETY: as for this function.
     if failed && unsafe { waited_on_client(r, u) } {
         return Ending::NoVerdict;
+    }
+    if failed && !timed_out && body_unsent(r, u) {
+        return Ending::BodyRefused;
     }
     if timed_out {
         return Ending::Timeout;
@@ -526,6 +546,9 @@ pub unsafe fn read_ended(
     let header_ms = (st.header_time != ngx_msec_t::MAX).then_some(st.header_time as u64);
     let ending = match header_ms {
         None if status == 504 => Ending::Timeout,
+        // No connection is left to tell a failed send from a read: a request whose body was
+        // not all sent is judged as one the origin stopped reading, as [`read`] judges it.
+        None if body_unsent(r, u) => Ending::BodyRefused,
         None if !u.buffer.start.is_null() && u.buffer.last != u.buffer.start => {
             if u.buffer.last == u.buffer.end {
                 Ending::TooBigHeader

@@ -62,6 +62,7 @@ mod tests {
             Ending::NoVerdict,
             Ending::Tls,
             Ending::TooBigHeader,
+            Ending::BodyRefused,
             Ending::ClientDeadline,
             Ending::NoLive,
         ] {

@@ -25,6 +25,11 @@ pub enum Ending {
     /// "upstream sent too big header"): nginx's configuration, or a client that made the
     /// origin echo a long path or cookie into a header. Not counted at all.
     TooBigHeader,
+    /// The origin stopped taking the client's request body and closed or reset the connection
+    /// before nginx had sent it whole: what an origin that refuses a too-large upload with
+    /// `413` and closes looks like, nginx's send failing before it reads the answer. The
+    /// client's body, not the origin's health: not counted at all.
+    BodyRefused,
     /// The balancer found no live server ("no live upstreams": every server is marked down by
     /// `max_fails`, ejected, or both): nginx answers `502` itself. Always a failure of the
     /// pool, whatever `circuit_breaker_failure` lists.
@@ -183,7 +188,11 @@ pub fn class_name(class: FailureClass) -> String {
 #[inline(always)]
 fn class_of(a: &Attempt) -> Option<FailureClass> {
     match a.ending {
-        Ending::NoVerdict | Ending::ClientDeadline | Ending::TooBigHeader | Ending::Tls => None,
+        Ending::NoVerdict
+        | Ending::ClientDeadline
+        | Ending::TooBigHeader
+        | Ending::BodyRefused
+        | Ending::Tls => None,
         Ending::Error => Some(FailureClass::Error),
         Ending::Timeout => Some(FailureClass::Timeout),
         Ending::InvalidHeader => Some(FailureClass::InvalidHeader),
@@ -236,7 +245,9 @@ pub fn classify(a: &Attempt, cfg: &BreakerConfig) -> Verdict {
 #[inline(never)]
 fn classify_rest(a: Attempt, cfg: &BreakerConfig, slow: bool) -> Verdict {
     match a.ending {
-        Ending::NoVerdict | Ending::TooBigHeader => return Verdict::default(),
+        Ending::NoVerdict | Ending::TooBigHeader | Ending::BodyRefused => {
+            return Verdict::default()
+        }
         // The client's deadline ran out first: no verdict on the answer, but an origin that
         // had not answered in `slow` or more is slow (a deadline shorter than `slow` says
         // nothing).
@@ -330,6 +341,7 @@ pub(crate) mod tests {
             Ending::NoVerdict,
             Ending::ClientDeadline,
             Ending::TooBigHeader,
+            Ending::BodyRefused,
             Ending::NoLive,
         ];
         for cfg in &cfgs {
@@ -364,7 +376,11 @@ pub(crate) mod tests {
             "grpc_deadline_exceeded",
         ]);
         let fast = BreakerConfig { slow_ms: 0, ..all };
-        for ending in [Ending::ClientDeadline, Ending::TooBigHeader] {
+        for ending in [
+            Ending::ClientDeadline,
+            Ending::TooBigHeader,
+            Ending::BodyRefused,
+        ] {
             for cfg in [&fast, &BreakerConfig::default()] {
                 let a = Attempt::ended(ending, 50_000);
                 let v = classify(&a, cfg);

@@ -40,6 +40,7 @@ impl Sample {
             | Ending::NoVerdict
             | Ending::ClientDeadline
             | Ending::TooBigHeader
+            | Ending::BodyRefused
             | Ending::NoLive => Sample::Drop,
         }
     }

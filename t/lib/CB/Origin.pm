@@ -55,6 +55,10 @@ package CB::Origin;
 #			one (a processor-sharing server: latency grows with
 #			concurrency past C)
 #	fail=P		answer "status=500" to P percent of requests, at random
+#	refuse_body=1	answer "413" as soon as the header is read, and close
+#			without reading the request body (the kernel resets the
+#			connection over the unread bytes): an origin that refuses
+#			a too-large upload
 #
 # Every response carries "X-Origin: $port", "X-Origin-Seq: N" (N-th request
 # on this connection, to check upstream keepalive) and
@@ -455,6 +459,15 @@ sub _connection {
 		for (@headers) {
 			next unless /^([^:\s]+)\s*:\s*(.*?)\s*$/;
 			$h{lc $1} = defined $h{lc $1} ? "$h{lc $1}, $2" : $2;
+		}
+
+		if ($uri =~ /[?&]refuse_body=1(?:&|$)/) {
+			_log_hit($hits_file, $uri);
+			_write($sock, "HTTP/1.1 413 Payload Too Large\r\n"
+				. "Connection: close\r\nContent-Length: 0\r\n"
+				. "X-Origin: $port\r\n\r\n");
+			close $sock;
+			return;
 		}
 
 		# request body
