@@ -31,7 +31,7 @@ use FindBin;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start /;
+use CB::Nginx qw/ conf start uploads /;
 use CB::Origin;
 use CB::Response qw/ status /;
 use CB::Status qw/ breaker_at /;
@@ -254,17 +254,7 @@ is(status(http_get('/wsh/after')), 200, 'wsh: answering after');
 # 9. uploads the origin refuses unread: 30 POSTs of 4 MB (the default breaker opens on 20
 # requests at 50 %)
 
-my $body = 'x' x (4 << 20);
-my %big;
-for my $i (1 .. 30) {
-	my $s = conn();
-	print $s "POST /big/u$i?refuse_body=1 HTTP/1.0\r\nHost: localhost\r\n"
-		. "Content-Length: " . length($body) . "\r\n\r\n" . $body;
-	local $/;
-	$big{status(<$s> // '') // 'none'}++;
-	close $s;
-}
-my $said = join ' ', map { "$_:$big{$_}" } sort keys %big;
+my $said = uploads(30, '/big/u%d?refuse_body=1', 4 << 20);
 is(CB::Origin::hits($hits, qr!^/big/u\d+!), 30, "big: each reached the origin ($said)");
 is(state_of('big') . ' ' . (b('big')->{totals}{failures} // -1), 'closed 0',
 	"big: refused uploads count nothing ($said)") or diag(why('big'));

@@ -21,7 +21,7 @@ use Time::HiRes qw/ sleep time /;
 BEGIN { push @INC, "$FindBin::Bin/lib"; }
 
 use Test::Nginx;
-use CB::Nginx qw/ conf start /;
+use CB::Nginx qw/ conf start uploads /;
 use CB::Origin;
 use CB::Response qw/ status /;
 
@@ -145,17 +145,7 @@ close $slow;
 # Uploads of 4 MB the origin refuses with 413 and closes without reading (nginx's send
 # fails: 502, but for the 413s it reads first) count nothing against the key.
 
-my $body = 'x' x (4 << 20);
-my %refused;
-for my $i (1 .. 8) {
-	my $s = IO::Socket::INET->new('127.0.0.1:' . port(8080)) or die "connect: $!\n";
-	print $s "POST /kb/u$i?refuse_body=1 HTTP/1.0\r\nHost: localhost\r\nX-Tenant: upl\r\n"
-		. "Content-Length: " . length($body) . "\r\n\r\n" . $body;
-	local $/;
-	$refused{status(<$s> // '') // 'none'}++;
-	close $s;
-}
-my $said = join ' ', map { "$_:$refused{$_}" } sort keys %refused;
+my $said = uploads(8, '/kb/u%d?refuse_body=1', 4 << 20, 'X-Tenant: upl');
 is(status(get('upl', '/kb/after')) . ' ' . CB::Origin::hits($hits, qr!^/kb/!), '200 9',
 	"refused uploads do not trip the key ($said)");
 

@@ -138,11 +138,12 @@ is(CB::Origin::hits($hits), 304, 'the origin received every request');
 
 # 2. A client's share of the slots.
 
-# sends GET URI as client ADDR on a new connection, without reading the answer
+# sends GET URI as client ADDR on a new connection to PORT (8082), without reading the
+# answer
 
 sub ask {
-	my ($uri, $addr) = @_;
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8082))
+	my ($uri, $addr, $port) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port($port // 8082))
 		or die "connect: $!";
 	binmode $s;
 	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\nX-Client: $addr\r\n\r\n";
@@ -204,23 +205,8 @@ is(capped(), 2, 'alone: nothing capped');
 
 # 3. A client over its own quota at the origin.
 
-sub quota_get {
-	my ($uri, $addr) = @_;
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8084))
-		or return 0;
-	binmode $s;
-	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\nX-Client: $addr\r\n\r\n";
-	return status_of($s);
-}
-
-sub quota_ask {
-	my ($uri, $addr) = @_;
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8084))
-		or die "connect: $!";
-	binmode $s;
-	print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\nX-Client: $addr\r\n\r\n";
-	return $s;
-}
+sub quota_ask { ask(@_, 8084) }
+sub quota_get { status_of(quota_ask(@_)) }
 
 sub quota_limit {
 	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8083))

@@ -145,11 +145,17 @@ impl LimitPtr {
             return Some(client.tag);
         }
         let (_, _, inflight) = unpack(shared.word.load(Ordering::Relaxed));
-        let own = (0..ROWS)
+        (inflight > self.own(client)).then_some(client.tag)
+    }
+
+    /// `client`'s requests in flight, as the sketch counts them (never fewer than they are).
+    #[inline]
+    fn own(&self, client: &Client) -> u32 {
+        let shared = self.shared();
+        (0..ROWS)
             .map(|r| shared.clients[client.index(r)].load(Ordering::Relaxed))
             .min()
-            .unwrap_or(0);
-        (inflight > own).then_some(client.tag)
+            .unwrap_or(0)
     }
 
     fn stands(&self, client: &Client, w: u64, now_ms: u64) -> (Standing, [u64; share::MARKS]) {
@@ -160,10 +166,7 @@ impl LimitPtr {
             return (Standing::Light, marks);
         }
         let (_, limit, inflight) = unpack(w);
-        let own = (0..ROWS)
-            .map(|r| shared.clients[client.index(r)].load(Ordering::Relaxed))
-            .min()
-            .unwrap_or(0);
+        let own = self.own(client);
         let was_heavy = (0..ROWS).all(|r| {
             share::recent(
                 shared.stamps[client.index(r)].load(Ordering::Relaxed),

@@ -26,9 +26,10 @@ use warnings;
 use strict;
 
 use Exporter qw/ import /;
-our @EXPORT_OK = qw/ conf stream_conf env_globals start req reload master masters workers workers_up
-	nginx_t self_signed log_size log_since log_count /;
+our @EXPORT_OK = qw/ conf stream_conf env_globals start req uploads reload master masters workers
+	workers_up nginx_t self_signed log_size log_since log_count /;
 
+use IO::Socket::INET;
 use POSIX qw//;
 use Time::HiRes qw/ sleep time /;
 
@@ -168,6 +169,28 @@ Host: localhost
 Content-Length: 0
 $h
 EOF
+}
+
+# N POSTs of BYTES to port(8080), one after the other, each to sprintf(URI, its number) with
+# HEADERS ("Name: value") added: their statuses counted, as "STATUS:COUNT ..."
+
+sub uploads {
+	my ($n, $uri, $bytes, @headers) = @_;
+	my $body = 'x' x $bytes;
+	my $h = join '', map { "$_\r\n" } @headers;
+	my %n;
+	for my $i (1 .. $n) {
+		my $s = IO::Socket::INET->new('127.0.0.1:' . Test::Nginx::port(8080))
+			or die "connect: $!\n";
+		binmode $s;
+		print $s 'POST ' . sprintf($uri, $i) . " HTTP/1.0\r\nHost: localhost\r\n$h"
+			. "Content-Length: $bytes\r\n\r\n" . $body;
+		local $/;
+		my $r = <$s> // '';
+		$n{$r =~ m!^HTTP/1\.[01] (\d{3})! ? $1 : 'none'}++;
+		close $s;
+	}
+	return join ' ', map { "$_:$n{$_}" } sort keys %n;
 }
 
 ###############################################################################
