@@ -46,7 +46,7 @@ select STDOUT; $| = 1;
 my $ours = defined &Test::Nginx::_finish;
 
 my $t = Test::Nginx->new()->has(qw/http proxy cache upstream_keepalive/)
-	->plan(36);
+	->plan(37);
 
 my $conf = conf(2, <<'EOF');
     proxy_cache_path %%TESTDIR%%/cache keys_zone=one:1m;
@@ -124,6 +124,20 @@ my $elapsed = time() - $start;
 ok($r =~ m!^HTTP/1\.1 200 ! && $elapsed >= 0.4 && $elapsed < 3,
 	'delay') or diag(sprintf("%.3fs: %s", $elapsed, $r // 'undef'));
 
+# a pause: a request in flight, and one that comes meanwhile, both wait it out
+
+my $s = http_get('/?delay=100', start => 1);
+for (1 .. 500) {
+	last if CB::Origin::hits($hits, qr/delay=100/);
+	select undef, undef, undef, 0.01;
+}
+$start = time();
+my $stopped = CB::Origin::pause($hits, 0.5);
+$r = http_get('/?after=1');
+ok($stopped >= 2 && http_end($s) =~ m!^HTTP/1\.1 200 ! && $r =~ m!^HTTP/1\.1 200 !
+	&& time() - $start >= 0.5, 'pause')
+	or diag(sprintf('%d stopped, %.3fs', $stopped, time() - $start));
+
 # upstream errors
 
 like(http_get('/?close=1'), qr!^HTTP/1\.1 502 !, 'close gives 502');
@@ -132,7 +146,7 @@ like(http_get('/?reset=1'), qr!^HTTP/1\.1 502 !, 'reset gives 502');
 
 # a hanging response does not block other connections
 
-my $s = http_get('/?hang=1', start => 1);
+$s = http_get('/?hang=1', start => 1);
 $start = time();
 like(http_get('/?parallel=1'), qr!^HTTP/1\.1 200 !, 'not blocked by hang');
 cmp_ok(time() - $start, '<', 0.9, 'not blocked by hang - fast');

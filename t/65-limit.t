@@ -23,7 +23,9 @@
 #    and the origin never has more requests in progress than the limit let
 #    in; healthy again: the shedding stops, and under a burst the limit
 #    rises back to its maximum, which the origin's concurrency reaches and
-#    never exceeds.
+#    never exceeds.  Then another upstream's origin stops for 400 ms and
+#    comes back as it was: the limit, pinned by the slowdown, is back where
+#    it was within a second.
 # 4. Status: the "limit" object and the Prometheus families; a reload with
 #    the same parameters keeps the controller, changed ones restart it.
 #
@@ -58,7 +60,7 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(50)
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(52)
 	->todo_alerts();
 
 sub http_conf {
@@ -102,6 +104,14 @@ sub http_conf {
         keepalive 32;
     }
 
+    upstream paused {
+        server 127.0.0.1:%%PORT_8083%%;
+        circuit_breaker min_requests=10000 limit=adaptive
+                        limit_min=2 limit_max=16 limit_initial=16
+                        limit_interval=100ms;
+        keepalive 32;
+    }
+
     server {
         listen       127.0.0.1:8080 reuseport;
         server_name  localhost;
@@ -125,6 +135,7 @@ sub http_conf {
             proxy_pass http://adaptive;
             access_log %%TESTDIR%%/timing.log timing;
         }
+        location /p/ { proxy_pass http://paused; }
 
         location = /status { circuit_breaker_status; }
     }
@@ -134,7 +145,7 @@ EOF
 $t->write_file_expand('nginx.conf',
 	http_conf('limit_min=2 limit_max=2 limit_initial=2'));
 
-my $hits = start($t, 8081);
+my ($hits, $paused_hits) = start($t, 8081, 8083);
 
 ###############################################################################
 
@@ -332,6 +343,7 @@ my @timeline = (
 	[sick => 4, '/a/?cores=4&delay=120 380'],
 	[healed => 4, '/a/?cores=4&delay=20 380'],
 	[burst => 3, '/a/?cores=64&delay=20 10'],
+	[paused => 3, '/p/?cores=4&delay=20 380', 'paused'],
 );
 my $total = 0;
 $total += $_->[1] for @timeline;
@@ -351,15 +363,20 @@ for my $c (1 .. 32) {
 
 # the phases, and a poll of the limit and the origin every 50 ms
 
-my (@polls, %phase_at);
+my (@polls, %phase_at, @pause);
 my $at = $start;
 for my $p (@timeline) {
-	my ($name, $secs, $uri) = @$p;
+	my ($name, $secs, $uri, $upstream) = @$p;
 	phase($uri);
 	$phase_at{$name} = time() - $start;
 	my $end = $at + $secs;
 	while (time() < $end) {
-		my $l = breaker('adaptive')->{limit} // {};
+		if ($name eq 'paused' && !@pause && time() >= $at + 1.5) {
+			push @pause, time() - $start;
+			CB::Origin::pause($paused_hits, 0.4);
+			push @pause, time() - $start;
+		}
+		my $l = breaker($upstream // 'adaptive')->{limit} // {};
 		my $read = time();
 		my ($cur, $max) = CB::Origin::concurrency($hits);
 		push @polls, [time() - $start, $name, $l->{limit} // 0,
@@ -480,6 +497,8 @@ ok($took_floor >= 0 && $took_floor < 0.9, 'sick: the new floor measured at once'
 my (@over, $widest, $first);
 for my $i (0 .. $#polls) {
 	my $p = $polls[$i];
+	# another upstream, another origin
+	next if $p->[1] eq 'paused';
 	my $from = $p->[0] - 1;
 	for my $a (@answers) {
 		$from = $a->[0] if $a->[0] < $from && $a->[3] >= $p->[7]
@@ -508,6 +527,28 @@ cmp_ok($tail_shed, '<=', $tail * 0.05, 'healed: the shedding stopped');
 cmp_ok($lim{burst}{max}, '>=', 2 * $lim{sick}{min}, 'burst: the limit rose back');
 ok($origin_max >= 8 && $origin_max <= 16,
 	"burst: origin at most limit_max ($origin_max)");
+
+# The origin stopped for 400 ms and came back as it was: the limit, pinned by
+# the slowdown, comes back to where it was once the pin has measured the old
+# floor, instead of to the pin's own rate of answers (it stayed at 2 to 10
+# for the rest of the phase).
+
+my @before = grep { $_->[1] eq 'paused' && $_->[0] < $pause[0] } @polls;
+my $pre = @before ? $before[-1][2] : 0;
+my @after = grep { $_->[1] eq 'paused' && $_->[0] >= $pause[1] } @polls;
+my ($low, $back) = (1e9);
+for my $p (@after) {
+	last if $p->[0] > $pause[1] + 1;
+	$low = $p->[2] if $p->[2] < $low;
+	$back = $p->[0] if !defined $back && $low < $pre && $p->[2] >= $pre;
+}
+diag(sprintf('paused %.2f..%.2f s: limit %d before, %d at its lowest, %s',
+	@pause, $pre, $low, defined $back
+	? sprintf('back %.2f s after', $back - $pause[1]) : 'not back in 1 s'));
+cmp_ok($low, '<', $pre, 'paused: the pause pinned the limit');
+ok(defined $back, 'paused: the limit back within 1 s')
+	or diag(join ' ', map { sprintf('%.2f:%d/%d/%s', @$_[0, 2, 3, 6]) }
+		grep { $_->[1] eq 'paused' } @polls);
 
 ###############################################################################
 

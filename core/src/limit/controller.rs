@@ -23,6 +23,12 @@ pub const CLAMPED_RUN: u32 = 3;
 /// halving towards it lets the queue grow.
 pub const SLOWDOWN: f64 = 4.0;
 
+/// A slowdown in one of whose intervals since the last calm one (latency within the
+/// tolerance) the answers came at less than this share of that one's rate, with no fewer in
+/// flight, is a pause (the origin's, or the machine's) rather than a queue: an origin with a
+/// queue answers at its capacity, at least as fast as before. See [`Limiter::slowed_limit`].
+pub const PAUSE_RATE: f64 = 0.75;
+
 /// An interval holding a heavy client's answers and too few of the others' to judge by without
 /// them ([`Samples::judged`]) waits for the others up to this many intervals.
 pub const OTHERS_WAIT: u64 = 5;
@@ -165,6 +171,23 @@ pub struct Limiter {
     pub(super) remeasure_busy: u32,
     /// Consecutive updates at the gradient's floor with the limit reached.
     pub(super) clamped: u32,
+    /// Answers per millisecond of the last interval the gradient judged calm (latency within
+    /// the tolerance), and the limit it left.
+    pub(super) calm_rate: f64,
+    pub(super) calm_limit: f64,
+    /// The most in flight in that calm interval.
+    pub(super) calm_inflight: u32,
+    /// An interval since the calm one had its answers slow down while no fewer were in
+    /// flight ([`PAUSE_RATE`]).
+    pub(super) paused: u32,
+    /// During a pinned measurement that a pause started ([`PAUSE_RATE`]): the limit before
+    /// it (the last calm interval's), restored when the measurement finds the old floor (the
+    /// pause is over). 0 otherwise.
+    pub(super) slowed_limit: f64,
+    /// When a limit was last restored so: the next restore waits a re-measurement period, so
+    /// that an origin whose capacity fell while its floor did not (fewer workers) refills
+    /// its queue once, not at every slowdown.
+    pub(super) restored_ms: u64,
 
     pub(super) phase: u8,
     /// Until the first cut the limit doubles while latency allows ([`SLOW_START_ON`]); after
@@ -223,6 +246,12 @@ impl Limiter {
             pin: cfg.limit_min,
             remeasure_busy: 0,
             clamped: 0,
+            calm_rate: 0.0,
+            calm_limit: 0.0,
+            calm_inflight: 0,
+            paused: 0,
+            slowed_limit: 0.0,
+            restored_ms: 0,
             phase: PHASE_NORMAL,
             slow_start: SLOW_START_ON,
             halved: 0,
@@ -547,6 +576,7 @@ impl Limiter {
                 return MinChange::None;
             }
             self.end_remeasure(now, rnd, false);
+            self.slowed_limit = 0.0;
             return MinChange::PinAbandoned;
         }
         self.remeasure_busy = 0;
@@ -576,9 +606,27 @@ impl Limiter {
             self.remeasure_clean = Samples::EMPTY;
             return MinChange::PinHalved;
         }
+        let old_ms = self.min_ms;
         self.min_ms = sample;
         self.remeasures = self.remeasures.saturating_add(1);
         self.end_remeasure(now, rnd, true);
+        if self.slowed_limit > 0.0
+            && sample <= old_ms * self.tolerated()
+            && (self.restored_ms == 0
+                || now
+                    >= self
+                        .restored_ms
+                        .saturating_add(u64::from(self.cfg.remeasure_ms)))
+        {
+            // The pause is over and the origin answers as it did before it (a collector's
+            // pause, a stalled machine: its requests came back late at once). The rate of
+            // answers at the pin is the pin's, not the origin's capacity, and the limit from
+            // before the pause stands: measured low at a pin of 3, a floor of noisy answers
+            // then held a healthy origin at half its demand (`tests/limit_sim.rs`, a pause).
+            self.limit = self.bounded(self.limit.max(self.slowed_limit));
+            self.restored_ms = now;
+        }
+        self.slowed_limit = 0.0;
         MinChange::PinMeasured
     }
 
@@ -721,7 +769,29 @@ impl Limiter {
         // then were shed at half of it.
         let periodic = reached_by_all && due && (held || raw < 1.0);
         let slowed = reached && (slowdown || self.clamped >= CLAMPED_RUN);
+        let rate = if elapsed > 0 {
+            f64::from(s.all()) / elapsed as f64
+        } else {
+            0.0
+        };
+        if raw >= 1.0 {
+            self.calm_rate = rate;
+            self.calm_limit = self.limit;
+            self.calm_inflight = s.inflight_max;
+            self.paused = 0;
+        } else if rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight {
+            // Fewer answers with no fewer requests in flight: the origin stopped. (Fewer
+            // answers after a cut are the cut's.)
+            self.paused = 1;
+        }
         if pin_due || periodic || slowed {
+            // A pause shows in any interval since the calm one: the one that spans it may
+            // only cut, and the slowdown then show in the next, whose answers flow again.
+            self.slowed_limit = if slowed && self.paused != 0 {
+                self.calm_limit
+            } else {
+                0.0
+            };
             self.saved_limit = self.limit;
             self.remeasure_ref_ms = sample;
             self.remeasure_rate = 0.0;

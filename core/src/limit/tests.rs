@@ -94,7 +94,7 @@ impl Story {
 #[test]
 fn the_structs_are_small_plain_data() {
     assert_eq!(size_of::<Samples>(), 72);
-    assert_eq!(LIMITER_SIZE, 320);
+    assert_eq!(LIMITER_SIZE, 360);
     assert_eq!(std::mem::align_of::<Limiter>(), 8);
 }
 
@@ -1307,4 +1307,79 @@ fn a_cap_alone_starts_no_periodic_pinned_measurement() {
         st.l.view().remeasures > remeasures,
         "the floor measured without a pin"
     );
+}
+
+/// A controller at 40 of a 5 ms origin that paused: an interval of 500 ms whose 20 answers
+/// took 300 ms on average, pinned.
+fn paused(st: &mut Story) -> u32 {
+    st.now += 500;
+    let u = st.l.record(st.now, &samples(20, 300, 40), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    st.l.limit()
+}
+
+#[test]
+fn a_slowdown_after_which_the_origin_answers_as_before_gives_the_limit_back() {
+    let mut st = Story::settled(40, 5);
+    assert_eq!(st.l.limit(), 40);
+    let pin = paused(&mut st);
+    assert!(pin < 10, "pinned at {pin}");
+    st.now += 10;
+    let u =
+        st.l.record(st.now, &clean(&[5; 5], pin), 0)
+            .expect("measured");
+    assert_eq!(u.min_change, MinChange::PinMeasured);
+    assert_eq!(u.to, 40, "the limit from before the slowdown");
+    // Again within the re-measurement period: an origin whose capacity fell while its floor
+    // did not (fewer workers) looks so at every slowdown, and is measured as slowed instead.
+    for _ in 0..3 {
+        st.saturated(5);
+    }
+    let pin = paused(&mut st);
+    st.now += 10;
+    let u =
+        st.l.record(st.now, &clean(&[5; 5], pin), 0)
+            .expect("measured");
+    assert_eq!(u.min_change, MinChange::PinMeasured);
+    assert!(u.to < 40, "restored again: {}", u.to);
+    // A period later, a slowdown that ends so is a pause again.
+    for _ in 0..100 {
+        st.saturated(5);
+    }
+    assert_eq!(st.l.limit(), 40);
+    let pin = paused(&mut st);
+    st.now += 10;
+    let u =
+        st.l.record(st.now, &clean(&[5; 5], pin), 0)
+            .expect("measured");
+    assert_eq!(u.to, 40);
+}
+
+#[test]
+fn a_slowdown_after_which_the_origin_is_slower_is_not_given_the_limit_back() {
+    let mut st = Story::settled(40, 5);
+    let pin = paused(&mut st);
+    st.now += 30;
+    let u =
+        st.l.record(st.now, &clean(&[30; 5], pin), 0)
+            .expect("measured");
+    assert_eq!(u.min_change, MinChange::PinMeasured);
+    assert_eq!(u.min_latency_ms, 30.0);
+    assert!(u.to < 40, "restored: {}", u.to);
+}
+
+#[test]
+fn a_slowdown_at_the_rate_before_is_a_queue_and_not_given_the_limit_back() {
+    // An origin with a queue answers at its capacity, as fast as before, each answer late:
+    // the limit was too high for it, whatever floor its pin then finds.
+    let mut st = Story::settled(40, 5);
+    let u = st.saturated(150);
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    let pin = st.l.limit();
+    st.now += 10;
+    let u =
+        st.l.record(st.now, &clean(&[5; 5], pin), 0)
+            .expect("measured");
+    assert_eq!(u.min_change, MinChange::PinMeasured);
+    assert!(u.to < 40, "restored: {}", u.to);
 }

@@ -76,7 +76,8 @@ package CB::Origin;
 # connections are refused, until the line is gone.  Each request also
 # appends "START END PATH" (Unix seconds, when its head was read and when
 # the origin was done with it) to "$hits_file.times", to measure how many
-# were in flight at once (in_flight()).
+# were in flight at once (in_flight()).  pause() stops the whole origin for a
+# while (its pid is in "$hits_file.pid").
 #
 # Only core Perl modules are used.
 
@@ -89,6 +90,8 @@ use IO::Socket::INET;
 use POSIX qw/ WNOHANG /;
 use Socket qw/ SOL_SOCKET SO_LINGER /;
 use Time::HiRes qw/ sleep time /;
+
+use CB::Proc qw//;
 
 my %reason = (
 	100 => 'Continue', 200 => 'OK', 201 => 'Created',
@@ -120,6 +123,13 @@ sub run {
 		or _fail("can't listen on 127.0.0.1:$port: $!");
 	my $mode = defined $hits_file && !ref $hits_file
 		? "$hits_file.mode" : undef;
+
+	# for pause()
+	if (defined $mode) {
+		open my $fh, '>', "$hits_file.pid" or _fail("$hits_file.pid: $!");
+		print $fh $$;
+		close $fh;
+	}
 
 	my %kids;
 
@@ -324,6 +334,24 @@ sub in_flight {
 }
 
 ###############################################################################
+
+# stops the origin of the hits file HITS (its daemon, then its connection processes) for
+# SECS seconds, as a collector's pause or a stalled machine would; the number of processes
+# stopped
+
+sub pause {
+	my ($hits, $secs) = @_;
+	open my $fh, '<', "$hits.pid" or die "pause: $hits.pid: $!\n";
+	my $daemon = <$fh>;
+	close $fh;
+	# the daemon first: it forks no connection process after that
+	kill 'STOP', $daemon or die "pause: $daemon: $!\n";
+	my @stopped = ($daemon, CB::Proc::children($daemon));
+	kill 'STOP', @stopped[1 .. $#stopped];
+	sleep $secs;
+	kill 'CONT', reverse @stopped;
+	return scalar @stopped;
+}
 
 sub hits {
 	my ($hits_file, $re) = @_;
