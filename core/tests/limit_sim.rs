@@ -326,7 +326,8 @@ fn capacity(sc: &Scenario, factor: f64) -> f64 {
     sc.workers as f64 * 1000.0 / (sc.service_ms * factor)
 }
 
-fn run_steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> (Scenario, Run) {
+/// A healthy origin of `workers` at `load` of its capacity, for 20 s, with the defaults.
+fn steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> Scenario {
     let mut sc = Scenario {
         workers,
         service_ms,
@@ -341,6 +342,11 @@ fn run_steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> (Scenari
         pause: (0, 0),
     };
     sc.rate = capacity(&sc, 1.0) * load;
+    sc
+}
+
+fn run_steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> (Scenario, Run) {
+    let sc = steady(workers, service_ms, load, seed);
     let run = simulate(&sc);
     if std::env::var("SIM_TRACE").is_ok() {
         for u in run.updates.iter().take(80) {
@@ -694,20 +700,11 @@ fn a_pause_of_a_healthy_origin_is_shed_only_while_it_lasts() {
     // at once; once they are in, the origin is what it was, and so should the limit be.
     for (workers, service_ms, load) in [(4, 20.0, 0.4), (16, 10.0, 0.5), (64, 20.0, 0.3)] {
         for seed in 1..=10 {
-            let mut sc = Scenario {
-                workers,
-                service_ms,
-                sick_factor: 1.0,
-                sick: (0, 0),
-                rate: 0.0,
-                retry_once: false,
+            let sc = Scenario {
                 seconds: 14,
-                cfg: LimitConfig::default(),
-                seed: 700 + seed,
-                fixed: false,
                 pause: (10_000, 10_400),
+                ..steady(workers, service_ms, load, 700 + seed)
             };
-            sc.rate = capacity(&sc, 1.0) * load;
             let run = simulate(&sc);
             let before = summary(&run, 5, 10);
             let during: u64 = run.slices[100..105].iter().map(|s| s.shed).sum();

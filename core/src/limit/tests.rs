@@ -1318,52 +1318,47 @@ fn paused(st: &mut Story) -> u32 {
     st.l.limit()
 }
 
+/// Five clean answers of `latency_ms` at the pin, `after_ms` into it: the measurement ends.
+fn measured_at_pin(st: &mut Story, after_ms: u64, latency_ms: u64) -> Update {
+    st.now += after_ms;
+    let pin = st.l.limit();
+    let u = st.l.record(st.now, &clean(&[latency_ms; 5], pin), 0);
+    let u = u.expect("measured");
+    assert_eq!(u.min_change, MinChange::PinMeasured);
+    u
+}
+
 #[test]
 fn a_slowdown_after_which_the_origin_answers_as_before_gives_the_limit_back() {
     let mut st = Story::settled(40, 5);
     assert_eq!(st.l.limit(), 40);
     let pin = paused(&mut st);
     assert!(pin < 10, "pinned at {pin}");
-    st.now += 10;
-    let u =
-        st.l.record(st.now, &clean(&[5; 5], pin), 0)
-            .expect("measured");
-    assert_eq!(u.min_change, MinChange::PinMeasured);
+    let u = measured_at_pin(&mut st, 10, 5);
     assert_eq!(u.to, 40, "the limit from before the slowdown");
     // Again within the re-measurement period: an origin whose capacity fell while its floor
     // did not (fewer workers) looks so at every slowdown, and is measured as slowed instead.
     for _ in 0..3 {
         st.saturated(5);
     }
-    let pin = paused(&mut st);
-    st.now += 10;
-    let u =
-        st.l.record(st.now, &clean(&[5; 5], pin), 0)
-            .expect("measured");
-    assert_eq!(u.min_change, MinChange::PinMeasured);
+    paused(&mut st);
+    let u = measured_at_pin(&mut st, 10, 5);
     assert!(u.to < 40, "restored again: {}", u.to);
     // A period later, a slowdown that ends so is a pause again.
     for _ in 0..100 {
         st.saturated(5);
     }
     assert_eq!(st.l.limit(), 40);
-    let pin = paused(&mut st);
-    st.now += 10;
-    let u =
-        st.l.record(st.now, &clean(&[5; 5], pin), 0)
-            .expect("measured");
+    paused(&mut st);
+    let u = measured_at_pin(&mut st, 10, 5);
     assert_eq!(u.to, 40);
 }
 
 #[test]
 fn a_slowdown_after_which_the_origin_is_slower_is_not_given_the_limit_back() {
     let mut st = Story::settled(40, 5);
-    let pin = paused(&mut st);
-    st.now += 30;
-    let u =
-        st.l.record(st.now, &clean(&[30; 5], pin), 0)
-            .expect("measured");
-    assert_eq!(u.min_change, MinChange::PinMeasured);
+    paused(&mut st);
+    let u = measured_at_pin(&mut st, 30, 30);
     assert_eq!(u.min_latency_ms, 30.0);
     assert!(u.to < 40, "restored: {}", u.to);
 }
@@ -1375,11 +1370,6 @@ fn a_slowdown_at_the_rate_before_is_a_queue_and_not_given_the_limit_back() {
     let mut st = Story::settled(40, 5);
     let u = st.saturated(150);
     assert_eq!(u.min_change, MinChange::PinStarted);
-    let pin = st.l.limit();
-    st.now += 10;
-    let u =
-        st.l.record(st.now, &clean(&[5; 5], pin), 0)
-            .expect("measured");
-    assert_eq!(u.min_change, MinChange::PinMeasured);
+    let u = measured_at_pin(&mut st, 10, 5);
     assert!(u.to < 40, "restored: {}", u.to);
 }
