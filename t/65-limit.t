@@ -60,7 +60,7 @@ select STDOUT; $| = 1;
 
 plan(skip_all => 'needs Linux /proc') unless -d '/proc/self/fd';
 
-my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(52)
+my $t = Test::Nginx->new()->has(qw/http proxy cache/)->plan(53)
 	->todo_alerts();
 
 sub http_conf {
@@ -326,6 +326,7 @@ sub client {
 		open my $fh, '<', $phase_file or last;
 		my ($uri, $think) = split ' ', <$fh> // '';
 		close $fh;
+		last if $uri eq 'stop';
 		$i++;
 		my $t0 = time();
 		my ($s, $state) = request("$uri&c=$c&i=$i", 20);
@@ -351,8 +352,10 @@ $total += $_->[1] for @timeline;
 phase($timeline[0][2]);
 CB::Origin::clear_concurrency($hits);
 
+# the clients stop at the last phase's end ("stop"), or at this bound
+
 my $start = time();
-my $until = $start + $total;
+my $until = $start + $total + 60;
 my @kids;
 for my $c (1 .. 32) {
 	my $pid = fork();
@@ -361,20 +364,25 @@ for my $c (1 .. 32) {
 	push @kids, $pid;
 }
 
-# the phases, and a poll of the limit and the origin every 50 ms
+# the phases, and a poll of the limit and the origin every 50 ms; a phase
+# lasts its time from when it began, however late the machine made that
 
 my (@polls, %phase_at, @pause);
-my $at = $start;
 for my $p (@timeline) {
 	my ($name, $secs, $uri, $upstream) = @$p;
 	phase($uri);
-	$phase_at{$name} = time() - $start;
-	my $end = $at + $secs;
+	my $from = time();
+	$phase_at{$name} = $from - $start;
+	my $end = $from + $secs;
 	while (time() < $end) {
-		if ($name eq 'paused' && !@pause && time() >= $at + 1.5) {
+		# once the limit has measured the origin, and with 2.5 s after it
+		if ($name eq 'paused' && !@pause && time() >= $from + 1.5
+			&& $polls[-1][1] eq 'paused' && $polls[-1][6] > 0)
+		{
 			push @pause, time() - $start;
 			CB::Origin::pause($paused_hits, 0.4);
 			push @pause, time() - $start;
+			$end = time() + 2.5 if $end < time() + 2.5;
 		}
 		my $l = breaker($upstream // 'adaptive')->{limit} // {};
 		my $read = time();
@@ -384,8 +392,8 @@ for my $p (@timeline) {
 			$l->{min_latency_ms} // 0, $read - $start];
 		sleep 0.05;
 	}
-	$at = $end;
 }
+phase('stop');
 
 reap($_, 30) for @kids;
 
@@ -530,25 +538,33 @@ ok($origin_max >= 8 && $origin_max <= 16,
 
 # The origin stopped for 400 ms and came back as it was: the limit, pinned by
 # the slowdown, comes back to where it was once the pin has measured the old
-# floor, instead of to the pin's own rate of answers (it stayed at 2 to 10
-# for the rest of the phase).
+# floor, in one step, instead of to the pin's own rate of answers (2 to 5, and
+# then up by the gradient's steps, more than a second).  How soon depends on
+# how busy the machine is: 0.3 to 0.5 s alone, up to 1 s beside two busy loops.
 
+@pause = (-1, -1) unless @pause;
 my @before = grep { $_->[1] eq 'paused' && $_->[0] < $pause[0] } @polls;
 my $pre = @before ? $before[-1][2] : 0;
 my @after = grep { $_->[1] eq 'paused' && $_->[0] >= $pause[1] } @polls;
-my ($low, $back) = (1e9);
+my ($low, $rise, $back) = (1e9);
 for my $p (@after) {
-	last if $p->[0] > $pause[1] + 1;
-	$low = $p->[2] if $p->[2] < $low;
-	$back = $p->[0] if !defined $back && $low < $pre && $p->[2] >= $pre;
+	last if $p->[0] > $pause[1] + 2;
+	if ($p->[2] < $low) {
+		$low = $p->[2];
+		next;
+	}
+	next unless $low < $pre && $p->[2] > $low;
+	$rise //= $p->[2];
+	$back //= $p->[0] if $p->[2] >= $pre;
 }
 diag(sprintf('paused %.2f..%.2f s: limit %d before, %d at its lowest, %s',
 	@pause, $pre, $low, defined $back
-	? sprintf('back %.2f s after', $back - $pause[1]) : 'not back in 1 s'));
+	? sprintf('back %.2f s after', $back - $pause[1]) : 'not back in 2 s'));
 cmp_ok($low, '<', $pre, 'paused: the pause pinned the limit');
-ok(defined $back, 'paused: the limit back within 1 s')
+cmp_ok($rise // 0, '>=', $pre, 'paused: the limit came back in one step')
 	or diag(join ' ', map { sprintf('%.2f:%d/%d/%s', @$_[0, 2, 3, 6]) }
 		grep { $_->[1] eq 'paused' } @polls);
+ok(defined $back, 'paused: the limit back within 2 s');
 
 ###############################################################################
 

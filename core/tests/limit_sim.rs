@@ -1,7 +1,8 @@
 //! The adaptive limit against a queueing origin in virtual time: `c` workers, a service time
 //! (exponentially distributed around its mean), a FIFO queue, Poisson clients, four nginx
-//! workers that pre-aggregate samples and flush every 25 ms or 32 samples. Deterministic
-//! (seeded); run with `--nocapture` to see the figures.
+//! workers that pre-aggregate samples and flush every 25 ms or 32 samples (or, with `lazy`,
+//! at their next answer or shed, as nginx's do). Deterministic (seeded); run with
+//! `--nocapture` to see the figures.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -11,6 +12,7 @@ use circuit_breaker_core::limit::{LimitConfig, Limiter, Samples};
 const NGINX_WORKERS: usize = 4;
 const FLUSH_US: u64 = 25_000;
 const FLUSH_SAMPLES: u32 = 32;
+const RECLAIM_US: u64 = 500_000;
 
 /// splitmix64: small, seedable, good enough for arrivals and service times.
 struct Rng(u64);
@@ -53,6 +55,11 @@ struct Scenario {
     /// Start and end of a pause, milliseconds: the origin (or the machine) stops, and every
     /// job in service or started meanwhile ends that much later.
     pause: (u64, u64),
+    /// Workers flush as nginx's do, at an answer or a shed once their oldest sample is
+    /// `FLUSH_US` old (or at `FLUSH_SAMPLES`), or at a shed `RECLAIM_US` after the last
+    /// flush; instead of on a timer. A pause then ends an interval on the answers from
+    /// before it, flushed by the first shed in it.
+    lazy: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -107,7 +114,7 @@ fn simulate(sc: &Scenario) -> Run {
             client: 0,
         },
     );
-    for w in 0..NGINX_WORKERS {
+    for w in (0..NGINX_WORKERS).filter(|_| !sc.lazy) {
         push(
             &mut ev,
             FLUSH_US * (w as u64 + 1) / NGINX_WORKERS as u64,
@@ -115,6 +122,9 @@ fn simulate(sc: &Scenario) -> Run {
         );
     }
     let mut aggs = [Samples::EMPTY; NGINX_WORKERS];
+    // Lazy flushes: when each worker's oldest unflushed sample came, and its last flush.
+    let mut since: [Option<u64>; NGINX_WORKERS] = [None; NGINX_WORKERS];
+    let mut flushed = [0u64; NGINX_WORKERS];
     let mut reqs: Vec<Req> = Vec::new();
     let mut queue: VecDeque<usize> = VecDeque::new();
     let mut busy = 0usize;
@@ -173,10 +183,12 @@ fn simulate(sc: &Scenario) -> Run {
         let slice = (t / 100_000) as usize;
         let flush = |w: usize,
                      aggs: &mut [Samples; NGINX_WORKERS],
+                     since: &mut [Option<u64>; NGINX_WORKERS],
                      rng: &mut Rng,
                      run: &mut Run,
                      lim: &mut Limiter| {
             let s = std::mem::replace(&mut aggs[w], Samples::EMPTY);
+            since[w] = None;
             if let Some(u) = lim.record(now_ms, &s, rng.u32()) {
                 run.updates.push((
                     now_ms,
@@ -225,6 +237,11 @@ fn simulate(sc: &Scenario) -> Run {
                     }
                 } else {
                     run.slices[slice].shed += 1;
+                    let first = *since[w].get_or_insert(t);
+                    if sc.lazy && (t - first >= FLUSH_US || t - flushed[w] >= RECLAIM_US) {
+                        flushed[w] = t;
+                        flush(w, &mut aggs, &mut since, &mut rng, &mut run, &mut lim);
+                    }
                     if sc.retry_once && !retry {
                         push(
                             &mut ev,
@@ -253,8 +270,10 @@ fn simulate(sc: &Scenario) -> Run {
                 } else {
                     aggs[w].add(ms);
                 }
-                if aggs[w].count >= FLUSH_SAMPLES {
-                    flush(w, &mut aggs, &mut rng, &mut run, &mut lim);
+                let first = *since[w].get_or_insert(t);
+                if aggs[w].count >= FLUSH_SAMPLES || sc.lazy && t - first >= FLUSH_US {
+                    flushed[w] = t;
+                    flush(w, &mut aggs, &mut since, &mut rng, &mut run, &mut lim);
                 }
                 if let Some(next) = queue.pop_front() {
                     push(&mut ev, ends(t, take(&mut rng, t)), Ev::Done { req: next });
@@ -264,7 +283,7 @@ fn simulate(sc: &Scenario) -> Run {
             }
             Ev::Flush { worker } => {
                 if !aggs[worker].is_empty() {
-                    flush(worker, &mut aggs, &mut rng, &mut run, &mut lim);
+                    flush(worker, &mut aggs, &mut since, &mut rng, &mut run, &mut lim);
                 }
                 push(&mut ev, t + FLUSH_US, Ev::Flush { worker });
             }
@@ -340,6 +359,7 @@ fn steady(workers: usize, service_ms: f64, load: f64, seed: u64) -> Scenario {
         seed,
         fixed: false,
         pause: (0, 0),
+        lazy: false,
     };
     sc.rate = capacity(&sc, 1.0) * load;
     sc
@@ -457,6 +477,7 @@ fn sick(rate: f64, retry_once: bool, seed: u64, fixed: bool) -> (Scenario, Run) 
         seed,
         fixed,
         pause: (0, 0),
+        lazy: false,
     };
     let run = simulate(&sc);
     (sc, run)
@@ -680,6 +701,7 @@ fn a_fresh_limit_sheds_nothing_in_front_of_a_healthy_busy_origin() {
                 seed: 300 + seed,
                 fixed,
                 pause: (0, 0),
+                lazy: false,
             };
             let run = simulate(&sc);
             let shed: u64 = run.slices[..50].iter().map(|s| s.shed).sum();
@@ -733,6 +755,48 @@ fn a_pause_of_a_healthy_origin_is_shed_only_while_it_lasts() {
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn a_pause_that_ends_an_interval_on_the_answers_before_it_is_still_a_pause() {
+    // nginx's workers flush their samples at their next answer or shed: the first shed in a
+    // pause flushes a worker's answers from before it, and they end an interval that looks
+    // calm but for its rate; the late answers then end the next as in-flight falls, below
+    // the limit. `t/65-limit.t`'s paused upstream: 4 workers of 23 ms at 45 %, limit 2 to 16.
+    for at in [1_500, 10_000] {
+        for seed in 1..=100 {
+            let mut sc = Scenario {
+                seconds: 14,
+                pause: (at, at + 400),
+                fixed: true,
+                lazy: true,
+                ..steady(4, 23.0, 0.45, 900 + seed)
+            };
+            sc.cfg.limit_min = 2;
+            sc.cfg.limit_max = 16;
+            sc.cfg.limit_initial = 16;
+            sc.cfg.interval_ms = 100;
+            let run = simulate(&sc);
+            let a = (at / 100) as usize;
+            let before = run.slices[a - 1].limit;
+            let low = run.slices[a..a + 11].iter().map(|s| s.limit).min();
+            // Back within 1.1 s of the pause's end.
+            let back = run.slices[a + 4..a + 15]
+                .iter()
+                .position(|s| s.limit >= before);
+            if std::env::var("SIM_TRACE").as_deref() == Ok(&format!("{at}/{seed}")) {
+                print_slices(&run, at as f64 / 1000.0 - 0.5, at as f64 / 1000.0 + 1.5);
+            }
+            assert!(
+                low.is_some_and(|l| l < before),
+                "at {at} seed {seed}: not pinned"
+            );
+            assert!(
+                back.is_some(),
+                "at {at} seed {seed}: the limit of {before} not back"
+            );
         }
     }
 }

@@ -639,6 +639,8 @@ impl Limiter {
     /// the origin's queue at once, the very burst the measurement drained.
     fn end_remeasure(&mut self, now: u64, rnd: u32, measured: bool) {
         self.phase = PHASE_NORMAL;
+        // The pause, if there was one, is over: its answers were measured.
+        self.paused = 0;
         if measured {
             self.unheld_min = 0;
         }
@@ -768,26 +770,33 @@ impl Limiter {
         // measures the floor as it is: bursts that reached a healthy origin's limit now and
         // then were shed at half of it.
         let periodic = reached_by_all && due && (held || raw < 1.0);
-        let slowed = reached && (slowdown || self.clamped >= CLAMPED_RUN);
         let rate = if elapsed > 0 {
             f64::from(s.all()) / elapsed as f64
         } else {
             0.0
         };
-        if raw >= 1.0 {
+        // Fewer answers with no fewer requests in flight: the origin stopped. (Fewer answers
+        // after a cut are the cut's.) The interval a pause ends may still be calm: a shed in
+        // the pause flushes a worker's answers from before it, and they end the interval.
+        // Once: a second such interval is demand that fell, and calm.
+        let stopped = rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight;
+        if raw >= 1.0 && !(stopped && self.paused == 0) {
             self.calm_rate = rate;
             self.calm_limit = self.limit;
             self.calm_inflight = s.inflight_max;
             self.paused = 0;
-        } else if rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight {
-            // Fewer answers with no fewer requests in flight: the origin stopped. (Fewer
-            // answers after a cut are the cut's.)
+        } else if stopped {
             self.paused = 1;
         }
+        // Since a pause, the limit need not be reached again: the interval that spans it
+        // reached it, and the late answers of its queue end in the next as in-flight falls.
+        let slowed =
+            reached && (slowdown || self.clamped >= CLAMPED_RUN) || self.paused != 0 && slowdown;
         if pin_due || periodic || slowed {
             // A pause shows in any interval since the calm one: the one that spans it may
-            // only cut, and the slowdown then show in the next, whose answers flow again.
-            self.slowed_limit = if slowed && self.paused != 0 {
+            // only cut, and the slowdown then show in the next, whose answers flow again; or
+            // a periodic measurement falls due in it, and pins first.
+            self.slowed_limit = if self.paused != 0 {
                 self.calm_limit
             } else {
                 0.0

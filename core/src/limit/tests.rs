@@ -1373,3 +1373,79 @@ fn a_slowdown_at_the_rate_before_is_a_queue_and_not_given_the_limit_back() {
     let u = measured_at_pin(&mut st, 10, 5);
     assert!(u.to < 40, "restored: {}", u.to);
 }
+
+/// The first interval a pause of a controller at 40 of a 5 ms origin ends: 20 answers from
+/// before the pause, at 5 ms, flushed by a shed in it 300 ms on.
+fn ended_in_a_pause(st: &mut Story) -> Update {
+    st.now += 300;
+    let u = st.l.record(st.now, &samples(20, 5, 40), 0).unwrap();
+    assert_eq!((u.to, u.min_change), (40, MinChange::None));
+    u
+}
+
+#[test]
+fn a_pause_whose_first_interval_looks_calm_is_still_a_pause() {
+    // nginx's workers flush at their next answer or shed: a shed in the pause flushes the
+    // answers from before it. Taken as calm, that interval's rate was the reference, and the
+    // slowdown's answers, at once after it, did not look like a pause.
+    let mut st = Story::settled(40, 5);
+    ended_in_a_pause(&mut st);
+    st.now += 50;
+    let u = st.l.record(st.now, &samples(20, 300, 40), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    let u = measured_at_pin(&mut st, 10, 5);
+    assert_eq!(u.to, 40, "the limit from before the pause");
+}
+
+#[test]
+fn the_late_answers_of_a_pause_pin_with_the_limit_no_longer_reached() {
+    // The interval that spans the pause reaches the limit and only cuts (10 ms on average:
+    // one late answer among those from before); the late answers end the next one, as
+    // in-flight falls below the limit.
+    let mut st = Story::settled(40, 5);
+    st.now += 500;
+    let u = st.l.record(st.now, &samples(20, 10, 40), 0).unwrap();
+    assert!(u.reached && u.to < 40, "{u:?}");
+    assert_eq!(u.min_change, MinChange::None);
+    st.now += 100;
+    let below = st.l.limit() - 1;
+    let u = st.l.record(st.now, &samples(20, 300, below), 0).unwrap();
+    assert!(!u.reached);
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    let u = measured_at_pin(&mut st, 10, 5);
+    assert_eq!(u.to, 40, "the limit from before the pause");
+    // The measurement ended the pause: a slowdown that reaches no limit now pins nothing.
+    st.now += 100;
+    let u = st.l.record(st.now, &samples(20, 300, 10), 0).unwrap();
+    assert_ne!(u.min_change, MinChange::PinStarted, "{u:?}");
+}
+
+#[test]
+fn a_periodic_measurement_due_in_a_pause_gives_the_limit_back() {
+    let mut st = Story::settled(40, 5);
+    st.l.next_remeasure_ms = st.now;
+    st.now += 500;
+    let u = st.l.record(st.now, &samples(20, 10, 40), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    // Half the limit, and half again: latency fell with it.
+    st.now += 10;
+    let pin = st.l.limit();
+    let u = st.l.record(st.now, &clean(&[5; 5], pin), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinHalved);
+    let u = measured_at_pin(&mut st, 10, 5);
+    assert_eq!(u.to, 40, "the limit from before the pause");
+}
+
+#[test]
+fn a_second_calm_interval_at_a_lower_rate_is_demand_that_fell() {
+    // Two calm intervals at a third of the rate: the second is the new reference, and a
+    // queue at that rate is no pause.
+    let mut st = Story::settled(40, 5);
+    ended_in_a_pause(&mut st);
+    ended_in_a_pause(&mut st);
+    st.now += 300;
+    let u = st.l.record(st.now, &samples(20, 150, 40), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    let u = measured_at_pin(&mut st, 10, 5);
+    assert!(u.to < 40, "restored: {}", u.to);
+}
