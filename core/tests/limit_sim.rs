@@ -237,6 +237,7 @@ fn simulate(sc: &Scenario) -> Run {
                     }
                 } else {
                     run.slices[slice].shed += 1;
+                    aggs[w].add_full();
                     let first = *since[w].get_or_insert(t);
                     if sc.lazy && (t - first >= FLUSH_US || t - flushed[w] >= RECLAIM_US) {
                         flushed[w] = t;

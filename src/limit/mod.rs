@@ -286,6 +286,7 @@ impl Local {
                 Some(Some(standing))
             }
             Take::Full => {
+                self.samples.add_full();
                 self.ptr.count_shed(class);
                 self.shed = true;
                 Some(None)

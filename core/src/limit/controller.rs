@@ -675,6 +675,10 @@ impl Limiter {
         // pinned measurement: pinning half the limit would shed the others while the heavy
         // client's requests drain, and the others' latency is the floor already.
         let reached_by_all = s.reached_by_all(self.limit());
+        // In-flight itself at the limit: a client's own requests stay below it (a quarter of
+        // it, or no more than the others': `share`), and neither a class's threshold nor a
+        // heavy client's cap stands in for it.
+        let full = s.inflight_max >= self.limit() || s.full > 0;
         if self.min_ms <= 0.0 {
             // The first interval: a start under overload may hold a queue, hence the early
             // re-measurement scheduled at creation.
@@ -775,11 +779,14 @@ impl Limiter {
         } else {
             0.0
         };
-        // Fewer answers with no fewer requests in flight: the origin stopped. (Fewer answers
-        // after a cut are the cut's.) The interval a pause ends may still be calm: a shed in
-        // the pause flushes a worker's answers from before it, and they end the interval.
-        // Once: a second such interval is demand that fell, and calm.
-        let stopped = rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight;
+        // Fewer answers with no fewer requests in flight, the limit full: the origin stopped,
+        // and what came meanwhile filled the limit. (Fewer answers after a cut are the
+        // cut's; a rate that dips by chance, below the limit, is no pause: a client would
+        // then pin the limit with a few slow requests of its own.) The interval a pause ends
+        // may still be calm: a shed in the pause flushes a worker's answers from before it,
+        // and they end the interval. Once: a second such interval is demand that fell.
+        let stopped =
+            full && rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight;
         if raw >= 1.0 && !(stopped && self.paused == 0) {
             self.calm_rate = rate;
             self.calm_limit = self.limit;

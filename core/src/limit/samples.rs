@@ -44,6 +44,9 @@ pub struct Samples {
     /// Requests of a heavy client turned away below the limit, at its cap
     /// ([`super::share::cap`]): demand the limit bound, but not one the others met.
     pub over_share: u32,
+    /// Requests turned away with in-flight at the limit: the limit was full then, whichever
+    /// worker's admission filled it (its `inflight_max` may come in a later flush).
+    pub full: u32,
     /// Latency samples of heavy clients ([`super::share::Standing::Heavy`]), set apart from
     /// `count` and its figures ([`Samples::judged`]).
     pub heavy: u32,
@@ -74,6 +77,7 @@ impl Samples {
         overload_to: 0,
         reserved: 0,
         over_share: 0,
+        full: 0,
         heavy: 0,
         heavy_sum_ms: 0,
         heavy_min_ms: u32::MAX,
@@ -147,6 +151,12 @@ impl Samples {
         }
     }
 
+    /// Counts one request turned away at the full limit (see [`Samples::full`]).
+    #[inline]
+    pub fn add_full(&mut self) {
+        self.full = self.full.saturating_add(1);
+    }
+
     /// Counts one request its class's reserve turned away (see [`Samples::reserved`]).
     #[inline]
     pub fn add_reserved(&mut self) {
@@ -217,13 +227,15 @@ impl Samples {
         self.overload_to = Samples::overload_join(self.overload_to, other.overload_to);
         self.reserved = self.reserved.saturating_add(other.reserved);
         self.over_share = self.over_share.saturating_add(other.over_share);
+        self.full = self.full.saturating_add(other.full);
         self.heavy = self.heavy.saturating_add(other.heavy);
         self.heavy_sum_ms = self.heavy_sum_ms.saturating_add(other.heavy_sum_ms);
         self.heavy_min_ms = self.heavy_min_ms.min(other.heavy_min_ms);
         self.heavy_max_ms = self.heavy_max_ms.max(other.heavy_max_ms);
     }
 
-    /// Whether nothing at all was recorded.
+    /// Whether nothing was recorded but sheds at the full limit ([`Samples::full`]): those
+    /// matter only beside an interval's answers, and a worker that sheds flushes them anyway.
     pub fn is_empty(&self) -> bool {
         self.count == 0
             && self.drops == 0

@@ -1383,6 +1383,16 @@ fn ended_in_a_pause(st: &mut Story) -> Update {
     u
 }
 
+/// An interval `after_ms` on of 20 answers of `latency_ms`, `inflight` at most in flight,
+/// that pins the limit.
+fn pinned_after(st: &mut Story, after_ms: u64, latency_ms: u64, inflight: u32) -> Update {
+    st.now += after_ms;
+    let u = st.l.record(st.now, &samples(20, latency_ms, inflight), 0);
+    let u = u.expect("an interval ended");
+    assert_eq!(u.min_change, MinChange::PinStarted);
+    u
+}
+
 #[test]
 fn a_pause_whose_first_interval_looks_calm_is_still_a_pause() {
     // nginx's workers flush at their next answer or shed: a shed in the pause flushes the
@@ -1390,9 +1400,7 @@ fn a_pause_whose_first_interval_looks_calm_is_still_a_pause() {
     // slowdown's answers, at once after it, did not look like a pause.
     let mut st = Story::settled(40, 5);
     ended_in_a_pause(&mut st);
-    st.now += 50;
-    let u = st.l.record(st.now, &samples(20, 300, 40), 0).unwrap();
-    assert_eq!(u.min_change, MinChange::PinStarted);
+    pinned_after(&mut st, 50, 300, 40);
     let u = measured_at_pin(&mut st, 10, 5);
     assert_eq!(u.to, 40, "the limit from before the pause");
 }
@@ -1407,11 +1415,8 @@ fn the_late_answers_of_a_pause_pin_with_the_limit_no_longer_reached() {
     let u = st.l.record(st.now, &samples(20, 10, 40), 0).unwrap();
     assert!(u.reached && u.to < 40, "{u:?}");
     assert_eq!(u.min_change, MinChange::None);
-    st.now += 100;
     let below = st.l.limit() - 1;
-    let u = st.l.record(st.now, &samples(20, 300, below), 0).unwrap();
-    assert!(!u.reached);
-    assert_eq!(u.min_change, MinChange::PinStarted);
+    assert!(!pinned_after(&mut st, 100, 300, below).reached);
     let u = measured_at_pin(&mut st, 10, 5);
     assert_eq!(u.to, 40, "the limit from before the pause");
     // The measurement ended the pause: a slowdown that reaches no limit now pins nothing.
@@ -1443,9 +1448,41 @@ fn a_second_calm_interval_at_a_lower_rate_is_demand_that_fell() {
     let mut st = Story::settled(40, 5);
     ended_in_a_pause(&mut st);
     ended_in_a_pause(&mut st);
-    st.now += 300;
-    let u = st.l.record(st.now, &samples(20, 150, 40), 0).unwrap();
-    assert_eq!(u.min_change, MinChange::PinStarted);
+    pinned_after(&mut st, 300, 150, 40);
     let u = measured_at_pin(&mut st, 10, 5);
     assert!(u.to < 40, "restored: {}", u.to);
+}
+
+#[test]
+fn a_client_below_the_limit_cannot_make_a_pause() {
+    // Calm with 5 in flight of 40; then fewer answers with 10 in flight (a rate that dips, a
+    // client's own requests held open), and a few slow ones of its own that make an interval
+    // slow: below the limit, neither is a pause, and nothing is pinned.
+    let mut st = Story::settled(40, 5);
+    st.step(5, 5);
+    st.step(5, 5);
+    st.now += 300;
+    let u = st.l.record(st.now, &samples(20, 5, 10), 0).unwrap();
+    assert_eq!(u.min_change, MinChange::None);
+    st.now += 100;
+    let u = st.l.record(st.now, &samples(20, 300, 10), 0).unwrap();
+    assert_ne!(u.min_change, MinChange::PinStarted, "{u:?}");
+    assert_eq!(st.l.limit(), 40);
+}
+
+#[test]
+fn a_shed_at_the_full_limit_shows_it_full_in_a_pause() {
+    // The answers from before the pause that end the interval came from a worker whose own
+    // admissions stopped short of the limit; another's filled it, and its requests were
+    // shed at it.
+    let mut st = Story::settled(40, 5);
+    st.step(5, 10);
+    st.now += 300;
+    let mut s = samples(20, 5, 30);
+    s.add_full();
+    let u = st.l.record(st.now, &s, 0).unwrap();
+    assert_eq!((u.to, u.min_change), (40, MinChange::None));
+    pinned_after(&mut st, 50, 300, 40);
+    let u = measured_at_pin(&mut st, 10, 5);
+    assert_eq!(u.to, 40, "the limit from before the pause");
 }
