@@ -29,6 +29,13 @@ pub const SLOWDOWN: f64 = 4.0;
 /// queue answers at its capacity, at least as fast as before. See [`Limiter::slowed_limit`].
 pub const PAUSE_RATE: f64 = 0.75;
 
+/// A pause shows within this many intervals: the one whose rate fell ([`PAUSE_RATE`]) comes
+/// at most this many after the last calm one, and the slowdown of its late answers at most
+/// this many after it. Later, the calm interval is no reference (a queue that never lets
+/// latency back within the tolerance answers below its rate for good), and a slowdown is
+/// judged as any other.
+pub const PAUSE_INTERVALS: u8 = 2;
+
 /// An interval holding a heavy client's answers and too few of the others' to judge by without
 /// them ([`Samples::judged`]) waits for the others up to this many intervals.
 pub const OTHERS_WAIT: u64 = 5;
@@ -178,7 +185,8 @@ pub struct Limiter {
     /// The most in flight in that calm interval.
     pub(super) calm_inflight: u32,
     /// An interval since the calm one had its answers slow down while no fewer were in
-    /// flight ([`PAUSE_RATE`]).
+    /// flight ([`PAUSE_RATE`]): the intervals since, that one being 1; 0 when none did
+    /// within [`PAUSE_INTERVALS`].
     pub(super) paused: u32,
     /// During a pinned measurement that a pause started ([`PAUSE_RATE`]): the limit before
     /// it (the last calm interval's), restored when the measurement finds the old floor (the
@@ -203,7 +211,9 @@ pub struct Limiter {
     /// measurement checks its floor at a lower pin whatever it finds (it may have been a
     /// queue).
     pub(super) unheld_min: u8,
-    pub(super) _pad: [u8; 3],
+    /// Intervals since the last calm one (saturating).
+    pub(super) since_calm: u8,
+    pub(super) _pad: [u8; 2],
 }
 
 /// Size of a [`Limiter`] in shared memory, bytes.
@@ -257,7 +267,8 @@ impl Limiter {
             halved: 0,
             unmeasured: u8::from(cfg.limit_min < cfg.limit_max),
             unheld_min: u8::from(cfg.limit_min < cfg.limit_max),
-            _pad: [0; 3],
+            since_calm: 0,
+            _pad: [0; 2],
         }
     }
 
@@ -785,15 +796,26 @@ impl Limiter {
         // then pin the limit with a few slow requests of its own.) The interval a pause ends
         // may still be calm: a shed in the pause flushes a worker's answers from before it,
         // and they end the interval. Once: a second such interval is demand that fell.
-        let stopped =
-            full && rate < self.calm_rate * PAUSE_RATE && s.inflight_max >= self.calm_inflight;
+        let stopped = full
+            && self.since_calm <= PAUSE_INTERVALS
+            && rate < self.calm_rate * PAUSE_RATE
+            && s.inflight_max >= self.calm_inflight;
         if raw >= 1.0 && !(stopped && self.paused == 0) {
             self.calm_rate = rate;
             self.calm_limit = self.limit;
             self.calm_inflight = s.inflight_max;
             self.paused = 0;
-        } else if stopped {
-            self.paused = 1;
+            self.since_calm = 0;
+        } else {
+            self.since_calm = self.since_calm.saturating_add(1);
+            // The intervals since the one that stopped, that one being 1.
+            self.paused = if stopped {
+                1
+            } else if self.paused != 0 && self.paused <= u32::from(PAUSE_INTERVALS) {
+                self.paused + 1
+            } else {
+                0
+            };
         }
         // Since a pause, the limit need not be reached again: the interval that spans it
         // reached it, and the late answers of its queue end in the next as in-flight falls.

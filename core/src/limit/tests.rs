@@ -1486,3 +1486,43 @@ fn a_shed_at_the_full_limit_shows_it_full_in_a_pause() {
     let u = measured_at_pin(&mut st, 10, 5);
     assert_eq!(u.to, 40, "the limit from before the pause");
 }
+
+#[test]
+fn a_pause_is_over_a_few_intervals_after_it_showed() {
+    // A dip that filled the limit once, then intervals just above the tolerance: a light
+    // client's few slow answers, below the limit, long after, pin nothing.
+    let mut st = Story::settled(40, 5);
+    ended_in_a_pause(&mut st);
+    for _ in 0..5 {
+        assert_ne!(st.step(7, 25).min_change, MinChange::PinStarted);
+    }
+    st.now += 100;
+    let mut s = samples(15, 5, 25);
+    s.merge(&samples(5, 200, 25));
+    let u = st.l.record(st.now, &s, 0).unwrap();
+    assert_ne!(u.min_change, MinChange::PinStarted, "{u:?}");
+}
+
+#[test]
+fn a_queue_long_after_the_last_calm_interval_is_no_pause() {
+    // The origin lost half its capacity, its floor the same: answers at half the rate, late,
+    // the limit full. Never calm again, the last calm interval stays the reference unless it
+    // ages; then every periodic measurement would find the old floor and give back the
+    // limit that builds the queue, once a period.
+    let mut st = Story::settled(40, 5);
+    let mut restored = 0;
+    for _ in 0..1000 {
+        let limit = st.l.limit();
+        if st.l.phase == PHASE_PROBING {
+            st.now += 20;
+            let u = st.l.record(st.now, &clean(&[5; 5], limit), u32::MAX);
+            let u = u.expect("an interval ended");
+            restored += u32::from(u.min_change == MinChange::PinMeasured && u.to >= 40);
+            continue;
+        }
+        st.now += 200;
+        let latency = (5 * u64::from(limit) / 20).max(5);
+        st.l.record(st.now, &samples(20, latency, limit), u32::MAX);
+    }
+    assert!(restored <= 1, "given back {restored} times");
+}
