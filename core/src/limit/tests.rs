@@ -1393,6 +1393,14 @@ fn pinned_after(st: &mut Story, after_ms: u64, latency_ms: u64, inflight: u32) -
     u
 }
 
+/// The late answers of a pause of a controller at 40 (300 ms, at the limit) pin it, and the
+/// measurement that finds the old floor gives the limit from before the pause back.
+fn slowed_and_given_back(st: &mut Story) {
+    pinned_after(st, 50, 300, 40);
+    let u = measured_at_pin(st, 10, 5);
+    assert_eq!(u.to, 40, "the limit from before the pause");
+}
+
 #[test]
 fn a_pause_whose_first_interval_looks_calm_is_still_a_pause() {
     // nginx's workers flush at their next answer or shed: a shed in the pause flushes the
@@ -1400,9 +1408,7 @@ fn a_pause_whose_first_interval_looks_calm_is_still_a_pause() {
     // slowdown's answers, at once after it, did not look like a pause.
     let mut st = Story::settled(40, 5);
     ended_in_a_pause(&mut st);
-    pinned_after(&mut st, 50, 300, 40);
-    let u = measured_at_pin(&mut st, 10, 5);
-    assert_eq!(u.to, 40, "the limit from before the pause");
+    slowed_and_given_back(&mut st);
 }
 
 #[test]
@@ -1482,9 +1488,7 @@ fn a_shed_at_the_full_limit_shows_it_full_in_a_pause() {
     s.add_full();
     let u = st.l.record(st.now, &s, 0).unwrap();
     assert_eq!((u.to, u.min_change), (40, MinChange::None));
-    pinned_after(&mut st, 50, 300, 40);
-    let u = measured_at_pin(&mut st, 10, 5);
-    assert_eq!(u.to, 40, "the limit from before the pause");
+    slowed_and_given_back(&mut st);
 }
 
 #[test]
