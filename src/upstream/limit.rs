@@ -47,13 +47,6 @@ fn take_slot(r: &mut ngx_http_request_t, state: &mut RequestState, log: *mut ngx
     let Some((zone, _)) = state.judge.zone() else {
         return true;
     };
-    if class.is_some() {
-        super::class::note(
-            state.judge.handle,
-            class,
-            circuit_breaker_shell::clock::mono_ms(),
-        );
-    }
     let ask = Ask {
         handle: state.judge.handle,
         class,

@@ -243,12 +243,10 @@ impl LimitPtr {
             Some(c) => self.standing(c, w, now_ms),
             None => Standing::Light,
         };
-        match word::take(w, self.tag, dry_run, class, own, standing) {
+        let mut taken = word::take(w, self.tag, dry_run, class, own, standing);
+        if !matches!(taken, Take::Slot { .. }) {
             // At the threshold: shed without touching the owners table.
-            refused @ (Take::Full | Take::Reserved | Take::OverShare | Take::Stale) => {
-                return (refused, standing)
-            }
-            Take::Slot { .. } => {}
+            return (taken, standing);
         }
         let mut owner = owner;
         if let Some(o) = owner.as_deref_mut() {
@@ -257,7 +255,6 @@ impl LimitPtr {
             }
         }
         loop {
-            let taken = word::take(w, self.tag, dry_run, class, own, standing);
             let Take::Slot { next, .. } = taken else {
                 if let Some(o) = owner.as_deref_mut() {
                     o.move_to(o.held - 1);
@@ -276,7 +273,10 @@ impl LimitPtr {
                     }
                     return (taken, standing);
                 }
-                Err(now) => w = now,
+                Err(now) => {
+                    w = now;
+                    taken = word::take(w, self.tag, dry_run, class, own, standing);
+                }
             }
         }
     }
