@@ -5,7 +5,10 @@
 # answered as while open rather than carry a probe; with no sheddable request
 # lately, a critical one probes.  Traffic is four critical requests, then one
 # sheddable, one at a time (a critical request first after every pause);
-# what reached the origin is counted there.
+# what reached the origin is counted there.  A breaker whose cooldown is
+# shorter than the second a class stays present (open=200ms) still leaves its
+# probe to a sheddable request admitted just before it opened, with the
+# adaptive limit and without it.
 
 ###############################################################################
 
@@ -30,7 +33,7 @@ use CB::Response qw/ status /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(9);
+my $t = Test::Nginx->new()->has(qw/http proxy map/)->plan(19);
 
 $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
     upstream u {
@@ -39,9 +42,22 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
                         probe_interval=200ms;
     }
 
+    upstream short {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=4 open=200ms jitter=0% probes=1
+                        probe_interval=1s;
+        circuit_breaker_limit adaptive;
+    }
+    upstream brief {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=4 open=200ms jitter=0% probes=1
+                        probe_interval=1s;
+    }
     map \$uri \$cb_class {
         ~^/c/     critical;
         ~^/s/     sheddable;
+        ~^/(short|brief)/c/  critical;
+        ~^/(short|brief)/s/  sheddable;
         default   "";
     }
 
@@ -52,6 +68,8 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
         circuit_breaker_class \$cb_class;
 
         location / { proxy_pass http://u; }
+        location /short/ { proxy_pass http://short; }
+        location /brief/ { proxy_pass http://brief; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -120,6 +138,29 @@ ok(until_closed(20, qw/ c /), 'closed by critical probes alone');
 @after = hits_after($from);
 is(scalar(grep { m!^/c/! } @after[0, 1]), 2, 'the probes were critical requests');
 
+# A cooldown shorter than a class's second of presence: the sheddable request
+# admitted just before the breaker opened is still present when the cooldown
+# ends, so a critical request is answered as while open and the sheddable one
+# that follows takes the probe.
+for my $up (qw/ short brief /) {
+	my $at = sub { breaker_at("/status?upstream=$up")->{state} // '' };
+	# the first request of a location is asked under the breaker's lock (which
+	# notes its class); the sheddable one after it passes without
+	status(http_get("/$up/c/first"));
+	is(status(http_get("/$up/s/warm")), 200, "$up: a sheddable request admitted");
+	status(http_get("/$up/c/trip$_?status=500")) for 1 .. 4;
+	my $opened = CB::Origin::hits($hits);
+	is($at->(), 'open', "$up: tripped");
+	# the cooldown (200 ms, no jitter) is over; the sheddable request is under a
+	# second old
+	sleep 0.3;
+	is(status(http_get("/$up/c/after")), 503,
+		"$up: a critical request is answered as while open");
+	is(status(http_get("/$up/s/probe")), 200, "$up: a sheddable request probes");
+	my @after = hits_after($opened);
+	is(join(' ', @after), "/$up/s/probe",
+		"$up: the origin saw the sheddable probe alone");
+}
 $t->stop();
 
 unlike($t->read_file('error.log'), qr/\[(alert|crit|error)\]/, 'no errors');

@@ -3,8 +3,8 @@
 mod common;
 
 use circuit_breaker_core::breaker::{
-    jittered, layout, Admission, Attempt, BreakerConfig, Bucket, Control, Ending, FailureClass,
-    FailureSet, Ticket, PROBE_LEASE_MS,
+    jittered, layout, probe_within_presence, Admission, Attempt, BreakerConfig, Bucket, Control,
+    Ending, FailureClass, FailureSet, Ticket, PROBE_LEASE_MS,
 };
 use circuit_breaker_core::snapshot::{Forced, State};
 use common::*;
@@ -537,6 +537,25 @@ fn a_clock_going_backwards_is_clamped() {
     s.admit();
     s.record(Ticket::Normal, &ok());
     let _ = s.view();
+}
+
+#[test]
+fn a_probe_within_a_second_of_opening_needs_the_classes_admitted_before() {
+    let with = |open_ms, jitter, active| BreakerConfig {
+        open_ms,
+        jitter,
+        active,
+        ..BreakerConfig::default()
+    };
+    // The default cooldown (30 s, ±20 %) leaves a second of turned-away requests.
+    assert!(!probe_within_presence(&BreakerConfig::default()));
+    assert!(probe_within_presence(&with(500, 0, false)));
+    assert!(!probe_within_presence(&with(1000, 0, false)));
+    // 1.2 s, jittered by 20 %, may be 960 ms; by 10 %, no less than 1 080 ms.
+    assert!(probe_within_presence(&with(1200, 2000, false)));
+    assert!(!probe_within_presence(&with(1200, 1000, false)));
+    // Active probes are no request's: classes choose none.
+    assert!(!probe_within_presence(&with(500, 0, true)));
 }
 
 #[test]

@@ -310,6 +310,10 @@ pub struct SrvConf {
     pub pool: Option<Pool>,
     /// What this worker keeps of the zone for it: see [`UpstreamLocal`].
     pub local: UpstreamLocal,
+    /// Its breaker may come to its probe within a class's presence of opening
+    /// (`circuit_breaker_core::breaker::probe_within_presence`): the requests it admits note
+    /// their class too (`crate::upstream::class::note_admitted`).
+    pub presence_when_closed: bool,
 }
 
 impl SrvConf {

@@ -4,7 +4,7 @@
 
 use core::ffi::{c_char, c_void, CStr};
 
-use circuit_breaker_core::breaker::FailureSet;
+use circuit_breaker_core::breaker::{probe_within_presence, FailureSet};
 use circuit_breaker_core::directive::{LIMIT_DIRECTIVE, PROBE_DIRECTIVE, RETRY_DIRECTIVE};
 use nginx_sys::{
     ngx_conf_t, ngx_http_conf_ctx_t, ngx_http_core_loc_conf_t, ngx_http_upstream_conf_t,
@@ -299,6 +299,7 @@ pub unsafe fn collect_upstreams(
         if let Some(retry) = scf.retry_directive.take() {
             scf.retry = retry;
         }
+        scf.presence_when_closed = probe_within_presence(cfg);
         if uscf.peer.init.is_none() {
             continue;
         }

@@ -121,6 +121,28 @@ pub fn note(handle: Handle, class: Option<Class>, now_ms: u64) {
     }
 }
 
+/// A request its breaker admitted, of an upstream whose probe may come within a class's
+/// presence of opening (`SrvConf::presence_when_closed`): its class is noted, since the
+/// requests turned away before such a probe may not have said which classes come.
+///
+/// # Safety
+/// `r` must be the live request `state` belongs to.
+#[cold]
+#[inline(never)]
+pub unsafe fn note_admitted(
+    r: *mut ngx_http_request_t,
+    state: &mut RequestState,
+    log: *mut ngx_log_t,
+) {
+    // SAFETY: `r` is live (this fn's contract).
+    let class = unsafe { of(r, state, log) };
+    note(
+        state.judge.handle,
+        class,
+        circuit_breaker_shell::clock::mono_ms(),
+    );
+}
+
 /// A request of an open breaker, answered without a state of its own: its class is read and
 /// noted, so that the probe, once due, can be left to the lowest class present.
 pub fn note_rejected(r: &mut ngx_http_request_t, handle: Handle, log: *mut ngx_log_t) {

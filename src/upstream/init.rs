@@ -69,6 +69,10 @@ unsafe fn init_peer_inner(
             // SAFETY: the state lives in the request pool, apart from the request; the borrow
             // of the request that found it has ended.
             let state = unsafe { &mut *state_ptr };
+            if scf.presence_when_closed {
+                // SAFETY: `req` is the live request this state belongs to, in peer.init.
+                unsafe { super::class::note_admitted(req, state, log) };
+            }
             if !limit::admit(req, state, log) {
                 // SAFETY: `r` as nginx gave it; the borrow of its state has ended.
                 return unsafe { shed(&mut *r, state_ptr) };
@@ -148,6 +152,10 @@ unsafe fn init_asked(
     // SAFETY: the request's state (above); the borrows made while finding it have ended.
     let state = unsafe { &mut *state_ptr };
     let dry_run = scf.breaker.is_some_and(|c| c.dry_run);
+    if scf.presence_when_closed && matches!(answer, Some(Admission::Pass { .. })) {
+        // SAFETY: `req` is the live request this state belongs to, in peer.init.
+        unsafe { super::class::note_admitted(req, state, log) };
+    }
     let plan = match answer {
         Some(Admission::Reject { retry_after_ms } | Admission::Recovering { retry_after_ms }) => {
             // SAFETY: the request and its upstream are live in peer.init.

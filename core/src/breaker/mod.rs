@@ -26,8 +26,9 @@ pub use owned::OwnedBreaker;
 pub use ramp::RAMP_RETRY_AFTER_MS;
 pub use reason::Why;
 pub use state::{
-    jittered, layout, tail_offset, Admission, Breaker, BreakerHeader, Control, Decision, Gate,
-    ProbeFailure, ProbeResult, Recorded, Retuned, Ticket, Transition, PROBE_LEASE_MS,
+    jittered, layout, probe_within_presence, tail_offset, Admission, Breaker, BreakerHeader,
+    Control, Decision, Gate, ProbeFailure, ProbeResult, Recorded, Retuned, Ticket, Transition,
+    PROBE_LEASE_MS,
 };
 pub use timing::{origin_ms, Marks};
 pub use window::Bucket;

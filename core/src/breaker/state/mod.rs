@@ -63,6 +63,7 @@ use super::ramp::{self, RAMP_RETRY_AFTER_MS};
 use super::reason::{self, REASON_BYTES};
 use super::trip::{Trip, TripBy};
 use super::window::{Bucket, Sums};
+use crate::class::PRESENT_MS;
 use crate::snapshot::{BreakerView, Forced, LatencyView, State, Totals, WindowView};
 
 mod admit;
@@ -346,6 +347,14 @@ pub fn jittered(base_ms: u64, jitter: u32, rnd: u32) -> u64 {
     (base_ms / 10_000)
         .saturating_mul(factor)
         .saturating_add((base_ms % 10_000) * factor / 10_000)
+}
+
+/// Whether a breaker of `cfg`, probed by its own requests (no active probe), may come to its
+/// probe sooner than [`PRESENT_MS`] after it opened: its first cooldown's jitter range starts
+/// below it. The requests it turned away since it opened may then not have said which classes
+/// come, and the classes of those it admitted just before must count too.
+pub fn probe_within_presence(cfg: &BreakerConfig) -> bool {
+    !cfg.active && jittered(u64::from(cfg.open_ms), cfg.jitter, 0) < PRESENT_MS
 }
 
 /// The range `[lo, hi]` of [`jittered`]: `base_ms` times `1 - j` and `1 + j`.
