@@ -36,7 +36,7 @@ select STDOUT; $| = 1;
 
 my ($python, $peer) = grpc_peer();
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(46);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc upstream_zone/)->plan(49);
 
 # breakers of their own, one per case, all on the backend of port 8081; the pools' second
 # server (8082) always answers OK
@@ -47,6 +47,7 @@ my %cases = (
 	nf => 'NotFound',	# NOT_FOUND, trailers-only
 	inv => 'Invalid',	# INVALID_ARGUMENT, in trailers
 	can => 'Cancelled',	# CANCELLED, trailers-only
+	parse => 'Parse',	# INTERNAL from grpcio: the call's message does not parse
 );
 
 my ($upstreams, $locations) = ('', '');
@@ -190,6 +191,14 @@ for my $c ([ nf => 'NotFound', 5 ], [ inv => 'Invalid', 3 ], [ can => 'Cancelled
 	is($b->{totals}{failures}, 0, "$u: no failure");
 	is(hits($bad, $m), 10, "$u: every call reached the origin");
 }
+
+# INTERNAL, which grpcio itself answers to a message it cannot parse (the client's "hi" is
+# not a message of the method's type): a client's doing, no failure by default
+
+is(codes(calls('Parse', 10)), join(' ', (13) x 10), 'parse: INTERNAL from the origin');
+my $parse = breaker_at('/status?upstream=parse');
+is($parse->{state}, 'closed', 'parse: closed');
+is($parse->{totals}{failures}, 0, 'parse: no failure');
 
 # RESOURCE_EXHAUSTED lowers the limit at once, and is no failure
 

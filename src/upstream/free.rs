@@ -107,8 +107,16 @@ unsafe fn free_any(
         // balancer has nothing to free, and the try is counted here as its free would.
         pcr.tries = pcr.tries.saturating_sub(1);
     } else if let Some(free) = state.balancer.free {
+        // A failure the client shaped is no failure of the server for nginx's own
+        // `max_fails` either: nginx is told to move on, as for a `404` it retries.
+        let failed = ngx_state & NGX_PEER_FAILED as ngx_uint_t != 0;
+        let told = if failed && outcome.clients {
+            (ngx_state & !(NGX_PEER_FAILED as ngx_uint_t)) | NGX_PEER_NEXT as ngx_uint_t
+        } else {
+            ngx_state
+        };
         // SAFETY: the balancer's own free with its own data.
-        unsafe { free(pcr, state.balancer.data, ngx_state) };
+        unsafe { free(pcr, state.balancer.data, told) };
     }
     if outcome.free_retry {
         // nginx gives this try back; the probe ticket, if any, goes with the retry, and

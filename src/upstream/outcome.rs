@@ -27,6 +27,9 @@ use nginx_sys::{
 pub struct Outcome {
     pub attempt: Attempt,
     pub free_retry: bool,
+    /// The client shaped how it ended ([`Ending::shaped_by_client`], or its body was still
+    /// arriving): not the server's failure for the balancer's `max_fails` either.
+    pub clients: bool,
 }
 
 /// Reads the outcome of the attempt of `r` being freed with `state`, as nginx left it (the
@@ -112,6 +115,7 @@ pub unsafe fn read(
     Outcome {
         attempt,
         free_retry,
+        clients: !free_retry && (body_open || ending.shaped_by_client()),
     }
 }
 

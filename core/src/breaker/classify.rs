@@ -36,6 +36,17 @@ pub enum Ending {
     NoLive,
 }
 
+impl Ending {
+    /// An ending the client shapes, which says nothing of the server: an answer whose header
+    /// the client made too big (an echo of its path or cookie), an upload the origin refused.
+    /// Not the server's failure for nginx's own `max_fails` either: one such attempt per
+    /// server would leave the pool with "no live upstreams", which counts
+    /// ([`Ending::NoLive`]).
+    pub fn shaped_by_client(self) -> bool {
+        matches!(self, Ending::TooBigHeader | Ending::BodyRefused)
+    }
+}
+
 /// The outcome of one upstream attempt, as the nginx shell saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attempt {
@@ -548,6 +559,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn only_endings_a_client_shapes_spare_the_server() {
+        for e in [Ending::TooBigHeader, Ending::BodyRefused] {
+            assert!(e.shaped_by_client(), "{e:?}");
+        }
+        for e in [
+            Ending::Response,
+            Ending::Error,
+            Ending::Timeout,
+            Ending::InvalidHeader,
+            Ending::Tls,
+            Ending::NoVerdict,
+            Ending::ClientDeadline,
+            Ending::NoLive,
+        ] {
+            assert!(!e.shaped_by_client(), "{e:?}");
+        }
+    }
+
+    #[test]
     fn grpc_status_classes() {
         let default = BreakerConfig::default();
         let all = cfg_with(&[
@@ -574,7 +604,7 @@ pub(crate) mod tests {
             (10, false, None),                              // ABORTED
             (11, false, None),                              // OUT_OF_RANGE
             (12, false, None),                              // UNIMPLEMENTED
-            (13, true, Some("grpc_internal")),
+            (13, false, Some("grpc_internal")),              // a client's unparseable message
             (14, true, Some("grpc_unavailable")),
             (15, true, Some("grpc_data_loss")),
             (16, false, None),                              // UNAUTHENTICATED

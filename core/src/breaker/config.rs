@@ -154,10 +154,13 @@ impl FailureClass {
 
 impl FailureSet {
     /// `error timeout invalid_header http_500 http_502 http_503 http_504 grpc_unknown
-    /// grpc_deadline_exceeded grpc_internal grpc_unavailable grpc_data_loss`: what nginx
-    /// itself answers with a 502 or 504 is a failure (an invalid header becomes nginx's own
-    /// 502), and so are the gRPC answers that say the same of a server (only `grpc_pass`
-    /// answers carry `grpc-status`; `RESOURCE_EXHAUSTED` is an overload signal, not an outage).
+    /// grpc_deadline_exceeded grpc_unavailable grpc_data_loss`: what nginx itself answers
+    /// with a 502 or 504 is a failure (an invalid header becomes nginx's own 502), and so are
+    /// the gRPC answers that say the same of a server (only `grpc_pass` answers carry
+    /// `grpc-status`; `RESOURCE_EXHAUSTED` is an overload signal, not an outage). Not
+    /// `INTERNAL`: gRPC's own libraries answer it to a request message they cannot parse or
+    /// decompress (gRPC's status code table: "Error parsing request proto"), so any client
+    /// could send it; `grpc_internal` names it for an origin whose own code says it.
     pub const DEFAULT: FailureSet = FailureSet::from_bits(
         (1 << 101)
             | (1 << 102)
@@ -168,7 +171,6 @@ impl FailureSet {
             | (1 << 4)
             | (1 << 106)
             | (1 << 107)
-            | (1 << 109)
             | (1 << 110)
             | (1 << 111),
     );

@@ -17,6 +17,10 @@ no file or no line: OK. The health check answers SERVING unless its line's CODE 
 (then NOT_SERVING); it knows the services "" and "test.Echo", and answers NOT_FOUND for any
 other, as grpcio's own health servicer does. With HOW "big" it answers SERVING in a message
 padded by an unknown 4 KB field: a health answer larger than any the probe reads.
+Methods under test.Echo/Parse take a message with at most a string field 1 (a
+HealthCheckRequest's shape): any other bytes fail to parse, as a protobuf message's FromString
+fails, and grpcio itself answers INTERNAL ("Exception deserializing request!") without calling
+the method.
 The server exits once the process that started it is gone.
 
     grpc_peer.py call PORT N [SERVICE/METHOD]
@@ -115,6 +119,11 @@ def serve(port, hits, tls=None):
 
     ident = lambda b: b  # noqa: E731
 
+    def strict(b):
+        if b and (b[0] != 0x0A or len(b) < 2 or len(b) != 2 + b[1]):
+            raise ValueError("not a message of the method's type")
+        return b
+
     class Any(grpc.GenericRpcHandler):
         def service(self, details):
             path = details.method
@@ -122,6 +131,8 @@ def serve(port, hits, tls=None):
                 return grpc.unary_unary_rpc_method_handler(health, ident, ident)
             if path.startswith("/test.Echo/Stream"):
                 return grpc.stream_unary_rpc_method_handler(stream(path), ident, ident)
+            if path.startswith("/test.Echo/Parse"):
+                return grpc.unary_unary_rpc_method_handler(unary(path), strict, ident)
             if path.startswith("/test.Echo/"):
                 return grpc.unary_unary_rpc_method_handler(unary(path), ident, ident)
             return None
