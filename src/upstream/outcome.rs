@@ -27,8 +27,10 @@ use nginx_sys::{
 pub struct Outcome {
     pub attempt: Attempt,
     pub free_retry: bool,
-    /// The client shaped how it ended ([`Ending::shaped_by_client`], or its body was still
-    /// arriving): not the server's failure for the balancer's `max_fails` either.
+    /// The client shaped how it ended ([`Ending::shaped_by_client`]): not the server's
+    /// failure for the balancer's `max_fails` either. An attempt that failed while the
+    /// client's body was still arriving is not: a refused or timed-out connect, a reset, are
+    /// the server's whatever the body does, and a gRPC stream's body is open for its life.
     pub clients: bool,
 }
 
@@ -115,7 +117,7 @@ pub unsafe fn read(
     Outcome {
         attempt,
         free_retry,
-        clients: !free_retry && (body_open || ending.shaped_by_client()),
+        clients: !free_retry && ending.shaped_by_client(),
     }
 }
 

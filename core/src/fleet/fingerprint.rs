@@ -178,7 +178,10 @@ mod tests {
             failures,
             ..BreakerConfig::default()
         };
-        assert_eq!(hex(Fingerprint::of_config(&old).finish()), "eafacda18625fa51");
+        assert_eq!(
+            hex(Fingerprint::of_config(&old).finish()),
+            "eafacda18625fa51"
+        );
     }
 
     const PINNED_DEFAULT: &str = "e226b75036a734f1";
