@@ -124,10 +124,12 @@ my $grew = rss_kb($worker) - $rss;
 ok($grew < 2048, "the worker did not grow over 2 560 more keys ($grew KiB)");
 
 # Failing keys use up the room for promotions: 600 new ones, each failing, take every
-# place the earlier floods' keys (their failures older now) give back, and then find none.
-# A new failing key finds none either while their failures are in their window (10 s), and
-# one once they are out of it.
+# place the earlier floods' keys give back once their failures are out of their window
+# (10 s: waited for whole, so that none gives one back later, after the 600, however long
+# the floods took), and then find none. A new failing key finds none either while their
+# failures are in their window, and one once they are out of it.
 
+sleep 10.5;
 is(flood($t, 5120, 600, 1), 0, 'failing flood: no flooding key was refused');
 tenant('early', 'status=500&who=early') for 1 .. 4;
 is(CB::Origin::hits($hits, qr/who=early/), 4, 'a new failing key meanwhile passes unchecked');
