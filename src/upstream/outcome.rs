@@ -117,7 +117,7 @@ pub unsafe fn read(
     Outcome {
         attempt,
         free_retry,
-        clients: !free_retry && ending.shaped_by_client(),
+        clients: ending.shaped_by_client(),
     }
 }
 
