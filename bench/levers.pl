@@ -4,7 +4,7 @@
 # its fix: each scenario is an attack a client can make with the default configuration (or
 # the one the issue names), and prints what it did to the breaker and to everyone else.
 # Run by scripts/measure-levers, which says which module it loads; the figures, not pass or
-# fail, are its output (t/21 and t/32..36 are the tests).
+# fail, are its output (t/21, t/32..36 and t/87 are the tests).
 
 ###############################################################################
 
@@ -38,7 +38,11 @@ my $t = Test::Nginx->new()->has(qw/http proxy http_v2 grpc/);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     upstream g { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
-    upstream gl { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive limit_max=20; }
+    upstream gl {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker;
+        circuit_breaker_limit adaptive max=20;
+    }
     upstream hdr { server 127.0.0.1:%%PORT_8082%%; circuit_breaker; }
     upstream rd {
         server 127.0.0.1:%%PORT_8082%%;
@@ -53,6 +57,8 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         server 127.0.0.1:%%PORT_8082%%;
         circuit_breaker min_requests=5 open=2s;
     }
+
+    upstream held { server 127.0.0.1:%%PORT_8082%%; circuit_breaker; }
 
     server {
         listen       127.0.0.1:8084;
@@ -84,6 +90,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /rd/ { proxy_pass http://rd; proxy_buffering off; }
         location /up/ { proxy_pass http://up; proxy_request_buffering off; }
         location /vol/ { proxy_pass http://vol; }
+        location /held/ { proxy_pass http://held; proxy_buffering off; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -189,6 +196,29 @@ waitpid($pid, 0);
 printf "probe by volume (a failing URL every 20 ms): %d of 50 requests got 503; "
 	. "breaker %s, cooldown %s ms\n", scalar(grep { $_ == 503 } @v), said('vol'),
 	b('vol')->{cooldown_ms} // '-';
+
+# 7. 24 clients hold an answer up for 2.5 s (read nothing of 16 MB, then all of it) behind
+# proxy_buffering off, where the origin gives up on an answer not written within 1 s (a
+# write deadline of its own); then 20 requests (default configuration)
+
+my @holders;
+for my $i (1 .. 24) {
+	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
+	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
+	print $s "GET /held/r$i?size=16000000&write_timeout=1000 HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	push @holders, $s;
+}
+sleep 2.5;
+for my $s (@holders) {
+	my $buf;
+	my $until = time() + 20;
+	while (time() < $until) { last unless sysread($s, $buf, 1 << 16); }
+	close $s;
+}
+my @then = map { status(http_get("/held/ok$_")) } 1 .. 20;
+printf "held answers (origin's write deadline 1 s): 24 held 2.5 s; breaker %s; "
+	. "then %d of 20 requests got 503\n", said('held'), scalar(grep { $_ == 503 } @then);
 
 done_testing();
 

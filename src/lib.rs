@@ -7,6 +7,7 @@ mod conf;
 pub mod eject;
 mod filter;
 mod fleet;
+mod held;
 mod judged;
 mod keyed;
 mod limit;
@@ -78,6 +79,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             return rc;
         }
         filter::add_header_filter();
+        held::add_body_filter();
         upstream::body::add_body_filter();
         let rc = setup::add_phase_handler(
             cf,

@@ -75,7 +75,7 @@ pub unsafe fn read(
     } else {
         // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
         // peer.free (this fn's contract).
-        unsafe { body_ending(r, u, c) }
+        unsafe { body_ended(r, u, c) }
     };
     let retry_after_s = if status == 503 && ending == Ending::Response {
         // SAFETY: the upstream's parsed headers list.
@@ -114,10 +114,48 @@ pub unsafe fn read(
     } else {
         attempt
     };
+    // SAFETY: as for this function.
+    let attempt = if attempt.grpc_status.is_some_and(|c| c != grpc::OK) && unsafe { held(r, u) } {
+        attempt.held_by_client()
+    } else {
+        attempt
+    };
     Outcome {
         attempt,
         free_retry,
         clients: ending.shaped_by_client(),
+    }
+}
+
+/// Whether `r`'s answer went at the client's pace and the client held it up long enough
+/// (`crate::held`) that a failure after its header ([`Attempt::may_be_held`]) has no verdict:
+/// an origin that gave up on it then, by a deadline of its own, failed because of the client.
+///
+/// # Safety
+/// `r` and `u` must be the live request and its upstream.
+#[cold]
+#[inline(never)]
+unsafe fn held(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: as for this function.
+    r.header_sent() != 0 && unsafe { paced(u) && crate::held::held_long(r) }
+}
+
+/// [`body_ending`], and a failure of the body looked at again in [`held`]: a plain answer
+/// pays one comparison (`scripts/bench-instructions`, closed).
+///
+/// # Safety
+/// As for [`body_ending`].
+#[inline(always)]
+unsafe fn body_ended(
+    r: &ngx_http_request_t,
+    u: &ngx_http_upstream_t,
+    c: Option<&ngx_connection_t>,
+) -> Ending {
+    // SAFETY: as for this function.
+    match unsafe { body_ending(r, u, c) } {
+        // SAFETY: as for this function.
+        Ending::Error | Ending::Timeout if unsafe { held(r, u) } => Ending::NoVerdict,
+        e => e,
     }
 }
 
@@ -565,7 +603,7 @@ pub unsafe fn read_ended(
         None => Ending::Error,
         // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract); no
         // connection is passed, as none is left.
-        Some(_) => unsafe { body_ending(r, u, None) },
+        Some(_) => unsafe { body_ended(r, u, None) },
     };
     let ended_ms = if st.response_time == ngx_msec_t::MAX {
         // SAFETY: a plain global only this worker's event loop writes.
@@ -601,10 +639,16 @@ pub unsafe fn read_ended(
         },
         response_ms,
     };
-    if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
+    let attempt = if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
         // SAFETY: the request's parsed headers list.
         let sent = unsafe { headers(&r.headers_in.headers, b"grpc-timeout") };
-        return Some(attempt.with_client_deadline(deadline::client_deadline(sent), response_ms));
+        attempt.with_client_deadline(deadline::client_deadline(sent), response_ms)
+    } else {
+        attempt
+    };
+    // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract).
+    if attempt.grpc_status.is_some_and(|c| c != grpc::OK) && unsafe { held(r, u) } {
+        return Some(attempt.held_by_client());
     }
     Some(attempt)
 }

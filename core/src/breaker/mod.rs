@@ -5,6 +5,7 @@
 pub mod classified;
 pub mod classify;
 pub mod config;
+pub mod held;
 pub mod histogram;
 pub mod jitter;
 pub mod judge;

@@ -5,6 +5,8 @@
 pub mod deadline;
 pub mod health;
 
+/// `grpc-status` OK.
+pub const OK: u8 = 0;
 /// `grpc-status` DEADLINE_EXCEEDED.
 pub const DEADLINE_EXCEEDED: u8 = 4;
 /// `grpc-status` UNAVAILABLE: the server cannot take the call now; retry after the pushback.

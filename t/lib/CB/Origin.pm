@@ -55,6 +55,12 @@ package CB::Origin;
 #			one (a processor-sharing server: latency grows with
 #			concurrency past C)
 #	fail=P		answer "status=500" to P percent of requests, at random
+#	write_timeout=MS
+#			give up on the response (close the connection) if it is
+#			not all written MS milliseconds after it began, as Go's
+#			http.Server WriteTimeout does: an origin's own deadline,
+#			which a client that stops reading an answer nginx passes
+#			on as it comes can make it miss
 #	refuse_body=1	answer "413" as soon as the header is read, and close
 #			without reading the request body (the kernel resets the
 #			connection over the unread bytes): an origin that refuses
@@ -666,6 +672,12 @@ sub _connection {
 			return;
 		}
 
+		if ($q{write_timeout}) {
+			_write_by($sock, $r, time() + $q{write_timeout} / 1000);
+			close $sock;
+			return;
+		}
+
 		_write($sock, $r) or return;
 
 		$drop = 1 if $q{drop_next};
@@ -680,6 +692,28 @@ sub _write {
 		my $n = syswrite($sock, $data);
 		if (!defined $n) {
 			next if $!{EINTR};
+			return 0;
+		}
+		substr($data, 0, $n) = '';
+	}
+
+	return 1;
+}
+
+# _write, given up at DEADLINE (a time()): whether it was all written
+sub _write_by {
+	my ($sock, $data, $deadline) = @_;
+
+	$sock->blocking(0);
+	my $sel = IO::Select->new($sock);
+
+	while (length $data) {
+		my $left = $deadline - time();
+		return 0 if $left <= 0;
+		next unless $sel->can_write($left);
+		my $n = syswrite($sock, $data, 1 << 16);
+		if (!defined $n) {
+			next if $!{EINTR} || $!{EAGAIN};
 			return 0;
 		}
 		substr($data, 0, $n) = '';

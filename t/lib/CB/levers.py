@@ -9,6 +9,11 @@
   levers.py legit PORT PATH RATE SECONDS           plain calls; prints 'served N of M'
   levers.py stream PORT PATH RATE SECONDS          calls whose body never ends (1 byte of a
                                                    100-byte message), kept open
+  levers.py zerowin_get PORT PATH N SECONDS        N GETs (PATH0, PATH1, ...) on one connection
+                                                   whose stream windows are 0, kept open SECONDS
+  levers.py stall_get PORT PATH N SECONDS          the same N GETs, reading nothing for SECONDS;
+                                                   then every window opens and each is read to
+                                                   its end; prints 'ended N of M, B bytes'
 """
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,3 +65,20 @@ if cmd == 'zerowin_get':
     end = time.time() + secs
     while time.time() < end:
         c.poll(0.5, auto_window=False)
+elif cmd == 'stall_get':
+    n, secs = int(sys.argv[4]), float(sys.argv[5])
+    c = h2mini.Conn(port, settings={4: 0})
+    sids = [c.request([(':method', 'GET'), (':scheme', 'http'), (':path', '%s%d' % (path, i)),
+                       (':authority', 'localhost')]) for i in range(n)]
+    end = time.time() + secs
+    while time.time() < end:
+        c.poll(0.5, auto_window=False)
+    for sid in sids:
+        c.winup(sid, 1 << 30)
+    c.winup(0, 1 << 30)
+    end = time.time() + 30
+    while time.time() < end and not all(c.streams[s]['end'] for s in sids):
+        if not c.poll(0.1):
+            break
+    print('ended %d of %d, %d bytes' % (sum(c.streams[s]['end'] for s in sids), n,
+                                        sum(c.streams[s]['data'] for s in sids)))

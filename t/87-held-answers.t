@@ -1,0 +1,148 @@
+#!/usr/bin/perl
+
+# A client that holds an answer up until the origin gives up on it opens no breaker: behind
+# proxy_buffering off nginx reads the origin only as fast as the client takes the answer, and
+# an origin with its own send timeout (CB::Origin's write_timeout=, 1 s here) closes the
+# connection mid-answer.  nginx sees that close only once the client has taken what it had
+# ("upstream prematurely closed connection"), when the client no longer holds anything up,
+# so the module remembers how long the client kept nginx's writes waiting.  Default breakers
+# (20 requests at 50 %): 24 HTTP/1.1 clients that read nothing of a 16 MB answer for 2.5 s,
+# then all of it; 24 HTTP/2 streams whose windows stay 0 for 2.5 s, then open; the same
+# HTTP/1.1 readers against a breaker keyed by a header, where nginx buffers the answer in
+# memory only.  The control: 24 answers the origin
+# cuts short while their clients read at once open the same kind of breaker (ten gateway
+# failures in a row).  About 15 s.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use FindBin;
+use IO::Socket::INET;
+use Socket qw/ SOL_SOCKET SO_RCVBUF inet_aton pack_sockaddr_in /;
+use Time::HiRes qw/ sleep time /;
+
+BEGIN { push @INC, "$FindBin::Bin/lib"; }
+
+use Test::Nginx;
+use CB::Nginx qw/ conf start /;
+use CB::Origin;
+use CB::Response qw/ status /;
+use CB::Status qw/ breaker_at /;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(11);
+
+$t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
+    upstream held { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream h2   { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream cut  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+
+    server {
+        listen       127.0.0.1:8080;
+        http2        on;
+        server_name  localhost;
+
+        proxy_buffering off;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+
+        location /held/ { proxy_pass http://held; }
+        location /h2/   { proxy_pass http://h2; }
+        location /cut/  { proxy_pass http://cut; }
+        location /k/ {
+            proxy_buffering on;
+            proxy_max_temp_file_size 0;
+            circuit_breaker_key $http_x_tenant;
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
+
+        location = /status { circuit_breaker_status; }
+    }
+EOF
+
+my $hits = start($t, 8081);
+
+###############################################################################
+
+sub b { breaker_at("/status?upstream=$_[0]") }
+
+sub summary {
+	my $b = b($_[0]);
+	return ($b->{state} // 'none') . ' ' . ($b->{totals}{failures} // -1);
+}
+
+# N clients of PATH (PATH1, PATH2, ...) with 4 KB receive buffers that read nothing for
+# SECONDS, then read to the end: how many got the answer's header, and how many bytes in all
+sub held {
+	my ($n, $path, $seconds, $extra) = @_;
+	my @s = map {
+		my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+		setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
+		$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1')))
+			or die "connect: $!\n";
+		$s->autoflush(1);
+		print $s "GET $path$_ HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+			. ($extra // '') . "\r\n";
+		$s;
+	} 1 .. $n;
+	sleep $seconds;
+	my ($answered, $bytes) = (0, 0);
+	for my $s (@s) {
+		my ($all, $buf) = ('', '');
+		my $end = time() + 20;
+		while (time() < $end) {
+			my $got = sysread($s, $buf, 1 << 16);
+			last unless $got;
+			$all .= $buf if length $all < 64;
+			$bytes += $got;
+		}
+		$answered++ if $all =~ m!^HTTP/1.1 200!;
+		close $s;
+	}
+	return "$answered answered";
+}
+
+my $big = 'size=16000000&write_timeout=1000';
+
+###############################################################################
+
+# HTTP/1.1: the origin gives up on each answer while its client reads nothing
+
+my $said = held(24, "/held/r?$big&n=", 2.5);
+is(CB::Origin::hits($hits, qr!^/held/!), 24, "held: each reached the origin ($said)");
+is(summary('held'), 'closed 0', "held: answers the clients held up count nothing ($said)");
+is(status(http_get('/held/after')), 200, 'held: answering after');
+
+# HTTP/2: stream windows of 0 for 2.5 s
+
+my $h2 = `/usr/bin/python3 $FindBin::Bin/lib/CB/levers.py stall_get ${\ port(8080)} '/h2/r?$big&n=' 24 2.5`;
+chomp $h2;
+like($h2, qr/^ended 24 of 24/, "h2: every stream ended ($h2)");
+is(CB::Origin::hits($hits, qr!^/h2/!), 24, 'h2: each reached the origin');
+is(summary('h2'), 'closed 0', "h2: answers the streams held up count nothing ($h2)");
+
+# A breaker keyed by a header, judged at the log phase, where nginx buffers the answer in
+# memory only (proxy_max_temp_file_size 0), so that it reads the origin at the client's pace
+# once its buffers are full: a key that failed would be promoted, and listed
+
+$said = held(24, "/k/r?$big&n=", 2.5, "X-Tenant: slow\r\n");
+is(CB::Origin::hits($hits, qr!^/k/!), 24, "keyed: each reached the origin ($said)");
+unlike(http_get('/status'), qr/"route":"slow"/, "keyed: no failure to promote the key for ($said)");
+
+# The control: the origin cuts 24 answers short (1 MB announced, 500 KB sent) while their
+# clients read at once; the same ending counts when no client held it up
+
+my @cut = map { status(http_get("/cut/c$_?size=1000000&truncate=500000")) // 'none' } 1 .. 24;
+is(CB::Origin::hits($hits, qr!^/cut/c!), 10, "cut: the breaker let through 10 ( @cut )");
+is(summary('cut'), 'open 10', 'cut: answers cut short open the breaker, 10 in a row');
+is(status(http_get('/cut/after')), 503, 'cut: refused after');
+
+###############################################################################
