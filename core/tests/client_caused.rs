@@ -1,11 +1,9 @@
 //! What a client or nginx's configuration causes moves no breaker: a gRPC deadline the client
-//! set, a header too big for nginx's buffer, an answer the client held up until the origin
-//! gave up on it. Recorded, such outcomes change nothing a breaker decides, in any state and
-//! any order, and a probe that ends so is only freed.
+//! set, a header too big for nginx's buffer. Recorded, such outcomes change nothing a breaker
+//! decides, in any state and any order, and a probe that ends so is only freed.
 
 mod common;
 
-use circuit_breaker_core::breaker::held::Held;
 use circuit_breaker_core::breaker::{Admission, Attempt, Ending, Ticket};
 use circuit_breaker_core::grpc::DEADLINE_EXCEEDED;
 use circuit_breaker_core::snapshot::State;
@@ -21,26 +19,16 @@ fn too_big_header() -> Attempt {
     Attempt::ended(Ending::TooBigHeader, 3)
 }
 
-/// An answer cut short by the origin's own write deadline, which its client held up.
-fn held_cut() -> Attempt {
-    Attempt::ended(Ending::Error, 20).held_by_client()
-}
-
-/// Which of the client's outcomes: 0, 1, 2.
-fn clients(kind: u8) -> Attempt {
-    match kind {
-        0 => client_deadline(),
-        1 => too_big_header(),
-        _ => held_cut(),
-    }
-}
-
 #[test]
 fn a_thousand_of_them_open_nothing() {
     let mut s = Story::new(cfg());
     assert_eq!(client_deadline().ending, Ending::ClientDeadline);
     for i in 0..1000 {
-        let a = clients((i % 3) as u8);
+        let a = if i % 2 == 0 {
+            client_deadline()
+        } else {
+            too_big_header()
+        };
         assert_eq!(s.request(&a), None);
         s.wait(1);
     }
@@ -67,7 +55,7 @@ fn a_probe_the_client_ended_is_only_freed() {
     let mut s = Story::new(cfg());
     s.trip();
     s.wait(30_000);
-    for a in [client_deadline(), too_big_header(), held_cut()] {
+    for a in [client_deadline(), too_big_header()] {
         let p = s.probe();
         s.record(p, &a);
         assert_eq!(s.state(), State::HalfOpen);
@@ -86,7 +74,7 @@ fn a_probe_the_client_ended_is_only_freed() {
 #[derive(Clone, Debug)]
 enum Step {
     Origin(u16, u64),
-    Client(u8, u64),
+    Client(bool, u64),
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -94,7 +82,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
         prop_oneof![
             (status, 0u64..3_000).prop_map(|(s, w)| Step::Origin(s, w)),
-            (0u8..3, 0u64..3_000).prop_map(|(k, w)| Step::Client(k, w)),
+            (any::<bool>(), 0u64..3_000).prop_map(|(d, w)| Step::Client(d, w)),
         ],
         1..300,
     )
@@ -109,7 +97,16 @@ fn run(steps: &[Step], with_client: bool) -> (Vec<String>, String) {
     for step in steps {
         let (wait, attempt) = match *step {
             Step::Origin(status, w) => (w, Some(Attempt::http(status, 20))),
-            Step::Client(kind, w) => (w, with_client.then(|| clients(kind))),
+            Step::Client(deadline, w) => (
+                w,
+                with_client.then(|| {
+                    if deadline {
+                        client_deadline()
+                    } else {
+                        too_big_header()
+                    }
+                }),
+            ),
         };
         s.wait(wait);
         let Some(a) = attempt else { continue };
@@ -148,42 +145,6 @@ proptest! {
         let probes_taken = |d: &[String]| d.iter().filter(|x| x.starts_with("Probe")).count();
         prop_assert_eq!(end_with, end_without);
         prop_assert_eq!(probes_taken(&with), probes_taken(&without));
-    }
-}
-
-/// One note of a hold: a wait, then whether nginx's write finished.
-fn notes() -> impl Strategy<Value = Vec<(u64, bool)>> {
-    prop::collection::vec((0u64..2_000, any::<bool>()), 0..200)
-}
-
-proptest! {
-    #[test]
-    fn a_hold_is_the_time_between_a_blocked_write_and_the_next_that_finished(
-        notes in notes(),
-        after in 0u64..5_000,
-    ) {
-        let mut h = Held::default();
-        let (mut now, mut model, mut since) = (1_000u64, 0u64, None);
-        let mut last = 0;
-        for &(wait, blocked) in &notes {
-            now += wait;
-            h.note(blocked, now);
-            match (since, blocked) {
-                (None, true) => since = Some(now),
-                (Some(t), false) => {
-                    model += now - t;
-                    since = None;
-                }
-                _ => {}
-            }
-            let ms = h.ms(now);
-            prop_assert_eq!(ms, model + since.map_or(0, |t| now - t));
-            prop_assert!(ms >= last, "never shrinks");
-            prop_assert!(ms <= now - 1_000, "never more than the time that went by");
-            last = ms;
-        }
-        let end = now + after;
-        prop_assert_eq!(h.held_long(end), h.ms(end) >= circuit_breaker_core::breaker::held::HELD_MS);
     }
 }
 

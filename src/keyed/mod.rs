@@ -509,6 +509,12 @@ fn hold_of(req: &ngx_http_request_t) -> Option<core::ptr::NonNull<Hold>> {
     None
 }
 
+/// Whether a key's breaker judges `req` (`crate::held`): looked for only where some location
+/// has a keyed breaker.
+pub fn judges(req: &ngx_http_request_t) -> bool {
+    ANY.load(core::sync::atomic::Ordering::Relaxed) && hold_of(req).is_some()
+}
+
 /// What the request's key said of it, if a key judged it (`request::key_said`).
 fn said(req: &ngx_http_request_t) -> Option<request::KeySaid> {
     let h = hold_of(req)?;

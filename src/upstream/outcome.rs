@@ -13,6 +13,7 @@
 //! trailers-only answer. A stream the client cancels before the trailers has none: it is
 //! judged by its HTTP status, as any body the client abandons.
 
+use circuit_breaker_core::breaker::held::says_more;
 use circuit_breaker_core::breaker::{origin_ms, Attempt, Ending, Marks};
 use circuit_breaker_core::grpc::{self, deadline};
 use nginx_sys::{
@@ -75,7 +76,7 @@ pub unsafe fn read(
     } else {
         // SAFETY: `u` and `c` are this attempt's live upstream and (still open) connection, in
         // peer.free (this fn's contract).
-        unsafe { body_ended(r, u, c) }
+        unsafe { body_ending(r, u, c) }
     };
     let retry_after_s = if status == 503 && ending == Ending::Response {
         // SAFETY: the upstream's parsed headers list.
@@ -89,6 +90,15 @@ pub unsafe fn read(
     } else {
         None
     };
+    // An answer the client held up is judged by its header (`held`).
+    // SAFETY: as for this function.
+    let (ending, grpc_status) =
+        if says_more(ending, grpc_status) && !body_open && unsafe { held(r, u) } {
+            // SAFETY: as for this function.
+            (Ending::Response, unsafe { header_grpc(u) })
+        } else {
+            (ending, grpc_status)
+        };
     let attempt = Attempt {
         grpc_status,
         // An attempt that ended while the client's body was still arriving: the origin never
@@ -114,12 +124,6 @@ pub unsafe fn read(
     } else {
         attempt
     };
-    // SAFETY: as for this function.
-    let attempt = if attempt.grpc_status.is_some_and(|c| c != grpc::OK) && unsafe { held(r, u) } {
-        attempt.held_by_client()
-    } else {
-        attempt
-    };
     Outcome {
         attempt,
         free_retry,
@@ -127,36 +131,38 @@ pub unsafe fn read(
     }
 }
 
-/// Whether `r`'s answer went at the client's pace and the client held it up long enough
-/// (`crate::held`) that a failure after its header ([`Attempt::may_be_held`]) has no verdict:
-/// an origin that gave up on it then, by a deadline of its own, failed because of the client.
+/// Whether `r`'s answer went to the client at the client's pace and the client held it up long
+/// enough (`crate::held`) that the answer is judged by its header: an origin may have given up
+/// on it because of the client, by a deadline of its own, and nginx saw that only once the
+/// client took what it had. An answer nginx spools whole for a cache or a store is read at
+/// the origin's pace whatever the client does.
 ///
 /// # Safety
 /// `r` and `u` must be the live request and its upstream.
-#[cold]
-#[inline(never)]
+#[inline(always)]
 unsafe fn held(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
-    // SAFETY: as for this function.
-    r.header_sent() != 0 && unsafe { paced(u) && crate::held::held_long(r) }
+    r.header_sent() != 0
+        // SAFETY: as for this function.
+        && unsafe { crate::held::held_long(r) }
+        && !(u.buffering() != 0 && (u.cacheable() != 0 || u.store() != 0))
+        // SAFETY: as for this function.
+        && unsafe { paced(u) }
 }
 
-/// [`body_ending`], and a failure of the body looked at again in [`held`]: a plain answer
-/// pays one comparison (`scripts/bench-instructions`, closed).
+/// The `grpc-status` of a trailers-only answer (in its header), for an answer its client held
+/// up ([`held`]): what it is judged by.
 ///
 /// # Safety
-/// As for [`body_ending`].
-#[inline(always)]
-unsafe fn body_ended(
-    r: &ngx_http_request_t,
-    u: &ngx_http_upstream_t,
-    c: Option<&ngx_connection_t>,
-) -> Ending {
-    // SAFETY: as for this function.
-    match unsafe { body_ending(r, u, c) } {
-        // SAFETY: as for this function.
-        Ending::Error | Ending::Timeout if unsafe { held(r, u) } => Ending::NoVerdict,
-        e => e,
+/// `u` must be a live upstream whose header was parsed.
+#[cold]
+#[inline(never)]
+unsafe fn header_grpc(u: &ngx_http_upstream_t) -> Option<u8> {
+    // SAFETY: the location's upstream conf, live for the configuration.
+    if !unsafe { u.conf.as_ref() }.is_some_and(passes_trailers) {
+        return None;
     }
+    // SAFETY: the upstream's parsed headers list.
+    unsafe { header(&u.headers_in.headers, b"grpc-status") }.and_then(grpc_code)
 }
 
 /// The origin's time of the attempt being freed, in milliseconds: the core's rule, from the
@@ -464,7 +470,12 @@ unsafe fn grpc_status_read(u: &ngx_http_upstream_t) -> Option<u8> {
     let value = unsafe { header(&u.headers_in.trailers, b"grpc-status") }
         // SAFETY: as above.
         .or_else(|| unsafe { header(&u.headers_in.headers, b"grpc-status") })?;
-    // A decimal of at most 3 digits: anything else (a hostile origin's) is no status.
+    grpc_code(value)
+}
+
+/// A `grpc-status` value: a decimal of at most 3 digits; anything else (a hostile origin's) is
+/// no status.
+fn grpc_code(value: &[u8]) -> Option<u8> {
     if value.is_empty() || value.len() > 3 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -603,7 +614,7 @@ pub unsafe fn read_ended(
         None => Ending::Error,
         // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract); no
         // connection is passed, as none is left.
-        Some(_) => unsafe { body_ended(r, u, None) },
+        Some(_) => unsafe { body_ending(r, u, None) },
     };
     let ended_ms = if st.response_time == ngx_msec_t::MAX {
         // SAFETY: a plain global only this worker's event loop writes.
@@ -647,8 +658,9 @@ pub unsafe fn read_ended(
         attempt
     };
     // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract).
-    if attempt.grpc_status.is_some_and(|c| c != grpc::OK) && unsafe { held(r, u) } {
-        return Some(attempt.held_by_client());
+    if attempt.may_be_held() && unsafe { held(r, u) } {
+        // SAFETY: as above.
+        return Some(attempt.judged_at_header(status, unsafe { header_grpc(u) }));
     }
     Some(attempt)
 }

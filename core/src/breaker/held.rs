@@ -1,10 +1,16 @@
-//! How long a client held an answer up: where nginx passes an answer on at the client's pace
-//! (`proxy_buffering off`, gRPC, a spool that is bounded), a client that stops reading stops
-//! nginx reading the origin too, and an origin with a deadline of its own (a send timeout, a
-//! `WriteTimeout`, a server-side gRPC deadline) gives up on the answer mid-way. nginx sees
-//! that end only once it has passed on what it had — when the client no longer holds anything
-//! up — so the time the client held nginx's writes is kept as it goes, and an answer that then
-//! failed is the client's doing, not the origin's.
+//! How long a client held an answer up, and what a held answer says. Where nginx passes an
+//! answer on at the client's pace (`proxy_buffering off`, gRPC, a spool that is bounded), a
+//! client that stops reading stops nginx reading the origin too, and an origin with a deadline
+//! of its own (a send timeout, a `WriteTimeout`, a server-side gRPC deadline) gives up on the
+//! answer mid-way. nginx sees that end only once it has passed on what it had — when the
+//! client no longer holds anything up — so the time the client held nginx's writes is kept as
+//! it goes, and a held answer is judged by its header alone, as a tunnel is by its `101`.
+//!
+//! By its header, not by nothing: a client sees the header before it decides to hold the rest,
+//! so a rule that dropped held answers would let it drop its successes and keep the failures
+//! it sees (an origin's `500`s), and one that dropped only held failures would let an origin's
+//! deadline turn its successes into nothing. Judged by the header, a held answer counts as
+//! what the origin said before the client could shape anything.
 
 use super::classify::{Attempt, Ending};
 
@@ -52,33 +58,36 @@ impl Held {
     }
 }
 
+/// Whether an attempt that ended so, with this `grpc-status`, says more than its header did:
+/// its body failed (closed short, reset, timed out), it failed with the client's reads stalled
+/// (no verdict), or a gRPC status other than `OK` came with it. A plain answer says only what
+/// its header did; what the client's own request shaped (its deadline, its body) keeps its
+/// own rule.
+#[inline]
+pub fn says_more(ending: Ending, grpc_status: Option<u8>) -> bool {
+    match ending {
+        Ending::Error | Ending::Timeout | Ending::NoVerdict => true,
+        Ending::Response => grpc_status.is_some_and(|c| c != crate::grpc::OK),
+        _ => false,
+    }
+}
+
 impl Attempt {
-    /// Whether the attempt failed in a way a client that holds the answer up can cause: the
-    /// connection reset, closed short or timed out during the body, or a gRPC status
-    /// other than `OK` in its trailers — what [`Attempt::held_by_client`] takes from the
-    /// origin. An HTTP status is the origin's word at the header, before any hold.
+    /// Whether the attempt says more than its header did ([`says_more`]): what
+    /// [`Attempt::judged_at_header`] may change.
+    #[inline]
     pub fn may_be_held(&self) -> bool {
-        match self.ending {
-            Ending::Error | Ending::Timeout => true,
-            Ending::Response => {
-                self.status == 200 && self.grpc_status.is_some_and(|c| c != crate::grpc::OK)
-            }
-            _ => false,
-        }
+        says_more(self.ending, self.grpc_status)
     }
 
-    /// The attempt, once its client held the answer up long enough ([`Held::held_long`]):
-    /// a failure it may have caused ([`Attempt::may_be_held`]) has no verdict; anything
-    /// else, a success above all, is unchanged.
-    pub fn held_by_client(self) -> Attempt {
-        if !self.may_be_held() {
-            return self;
-        }
+    /// The attempt of an answer its client held up long enough ([`Held::held_long`]), judged by
+    /// its header: the HTTP `status` and the `grpc-status` the header carried (a trailers-only
+    /// answer's), whatever its body or trailers then said.
+    pub fn judged_at_header(self, status: u16, grpc_status: Option<u8>) -> Attempt {
         Attempt {
-            ending: Ending::NoVerdict,
-            status: 0,
-            grpc_status: None,
-            retry_after_s: None,
+            ending: Ending::Response,
+            status,
+            grpc_status,
             ..self
         }
     }
@@ -121,27 +130,34 @@ mod tests {
     }
 
     #[test]
-    fn only_failures_a_hold_can_cause_lose_their_verdict() {
-        let cut = Attempt::ended(Ending::Error, 20);
-        assert_eq!(cut.held_by_client().ending, Ending::NoVerdict);
-        let timed_out = Attempt::ended(Ending::Timeout, 20);
-        assert_eq!(timed_out.held_by_client().ending, Ending::NoVerdict);
-        let deadline = Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 20).held_by_client();
-        assert_eq!(
-            (deadline.ending, deadline.grpc_status),
-            (Ending::NoVerdict, None)
-        );
-        for kept in [
+    fn a_held_answer_is_judged_by_its_header() {
+        let cfg = crate::breaker::BreakerConfig::default();
+        let verdict = |a: Attempt| crate::breaker::classify(&a, &cfg);
+        // Cut short, reset or timed out after a 200, or a failing status in trailers: a success.
+        for body in [
+            Attempt::ended(Ending::Error, 20),
+            Attempt::ended(Ending::Timeout, 20),
+            Attempt::ended(Ending::NoVerdict, 20),
+            Attempt::grpc(crate::grpc::DEADLINE_EXCEEDED, 20),
+            Attempt::grpc(crate::grpc::UNAVAILABLE, 20),
+        ] {
+            assert!(body.may_be_held(), "{body:?}");
+            let v = verdict(body.judged_at_header(200, None));
+            assert!(v.counted && !v.failure, "{body:?}: {v:?}");
+        }
+        // The header's own word stays: a 500, a trailers-only UNAVAILABLE.
+        let v = verdict(Attempt::ended(Ending::Error, 20).judged_at_header(500, None));
+        assert!(v.failure);
+        let only = Attempt::grpc(crate::grpc::UNAVAILABLE, 20);
+        let v = verdict(only.judged_at_header(200, Some(crate::grpc::UNAVAILABLE)));
+        assert!(v.failure);
+        // What says only what its header did is left alone.
+        for plain in [
             Attempt::http(200, 20),
             Attempt::http(500, 20),
-            Attempt::http(503, 20),
             Attempt::grpc(0, 20),
-            Attempt::ended(Ending::InvalidHeader, 20),
-            Attempt::ended(Ending::NoLive, 20),
-            Attempt::ended(Ending::Tls, 20),
         ] {
-            assert!(!kept.may_be_held(), "{kept:?}");
-            assert_eq!(kept.held_by_client(), kept);
+            assert!(!plain.may_be_held(), "{plain:?}");
         }
     }
 }

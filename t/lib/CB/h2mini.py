@@ -38,8 +38,13 @@ def status_of(block):
     return None
 
 class Conn:
-    def __init__(self, port, host='127.0.0.1', settings=None, conn_window=None):
-        self.s = socket.create_connection((host, port))
+    def __init__(self, port, host='127.0.0.1', settings=None, conn_window=None, rcvbuf=None):
+        if rcvbuf:
+            self.s = socket.socket()
+            self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.s.connect((host, port))
+        else:
+            self.s = socket.create_connection((host, port))
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b''
         self.next_id = 1

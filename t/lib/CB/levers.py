@@ -11,9 +11,22 @@
                                                    100-byte message), kept open
   levers.py zerowin_get PORT PATH N SECONDS        N GETs (PATH0, PATH1, ...) on one connection
                                                    whose stream windows are 0, kept open SECONDS
-  levers.py stall_get PORT PATH N SECONDS          the same N GETs, reading nothing for SECONDS;
-                                                   then every window opens and each is read to
-                                                   its end; prints 'ended N of M, B bytes'
+  levers.py stall_get PORT PATH N SECONDS [TIMES PREFIX]
+                                                   the same N GETs, reading nothing: until the
+                                                   origin's times file TIMES has N requests
+                                                   whose path starts with PREFIX, if given,
+                                                   then SECONDS more; then every window opens
+                                                   and each is read to its end; prints
+                                                   'ended N of M, B bytes'
+  levers.py held_tls PORT PATH N SECONDS [TIMES PREFIX]
+                                                   N HTTP/1.1 GETs over TLS (no certificate
+                                                   check), 4 KB socket buffers, held as
+                                                   stall_get holds them, then read to the end;
+                                                   prints 'answered N of M'
+  levers.py stall_tcp_get PORT PATH N SECONDS [TIMES PREFIX]
+                                                   the same, with windows as large as can be
+                                                   and a 4 KB socket buffer that the client
+                                                   does not read meanwhile
 """
 import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -65,17 +78,84 @@ if cmd == 'zerowin_get':
     end = time.time() + secs
     while time.time() < end:
         c.poll(0.5, auto_window=False)
-elif cmd == 'stall_get':
+elif cmd == 'held_tls':
+    import socket, ssl
     n, secs = int(sys.argv[4]), float(sys.argv[5])
-    c = h2mini.Conn(port, settings={4: 0})
+    times, prefix = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else (None, None)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conns = []
+    for i in range(n):
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.connect(('127.0.0.1', port))
+        s = ctx.wrap_socket(raw, server_hostname='localhost')
+        s.sendall(('GET %s%d HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' % (path, i)).encode())
+        conns.append(s)
+
+    def gave_up():
+        try:
+            with open(times) as f:
+                return sum(1 for l in f if len(l.split()) > 2 and l.split()[2].startswith(prefix)) >= n
+        except OSError:
+            return False
+
+    if times:
+        limit = time.time() + 30
+        while time.time() < limit and not gave_up():
+            time.sleep(0.1)
+    time.sleep(secs)
+    answered = 0
+    for s in conns:
+        head, end = b'', time.time() + 20
+        s.settimeout(20)
+        while time.time() < end:
+            try:
+                d = s.recv(65536)
+            except (OSError, ssl.SSLError):
+                break
+            if not d:
+                break
+            if len(head) < 64:
+                head += d[:64]
+        answered += head.startswith(b'HTTP/1.1 200')
+        s.close()
+    print('answered %d of %d' % (answered, n))
+elif cmd in ('stall_get', 'stall_tcp_get'):
+    n, secs = int(sys.argv[4]), float(sys.argv[5])
+    times, prefix = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else (None, None)
+    tcp = cmd == 'stall_tcp_get'
+    if tcp:
+        c = h2mini.Conn(port, settings={4: (1 << 31) - 1}, conn_window=(1 << 31) - 1 - 65535, rcvbuf=4096)
+    else:
+        c = h2mini.Conn(port, settings={4: 0})
     sids = [c.request([(':method', 'GET'), (':scheme', 'http'), (':path', '%s%d' % (path, i)),
                        (':authority', 'localhost')]) for i in range(n)]
+
+    def gave_up():
+        try:
+            with open(times) as f:
+                return sum(1 for l in f if len(l.split()) > 2 and l.split()[2].startswith(prefix)) >= n
+        except OSError:
+            return False
+
+    def hold(until):
+        while time.time() < until():
+            if tcp:
+                time.sleep(0.1)
+            else:
+                c.poll(0.1, auto_window=False)
+
+    if times:
+        limit = time.time() + 30
+        hold(lambda: limit if not gave_up() else 0)
     end = time.time() + secs
-    while time.time() < end:
-        c.poll(0.5, auto_window=False)
-    for sid in sids:
-        c.winup(sid, 1 << 30)
-    c.winup(0, 1 << 30)
+    hold(lambda: end)
+    if not tcp:
+        for sid in sids:
+            c.winup(sid, 1 << 30)
+        c.winup(0, 1 << 30)
     end = time.time() + 30
     while time.time() < end and not all(c.streams[s]['end'] for s in sids):
         if not c.poll(0.1):
