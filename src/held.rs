@@ -5,8 +5,10 @@
 //! (`crate::upstream::outcome`). Kept in a record of the request's pool, apart from the
 //! request's state, so that a breaker judged at the log phase (`crate::keyed`) finds it too.
 //!
-//! A request pays two reads of its connection's flags per call of the filter; only a call
-//! that leaves the answer held, and the first after that does not, look for a record.
+//! A request pays two reads of its connection's flags per call of the filter. A call that
+//! finds something buffered (what TLS gathers, an HTTP/2 stream's queued frames) goes on to
+//! the write event's flags; one that leaves the answer held, or ends a hold while records
+//! exist in the worker, walks the request pool's cleanups.
 
 use circuit_breaker_core::breaker::held::Held;
 use core::ffi::c_void;
@@ -170,8 +172,7 @@ pub unsafe fn held_long(r: &ngx_http_request_t) -> bool {
         return false;
     };
     // SAFETY: a record lives as long as the request's pool; only read.
-    let rec = unsafe { &*record };
-    core::ptr::eq(rec.upstream, r.upstream) && rec.held.held_long(now)
+    unsafe { &*record }.held.held_long(now)
 }
 
 /// Calls `f` on every record of `pool`.
@@ -197,16 +198,21 @@ unsafe fn each(pool: *mut ngx_pool_t, mut f: impl FnMut(&mut Record)) {
     }
 }
 
-/// `r`'s record, if it has one.
+/// `r`'s record for its upstream, if it has one.
 ///
 /// # Safety
 /// `r` must be a live request.
 unsafe fn find(r: *const ngx_http_request_t) -> Option<*mut Record> {
     let mut found = None;
+    // SAFETY: as for this function.
+    let upstream = unsafe { (*r).upstream }.cast_const();
     // SAFETY: the request's live pool (this fn's contract).
     unsafe {
         each((*r).pool, |rec| {
-            if found.is_none() && core::ptr::eq(rec.request, r) {
+            if found.is_none()
+                && core::ptr::eq(rec.request, r)
+                && core::ptr::eq(rec.upstream, upstream)
+            {
                 found = Some(core::ptr::from_mut(rec));
             }
         })

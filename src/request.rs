@@ -249,6 +249,13 @@ pub struct Told {
 pub const NO_SERVER: u16 = u16::MAX;
 
 impl RequestState {
+    /// Whether the current attempt is a half-open probe: of the request's breaker, or of its
+    /// server's.
+    #[inline(always)]
+    pub fn probes(&self) -> bool {
+        self.settlement.ticket != Ticket::Normal || self.attempts.server_ticket != Ticket::Normal
+    }
+
     /// The request this state belongs to.
     pub fn request(&self) -> *const ngx_http_request_t {
         self.request

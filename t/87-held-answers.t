@@ -10,8 +10,9 @@
 # gateway failures in a row): 24 HTTP/1.1 clients that read nothing of a 16 MB answer until
 # the origin gave up on all of them, then 1.5 s more, then read it all; 24 HTTP/2 streams
 # whose windows stay 0 as long; 24 HTTP/2 streams with the largest windows on a connection
-# whose socket is not read as long; the same HTTP/1.1 readers over TLS, and against a breaker keyed by a
-# header, where nginx buffers the answer in memory only.  The controls: 24 answers the
+# whose socket is not read as long; the same HTTP/1.1 readers behind a spool bounded at 64 KB,
+# over TLS, and against a breaker keyed by a header, where nginx buffers the answer in memory
+# only; and a half-open probe so held, which is only freed.  The controls: 24 answers the
 # origin cuts short while their clients read at once open the same kinds of breakers.
 # About 20 s.
 
@@ -40,13 +41,18 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2 http_ssl/)->plan(18);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2 http_ssl/)->plan(21);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     upstream held { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream h2   { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream tcp  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream tls  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream sp   { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream hp {
+        server 127.0.0.1:%%PORT_8081%%;
+        circuit_breaker min_requests=3 failure_rate=50% open=1s jitter=0% probes=1;
+    }
     upstream cut  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
 
     server {
@@ -61,6 +67,16 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /held/ { proxy_pass http://held; }
         location /h2/   { proxy_pass http://h2; }
         location /tcp/  { proxy_pass http://tcp; }
+        location /sp/   {
+            proxy_buffering on;
+            proxy_max_temp_file_size 64k;
+            proxy_pass http://sp;
+        }
+        location /hp/   {
+            proxy_buffering on;
+            proxy_max_temp_file_size 0;
+            proxy_pass http://hp;
+        }
         location /cut/  { proxy_pass http://cut; }
         location /k/ {
             proxy_buffering on;
@@ -171,6 +187,25 @@ chomp $tcp;
 like($tcp, qr/^ended 24 of 24/, "tcp: every stream ended ($tcp)");
 is(CB::Origin::hits($hits, qr!^/tcp/!), 24, 'tcp: each reached the origin');
 is(summary('tcp'), 'closed 0 24', "tcp: answers held up behind the connection are judged by their header ($tcp)");
+
+# A spool bounded at 64 KB: nginx stops reading the origin once the spool is full
+
+$said = held(24, "/sp/r?$big&n=", 1.5);
+is(CB::Origin::hits($hits, qr!^/sp/!), 24, "spool: each reached the origin ($said)");
+is(summary('sp'), 'closed 0 24', "spool: answers held past the spool are judged by their header ($said)");
+
+# The half-open probe, held up until the origin gives up on it (answers buffered in memory
+# only, so that it goes at the client's pace): only freed, neither a good probe nor a failed
+# one; the next request is the probe
+
+http_get("/hp/t$_?status=500") for 1 .. 3;
+my $tripped = b('hp')->{state} // 'none';
+sleep 1.2;
+$said = held(1, "/hp/probe?$big&n=", 1.5);
+my $after = b('hp')->{state} // 'none';
+my $next = status(http_get('/hp/next'));
+is("$tripped $after $next " . (b('hp')->{state} // 'none'), 'open half_open 200 closed',
+	"probe: a held probe is only freed, the next request probes ($said)");
 
 # HTTP/1.1 over TLS, where what the client holds up may sit in TLS's own buffer
 

@@ -68,6 +68,7 @@ unsafe fn free_final(state: &mut RequestState, pcr: &mut ngx_peer_connection_t) 
             0,
             state.attempts.body_end(),
             state.attempts.body_open(),
+            state.probes(),
         )
     };
     // Classified before the balancer's free: the outcome is then kept across the call
@@ -101,7 +102,8 @@ unsafe fn free_any(
     let (body_end, body_open) = (state.attempts.body_end(), state.attempts.body_open());
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open) };
+    let outcome =
+        unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open, state.probes()) };
     if core::mem::take(&mut state.attempts.routed) {
         // This module chose the peer (a server probe, or a ramp's last resort): the
         // balancer has nothing to free, and the try is counted here as its free would.

@@ -39,7 +39,7 @@ pub struct Outcome {
 /// core's `classify` then judges it), timed as the origin's time
 /// ([`circuit_breaker_core::breaker::timing`]): `body_done_at` is when the client's body
 /// ended, if it was still arriving when nginx connected, and `body_open` when it has not
-/// ended yet.
+/// ended yet; `probe` when the attempt is a half-open probe.
 ///
 /// # Safety
 /// `r` and `u` must be the live request and its upstream, whose peer `pc` is, called from
@@ -55,6 +55,7 @@ pub unsafe fn read(
     state: ngx_uint_t,
     body_done_at: Option<ngx_msec_t>,
     body_open: bool,
+    probe: bool,
 ) -> Outcome {
     // SAFETY: as for this function.
     let (elapsed_ms, since_sent_ms) = unsafe { origin_time(u, body_done_at) };
@@ -78,27 +79,32 @@ pub unsafe fn read(
         // peer.free (this fn's contract).
         unsafe { body_ending(r, u, c) }
     };
-    let retry_after_s = if status == 503 && ending == Ending::Response {
-        // SAFETY: the upstream's parsed headers list.
-        unsafe { retry_after(&u.headers_in.headers) }
-    } else {
-        None
-    };
     let grpc_status = if status == 200 && ending == Ending::Response {
         // SAFETY: the upstream's parsed headers and trailers lists.
         unsafe { grpc_status(u) }
     } else {
         None
     };
-    // An answer the client held up is judged by its header (`held`).
+    // An answer the client held up is judged by its header (`held`); a probe's, by nothing:
+    // its client could otherwise turn a body that failed into a good probe.
     // SAFETY: as for this function.
     let (ending, grpc_status) =
         if says_more(ending, grpc_status) && !body_open && unsafe { held(r, u) } {
-            // SAFETY: as for this function.
-            (Ending::Response, unsafe { header_grpc(u) })
+            if probe {
+                (Ending::NoVerdict, None)
+            } else {
+                // SAFETY: as for this function.
+                (Ending::Response, unsafe { header_grpc(u) })
+            }
         } else {
             (ending, grpc_status)
         };
+    let retry_after_s = if status == 503 && ending == Ending::Response {
+        // SAFETY: the upstream's parsed headers list.
+        unsafe { retry_after(&u.headers_in.headers) }
+    } else {
+        None
+    };
     let attempt = Attempt {
         grpc_status,
         // An attempt that ended while the client's body was still arriving: the origin never
@@ -159,6 +165,14 @@ unsafe fn held(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
 unsafe fn header_grpc(u: &ngx_http_upstream_t) -> Option<u8> {
     // SAFETY: the location's upstream conf, live for the configuration.
     if !unsafe { u.conf.as_ref() }.is_some_and(passes_trailers) {
+        return None;
+    }
+    // An answer of a gRPC type only, as [`grpc_status_typed`] reads one (a held answer's
+    // trailers are not taken).
+    // SAFETY: the upstream's parsed Content-Type, null when it had none.
+    let grpc_type = unsafe { u.headers_in.content_type.as_ref() }
+        .is_some_and(|h| h.value.as_bytes().starts_with(b"application/grpc"));
+    if !grpc_type {
         return None;
     }
     // SAFETY: the upstream's parsed headers list.
@@ -235,7 +249,8 @@ unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
     unsafe { spool_full(u) }
 }
 
-/// Whether the answer's spool (the event pipe's temporary file) reached its size bound.
+/// Whether the answer's spool (the event pipe's temporary file) reached its size bound: the
+/// pipe then stops reading the origin until the client takes what it has.
 ///
 /// # Safety
 /// `u` must be a live upstream in `peer.free`.
@@ -246,7 +261,9 @@ unsafe fn spool_full(u: &ngx_http_upstream_t) -> bool {
     };
     // SAFETY: null, or the pipe's temporary file.
     let file = unsafe { p.temp_file.as_ref() };
-    file.is_some_and(|f| f.offset >= p.max_temp_file_size)
+    // Full as the pipe judges it: the next buffer would not fit (the pipe writes whole
+    // buffers, so the offset may stop short of the bound).
+    file.is_some_and(|f| f.offset.saturating_add(p.bufs.size as i64) > p.max_temp_file_size)
 }
 
 /// An attempt `ngx_http_upstream_next` gave up on.

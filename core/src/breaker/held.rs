@@ -14,10 +14,9 @@
 
 use super::classify::{Attempt, Ending};
 
-/// Held up this long in all, an answer that fails after its header has no verdict: an
-/// origin's deadline on its writes is longer in practice, so a client cannot make one give up
-/// within less; a client on a slow link that holds an answer up longer still gets its answer
-/// judged when it comes whole.
+/// Held up this long in all, an answer is judged by its header. Shorter holds come and go on
+/// any link and leave the answer judged whole; an origin can still be made to give up by a
+/// shorter hold when its deadline leaves less than this beyond the answer's own time.
 pub const HELD_MS: u64 = 1000;
 
 /// The time a client held up the answer of one request: the holds that ended, and the one
@@ -51,8 +50,8 @@ impl Held {
         self.ended_ms.saturating_add(open)
     }
 
-    /// Whether the client held the answer up long enough that its failure is not judged
-    /// ([`HELD_MS`]).
+    /// Whether the client held the answer up long enough that the answer is judged by its
+    /// header ([`HELD_MS`]).
     pub fn held_long(&self, now_ms: u64) -> bool {
         self.ms(now_ms) >= HELD_MS
     }
