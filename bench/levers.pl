@@ -102,6 +102,16 @@ my $hits = start($t, 8082);
 $t->waitforsocket('127.0.0.1:' . port(8081)) or die "no grpc backend\n";
 
 sub b { breaker_at("/status?upstream=$_[0]") }
+
+# a GET of PATH on a socket with a 4 KB receive buffer, not read yet
+sub reader {
+	my ($path) = @_;
+	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
+	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
+	print $s "GET $path HTTP/1.0\r\nHost: localhost\r\n\r\n";
+	return $s;
+}
 sub said { my $b = b($_[0]); "$b->{state}" . ($b->{last_transition} ? ": $b->{last_transition}" : '') }
 sub calls {
 	my ($port, $n, $method) = @_;
@@ -147,14 +157,7 @@ printf "reflected header: 22 requests, statuses %s; breaker %s; then /hdr/ok: %s
 # beside 8 ordinary requests
 
 status(http_get("/rd/ok$_")) for 1 .. 8;
-my @s;
-for my $i (1 .. 20) {
-	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
-	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
-	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
-	print $s "GET /rd/big$i?size=4000000 HTTP/1.0\r\nHost: localhost\r\n\r\n";
-	push @s, $s;
-}
+my @s = map { reader("/rd/big$_?size=4000000") } 1 .. 20;
 sleep 1.5;
 close $_ for @s;
 my $end = time() + 10;
@@ -201,14 +204,7 @@ printf "probe by volume (a failing URL every 20 ms): %d of 50 requests got 503; 
 # proxy_buffering off, where the origin gives up on an answer not written within 1 s (a
 # write deadline of its own); then 20 requests (default configuration)
 
-my @holders;
-for my $i (1 .. 24) {
-	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
-	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
-	$s->connect(pack_sockaddr_in(port(8080), inet_aton('127.0.0.1'))) or die "connect: $!\n";
-	print $s "GET /held/r$i?size=16000000&write_timeout=1000 HTTP/1.0\r\nHost: localhost\r\n\r\n";
-	push @holders, $s;
-}
+my @holders = map { reader("/held/r$_?size=16000000&write_timeout=1000") } 1 .. 24;
 sleep 2.5;
 for my $s (@holders) {
 	my $buf;

@@ -32,6 +32,17 @@ import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h2mini
 
+
+def gave_up(times, prefix, n):
+    """Whether the origin's times file TIMES has N requests whose path starts with PREFIX
+    (each ended: answered, or given up on)."""
+    try:
+        with open(times) as f:
+            return sum(1 for l in f if len(l.split()) > 2 and l.split()[2].startswith(prefix)) >= n
+    except OSError:
+        return False
+
+
 cmd, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if cmd == 'timeout':
     n, values = int(sys.argv[4]), sys.argv[5].split('|')
@@ -94,16 +105,9 @@ elif cmd == 'held_tls':
         s.sendall(('GET %s%d HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' % (path, i)).encode())
         conns.append(s)
 
-    def gave_up():
-        try:
-            with open(times) as f:
-                return sum(1 for l in f if len(l.split()) > 2 and l.split()[2].startswith(prefix)) >= n
-        except OSError:
-            return False
-
     if times:
         limit = time.time() + 30
-        while time.time() < limit and not gave_up():
+        while time.time() < limit and not gave_up(times, prefix, n):
             time.sleep(0.1)
     time.sleep(secs)
     answered = 0
@@ -133,13 +137,6 @@ elif cmd in ('stall_get', 'stall_tcp_get'):
     sids = [c.request([(':method', 'GET'), (':scheme', 'http'), (':path', '%s%d' % (path, i)),
                        (':authority', 'localhost')]) for i in range(n)]
 
-    def gave_up():
-        try:
-            with open(times) as f:
-                return sum(1 for l in f if len(l.split()) > 2 and l.split()[2].startswith(prefix)) >= n
-        except OSError:
-            return False
-
     def hold(until):
         while time.time() < until():
             if tcp:
@@ -149,7 +146,7 @@ elif cmd in ('stall_get', 'stall_tcp_get'):
 
     if times:
         limit = time.time() + 30
-        hold(lambda: limit if not gave_up() else 0)
+        hold(lambda: limit if not gave_up(times, prefix, n) else 0)
     end = time.time() + secs
     hold(lambda: end)
     if not tcp:
