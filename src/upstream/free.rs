@@ -99,11 +99,14 @@ unsafe fn free_any(
     let req = unsafe { &*state.request() };
     // SAFETY: the request's upstream is live during free.
     let u = unsafe { &*req.upstream };
-    let (body_end, body_open) = (state.attempts.body_end(), state.attempts.body_open());
+    let (body_end, body_open, probe) = (
+        state.attempts.body_end(),
+        state.attempts.body_open(),
+        state.probes(),
+    );
     // SAFETY: `req` and `u` are this request and its upstream, `pcr` its peer, in peer.free:
     // what `outcome::read` asks.
-    let outcome =
-        unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open, state.probes()) };
+    let outcome = unsafe { outcome::read(req, u, pcr, ngx_state, body_end, body_open, probe) };
     if core::mem::take(&mut state.attempts.routed) {
         // This module chose the peer (a server probe, or a ramp's last resort): the
         // balancer has nothing to free, and the try is counted here as its free would.

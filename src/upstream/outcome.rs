@@ -87,18 +87,20 @@ pub unsafe fn read(
     };
     // An answer the client held up is judged by its header (`held`); a probe's, by nothing:
     // its client could otherwise turn a body that failed into a good probe.
-    // SAFETY: as for this function.
-    let (ending, grpc_status) =
-        if says_more(ending, grpc_status) && !body_open && unsafe { held(r, u) } {
-            if probe {
-                (Ending::NoVerdict, None)
-            } else {
-                // SAFETY: as for this function.
-                (Ending::Response, unsafe { header_grpc(u) })
-            }
+    let judged_at_header = says_more(ending, grpc_status) && !body_open && {
+        // SAFETY: as for this function.
+        unsafe { held(r, u) }
+    };
+    let (ending, grpc_status) = if judged_at_header {
+        if probe {
+            (Ending::NoVerdict, None)
         } else {
-            (ending, grpc_status)
-        };
+            // SAFETY: as for this function.
+            (Ending::Response, unsafe { header_grpc(u) })
+        }
+    } else {
+        (ending, grpc_status)
+    };
     let retry_after_s = if status == 503 && ending == Ending::Response {
         // SAFETY: the upstream's parsed headers list.
         unsafe { retry_after(&u.headers_in.headers) }
