@@ -12,7 +12,7 @@
 # whose windows stay 0 as long; 24 HTTP/2 streams with the largest windows on a connection
 # whose socket is not read as long; the same HTTP/1.1 readers behind a spool bounded at 64 KB,
 # over TLS, and against a breaker keyed by a header, where nginx buffers the answer in memory
-# only; and a half-open probe so held, which is only freed.  The controls: 24 answers the
+# only, and where it does not buffer it; and a half-open probe so held, which is only freed.  The controls: 24 answers the
 # origin cuts short while their clients read at once open the same kinds of breakers.
 # About 20 s.
 
@@ -41,7 +41,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2 http_ssl/)->plan(21);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2 http_ssl/)->plan(23);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     upstream held { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
@@ -78,6 +78,10 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
             proxy_pass http://hp;
         }
         location /cut/  { proxy_pass http://cut; }
+        location /ku/ {
+            circuit_breaker_key $http_x_tenant;
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
         location /k/ {
             proxy_buffering on;
             proxy_max_temp_file_size 0;
@@ -221,6 +225,13 @@ is(summary('tls'), 'closed 0 24', "tls: answers held up over TLS are judged by t
 $said = held(24, "/k/r?$big&n=", 1.5, "X-Tenant: slow\r\n");
 is(CB::Origin::hits($hits, qr!^/k/!), 24, "keyed: each reached the origin ($said)");
 unlike(http_get('/status'), qr/"route":"slow"/, "keyed: no failure to promote the key for ($said)");
+
+# The same key behind proxy_buffering off, where what nginx has of an answer cut short is
+# only what is left of its length (t/88-keyed-cut.t): held up, it is judged by its header too
+
+$said = held(24, "/ku/r?$big&n=", 1.5, "X-Tenant: uslow\r\n");
+is(CB::Origin::hits($hits, qr!^/ku/!), 24, "keyed, unbuffered: each reached the origin ($said)");
+unlike(http_get('/status'), qr/"route":"uslow"/, "keyed, unbuffered: no failure to promote the key for ($said)");
 
 # The controls: the origin cuts 24 answers short (1 MB announced, 500 KB sent) while their
 # clients read at once; the same ending counts when no client held it up

@@ -409,6 +409,26 @@ unsafe fn body_ending(
     Ending::Response
 }
 
+/// Whether an answer nginx passed on as it arrived (`proxy_buffering off`, gRPC) ended before
+/// the end its origin announced (a `Content-Length` not reached, a chunked or gRPC body without
+/// its last part) while its client was still there and taking it: the origin closed or reset
+/// the connection, failed, or kept silent past `proxy_read_timeout`. Read once the request is
+/// over, when the upstream's connection, whose flags tell these apart, is gone: all count as
+/// an error. A client that went away, reset its stream or stopped taking the answer past
+/// `send_timeout` marks its own connection (`error`, `timedout`), and ends nothing here.
+///
+/// # Safety
+/// `r` and `u` must be the live request and its upstream, the upstream finalized.
+unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: a live request's connection (an HTTP/2 stream's own).
+    let client = unsafe { r.connection.as_ref() };
+    u.buffering() == 0
+        && u.header_sent() != 0
+        && u.upgrade() == 0
+        && u.length > 0
+        && client.is_some_and(|c| c.error() == 0 && c.timedout() == 0)
+}
+
 /// Whether an answer that failed after its header was waiting on the client: nginx reads
 /// an answer it passes on as it arrives (`proxy_buffering off`, gRPC) only as fast as the
 /// client takes it, and a buffered one too once its spool is full (`proxy_max_temp_file_size`),
@@ -598,7 +618,8 @@ pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
 /// The connection is closed by then, so the flags [`read`] reads on it are gone: an attempt
 /// without a response header is a timeout when nginx said `504`, a too-big or invalid header
 /// when bytes that made none filled or sat in nginx's buffer, else an error (a TLS failure
-/// included). The origin's time is to its response header (what a client reading slowly
+/// included). An answer passed on as it arrived that nginx ended before its end is an error
+/// ([`cut_short`]). The origin's time is to its response header (what a client reading slowly
 /// cannot stretch), or to the failure.
 ///
 /// # Safety
@@ -633,7 +654,11 @@ pub unsafe fn read_ended(
         None => Ending::Error,
         // SAFETY: `r` and `u` are the live request and its upstream (this fn's contract); no
         // connection is passed, as none is left.
-        Some(_) => unsafe { body_ending(r, u, None) },
+        Some(_) => match unsafe { body_ending(r, u, None) } {
+            // SAFETY: as above.
+            Ending::Response if unsafe { cut_short(r, u) } => Ending::Error,
+            ending => ending,
+        },
     };
     let ended_ms = if st.response_time == ngx_msec_t::MAX {
         // SAFETY: a plain global only this worker's event loop writes.

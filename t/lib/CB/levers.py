@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Hostile gRPC clients (raw HTTP/2, see h2mini.py), for t/37-grpc-levers.t and t/38-http-levers.t.
+"""Hostile clients, for t/37-grpc-levers.t, t/38-http-levers.t, t/87-held-answers.t and
+t/88-keyed-cut.t: raw HTTP/2 (h2mini.py), and HTTP/1.1 over TLS.
 
   levers.py timeout PORT PATH N VALUE[|VALUE...]   N calls, each with these grpc-timeout headers
   levers.py zerowin PORT PATH N SECONDS            N calls on one connection whose stream windows
@@ -23,6 +24,12 @@
                                                    check), 4 KB socket buffers, held as
                                                    stall_get holds them, then read to the end;
                                                    prints 'answered N of M'
+  levers.py cancel_get PORT PATH N [NAME:VALUE]     N GETs (PATH0, PATH1, ...) one after another
+                                                   on one connection, with this header: each
+                                                   cancelled (RST_STREAM CANCEL) once its
+                                                   header and 64 KB of its body came (its
+                                                   window: 128 KB); prints
+                                                   'cancelled N of M'
   levers.py stall_tcp_get PORT PATH N SECONDS [TIMES PREFIX]
                                                    the same, with windows as large as can be
                                                    and a 4 KB socket buffer that the client
@@ -126,6 +133,24 @@ elif cmd == 'held_tls':
         answered += head.startswith(b'HTTP/1.1 200')
         s.close()
     print('answered %d of %d' % (answered, n))
+elif cmd == 'cancel_get':
+    n = int(sys.argv[4])
+    extra = [tuple(sys.argv[5].lower().split(':', 1))] if len(sys.argv) > 5 else []
+    # Stream windows of 128 KB that the client never opens further: each answer stops there.
+    c = h2mini.Conn(port, settings={4: 1 << 17}, conn_window=1 << 30)
+    cancelled = 0
+    for i in range(n):
+        sid = c.request([(':method', 'GET'), (':scheme', 'http'), (':path', '%s%d' % (path, i)),
+                         (':authority', 'localhost')] + extra)
+        st, end = c.streams[sid], time.time() + 10
+        while time.time() < end and not st['end'] and (st['status'] is None or st['data'] < 65536):
+            if not c.poll(0.05, auto_window=False):
+                break
+        if st['status'] is not None and not st['end']:
+            c.rst(sid)
+            cancelled += 1
+    c.poll(0.2)
+    print('cancelled %d of %d' % (cancelled, n))
 elif cmd in ('stall_get', 'stall_tcp_get'):
     n, secs = int(sys.argv[4]), float(sys.argv[5])
     times, prefix = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else (None, None)
