@@ -4,7 +4,8 @@ generic handlers with raw bytes).
 
     grpc_peer.py serve PORT HITS_FILE [CERT KEY]
 
-serves every unary method of test.Echo (and grpc.health.v1.Health/Check) on 127.0.0.1:PORT,
+serves (on GRPC_PEER_WORKERS threads from the environment, 8 by default: what it serves at
+once) every unary method of test.Echo (and grpc.health.v1.Health/Check) on 127.0.0.1:PORT,
 over cleartext HTTP/2 (over TLS with CERT and KEY, PEM files), and appends one line per call
 to HITS_FILE (the method's path; for the health check, the path and the service asked for,
 "-" for the server's own health). What
@@ -17,6 +18,8 @@ no file or no line: OK. The health check answers SERVING unless its line's CODE 
 (then NOT_SERVING); it knows the services "" and "test.Echo", and answers NOT_FOUND for any
 other, as grpcio's own health servicer does. With HOW "big" it answers SERVING in a message
 padded by an unknown 4 KB field: a health answer larger than any the probe reads.
+Methods under test.Echo/Big stream 64 messages of 128 KB back for the one they are sent, then
+end with their line's CODE in trailers (an answer whose end says more than its header).
 Methods under test.Echo/Parse take a message with at most a string field 1 (a
 HealthCheckRequest's shape): any other bytes fail to parse, as a protobuf message's FromString
 fails, and grpcio itself answers INTERNAL ("Exception deserializing request!") without calling
@@ -109,6 +112,17 @@ def serve(port, hits, tls=None):
         # HealthCheckResponse { status = 1 (SERVING) | 2 (NOT_SERVING) }: field 1, varint.
         return b"\x08\x01" if code == 0 else b"\x08\x02"
 
+    def big(path):
+        def handle(request, context):
+            note(path)
+            for _ in range(64):
+                yield b"x" * (128 << 10)
+            code, _ = mode(hits, path)
+            if code != 0:
+                context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
+
+        return handle
+
     def stream(path):
         def handle(requests, context):
             n = sum(1 for _ in requests)
@@ -131,6 +145,8 @@ def serve(port, hits, tls=None):
                 return grpc.unary_unary_rpc_method_handler(health, ident, ident)
             if path.startswith("/test.Echo/Stream"):
                 return grpc.stream_unary_rpc_method_handler(stream(path), ident, ident)
+            if path.startswith("/test.Echo/Big"):
+                return grpc.unary_stream_rpc_method_handler(big(path), ident, ident)
             if path.startswith("/test.Echo/Parse"):
                 return grpc.unary_unary_rpc_method_handler(unary(path), strict, ident)
             if path.startswith("/test.Echo/"):
@@ -140,7 +156,7 @@ def serve(port, hits, tls=None):
     # No SO_REUSEPORT (grpcio sets it by default): a port taken is an error, not a second
     # server sharing it.
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8),
+        futures.ThreadPoolExecutor(max_workers=int(os.environ.get("GRPC_PEER_WORKERS", "8"))),
         handlers=[Any()],
         options=[("grpc.so_reuseport", 0)],
     )

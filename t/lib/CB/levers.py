@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Hostile clients, for t/37-grpc-levers.t, t/38-http-levers.t, t/87-held-answers.t and
-t/88-keyed-cut.t: raw HTTP/2 (h2mini.py), and HTTP/1.1 over TLS.
+"""Hostile clients, for t/37-grpc-levers.t, t/38-http-levers.t, t/87-held-answers.t,
+t/88-keyed-cut.t and t/89-grpc-held.t: raw HTTP/2 (h2mini.py), and HTTP/1.1 over TLS.
 
   levers.py timeout PORT PATH N VALUE[|VALUE...]   N calls, each with these grpc-timeout headers
   levers.py zerowin PORT PATH N SECONDS            N calls on one connection whose stream windows
@@ -30,6 +30,13 @@ t/88-keyed-cut.t: raw HTTP/2 (h2mini.py), and HTTP/1.1 over TLS.
                                                    header and 64 KB of its body came (its
                                                    window: 128 KB); prints
                                                    'cancelled N of M'
+  levers.py grpc_held PORT PATH N SECONDS [HITS]   N calls (PATH0, PATH1, ...) on one connection
+                                                   whose stream windows are 0 until the origin's
+                                                   hits file HITS, if given, has N lines that
+                                                   start with PATH, then SECONDS more; then
+                                                   opened, each read to its end; with SECONDS
+                                                   0, one call at a time, read as it comes;
+                                                   prints 'ended N of M, B bytes'
   levers.py stall_tcp_get PORT PATH N SECONDS [TIMES PREFIX]
                                                    the same, with windows as large as can be
                                                    and a 4 KB socket buffer that the client
@@ -133,6 +140,37 @@ elif cmd == 'held_tls':
         answered += head.startswith(b'HTTP/1.1 200')
         s.close()
     print('answered %d of %d' % (answered, n))
+elif cmd == 'grpc_held':
+    n, secs = int(sys.argv[4]), float(sys.argv[5])
+    c = h2mini.Conn(port, settings={4: 0} if secs else None)
+    sids = []
+    for i in range(n):
+        sids.append(c.request(h2mini.grpc_headers('%s%d' % (path, i), port), h2mini.GRPC_EMPTY))
+        if not secs:
+            c.wait(sids[-1], 30)
+    def begun():
+        try:
+            with open(sys.argv[6]) as f:
+                return sum(1 for l in f if l.startswith(path)) >= n
+        except OSError:
+            return False
+
+    end = time.time() + 30
+    while secs and len(sys.argv) > 6 and time.time() < end and not begun():
+        c.poll(0.1, auto_window=False)
+    end = time.time() + secs
+    while time.time() < end:
+        c.poll(0.1, auto_window=False)
+    if secs:
+        for sid in sids:
+            c.winup(sid, 1 << 30)
+        c.winup(0, 1 << 30)
+    end = time.time() + 30
+    while time.time() < end and not all(c.streams[s]['end'] for s in sids):
+        if not c.poll(0.1):
+            break
+    print('ended %d of %d, %d bytes' % (sum(c.streams[s]['end'] for s in sids), n,
+                                        sum(c.streams[s]['data'] for s in sids)))
 elif cmd == 'cancel_get':
     n = int(sys.argv[4])
     extra = [tuple(sys.argv[5].lower().split(':', 1))] if len(sys.argv) > 5 else []
