@@ -78,6 +78,12 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
+        // An http block without a breaker judges no request: nothing on its requests' path,
+        // whatever else of the module it uses (a status location, stream breakers).
+        // (The keys' own step then only clears what a former configuration's keys set.)
+        if !setup::judges_requests(cf) {
+            return keyed::postconfiguration(cf);
+        }
         filter::add_header_filter();
         held::add_body_filter();
         upstream::body::add_body_filter();

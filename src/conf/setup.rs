@@ -353,6 +353,18 @@ pub unsafe fn collect_upstreams(
     NGX_OK as ngx_int_t
 }
 
+/// Whether a breaker of this http block judges requests: an upstream's (collected by
+/// [`collect_upstreams`]) or a key's.
+///
+/// # Safety
+/// `cf` must be the configuration being parsed, inside the http block, after
+/// [`collect_upstreams`].
+pub unsafe fn judges_requests(cf: *mut ngx_conf_t) -> bool {
+    // SAFETY: as for this function.
+    Module::main_conf(unsafe { &*cf })
+        .is_some_and(|m| !m.upstreams.is_empty() || !m.keyed.is_empty())
+}
+
 /// Appends a handler to an http phase.
 ///
 /// # Safety
