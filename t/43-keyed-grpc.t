@@ -3,8 +3,8 @@
 # circuit_breaker_key behind grpc_pass through a variable (no upstream block), with a real
 # grpcio backend (t/lib/CB/grpc_peer.py): each method's key is judged by its calls'
 # grpc-status, from the headers of a trailers-only answer and from the trailers of one whose
-# status comes at the end. UNAVAILABLE and DEADLINE_EXCEEDED open the key; NOT_FOUND never
-# does; while open a grpcio client gets UNAVAILABLE with a grpc-message, the wait as
+# status comes at the end. UNAVAILABLE and DEADLINE_EXCEEDED open the key (not a
+# DEADLINE_EXCEEDED that a stream's client's own deadline brings); NOT_FOUND never does; while open a grpcio client gets UNAVAILABLE with a grpc-message, the wait as
 # grpc-retry-pushback-ms and X-Circuit-State, and the origin sees none of those calls.
 
 ###############################################################################
@@ -30,7 +30,7 @@ select STDOUT; $| = 1;
 
 my ($python, $peer) = grpc_peer();
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(13);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(15);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     server {
@@ -51,6 +51,7 @@ $t->write_file('grpc-8081.hits.mode', <<'EOF');
 /test.Echo/Only14 14 only
 /test.Echo/End4 4 end
 /test.Echo/NotFound 5 only
+/test.Echo/DripOwn 4 end
 EOF
 $t->run_daemon($python, $peer, 'serve', port(8081), $hits);
 $t->run();
@@ -84,5 +85,15 @@ for my $c ([ 'Only14', 14 ], [ 'End4', 4 ]) {
 
 like($t->read_file('error.log'), qr/"\$uri" key "\/test\.Echo\/End4" opened/,
 	'the key is named in the log');
+
+# A stream that its client's own deadline (300 ms) ends, with DEADLINE_EXCEEDED in trailers
+# 300 ms after its header: the client's doing, timed to the call's end, not to its header.
+# The control: the origin's own DEADLINE_EXCEEDED after 300 ms, the client's deadline 10 s.
+
+my $lev = "/usr/bin/python3 $FindBin::Bin/lib/CB/levers.py timeout " . port(8084);
+system("$lev /test.Echo/DripClient 6 300m");
+is(hits('DripClient'), 6, "a client's deadline on a stream: every call reached the origin");
+system("$lev /test.Echo/DripOwn 6 10S");
+is(hits('DripOwn'), 4, "the origin's own deadline on a stream: the key opened on its 4th");
 
 ###############################################################################

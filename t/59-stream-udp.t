@@ -7,7 +7,12 @@
 # send-only UDP upstream (syslog, statsd: nginx's default proxy_responses expects no answer)
 # is never judged by silence.  Datagrams a healthy server drops by its protocol cannot open
 # it while the server answers others, nor fail its probe: a UDP session's silence is judged
-# as a TCP one's past first_byte.
+# as a TCP one's past first_byte.  With a UDP probe (circuit_breaker_probe udp: a datagram
+# the module sends, and the first one back), no client's datagram is ever the probe: a client
+# that sprays datagrams the server drops, from a new port each time, cannot hold the
+# recovery, and the module's own probes close the breaker.  A server with nothing on its port
+# (each datagram refused by its host, which nginx takes for an answer) opens it, and the
+# probes then fail, and it stays open.
 
 ###############################################################################
 
@@ -32,7 +37,7 @@ use CB::Nginx qw/ stream_conf start log_count /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(13);
+my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(22);
 
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     log_format s '$status $upstream_addr';
@@ -60,6 +65,28 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         proxy_pass picky; proxy_responses 1; proxy_timeout 300ms;
     }
 
+    # recovered by the module's own UDP probes
+    upstream probed {
+        server 127.0.0.1:%%PORT_8987_UDP%%;
+        circuit_breaker min_requests=4 consecutive=20 open=1s probe_interval=200ms;
+        circuit_breaker_probe udp send=ping expect=ping timeout=300ms;
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8986_UDP%% udp;
+        proxy_pass probed; proxy_responses 1; proxy_timeout 300ms;
+    }
+
+    # nothing on the upstream's port: every datagram refused
+    upstream gone {
+        server 127.0.0.1:%%PORT_8989_UDP%%;
+        circuit_breaker min_requests=4 consecutive=20 open=1s probe_interval=200ms;
+        circuit_breaker_probe udp send=ping expect=ping timeout=300ms;
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8988_UDP%% udp;
+        proxy_pass gone; proxy_responses 1; proxy_timeout 300ms;
+    }
+
     upstream sink {
         server 127.0.0.1:%%PORT_8983_UDP%%;
         circuit_breaker min_requests=4 consecutive=20 first_byte=100ms;
@@ -77,10 +104,13 @@ $t->run_daemon(\&echo, port(8981), "$dir/mute", "$dir/received");
 $t->write_file('sink-mute', '');
 $t->run_daemon(\&echo, port(8983), "$dir/sink-mute", "$dir/sink-received");
 $t->run_daemon(\&echo, port(8985), "$dir/picky-mute", "$dir/picky-received", 'junk');
+$t->write_file('probed-mute', '');
+$t->run_daemon(\&echo, port(8987), "$dir/probed-mute", "$dir/probed-received", 'junk');
 start($t);
 $t->waitforfile("$dir/received") or die "no echo server\n";
 $t->waitforfile("$dir/sink-received") or die "no sink\n";
 $t->waitforfile("$dir/picky-received") or die "no picky server\n";
+$t->waitforfile("$dir/probed-received") or die "no probed server\n";
 
 ###############################################################################
 
@@ -163,10 +193,76 @@ while (time() < $end && log_count($t, qr/"picky" closed/) == 0) {
 ok(log_count($t, qr/"picky" closed/) == 1 && log_count($t, qr/"picky" (re)?opened/) == 1,
 	'a dropped datagram as the probe: no verdict, closed by the next');
 
+# The UDP probe.  The server is mute from the start: its breaker opens on the clients'
+# silent sessions; then a client sprays datagrams the server drops, each from a port of its
+# own, every 100 ms, and none is the probe: while the server stays mute the breaker stays
+# open and no client's datagram reaches it (the module's probes do, each a "ping"); once it
+# answers again the probes close it, the spray going on
+
+my $probed = port(8986);
+$sent = 0;
+while ($sent < 10 && log_count($t, qr/"probed" opened/) == 0) {
+	dgram("127.0.0.1:$probed")->io('ping', read_timeout => 0.6);
+	$sent++;
+}
+ok($sent >= 1 && $sent <= 4, "udp probe: opened on silence ($sent)");
+
+my $spray = fork() // die "fork: $!\n";
+if ($spray == 0) {
+	my $end = time() + 20;
+	while (time() < $end && getppid() > 1) {
+		dgram("127.0.0.1:$probed")->write('junk');
+		sleep 0.1;
+	}
+	exit 0;
+}
+
+sleep 1.5;
+my $mute = probed_received();
+sleep 1.5;
+my $more = probed_received();
+is(log_count($t, qr/"probed" closed/), 0, 'udp probe: mute, the breaker stays open');
+is(($mute =~ tr/j//) . ' ' . ($more =~ tr/j//), '0 0', 'udp probe: no sprayed datagram reached the server');
+ok(($more =~ tr/p//) > ($mute =~ tr/p//), 'udp probe: its probes did');
+like($t->read_file('error.log'), qr/"probed" probe failed: timeout to 127\.0\.0\.1:\d+/,
+	'udp probe: each failed, unanswered');
+
+unlink "$dir/probed-mute";
+$end = time() + 10;
+sleep 0.1 while time() < $end && log_count($t, qr/"probed" closed/) == 0;
+is(log_count($t, qr/"probed" closed/), 1, 'udp probe: answering again, closed by the probes, the spray going on');
+is(dgram("127.0.0.1:$probed")->io('ping', read_timeout => 0.6) // '', 'ping',
+	'udp probe: answered through it');
+kill 'TERM', $spray;
+waitpid $spray, 0;
+
+# To a port with nothing on it: every datagram is refused (the host's ICMP error, which nginx
+# takes for a response, and ends the session as done), the module's probes' too
+
+my $gone = port(8988);
+$sent = 0;
+while ($sent < 10 && log_count($t, qr/"gone" opened/) == 0) {
+	dgram("127.0.0.1:$gone")->io('ping', read_timeout => 0.6);
+	$sent++;
+}
+ok($sent >= 1 && $sent <= 4, "refused: opened within min_requests sessions ($sent)");
+$end = time() + 3;
+sleep 0.1 while time() < $end && log_count($t, qr/"gone" probe failed/) < 3;
+ok(log_count($t, qr/"gone" probe failed: error to 127\.0\.0\.1:\d+/) >= 3
+	&& log_count($t, qr/"gone" closed/) == 0,
+	'udp probe: refused, each probe failed, still open');
+
 ###############################################################################
 
-# one datagram back per datagram, unless MUTE exists or it is DROP; a byte appended to
-# RECEIVED per datagram received
+# what the server behind "probed" received: a datagram's first byte each
+sub probed_received {
+	open my $fh, '<', "$dir/probed-received" or return '';
+	local $/;
+	return <$fh> // '';
+}
+
+# one datagram back per datagram, unless MUTE exists or it is DROP; the datagram's first
+# byte appended to RECEIVED per datagram received
 
 sub echo {
 	my ($port, $mute, $received, $drop) = @_;
@@ -176,7 +272,7 @@ sub echo {
 	$fh->autoflush(1);
 	while (1) {
 		my $from = $s->recv(my $buf, 512) // next;
-		print $fh '.';
+		print $fh substr($buf . '.', 0, 1);
 		next if defined $drop && $buf eq $drop;
 		$s->send($buf, 0, $from) unless -e $mute;
 	}

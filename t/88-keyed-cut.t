@@ -2,13 +2,14 @@
 
 # A breaker keyed by a variable (circuit_breaker_key) sees answers its origin cuts short behind
 # proxy_buffering off.  Such a breaker is judged at the log phase, when the upstream's
-# connection is gone; nginx passed the answer on as it arrived, so only what is left of the
-# announced length says it ended early.  With the default breaker (10 gateway failures in a
+# connection is gone; nginx passed the answer on as it arrived, so only what is left of its
+# Content-Length says it ended early (a stream without one may end where its client chose).  With the default breaker (10 gateway failures in a
 # row): an origin that closes, resets, or falls silent past proxy_read_timeout halfway
 # through a 1 MB answer opens its key.  The controls: whole answers, and clients that end the
 # answer themselves -- HTTP/1.1 clients that close their connection, HTTP/2 clients that
-# cancel their stream, clients that stop reading past send_timeout -- open nothing, and the
-# origin saw each of their requests.  About 10 s.
+# cancel their stream, clients that stop reading past send_timeout, clients whose upload
+# nginx stops sending once the answer's header went to them -- open nothing, and the origin
+# saw each of their requests.  About 20 s.
 
 ###############################################################################
 
@@ -34,7 +35,7 @@ use CB::Response qw/ status /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(17);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(19);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     server {
@@ -50,6 +51,14 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
             circuit_breaker_key $http_x_tenant;
             proxy_read_timeout 1s;
             send_timeout 500ms;
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
+
+        # 3 gateway failures in a row open a key: uploads are slow to send
+        location /up/ {
+            circuit_breaker_key $http_x_upload consecutive=3;
+            proxy_read_timeout 1s;
+            client_max_body_size 64m;
             proxy_pass http://127.0.0.1:%%PORT_8081%%;
         }
 
@@ -161,5 +170,23 @@ sleep 3;
 close $_ for @slow;
 is(CB::Origin::hits($hits, qr!^/k/stuck!), 24, 'clients past send_timeout: the origin saw each');
 is(promoted('stuck'), 'compact', 'clients past send_timeout: no failure');
+
+# Uploads of 32 MB to an origin that answers at once and reads the upload before the rest of
+# its answer: nginx stops sending the upload once the answer's header has gone to the client,
+# and the origin, waiting for it, falls silent past proxy_read_timeout (1 s).  The client
+# chose the body's size: no failure.  Four in a row, where three failures open this key.
+
+my $mb32 = 'b' x (32 << 20);
+@said = map {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
+	print $s "POST /up/early$_?early=1000 HTTP/1.0\r\nHost: localhost\r\nX-Upload: uploader\r\n"
+		. "Content-Length: " . length($mb32) . "\r\n\r\n" . $mb32;
+	my ($all, $buf) = ('', '');
+	$all .= $buf while sysread($s, $buf, 65536);
+	close $s;
+	(status($all) // 'none') . '/' . length $all;
+} 1 .. 4;
+is(CB::Origin::hits($hits, qr!^/up/early!), 4, "uploads: the origin saw each ( @said )");
+is(promoted('uploader'), 'compact', 'uploads: no failure');
 
 ###############################################################################

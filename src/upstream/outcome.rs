@@ -409,24 +409,36 @@ unsafe fn body_ending(
     Ending::Response
 }
 
-/// Whether an answer nginx passed on as it arrived (`proxy_buffering off`, gRPC) ended before
-/// the end its origin announced (a `Content-Length` not reached, a chunked or gRPC body without
-/// its last part) while its client was still there and taking it: the origin closed or reset
-/// the connection, failed, or kept silent past `proxy_read_timeout`. Read once the request is
-/// over, when the upstream's connection, whose flags tell these apart, is gone: all count as
-/// an error. A client that went away, reset its stream or stopped taking the answer past
-/// `send_timeout` marks its own connection (`error`, `timedout`), and ends nothing here.
+/// How an answer nginx passed on as it arrived (`proxy_buffering off`) ended, when it ended
+/// short of the `Content-Length` its origin announced while its client was still there and
+/// taking it: the origin closed or reset the connection, failed, or kept silent past
+/// `proxy_read_timeout` — an error, all of them, as the upstream's connection, whose flags
+/// tell them apart, is gone by then. `None`: not cut short (or not so that it tells).
+///
+/// Only an announced length: a stream without one (chunked, gRPC, an event stream) may end as
+/// its client chose — at its own gRPC deadline, or idle past the read timeout on a quiet
+/// subscription — and says nothing of its origin by where it stops. A client that went away,
+/// reset its stream or stopped taking the answer past `send_timeout` marks its own connection
+/// (`error`, `timedout`); and one whose body nginx stopped sending once the answer's header
+/// had gone to it (an origin that answers before it reads an upload, then waits for the rest)
+/// shaped the end itself: no verdict.
 ///
 /// # Safety
 /// `r` and `u` must be the live request and its upstream, the upstream finalized.
-unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> bool {
+unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> Option<Ending> {
     // SAFETY: a live request's connection (an HTTP/2 stream's own).
     let client = unsafe { r.connection.as_ref() };
-    u.buffering() == 0
+    let cut = u.buffering() == 0
         && u.header_sent() != 0
         && u.upgrade() == 0
+        && u.headers_in.content_length_n > 0
         && u.length > 0
-        && client.is_some_and(|c| c.error() == 0 && c.timedout() == 0)
+        && client.is_some_and(|c| c.error() == 0 && c.timedout() == 0);
+    match cut {
+        false => None,
+        true if body_unsent(r, u) => Some(Ending::BodyRefused),
+        true => Some(Ending::Error),
+    }
 }
 
 /// Whether an answer that failed after its header was waiting on the client: nginx reads
@@ -618,8 +630,8 @@ pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
 /// The connection is closed by then, so the flags [`read`] reads on it are gone: an attempt
 /// without a response header is a timeout when nginx said `504`, a too-big or invalid header
 /// when bytes that made none filled or sat in nginx's buffer, else an error (a TLS failure
-/// included). An answer passed on as it arrived that nginx ended before its end is an error
-/// ([`cut_short`]). The origin's time is to its response header (what a client reading slowly
+/// included). An answer passed on as it arrived that nginx ended short of its announced
+/// length is an error ([`cut_short`]). The origin's time is to its response header (what a client reading slowly
 /// cannot stretch), or to the failure.
 ///
 /// # Safety
@@ -656,7 +668,7 @@ pub unsafe fn read_ended(
         // connection is passed, as none is left.
         Some(_) => match unsafe { body_ending(r, u, None) } {
             // SAFETY: as above.
-            Ending::Response if unsafe { cut_short(r, u) } => Ending::Error,
+            Ending::Response => unsafe { cut_short(r, u) }.unwrap_or(Ending::Response),
             ending => ending,
         },
     };
@@ -697,7 +709,9 @@ pub unsafe fn read_ended(
     let attempt = if attempt.grpc_status == Some(grpc::DEADLINE_EXCEEDED) {
         // SAFETY: the request's parsed headers list.
         let sent = unsafe { headers(&r.headers_in.headers, b"grpc-timeout") };
-        attempt.with_client_deadline(deadline::client_deadline(sent), response_ms)
+        // The client's deadline runs to the call's end (a stream's status comes last), as
+        // [`read`] times it: not to the header.
+        attempt.with_client_deadline(deadline::client_deadline(sent), ended_ms)
     } else {
         attempt
     };

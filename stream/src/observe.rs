@@ -32,6 +32,20 @@ pub unsafe fn add_filter() {
     }
 }
 
+/// Whether a chain ends its stream (`last_buf`): from a UDP server, nginx's mark of a failed
+/// receive (UDP has no end of stream), the datagram's refusal by the server's host.
+fn ends_stream(mut cl: *const ngx_chain_t) -> bool {
+    // SAFETY: as in `carries_data`.
+    while let Some(link) = unsafe { cl.as_ref() } {
+        // SAFETY: as above.
+        if unsafe { link.buf.as_ref() }.is_some_and(|b| b.last_buf() != 0) {
+            return true;
+        }
+        cl = link.next;
+    }
+    false
+}
+
 /// Whether a chain carries any byte.
 fn carries_data(mut cl: *const ngx_chain_t) -> bool {
     // SAFETY: a chain nginx passes through its filters: null-terminated, its buffers live.
@@ -79,6 +93,11 @@ unsafe extern "C" fn filter(
 #[inline(never)]
 unsafe fn bytes(s: *mut ngx_stream_session_t, input: *mut ngx_chain_t, w: u64, up: bool) {
     if !carries_data(input) {
+        // SAFETY: as above.
+        if up && ends_stream(input) && unsafe { datagrams(s) } {
+            // SAFETY: as above.
+            unsafe { refused(s, w) };
+        }
         return;
     }
     guard((), || {
@@ -107,6 +126,61 @@ unsafe fn bytes(s: *mut ngx_stream_session_t, input: *mut ngx_chain_t, w: u64, u
             (word, up) => unsafe { seen(s, mcf, word, up, now) },
         }
     });
+}
+
+/// Whether the session is UDP's.
+///
+/// # Safety
+/// `s` must be a live session.
+unsafe fn datagrams(s: *const ngx_stream_session_t) -> bool {
+    // SAFETY: a live session's connection.
+    unsafe { (*(*s).connection).type_ == nginx_sys::__socket_type_SOCK_DGRAM as core::ffi::c_int }
+}
+
+/// A UDP session not judged yet (its word `w`) whose server's host refused its datagram
+/// (nothing on the server's port: an ICMP error, which nginx takes as the server's end of
+/// stream, and a response, and ends the session as done): the server's failure, as a
+/// refused TCP connect is. Nothing a client sends makes a host refuse a datagram.
+///
+/// # Safety
+/// `s` must be a live session.
+#[cold]
+#[inline(never)]
+unsafe fn refused(s: *mut ngx_stream_session_t, w: u64) {
+    guard((), || {
+        // SAFETY: as for this function.
+        let Some(mcf) = (unsafe { conf::of_session(s) }) else {
+            return;
+        };
+        let now = mono_ms();
+        // SAFETY: as for this function.
+        let log = unsafe { nginx_log(s) };
+        let word = Word::from_bits(w);
+        let h = match word {
+            Word::Plain(p) => {
+                if p.sent() && !p.mute() && !held::leave(mcf, p.lane(), p.since(now), now, log) {
+                    return;
+                }
+                plain_held(p, now)
+            }
+            // SAFETY: the table's own step.
+            Word::Probe(id) => match unsafe { held::with_waiting(mcf, |w| w.probes.take(id)) } {
+                Some(h) => h,
+                None => return,
+            },
+            Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) => return,
+        };
+        // SAFETY: as for this function.
+        unsafe { held::set_mark(s, word.judged()) };
+        let ms = now.saturating_sub(h.sent_ms.min(h.start_ms));
+        // SAFETY: as for this function.
+        let server = mcf
+            .lanes
+            .has_servers()
+            .then(|| unsafe { server_now(s, mcf, h.upstream) })
+            .flatten();
+        held::settle(mcf, &h, server, &session::refused(ms), log);
+    })
 }
 
 /// Bytes from the server of a session judged already, in lane `lane`: an answer, noted for

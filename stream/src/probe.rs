@@ -15,14 +15,14 @@
 //! A worker probes one server (not `down`, not a backup) until a probe of it fails, then the
 //! next: the good probes that close the breaker are one server's in a row, so that one dead
 //! server of a pool nginx's balancer routes around cannot keep the breaker open. Probes are
-//! TCP.
+//! TCP, or with `udp` a datagram and the first one back.
 
 use core::cell::Cell;
 use core::time::Duration;
 use std::rc::Rc;
 
 use circuit_breaker_core::breaker::{ProbeFailure, ProbeResult, Ticket};
-use circuit_breaker_core::directive::{answers, StreamProbe};
+use circuit_breaker_core::directive::{answers, answers_datagram, StreamProbe, MAX_EXPECT};
 use circuit_breaker_core::probe::{self, Look};
 use circuit_breaker_shell::clock::{mono_ms, rnd};
 use circuit_breaker_shell::eject::{self, Pooled, Server};
@@ -224,8 +224,18 @@ fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
 type Held = HeldProbe<Target>;
 
 /// Connects, sends `send`, reads until the answer is `expect` or is not: true when the server
-/// answered as expected (or nothing was expected).
+/// answered as expected (or nothing was expected). Over UDP, the first datagram back is the
+/// answer, and one must come.
 async fn exchange(server: &Peer, p: &StreamProbe) -> Result<bool, Error> {
+    if p.udp {
+        let socket = Stream::connect_datagram(server, "probing").await?;
+        socket.send_all(&p.send).await?;
+        // Read into room for `expect` (and a byte when nothing is expected): the rest of a
+        // longer datagram is not needed, and goes with it.
+        let mut buf = [0u8; MAX_EXPECT];
+        let n = socket.recv(&mut buf[..p.expect.len().max(1)]).await?;
+        return Ok(answers_datagram(&p.expect, &buf[..n]));
+    }
     let stream = Stream::connect(server, "probing").await?;
     if !p.send.is_empty() {
         stream.send_all(&p.send).await?;

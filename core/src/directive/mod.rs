@@ -33,7 +33,8 @@ pub use stream::{
     parse_stream_breaker_args, stream_parameters, stream_takes, StreamParams, DEFAULT_FIRST_BYTE_MS,
 };
 pub use stream_probe::{
-    answers, parse_stream_probe_args, StreamProbe, MAX_EXPECT, MAX_SEND, STREAM_PROBE_DIRECTIVE,
+    answers, answers_datagram, parse_stream_probe_args, StreamProbe, MAX_EXPECT, MAX_SEND,
+    STREAM_PROBE_DIRECTIVE,
 };
 pub use suggest::{distance, suggest};
 

@@ -1,7 +1,8 @@
 //! `circuit_breaker_probe` in a `stream { upstream {} }` block: an active probe of the
 //! upstream's servers while its breaker is open — a TCP connect, and optionally bytes to send
 //! and the first bytes the server must answer with (`send="PING\r\n" expect="+PONG"`, a
-//! greeting a server speaks first, or a protocol's own handshake).
+//! greeting a server speaks first, or a protocol's own handshake); or, with `udp`, a datagram
+//! sent and one back (a DNS query and its answer's first bytes).
 //!
 //! nginx itself reads `\r`, `\n`, `\t`, `\\` and quotes in a directive's words; `\xNN` (two hex
 //! digits) writes any other byte, so that a binary handshake (a PostgreSQL `SSLRequest`) can be
@@ -30,10 +31,12 @@ pub struct StreamProbe {
     pub expect: Vec<u8>,
     /// The probe's deadline, connect to the last expected byte, in milliseconds.
     pub timeout_ms: u32,
+    /// Over UDP: `send` goes as one datagram, and the first datagram back is the answer.
+    pub udp: bool,
 }
 
-/// Parses `circuit_breaker_probe [send=STRING] [expect=STRING] [timeout=TIME]` in a stream
-/// upstream.
+/// Parses `circuit_breaker_probe [udp] [send=STRING] [expect=STRING] [timeout=TIME]` in a
+/// stream upstream.
 pub fn parse_stream_probe_args<'a>(
     words: impl IntoIterator<Item = &'a str>,
     units: &dyn Units,
@@ -45,6 +48,15 @@ pub fn parse_stream_probe_args<'a>(
     };
     let mut seen: Vec<&str> = Vec::new();
     for word in words {
+        if word == "udp" {
+            if p.udp {
+                return Err(ConfError::Conflict(format!(
+                    "duplicate parameter \"udp\" in \"{D}\" directive"
+                )));
+            }
+            p.udp = true;
+            continue;
+        }
         let Some((key, v)) = word.split_once('=') else {
             return Err(unknown(word));
         };
@@ -66,6 +78,14 @@ pub fn parse_stream_probe_args<'a>(
         }
         seen.push(key);
     }
+    if p.udp && p.send.is_empty() {
+        // A datagram socket's connect sends nothing: the server is only asked by a datagram.
+        return Err(invalid(
+            D,
+            "udp",
+            Some("a UDP probe needs \"send\", the datagram the server answers"),
+        ));
+    }
     Ok(p)
 }
 
@@ -73,7 +93,7 @@ fn unknown(word: &str) -> ConfError {
     invalid(
         STREAM_PROBE_DIRECTIVE,
         word,
-        Some("a stream upstream's probe takes send, expect, timeout"),
+        Some("a stream upstream's probe takes udp, send, expect, timeout"),
     )
 }
 
@@ -109,6 +129,13 @@ pub fn decode(v: &[u8]) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// Whether the first datagram a server sent back answers `expect`: it begins with it (any
+/// datagram does when nothing is expected). A datagram is whole or nothing: a shorter one
+/// never becomes the answer with the next.
+pub fn answers_datagram(expect: &[u8], datagram: &[u8]) -> bool {
+    datagram.starts_with(expect)
 }
 
 /// Whether the bytes a server sent so far (`got`) answer `expect`: `Some(true)` once they
@@ -149,8 +176,10 @@ mod tests {
             ("send=", "must not be empty"),
             ("send=\\x4", "two hex digits"),
             ("expect=\\xzz", "two hex digits"),
-            ("uri=/health", "takes send, expect, timeout"),
-            ("send", "takes send, expect, timeout"),
+            ("uri=/health", "takes udp, send, expect, timeout"),
+            ("send", "takes udp, send, expect, timeout"),
+            ("udp=on", "takes udp, send, expect, timeout"),
+            ("udp", "needs \"send\""),
             ("timeout=soon", "invalid value"),
             ("timeout=2m", "at most 1m"),
             ("send=\\x+f", "two hex digits"),
@@ -165,6 +194,25 @@ mod tests {
         assert!(parse(&["send=a", "send=b"])
             .unwrap_err()
             .contains("duplicate parameter \"send\""));
+        assert!(parse(&["udp", "send=a", "udp"])
+            .unwrap_err()
+            .contains("duplicate parameter \"udp\""));
+    }
+
+    #[test]
+    fn a_udp_probe_sends_a_datagram() {
+        let p = parse(&["udp", "send=\\x12\\x34", "expect=\\x12\\x34"]).unwrap();
+        assert!(p.udp);
+        assert_eq!((p.send, p.expect), (vec![0x12, 0x34], vec![0x12, 0x34]));
+        assert!(!parse(&["send=a"]).unwrap().udp);
+        assert!(parse(&["send=a", "udp"]).unwrap().udp, "in any order");
+        assert!(answers_datagram(b"", b""), "nothing expected: any datagram");
+        assert!(answers_datagram(b"\x12\x34", b"\x12\x34\x81\x80"));
+        assert!(
+            !answers_datagram(b"\x12\x34", b"\x12"),
+            "a short datagram is not a part"
+        );
+        assert!(!answers_datagram(b"\x12\x34", b"\x12\x35"));
     }
 
     proptest! {
@@ -182,6 +230,16 @@ mod tests {
             let first = cuts.iter().find_map(|&c| answers(&expect, &answer[..c]));
             prop_assert_eq!(first, whole);
             prop_assert_eq!(whole == Some(true), answer.starts_with(&expect));
+        }
+
+        #[test]
+        fn a_datagram_answers_as_a_whole_answer_would(
+            expect in prop::collection::vec(any::<u8>(), 0..16),
+            datagram in prop::collection::vec(any::<u8>(), 0..24),
+        ) {
+            let whole = if expect.is_empty() { Some(true) } else { answers(&expect, &datagram) };
+            // What answers whole answers as a datagram; what is only a part of it does not.
+            prop_assert_eq!(answers_datagram(&expect, &datagram), whole == Some(true));
         }
 
         #[test]

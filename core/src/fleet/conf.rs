@@ -754,7 +754,11 @@ pub fn stream_breaker_fingerprint(
 ) -> u64 {
     let fp = Fingerprint::of_config(cfg).str("stream").u32(first_byte_ms);
     let fp = match probe.filter(|_| cfg.active) {
-        Some(p) => fp.bytes(&p.send).bytes(&p.expect).u32(p.timeout_ms),
+        Some(p) => fp
+            .bytes(&p.send)
+            .bytes(&p.expect)
+            .u32(p.timeout_ms)
+            .u32(u32::from(p.udp)),
         None => fp,
     };
     fp.finish()
@@ -962,6 +966,7 @@ mod tests {
             send: b"PING\r\n".to_vec(),
             expect: b"+PONG".to_vec(),
             timeout_ms: 1_000,
+            udp: false,
         };
         // Not in force without active probes.
         assert_eq!(fp, stream_breaker_fingerprint(&cfg, 3_000, Some(&probe)));
@@ -980,9 +985,14 @@ mod tests {
         assert_ne!(a, stream_breaker_fingerprint(&active, 3_000, Some(&moved)));
         let slower = StreamProbe {
             timeout_ms: 2_000,
-            ..probe
+            ..probe.clone()
         };
         assert_ne!(a, stream_breaker_fingerprint(&active, 3_000, Some(&slower)));
+        let datagram = StreamProbe { udp: true, ..probe };
+        assert_ne!(
+            a,
+            stream_breaker_fingerprint(&active, 3_000, Some(&datagram))
+        );
     }
 
     #[test]

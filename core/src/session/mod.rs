@@ -87,6 +87,12 @@ pub fn silent(ms: u64) -> Attempt {
     Attempt::ended(Ending::Timeout, ms)
 }
 
+/// A datagram the server's host refused (nothing on the server's port), `ms` after the
+/// client's: an error, as a refused connect is.
+pub fn refused(ms: u64) -> Attempt {
+    Attempt::ended(Ending::Error, ms)
+}
+
 /// A session that ended before it was judged: its failure, or `None` when it says nothing of
 /// the server.
 pub fn ended(e: &Ended) -> Option<Attempt> {

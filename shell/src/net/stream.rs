@@ -123,6 +123,21 @@ pub struct Stream {
 impl Stream {
     /// Connects to `peer`. Completes when the TCP connection is established or has failed.
     pub async fn connect(peer: &Peer, action: &'static str) -> Result<Stream, Error> {
+        Self::connect_as(peer, action, false).await
+    }
+
+    /// A datagram socket connected to `peer` (UDP): each send is one datagram, each recv one
+    /// datagram from `peer` (cut to the buffer), and a server with nothing on its port makes
+    /// the next recv fail as refused.
+    pub async fn connect_datagram(peer: &Peer, action: &'static str) -> Result<Stream, Error> {
+        Self::connect_as(peer, action, true).await
+    }
+
+    async fn connect_as(
+        peer: &Peer,
+        action: &'static str,
+        datagram: bool,
+    ) -> Result<Stream, Error> {
         // SAFETY: the cycle's log is valid for the worker's life; the copy shares its file and
         // chain, which belong to the cycle too.
         let mut log = unsafe { *ngx_cycle_log().as_ptr() };
@@ -135,6 +150,9 @@ impl Stream {
         pc.get = Some(ngx_event_get_peer);
         pc.set_log_error(ngx_connection_log_error_e_NGX_ERROR_INFO);
         pc.tries = 1;
+        if datagram {
+            pc.type_ = nginx_sys::__socket_type_SOCK_DGRAM as core::ffi::c_int;
+        }
         // `name` points into this heap buffer, which stays put when the Box moves.
         let name_bytes = peer.name.clone();
         let shared = Rc::new(Shared {
@@ -314,9 +332,12 @@ fn io_error(f: Failure) -> io::Error {
     }
 }
 
-/// Classifies the errno of a failed send or recv.
+/// Classifies the errno of a failed send or recv (a datagram socket's is refused when the
+/// peer's port had nothing on it).
 fn failure_of(errno: i32) -> Failure {
-    if errno == ECONNRESET as i32 || errno == EPIPE as i32 {
+    if errno == ECONNREFUSED as i32 {
+        Failure::Refused
+    } else if errno == ECONNRESET as i32 || errno == EPIPE as i32 {
         Failure::Reset
     } else {
         Failure::Os(errno)

@@ -61,6 +61,11 @@ package CB::Origin;
 #			http.Server WriteTimeout does: an origin's own deadline,
 #			which a client that stops reading an answer nginx passes
 #			on as it comes can make it miss
+#	early=N		answer "200" with a 100000-byte body as soon as the header
+#			is read: the whole header and N bytes of the body, then
+#			read the request body whole, then the rest (a streaming
+#			answer to an upload; nginx stops sending the upload once
+#			the answer's header has gone to its client)
 #	refuse_body=1	answer "413" as soon as the header is read, and close
 #			without reading the request body (the kernel resets the
 #			connection over the unread bytes): an origin that refuses
@@ -500,6 +505,21 @@ sub _connection {
 			_write($sock, "HTTP/1.1 413 Payload Too Large\r\n"
 				. "Connection: close\r\nContent-Length: 0\r\n"
 				. "X-Origin: $port\r\n\r\n");
+			close $sock;
+			return;
+		}
+
+		if ($uri =~ /[?&]early=(\d+)(?:&|$)/) {
+			my ($n, $size) = ($1, 100000);
+			_log_hit($hits_file, $uri);
+			_write($sock, "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+				. "Content-Length: $size\r\nX-Origin: $port\r\n\r\n"
+				. ('z' x $n)) or return;
+			my $cl = $h{'content-length'} // 0;
+			while (length $buf < $cl) {
+				return unless _fill($sock, \$buf, 30);
+			}
+			_write($sock, 'z' x ($size - $n));
 			close $sock;
 			return;
 		}

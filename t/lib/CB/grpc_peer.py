@@ -20,6 +20,9 @@ other, as grpcio's own health servicer does. With HOW "big" it answers SERVING i
 padded by an unknown 4 KB field: a health answer larger than any the probe reads.
 Methods under test.Echo/Big stream 64 messages of 128 KB back for the one they are sent, then
 end with their line's CODE in trailers (an answer whose end says more than its header).
+Methods under test.Echo/Drip stream a message back every 100 ms, 20 of them with CODE 0 (2 s,
+longer than a client's short deadline), else 3 and then CODE in trailers (the origin's own
+end after 300 ms).
 Methods under test.Echo/Parse take a message with at most a string field 1 (a
 HealthCheckRequest's shape): any other bytes fail to parse, as a protobuf message's FromString
 fails, and grpcio itself answers INTERNAL ("Exception deserializing request!") without calling
@@ -123,6 +126,20 @@ def serve(port, hits, tls=None):
 
         return handle
 
+    def drip(path):
+        def handle(request, context):
+            note(path)
+            code, _ = mode(hits, path)
+            for _ in range(20 if code == 0 else 3):
+                if not context.is_active():
+                    return
+                yield b"d"
+                time.sleep(0.1)
+            if code != 0:
+                context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
+
+        return handle
+
     def stream(path):
         def handle(requests, context):
             n = sum(1 for _ in requests)
@@ -145,6 +162,8 @@ def serve(port, hits, tls=None):
                 return grpc.unary_unary_rpc_method_handler(health, ident, ident)
             if path.startswith("/test.Echo/Stream"):
                 return grpc.stream_unary_rpc_method_handler(stream(path), ident, ident)
+            if path.startswith("/test.Echo/Drip"):
+                return grpc.unary_stream_rpc_method_handler(drip(path), ident, ident)
             if path.startswith("/test.Echo/Big"):
                 return grpc.unary_stream_rpc_method_handler(big(path), ident, ident)
             if path.startswith("/test.Echo/Parse"):
