@@ -3,8 +3,9 @@
 # Hostile gRPC clients (raw HTTP/2, t/lib/CB/levers.py) against breakers of a healthy origin
 # (grpc_peer.py; /test.Echo/Fail only trips a breaker): grpc-timeout fields read as the origin
 # reads them (several, leading zeros, spaces), calls on a connection whose windows are 0
-# (nginx cannot pass the answer on, the upstream's read timer runs out), a flood of 1-ns
-# deadlines while half-open; none opens, holds or fails a breaker.  A hung origin behind
+# (nginx cannot pass the answer on, the upstream's read timer runs out), watches that stay
+# quiet past grpc_read_timeout, a flood of 1-ns deadlines while half-open; none opens, holds
+# or fails a breaker.  A hung origin behind
 # clients' short deadlines is still seen, as slow.  Each check states the claim: a failure is
 # a client lever that works.
 # prove: alone
@@ -36,13 +37,14 @@ select STDOUT; $| = 1;
 my ($python, $peer) = grpc_peer();
 my $levers = "$FindBin::Bin/lib/CB/levers.py";
 
-my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(9);
+my $t = Test::Nginx->new()->has(qw/http http_v2 grpc/)->plan(10);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     upstream d1 { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream d2 { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream d3 { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream z  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream w  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream s  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker min_requests=5 slow=200ms; }
     upstream p  {
         server 127.0.0.1:%%PORT_8081%%;
@@ -63,6 +65,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /d3/ { rewrite ^/d3(/.*)$ $1 break; grpc_pass grpc://d3; }
         location /z/  { rewrite ^/z(/.*)$ $1 break; grpc_read_timeout 3s; grpc_pass grpc://z; }
         location /s/  { rewrite ^/s(/.*)$ $1 break; grpc_pass grpc://s; }
+        location /w/  { rewrite ^/w(/.*)$ $1 break; grpc_read_timeout 1s; grpc_pass grpc://w; }
         location /p/  { rewrite ^/p(/.*)$ $1 break; grpc_read_timeout 3s; grpc_pass grpc://p; }
         location /h/  { rewrite ^/h(/.*)$ $1 break; grpc_pass grpc://h; }
     }
@@ -111,6 +114,14 @@ is(state_of('d3'), 'closed', "grpc-timeout: '1 n' x10 does not open the breaker"
 lever('zerowin', '/z/test.Echo/Unary', 10, 5);
 is(state_of('z'), 'closed', 'ten zero-window calls do not open the breaker')
 	or diag(why('z'));
+
+# 3b. twelve watches with nothing to report after their first message, ended by
+# grpc_read_timeout (1 s here): how long a stream stays quiet is its application's
+
+my $w = lever('grpc_wait', '/w/test.Echo/Quiet', 12, 2.5);
+chomp $w;
+is(state_of('w'), 'closed', "twelve quiet watches timed out do not open the breaker ($w)")
+	or diag(why('w'));
 
 # 4. half-open, held by calls with grpc-timeout 1n (no verdict: the probe is freed, the
 # breaker stays half-open): 20 calls/s (50 calls/s) beside a legitimate client's 2 calls/s

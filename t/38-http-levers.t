@@ -6,9 +6,10 @@
 # behind proxy_buffering off, slow readers where the spool is bounded, probes answered with
 # a header too big for nginx's buffer, a slow reader of a probe whose origin says
 # X-Accel-Buffering: no; WebSocket tunnels (101) held idle until proxy_read_timeout ends
-# them behind proxy_buffering off, held longer than slow=, or taking the half-open probe.
-# None opens or holds a breaker: a tunnel's answer is its 101, and how it ends is the
-# client's. Uploads of 4 MB to an origin that refuses them with 413 and closes without
+# them behind proxy_buffering off, held longer than slow=, or taking the half-open probe;
+# subscriptions to a quiet event stream ended by proxy_read_timeout. None opens or holds a
+# breaker: a tunnel's answer is its 101, and how it ends is the client's, as is how long a
+# stream by design stays quiet (downloads that stall the same way do open one). Uploads of 4 MB to an origin that refuses them with 413 and closes without
 # reading them: nginx's send fails (a 502 but for the few 413s it reads first), and nothing
 # is counted. Each check states the claim: a failure is a client lever that works. About
 # 45 s, most of it CB::Origin's 30-s body read timeout.
@@ -41,7 +42,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(12);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(14);
 
 my $half = 'window=30s min_requests=3 failure_rate=50% open=1s probes=1';
 
@@ -63,6 +64,8 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
     upstream l2  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker limit=adaptive; }
     upstream ws  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream big { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream sse { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream dl  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream wss {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=5 slow=300ms slow_rate=50%;
@@ -105,6 +108,8 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
             proxy_pass http://wsh;
         }
         location /big/ { client_max_body_size 8m; proxy_pass http://big; }
+        location /sse/ { proxy_buffering off; proxy_read_timeout 1s; proxy_pass http://sse; }
+        location /dl/  { proxy_buffering off; proxy_read_timeout 1s; proxy_pass http://dl; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -213,6 +218,20 @@ sub tunnel {
 	my $s = conn();
 	print $s "GET $path?upgrade=1 HTTP/1.1\r\nHost: localhost\r\n"
 		. "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+	return ($s, first_status($s));
+}
+
+# a GET of PATH whose answer stays open: its socket, and the status nginx answered
+sub subscription {
+	my ($path) = @_;
+	my $s = conn();
+	print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	return ($s, first_status($s));
+}
+
+# the status of the first answer on socket S, within 3 s
+sub first_status {
+	my ($s) = @_;
 	my $head = '';
 	my $end = time() + 3;
 	while (time() < $end && $head !~ /\r\n\r\n/) {
@@ -221,7 +240,7 @@ sub tunnel {
 		select($rin, undef, undef, 0.1) or next;
 		sysread($s, $head, 1024, length $head) or last;
 	}
-	return ($s, status($head) // 0);
+	return status($head) // 0;
 }
 
 # twelve idle tunnels behind proxy_buffering off, ended by proxy_read_timeout (1 s): nginx
@@ -250,6 +269,20 @@ sleep 0.3;
 is("$st " . state_of('wsh'), '101 closed', 'wsh: a tunnel as the probe is judged at its 101')
 	or diag(why('wsh'));
 is(status(http_get('/wsh/after')), 200, 'wsh: answering after');
+
+# twelve subscriptions to a quiet topic (an event stream whose origin sends one event, then
+# nothing) behind proxy_buffering off, ended by proxy_read_timeout (1 s): nginx says
+# "upstream timed out", and so does it for the control, downloads that stall; ten in a row
+# open the default breaker
+for my $c ([ 'sse', 'text/event-stream', 'closed' ], [ 'dl', 'text/plain', 'open' ]) {
+	my ($u, $type, $want) = @$c;
+	my @sub = map { [ subscription("/$u/s$_?stream=$type") ] } 1 .. 12;
+	sleep 1.6;
+	my $ok = grep { $_->[1] == 200 } @sub;
+	close $_->[0] for @sub;
+	is("$ok " . state_of($u), "12 $want", "$u: $type ended by proxy_read_timeout: $want")
+		or diag(why($u));
+}
 
 # 9. uploads the origin refuses unread: 30 POSTs of 4 MB (the default breaker opens on 20
 # requests at 50 %)

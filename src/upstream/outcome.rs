@@ -378,6 +378,8 @@ unsafe fn body_ending(
             } else if body_unsent(r, u) {
                 // An early answer (a `413`), then the reset over the body left unread.
                 Ending::BodyRefused
+            } else if timed_out && streams_by_design(r) {
+                Ending::Response
             } else if timed_out {
                 Ending::Timeout
             } else {
@@ -396,6 +398,9 @@ unsafe fn body_ending(
     }
     if failed && !timed_out && body_unsent(r, u) {
         return Ending::BodyRefused;
+    }
+    if timed_out && streams_by_design(r) {
+        return Ending::Response;
     }
     if timed_out {
         return Ending::Timeout;
@@ -439,6 +444,15 @@ unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> Option<E
         true if body_unsent(r, u) => Some(Ending::BodyRefused),
         true => Some(Ending::Error),
     }
+}
+
+/// Whether the answer is a stream by design, whose quiet spells are its application's
+/// ([`circuit_breaker_core::breaker::streams`]): one that falls silent past the read timeout
+/// after its header is judged by its header. Counting its end let twelve clients that
+/// subscribe to a quiet topic open a breaker.
+#[cold]
+fn streams_by_design(r: &ngx_http_request_t) -> bool {
+    circuit_breaker_core::breaker::streams::streams_by_design(r.headers_out.content_type.as_bytes())
 }
 
 /// Whether an answer that failed after its header was waiting on the client: nginx reads

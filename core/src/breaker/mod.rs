@@ -14,6 +14,7 @@ pub mod ramp;
 pub mod reason;
 pub mod retunes;
 pub mod state;
+pub mod streams;
 pub mod timing;
 pub mod trip;
 pub mod window;

@@ -31,6 +31,10 @@ package CB::Origin;
 #	upgrade=1	answer "101 Switching Protocols" (Upgrade: websocket),
 #			then say nothing more: a tunnel its client holds open
 #			until it closes, or for 60 seconds
+#	stream=TYPE	a chunked answer of Content-Type TYPE, its first chunk an
+#			event ("data: hello"), then nothing more until the client
+#			closes, or for 60 seconds: a quiet subscription
+#			(text/event-stream), or a download that stalls
 #	hang=1		never respond; the process exits when the client
 #			closes the connection, or after 60 seconds
 #	garbage=1	valid status line followed by an invalid header line
@@ -615,7 +619,14 @@ sub _connection {
 				. "X-Origin: $port\r\n\r\n") or return;
 		}
 
-		if ($q{hang} || $q{upgrade}) {
+		if (defined $q{stream}) {
+			my $first = "data: hello\n\n";
+			_write($sock, "HTTP/1.1 200 OK\r\nContent-Type: $q{stream}\r\n"
+				. "Transfer-Encoding: chunked\r\nX-Origin: $port\r\n\r\n"
+				. sprintf("%x\r\n%s\r\n", length $first, $first)) or return;
+		}
+
+		if ($q{hang} || $q{upgrade} || defined $q{stream}) {
 			# wait for the client to go away, discarding input
 			my $end = time() + $IDLE_TIMEOUT;
 			while (time() < $end) {

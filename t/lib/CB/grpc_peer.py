@@ -23,6 +23,8 @@ end with their line's CODE in trailers (an answer whose end says more than its h
 Methods under test.Echo/Drip stream a message back every 100 ms, 20 of them with CODE 0 (2 s,
 longer than a client's short deadline), else 3 and then CODE in trailers (the origin's own
 end after 300 ms).
+Methods under test.Echo/Quiet stream one message back, then nothing until the call ends (at
+most 10 s): a watch with nothing more to report.
 Methods under test.Echo/Parse take a message with at most a string field 1 (a
 HealthCheckRequest's shape): any other bytes fail to parse, as a protobuf message's FromString
 fails, and grpcio itself answers INTERNAL ("Exception deserializing request!") without calling
@@ -140,6 +142,16 @@ def serve(port, hits, tls=None):
 
         return handle
 
+    def quiet(path):
+        def handle(request, context):
+            note(path)
+            yield b"q"
+            end = time.time() + 10
+            while context.is_active() and time.time() < end:
+                time.sleep(0.1)
+
+        return handle
+
     def stream(path):
         def handle(requests, context):
             n = sum(1 for _ in requests)
@@ -162,6 +174,8 @@ def serve(port, hits, tls=None):
                 return grpc.unary_unary_rpc_method_handler(health, ident, ident)
             if path.startswith("/test.Echo/Stream"):
                 return grpc.stream_unary_rpc_method_handler(stream(path), ident, ident)
+            if path.startswith("/test.Echo/Quiet"):
+                return grpc.unary_stream_rpc_method_handler(quiet(path), ident, ident)
             if path.startswith("/test.Echo/Drip"):
                 return grpc.unary_stream_rpc_method_handler(drip(path), ident, ident)
             if path.startswith("/test.Echo/Big"):
