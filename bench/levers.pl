@@ -4,7 +4,7 @@
 # its fix: each scenario is an attack a client can make with the default configuration (or
 # the one the issue names), and prints what it did to the breaker and to everyone else.
 # Run by scripts/measure-levers, which says which module it loads; the figures, not pass or
-# fail, are its output (t/21, t/32..36 and t/87 are the tests).
+# fail, are its output (t/21, t/32..38 and t/87 are the tests).
 
 ###############################################################################
 
@@ -59,6 +59,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     }
 
     upstream held { server 127.0.0.1:%%PORT_8082%%; circuit_breaker; }
+    upstream sse  { server 127.0.0.1:%%PORT_8082%%; circuit_breaker; }
 
     server {
         listen       127.0.0.1:8084;
@@ -91,6 +92,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
         location /up/ { proxy_pass http://up; proxy_request_buffering off; }
         location /vol/ { proxy_pass http://vol; }
         location /held/ { proxy_pass http://held; proxy_buffering off; }
+        location /sse/ { proxy_pass http://sse; proxy_buffering off; proxy_read_timeout 1s; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -215,6 +217,22 @@ for my $s (@holders) {
 my @then = map { status(http_get("/held/ok$_")) } 1 .. 20;
 printf "held answers (origin's write deadline 1 s): 24 held 2.5 s; breaker %s; "
 	. "then %d of 20 requests got 503\n", said('held'), scalar(grep { $_ == 503 } @then);
+
+# 8. 12 clients subscribe to a quiet topic (an event stream: one event, then nothing) behind
+# proxy_buffering off, ended by proxy_read_timeout (1 s here, 60 s by default); then 20
+# requests (default configuration)
+
+my @subs = map {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
+	print $s "GET /sse/s$_?stream=text/event-stream HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	$s;
+} 1 .. 12;
+sleep 1.6;
+close $_ for @subs;
+@then = map { status(http_get("/sse/ok$_")) } 1 .. 20;
+printf "quiet subscriptions (event stream, proxy_read_timeout 1 s): 12 ended by the timeout; "
+	. "breaker %s; then %d of 20 requests got 503\n", said('sse'),
+	scalar(grep { $_ == 503 } @then);
 
 done_testing();
 

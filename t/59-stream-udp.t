@@ -199,13 +199,17 @@ ok(log_count($t, qr/"picky" closed/) == 1 && log_count($t, qr/"picky" (re)?opene
 # open and no client's datagram reaches it (the module's probes do, each a "ping"); once it
 # answers again the probes close it, the spray going on
 
-my $probed = port(8986);
-$sent = 0;
-while ($sent < 10 && log_count($t, qr/"probed" opened/) == 0) {
-	dgram("127.0.0.1:$probed")->io('ping', read_timeout => 0.6);
-	$sent++;
+# min_requests sessions, then the opened line (each is judged at proxy_timeout, 300 ms)
+sub opened_by {
+	my ($t, $port, $name) = @_;
+	dgram("127.0.0.1:$port")->io('ping', read_timeout => 0.4) for 1 .. 4;
+	my $end = time() + 5;
+	sleep 0.1 while time() < $end && log_count($t, qr/"$name" opened/) == 0;
+	return log_count($t, qr/"$name" opened/);
 }
-ok($sent >= 1 && $sent <= 4, "udp probe: opened on silence ($sent)");
+
+my $probed = port(8986);
+is(opened_by($t, $probed, 'probed'), 1, 'udp probe: opened on silence, by min_requests sessions');
 
 my $spray = fork() // die "fork: $!\n";
 if ($spray == 0) {
@@ -228,9 +232,11 @@ like($t->read_file('error.log'), qr/"probed" probe failed: timeout to 127\.0\.0\
 	'udp probe: each failed, unanswered');
 
 unlink "$dir/probed-mute";
-$end = time() + 10;
+my $back = time();
+$end = $back + 10;
 sleep 0.1 while time() < $end && log_count($t, qr/"probed" closed/) == 0;
-is(log_count($t, qr/"probed" closed/), 1, 'udp probe: answering again, closed by the probes, the spray going on');
+is(log_count($t, qr/"probed" closed/), 1, sprintf('udp probe: answering again, closed by the '
+	. 'probes in %.1f s, the spray going on', time() - $back));
 is(dgram("127.0.0.1:$probed")->io('ping', read_timeout => 0.6) // '', 'ping',
 	'udp probe: answered through it');
 kill 'TERM', $spray;
@@ -239,13 +245,7 @@ waitpid $spray, 0;
 # To a port with nothing on it: every datagram is refused (the host's ICMP error, which nginx
 # takes for a response, and ends the session as done), the module's probes' too
 
-my $gone = port(8988);
-$sent = 0;
-while ($sent < 10 && log_count($t, qr/"gone" opened/) == 0) {
-	dgram("127.0.0.1:$gone")->io('ping', read_timeout => 0.6);
-	$sent++;
-}
-ok($sent >= 1 && $sent <= 4, "refused: opened within min_requests sessions ($sent)");
+is(opened_by($t, port(8988), 'gone'), 1, 'refused: opened by min_requests sessions');
 $end = time() + 3;
 sleep 0.1 while time() < $end && log_count($t, qr/"gone" probe failed/) < 3;
 ok(log_count($t, qr/"gone" probe failed: error to 127\.0\.0\.1:\d+/) >= 3
