@@ -42,7 +42,7 @@ use CB::Status qw/ breaker_at /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(14);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(15);
 
 my $half = 'window=30s min_requests=3 failure_rate=50% open=1s probes=1';
 
@@ -66,6 +66,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
     upstream big { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream sse { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
     upstream dl  { server 127.0.0.1:%%PORT_8081%%; circuit_breaker; }
+    upstream sseb { server 127.0.0.1:%%PORT_8081%%; circuit_breaker slow=300ms; }
     upstream wss {
         server 127.0.0.1:%%PORT_8081%%;
         circuit_breaker min_requests=5 slow=300ms slow_rate=50%;
@@ -110,6 +111,7 @@ $t->write_file_expand('nginx.conf', conf(1, <<"EOF"));
         location /big/ { client_max_body_size 8m; proxy_pass http://big; }
         location /sse/ { proxy_buffering off; proxy_read_timeout 1s; proxy_pass http://sse; }
         location /dl/  { proxy_buffering off; proxy_read_timeout 1s; proxy_pass http://dl; }
+        location /sseb/ { proxy_read_timeout 1s; proxy_pass http://sseb; }
         location = /status { circuit_breaker_status; }
     }
 EOF
@@ -274,7 +276,10 @@ is(status(http_get('/wsh/after')), 200, 'wsh: answering after');
 # nothing) behind proxy_buffering off, ended by proxy_read_timeout (1 s): nginx says
 # "upstream timed out", and so does it for the control, downloads that stall; ten in a row
 # open the default breaker
-for my $c ([ 'sse', 'text/event-stream', 'closed' ], [ 'dl', 'text/plain', 'open' ]) {
+# (and buffered, before a breaker with slow=300ms: timed to its header, as a tunnel is)
+for my $c ([ 'sse', 'text/event-stream', 'closed' ], [ 'dl', 'text/plain', 'open' ],
+	[ 'sseb', 'text/event-stream', 'closed' ])
+{
 	my ($u, $type, $want) = @$c;
 	my @sub = map { [ subscription("/$u/s$_?stream=$type") ] } 1 .. 12;
 	sleep 1.6;

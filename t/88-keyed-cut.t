@@ -35,7 +35,7 @@ use CB::Response qw/ status /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(19);
+my $t = Test::Nginx->new()->has(qw/http proxy http_v2/)->plan(21);
 
 $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
     server {
@@ -59,6 +59,14 @@ $t->write_file_expand('nginx.conf', conf(1, <<'EOF'));
             circuit_breaker_key $http_x_upload consecutive=3;
             proxy_read_timeout 1s;
             client_max_body_size 64m;
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+        }
+
+        # buffered: an event stream's end read once the connection is gone
+        location /kb/ {
+            proxy_buffering on;
+            circuit_breaker_key $http_x_tenant;
+            proxy_read_timeout 1s;
             proxy_pass http://127.0.0.1:%%PORT_8081%%;
         }
 
@@ -188,5 +196,20 @@ my $mb32 = 'b' x (32 << 20);
 } 1 .. 4;
 is(CB::Origin::hits($hits, qr!^/up/early!), 4, "uploads: the origin saw each ( @said )");
 is(promoted('uploader'), 'compact', 'uploads: no failure');
+
+# Twelve subscriptions to a quiet event stream (one event, then nothing) where nginx buffers
+# the answer, ended by proxy_read_timeout (1 s): what ends a stream by design is its
+# client's, and a key's reader cannot tell a timeout from a reset
+
+my @sub = map {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
+	print $s "GET /kb/s$_?stream=text/event-stream HTTP/1.0\r\nHost: localhost\r\n"
+		. "X-Tenant: subscriber\r\n\r\n";
+	$s;
+} 1 .. 12;
+sleep 1.6;
+close $_ for @sub;
+is(CB::Origin::hits($hits, qr!^/kb/s!), 12, 'quiet subscriptions: the origin saw each');
+is(promoted('subscriber'), 'compact', 'quiet subscriptions: no failure');
 
 ###############################################################################

@@ -235,8 +235,8 @@ unsafe fn origin_marked(
 }
 
 /// Whether the answer went to the client at the client's pace: a tunnel (its 101 is the
-/// origin's answer, the rest its client's), passed on as it arrived, or buffered with no
-/// spool, or with a spool that filled up.
+/// origin's answer, the rest its client's), an event stream (its length is its client's),
+/// passed on as it arrived, or buffered with no spool, or with a spool that filled up.
 ///
 /// # Safety
 /// `u` must be a live upstream in `peer.free`.
@@ -244,7 +244,11 @@ unsafe fn origin_marked(
 unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
     // SAFETY: the location's upstream conf, live for the configuration.
     let conf = unsafe { u.conf.as_ref() };
-    if u.upgrade() != 0 || u.buffering() == 0 || !conf.is_some_and(|c| c.max_temp_file_size != 0) {
+    if u.upgrade() != 0
+        || u.buffering() == 0
+        || !conf.is_some_and(|c| c.max_temp_file_size != 0)
+        || streams_by_design(u)
+    {
         return true;
     }
     // SAFETY: as for this function.
@@ -378,7 +382,9 @@ unsafe fn body_ending(
             } else if body_unsent(r, u) {
                 // An early answer (a `413`), then the reset over the body left unread.
                 Ending::BodyRefused
-            } else if timed_out && streams_by_design(r) {
+            } else if (timed_out || c.is_none()) && streams_by_design(u) {
+                // Quiet past the read timeout; read once the connection is gone (a key's),
+                // a timeout is not told from a reset: a stream's end is taken as its client's.
                 Ending::Response
             } else if timed_out {
                 Ending::Timeout
@@ -399,7 +405,7 @@ unsafe fn body_ending(
     if failed && !timed_out && body_unsent(r, u) {
         return Ending::BodyRefused;
     }
-    if timed_out && streams_by_design(r) {
+    if timed_out && streams_by_design(u) {
         return Ending::Response;
     }
     if timed_out {
@@ -447,12 +453,13 @@ unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> Option<E
 }
 
 /// Whether the answer is a stream by design, whose quiet spells are its application's
-/// ([`circuit_breaker_core::breaker::streams`]): one that falls silent past the read timeout
-/// after its header is judged by its header. Counting its end let twelve clients that
-/// subscribe to a quiet topic open a breaker.
-#[cold]
-fn streams_by_design(r: &ngx_http_request_t) -> bool {
-    circuit_breaker_core::breaker::streams::streams_by_design(r.headers_out.content_type.as_bytes())
+/// ([`circuit_breaker_core::breaker::streams`]), by the Content-Type its origin sent: one that
+/// falls silent past the read timeout after its header is judged by its header, and timed to
+/// it. Counting its end let twelve clients that subscribe to a quiet topic open a breaker.
+fn streams_by_design(u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: null, or the origin's Content-Type header, in the request's pool.
+    let t = unsafe { u.headers_in.content_type.as_ref() };
+    t.is_some_and(|h| circuit_breaker_core::breaker::streams::streams_by_design(h.value.as_bytes()))
 }
 
 /// Whether an answer that failed after its header was waiting on the client: nginx reads

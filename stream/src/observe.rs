@@ -140,7 +140,8 @@ unsafe fn datagrams(s: *const ngx_stream_session_t) -> bool {
 /// A UDP session not judged yet (its word `w`) whose server's host refused its datagram
 /// (nothing on the server's port: an ICMP error, which nginx takes as the server's end of
 /// stream, and a response, and ends the session as done): the server's failure, as a
-/// refused TCP connect is. Nothing a client sends makes a host refuse a datagram.
+/// refused TCP connect is, while it answers nobody else — judged as silence at the
+/// first-byte bound ([`held::refused_later`]), a probe's at once ([`held::refused`]).
 ///
 /// # Safety
 /// `s` must be a live session.
@@ -173,13 +174,21 @@ unsafe fn refused(s: *mut ngx_stream_session_t, w: u64) {
         // SAFETY: as for this function.
         unsafe { held::set_mark(s, word.judged()) };
         let ms = now.saturating_sub(h.sent_ms.min(h.start_ms));
+        let ejects = mcf.lanes.has_servers();
+        if let (Word::Plain(p), true) = (word, ejects) {
+            // SAFETY: as for this function; its tries are made (its last one answered so).
+            unsafe { earlier_tries(s, mcf, p.lane(), log) };
+        }
+        if let Word::Plain(p) = word {
+            if held::refused_later(mcf, p.lane(), now) {
+                return;
+            }
+        }
         // SAFETY: as for this function.
-        let server = mcf
-            .lanes
-            .has_servers()
+        let server = ejects
             .then(|| unsafe { server_now(s, mcf, h.upstream) })
             .flatten();
-        held::settle(mcf, &h, server, &session::refused(ms), log);
+        held::refused(mcf, &h, server, &session::refused(ms), log);
     })
 }
 

@@ -227,6 +227,53 @@ pub fn silence(
     });
 }
 
+/// A session of lane `lane` whose datagram the server's host refused at `now` (an ICMP
+/// error) waits in the wheel as a silent one would, and is judged as silence at its bound
+/// (the sweeper): a refusal comes at once, before a server slow to answer others has; and an
+/// ICMP error forged against a live server, or one a client's oversized datagram brought
+/// back, then counts no more than the client's own silence would. False when the lane has no
+/// bound (`first_byte=off`): judge it at once ([`refused`]).
+pub fn refused_later(mcf: &MainConf, lane: u16, now: u64) -> bool {
+    // SAFETY: the wheel's own step.
+    match unsafe { with_waiting(mcf, |w| w.plain.wait(lane, now)) } {
+        Waited::Until(due) => {
+            arm(mcf, due);
+            true
+        }
+        Waited::Behind => {
+            behind(mcf, lane, now);
+            true
+        }
+        Waited::Off => false,
+    }
+}
+
+/// A session whose datagram the server's host refused (an ICMP error), as `attempt`: judged
+/// as silence is, a failure only while the upstream (and, on its server of a pool, that
+/// server) answered nobody since the client's datagram. A dead port answers nobody; an ICMP
+/// error forged against a live server (the kernel matches one to a socket by addresses and
+/// ports alone), or one a client's oversized datagram brought back, counts nothing while the
+/// server answers others. A probe's fails on the same condition, and is given back otherwise.
+pub fn refused(
+    mcf: &MainConf,
+    held: &Held,
+    server: Option<u16>,
+    attempt: &Attempt,
+    log: *mut ngx_log_t,
+) {
+    if matches!(held.ticket, Ticket::Normal) {
+        silence(mcf, held, server, true, attempt, log);
+        return;
+    }
+    let answered = lane_owner(mcf, held.upstream)
+        .and_then(|(scf, _)| mcf.zone().map(|z| z.answered_ms(scf.handle.get())));
+    if answered.is_some_and(|at| session::silence_counts(at, held.sent_ms)) {
+        settle(mcf, held, None, attempt, log);
+    } else {
+        unjudged(mcf, held, log);
+    }
+}
+
 /// A server replied at `now` on a session of lane `lane` judged already: noted as an answer,
 /// of its upstream and of its server of a pool, for [`silent`].
 pub fn replied(mcf: &MainConf, lane: u16, now: u64) {

@@ -1,16 +1,23 @@
-//! Answers that are streams by design: server-sent events and gRPC calls, whose quiet spells
-//! are their application's (a subscription to a quiet topic, a watch with nothing to report),
-//! not their origin's. nginx ends one that stays quiet past its read timeout as it ends a hung
-//! answer; its client chose what it waits for, so such an end is judged by the answer's
-//! header, as a tunnel's is by its `101`. A stream that fails otherwise — a reset, a close
-//! before its end — still counts.
+//! Answers that are streams by design: server-sent events, whose quiet spells are their
+//! application's (a subscription to a quiet topic), not their origin's. nginx ends one that
+//! stays quiet past its read timeout as it ends a hung answer; its client chose what it waits
+//! for, so such an end is judged by the answer's header, as a tunnel's is by its `101`, and
+//! the answer is timed to its header. A stream that fails otherwise — a reset, a close before
+//! its end — still counts.
+//!
+//! Not gRPC: its servers send a call's header with its first message, so a watch with nothing
+//! to report times out before any header, as a hung call does, and one that sent its header
+//! early and then hangs would look like a quiet watch (docs/behaviour.md says what to do).
 
-/// Whether an answer of this `Content-Type` is a stream by design: `text/event-stream`, or a
-/// gRPC type (`application/grpc`, `application/grpc+proto`, …), in any case.
+/// Whether an answer of this `Content-Type` is a stream by design: `text/event-stream`, in any
+/// case, with or without parameters.
 pub fn streams_by_design(content_type: &[u8]) -> bool {
-    let starts =
-        |p: &[u8]| content_type.len() >= p.len() && content_type[..p.len()].eq_ignore_ascii_case(p);
-    starts(b"text/event-stream") || starts(b"application/grpc")
+    const EVENTS: &[u8] = b"text/event-stream";
+    content_type.len() >= EVENTS.len()
+        && content_type[..EVENTS.len()].eq_ignore_ascii_case(EVENTS)
+        && content_type[EVENTS.len()..]
+            .first()
+            .map_or(true, |&b| b == b';' || b == b' ' || b == b'\t')
 }
 
 #[cfg(test)]
@@ -18,13 +25,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_streams_and_grpc_calls() {
+    fn event_streams_only() {
         for t in [
             &b"text/event-stream"[..],
             b"Text/Event-Stream; charset=utf-8",
-            b"application/grpc",
-            b"application/grpc+proto",
-            b"APPLICATION/GRPC-web",
+            b"text/event-stream ;charset=utf-8",
         ] {
             assert!(streams_by_design(t), "{}", String::from_utf8_lossy(t));
         }
@@ -33,8 +38,10 @@ mod tests {
             b"text/plain",
             b"application/json",
             b"text/event",
-            b"application/octet-stream",
-            b"application/grp",
+            b"text/event-streams",
+            b"application/grpc",
+            b"application/grpc+proto",
+            b"application/json;stream=watch",
         ] {
             assert!(!streams_by_design(t), "{}", String::from_utf8_lossy(t));
         }

@@ -754,11 +754,13 @@ pub fn stream_breaker_fingerprint(
 ) -> u64 {
     let fp = Fingerprint::of_config(cfg).str("stream").u32(first_byte_ms);
     let fp = match probe.filter(|_| cfg.active) {
-        Some(p) => fp
+        // A word for UDP only when set: a TCP probe's fingerprint stays what it was.
+        Some(p) if p.udp => fp
             .bytes(&p.send)
             .bytes(&p.expect)
             .u32(p.timeout_ms)
-            .u32(u32::from(p.udp)),
+            .str("udp"),
+        Some(p) => fp.bytes(&p.send).bytes(&p.expect).u32(p.timeout_ms),
         None => fp,
     };
     fp.finish()

@@ -88,7 +88,8 @@ pub fn silent(ms: u64) -> Attempt {
 }
 
 /// A datagram the server's host refused (nothing on the server's port), `ms` after the
-/// client's: an error, as a refused connect is.
+/// client's: an error, as a refused connect is, counted as silence is (only while the
+/// upstream answered nobody since: [`silence_counts`]).
 pub fn refused(ms: u64) -> Attempt {
     Attempt::ended(Ending::Error, ms)
 }

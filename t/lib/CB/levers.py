@@ -24,8 +24,9 @@ t/88-keyed-cut.t and t/89-grpc-held.t: raw HTTP/2 (h2mini.py), and HTTP/1.1 over
                                                    check), 4 KB socket buffers, held as
                                                    stall_get holds them, then read to the end;
                                                    prints 'answered N of M'
-  levers.py grpc_wait PORT PATH N SECONDS          N calls at once on one connection, read as
-                                                   they come for SECONDS; prints 'ended N of M'
+  levers.py grpc_wait PORT PATH N SECONDS [VALUE]  N calls at once on one connection (with
+                                                   grpc-timeout VALUE), read as they come for
+                                                   SECONDS; prints 'ended N of M'
   levers.py cancel_get PORT PATH N [NAME:VALUE]     N GETs (PATH0, PATH1, ...) one after another
                                                    on one connection, with this header: each
                                                    cancelled (RST_STREAM CANCEL) once its
@@ -144,8 +145,9 @@ elif cmd == 'held_tls':
     print('answered %d of %d' % (answered, n))
 elif cmd == 'grpc_wait':
     n, secs = int(sys.argv[4]), float(sys.argv[5])
+    extra = [('grpc-timeout', sys.argv[6])] if len(sys.argv) > 6 else []
     c = h2mini.Conn(port)
-    sids = [c.request(h2mini.grpc_headers(path, port), h2mini.GRPC_EMPTY) for _ in range(n)]
+    sids = [c.request(h2mini.grpc_headers(path, port, extra), h2mini.GRPC_EMPTY) for _ in range(n)]
     end = time.time() + secs
     while time.time() < end and c.poll(0.1):
         pass
