@@ -87,15 +87,23 @@ sub get {
 
 sub promoted { http_get('/status') =~ /"route":"$_[0]"/ ? 'promoted' : 'compact' }
 
+# a connection of its own, with REQUEST sent (a 4 KB receive buffer with RCVBUF)
+sub sent {
+	my ($request, $rcvbuf) = @_;
+	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096) if $rcvbuf;
+	$s->connect(Socket::pack_sockaddr_in(port(8080), Socket::inet_aton('127.0.0.1')))
+		or die "connect: $!\n";
+	print $s $request;
+	return $s;
+}
+
 # N clients of tenant T on connections of their own at once: each GETs PATH$i, and after
 # SECONDS reads what there is; the statuses
 sub together {
 	my ($n, $path, $tenant, $seconds) = @_;
 	my @s = map {
-		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
-			or die "connect: $!\n";
-		print $s "GET $path$_ HTTP/1.0\r\nHost: localhost\r\nX-Tenant: $tenant\r\n\r\n";
-		$s;
+		sent("GET $path$_ HTTP/1.0\r\nHost: localhost\r\nX-Tenant: $tenant\r\n\r\n");
 	} 1 .. $n;
 	sleep $seconds;
 	return map {
@@ -140,8 +148,8 @@ is(promoted('whole'), 'compact', 'whole answers: no failure');
 
 my $left = 0;
 for my $i (1 .. 24) {
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
-	print $s "GET /k/leave$i?size=16000000 HTTP/1.0\r\nHost: localhost\r\nX-Tenant: leaver\r\n\r\n";
+	my $s = sent("GET /k/leave$i?size=16000000 HTTP/1.0\r\nHost: localhost\r\n"
+		. "X-Tenant: leaver\r\n\r\n");
 	my ($got, $buf) = (0, '');
 	while ($got < 65536) {
 		my $n = sysread($s, $buf, 65536) or last;
@@ -167,12 +175,8 @@ is(promoted('canceller'), 'compact', 'streams cancelled: no failure');
 # hold that makes an answer judged by its header), 4 KB receive buffers
 
 my @slow = map {
-	my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!\n";
-	setsockopt($s, SOL_SOCKET, SO_RCVBUF, 4096);
-	$s->connect(Socket::pack_sockaddr_in(port(8080), Socket::inet_aton('127.0.0.1')))
-		or die "connect: $!\n";
-	print $s "GET /k/stuck$_?size=16000000 HTTP/1.0\r\nHost: localhost\r\nX-Tenant: stuck\r\n\r\n";
-	$s;
+	sent("GET /k/stuck$_?size=16000000 HTTP/1.0\r\nHost: localhost\r\nX-Tenant: stuck\r\n\r\n",
+		1);
 } 1 .. 24;
 sleep 3;
 close $_ for @slow;
@@ -186,9 +190,8 @@ is(promoted('stuck'), 'compact', 'clients past send_timeout: no failure');
 
 my $mb32 = 'b' x (32 << 20);
 @said = map {
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
-	print $s "POST /up/early$_?early=1000 HTTP/1.0\r\nHost: localhost\r\nX-Upload: uploader\r\n"
-		. "Content-Length: " . length($mb32) . "\r\n\r\n" . $mb32;
+	my $s = sent("POST /up/early$_?early=1000 HTTP/1.0\r\nHost: localhost\r\n"
+		. "X-Upload: uploader\r\nContent-Length: " . length($mb32) . "\r\n\r\n" . $mb32);
 	my ($all, $buf) = ('', '');
 	$all .= $buf while sysread($s, $buf, 65536);
 	close $s;
@@ -202,10 +205,8 @@ is(promoted('uploader'), 'compact', 'uploads: no failure');
 # client's, and a key's reader cannot tell a timeout from a reset
 
 my @sub = map {
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080)) or die "connect: $!\n";
-	print $s "GET /kb/s$_?stream=text/event-stream HTTP/1.0\r\nHost: localhost\r\n"
-		. "X-Tenant: subscriber\r\n\r\n";
-	$s;
+	sent("GET /kb/s$_?stream=text/event-stream HTTP/1.0\r\nHost: localhost\r\n"
+		. "X-Tenant: subscriber\r\n\r\n");
 } 1 .. 12;
 sleep 1.6;
 close $_ for @sub;

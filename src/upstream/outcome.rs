@@ -247,7 +247,8 @@ unsafe fn paced(u: &ngx_http_upstream_t) -> bool {
     if u.upgrade() != 0
         || u.buffering() == 0
         || !conf.is_some_and(|c| c.max_temp_file_size != 0)
-        || streams_by_design(u)
+        // SAFETY: as for this function; its header was parsed.
+        || unsafe { streams_by_design(u) }
     {
         return true;
     }
@@ -382,7 +383,8 @@ unsafe fn body_ending(
             } else if body_unsent(r, u) {
                 // An early answer (a `413`), then the reset over the body left unread.
                 Ending::BodyRefused
-            } else if (timed_out || c.is_none()) && streams_by_design(u) {
+            // SAFETY: as for this function: its header was parsed.
+            } else if (timed_out || c.is_none()) && unsafe { streams_by_design(u) } {
                 // Quiet past the read timeout; read once the connection is gone (a key's),
                 // a timeout is not told from a reset: a stream's end is taken as its client's.
                 Ending::Response
@@ -405,7 +407,8 @@ unsafe fn body_ending(
     if failed && !timed_out && body_unsent(r, u) {
         return Ending::BodyRefused;
     }
-    if timed_out && streams_by_design(u) {
+    // SAFETY: as for this function: its header was parsed.
+    if timed_out && unsafe { streams_by_design(u) } {
         return Ending::Response;
     }
     if timed_out {
@@ -456,8 +459,12 @@ unsafe fn cut_short(r: &ngx_http_request_t, u: &ngx_http_upstream_t) -> Option<E
 /// ([`circuit_breaker_core::breaker::streams`]), by the Content-Type its origin sent: one that
 /// falls silent past the read timeout after its header is judged by its header, and timed to
 /// it. Counting its end let twelve clients that subscribe to a quiet topic open a breaker.
-fn streams_by_design(u: &ngx_http_upstream_t) -> bool {
-    // SAFETY: null, or the origin's Content-Type header, in the request's pool.
+///
+/// # Safety
+/// `u` must be a live upstream whose header was parsed.
+unsafe fn streams_by_design(u: &ngx_http_upstream_t) -> bool {
+    // SAFETY: null, or the origin's Content-Type header, in the request's pool (this fn's
+    // contract).
     let t = unsafe { u.headers_in.content_type.as_ref() };
     t.is_some_and(|h| circuit_breaker_core::breaker::streams::streams_by_design(h.value.as_bytes()))
 }
@@ -652,8 +659,8 @@ pub(super) unsafe fn retry_after(list: &ngx_list_t) -> Option<u32> {
 /// without a response header is a timeout when nginx said `504`, a too-big or invalid header
 /// when bytes that made none filled or sat in nginx's buffer, else an error (a TLS failure
 /// included). An answer passed on as it arrived that nginx ended short of its announced
-/// length is an error ([`cut_short`]). The origin's time is to its response header (what a client reading slowly
-/// cannot stretch), or to the failure.
+/// length is an error ([`cut_short`]). The origin's time is to its response header (what a
+/// client reading slowly cannot stretch), or to the failure.
 ///
 /// # Safety
 /// `r` must be a live main request in its log phase.

@@ -122,9 +122,7 @@ def serve(port, hits, tls=None):
             note(path)
             for _ in range(64):
                 yield b"x" * (128 << 10)
-            code, _ = mode(hits, path)
-            if code != 0:
-                context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
+            ends(context, mode(hits, path)[0])
 
         return handle
 
@@ -137,8 +135,7 @@ def serve(port, hits, tls=None):
                     return
                 yield b"d"
                 time.sleep(0.1)
-            if code != 0:
-                context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
+            ends(context, code)
 
         return handle
 
@@ -204,6 +201,12 @@ def serve(port, hits, tls=None):
     while os.getppid() == parent:
         time.sleep(0.2)
     server.stop(0)
+
+
+def ends(context, code):
+    """Ends a streaming call with grpc-status CODE in its trailers (0: OK, nothing to do)."""
+    if code != 0:
+        context.abort(grpc.StatusCode(_codes[code]), "origin says %d" % code)
 
 
 # grpc.StatusCode by number

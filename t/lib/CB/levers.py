@@ -60,6 +60,21 @@ def gave_up(times, prefix, n):
         return False
 
 
+def drain(c, sids, open_windows):
+    """Opens the streams' windows (and the connection's) if asked, reads every stream to its
+    end (30 s at most), and prints 'ended N of M, B bytes'."""
+    if open_windows:
+        for sid in sids:
+            c.winup(sid, 1 << 30)
+        c.winup(0, 1 << 30)
+    end = time.time() + 30
+    while time.time() < end and not all(c.streams[s]['end'] for s in sids):
+        if not c.poll(0.1):
+            break
+    print('ended %d of %d, %d bytes' % (sum(c.streams[s]['end'] for s in sids), len(sids),
+                                        sum(c.streams[s]['data'] for s in sids)))
+
+
 cmd, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if cmd == 'timeout':
     n, values = int(sys.argv[4]), sys.argv[5].split('|')
@@ -173,16 +188,7 @@ elif cmd == 'grpc_held':
     end = time.time() + secs
     while time.time() < end:
         c.poll(0.1, auto_window=False)
-    if secs:
-        for sid in sids:
-            c.winup(sid, 1 << 30)
-        c.winup(0, 1 << 30)
-    end = time.time() + 30
-    while time.time() < end and not all(c.streams[s]['end'] for s in sids):
-        if not c.poll(0.1):
-            break
-    print('ended %d of %d, %d bytes' % (sum(c.streams[s]['end'] for s in sids), n,
-                                        sum(c.streams[s]['data'] for s in sids)))
+    drain(c, sids, bool(secs))
 elif cmd == 'cancel_get':
     n = int(sys.argv[4])
     extra = [tuple(sys.argv[5].lower().split(':', 1))] if len(sys.argv) > 5 else []
@@ -224,13 +230,4 @@ elif cmd in ('stall_get', 'stall_tcp_get'):
         hold(lambda: limit if not gave_up(times, prefix, n) else 0)
     end = time.time() + secs
     hold(lambda: end)
-    if not tcp:
-        for sid in sids:
-            c.winup(sid, 1 << 30)
-        c.winup(0, 1 << 30)
-    end = time.time() + 30
-    while time.time() < end and not all(c.streams[s]['end'] for s in sids):
-        if not c.poll(0.1):
-            break
-    print('ended %d of %d, %d bytes' % (sum(c.streams[s]['end'] for s in sids), n,
-                                        sum(c.streams[s]['data'] for s in sids)))
+    drain(c, sids, not tcp)
