@@ -184,10 +184,12 @@ unsafe fn refused(s: *mut ngx_stream_session_t, w: u64) {
                 return;
             }
         }
-        // SAFETY: as for this function.
-        let server = ejects
-            .then(|| unsafe { server_now(s, mcf, h.upstream) })
-            .flatten();
+        let server = if ejects {
+            // SAFETY: as for this function.
+            unsafe { server_now(s, mcf, h.upstream) }
+        } else {
+            None
+        };
         held::refused(mcf, &h, server, &session::refused(ms), log);
     })
 }
