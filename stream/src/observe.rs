@@ -157,33 +157,33 @@ unsafe fn refused(s: *mut ngx_stream_session_t, w: u64) {
         // SAFETY: as for this function.
         let log = unsafe { nginx_log(s) };
         let word = Word::from_bits(w);
+        let ejects = mcf.lanes.has_servers();
         let h = match word {
+            // A UDP session never waits in the wheel (its word is mute): it goes in now.
             Word::Plain(p) => {
-                if p.sent() && !p.mute() && !held::leave(mcf, p.lane(), p.since(now), now, log) {
+                // SAFETY: as for this function.
+                unsafe { held::set_mark(s, word.judged()) };
+                if ejects {
+                    // SAFETY: as for this function; its tries are made.
+                    unsafe { earlier_tries(s, mcf, p.lane(), log) };
+                }
+                if held::refused_later(mcf, p.lane(), now) {
                     return;
                 }
                 plain_held(p, now)
             }
             // SAFETY: the table's own step.
             Word::Probe(id) => match unsafe { held::with_waiting(mcf, |w| w.probes.take(id)) } {
-                Some(h) => h,
+                Some(h) => {
+                    // SAFETY: as for this function.
+                    unsafe { held::set_mark(s, word.judged()) };
+                    h
+                }
                 None => return,
             },
             Word::Free | Word::Refused(_) | Word::Said(_) | Word::Answered(_) => return,
         };
-        // SAFETY: as for this function.
-        unsafe { held::set_mark(s, word.judged()) };
         let ms = now.saturating_sub(h.sent_ms.min(h.start_ms));
-        let ejects = mcf.lanes.has_servers();
-        if let (Word::Plain(p), true) = (word, ejects) {
-            // SAFETY: as for this function; its tries are made (its last one answered so).
-            unsafe { earlier_tries(s, mcf, p.lane(), log) };
-        }
-        if let Word::Plain(p) = word {
-            if held::refused_later(mcf, p.lane(), now) {
-                return;
-            }
-        }
         let server = if ejects {
             // SAFETY: as for this function.
             unsafe { server_now(s, mcf, h.upstream) }
