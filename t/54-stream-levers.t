@@ -7,7 +7,12 @@
 # it speaks, with slow= set; a slow upload; idle clients that fill max_conns, so that nginx
 # finds no server free (502 without a connect); unfinished commands on new sessions while
 # the server answers only an application's pooled connections, opened and answered before
-# (their later replies are answers too).  Each would have opened its breaker.
+# (their later replies are answers too).  Each would have opened its breaker.  In a quiet
+# spell, with nobody else answered, unfinished commands held past first_byte do look like a
+# hung server and open a breaker without circuit_breaker_probe; with one, the trip asks the
+# probe first, which Redis answers: nothing opens, however often the clients come back, and
+# sessions pass.  A server that really hangs (stopped: the kernel accepts, nothing answers)
+# still opens the probed breaker, its probe failing too, and the log line says both.
 
 ###############################################################################
 
@@ -34,7 +39,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream/)->plan(14);
+my $t = Test::Nginx->new()->has(qw/stream/)->plan(25);
 
 # Every breaker would open on its 4th bad session of 4 (consecutive=20: the rate decides).
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
@@ -74,9 +79,28 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
         circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
     }
     server { listen 127.0.0.1:%%PORT_8097%%; proxy_pass pooled; proxy_timeout 1m; }
+
+    upstream quiet {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms jitter=0%;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=2s;
+    }
+    upstream unprobed {
+        server 127.0.0.1:%%PORT_8091%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms;
+    }
+    upstream hung {
+        server 127.0.0.1:%%PORT_8101%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms jitter=0%;
+        circuit_breaker_probe send=PING\r\n expect=+PONG timeout=300ms;
+    }
+    server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass quiet; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8099%%; proxy_pass unprobed; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT_8100%%; proxy_pass hung; proxy_timeout 5s; }
 EOF
 
 my $redis = CB::Redis->start($t, port(8091));
+my $stopped = CB::Redis->start($t, port(8101));
 # a server that waits for its client to speak first, and never answers what it is sent
 $t->run_daemon(\&listener, port(8096));
 start($t);
@@ -173,6 +197,57 @@ undef @held;
 undef @pool;
 cmp_ok($pooled, '>=', 20, "pooled connections: answered meanwhile ($pooled)");
 is(opened($t, 'pooled'), 0, 'unfinished commands while only pooled connections answer');
+
+# a quiet spell: six clients at once send an unfinished command, hold it past first_byte and
+# leave, with nobody else to answer
+
+sub unfinished {
+	my ($p) = @_;
+	my @held = map { my $s = stream("127.0.0.1:$p"); $s->write("*2\r\n"); $s } 1 .. 6;
+	sleep 0.8;
+}
+
+sub wait_log {
+	my ($t, $re, $n) = @_;
+	my $end = time() + 5;
+	sleep 0.05 while time() < $end && log_count($t, $re) < $n;
+	return log_count($t, $re);
+}
+
+# where the probe cannot be asked, the lever is there
+unfinished(port(8099));
+is(wait_log($t, qr/"unprobed" opened/, 1), 1, 'quiet spell, no probe: unfinished commands open it');
+
+# with a probe: asked, answered, not opened
+my $before = $redis->accepted();
+unfinished(port(8098));
+is(wait_log($t, qr/"quiet" stays closed: its window would open it, but \S+ answered its probe/,
+	1), 1, 'quiet spell, probed: the question answered, and said');
+is(opened($t, 'quiet'), 0, 'quiet spell, probed: not opened');
+is(ping(port(8098)), "+PONG\r\n", 'quiet spell, probed: sessions pass');
+# Redis's own count: six clients, the probe, the PING
+cmp_ok($redis->accepted() - $before, '>=', 8, 'quiet spell, probed: the probe reached Redis');
+
+# again and again: each window of silence asks again, at most one probe an interval
+unfinished(port(8098)) for 1 .. 3;
+cmp_ok(wait_log($t, qr/"quiet" stays closed/, 3), '>=', 2,
+	'quiet spell, probed: asked again on a new window');
+is(opened($t, 'quiet'), 0, 'quiet spell, probed: no window of silence opened it');
+is(ping(port(8098)), "+PONG\r\n", 'quiet spell, probed: sessions still pass');
+
+# a server that hangs: the probe fails too, and the breaker opens on its window
+$stopped->stop();
+my $start = time();
+@held = map { my $s = stream('127.0.0.1:' . port(8100)); $s->write("PING\r\n"); $s } 1 .. 6;
+my $opened = wait_log($t, qr/"hung" opened/, 1);
+my $took = time() - $start;
+undef @held;
+is($opened, 1, 'hung, probed: opened');
+like($t->read_file('error.log'),
+	qr/"hung" opened: failure rate \d+% \(\d+\/\d+\) >= 50% in 10s, then probe failed: timeout/,
+	'hung, probed: the window and the probe, both said');
+cmp_ok($took, '<', 3, sprintf('hung, probed: opened %.1f s after the first silent session', $took));
+$stopped->cont();
 
 ###############################################################################
 

@@ -10,7 +10,8 @@
 # as a TCP one's past first_byte.  With a UDP probe (circuit_breaker_probe udp: a datagram
 # the module sends, and the first one back), no client's datagram is ever the probe: a client
 # that sprays datagrams the server drops, from a new port each time, cannot hold the
-# recovery, and the module's own probes close the breaker.  A server with nothing on its port
+# recovery, and the module's own probes close the breaker; once closed, the spray's silence
+# asks the probe before it opens anything, and the probe, answered, keeps it closed.  A server with nothing on its port
 # (each datagram refused by its host, which nginx takes for an answer) opens it, and the
 # probes then fail, and it stays open.
 
@@ -37,7 +38,7 @@ use CB::Nginx qw/ stream_conf start log_count /;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(23);
+my $t = Test::Nginx->new()->has(qw/stream udp/)->plan(25);
 
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     log_format s '$status $upstream_addr';
@@ -242,10 +243,15 @@ $end = $back + 10;
 sleep 0.1 while time() < $end && log_count($t, qr/"probed" closed/) == 0;
 is(log_count($t, qr/"probed" closed/), 1, sprintf('udp probe: answering again, closed by the '
 	. 'probes in %.1f s, the spray going on', time() - $back));
+# The spray goes on after the close, in a quiet spell: its silence would open the breaker
+# again, but the module's probe is asked first and answered, so nothing opens.
+$end = time() + 10;
+sleep 0.1 while time() < $end && log_count($t, qr/"probed" stays closed/) < 2;
+cmp_ok(log_count($t, qr/"probed" stays closed/), '>=', 2,
+	'udp probe: the spray after the close, its silence asked the probe, answered');
+is(log_count($t, qr/"probed" opened/), 1, 'udp probe: the spray opened it no more');
 kill 'TERM', $spray;
 waitpid $spray, 0;
-# (a spray that goes on after the close is a quiet spell's: its silence can open the breaker
-# again, docs/stream.md; once it stops, the probes close it)
 my $through = '';
 $end = time() + 10;
 while (time() < $end && $through ne 'ping') {

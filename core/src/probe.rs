@@ -30,6 +30,16 @@ pub fn watch_ms(probe_interval_ms: u32) -> u64 {
     (u64::from(probe_interval_ms) / 5).clamp(10, 500)
 }
 
+/// How long a trip waits on the breaker's own probe ([`BreakerConfig::confirm_ms`]) where
+/// probes take up to `timeout_ms`: the prober's next look at the breaker ([`watch_ms`]), the
+/// probe, and a second for a busy event loop. Past it the window is believed.
+///
+/// [`BreakerConfig::confirm_ms`]: crate::breaker::BreakerConfig::confirm_ms
+pub fn question_ms(timeout_ms: u32, probe_interval_ms: u32) -> u32 {
+    let ms = watch_ms(probe_interval_ms) + u64::from(timeout_ms) + 1000;
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
 /// What to do with a breaker whose published gate is `gate` at `now_ms`.
 ///
 /// An open breaker with active probes publishes `Reject` until its next probe is due, so a

@@ -109,7 +109,13 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
             0u32..=10_000,
         ),
         (0u32..=5_000, 0u32..=20_000, 0u32..=10_000, 1u32..=3),
-        (0u32..=2_000, 0u32..=1000, any::<bool>(), any::<u128>()),
+        (
+            0u32..=2_000,
+            0u32..=1000,
+            any::<bool>(),
+            any::<u128>(),
+            prop_oneof![Just(0u32), 1u32..=5_000],
+        ),
         (
             prop_oneof![Just(0u32), 1u32..=20_000],
             0u32..=10_000,
@@ -143,6 +149,7 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
             active: d.3,
             repeat_backoff: d.4,
             consecutive: d.5,
+            confirm_ms: c.4,
         })
 }
 
@@ -226,7 +233,11 @@ proptest! {
                 Op::ActiveProbe { owner, rnd } => {
                     if let Some(t) = b.breaker().active_probe(now, rnd, owner, &|o| o != dead) {
                         prop_assert!(cfg.active && !forced);
-                        prop_assert_eq!(before, State::Open);
+                        // Open, or closed with a trip asking the probe first (`confirm_ms`).
+                        prop_assert!(
+                            before == State::Open || before == State::Closed && cfg.confirm_ms > 0,
+                            "an active probe while {:?}", before
+                        );
                         stale_all(&mut held);
                         held.push((t, false));
                     }

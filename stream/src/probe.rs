@@ -29,7 +29,7 @@ use circuit_breaker_shell::eject::{self, Pooled, Server};
 use circuit_breaker_shell::ffi::{pid, process_alive};
 use circuit_breaker_shell::net::{self, stream::Stream, Error, Peer};
 use circuit_breaker_shell::zone::{Handle, HeldProbe, Key, Kind, Probed, Zone, DEFAULT_ROUTE};
-use nginx_sys::NGX_LOG_INFO;
+use nginx_sys::{NGX_LOG_INFO, NGX_LOG_WARN};
 use ngx::log::ngx_cycle_log;
 
 use crate::conf::{MainConf, SrvConf};
@@ -207,8 +207,8 @@ fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
     };
     t.set_handle(b.handle());
     // In a fleet, only the instance the fleet names probes (an upstream's: a server's breaker
-    // is this instance's view of the server).
-    let ticket = if t.server.is_some() || b.may_probe(now) {
+    // is this instance's view of the server), but a question is this instance's own window's.
+    let ticket = if t.server.is_some() || b.questioned() || b.may_probe(now) {
         b.active_probe(now, rnd(), pid(), &process_alive)
     } else {
         None
@@ -293,12 +293,16 @@ async fn probe_once(held: Held, server: Peer) {
         t.next_look.set(0);
         return;
     }
-    let transition = {
+    let (transition, asked) = {
         let mut locked = zone.lock();
         let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) else {
             return;
         };
-        b.record_probe(now, rnd(), ticket, &result).transition
+        let asked = b.questioned();
+        (
+            b.record_probe(now, rnd(), ticket, &result).transition,
+            asked,
+        )
     };
     let limit = t.scf.params.map_or(0, |p| p.cfg.probe_limit_ms());
     if let Some(why) = result.failed(limit) {
@@ -315,6 +319,15 @@ async fn probe_once(held: Held, server: Peer) {
     }
     if let Some(tr) = &transition {
         circuit_breaker_shell::log::transition(log, &format!("\"{}\"", t.scf.name), tr);
+    } else if asked && result.failed(limit).is_none() {
+        ngx::ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "circuit breaker \"{}\" stays closed: its window would open it, but {} answered \
+             its probe; the window starts again",
+            t.scf.name,
+            String::from_utf8_lossy(server.name())
+        );
     }
     // Looked at again at once: the next probe of a run comes at its own time, not a tick late.
     t.next_look.set(0);

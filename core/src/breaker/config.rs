@@ -267,6 +267,13 @@ pub struct BreakerConfig {
     /// `502`–`504`; see [`Verdict::gateway`](super::Verdict::gateway)) that open the breaker
     /// at once, whatever the window's rate; 0 disables.
     pub consecutive: u32,
+    /// With active probes, a trip first asks the breaker's own probe, at once, whether the
+    /// origin answers, and waits up to this long for it (milliseconds; 0: trips at once). A
+    /// stream upstream's silence is the one signal a client can shape (an unfinished command,
+    /// a datagram its server drops), so with `circuit_breaker_probe` its breaker opens on a
+    /// window only once its probe fails too: a good probe clears the window instead. The
+    /// breaker stays closed meanwhile.
+    pub confirm_ms: u32,
     /// Evaluate and report, never short-circuit.
     pub dry_run: bool,
 }
@@ -317,6 +324,7 @@ impl Default for BreakerConfig {
             active: false,
             repeat_backoff: false,
             consecutive: DEFAULT_CONSECUTIVE,
+            confirm_ms: 0,
             dry_run: false,
         }
     }

@@ -68,6 +68,9 @@ pub fn server_config(upstream: &BreakerConfig, spec: &EjectSpec) -> BreakerConfi
         ramp_ms: spec.server_ramp_ms(),
         suspect_min: spec.min_requests.max(1),
         repeat_backoff: true,
+        // A server's breaker opens on its own window: its question would need the pool's
+        // ejection cap at the probe's answer.
+        confirm_ms: 0,
         ..*upstream
     }
 }

@@ -84,6 +84,8 @@ impl Fingerprint {
             active,
             repeat_backoff,
             consecutive,
+            // Derived from the active probe's timeout, which the shell adds.
+            confirm_ms: _,
         } = *cfg;
         Fingerprint::new()
             .u64(failures.0[0])

@@ -151,6 +151,9 @@ impl<'a> Breaker<'a> {
             None => {}
         }
         match h.state() {
+            // The prober asks under the lock for the question's probe, and each outcome is
+            // recorded there anyway: the rates are at their thresholds.
+            State::Closed if h.questioned() => Gate::Ask,
             State::Closed if h.ramp_until_ms > h.last_ms => {
                 if h.cfg.dry_run {
                     // Counts its would-be turn-aways under the lock.
@@ -322,7 +325,10 @@ impl<'a> Breaker<'a> {
         self.hdr.active_probe_due_ms()?;
         let gen = self.claim_probe(now, rnd, owner, owner_alive)?;
         let h = &mut *self.hdr;
-        h.retry_at_ms = h.next_probe_at_ms;
+        // (Closed, it is the question's deadline.)
+        if h.state == STATE_OPEN {
+            h.retry_at_ms = h.next_probe_at_ms;
+        }
         Some(Ticket::Probe(gen))
     }
 
@@ -409,7 +415,9 @@ impl<'a> Breaker<'a> {
     pub fn holds_probe(&self, ticket: Ticket) -> bool {
         let h = &*self.hdr;
         let probing = h.state == STATE_HALF_OPEN
-            || (h.state == STATE_OPEN && h.cfg.active && h.forced == FORCED_NONE);
+            || ((h.state == STATE_OPEN || h.questioned())
+                && h.cfg.active
+                && h.forced == FORCED_NONE);
         matches!(ticket, Ticket::Probe(gen)
             if h.probe_busy != 0 && gen == h.probe_gen && probing)
     }
@@ -428,7 +436,8 @@ impl<'a> Breaker<'a> {
     pub(super) fn free_probe(&mut self, now: u64) {
         let h = &mut *self.hdr;
         h.probe_busy = 0;
-        if h.state == STATE_HALF_OPEN && !h.cfg.active {
+        // A question's too: it waits on a verdict.
+        if h.state == STATE_HALF_OPEN && !h.cfg.active || h.questioned() {
             h.next_probe_at_ms = h.next_probe_at_ms.min(now);
         }
     }

@@ -92,6 +92,8 @@ const FORCED_CLOSED: u8 = 2;
 const GOOD_SEEN: u8 = 1;
 /// `flags`: the current closed period began with a close by probes (for `repeat_backoff`).
 const RECLOSED: u8 = 2;
+/// `flags`: closed, with a trip waiting on the breaker's own probe (`confirm_ms`).
+const QUESTIONED: u8 = 4;
 
 /// The fixed part of a breaker in shared memory; `window_s` [`Bucket`]s follow it (see
 /// [`layout`]). Plain integers only, so any worker may read and write it under the zone lock.
@@ -107,6 +109,8 @@ pub struct BreakerHeader {
     last_ms: u64,
     since_ms: u64,
     /// Open: when the cooldown ends (passive) or the next active probe is due (active).
+    /// Closed and questioned ([`BreakerConfig::confirm_ms`]): when the question lapses
+    /// unanswered.
     retry_at_ms: u64,
     next_probe_at_ms: u64,
     probe_granted_ms: u64,
@@ -309,8 +313,19 @@ impl BreakerHeader {
     /// With active probes, when the next one is due (the shell arms its timer for it); `None`
     /// when none will be (closed, forced, or passive probes).
     pub fn active_probe_due_ms(&self) -> Option<u64> {
-        (self.cfg.active && self.state == STATE_OPEN && self.forced == FORCED_NONE)
-            .then_some(self.next_probe_at_ms)
+        let asks = self.state == STATE_OPEN || self.questioned();
+        (self.cfg.active && asks && self.forced == FORCED_NONE).then_some(self.next_probe_at_ms)
+    }
+
+    /// Closed, with a trip waiting on the breaker's own probe ([`BreakerConfig::confirm_ms`]),
+    /// as of the latest clock reading: a question that lapsed, or that a reload's parameters
+    /// no longer ask, waits on nothing (and a late answer is no probe's).
+    pub fn questioned(&self) -> bool {
+        self.state == STATE_CLOSED
+            && self.flags & QUESTIONED != 0
+            && self.cfg.active
+            && self.cfg.confirm_ms > 0
+            && self.last_ms < self.retry_at_ms
     }
 }
 
@@ -424,6 +439,11 @@ impl<'a> Breaker<'a> {
     /// The current state.
     pub fn state(&self) -> State {
         self.hdr.state()
+    }
+
+    /// Closed, with a trip waiting on the breaker's own probe ([`BreakerConfig::confirm_ms`]).
+    pub fn questioned(&self) -> bool {
+        self.hdr.questioned()
     }
 
     /// The parameters the breaker runs with.

@@ -89,6 +89,7 @@ impl<'a> Breaker<'a> {
         rnd: u32,
         v: &Verdict,
         a: &Attempt,
+        may_open: bool,
     ) -> Option<Transition> {
         let limit = u64::from(self.hdr.probe_limit_ms());
         let failed = match v.class {
@@ -98,6 +99,9 @@ impl<'a> Breaker<'a> {
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
         self.note_probe_latency(now, a.response_ms);
+        if self.hdr.questioned() {
+            return self.answer_question(now, rnd, failed.or(slow), may_open);
+        }
         self.judge_probe(now, rnd, failed.or(slow), v.retry_after_s)
     }
 
@@ -117,6 +121,9 @@ impl<'a> Breaker<'a> {
         failed: Option<String>,
         retry_after_s: u32,
     ) -> Option<Transition> {
+        if self.hdr.questioned() {
+            return self.answer_question(now, rnd, failed, true);
+        }
         let jitter = self.jitter;
         let h = &mut *self.hdr;
         h.probe_busy = 0;

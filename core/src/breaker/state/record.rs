@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// A trip the window makes, before it is made.
+struct Tripping {
+    text: String,
+    trip: Trip,
+    /// Good probes in a row that close it after a soft trip.
+    soft: u32,
+    hard: bool,
+}
+
 /// The answer of [`Breaker::record`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded {
@@ -102,7 +111,7 @@ impl<'a> Breaker<'a> {
             }
             None
         } else if probe {
-            self.probe_outcome(now, rnd, v, attempt)
+            self.probe_outcome(now, rnd, v, attempt, may_open)
         } else if ticket == Ticket::Normal && self.hdr.state == STATE_CLOSED {
             let now_s = now / 1000;
             let h = &mut *self.hdr;
@@ -172,15 +181,35 @@ impl<'a> Breaker<'a> {
     }
 
     pub(super) fn check_trip(&mut self, now: u64, rnd: u32, last: &Verdict) -> Option<Transition> {
+        let tripping = self.would_trip(now, Some(last))?;
+        if self.asks_first(now) {
+            return None;
+        }
+        Some(self.open_tripping(now, rnd, tripping))
+    }
+
+    /// The trip the window makes now, if any: `last` is the outcome at hand (named by a trip
+    /// on failures in a row).
+    fn would_trip(&self, now: u64, last: Option<&Verdict>) -> Option<Tripping> {
         let (cfg, s) = (&self.hdr.cfg, &self.hdr.sums);
         let run = self.hdr.gateway_run;
         if cfg.consecutive > 0 && run >= cfg.consecutive {
             // Certain evidence that needs no rate: a hard outage, closed by `probes` probes.
-            let last = last.class.map_or_else(String::new, class_name);
-            let text = format!("{run} gateway failures in a row, the last: {last}");
+            let text = match last.and_then(|v| v.class) {
+                Some(class) => format!(
+                    "{run} gateway failures in a row, the last: {}",
+                    class_name(class)
+                ),
+                None => format!("{run} gateway failures in a row"),
+            };
             let probes = cfg.probes.max(1);
             let trip = Trip::new(&self.hdr.sums, TripBy::Consecutive, false);
-            return Some(self.open_period(now, rnd, text, trip, probes, true));
+            return Some(Tripping {
+                text,
+                trip,
+                soft: probes,
+                hard: true,
+            });
         }
         let suspected = now < self.hdr.suspect_until_ms;
         let min = cfg.min_requests.max(1);
@@ -229,7 +258,68 @@ impl<'a> Breaker<'a> {
                 hard &= judge::is_hard(run, part, rate);
             }
         }
-        Some(self.open_period(now, rnd, text, trip, soft, hard))
+        Some(Tripping {
+            text,
+            trip,
+            soft,
+            hard,
+        })
+    }
+
+    fn open_tripping(&mut self, now: u64, rnd: u32, p: Tripping) -> Transition {
+        self.open_period(now, rnd, p.text, p.trip, p.soft, p.hard)
+    }
+
+    /// With `confirm_ms` (and active probes), whether a trip waits on the breaker's own
+    /// probe: the first trip asks it, due at once (or when the probe spacing next allows: at
+    /// most one question per `probe_interval`), and the breaker stays closed until the
+    /// probe's answer ([`Breaker::record_probe`]). A question unanswered past `confirm_ms`
+    /// lapses, and the window is believed.
+    fn asks_first(&mut self, now: u64) -> bool {
+        let h = &mut *self.hdr;
+        if h.cfg.confirm_ms == 0 || !h.cfg.active {
+            return false;
+        }
+        if h.flags & QUESTIONED != 0 {
+            if now < h.retry_at_ms {
+                return true;
+            }
+            // Lapsed: the window is believed.
+            h.flags &= !QUESTIONED;
+            return false;
+        }
+        h.flags |= QUESTIONED;
+        h.next_probe_at_ms = h.next_probe_at_ms.max(now);
+        h.retry_at_ms = h
+            .next_probe_at_ms
+            .saturating_add(u64::from(h.cfg.confirm_ms));
+        true
+    }
+
+    /// The answer to a question ([`Breaker::asks_first`]): a good probe says the origin
+    /// answers, so the window's silence was its clients' and goes; a failed one opens the
+    /// breaker on the window as it stands now, if it still trips and it `may_open`.
+    pub(super) fn answer_question(
+        &mut self,
+        now: u64,
+        rnd: u32,
+        failed: Option<String>,
+        may_open: bool,
+    ) -> Option<Transition> {
+        let h = &mut *self.hdr;
+        h.flags &= !QUESTIONED;
+        h.probe_busy = 0;
+        let Some(why) = failed else {
+            h.sums.clear(self.ring, now / 1000);
+            h.clear_runs();
+            return None;
+        };
+        if !may_open {
+            return None;
+        }
+        let mut p = self.would_trip(now, None)?;
+        p.text = format!("{}, then {why}", p.text);
+        Some(self.open_tripping(now, rnd, p))
     }
 
     /// Opens a closed breaker for a new open period: how many good probes will close it
