@@ -12,7 +12,8 @@
 # hung server and open a breaker without circuit_breaker_probe; with one, the trip asks the
 # probe first, which Redis answers: nothing opens, however often the clients come back, and
 # sessions pass.  A server that really hangs (stopped: the kernel accepts, nothing answers)
-# still opens the probed breaker, its probe failing too, and the log line says both.
+# still opens the probed breaker, its probe failing too, and the log line says both; a probe
+# that only connects (which a stopped server's kernel answers) does not ask.
 
 ###############################################################################
 
@@ -39,7 +40,7 @@ use CB::Redis;
 select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
-my $t = Test::Nginx->new()->has(qw/stream/)->plan(25);
+my $t = Test::Nginx->new()->has(qw/stream/)->plan(26);
 
 # Every breaker would open on its 4th bad session of 4 (consecutive=20: the rate decides).
 $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
@@ -97,6 +98,13 @@ $t->write_file_expand('nginx.conf', stream_conf(2, <<'EOF'));
     server { listen 127.0.0.1:%%PORT_8098%%; proxy_pass quiet; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8099%%; proxy_pass unprobed; proxy_timeout 5s; }
     server { listen 127.0.0.1:%%PORT_8100%%; proxy_pass hung; proxy_timeout 5s; }
+    # a probe that connects and expects nothing: a stopped server still accepts
+    upstream connects {
+        server 127.0.0.1:%%PORT_8101%%;
+        circuit_breaker min_requests=4 consecutive=20 first_byte=300ms jitter=0%;
+        circuit_breaker_probe timeout=300ms;
+    }
+    server { listen 127.0.0.1:%%PORT_8102%%; proxy_pass connects; proxy_timeout 5s; }
 EOF
 
 my $redis = CB::Redis->start($t, port(8091));
@@ -247,6 +255,11 @@ like($t->read_file('error.log'),
 	qr/"hung" opened: failure rate \d+% \(\d+\/\d+\) >= 50% in 10s, then probe failed: timeout/,
 	'hung, probed: the window and the probe, both said');
 cmp_ok($took, '<', 3, sprintf('hung, probed: opened %.1f s after the first silent session', $took));
+# a probe that only connects does not ask: the stopped server's kernel would answer it
+@held = map { my $s = stream('127.0.0.1:' . port(8102)); $s->write("PING\r\n"); $s } 1 .. 6;
+is(wait_log($t, qr/"connects" opened: failure rate \d+% \(\d+\/\d+\) >= 50% in 10s, retry in/, 1), 1,
+	'hung, a connect-only probe: opened on the window, unasked');
+undef @held;
 $stopped->cont();
 
 ###############################################################################

@@ -256,3 +256,107 @@ fn a_reload_that_drops_the_probe_drops_the_question() {
     assert_eq!(s.b.breaker().gate(), Gate::Pass);
     assert!(silence(&mut s, 1).is_some_and(|t| t.to == State::Open));
 }
+
+#[test]
+fn a_lapsed_question_is_believed_only_by_the_trip_that_finds_it() {
+    // Review: the flag of a lapsed question outlived it, and a trip an hour later opened at
+    // once, unasked.
+    let mut s = Story::new(confirming());
+    assert_eq!(silence(&mut s, 20), None);
+    let probe = s.active_probe().expect("the question's probe");
+    s.wait(3000).wait(3_600_000);
+    assert_eq!(
+        silence(&mut s, 20),
+        None,
+        "a trip an hour later asks afresh"
+    );
+    assert!(s.b.hdr.questioned());
+    // The lapsed question's probe is no one's: the new question claims its own.
+    s.record(probe, &timeout());
+    assert_eq!(s.state(), State::Closed, "a stale answer decides nothing");
+    let probe = s.active_probe().expect("the new question's probe");
+    s.record(probe, &ok());
+    assert_eq!(s.state(), State::Closed);
+
+    // Answered sessions take the window below its rates while it asks, and the question
+    // lapses: the first outcome after, which trips nothing, forgets it, so the next trip,
+    // within the same window's time, asks too.
+    let mut s = Story::new(BreakerConfig {
+        consecutive: 0,
+        ..confirming()
+    });
+    assert_eq!(silence(&mut s, 20), None);
+    assert_eq!(s.requests(30, &ok()), None);
+    s.wait(3000);
+    assert_eq!(s.requests(1, &ok()), None);
+    assert_eq!(silence(&mut s, 12), None, "asks again");
+    assert!(s.b.hdr.questioned());
+}
+
+#[test]
+fn a_reload_that_drops_the_probe_and_brings_it_back_asks_afresh() {
+    let mut s = Story::new(confirming());
+    assert_eq!(silence(&mut s, 20), None);
+    let now = s.now;
+    let off = BreakerConfig {
+        active: false,
+        confirm_ms: 0,
+        ..confirming()
+    };
+    s.b.breaker().retune(now, off);
+    s.b.breaker().retune(now, confirming());
+    s.wait(3001);
+    assert_eq!(silence(&mut s, 1), None, "no stale question believed");
+    assert!(s.b.hdr.questioned());
+}
+
+proptest! {
+    /// A server that fails every probe is opened within a probe spacing and the probe's own
+    /// time of the window that trips, whatever the sessions do meanwhile.
+    #[test]
+    fn a_server_that_fails_its_probe_is_opened_within_the_bound(
+        steps in proptest::collection::vec((0u8..2, 0u64..300), 1..200),
+        answer_ms in 0u64..1000,
+    ) {
+        let mut s = Story::new(BreakerConfig { consecutive: 0, ..confirming() });
+        let mut held: Option<(Ticket, u64)> = None;
+        let mut asked_at: Option<u64> = None;
+        for (what, ms) in steps {
+            s.wait(ms);
+            if s.state() != State::Closed {
+                break;
+            }
+            if what == 0 {
+                silence(&mut s, 1);
+            } else {
+                s.requests(1, &ok());
+            }
+            if s.b.hdr.questioned() {
+                asked_at.get_or_insert(s.now);
+            }
+            let due = s.b.hdr.active_probe_due_ms().is_some_and(|due| due <= s.now);
+            if held.is_none() && s.b.hdr.questioned() && due {
+                held = s.active_probe().map(|t| (t, s.now));
+            }
+            if let Some((t, at)) = held {
+                if s.now >= at + answer_ms {
+                    s.record(t, &timeout());
+                    held = None;
+                    if s.state() == State::Closed {
+                        // Left closed only where the window no longer trips.
+                        let w = s.view().window;
+                        prop_assert!(w.requests < 20 || w.failures * 2 < w.requests,
+                            "a failed probe left a tripping window closed: {:?}", w);
+                        asked_at = None;
+                    }
+                }
+            }
+            if let Some(at) = asked_at {
+                if s.state() == State::Closed && s.b.hdr.questioned() {
+                    // probe_interval (1 s) + confirm_ms (3 s): the question is still open.
+                    prop_assert!(s.now < at + 1000 + 3000, "asked at {at}, still asking at {}", s.now);
+                }
+            }
+        }
+    }
+}

@@ -76,10 +76,16 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             };
             // With active probes, no client's session is ever the probe.
             params.cfg.active = scf.probe.is_some();
-            // Silence, which a client can shape, opens it only once its probe finds silence too.
-            params.cfg.confirm_ms = scf.probe.as_ref().map_or(0, |p| {
-                circuit_breaker_core::probe::question_ms(p.timeout_ms, params.cfg.probe_interval_ms)
-            });
+            // Silence, which a client can shape, opens it only once its probe finds silence too:
+            // a probe that asks for an answer (a TCP connect alone is answered by a server that
+            // accepts and hangs).
+            params.cfg.confirm_ms = match &scf.probe {
+                Some(p) if p.udp || !p.expect.is_empty() => {
+                    let interval = params.cfg.probe_interval_ms;
+                    circuit_breaker_core::probe::question_ms(p.timeout_ms, interval)
+                }
+                _ => 0,
+            };
             if scf.probe.is_some() {
                 scf.servers = primary_servers(&*uscf);
                 if scf.servers.is_empty() {

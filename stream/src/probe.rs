@@ -208,7 +208,7 @@ fn claim(zone: &Zone, t: &Target, now: u64) -> Option<Ticket> {
     t.set_handle(b.handle());
     // In a fleet, only the instance the fleet names probes (an upstream's: a server's breaker
     // is this instance's view of the server), but a question is this instance's own window's.
-    let ticket = if t.server.is_some() || b.questioned() || b.may_probe(now) {
+    let ticket = if t.server.is_some() || b.questioned_at(now) || b.may_probe(now) {
         b.active_probe(now, rnd(), pid(), &process_alive)
     } else {
         None
@@ -298,7 +298,7 @@ async fn probe_once(held: Held, server: Peer) {
         let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) else {
             return;
         };
-        let asked = b.questioned();
+        let asked = b.questioned_at(now);
         (
             b.record_probe(now, rnd(), ticket, &result).transition,
             asked,

@@ -441,9 +441,11 @@ impl<'a> Breaker<'a> {
         self.hdr.state()
     }
 
-    /// Closed, with a trip waiting on the breaker's own probe ([`BreakerConfig::confirm_ms`]).
-    pub fn questioned(&self) -> bool {
-        self.hdr.questioned()
+    /// Closed, with a trip waiting on the breaker's own probe ([`BreakerConfig::confirm_ms`]),
+    /// at `now_ms`: whether a probe's outcome recorded then answers a question.
+    pub fn questioned_at(&self, now_ms: u64) -> bool {
+        let h = &*self.hdr;
+        h.questioned() && now_ms.max(h.last_ms) < h.retry_at_ms
     }
 
     /// The parameters the breaker runs with.

@@ -181,7 +181,13 @@ impl<'a> Breaker<'a> {
     }
 
     pub(super) fn check_trip(&mut self, now: u64, rnd: u32, last: &Verdict) -> Option<Transition> {
-        let tripping = self.would_trip(now, Some(last))?;
+        let Some(tripping) = self.would_trip(now, Some(last)) else {
+            // A lapsed question no trip believes is forgotten: a later trip asks afresh.
+            if self.hdr.flags & QUESTIONED != 0 && now >= self.hdr.retry_at_ms {
+                self.forget_question();
+            }
+            return None;
+        };
         if self.asks_first(now) {
             return None;
         }
@@ -274,9 +280,10 @@ impl<'a> Breaker<'a> {
     /// probe: the first trip asks it, due at once (or when the probe spacing next allows: at
     /// most one question per `probe_interval`), and the breaker stays closed until the
     /// probe's answer ([`Breaker::record_probe`]). A question unanswered past `confirm_ms`
-    /// lapses, and the window is believed.
+    /// lapses: the trip that finds it so, while the silence that raised it can still be in
+    /// the window, is believed; a later one asks afresh.
     fn asks_first(&mut self, now: u64) -> bool {
-        let h = &mut *self.hdr;
+        let h = &*self.hdr;
         if h.cfg.confirm_ms == 0 || !h.cfg.active {
             return false;
         }
@@ -284,16 +291,28 @@ impl<'a> Breaker<'a> {
             if now < h.retry_at_ms {
                 return true;
             }
-            // Lapsed: the window is believed.
-            h.flags &= !QUESTIONED;
-            return false;
+            let window_ms = u64::from(h.cfg.window_s).saturating_mul(1000);
+            let recent = now < h.retry_at_ms.saturating_add(window_ms);
+            self.forget_question();
+            if recent {
+                return false;
+            }
         }
+        let h = &mut *self.hdr;
         h.flags |= QUESTIONED;
         h.next_probe_at_ms = h.next_probe_at_ms.max(now);
         h.retry_at_ms = h
             .next_probe_at_ms
             .saturating_add(u64::from(h.cfg.confirm_ms));
         true
+    }
+
+    /// Drops a lapsed question, and its probe if still out: an answer that comes later is
+    /// no one's, and the next question may claim the probe.
+    fn forget_question(&mut self) {
+        let h = &mut *self.hdr;
+        h.flags &= !QUESTIONED;
+        h.probe_busy = 0;
     }
 
     /// The answer to a question ([`Breaker::asks_first`]): a good probe says the origin

@@ -145,6 +145,11 @@ fn retune_header(
     match h.state {
         STATE_CLOSED => {
             h.cooldown_ms = h.base_cooldown_ms;
+            if h.flags & QUESTIONED != 0 && (cfg.confirm_ms == 0 || !cfg.active) {
+                // Asked no more: its probe, if out, is no one's now.
+                h.flags &= !QUESTIONED;
+                h.probe_busy = 0;
+            }
             if h.ramp_until_ms > now {
                 h.ramp_until_ms = if cfg.ramp_ms == 0 || cfg.ramp_start >= 10_000 {
                     0
