@@ -298,7 +298,7 @@ async fn probe_once(held: Held, server: Peer) {
         let Some(mut b) = locked.get_probe(t.scf.handle.get(), &t.key(), ticket) else {
             return;
         };
-        let asked = b.questioned_at(now);
+        let asked = b.questioned_at(now) && b.holds_probe(ticket);
         (
             b.record_probe(now, rnd(), ticket, &result).transition,
             asked,

@@ -436,8 +436,11 @@ impl<'a> Breaker<'a> {
     pub(super) fn free_probe(&mut self, now: u64) {
         let h = &mut *self.hdr;
         h.probe_busy = 0;
-        // A question's too: it waits on a verdict.
-        if h.state == STATE_HALF_OPEN && !h.cfg.active || h.questioned() {
+        if h.questioned() {
+            // It waits on a verdict: asked again at once, and not believed should it lapse.
+            h.flags |= UNANSWERED;
+            h.next_probe_at_ms = h.next_probe_at_ms.min(now);
+        } else if h.state == STATE_HALF_OPEN && !h.cfg.active {
             h.next_probe_at_ms = h.next_probe_at_ms.min(now);
         }
     }

@@ -94,6 +94,10 @@ const GOOD_SEEN: u8 = 1;
 const RECLOSED: u8 = 2;
 /// `flags`: closed, with a trip waiting on the breaker's own probe (`confirm_ms`).
 const QUESTIONED: u8 = 4;
+/// `flags`: a probe of the current question came back without a verdict (it could not
+/// connect: a client that takes every connection can make it so), so its lapse is not
+/// believed.
+const UNANSWERED: u8 = 8;
 
 /// The fixed part of a breaker in shared memory; `window_s` [`Bucket`]s follow it (see
 /// [`layout`]). Plain integers only, so any worker may read and write it under the zone lock.

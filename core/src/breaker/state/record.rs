@@ -281,7 +281,8 @@ impl<'a> Breaker<'a> {
     /// most one question per `probe_interval`), and the breaker stays closed until the
     /// probe's answer ([`Breaker::record_probe`]). A question unanswered past `confirm_ms`
     /// lapses: the trip that finds it so, while the silence that raised it can still be in
-    /// the window, is believed; a later one asks afresh.
+    /// the window, is believed — unless a probe of it came back without a verdict (it could
+    /// not connect); a later one asks afresh.
     fn asks_first(&mut self, now: u64) -> bool {
         let h = &*self.hdr;
         if h.cfg.confirm_ms == 0 || !h.cfg.active {
@@ -293,8 +294,9 @@ impl<'a> Breaker<'a> {
             }
             let window_ms = u64::from(h.cfg.window_s).saturating_mul(1000);
             let recent = now < h.retry_at_ms.saturating_add(window_ms);
+            let believed = recent && h.flags & UNANSWERED == 0;
             self.forget_question();
-            if recent {
+            if believed {
                 return false;
             }
         }
@@ -311,7 +313,7 @@ impl<'a> Breaker<'a> {
     /// no one's, and the next question may claim the probe.
     fn forget_question(&mut self) {
         let h = &mut *self.hdr;
-        h.flags &= !QUESTIONED;
+        h.flags &= !(QUESTIONED | UNANSWERED);
         h.probe_busy = 0;
     }
 
@@ -326,7 +328,7 @@ impl<'a> Breaker<'a> {
         may_open: bool,
     ) -> Option<Transition> {
         let h = &mut *self.hdr;
-        h.flags &= !QUESTIONED;
+        h.flags &= !(QUESTIONED | UNANSWERED);
         h.probe_busy = 0;
         let Some(why) = failed else {
             h.sums.clear(self.ring, now / 1000);

@@ -147,8 +147,15 @@ fn retune_header(
             h.cooldown_ms = h.base_cooldown_ms;
             if h.flags & QUESTIONED != 0 && (cfg.confirm_ms == 0 || !cfg.active) {
                 // Asked no more: its probe, if out, is no one's now.
-                h.flags &= !QUESTIONED;
+                h.flags &= !(QUESTIONED | UNANSWERED);
                 h.probe_busy = 0;
+            } else if h.flags & QUESTIONED != 0 {
+                // The question waits as long as the new probe may take.
+                h.retry_at_ms = h
+                    .retry_at_ms
+                    .saturating_sub(u64::from(old.confirm_ms))
+                    .saturating_add(u64::from(cfg.confirm_ms))
+                    .max(now);
             }
             if h.ramp_until_ms > now {
                 h.ramp_until_ms = if cfg.ramp_ms == 0 || cfg.ramp_start >= 10_000 {

@@ -56,7 +56,7 @@ impl<'a> Breaker<'a> {
             *counter = counter.saturating_add(1);
         }
         h.state = to;
-        h.flags &= !QUESTIONED;
+        h.flags &= !(QUESTIONED | UNANSWERED);
         h.consecutive = 0;
         h.probe_busy = 0;
         h.ramp_until_ms = 0;
