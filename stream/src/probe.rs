@@ -305,7 +305,8 @@ async fn probe_once(held: Held, server: Peer) {
         )
     };
     let limit = t.scf.params.map_or(0, |p| p.cfg.probe_limit_ms());
-    if let Some(why) = result.failed(limit) {
+    let failed = result.failed(limit);
+    if let Some(why) = &failed {
         // The next probe goes to the next server.
         t.cursor.set(t.cursor.get().wrapping_add(1));
         ngx::ngx_log_error!(
@@ -319,7 +320,7 @@ async fn probe_once(held: Held, server: Peer) {
     }
     if let Some(tr) = &transition {
         circuit_breaker_shell::log::transition(log, &format!("\"{}\"", t.scf.name), tr);
-    } else if asked && result.failed(limit).is_none() {
+    } else if asked && failed.is_none() {
         ngx::ngx_log_error!(
             NGX_LOG_WARN,
             log,

@@ -325,11 +325,16 @@ impl BreakerHeader {
     /// as of the latest clock reading: a question that lapsed, or that a reload's parameters
     /// no longer ask, waits on nothing (and a late answer is no probe's).
     pub fn questioned(&self) -> bool {
+        self.questioned_at(self.last_ms)
+    }
+
+    /// [`BreakerHeader::questioned`] at `now_ms` (never before the latest clock reading).
+    fn questioned_at(&self, now_ms: u64) -> bool {
         self.state == STATE_CLOSED
             && self.flags & QUESTIONED != 0
             && self.cfg.active
             && self.cfg.confirm_ms > 0
-            && self.last_ms < self.retry_at_ms
+            && now_ms.max(self.last_ms) < self.retry_at_ms
     }
 }
 
@@ -448,8 +453,7 @@ impl<'a> Breaker<'a> {
     /// Closed, with a trip waiting on the breaker's own probe ([`BreakerConfig::confirm_ms`]),
     /// at `now_ms`: whether a probe's outcome recorded then answers a question.
     pub fn questioned_at(&self, now_ms: u64) -> bool {
-        let h = &*self.hdr;
-        h.questioned() && now_ms.max(h.last_ms) < h.retry_at_ms
+        self.hdr.questioned_at(now_ms)
     }
 
     /// The parameters the breaker runs with.

@@ -99,10 +99,7 @@ impl<'a> Breaker<'a> {
         let slow = (limit > 0 && a.response_ms > limit)
             .then(|| format!("probe too slow: {}ms > {}ms", a.response_ms, limit));
         self.note_probe_latency(now, a.response_ms);
-        if self.hdr.questioned() {
-            return self.answer_question(now, rnd, failed.or(slow), may_open);
-        }
-        self.judge_probe(now, rnd, failed.or(slow), v.retry_after_s)
+        self.judge_probe(now, rnd, failed.or(slow), v.retry_after_s, may_open)
     }
 
     /// A probe's response time joins the window's percentiles (the status page's origin
@@ -113,16 +110,18 @@ impl<'a> Breaker<'a> {
         h.sums.note_latency(self.ring, now / 1000, response_ms);
     }
 
-    /// Judges the probe: `failed` says why it failed, `None` for a good one.
+    /// Judges the probe: `failed` says why it failed, `None` for a good one. A question's
+    /// probe answers the question, which opens the breaker only if it `may_open`.
     pub(super) fn judge_probe(
         &mut self,
         now: u64,
         rnd: u32,
         failed: Option<String>,
         retry_after_s: u32,
+        may_open: bool,
     ) -> Option<Transition> {
         if self.hdr.questioned() {
-            return self.answer_question(now, rnd, failed, true);
+            return self.answer_question(now, rnd, failed, may_open);
         }
         let jitter = self.jitter;
         let h = &mut *self.hdr;
@@ -197,7 +196,7 @@ impl<'a> Breaker<'a> {
             // judges its user requests (passive probes) only.
             let failed = probe.failed(self.hdr.cfg.probe_limit_ms());
             self.note_probe_latency(now, probe.response_ms);
-            self.judge_probe(now, rnd, failed, probe.retry_after_s)
+            self.judge_probe(now, rnd, failed, probe.retry_after_s, true)
         } else {
             None
         };
